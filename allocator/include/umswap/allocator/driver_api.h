@@ -1,0 +1,32 @@
+// The CUDA driver functions the allocator calls, as a table of pointers.
+//
+// In the preload library the table holds the real libcuda functions (resolved through the real
+// cuGetProcAddress, never through umswap's own hooks). Tests fill it with fakes, which is how the
+// allocator's logic (cap, accounting, pitch, stream-ordered frees) is tested without a GPU.
+#pragma once
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+namespace umswap {
+
+struct DriverApi {
+  PFN_cuMemAllocManaged_v6000 mem_alloc_managed = nullptr;
+  PFN_cuMemFree_v3020 mem_free = nullptr;
+  PFN_cuMemAllocPitch_v3020 mem_alloc_pitch = nullptr;  // real, unmanaged: probes pitch alignment
+  PFN_cuMemGetInfo_v3020 mem_get_info = nullptr;
+  PFN_cuMemGetDefaultMemPool_v13000 mem_get_default_mem_pool = nullptr;
+  PFN_cuMemAllocFromPoolAsync_v11020 mem_alloc_from_pool_async = nullptr;
+  PFN_cuMemFreeAsync_v11020 mem_free_async = nullptr;
+  PFN_cuStreamSynchronize_v2000 stream_synchronize = nullptr;
+  PFN_cuCtxGetDevice_v2000 ctx_get_device = nullptr;
+  PFN_cuDeviceTotalMem_v3020 device_total_mem = nullptr;
+
+  bool complete() const {
+    return mem_alloc_managed && mem_free && mem_alloc_pitch && mem_get_info &&
+           mem_get_default_mem_pool && mem_alloc_from_pool_async && mem_free_async &&
+           stream_synchronize && ctx_get_device && device_total_mem;
+  }
+};
+
+}  // namespace umswap

@@ -1,0 +1,112 @@
+// ManagedAllocator: device allocations become CUDA managed memory, registered and capped.
+//
+// Contract:
+//   * Every successful allocation is registered in the Registry with a fresh BufferId; every
+//     free of a registered base removes it. Pointers umswap did not allocate are not touched:
+//     free()/free_async() return nullopt for them and the caller hands them to the real API.
+//   * The managed limit (0 = none) is a hard cap on bytes allocated and not yet freed. An
+//     allocation past it fails with CUDA_ERROR_OUT_OF_MEMORY, changes nothing else, and is
+//     counted; the program can free memory and try again.
+//   * Stream-ordered allocations come from the driver's managed memory pool
+//     (cuMemGetDefaultMemPool(MANAGED)), so their frees happen in stream order. If the pool is
+//     unavailable, they fall back (once, with a warning) to plain managed memory, and a
+//     stream-ordered free synchronizes its stream before freeing.
+//   * Errors come back as the CUresult a driver call would give; nothing throws.
+// Thread safety: all member functions may be called concurrently.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "umswap/allocator/driver_api.h"
+#include "umswap/allocator/registry.h"
+
+namespace umswap {
+
+struct AllocatorStats {
+  uint64_t allocations[kAllocApiCount] = {};
+  uint64_t frees = 0;
+  uint64_t managed_bytes = 0;       // allocated and not yet freed
+  uint64_t managed_bytes_peak = 0;
+  uint64_t managed_limit = 0;       // 0 = none
+  uint64_t cap_hits = 0;            // allocations refused by the limit
+  uint64_t largest_refused = 0;
+  uint64_t live_buffers = 0;
+  uint64_t driver_failures = 0;     // allocations the driver itself refused
+  uint64_t unmanaged_vmm = 0;       // cuMemCreate calls seen (left alone)
+  uint64_t escaped = 0;             // runtime allocations that did not reach the driver hooks
+  bool pool_fallback = false;       // stream-ordered allocations fell back to plain managed
+
+  uint64_t total_allocations() const {
+    uint64_t total = 0;
+    for (uint64_t n : allocations) total += n;
+    return total;
+  }
+};
+nlohmann::json to_json(const AllocatorStats& stats);
+
+class ManagedAllocator {
+ public:
+  ManagedAllocator(const DriverApi& driver, Registry& registry, uint64_t managed_limit);
+  ManagedAllocator(const ManagedAllocator&) = delete;
+  ManagedAllocator& operator=(const ManagedAllocator&) = delete;
+
+  // A device allocation, served as cuMemAllocManaged(CU_MEM_ATTACH_GLOBAL). bytes > 0.
+  CUresult allocate(AllocApi api, size_t bytes, CallSiteId site, CUdeviceptr* out);
+  // The program's own managed allocation, with its attach flags; tracked and capped too.
+  CUresult allocate_managed(AllocApi api, size_t bytes, unsigned flags, CallSiteId site,
+                            CUdeviceptr* out);
+  // A pitched allocation: the pitch is the width rounded up to the alignment the real
+  // cuMemAllocPitch uses on this device (probed once). width, height > 0.
+  CUresult allocate_pitch(AllocApi api, size_t width, size_t height, CallSiteId site,
+                          CUdeviceptr* out, size_t* pitch);
+  // A stream-ordered allocation on `stream` (a real stream handle or CU_STREAM_PER_THREAD).
+  CUresult allocate_async(AllocApi api, size_t bytes, CUstream stream, CallSiteId site,
+                          CUdeviceptr* out);
+
+  // Frees a registered buffer given by its base; nullopt when it is not umswap's.
+  std::optional<CUresult> free(CUdeviceptr ptr);
+  std::optional<CUresult> free_async(CUdeviceptr ptr, CUstream stream);
+
+  // cuMemGetInfo as the program should see it: with a limit, total = limit and free = limit
+  // minus managed bytes in use; without one, the driver's figures.
+  CUresult mem_get_info(size_t* free, size_t* total);
+
+  void note_unmanaged_vmm() { unmanaged_vmm_.fetch_add(1, std::memory_order_relaxed); }
+  void note_escape() { escaped_.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t limit() const { return limit_; }
+  AllocatorStats stats() const;
+
+ private:
+  bool reserve(size_t bytes);
+  void release(size_t bytes);
+  CUresult finish(CUresult status, AllocApi api, size_t bytes, CallSiteId site, CUdeviceptr ptr,
+                  bool from_pool, bool app_managed, CUdeviceptr* out);
+  size_t pitch_alignment();
+  CUmemoryPool managed_pool();  // nullptr when unavailable
+
+  const DriverApi driver_;
+  Registry& registry_;
+  const uint64_t limit_;
+
+  std::atomic<uint64_t> next_id_{1};
+  std::atomic<uint64_t> allocations_[kAllocApiCount] = {};
+  std::atomic<uint64_t> frees_{0};
+  std::atomic<uint64_t> managed_bytes_{0};
+  std::atomic<uint64_t> managed_bytes_peak_{0};
+  std::atomic<uint64_t> cap_hits_{0};
+  std::atomic<uint64_t> largest_refused_{0};
+  std::atomic<uint64_t> driver_failures_{0};
+  std::atomic<uint64_t> unmanaged_vmm_{0};
+  std::atomic<uint64_t> escaped_{0};
+  std::atomic<size_t> pitch_alignment_{0};
+
+  std::once_flag pool_once_;
+  CUmemoryPool pool_ = nullptr;
+};
+
+}  // namespace umswap

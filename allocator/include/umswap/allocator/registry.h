@@ -1,0 +1,99 @@
+// Registry: which allocation an address belongs to.
+//
+// Maps address ranges [base, base + size) to buffer records. Built for the kernel-launch path,
+// which asks about every 8-byte word of every launch's parameters:
+//   * readers never lock: they read an immutable, sorted snapshot published through an atomic
+//     shared_ptr, and each thread keeps the snapshot it used last until the registry changes,
+//     so a lookup in steady state is one relaxed atomic load plus a binary search;
+//   * writers (allocations and frees, rare by comparison) serialize on a mutex and publish a new
+//     snapshot (O(n) copy).
+// Thread safety: every member function may be called from any thread at any time. A Snapshot stays
+// valid for as long as the caller holds it, whatever writers do meanwhile.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <vector>
+
+namespace umswap {
+
+// Allocation order within one process, starting at 1. Together with size and call site it forms a
+// buffer's identity across runs (addresses differ between runs; these do not).
+using BufferId = uint64_t;
+// Hash of the allocation's call stack as (module, offset) pairs: stable under ASLR.
+using CallSiteId = uint64_t;
+
+// Which API made the allocation (for stats and identity).
+enum class AllocApi : uint8_t {
+  cudaMalloc,
+  cudaMallocPitch,
+  cudaMallocAsync,
+  cudaMallocManaged,
+  cuMemAlloc,
+  cuMemAllocPitch,
+  cuMemAllocAsync,
+  cuMemAllocManaged,
+};
+inline constexpr int kAllocApiCount = 8;
+const char* to_string(AllocApi api);
+
+struct BufferRecord {
+  uint64_t base = 0;
+  uint64_t size = 0;  // bytes requested by the program (> 0)
+  BufferId id = 0;
+  CallSiteId call_site = 0;
+  AllocApi api = AllocApi::cudaMalloc;
+  bool from_pool = false;     // stream-ordered pool allocation (freed with cuMemFreeAsync)
+  bool app_managed = false;   // the program asked for managed memory itself
+
+  uint64_t end() const { return base + size; }
+  bool contains(uint64_t address) const { return address - base < size; }
+};
+
+class Registry {
+ public:
+  // An immutable view of the registry at one moment.
+  class Snapshot {
+   public:
+    // The record whose range holds `address`, or nullptr. Pointer valid while the Snapshot lives.
+    const BufferRecord* find(uint64_t address) const;
+    std::span<const BufferRecord> records() const { return records_; }
+    size_t size() const { return records_.size(); }
+
+   private:
+    friend class Registry;
+    std::vector<BufferRecord> records_;  // sorted by base, non-overlapping
+    uint64_t lowest_ = UINT64_MAX;       // fast reject for values that are not addresses at all
+    uint64_t highest_end_ = 0;
+  };
+
+  Registry();
+  Registry(const Registry&) = delete;
+  Registry& operator=(const Registry&) = delete;
+
+  // Adds a record. Returns false (and changes nothing) if its range is empty or overlaps one
+  // already registered.
+  bool insert(const BufferRecord& record);
+  // Removes the record that starts exactly at `base` and returns it.
+  std::optional<BufferRecord> remove(uint64_t base);
+  // Lookup of one address (copy of the record). Lock-free.
+  std::optional<BufferRecord> find(uint64_t address) const;
+  bool contains(uint64_t address) const;
+  // The current snapshot; hold it to make many lookups against one consistent view.
+  std::shared_ptr<const Snapshot> snapshot() const;
+  size_t size() const { return snapshot()->size(); }
+
+ private:
+  const Snapshot& thread_cached_snapshot() const;
+
+  mutable std::mutex write_mutex_;
+  std::atomic<std::shared_ptr<const Snapshot>> current_;
+  std::atomic<uint64_t> generation_{0};
+  const uint64_t instance_;  // distinguishes registries in the per-thread cache
+};
+
+}  // namespace umswap

@@ -1,0 +1,239 @@
+#include "umswap/allocator/managed_allocator.h"
+
+#include "umswap/core/log.h"
+#include "umswap/core/options.h"
+
+namespace umswap {
+namespace {
+
+// Used when the probe of the real cuMemAllocPitch fails; what current GPUs report.
+constexpr size_t kFallbackPitchAlignment = 512;
+
+void atomic_max(std::atomic<uint64_t>& target, uint64_t value) {
+  uint64_t seen = target.load(std::memory_order_relaxed);
+  while (seen < value && !target.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
+  }
+}
+
+}  // namespace
+
+nlohmann::json to_json(const AllocatorStats& s) {
+  nlohmann::json by_api = nlohmann::json::object();
+  for (int i = 0; i < kAllocApiCount; ++i) {
+    by_api[to_string(static_cast<AllocApi>(i))] = s.allocations[i];
+  }
+  return {
+      {"allocations", s.total_allocations()},
+      {"allocations_by_api", by_api},
+      {"frees", s.frees},
+      {"live_buffers", s.live_buffers},
+      {"managed_bytes", s.managed_bytes},
+      {"managed_bytes_peak", s.managed_bytes_peak},
+      {"managed_limit_bytes", s.managed_limit},
+      {"cap_hits", s.cap_hits},
+      {"largest_refused_bytes", s.largest_refused},
+      {"driver_allocation_failures", s.driver_failures},
+      {"unmanaged_vmm_allocations", s.unmanaged_vmm},
+      {"escaped_allocations", s.escaped},
+      {"async_pool_fallback", s.pool_fallback},
+  };
+}
+
+ManagedAllocator::ManagedAllocator(const DriverApi& driver, Registry& registry,
+                                   uint64_t managed_limit)
+    : driver_(driver), registry_(registry), limit_(managed_limit) {}
+
+bool ManagedAllocator::reserve(size_t bytes) {
+  uint64_t current = managed_bytes_.load(std::memory_order_relaxed);
+  do {
+    if (limit_ != 0 && (bytes > limit_ || current > limit_ - bytes)) {
+      cap_hits_.fetch_add(1, std::memory_order_relaxed);
+      atomic_max(largest_refused_, bytes);
+      static OnceFlag once;
+      if (once.first()) {
+        log_warning(
+            "refused an allocation of {}: managed memory would exceed UMSWAP_MANAGED_LIMIT={} "
+            "({} in use); the program sees out-of-memory (later refusals are only counted)",
+            format_bytes(bytes), format_bytes(limit_), format_bytes(current));
+      }
+      return false;
+    }
+  } while (!managed_bytes_.compare_exchange_weak(current, current + bytes,
+                                                 std::memory_order_relaxed));
+  atomic_max(managed_bytes_peak_, current + bytes);
+  return true;
+}
+
+void ManagedAllocator::release(size_t bytes) {
+  managed_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+CUresult ManagedAllocator::finish(CUresult status, AllocApi api, size_t bytes, CallSiteId site,
+                                  CUdeviceptr ptr, bool from_pool, bool app_managed,
+                                  CUdeviceptr* out) {
+  if (status != CUDA_SUCCESS) {
+    release(bytes);
+    driver_failures_.fetch_add(1, std::memory_order_relaxed);
+    return status;
+  }
+  BufferRecord record{.base = ptr,
+                      .size = bytes,
+                      .id = next_id_.fetch_add(1, std::memory_order_relaxed),
+                      .call_site = site,
+                      .api = api,
+                      .from_pool = from_pool,
+                      .app_managed = app_managed};
+  if (!registry_.insert(record)) {
+    // The driver handed out a range that overlaps a live record: the registry missed a free.
+    // Keep the program running; the stale records are dropped so lookups stay truthful.
+    static OnceFlag once;
+    if (once.first()) log_warning("registry out of step with the driver at {:#x}", ptr);
+    for (uint64_t a = ptr; a < ptr + bytes;) {
+      auto stale = registry_.find(a);
+      if (!stale) break;
+      registry_.remove(stale->base);
+      release(stale->size);
+      a = stale->end();
+    }
+    registry_.insert(record);
+  }
+  allocations_[static_cast<int>(api)].fetch_add(1, std::memory_order_relaxed);
+  *out = ptr;
+  return CUDA_SUCCESS;
+}
+
+CUresult ManagedAllocator::allocate(AllocApi api, size_t bytes, CallSiteId site,
+                                    CUdeviceptr* out) {
+  return allocate_managed(api, bytes, CU_MEM_ATTACH_GLOBAL, site, out);
+}
+
+CUresult ManagedAllocator::allocate_managed(AllocApi api, size_t bytes, unsigned flags,
+                                            CallSiteId site, CUdeviceptr* out) {
+  if (!reserve(bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUdeviceptr ptr = 0;
+  const CUresult status = driver_.mem_alloc_managed(&ptr, bytes, flags);
+  const bool app_managed = api == AllocApi::cudaMallocManaged || api == AllocApi::cuMemAllocManaged;
+  return finish(status, api, bytes, site, ptr, false, app_managed, out);
+}
+
+size_t ManagedAllocator::pitch_alignment() {
+  size_t alignment = pitch_alignment_.load(std::memory_order_relaxed);
+  if (alignment != 0) return alignment;
+  // Ask the real allocator once: a 1-byte-wide row gets a pitch of exactly the alignment.
+  CUdeviceptr probe = 0;
+  size_t pitch = 0;
+  if (driver_.mem_alloc_pitch(&probe, &pitch, 1, 1, 4) == CUDA_SUCCESS && pitch > 0) {
+    driver_.mem_free(probe);
+    alignment = pitch;
+  } else {
+    alignment = kFallbackPitchAlignment;
+  }
+  pitch_alignment_.store(alignment, std::memory_order_relaxed);
+  return alignment;
+}
+
+CUresult ManagedAllocator::allocate_pitch(AllocApi api, size_t width, size_t height,
+                                          CallSiteId site, CUdeviceptr* out, size_t* pitch) {
+  const size_t alignment = pitch_alignment();
+  const size_t row = (width + alignment - 1) / alignment * alignment;
+  if (row < width || (height != 0 && row > SIZE_MAX / height)) return CUDA_ERROR_OUT_OF_MEMORY;
+  const CUresult status = allocate(api, row * height, site, out);
+  if (status == CUDA_SUCCESS) *pitch = row;
+  return status;
+}
+
+CUmemoryPool ManagedAllocator::managed_pool() {
+  std::call_once(pool_once_, [this] {
+    CUmemLocation location{};
+    location.type = CU_MEM_LOCATION_TYPE_NONE;  // no preferred location: a managed pool
+    location.id = 0;
+    CUmemoryPool pool = nullptr;
+    const CUresult status =
+        driver_.mem_get_default_mem_pool(&pool, &location, CU_MEM_ALLOCATION_TYPE_MANAGED);
+    if (status == CUDA_SUCCESS && pool) {
+      pool_ = pool;
+    } else {
+      log_warning(
+          "the driver has no managed memory pool (error {}); stream-ordered allocations use "
+          "plain managed memory and their frees synchronize the stream",
+          static_cast<int>(status));
+    }
+  });
+  return pool_;
+}
+
+CUresult ManagedAllocator::allocate_async(AllocApi api, size_t bytes, CUstream stream,
+                                          CallSiteId site, CUdeviceptr* out) {
+  CUmemoryPool pool = managed_pool();
+  if (!pool) return allocate(api, bytes, site, out);
+  if (!reserve(bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUdeviceptr ptr = 0;
+  const CUresult status = driver_.mem_alloc_from_pool_async(&ptr, bytes, pool, stream);
+  return finish(status, api, bytes, site, ptr, true, false, out);
+}
+
+std::optional<CUresult> ManagedAllocator::free(CUdeviceptr ptr) {
+  auto record = registry_.remove(ptr);
+  if (!record) return std::nullopt;
+  const CUresult status = driver_.mem_free(ptr);
+  if (status != CUDA_SUCCESS) {
+    registry_.insert(*record);  // still allocated: keep tracking it
+    return status;
+  }
+  release(record->size);
+  frees_.fetch_add(1, std::memory_order_relaxed);
+  return status;
+}
+
+std::optional<CUresult> ManagedAllocator::free_async(CUdeviceptr ptr, CUstream stream) {
+  auto record = registry_.remove(ptr);
+  if (!record) return std::nullopt;
+  CUresult status = CUDA_SUCCESS;
+  if (record->from_pool) {
+    status = driver_.mem_free_async(ptr, stream);
+  } else {
+    // Plain managed memory has no stream-ordered free: wait for the stream's work first.
+    status = driver_.stream_synchronize(stream);
+    if (status == CUDA_SUCCESS) status = driver_.mem_free(ptr);
+  }
+  if (status != CUDA_SUCCESS) {
+    registry_.insert(*record);
+    return status;
+  }
+  release(record->size);
+  frees_.fetch_add(1, std::memory_order_relaxed);
+  return status;
+}
+
+CUresult ManagedAllocator::mem_get_info(size_t* free, size_t* total) {
+  const CUresult status = driver_.mem_get_info(free, total);
+  if (status != CUDA_SUCCESS || limit_ == 0) return status;
+  const uint64_t used = managed_bytes_.load(std::memory_order_relaxed);
+  *total = static_cast<size_t>(limit_);
+  *free = static_cast<size_t>(used >= limit_ ? 0 : limit_ - used);
+  return status;
+}
+
+AllocatorStats ManagedAllocator::stats() const {
+  AllocatorStats s;
+  for (int i = 0; i < kAllocApiCount; ++i) {
+    s.allocations[i] = allocations_[i].load(std::memory_order_relaxed);
+  }
+  s.frees = frees_.load(std::memory_order_relaxed);
+  s.managed_bytes = managed_bytes_.load(std::memory_order_relaxed);
+  s.managed_bytes_peak = managed_bytes_peak_.load(std::memory_order_relaxed);
+  s.managed_limit = limit_;
+  s.cap_hits = cap_hits_.load(std::memory_order_relaxed);
+  s.largest_refused = largest_refused_.load(std::memory_order_relaxed);
+  s.live_buffers = registry_.size();
+  s.driver_failures = driver_failures_.load(std::memory_order_relaxed);
+  s.unmanaged_vmm = unmanaged_vmm_.load(std::memory_order_relaxed);
+  s.escaped = escaped_.load(std::memory_order_relaxed);
+  s.pool_fallback = pool_ == nullptr && managed_bytes_peak_.load() > 0 &&
+                    allocations_[static_cast<int>(AllocApi::cudaMallocAsync)].load() +
+                            allocations_[static_cast<int>(AllocApi::cuMemAllocAsync)].load() >
+                        0;
+  return s;
+}
+
+}  // namespace umswap

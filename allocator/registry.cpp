@@ -1,0 +1,116 @@
+#include "umswap/allocator/registry.h"
+
+#include <algorithm>
+
+namespace umswap {
+namespace {
+
+std::atomic<uint64_t> g_next_instance{1};
+
+// Per-thread cache: the snapshot this thread read last, valid while the registry's generation is
+// unchanged. Keeps the shared_ptr's reference count (a shared cache line) off the lookup path.
+struct CachedSnapshot {
+  uint64_t instance = 0;
+  uint64_t generation = UINT64_MAX;
+  std::shared_ptr<const Registry::Snapshot> snapshot;
+};
+thread_local CachedSnapshot t_cache;
+
+}  // namespace
+
+const char* to_string(AllocApi api) {
+  switch (api) {
+    case AllocApi::cudaMalloc: return "cudaMalloc";
+    case AllocApi::cudaMallocPitch: return "cudaMallocPitch";
+    case AllocApi::cudaMallocAsync: return "cudaMallocAsync";
+    case AllocApi::cudaMallocManaged: return "cudaMallocManaged";
+    case AllocApi::cuMemAlloc: return "cuMemAlloc";
+    case AllocApi::cuMemAllocPitch: return "cuMemAllocPitch";
+    case AllocApi::cuMemAllocAsync: return "cuMemAllocAsync";
+    case AllocApi::cuMemAllocManaged: return "cuMemAllocManaged";
+  }
+  return "unknown";
+}
+
+const BufferRecord* Registry::Snapshot::find(uint64_t address) const {
+  if (address < lowest_ || address >= highest_end_) return nullptr;
+  // First record whose base is above the address; the candidate is the one before it.
+  auto it = std::upper_bound(records_.begin(), records_.end(), address,
+                             [](uint64_t a, const BufferRecord& r) { return a < r.base; });
+  if (it == records_.begin()) return nullptr;
+  --it;
+  return it->contains(address) ? &*it : nullptr;
+}
+
+Registry::Registry()
+    : current_(std::make_shared<const Snapshot>()),
+      instance_(g_next_instance.fetch_add(1, std::memory_order_relaxed)) {}
+
+bool Registry::insert(const BufferRecord& record) {
+  if (record.size == 0 || record.base + record.size < record.base) return false;
+  std::lock_guard lock(write_mutex_);
+  const auto old = current_.load(std::memory_order_acquire);
+  const auto& recs = old->records_;
+  auto it = std::lower_bound(recs.begin(), recs.end(), record.base,
+                             [](const BufferRecord& r, uint64_t b) { return r.base < b; });
+  if (it != recs.end() && it->base < record.end()) return false;           // next one overlaps
+  if (it != recs.begin() && std::prev(it)->end() > record.base) return false;  // previous overlaps
+  auto next = std::make_shared<Snapshot>();
+  next->records_.reserve(recs.size() + 1);
+  next->records_.insert(next->records_.end(), recs.begin(), it);
+  next->records_.push_back(record);
+  next->records_.insert(next->records_.end(), it, recs.end());
+  next->lowest_ = std::min(old->lowest_, record.base);
+  next->highest_end_ = std::max(old->highest_end_, record.end());
+  current_.store(std::move(next), std::memory_order_release);
+  generation_.fetch_add(1, std::memory_order_release);
+  return true;
+}
+
+std::optional<BufferRecord> Registry::remove(uint64_t base) {
+  std::lock_guard lock(write_mutex_);
+  const auto old = current_.load(std::memory_order_acquire);
+  const auto& recs = old->records_;
+  auto it = std::lower_bound(recs.begin(), recs.end(), base,
+                             [](const BufferRecord& r, uint64_t b) { return r.base < b; });
+  if (it == recs.end() || it->base != base) return std::nullopt;
+  BufferRecord removed = *it;
+  auto next = std::make_shared<Snapshot>();
+  next->records_.reserve(recs.size() - 1);
+  next->records_.insert(next->records_.end(), recs.begin(), it);
+  next->records_.insert(next->records_.end(), std::next(it), recs.end());
+  if (!next->records_.empty()) {
+    next->lowest_ = next->records_.front().base;
+    for (const auto& r : next->records_) next->highest_end_ = std::max(next->highest_end_, r.end());
+  }
+  current_.store(std::move(next), std::memory_order_release);
+  generation_.fetch_add(1, std::memory_order_release);
+  return removed;
+}
+
+const Registry::Snapshot& Registry::thread_cached_snapshot() const {
+  // Read the generation before the snapshot: if a writer publishes in between, the cached
+  // generation is older than the snapshot and the next call simply reloads.
+  const uint64_t generation = generation_.load(std::memory_order_acquire);
+  if (t_cache.instance != instance_ || t_cache.generation != generation) {
+    t_cache.snapshot = current_.load(std::memory_order_acquire);
+    t_cache.generation = generation;
+    t_cache.instance = instance_;
+  }
+  return *t_cache.snapshot;
+}
+
+std::optional<BufferRecord> Registry::find(uint64_t address) const {
+  const BufferRecord* r = thread_cached_snapshot().find(address);
+  return r ? std::optional<BufferRecord>(*r) : std::nullopt;
+}
+
+bool Registry::contains(uint64_t address) const {
+  return thread_cached_snapshot().find(address) != nullptr;
+}
+
+std::shared_ptr<const Registry::Snapshot> Registry::snapshot() const {
+  return current_.load(std::memory_order_acquire);
+}
+
+}  // namespace umswap

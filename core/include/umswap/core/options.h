@@ -1,0 +1,81 @@
+// umswap's options: one table of UMSWAP_* variables, parsed once with one grammar.
+//
+// Sizes: a byte count with an optional binary suffix (`512M`, `16G`, `1.5T`, `4096`), or a
+// percentage of the GPU's memory (`75%`). `0` means "none" (no budget, no cap).
+// Booleans: 1/0, on/off, true/false, yes/no. A bad value is never fatal: it produces one warning
+// naming the variable and the default used instead.
+//
+// Pure code: no CUDA, no getenv (the caller passes a lookup function), so it is unit-tested on a
+// machine without a GPU. Not thread-safe to parse concurrently into one Options; Options itself is
+// plain data.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace umswap {
+
+// What the preload library does with allocations.
+enum class Mode {
+  managed,      // every device allocation becomes CUDA managed memory (the default)
+  passthrough,  // hooks are loaded, nothing is redirected: the overhead baseline
+};
+
+std::string_view to_string(Mode mode);
+std::optional<Mode> parse_mode(std::string_view text);
+
+// A size given either in bytes or as a percentage of some total (the GPU's memory).
+struct SizeSpec {
+  uint64_t bytes = 0;
+  double percent = 0.0;  // used when is_percent
+  bool is_percent = false;
+
+  // True when the spec means "none": 0 bytes or 0%.
+  bool is_zero() const { return is_percent ? percent == 0.0 : bytes == 0; }
+  // Bytes this spec stands for, given the total a percentage refers to.
+  uint64_t resolve(uint64_t total) const;
+  // Canonical text: `16G`, `1536M`, `75%`, `0`.
+  std::string to_string() const;
+  bool operator==(const SizeSpec&) const = default;
+};
+
+// Parses `16G`, `512m`, `1.5T`, `4096`, `75%`, `0`. Suffixes are binary (K = 1024). On failure
+// returns nullopt and, if `error` is given, a sentence saying what was expected.
+std::optional<SizeSpec> parse_size(std::string_view text, std::string* error = nullptr);
+std::optional<bool> parse_bool(std::string_view text);
+// Formats a byte count for people: `1.50 GiB`, `512.00 MiB`, `12 B`.
+std::string format_bytes(uint64_t bytes);
+
+struct Options {
+  Mode mode = Mode::managed;
+  SizeSpec budget;                     // GPU-resident target; 0 = none (used by the advisor)
+  SizeSpec managed_limit;              // hard cap on managed bytes allocated; 0 = no cap
+  std::string stats_path;              // JSON stats written at exit; empty = none
+  int verbose = 0;                     // 0 quiet, 1 resolved options and notable events, 2 debug
+  int callsite_depth = 8;              // frames hashed into a buffer's call-site identity; 0 = off
+};
+
+// One entry of the option table, for help texts and `UMSWAP_VERBOSE` output.
+struct OptionInfo {
+  std::string_view name;           // UMSWAP_...
+  std::string_view default_text;   // as a user would write it
+  std::string_view meaning;        // one line
+};
+std::span<const OptionInfo> option_table();
+
+using EnvLookup = std::function<const char*(const char* name)>;
+
+// Reads every option through `lookup` (nullptr result = unset). Each bad value leaves the default
+// in place and appends one warning of the form
+// "UMSWAP_BUDGET='12Q' is not a size (examples: 16G, 512M, 75%); using the default 0".
+Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warnings);
+
+// `UMSWAP_X=value` lines of every option as resolved, for UMSWAP_VERBOSE=1.
+std::vector<std::string> describe(const Options& options);
+
+}  // namespace umswap

@@ -1,0 +1,27 @@
+// The stats file: JSON written once at exit by the traced process, read by the CLI and tests.
+//
+// Offline code: errors come back as values with a sentence a user understands. Writing is
+// atomic (a temporary file renamed into place), so a reader never sees half a file.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <sys/types.h>
+
+namespace umswap {
+
+inline constexpr int kStatsFormatVersion = 1;
+
+// Replaces each `%p` in `pattern` with `pid` (`%%` stands for one `%`).
+std::string expand_stats_path(std::string_view pattern, pid_t pid);
+
+// Writes `stats` to `path` atomically. Returns false and sets `error` on failure.
+bool write_stats_file(const std::string& path, const nlohmann::json& stats, std::string* error);
+
+// Reads and checks a stats file: JSON object with a known `umswap_stats_version`.
+std::optional<nlohmann::json> read_stats_file(const std::string& path, std::string* error);
+
+}  // namespace umswap

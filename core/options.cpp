@@ -1,0 +1,207 @@
+#include "umswap/core/options.h"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+
+namespace umswap {
+namespace {
+
+constexpr std::array kModes = {std::pair{Mode::managed, std::string_view("managed")},
+                               std::pair{Mode::passthrough, std::string_view("passthrough")}};
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// Every option, its default and meaning. parse_options() and the help text both read this, so
+// the two cannot drift apart.
+constexpr std::array kOptionTable = {
+    OptionInfo{"UMSWAP_MODE", "managed",
+               "managed: device allocations become managed memory; passthrough: hooks only"},
+    OptionInfo{"UMSWAP_BUDGET", "0",
+               "GPU-resident bytes to stay under (size or % of GPU memory); 0 = no budget"},
+    OptionInfo{"UMSWAP_MANAGED_LIMIT", "0",
+               "hard cap on managed bytes allocated (size or % of GPU memory); past it an "
+               "allocation fails with out-of-memory; 0 = no cap"},
+    OptionInfo{"UMSWAP_STATS", "",
+               "write a JSON stats file here at exit (`%p` is replaced by the process id)"},
+    OptionInfo{"UMSWAP_VERBOSE", "0", "0 quiet; 1 resolved options and notable events; 2 debug"},
+    OptionInfo{"UMSWAP_CALLSITE_DEPTH", "8",
+               "stack frames hashed into an allocation's call-site identity (0-32; 0 = off)"},
+};
+
+}  // namespace
+
+std::string_view to_string(Mode mode) {
+  for (const auto& [m, name] : kModes) {
+    if (m == mode) return name;
+  }
+  return "unknown";
+}
+
+std::optional<Mode> parse_mode(std::string_view text) {
+  const std::string t = lower(trim(text));
+  for (const auto& [m, name] : kModes) {
+    if (t == name) return m;
+  }
+  return std::nullopt;
+}
+
+uint64_t SizeSpec::resolve(uint64_t total) const {
+  if (!is_percent) return bytes;
+  const long double b = static_cast<long double>(total) * percent / 100.0L;
+  return b >= 18446744073709551615.0L ? UINT64_MAX : static_cast<uint64_t>(b);
+}
+
+std::string SizeSpec::to_string() const {
+  if (is_percent) return fmt::format("{:g}%", percent);
+  if (bytes == 0) return "0";
+  constexpr std::array kSuffixes = {'T', 'G', 'M', 'K'};
+  for (size_t i = 0; i < kSuffixes.size(); ++i) {
+    const uint64_t unit = uint64_t{1} << (10 * (kSuffixes.size() - i));
+    if (bytes % unit == 0) return fmt::format("{}{}", bytes / unit, kSuffixes[i]);
+  }
+  return fmt::format("{}", bytes);
+}
+
+std::optional<SizeSpec> parse_size(std::string_view text, std::string* error) {
+  auto fail = [&](std::string why) -> std::optional<SizeSpec> {
+    if (error) *error = std::move(why);
+    return std::nullopt;
+  };
+  const std::string_view t = trim(text);
+  if (t.empty()) return fail("is empty (examples: 16G, 512M, 75%)");
+
+  // Number part: digits with an optional fraction. No sign, no exponent.
+  size_t i = 0;
+  while (i < t.size() && (std::isdigit(static_cast<unsigned char>(t[i])) || t[i] == '.')) ++i;
+  const std::string_view number = t.substr(0, i);
+  const std::string unit = lower(trim(t.substr(i)));
+  double value = 0;
+  const auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), value);
+  if (number.empty() || ec != std::errc() || end != number.data() + number.size() ||
+      !std::isfinite(value)) {
+    return fail("is not a size (examples: 16G, 512M, 75%)");
+  }
+
+  if (unit == "%") {
+    if (value > 1000.0) return fail("is more than 1000% of GPU memory");
+    return SizeSpec{.bytes = 0, .percent = value, .is_percent = true};
+  }
+  int shift = -1;
+  if (unit.empty() || unit == "b") shift = 0;
+  constexpr std::string_view kLetters = "kmgtp";
+  for (size_t k = 0; k < kLetters.size() && shift < 0; ++k) {
+    const char c = kLetters[k];
+    if (unit == std::string{c} || unit == std::string{c} + "b" || unit == std::string{c} + "ib") {
+      shift = static_cast<int>(10 * (k + 1));
+    }
+  }
+  if (shift < 0) return fail("has an unknown unit (use K, M, G, T, P or %)");
+  const long double bytes = std::ldexp(static_cast<long double>(value), shift);
+  if (bytes >= 18446744073709551615.0L) return fail("is too large");
+  if (shift == 0 && value != std::floor(value)) return fail("is a fraction of a byte");
+  return SizeSpec{.bytes = static_cast<uint64_t>(bytes), .percent = 0.0, .is_percent = false};
+}
+
+std::optional<bool> parse_bool(std::string_view text) {
+  const std::string t = lower(trim(text));
+  if (t == "1" || t == "on" || t == "true" || t == "yes") return true;
+  if (t == "0" || t == "off" || t == "false" || t == "no") return false;
+  return std::nullopt;
+}
+
+std::string format_bytes(uint64_t bytes) {
+  constexpr std::array kUnits = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  if (bytes < 1024) return fmt::format("{} B", bytes);
+  double v = static_cast<double>(bytes);
+  size_t u = 0;
+  while (v >= 1024.0 && u + 1 < kUnits.size()) {
+    v /= 1024.0;
+    ++u;
+  }
+  return fmt::format("{:.2f} {}", v, kUnits[u]);
+}
+
+std::span<const OptionInfo> option_table() { return kOptionTable; }
+
+Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warnings) {
+  Options options;
+  auto warn = [&](const char* name, const char* value, std::string_view why,
+                  std::string_view default_text) {
+    if (warnings) {
+      warnings->push_back(fmt::format("{}='{}' {}; using the default {}", name, value, why,
+                                      default_text.empty() ? "(unset)" : default_text));
+    }
+  };
+  auto read = [&](const char* name) -> const char* {
+    const char* v = lookup ? lookup(name) : nullptr;
+    return (v && !trim(v).empty()) ? v : nullptr;
+  };
+
+  if (const char* v = read("UMSWAP_MODE")) {
+    if (auto m = parse_mode(v)) {
+      options.mode = *m;
+    } else {
+      warn("UMSWAP_MODE", v, "is not a mode (managed, passthrough)", "managed");
+    }
+  }
+  for (auto [name, field] : {std::pair{"UMSWAP_BUDGET", &options.budget},
+                             std::pair{"UMSWAP_MANAGED_LIMIT", &options.managed_limit}}) {
+    if (const char* v = read(name)) {
+      std::string why;
+      if (auto s = parse_size(v, &why)) {
+        *field = *s;
+      } else {
+        warn(name, v, why, "0");
+      }
+    }
+  }
+  if (const char* v = read("UMSWAP_STATS")) options.stats_path = std::string(trim(v));
+  if (const char* v = read("UMSWAP_VERBOSE")) {
+    const std::string_view t = trim(v);
+    if (auto b = parse_bool(t)) {
+      options.verbose = *b ? 1 : 0;
+    } else if (t == "2") {
+      options.verbose = 2;
+    } else {
+      warn("UMSWAP_VERBOSE", v, "is not 0, 1 or 2", "0");
+    }
+  }
+  if (const char* v = read("UMSWAP_CALLSITE_DEPTH")) {
+    const std::string_view t = trim(v);
+    int depth = -1;
+    const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), depth);
+    if (ec == std::errc() && end == t.data() + t.size() && depth >= 0 && depth <= 32) {
+      options.callsite_depth = depth;
+    } else {
+      warn("UMSWAP_CALLSITE_DEPTH", v, "is not a whole number from 0 to 32", "8");
+    }
+  }
+  return options;
+}
+
+std::vector<std::string> describe(const Options& options) {
+  return {
+      fmt::format("UMSWAP_MODE={}", to_string(options.mode)),
+      fmt::format("UMSWAP_BUDGET={}", options.budget.to_string()),
+      fmt::format("UMSWAP_MANAGED_LIMIT={}", options.managed_limit.to_string()),
+      fmt::format("UMSWAP_STATS={}", options.stats_path),
+      fmt::format("UMSWAP_VERBOSE={}", options.verbose),
+      fmt::format("UMSWAP_CALLSITE_DEPTH={}", options.callsite_depth),
+  };
+}
+
+}  // namespace umswap

@@ -1,0 +1,171 @@
+// Exported driver-API shims, one per entry of UMSWAP_DRIVER_HOOKS. Each: find the state, pass the
+// call through when umswap does not redirect (or is itself the caller), else hand it to the
+// allocator. Reached directly by programs linked with -lcuda, and through cuGetProcAddress/dlsym
+// answers by everything else (proc_address.cpp).
+#include <cstring>
+
+#include "preload.h"
+#include "reentry_guard.h"
+#include "umswap/core/log.h"
+
+#define UMSWAP_EXPORT extern "C" __attribute__((visibility("default")))
+
+using umswap::AllocApi;
+using umswap::Preload;
+using umswap::preload;
+using umswap::ReentryGuard;
+
+namespace {
+
+// Without a driver no driver hook can have been reached legitimately (the program got the symbol
+// from libcuda); answer as a driver that is not there would.
+constexpr CUresult kNoDriver = CUDA_ERROR_NOT_INITIALIZED;
+
+// The legacy default stream of a _ptsz entry point means the per-thread stream.
+CUstream per_thread(CUstream stream) { return stream ? stream : CU_STREAM_PER_THREAD; }
+
+bool skip(Preload& p) { return ReentryGuard::active() || !p.redirecting(); }
+
+}  // namespace
+
+UMSWAP_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
+  Preload& p = preload();
+  if (!p.driver()) return kNoDriver;
+  if (skip(p) || !dptr || bytesize == 0) return p.driver()->cuMemAlloc_v2(dptr, bytesize);
+  ReentryGuard guard;
+  return p.allocator().allocate(Preload::api_or(AllocApi::cuMemAlloc), bytesize, p.call_site(),
+                                dptr);
+}
+
+UMSWAP_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
+  Preload& p = preload();
+  if (!p.driver()) return kNoDriver;
+  if (skip(p)) return p.driver()->cuMemFree_v2(dptr);
+  ReentryGuard guard;
+  if (auto status = p.allocator().free(dptr)) return *status;
+  return p.driver()->cuMemFree_v2(dptr);
+}
+
+UMSWAP_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width,
+                                          size_t height, unsigned element_size) {
+  Preload& p = preload();
+  if (!p.driver()) return kNoDriver;
+  const bool valid = dptr && pitch && width && height &&
+                     (element_size == 4 || element_size == 8 || element_size == 16);
+  if (skip(p) || !valid) {
+    return p.driver()->cuMemAllocPitch_v2(dptr, pitch, width, height, element_size);
+  }
+  ReentryGuard guard;
+  return p.allocator().allocate_pitch(Preload::api_or(AllocApi::cuMemAllocPitch), width, height,
+                                      p.call_site(), dptr, pitch);
+}
+
+UMSWAP_EXPORT CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
+  Preload& p = preload();
+  if (!p.driver()) return kNoDriver;
+  if (skip(p) || !free || !total) return p.driver()->cuMemGetInfo_v2(free, total);
+  ReentryGuard guard;
+  return p.allocator().mem_get_info(free, total);
+}
+
+UMSWAP_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned flags) {
+  Preload& p = preload();
+  if (!p.driver()) return kNoDriver;
+  if (skip(p) || !dptr || bytesize == 0) return p.driver()->cuMemAllocManaged(dptr, bytesize, flags);
+  ReentryGuard guard;
+  return p.allocator().allocate_managed(Preload::api_or(AllocApi::cuMemAllocManaged), bytesize,
+                                        flags, p.call_site(), dptr);
+}
+
+UMSWAP_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
+                                   const CUmemAllocationProp* prop, unsigned long long flags) {
+  Preload& p = preload();
+  if (!p.driver()) return kNoDriver;
+  const CUresult status = p.driver()->cuMemCreate(handle, size, prop, flags);
+  if (status == CUDA_SUCCESS && !ReentryGuard::active() && p.redirecting()) {
+    p.allocator().note_unmanaged_vmm();
+    static umswap::OnceFlag once;
+    if (once.first()) {
+      umswap::log_warning(
+          "the program maps memory with cuMemCreate/cuMemMap (PyTorch: expandable_segments), "
+          "which cannot be managed memory; umswap leaves it on the GPU. For PyTorch set "
+          "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False (`umswap run` does)");
+    }
+  }
+  return status;
+}
+
+namespace {
+
+CUresult alloc_async(CUdeviceptr* dptr, size_t bytesize, CUstream stream,
+                     PFN_cuMemAllocAsync_v11020 real) {
+  Preload& p = preload();
+  if (skip(p) || !dptr || bytesize == 0) return real(dptr, bytesize, stream);
+  ReentryGuard guard;
+  return p.allocator().allocate_async(Preload::api_or(AllocApi::cuMemAllocAsync), bytesize, stream,
+                                      p.call_site(), dptr);
+}
+
+CUresult free_async(CUdeviceptr dptr, CUstream stream, PFN_cuMemFreeAsync_v11020 real) {
+  Preload& p = preload();
+  if (skip(p)) return real(dptr, stream);
+  ReentryGuard guard;
+  if (auto status = p.allocator().free_async(dptr, stream)) return *status;
+  return real(dptr, stream);
+}
+
+// The runtime's cudaMallocAsync allocates from the device's current pool, which may reach the
+// driver as cuMemAllocFromPoolAsync. Allocations from the device's default pool are redirected
+// like cuMemAllocAsync; a pool the program created itself is its own business and left alone.
+CUresult alloc_from_pool_async(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
+                               CUstream stream, PFN_cuMemAllocFromPoolAsync_v11020 real) {
+  Preload& p = preload();
+  if (skip(p) || !dptr || bytesize == 0) return real(dptr, bytesize, pool, stream);
+  const umswap::RealDriver& d = *p.driver();
+  CUdevice device = 0;
+  CUmemoryPool default_pool = nullptr;
+  const bool is_default = d.cuCtxGetDevice(&device) == CUDA_SUCCESS &&
+                          d.cuDeviceGetDefaultMemPool(&default_pool, device) == CUDA_SUCCESS &&
+                          default_pool == pool;
+  if (!is_default) return real(dptr, bytesize, pool, stream);
+  ReentryGuard guard;
+  return p.allocator().allocate_async(Preload::api_or(AllocApi::cuMemAllocAsync), bytesize, stream,
+                                      p.call_site(), dptr);
+}
+
+}  // namespace
+
+UMSWAP_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream stream) {
+  const auto* d = preload().driver();
+  return d ? alloc_async(dptr, bytesize, stream, d->cuMemAllocAsync) : kNoDriver;
+}
+
+UMSWAP_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream stream) {
+  const auto* d = preload().driver();
+  return d ? alloc_async(dptr, bytesize, per_thread(stream), d->cuMemAllocAsync) : kNoDriver;
+}
+
+UMSWAP_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
+  const auto* d = preload().driver();
+  return d ? free_async(dptr, stream, d->cuMemFreeAsync) : kNoDriver;
+}
+
+UMSWAP_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) {
+  const auto* d = preload().driver();
+  return d ? free_async(dptr, per_thread(stream), d->cuMemFreeAsync) : kNoDriver;
+}
+
+UMSWAP_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize,
+                                               CUmemoryPool pool, CUstream stream) {
+  const auto* d = preload().driver();
+  return d ? alloc_from_pool_async(dptr, bytesize, pool, stream, d->cuMemAllocFromPoolAsync)
+           : kNoDriver;
+}
+
+UMSWAP_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize,
+                                                    CUmemoryPool pool, CUstream stream) {
+  const auto* d = preload().driver();
+  return d ? alloc_from_pool_async(dptr, bytesize, pool, per_thread(stream),
+                                   d->cuMemAllocFromPoolAsync)
+           : kNoDriver;
+}

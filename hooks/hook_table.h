@@ -1,0 +1,51 @@
+// The one list of intercepted CUDA symbols. Everything that names them is generated from here:
+// the real-function table (real_driver.h), the answers given through cuGetProcAddress and dlsym
+// (proc_address.cpp), and the exported shims (driver_hooks.cpp must define one per entry, or the
+// library does not link).
+#pragma once
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+// X(exported name, base name cuGetProcAddress is asked for, CUDA version that introduced the ABI,
+//   per-thread-default-stream variant, PFN type of that ABI)
+#define UMSWAP_DRIVER_HOOKS(X)                                                                  \
+  X(cuMemAlloc_v2, cuMemAlloc, 3020, false, PFN_cuMemAlloc_v3020)                               \
+  X(cuMemFree_v2, cuMemFree, 3020, false, PFN_cuMemFree_v3020)                                  \
+  X(cuMemAllocPitch_v2, cuMemAllocPitch, 3020, false, PFN_cuMemAllocPitch_v3020)                \
+  X(cuMemGetInfo_v2, cuMemGetInfo, 3020, false, PFN_cuMemGetInfo_v3020)                         \
+  X(cuMemAllocManaged, cuMemAllocManaged, 6000, false, PFN_cuMemAllocManaged_v6000)             \
+  X(cuMemCreate, cuMemCreate, 10020, false, PFN_cuMemCreate_v10020)                             \
+  X(cuMemAllocAsync, cuMemAllocAsync, 11020, false, PFN_cuMemAllocAsync_v11020)                 \
+  X(cuMemAllocAsync_ptsz, cuMemAllocAsync, 11020, true, PFN_cuMemAllocAsync_v11020_ptsz)        \
+  X(cuMemFreeAsync, cuMemFreeAsync, 11020, false, PFN_cuMemFreeAsync_v11020)                    \
+  X(cuMemFreeAsync_ptsz, cuMemFreeAsync, 11020, true, PFN_cuMemFreeAsync_v11020_ptsz)           \
+  X(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync, 11020, false,                             \
+    PFN_cuMemAllocFromPoolAsync_v11020)                                                         \
+  X(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync, 11020, true,                         \
+    PFN_cuMemAllocFromPoolAsync_v11020_ptsz)
+
+// Driver functions umswap calls but does not intercept: X(field, base name, version, PFN type).
+#define UMSWAP_DRIVER_USED(X)                                                                   \
+  X(cuGetProcAddress_v1, cuGetProcAddress, 11030, PFN_cuGetProcAddress_v11030)                  \
+  X(cuStreamSynchronize, cuStreamSynchronize, 2000, PFN_cuStreamSynchronize_v2000)              \
+  X(cuCtxGetDevice, cuCtxGetDevice, 2000, PFN_cuCtxGetDevice_v2000)                             \
+  X(cuDeviceGet, cuDeviceGet, 2000, PFN_cuDeviceGet_v2000)                                      \
+  X(cuDeviceTotalMem_v2, cuDeviceTotalMem, 3020, PFN_cuDeviceTotalMem_v3020)                    \
+  X(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool, 11020,                                \
+    PFN_cuDeviceGetDefaultMemPool_v11020)                                                       \
+  X(cuMemGetDefaultMemPool, cuMemGetDefaultMemPool, 13000, PFN_cuMemGetDefaultMemPool_v13000)
+
+// CUDA runtime functions exported by the library: X(name, function whose type it has).
+// The runtime reaches the driver through the hooked table, so these delegate to the real runtime
+// and only tag which runtime API is in flight (and check that the driver hooks saw it).
+#define UMSWAP_RUNTIME_HOOKS(X)            \
+  X(cudaMalloc, cudaMalloc)                \
+  X(cudaFree, cudaFree)                    \
+  X(cudaMallocPitch, cudaMallocPitch)      \
+  X(cudaMallocManaged, cudaMallocManaged)  \
+  X(cudaMallocAsync, cudaMallocAsync)      \
+  X(cudaMallocAsync_ptsz, cudaMallocAsync) \
+  X(cudaFreeAsync, cudaFreeAsync)          \
+  X(cudaFreeAsync_ptsz, cudaFreeAsync)     \
+  X(cudaMemGetInfo, cudaMemGetInfo)

@@ -1,0 +1,176 @@
+#include "preload.h"
+
+#include <pthread.h>
+#include <unistd.h>
+
+#include "umswap/allocator/call_site.h"
+#include "umswap/core/environment.h"
+#include "umswap/core/log.h"
+#include "umswap/core/stats_file.h"
+
+#ifndef UMSWAP_VERSION
+#define UMSWAP_VERSION "unknown"
+#endif
+
+namespace umswap {
+namespace {
+
+thread_local int t_runtime_api __attribute__((tls_model("initial-exec"))) = -1;
+
+// pid of the process that loaded the library; a forked child has another and writes nothing.
+pid_t g_owner_pid = 0;
+
+}  // namespace
+
+RuntimeApiScope::RuntimeApiScope(AllocApi api) : previous_(t_runtime_api) {
+  t_runtime_api = static_cast<int>(api);
+}
+RuntimeApiScope::~RuntimeApiScope() { t_runtime_api = previous_; }
+
+AllocApi Preload::api_or(AllocApi fallback) {
+  return t_runtime_api < 0 ? fallback : static_cast<AllocApi>(t_runtime_api);
+}
+
+Preload::Preload() {
+  options_ = parse_options(env_get, &option_warnings_);
+  set_log_verbosity(options_.verbose);
+}
+
+Preload& preload() {
+  static Preload* instance = new Preload();  // leaked on purpose: hooks may run during exit
+  return *instance;
+}
+
+void Preload::load_driver_once() {
+  std::call_once(driver_once_, [this] {
+    // Warned about here rather than at load: the library is preloaded into every process the
+    // program starts (shells, launchers), and only the ones using CUDA should speak.
+    for (const auto& w : option_warnings_) log_warning("{}", w);
+    const char* reason = nullptr;
+    driver_ok_ = load_real_driver(&driver_, &reason);
+    if (!driver_ok_) {
+      log_warning("no usable CUDA driver ({}); umswap passes every call through", reason);
+      return;
+    }
+    if (options_.verbose >= 1) {
+      log_info("umswap {} loaded in pid {}", UMSWAP_VERSION, ::getpid());
+      for (const auto& line : describe(options_)) log_info("  {}", line);
+    }
+  });
+}
+
+const RealDriver* Preload::driver() {
+  load_driver_once();
+  return driver_ok_ ? &driver_ : nullptr;
+}
+
+void Preload::create_allocator_once() {
+  std::call_once(allocator_once_, [this] {
+    const RealDriver& d = driver_;
+    DriverApi api;
+    api.mem_alloc_managed = d.cuMemAllocManaged;
+    api.mem_free = d.cuMemFree_v2;
+    api.mem_alloc_pitch = d.cuMemAllocPitch_v2;
+    api.mem_get_info = d.cuMemGetInfo_v2;
+    api.mem_get_default_mem_pool = d.cuMemGetDefaultMemPool;
+    api.mem_alloc_from_pool_async = d.cuMemAllocFromPoolAsync;
+    api.mem_free_async = d.cuMemFreeAsync;
+    api.stream_synchronize = d.cuStreamSynchronize;
+    api.ctx_get_device = d.cuCtxGetDevice;
+    api.device_total_mem = d.cuDeviceTotalMem_v2;
+    if (!api.complete()) {
+      log_warning("the CUDA driver lacks functions umswap needs; allocations are not redirected");
+      return;
+    }
+    uint64_t limit = options_.managed_limit.bytes;
+    if (options_.managed_limit.is_percent) {
+      // A percentage refers to the memory of the GPU the program is using.
+      CUdevice device = 0;
+      size_t total = 0;
+      if (d.cuCtxGetDevice(&device) != CUDA_SUCCESS && d.cuDeviceGet(&device, 0) != CUDA_SUCCESS) {
+        device = 0;
+      }
+      if (d.cuDeviceTotalMem_v2(&total, device) != CUDA_SUCCESS || total == 0) {
+        log_warning("cannot read GPU memory size for UMSWAP_MANAGED_LIMIT={}; no cap is applied",
+                    options_.managed_limit.to_string());
+      }
+      limit = options_.managed_limit.resolve(total);
+    }
+    allocator_ = new ManagedAllocator(api, registry_, limit);
+    if (options_.verbose >= 1 && limit != 0) {
+      log_info("managed memory capped at {}", format_bytes(limit));
+    }
+  });
+}
+
+bool Preload::redirecting() {
+  if (options_.mode != Mode::managed || forked_child_.load(std::memory_order_relaxed)) return false;
+  if (!driver()) return false;
+  create_allocator_once();
+  return allocator_ != nullptr;
+}
+
+ManagedAllocator& Preload::allocator() { return *allocator_; }
+
+CallSiteId Preload::call_site() const {
+  static const int kAnchor = 0;  // any address inside libumswap.so: its frames are skipped
+  return capture_call_site({.depth = options_.callsite_depth,
+                            .skip_innermost = 0,
+                            .skip_module = &kAnchor});
+}
+
+void Preload::write_stats_at_exit() {
+  if (forked_child_.load() || ::getpid() != g_owner_pid) return;
+  // Only processes that used CUDA through umswap write: a shell or launcher wrapping the real
+  // program must not overwrite its stats.
+  if (!driver_ok_) return;
+  AllocatorStats stats;
+  if (allocator_) stats = allocator_->stats();
+  if (options_.verbose >= 1 || stats.cap_hits > 0) {
+    log(stats.cap_hits > 0 ? LogLevel::warning : LogLevel::info,
+        "exit: {} allocations, peak managed {}, {} refused by the limit",
+        stats.total_allocations(), format_bytes(stats.managed_bytes_peak), stats.cap_hits);
+  }
+  if (options_.stats_path.empty()) return;
+  nlohmann::json j = {
+      {"umswap_stats_version", kStatsFormatVersion},
+      {"umswap_version", UMSWAP_VERSION},
+      {"pid", ::getpid()},
+      {"mode", std::string(to_string(options_.mode))},
+      {"options",
+       {{"budget", options_.budget.to_string()},
+        {"managed_limit", options_.managed_limit.to_string()},
+        {"callsite_depth", options_.callsite_depth}}},
+      {"allocator", to_json(stats)},
+  };
+  const std::string path = expand_stats_path(options_.stats_path, ::getpid());
+  std::string error;
+  if (!write_stats_file(path, j, &error)) {
+    log_warning("stats not written: {}", error);
+  } else if (options_.verbose >= 1) {
+    log_info("stats written to {}", path);
+  }
+}
+
+namespace {
+
+void after_fork_in_child() { preload().mark_forked_child(); }
+
+// Runs at load, in every process the library is preloaded into: keep it cheap and CUDA-free.
+__attribute__((constructor(101))) void on_load() {
+  g_owner_pid = ::getpid();
+  preload();
+  pthread_atfork(nullptr, nullptr, after_fork_in_child);
+}
+
+__attribute__((destructor)) void on_unload() {
+  try {
+    preload().write_stats_at_exit();
+  } catch (...) {
+    // Exit must never fail because of umswap; the stats are lost, the program's result is not.
+    log_warning("stats not written: unexpected error at exit");
+  }
+}
+
+}  // namespace
+}  // namespace umswap

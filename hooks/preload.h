@@ -1,0 +1,71 @@
+// The preload library's process-wide state: options, the real driver, the registry and the
+// allocator. Created on first use, never destroyed (hooks may run during exit).
+//
+// Contract for hooks: call preload() first; use redirecting() to decide whether to hand the call
+// to the allocator or to the real function. Nothing here throws; failures degrade to passthrough
+// with one warning.
+#pragma once
+
+#include <atomic>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "real_driver.h"
+#include "umswap/allocator/managed_allocator.h"
+#include "umswap/allocator/registry.h"
+#include "umswap/core/options.h"
+
+namespace umswap {
+
+class Preload {
+ public:
+  Preload();
+
+  const Options& options() const { return options_; }
+  // Real driver functions; loads libcuda on first use. nullptr when there is no driver.
+  const RealDriver* driver();
+  // True when allocations are to become managed memory: managed mode, a driver, not a forked
+  // child (CUDA cannot be used after fork), and the allocator could be set up.
+  bool redirecting();
+  ManagedAllocator& allocator();  // only valid when redirecting()
+  Registry& registry() { return registry_; }
+  // Call-site identity of the current allocation request (umswap's own frames skipped).
+  CallSiteId call_site() const;
+
+  // The runtime API in flight on this thread, if a runtime hook is active; else `fallback`.
+  static AllocApi api_or(AllocApi fallback);
+
+  void mark_forked_child() { forked_child_.store(true, std::memory_order_relaxed); }
+  void write_stats_at_exit();
+
+ private:
+  void load_driver_once();
+  void create_allocator_once();
+
+  Options options_;
+  std::vector<std::string> option_warnings_;  // printed at first CUDA use, not in every process
+  Registry registry_;
+  std::once_flag driver_once_;
+  RealDriver driver_;
+  bool driver_ok_ = false;
+  std::once_flag allocator_once_;
+  ManagedAllocator* allocator_ = nullptr;  // never freed: hooks may run during exit
+  std::atomic<bool> forked_child_{false};
+};
+
+Preload& preload();
+
+// Set by runtime hooks around the real runtime call, read by the driver hooks below it.
+class RuntimeApiScope {
+ public:
+  explicit RuntimeApiScope(AllocApi api);
+  ~RuntimeApiScope();
+  RuntimeApiScope(const RuntimeApiScope&) = delete;
+  RuntimeApiScope& operator=(const RuntimeApiScope&) = delete;
+
+ private:
+  int previous_;
+};
+
+}  // namespace umswap

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Time VGG-16 training iterations: the memory-hungry workload umswap is measured on.
+
+torchvision's VGG-16 (random weights, 1000 classes) trains with SGD on one random batch from a
+fixed seed. Each iteration is timed between two torch.cuda.synchronize() calls:
+
+    iter <i> ms <float> loss <float>
+    summary {"first_ms": ..., "steady_median_ms": ..., "peak_allocated_bytes": ...,
+             "peak_reserved_bytes": ..., ...}            (one line of JSON)
+
+steady_median_ms is the median of the iterations after the first two (null if there are none).
+--offload and --checkpoint are PyTorch's own ways to save GPU memory, to compare umswap with.
+If an iteration runs out of GPU memory the script prints `oom at iter <i>: OutOfMemoryError`,
+then the summary with "oom": true, and exits 1.
+Exit: 0 done, 1 out of memory, 2 bad arguments, 77 skipped (no torch, torchvision or CUDA).
+"""
+
+import argparse
+import contextlib
+import json
+import statistics
+import sys
+import time
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--batch", type=int, default=256, help="images per iteration (default 256)")
+    p.add_argument("--steps", type=int, default=10, help="iterations (default 10)")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                   help="fp32, or bf16 through torch.autocast (default fp32)")
+    p.add_argument("--image-size", type=int, default=224, help="image side (default 224)")
+    p.add_argument("--offload", action="store_true",
+                   help="keep saved activations in pinned host memory "
+                        "(torch.autograd.graph.save_on_cpu)")
+    p.add_argument("--checkpoint", action="store_true",
+                   help="recompute each feature block in backward (torch.utils.checkpoint)")
+    p.add_argument("--seed", type=int, default=0, help="seed for weights and data (default 0)")
+    a = p.parse_args()
+    if a.batch < 1 or a.steps < 1:
+        p.error("--batch and --steps must be at least 1")
+    if a.image_size < 32:
+        p.error("--image-size must be at least 32 (VGG-16 halves it five times)")
+    return a
+
+
+def main():
+    args = parse_args()
+    try:
+        import torch
+        import torch.nn.functional as F
+        import torchvision
+        from torch.utils.checkpoint import checkpoint
+    except ImportError as e:
+        print(f"skip: torch or torchvision is not importable ({e})")
+        return 77
+    if not torch.cuda.is_available():
+        print("skip: torch sees no CUDA device")
+        return 77
+
+    torch.manual_seed(args.seed)
+    model = torchvision.models.vgg16(weights=None, num_classes=1000).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(args.batch, 3, args.image_size, args.image_size, device="cuda")
+    y = torch.randint(0, 1000, (args.batch,), device="cuda")
+
+    # VGG-16's features are five conv blocks, each ending in a max-pool; checkpointing a block
+    # keeps only its input and recomputes the rest during backward.
+    blocks, block = [], []
+    for layer in model.features:
+        block.append(layer)
+        if isinstance(layer, torch.nn.MaxPool2d):
+            blocks.append(torch.nn.Sequential(*block))
+            block = []
+
+    def forward(inp):
+        if not args.checkpoint:
+            return model(inp)
+        h = inp
+        for b in blocks:
+            h = checkpoint(b, h, use_reentrant=False)
+        h = torch.flatten(model.avgpool(h), 1)
+        return model.classifier(h)
+
+    def iteration():
+        with contextlib.ExitStack() as ctx:
+            if args.precision == "bf16":
+                ctx.enter_context(torch.autocast("cuda", dtype=torch.bfloat16))
+            if args.offload:
+                ctx.enter_context(torch.autograd.graph.save_on_cpu(pin_memory=True))
+            loss = F.cross_entropy(forward(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss
+
+    # torch.OutOfMemoryError since 2.5; torch.cuda.OutOfMemoryError before (the same class).
+    oom_error = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+    times, oom = [], False
+    torch.cuda.reset_peak_memory_stats()
+    for i in range(args.steps):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        try:
+            loss = iteration()
+            torch.cuda.synchronize()
+        except oom_error as e:
+            print(f"oom at iter {i}: {type(e).__name__}", flush=True)
+            oom = True
+            break
+        ms = (time.perf_counter() - start) * 1e3
+        times.append(ms)
+        print(f"iter {i} ms {ms:.3f} loss {loss.item():.6f}", flush=True)
+
+    steady = times[2:]
+    summary = {
+        "first_ms": round(times[0], 3) if times else None,
+        "steady_median_ms": round(statistics.median(steady), 3) if steady else None,
+        "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
+        "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
+        "iters": len(times),
+        "oom": oom,
+        "batch": args.batch,
+        "image_size": args.image_size,
+        "precision": args.precision,
+        "offload": args.offload,
+        "checkpoint": args.checkpoint,
+        "device": torch.cuda.get_device_name(),
+    }
+    print("summary " + json.dumps(summary), flush=True)
+    return 1 if oom else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+#include "umswap/cli/child_environment.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace umswap::cli {
+namespace {
+
+constexpr std::string_view kExpandableKey = "expandable_segments";
+constexpr std::string_view kExpandableOff = "expandable_segments:False";
+
+bool is_blank(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && is_blank(s.front())) s.remove_prefix(1);
+  while (!s.empty() && is_blank(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+// PyTorch's lexer drops every blank, so `expandable_segments : True` means what it says.
+std::string without_blanks(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (!is_blank(c)) out += c;
+  }
+  return out;
+}
+
+// Splits at commas outside brackets: `roundup_power2_divisions:[256:1,512:2]` is one entry.
+std::vector<std::string_view> split_entries(std::string_view text) {
+  std::vector<std::string_view> entries;
+  int depth = 0;
+  size_t start = 0;
+  for (size_t i = 0; i <= text.size(); ++i) {
+    if (i < text.size()) {
+      if (text[i] == '[') ++depth;
+      if (text[i] == ']' && depth > 0) --depth;
+      if (text[i] != ',' || depth > 0) continue;
+    }
+    const std::string_view entry = trim(text.substr(start, i - start));
+    if (!entry.empty()) entries.push_back(entry);
+    start = i + 1;
+  }
+  return entries;
+}
+
+}  // namespace
+
+AllocConfMerge merge_pytorch_alloc_conf(std::optional<std::string_view> current) {
+  AllocConfMerge merge;
+  bool placed = false;
+  std::vector<std::string> out;
+  for (const std::string_view entry : split_entries(current.value_or(""))) {
+    const size_t colon = entry.find(':');
+    const std::string key = without_blanks(entry.substr(0, colon));
+    if (key != kExpandableKey) {
+      out.emplace_back(entry);
+      continue;
+    }
+    const std::string value =
+        colon == std::string_view::npos ? std::string() : without_blanks(entry.substr(colon + 1));
+    if (value != "False" && merge.replaced.empty()) merge.replaced = value.empty() ? "''" : value;
+    if (!placed) {
+      // A False entry keeps the user's own spelling; anything else is rewritten. Later
+      // duplicates are dropped (PyTorch would let the last one win).
+      out.emplace_back(value == "False" ? std::string(entry) : std::string(kExpandableOff));
+      placed = true;
+    }
+  }
+  if (!placed) out.emplace_back(kExpandableOff);
+  merge.value = fmt::format("{}", fmt::join(out, ","));
+  return merge;
+}
+
+std::string prepend_ld_preload(std::string_view library, std::optional<std::string_view> current) {
+  std::string out(library);
+  const std::string_view rest = current.value_or("");
+  size_t start = 0;
+  for (size_t i = 0; i <= rest.size(); ++i) {
+    if (i < rest.size() && rest[i] != ':' && !is_blank(rest[i])) continue;
+    const std::string_view entry = rest.substr(start, i - start);
+    start = i + 1;
+    if (entry.empty() || entry == library) continue;
+    out += ':';
+    out += entry;
+  }
+  return out;
+}
+
+ChildEnvironment plan_child_environment(const RunFlags& flags, const CurrentEnv& current,
+                                        std::string_view library_path) {
+  ChildEnvironment env;
+  env.set.push_back({"LD_PRELOAD", prepend_ld_preload(library_path, current.ld_preload)});
+
+  // `source` names the variable the text came from, for the warning.
+  auto merge_into = [&](const char* name, const char* source,
+                        const std::optional<std::string>& base) {
+    const AllocConfMerge merge = merge_pytorch_alloc_conf(base);
+    if (!merge.replaced.empty()) {
+      env.warnings.push_back(fmt::format(
+          "{} has expandable_segments:{}; umswap sets expandable_segments:False because it "
+          "cannot manage expandable segments (cuMemCreate/cuMemMap memory cannot be managed "
+          "memory)",
+          source, merge.replaced));
+    }
+    env.set.push_back({name, merge.value});
+  };
+  if (current.pytorch_cuda_alloc_conf || !current.pytorch_alloc_conf) {
+    merge_into("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF",
+               current.pytorch_cuda_alloc_conf);
+    if (current.pytorch_alloc_conf) {
+      merge_into("PYTORCH_ALLOC_CONF", "PYTORCH_ALLOC_CONF", current.pytorch_alloc_conf);
+    }
+  } else {
+    // Only PYTORCH_ALLOC_CONF is set: both variables get its merged text, so the user's keys
+    // survive whichever of the two this PyTorch version reads first.
+    merge_into("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", current.pytorch_alloc_conf);
+    env.set.push_back({"PYTORCH_ALLOC_CONF", env.set.back().value});
+  }
+
+  if (flags.mode) env.set.push_back({"UMSWAP_MODE", std::string(to_string(*flags.mode))});
+  if (flags.budget) env.set.push_back({"UMSWAP_BUDGET", flags.budget->to_string()});
+  if (flags.managed_limit) {
+    env.set.push_back({"UMSWAP_MANAGED_LIMIT", flags.managed_limit->to_string()});
+  }
+  if (flags.stats_path) env.set.push_back({"UMSWAP_STATS", *flags.stats_path});
+  if (flags.verbose) env.set.push_back({"UMSWAP_VERBOSE", "1"});
+  return env;
+}
+
+}  // namespace umswap::cli

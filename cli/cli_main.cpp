@@ -1,0 +1,83 @@
+#include "umswap/cli/cli_main.h"
+
+#include "umswap/cli/child_environment.h"
+#include "umswap/cli/child_process.h"
+#include "umswap/cli/command_line.h"
+#include "umswap/cli/preload_library.h"
+#include "umswap/core/environment.h"
+#include "umswap/core/log.h"
+#include "umswap/core/options.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <system_error>
+
+namespace umswap::cli {
+namespace {
+
+std::optional<std::string> env_value(const char* name) {
+  const char* value = env_get(name);
+  return value ? std::optional<std::string>(value) : std::nullopt;
+}
+
+}  // namespace
+
+int run_command(const RunFlags& flags) {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const PreloadLibrary library = find_preload_library(env_get("UMSWAP_LIBRARY"), exe);
+  if (!library.error.empty()) {
+    log(LogLevel::error, "{}", library.error);
+    return kUsageErrorExitCode;
+  }
+
+  const CurrentEnv current{.ld_preload = env_value("LD_PRELOAD"),
+                           .pytorch_cuda_alloc_conf = env_value("PYTORCH_CUDA_ALLOC_CONF"),
+                           .pytorch_alloc_conf = env_value("PYTORCH_ALLOC_CONF")};
+  const ChildEnvironment env = plan_child_environment(flags, current, library.path);
+  for (const std::string& warning : env.warnings) log(LogLevel::warning, "{}", warning);
+  for (const EnvVar& var : env.set) {
+    if (::setenv(var.name.c_str(), var.value.c_str(), 1) != 0) {
+      log(LogLevel::error, "cannot set {}", var.name);
+      return kUsageErrorExitCode;
+    }
+  }
+
+  if (flags.verbose) {
+    std::string text = "umswap: environment for the command:\n";
+    for (const EnvVar& var : env.set) text += fmt::format("  {}={}\n", var.name, var.value);
+    for (const OptionInfo& option : option_table()) {
+      const bool set_here = std::any_of(env.set.begin(), env.set.end(),
+                                        [&](const EnvVar& v) { return v.name == option.name; });
+      const char* inherited = set_here ? nullptr : env_get(std::string(option.name).c_str());
+      if (inherited)
+        text += fmt::format("  {}={} (from your environment)\n", option.name, inherited);
+    }
+    std::fputs(text.c_str(), stderr);
+  }
+  return run_child(flags.command);
+}
+
+int cli_main(int argc, char** argv) {
+  const std::vector<std::string> args(argv + (argc > 0 ? 1 : 0), argv + argc);
+  const CommandLine command_line = parse_command_line(args);
+  switch (command_line.action) {
+    case CommandLine::Action::help:
+      std::fputs(help_text().c_str(), command_line.exit_code == 0 ? stdout : stderr);
+      return command_line.exit_code;
+    case CommandLine::Action::version:
+      std::fputs(version_text().c_str(), stdout);
+      return 0;
+    case CommandLine::Action::error:
+      std::fputs(command_line.message.c_str(), stderr);
+      return command_line.exit_code;
+    case CommandLine::Action::run:
+      return run_command(command_line.run_flags);
+  }
+  return kUsageErrorExitCode;
+}
+
+}  // namespace umswap::cli

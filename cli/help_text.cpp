@@ -1,0 +1,118 @@
+// The help text. Flags come from detail::kRunFlags, variables from umswap::option_table(), so
+// the text always matches what the parser and the library accept.
+#include "umswap/cli/command_line.h"
+#include "umswap/cli/detail/run_flag_table.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace umswap::cli {
+namespace {
+
+constexpr size_t kWidth = 100;
+
+// Appends `text` word-wrapped to kWidth, the first line after `first` (which is padded to
+// `indent` columns), the following lines indented by `indent`.
+void append_wrapped(std::string& out, std::string_view first, size_t indent,
+                    std::string_view text) {
+  std::string line(first);
+  if (line.size() + 1 > indent) {  // label too wide: the text starts on the next line
+    out += line + "\n";
+    line.clear();
+  }
+  line.resize(indent, ' ');
+  bool line_has_words = false;
+  while (!text.empty()) {
+    const size_t space = text.find(' ');
+    const std::string_view word = text.substr(0, space);
+    text = space == std::string_view::npos ? std::string_view() : text.substr(space + 1);
+    if (line_has_words && line.size() + 1 + word.size() > kWidth) {
+      out += line + "\n";
+      line.assign(indent, ' ');
+      line_has_words = false;
+    }
+    if (line_has_words) line += ' ';
+    line += word;
+    line_has_words = true;
+  }
+  out += line + "\n";
+}
+
+std::string_view default_of(std::string_view variable) {
+  for (const OptionInfo& option : option_table()) {
+    if (option.name == variable) return option.default_text;
+  }
+  return {};
+}
+
+}  // namespace
+
+std::string help_text() {
+  std::string out;
+  out += fmt::format(
+      "umswap {} - run an unmodified CUDA program with more memory than the GPU has.\n"
+      "It preloads libumswap.so, which turns the program's device allocations into CUDA managed\n"
+      "memory and keeps what is on the GPU under a budget.\n\n",
+      UMSWAP_CLI_VERSION);
+  out += fmt::format("Usage:\n  {}\n  umswap --help | --version\n\n", detail::kRunUsage);
+  out += "Commands:\n";
+  append_wrapped(out, "  run", 18, "run a command with libumswap.so preloaded");
+  out += "\nOptions of run:\n";
+  for (const auto& flag : detail::kRunFlags) {
+    const std::string label = flag.value_name.empty()
+                                  ? fmt::format("  {}", flag.name)
+                                  : fmt::format("  {} {}", flag.name, flag.value_name);
+    std::string meaning(flag.meaning);
+    if (flag.value_name.empty()) {
+      meaning += fmt::format(" [sets {}=1]", flag.variable);
+    } else {
+      const std::string_view def = default_of(flag.variable);
+      meaning += fmt::format(" [sets {}; default: {}]", flag.variable, def.empty() ? "none" : def);
+    }
+    append_wrapped(out, label, 18, meaning);
+  }
+  append_wrapped(out, "  -h, --help", 18, "print this text");
+  out +=
+      "\nSIZE is a byte count with an optional binary suffix (512M, 16G, 1.5T) or a percentage of\n"
+      "the GPU's memory (75%). A flag that is not given leaves your own UMSWAP_* variable as it "
+      "is.\n\n";
+  out += "Modes:\n";
+  append_wrapped(out, "  managed", 18,
+                 "every device allocation becomes CUDA managed memory, which umswap moves "
+                 "between GPU and host (the default)");
+  append_wrapped(out, "  passthrough", 18,
+                 "the library is loaded but redirects nothing: the baseline to compare with");
+  out += "\nEnvironment read by libumswap.so in the command (default in brackets):\n";
+  size_t name_width = 0;
+  for (const OptionInfo& option : option_table()) {
+    name_width = std::max(name_width, option.name.size());
+  }
+  for (const OptionInfo& option : option_table()) {
+    const std::string label =
+        fmt::format("  {:<{}} [{}]", option.name, name_width,
+                    option.default_text.empty() ? "unset" : option.default_text);
+    append_wrapped(out, label, name_width + 14, option.meaning);
+  }
+  out += "\nRead by umswap itself:\n";
+  append_wrapped(out, fmt::format("  {:<{}}", "UMSWAP_LIBRARY", name_width), name_width + 14,
+                 "libumswap.so to preload [default: <bindir>/../lib/libumswap.so, then "
+                 "<bindir>/libumswap.so]");
+  out +=
+      "\numswap puts libumswap.so first in LD_PRELOAD and adds expandable_segments:False to\n"
+      "PYTORCH_CUDA_ALLOC_CONF (memory mapped with cuMemCreate/cuMemMap cannot be managed).\n\n";
+  out += "Exit codes:\n";
+  append_wrapped(out, "  N", 10, "the command's own exit code");
+  append_wrapped(out, "  128+N", 10, "the command was killed by signal N (143: SIGTERM)");
+  append_wrapped(out, "  126", 10, "the command was found but could not be run");
+  append_wrapped(out, "  127", 10, "the command was not found");
+  append_wrapped(out, "  2", 10,
+                 "usage error: a bad flag or value, no command, libumswap.so not found");
+  out +=
+      "\nExamples:\n"
+      "  umswap run --limit 60G -- python train.py\n"
+      "  umswap run --budget 40G --limit 100G --stats stats-%p.json -- ./trainer --epochs 1\n";
+  return out;
+}
+
+}  // namespace umswap::cli

@@ -1,0 +1,60 @@
+// What `umswap run` changes in the command's environment: LD_PRELOAD, PyTorch's allocator
+// settings and the UMSWAP_* options given as flags.
+//
+// Pure: the caller passes the current values in and applies the result with setenv, so all of
+// it is unit-tested without starting a process.
+#pragma once
+
+#include "umswap/cli/run_flags.h"
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace umswap::cli {
+
+struct EnvVar {
+  std::string name;
+  std::string value;
+  bool operator==(const EnvVar&) const = default;
+};
+
+struct AllocConfMerge {
+  std::string value;     // the setting to export
+  std::string replaced;  // the user's expandable_segments value, when it was not False
+};
+
+// Puts `expandable_segments:False` into a PyTorch allocator setting (PYTORCH_CUDA_ALLOC_CONF:
+// comma-separated `key:value` entries; a value may be a bracketed list holding commas). Other
+// entries keep their text (trimmed) and their order; an existing expandable_segments entry is
+// rewritten in place, or the entry is appended. Unset or blank input gives just the entry.
+// Why: expandable segments are mapped with cuMemCreate/cuMemMap, which managed memory cannot
+// back, so umswap could not manage them.
+AllocConfMerge merge_pytorch_alloc_conf(std::optional<std::string_view> current);
+
+// `library` first, then the entries of `current` (split at ':' and blanks, as ld.so does) in
+// their order, without empty entries or other copies of `library`; joined with ':'.
+std::string prepend_ld_preload(std::string_view library, std::optional<std::string_view> current);
+
+// The parts of the user's environment that the plan depends on (nullopt = unset).
+struct CurrentEnv {
+  std::optional<std::string> ld_preload;
+  std::optional<std::string> pytorch_cuda_alloc_conf;
+  std::optional<std::string> pytorch_alloc_conf;  // PyTorch >= 2.9's name for the same setting
+};
+
+struct ChildEnvironment {
+  std::vector<EnvVar> set;            // LD_PRELOAD, PYTORCH_*ALLOC_CONF, then UMSWAP_* in order
+  std::vector<std::string> warnings;  // one sentence each, without the `umswap: warning: ` prefix
+};
+
+// The variables to set for the command. `library_path` must be absolute. PYTORCH_CUDA_ALLOC_CONF
+// is always set (in every mode, so passthrough stays a like-for-like baseline); it starts from the
+// user's PYTORCH_CUDA_ALLOC_CONF, or from PYTORCH_ALLOC_CONF when only that is set, so the user's
+// other keys survive whichever of the two PyTorch reads. PYTORCH_ALLOC_CONF is rewritten only
+// when the user set it.
+ChildEnvironment plan_child_environment(const RunFlags& flags, const CurrentEnv& current,
+                                        std::string_view library_path);
+
+}  // namespace umswap::cli

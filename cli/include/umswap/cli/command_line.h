@@ -1,0 +1,35 @@
+// Parsing umswap's command line, and its help and version texts. Pure: nothing is run, nothing
+// is printed, so every error path is unit-tested.
+#pragma once
+
+#include "umswap/cli/run_flags.h"
+
+#include <span>
+#include <string>
+
+namespace umswap::cli {
+
+// Exit code of a usage error: a bad flag or value, no command, no libumswap.so.
+inline constexpr int kUsageErrorExitCode = 2;
+
+struct CommandLine {
+  enum class Action {
+    run,      // run `run_flags.command`
+    help,     // print help_text(); exit with `exit_code` (0 when asked for, 2 without a command)
+    version,  // print version_text(); exit 0
+    error,    // print `message` to stderr; exit with `exit_code` (2)
+  };
+  Action action = Action::error;
+  RunFlags run_flags;
+  int exit_code = 0;
+  std::string message;  // for error: complete lines (`umswap: error: ...\n`), ready to print
+};
+
+// `args` are the arguments after argv[0]. Everything after the first `--` is the command,
+// passed through untouched (so `umswap run -- python --help` runs python's help).
+CommandLine parse_command_line(std::span<const std::string> args);
+
+std::string help_text();
+std::string version_text();  // `umswap <version>\n`
+
+}  // namespace umswap::cli

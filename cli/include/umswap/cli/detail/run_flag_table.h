@@ -1,0 +1,33 @@
+// The flags of `umswap run`: one table read by the parser and the help text, so they cannot
+// drift apart. Internal to cli/.
+#pragma once
+
+#include <array>
+#include <string_view>
+
+namespace umswap::cli::detail {
+
+struct RunFlagInfo {
+  std::string_view name;        // `--budget`
+  std::string_view value_name;  // `SIZE`; empty for a flag without a value
+  std::string_view variable;    // the UMSWAP_* variable it sets
+  std::string_view meaning;     // one line
+};
+
+inline constexpr std::array kRunFlags = {
+    RunFlagInfo{"--budget", "SIZE", "UMSWAP_BUDGET",
+                "GPU-resident bytes to stay under, by evicting to the host; 0 = no budget"},
+    RunFlagInfo{"--limit", "SIZE", "UMSWAP_MANAGED_LIMIT",
+                "hard cap on managed bytes allocated; an allocation past it fails with "
+                "out-of-memory; 0 = no cap"},
+    RunFlagInfo{"--mode", "MODE", "UMSWAP_MODE", "managed or passthrough (see Modes)"},
+    RunFlagInfo{"--stats", "FILE", "UMSWAP_STATS",
+                "write a JSON stats file at exit (`%p` is replaced by the process id)"},
+    RunFlagInfo{"--verbose", "", "UMSWAP_VERBOSE",
+                "print the environment set for the command; the library reports its options "
+                "and notable events"},
+};
+
+inline constexpr std::string_view kRunUsage = "umswap run [options] -- command [args...]";
+
+}  // namespace umswap::cli::detail

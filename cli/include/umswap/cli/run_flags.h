@@ -1,0 +1,24 @@
+// The flags of `umswap run`, validated. Plain data: produced by parse_command_line(), read by
+// plan_child_environment() and run_command().
+#pragma once
+
+#include "umswap/core/options.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace umswap::cli {
+
+struct RunFlags {
+  // Each optional is set only when its flag was given; an unset one leaves the user's own
+  // UMSWAP_* variable (if any) untouched.
+  std::optional<SizeSpec> budget;         // --budget  → UMSWAP_BUDGET
+  std::optional<SizeSpec> managed_limit;  // --limit   → UMSWAP_MANAGED_LIMIT
+  std::optional<Mode> mode;               // --mode    → UMSWAP_MODE
+  std::optional<std::string> stats_path;  // --stats   → UMSWAP_STATS
+  bool verbose = false;                   // --verbose → UMSWAP_VERBOSE=1
+  std::vector<std::string> command;       // everything after `--`, verbatim; never empty
+};
+
+}  // namespace umswap::cli

@@ -1,0 +1,170 @@
+#include "umswap/cli/child_environment.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+namespace umswap::cli {
+namespace {
+
+std::optional<std::string> find_var(const ChildEnvironment& env, std::string_view name) {
+  for (const EnvVar& var : env.set) {
+    if (var.name == name) return var.value;
+  }
+  return std::nullopt;
+}
+
+TEST(AllocConf, UnsetGivesOnlyTheEntry) {
+  EXPECT_EQ(merge_pytorch_alloc_conf(std::nullopt).value, "expandable_segments:False");
+  EXPECT_EQ(merge_pytorch_alloc_conf("").value, "expandable_segments:False");
+  EXPECT_EQ(merge_pytorch_alloc_conf("  ").value, "expandable_segments:False");
+  EXPECT_TRUE(merge_pytorch_alloc_conf(std::nullopt).replaced.empty());
+}
+
+TEST(AllocConf, OtherKeysKeptInOrder) {
+  const AllocConfMerge merge =
+      merge_pytorch_alloc_conf("max_split_size_mb:128,garbage_collection_threshold:0.6");
+  EXPECT_EQ(merge.value,
+            "max_split_size_mb:128,garbage_collection_threshold:0.6,expandable_segments:False");
+  EXPECT_TRUE(merge.replaced.empty());
+}
+
+TEST(AllocConf, TrueIsOverriddenInPlace) {
+  const AllocConfMerge merge =
+      merge_pytorch_alloc_conf("max_split_size_mb:128,expandable_segments:True,backend:native");
+  EXPECT_EQ(merge.value, "max_split_size_mb:128,expandable_segments:False,backend:native");
+  EXPECT_EQ(merge.replaced, "True");
+}
+
+TEST(AllocConf, FalseIsKeptAsWritten) {
+  const AllocConfMerge merge = merge_pytorch_alloc_conf("expandable_segments:False,backend:native");
+  EXPECT_EQ(merge.value, "expandable_segments:False,backend:native");
+  EXPECT_TRUE(merge.replaced.empty());
+}
+
+TEST(AllocConf, OddSpacingIsUnderstood) {
+  // PyTorch's lexer ignores blanks, so this is expandable_segments:True.
+  const AllocConfMerge merge =
+      merge_pytorch_alloc_conf("  max_split_size_mb : 256 ,  expandable_segments :  True  ,");
+  EXPECT_EQ(merge.value, "max_split_size_mb : 256,expandable_segments:False");
+  EXPECT_EQ(merge.replaced, "True");
+  EXPECT_EQ(merge_pytorch_alloc_conf(" expandable_segments : False ").value,
+            "expandable_segments : False");
+}
+
+TEST(AllocConf, BracketedListsStayWhole) {
+  const AllocConfMerge merge = merge_pytorch_alloc_conf(
+      "roundup_power2_divisions:[256:1,512:2,>:8],expandable_segments:True");
+  EXPECT_EQ(merge.value, "roundup_power2_divisions:[256:1,512:2,>:8],expandable_segments:False");
+}
+
+TEST(AllocConf, DuplicatesCollapseToOneFalse) {
+  // PyTorch lets the last entry win, so False followed by True means True.
+  const AllocConfMerge merge =
+      merge_pytorch_alloc_conf("expandable_segments:False,expandable_segments:True");
+  EXPECT_EQ(merge.value, "expandable_segments:False");
+  EXPECT_EQ(merge.replaced, "True");
+}
+
+TEST(LdPreload, PrependsToUnsetOrEmpty) {
+  EXPECT_EQ(prepend_ld_preload("/opt/umswap/lib/libumswap.so", std::nullopt),
+            "/opt/umswap/lib/libumswap.so");
+  EXPECT_EQ(prepend_ld_preload("/opt/umswap/lib/libumswap.so", ""), "/opt/umswap/lib/libumswap.so");
+}
+
+TEST(LdPreload, KeepsOthersAfterItInOrder) {
+  EXPECT_EQ(prepend_ld_preload("/u/libumswap.so", "/a/liba.so:/b/libb.so"),
+            "/u/libumswap.so:/a/liba.so:/b/libb.so");
+  // ld.so also separates with blanks; the result uses ':' only.
+  EXPECT_EQ(prepend_ld_preload("/u/libumswap.so", "/a/liba.so /b/libb.so"),
+            "/u/libumswap.so:/a/liba.so:/b/libb.so");
+}
+
+TEST(LdPreload, KeepsTheLibraryOnce) {
+  EXPECT_EQ(prepend_ld_preload("/u/libumswap.so", "/a/liba.so:/u/libumswap.so::/u/libumswap.so"),
+            "/u/libumswap.so:/a/liba.so");
+  EXPECT_EQ(prepend_ld_preload("/u/libumswap.so", "/u/libumswap.so"), "/u/libumswap.so");
+}
+
+TEST(ChildEnv, NoFlagsSetsOnlyPreloadAndAllocConf) {
+  RunFlags flags;
+  flags.command = {"true"};
+  const ChildEnvironment env = plan_child_environment(flags, {}, "/u/libumswap.so");
+  ASSERT_EQ(env.set.size(), 2u);
+  EXPECT_EQ(env.set[0], (EnvVar{"LD_PRELOAD", "/u/libumswap.so"}));
+  EXPECT_EQ(env.set[1], (EnvVar{"PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:False"}));
+  EXPECT_TRUE(env.warnings.empty());
+}
+
+TEST(ChildEnv, FlagsBecomeVariables) {
+  RunFlags flags;
+  flags.budget = parse_size("16G");
+  flags.managed_limit = parse_size("75%");
+  flags.mode = Mode::passthrough;
+  flags.stats_path = "stats-%p.json";
+  flags.verbose = true;
+  flags.command = {"true"};
+  const ChildEnvironment env = plan_child_environment(flags, {}, "/u/libumswap.so");
+  EXPECT_EQ(find_var(env, "UMSWAP_BUDGET"), "16G");
+  EXPECT_EQ(find_var(env, "UMSWAP_MANAGED_LIMIT"), "75%");
+  EXPECT_EQ(find_var(env, "UMSWAP_MODE"), "passthrough");
+  EXPECT_EQ(find_var(env, "UMSWAP_STATS"), "stats-%p.json");
+  EXPECT_EQ(find_var(env, "UMSWAP_VERBOSE"), "1");
+  EXPECT_FALSE(find_var(env, "UMSWAP_CALLSITE_DEPTH"));
+}
+
+TEST(ChildEnv, OnlyGivenFlagsAreSet) {
+  RunFlags flags;
+  flags.managed_limit = parse_size("60G");
+  flags.command = {"true"};
+  const ChildEnvironment env = plan_child_environment(flags, {}, "/u/libumswap.so");
+  EXPECT_EQ(find_var(env, "UMSWAP_MANAGED_LIMIT"), "60G");
+  for (const char* name : {"UMSWAP_BUDGET", "UMSWAP_MODE", "UMSWAP_STATS", "UMSWAP_VERBOSE"}) {
+    EXPECT_FALSE(find_var(env, name)) << name;
+  }
+}
+
+TEST(ChildEnv, ExpandableSegmentsTrueWarnsOnceAndIsOverridden) {
+  RunFlags flags;
+  flags.mode = Mode::passthrough;  // passthrough too: it is the like-for-like baseline
+  flags.command = {"true"};
+  const CurrentEnv current{.ld_preload = "/a/liba.so",
+                           .pytorch_cuda_alloc_conf = "expandable_segments:True",
+                           .pytorch_alloc_conf = std::nullopt};
+  const ChildEnvironment env = plan_child_environment(flags, current, "/u/libumswap.so");
+  EXPECT_EQ(find_var(env, "LD_PRELOAD"), "/u/libumswap.so:/a/liba.so");
+  EXPECT_EQ(find_var(env, "PYTORCH_CUDA_ALLOC_CONF"), "expandable_segments:False");
+  ASSERT_EQ(env.warnings.size(), 1u);
+  EXPECT_NE(env.warnings[0].find("expandable segments"), std::string::npos);
+  EXPECT_NE(env.warnings[0].find("cuMemCreate"), std::string::npos);
+}
+
+TEST(ChildEnv, BothAllocConfsAreMergedSeparately) {
+  RunFlags flags;
+  flags.command = {"true"};
+  const CurrentEnv current{.ld_preload = std::nullopt,
+                           .pytorch_cuda_alloc_conf = "backend:native",
+                           .pytorch_alloc_conf = "max_split_size_mb:64"};
+  const ChildEnvironment env = plan_child_environment(flags, current, "/u/libumswap.so");
+  EXPECT_EQ(find_var(env, "PYTORCH_CUDA_ALLOC_CONF"), "backend:native,expandable_segments:False");
+  EXPECT_EQ(find_var(env, "PYTORCH_ALLOC_CONF"), "max_split_size_mb:64,expandable_segments:False");
+  EXPECT_TRUE(env.warnings.empty());
+}
+
+TEST(ChildEnv, PytorchAllocConfAloneIsCarriedIntoBoth) {
+  RunFlags flags;
+  flags.command = {"true"};
+  const CurrentEnv current{.ld_preload = std::nullopt,
+                           .pytorch_cuda_alloc_conf = std::nullopt,
+                           .pytorch_alloc_conf = "max_split_size_mb:64,expandable_segments:True"};
+  const ChildEnvironment env = plan_child_environment(flags, current, "/u/libumswap.so");
+  EXPECT_EQ(find_var(env, "PYTORCH_CUDA_ALLOC_CONF"),
+            "max_split_size_mb:64,expandable_segments:False");
+  EXPECT_EQ(find_var(env, "PYTORCH_ALLOC_CONF"), "max_split_size_mb:64,expandable_segments:False");
+  ASSERT_EQ(env.warnings.size(), 1u);
+  EXPECT_EQ(env.warnings[0].rfind("PYTORCH_ALLOC_CONF has expandable_segments:True", 0), 0u)
+      << env.warnings[0];
+}
+
+}  // namespace
+}  // namespace umswap::cli

@@ -1,0 +1,152 @@
+#include "umswap/cli/command_line.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace umswap::cli {
+namespace {
+
+using Action = CommandLine::Action;
+
+CommandLine parse(std::vector<std::string> args) {
+  return parse_command_line(args);
+}
+
+bool contains(const std::string& text, std::string_view part) {
+  return text.find(part) != std::string::npos;
+}
+
+TEST(CommandLine, RunWithAllFlags) {
+  const CommandLine cl = parse({"run", "--budget", "16G", "--limit=60G", "--mode", "passthrough",
+                                "--stats", "s.json", "--verbose", "--", "python", "train.py"});
+  ASSERT_EQ(cl.action, Action::run) << cl.message;
+  EXPECT_EQ(cl.run_flags.budget, parse_size("16G"));
+  EXPECT_EQ(cl.run_flags.managed_limit, parse_size("60G"));
+  EXPECT_EQ(cl.run_flags.mode, Mode::passthrough);
+  EXPECT_EQ(cl.run_flags.stats_path, "s.json");
+  EXPECT_TRUE(cl.run_flags.verbose);
+  EXPECT_EQ(cl.run_flags.command, (std::vector<std::string>{"python", "train.py"}));
+}
+
+TEST(CommandLine, FlagsNotGivenStayUnset) {
+  const CommandLine cl = parse({"run", "--", "true"});
+  ASSERT_EQ(cl.action, Action::run) << cl.message;
+  EXPECT_FALSE(cl.run_flags.budget);
+  EXPECT_FALSE(cl.run_flags.managed_limit);
+  EXPECT_FALSE(cl.run_flags.mode);
+  EXPECT_FALSE(cl.run_flags.stats_path);
+  EXPECT_FALSE(cl.run_flags.verbose);
+}
+
+TEST(CommandLine, CommandAfterSeparatorIsVerbatim) {
+  const CommandLine cl =
+      parse({"run", "--", "python", "--help", "--budget", "x", "--", "a b", "'q'", ""});
+  ASSERT_EQ(cl.action, Action::run) << cl.message;
+  EXPECT_EQ(cl.run_flags.command, (std::vector<std::string>{"python", "--help", "--budget", "x",
+                                                            "--", "a b", "'q'", ""}));
+}
+
+TEST(CommandLine, BadBudgetNamesFlagValueAndExpectation) {
+  const CommandLine cl = parse({"run", "--budget", "12Q", "--", "true"});
+  EXPECT_EQ(cl.action, Action::error);
+  EXPECT_EQ(cl.exit_code, 2);
+  EXPECT_EQ(cl.message,
+            "umswap: error: --budget: '12Q' has an unknown unit (use K, M, G, T, P or %)\n");
+  const CommandLine words = parse({"run", "--budget", "lots", "--", "true"});
+  EXPECT_EQ(words.message,
+            "umswap: error: --budget: 'lots' is not a size (examples: 16G, 512M, 75%)\n");
+}
+
+TEST(CommandLine, BadLimitNamesFlag) {
+  const CommandLine cl = parse({"run", "--limit", "-5G", "--", "true"});
+  EXPECT_EQ(cl.action, Action::error);
+  EXPECT_EQ(cl.exit_code, 2);
+  EXPECT_TRUE(contains(cl.message, "--limit")) << cl.message;
+  EXPECT_TRUE(contains(cl.message, "'-5G'")) << cl.message;
+}
+
+TEST(CommandLine, BadModeNamesFlagAndChoices) {
+  const CommandLine cl = parse({"run", "--mode", "fast", "--", "true"});
+  EXPECT_EQ(cl.action, Action::error);
+  EXPECT_EQ(cl.exit_code, 2);
+  EXPECT_EQ(cl.message,
+            "umswap: error: --mode: 'fast' is not a mode (expected managed or passthrough)\n");
+}
+
+TEST(CommandLine, FlagWithoutValue) {
+  const CommandLine cl = parse({"run", "--budget"});
+  EXPECT_EQ(cl.exit_code, 2);
+  EXPECT_TRUE(contains(cl.message, "--budget needs a value")) << cl.message;
+  EXPECT_EQ(parse({"run", "--stats", "", "--", "true"}).exit_code, 2);
+}
+
+TEST(CommandLine, MissingCommand) {
+  for (const auto& args : {std::vector<std::string>{"run"}, std::vector<std::string>{"run", "--"},
+                           std::vector<std::string>{"run", "--limit", "1G", "--"}}) {
+    const CommandLine cl = parse(args);
+    EXPECT_EQ(cl.action, Action::error);
+    EXPECT_EQ(cl.exit_code, 2);
+    EXPECT_TRUE(contains(cl.message, "no command given")) << cl.message;
+    EXPECT_TRUE(contains(cl.message, "usage: umswap run")) << cl.message;
+  }
+}
+
+TEST(CommandLine, CommandWithoutSeparatorIsRefused) {
+  const CommandLine cl = parse({"run", "python", "train.py"});
+  EXPECT_EQ(cl.exit_code, 2);
+  EXPECT_TRUE(contains(cl.message, "'python'")) << cl.message;
+  EXPECT_TRUE(contains(cl.message, "--")) << cl.message;
+}
+
+TEST(CommandLine, UnknownOptionAndCommand) {
+  const CommandLine option = parse({"run", "--bduget", "4G", "--", "true"});
+  EXPECT_EQ(option.exit_code, 2);
+  EXPECT_TRUE(contains(option.message, "unknown option '--bduget'")) << option.message;
+  const CommandLine command = parse({"record", "--", "true"});
+  EXPECT_EQ(command.exit_code, 2);
+  EXPECT_TRUE(contains(command.message, "unknown command 'record'")) << command.message;
+}
+
+TEST(CommandLine, HelpVersionAndNothing) {
+  EXPECT_EQ(parse({"--help"}).action, Action::help);
+  EXPECT_EQ(parse({"--help"}).exit_code, 0);
+  EXPECT_EQ(parse({"run", "--help"}).action, Action::help);
+  EXPECT_EQ(parse({"run", "-h", "--", "true"}).action, Action::help);
+  EXPECT_EQ(parse({"--version"}).action, Action::version);
+  const CommandLine nothing = parse({});
+  EXPECT_EQ(nothing.action, Action::help);
+  EXPECT_EQ(nothing.exit_code, 2);
+}
+
+TEST(CommandLine, LastFlagWins) {
+  const CommandLine cl = parse({"run", "--budget", "1G", "--budget", "2G", "--", "true"});
+  ASSERT_EQ(cl.action, Action::run) << cl.message;
+  EXPECT_EQ(cl.run_flags.budget, parse_size("2G"));
+}
+
+TEST(HelpText, ListsFlagsModesVariablesExitCodesExamples) {
+  const std::string help = help_text();
+  for (const char* part :
+       {"--budget SIZE", "--limit SIZE", "--mode MODE", "--stats FILE", "--verbose", "passthrough",
+        "UMSWAP_MANAGED_LIMIT", "UMSWAP_CALLSITE_DEPTH", "UMSWAP_LIBRARY", "expandable_segments",
+        "127", "128+N", "umswap run --limit 60G -- python train.py"}) {
+    EXPECT_TRUE(contains(help, part)) << part;
+  }
+  for (const OptionInfo& option : option_table()) {
+    EXPECT_TRUE(contains(help, option.name)) << option.name;
+  }
+  size_t start = 0;
+  for (size_t end = help.find('\n'); end != std::string::npos; end = help.find('\n', start)) {
+    EXPECT_LE(end - start, 100u) << help.substr(start, end - start);
+    start = end + 1;
+  }
+}
+
+TEST(VersionText, NamesTheVersion) {
+  EXPECT_EQ(version_text(), "umswap " UMSWAP_TEST_VERSION "\n");
+}
+
+}  // namespace
+}  // namespace umswap::cli

@@ -1,0 +1,311 @@
+// End-to-end runs of the built `umswap` binary. UMSWAP_LIBRARY points at a trivial shared
+// library, so these tests need neither the real libumswap.so nor a GPU.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+using EnvChanges = std::vector<std::pair<std::string, std::optional<std::string>>>;
+
+struct Result {
+  int exit_code = -1;  // -N when umswap itself was killed by signal N
+  std::string out;
+  std::string err;
+};
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::stringstream s(text);
+  for (std::string line; std::getline(s, line);) lines.push_back(line);
+  return lines;
+}
+
+class EndToEnd : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("umswap_cli_e2e_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // The environment umswap starts with: ours without anything umswap reads or sets, plus
+  // UMSWAP_LIBRARY (unless `changes` unsets it), plus `changes`.
+  static std::vector<std::string> environment(const EnvChanges& changes) {
+    std::vector<std::string> env;
+    for (char** e = environ; *e; ++e) {
+      const std::string entry(*e);
+      const std::string name = entry.substr(0, entry.find('='));
+      if (name.rfind("UMSWAP_", 0) == 0 || name == "LD_PRELOAD" ||
+          name == "PYTORCH_CUDA_ALLOC_CONF" || name == "PYTORCH_ALLOC_CONF") {
+        continue;
+      }
+      env.push_back(entry);
+    }
+    EnvChanges all = {{"UMSWAP_LIBRARY", UMSWAP_TEST_PRELOAD_LIBRARY}};
+    all.insert(all.end(), changes.begin(), changes.end());
+    for (const auto& [name, value] : all) {
+      std::erase_if(env, [&](const std::string& e) { return e.rfind(name + "=", 0) == 0; });
+      if (value) env.push_back(name + "=" + *value);
+    }
+    return env;
+  }
+
+  // Starts umswap with stdout and stderr going to files in dir_.
+  pid_t start(const std::vector<std::string>& args, const EnvChanges& changes = {},
+              const std::string& binary = UMSWAP_TEST_CLI_BINARY, bool ignore_sigchld = false) {
+    std::vector<std::string> argv_strings = {binary};
+    argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+    const std::vector<std::string> env_strings = environment(changes);
+    std::vector<char*> argv, envp;
+    for (auto& s : argv_strings) argv.push_back(const_cast<char*>(s.c_str()));
+    for (auto& s : env_strings) envp.push_back(const_cast<char*>(s.c_str()));
+    argv.push_back(nullptr);
+    envp.push_back(nullptr);
+    const std::string out = (dir_ / "out").string(), err = (dir_ / "err").string();
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      const int out_fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      const int err_fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(out_fd, STDOUT_FILENO);
+      ::dup2(err_fd, STDERR_FILENO);
+      if (ignore_sigchld) std::signal(SIGCHLD, SIG_IGN);
+      ::execve(argv[0], argv.data(), envp.data());
+      ::_exit(99);
+    }
+    return pid;
+  }
+
+  Result finish(pid_t pid) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    Result r;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+    r.out = read_file(dir_ / "out");
+    r.err = read_file(dir_ / "err");
+    return r;
+  }
+
+  Result umswap(const std::vector<std::string>& args, const EnvChanges& changes = {},
+                const std::string& binary = UMSWAP_TEST_CLI_BINARY, bool ignore_sigchld = false) {
+    return finish(start(args, changes, binary, ignore_sigchld));
+  }
+
+  // Waits (up to 2 s) until the command has written `text` to stdout.
+  bool wait_for_output(const std::string& text) {
+    for (int i = 0; i < 400; ++i) {
+      if (read_file(dir_ / "out").find(text) != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return false;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(EndToEnd, ExitCodePassesThrough) {
+  EXPECT_EQ(umswap({"run", "--", "sh", "-c", "exit 3"}).exit_code, 3);
+  EXPECT_EQ(umswap({"run", "--", "true"}).exit_code, 0);
+}
+
+TEST_F(EndToEnd, ChildKilledBySignalGives128PlusSignal) {
+  EXPECT_EQ(umswap({"run", "--", "sh", "-c", "kill -TERM $$"}).exit_code, 143);
+  EXPECT_EQ(umswap({"run", "--", "sh", "-c", "kill -KILL $$"}).exit_code, 137);
+}
+
+TEST_F(EndToEnd, CommandNotFoundIs127) {
+  const Result r = umswap({"run", "--", "umswap-no-such-command-xyz", "arg"});
+  EXPECT_EQ(r.exit_code, 127);
+  EXPECT_EQ(r.err,
+            "umswap: error: cannot run 'umswap-no-such-command-xyz': No such file or "
+            "directory\n");
+}
+
+TEST_F(EndToEnd, NotExecutableIs126) {
+  const fs::path script = dir_ / "script.sh";
+  std::ofstream(script) << "#!/bin/sh\nexit 0\n";
+  ::chmod(script.c_str(), 0644);
+  const Result r = umswap({"run", "--", script.string()});
+  EXPECT_EQ(r.exit_code, 126);
+  EXPECT_NE(r.err.find("Permission denied"), std::string::npos) << r.err;
+}
+
+TEST_F(EndToEnd, ArgumentsArriveIntact) {
+  const Result r = umswap(
+      {"run", "--", "printf", "%s\\n", "a b", "it's", "\"q\"", "", "  x  ", "--help", "$HOME"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "a b\nit's\n\"q\"\n\n  x  \n--help\n$HOME\n");
+}
+
+TEST_F(EndToEnd, ChildSeesPreloadAndAllocConf) {
+  const Result r = umswap(
+      {"run", "--", "sh", "-c", "printf '%s\\n' \"$LD_PRELOAD\" \"$PYTORCH_CUDA_ALLOC_CONF\""});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<std::string> lines = lines_of(r.out);
+  ASSERT_EQ(lines.size(), 2u) << r.out;
+  const fs::path first = lines[0].substr(0, lines[0].find(':'));
+  EXPECT_TRUE(first.is_absolute()) << lines[0];
+  EXPECT_TRUE(fs::is_regular_file(first)) << lines[0];
+  EXPECT_TRUE(fs::equivalent(first, UMSWAP_TEST_PRELOAD_LIBRARY)) << lines[0];
+  EXPECT_EQ(lines[1], "expandable_segments:False");
+  EXPECT_EQ(r.err, "");
+}
+
+TEST_F(EndToEnd, PreloadKeptOnceAndUserEntriesAfterIt) {
+  const std::string lib = fs::absolute(UMSWAP_TEST_PRELOAD_LIBRARY).lexically_normal().string();
+  const Result r = umswap({"run", "--", "sh", "-c", "printf '%s\\n' \"$LD_PRELOAD\""},
+                          {{"LD_PRELOAD", lib + ":" + lib}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, lib + "\n");
+}
+
+TEST_F(EndToEnd, ExpandableSegmentsTrueIsOverriddenWithOneWarning) {
+  const Result r =
+      umswap({"run", "--mode", "passthrough", "--", "sh", "-c",
+              "printf '%s\\n' \"$PYTORCH_CUDA_ALLOC_CONF\""},
+             {{"PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True,max_split_size_mb:128"}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "expandable_segments:False,max_split_size_mb:128\n");
+  const std::vector<std::string> err = lines_of(r.err);
+  ASSERT_EQ(err.size(), 1u) << r.err;
+  EXPECT_EQ(err[0].rfind("umswap: warning: ", 0), 0u) << err[0];
+  EXPECT_NE(err[0].find("cannot manage expandable segments"), std::string::npos) << err[0];
+}
+
+TEST_F(EndToEnd, FlagsBecomeUmswapVariables) {
+  const Result r = umswap({"run", "--budget", "16G", "--limit", "60G", "--mode", "passthrough",
+                           "--stats", "s-%p.json", "--verbose", "--", "sh", "-c",
+                           "echo \"$UMSWAP_BUDGET|$UMSWAP_MANAGED_LIMIT|$UMSWAP_MODE|"
+                           "$UMSWAP_STATS|$UMSWAP_VERBOSE\""});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "16G|60G|passthrough|s-%p.json|1\n");
+  // --verbose prints the environment it set.
+  EXPECT_NE(r.err.find("LD_PRELOAD=/"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False"), std::string::npos);
+  EXPECT_NE(r.err.find("UMSWAP_MANAGED_LIMIT=60G"), std::string::npos) << r.err;
+}
+
+TEST_F(EndToEnd, UsersOwnVariablesPassThroughUntouched) {
+  const Result r =
+      umswap({"run", "--limit", "1G", "--", "sh", "-c",
+              "echo \"$UMSWAP_BUDGET|$UMSWAP_MODE|$UMSWAP_MANAGED_LIMIT|${UMSWAP_VERBOSE-unset}\""},
+             {{"UMSWAP_BUDGET", "not-checked"},
+              {"UMSWAP_MODE", "passthrough"},
+              {"UMSWAP_MANAGED_LIMIT", "9G"}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "not-checked|passthrough|1G|unset\n");
+}
+
+TEST_F(EndToEnd, BadValuesExit2NamingTheFlag) {
+  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
+           {"--budget", "12Q"}, {"--limit", "lots"}, {"--mode", "fast"}}) {
+    const Result r = umswap({"run", flag, value, "--", "true"});
+    EXPECT_EQ(r.exit_code, 2) << flag;
+    const std::vector<std::string> err = lines_of(r.err);
+    ASSERT_EQ(err.size(), 1u) << r.err;
+    EXPECT_EQ(err[0].rfind("umswap: error: " + flag + ": '" + value + "' ", 0), 0u) << err[0];
+    EXPECT_EQ(r.out, "");
+  }
+}
+
+TEST_F(EndToEnd, MissingCommandExits2WithUsage) {
+  const Result r = umswap({"run", "--limit", "1G"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("no command given"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("usage: umswap run"), std::string::npos) << r.err;
+}
+
+TEST_F(EndToEnd, VersionAndHelp) {
+  const Result version = umswap({"--version"});
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_EQ(version.out, "umswap " UMSWAP_TEST_VERSION "\n");
+
+  for (const auto& args :
+       {std::vector<std::string>{"--help"}, std::vector<std::string>{"run", "--help"}}) {
+    const Result help = umswap(args);
+    EXPECT_EQ(help.exit_code, 0);
+    EXPECT_NE(help.out.find("UMSWAP_MANAGED_LIMIT"), std::string::npos);
+    EXPECT_NE(help.out.find("umswap run --limit 60G -- python train.py"), std::string::npos);
+  }
+  const Result nothing = umswap({});
+  EXPECT_EQ(nothing.exit_code, 2);
+  EXPECT_EQ(nothing.out, "");
+  EXPECT_NE(nothing.err.find("Usage:"), std::string::npos);
+}
+
+TEST_F(EndToEnd, FindsLibraryNextToItsBinary) {
+  fs::create_directories(dir_ / "prefix" / "bin");
+  fs::create_directories(dir_ / "prefix" / "lib");
+  const fs::path binary = dir_ / "prefix" / "bin" / "umswap";
+  fs::copy_file(UMSWAP_TEST_CLI_BINARY, binary);
+  // Through a symlink: lookup starts from the binary's real path.
+  fs::create_symlink(binary, dir_ / "link-to-umswap");
+
+  const Result missing = umswap({"run", "--", "true"}, {{"UMSWAP_LIBRARY", std::nullopt}},
+                                (dir_ / "link-to-umswap").string());
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.err.find((dir_ / "prefix" / "lib" / "libumswap.so").string()),
+            std::string::npos)
+      << missing.err;
+  EXPECT_NE(missing.err.find((dir_ / "prefix" / "bin" / "libumswap.so").string()),
+            std::string::npos)
+      << missing.err;
+
+  fs::copy_file(UMSWAP_TEST_PRELOAD_LIBRARY, dir_ / "prefix" / "lib" / "libumswap.so");
+  const Result found =
+      umswap({"run", "--", "sh", "-c", "printf '%s\\n' \"$LD_PRELOAD\""},
+             {{"UMSWAP_LIBRARY", std::nullopt}}, (dir_ / "link-to-umswap").string());
+  EXPECT_EQ(found.exit_code, 0) << found.err;
+  EXPECT_EQ(found.out, (dir_ / "prefix" / "lib" / "libumswap.so").string() + "\n");
+}
+
+TEST_F(EndToEnd, SigtermIsForwardedToTheCommand) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t pid = start({"run", "--", "sh", "-c", "echo ready; exec sleep 5"});
+  ASSERT_TRUE(wait_for_output("ready"));
+  ::kill(pid, SIGTERM);
+  EXPECT_EQ(finish(pid).exit_code, 143);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+}
+
+TEST_F(EndToEnd, ExitCodeSurvivesAnIgnoredSigchld) {
+  // A SIG_IGN for SIGCHLD is inherited through exec; umswap must still get the status.
+  const Result r = umswap({"run", "--", "sh", "-c", "exit 6"}, {}, UMSWAP_TEST_CLI_BINARY,
+                          /*ignore_sigchld=*/true);
+  EXPECT_EQ(r.exit_code, 6) << r.err;
+}
+
+TEST_F(EndToEnd, SigintIsLeftToTheCommand) {
+  // Only umswap gets the SIGINT here; it must keep waiting and return the command's code.
+  const pid_t pid = start({"run", "--", "sh", "-c", "echo ready; sleep 0.3; exit 4"});
+  ASSERT_TRUE(wait_for_output("ready"));
+  ::kill(pid, SIGINT);
+  EXPECT_EQ(finish(pid).exit_code, 4);
+}
+
+}  // namespace

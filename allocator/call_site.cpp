@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 #include <libunwind.h>
+#include <sys/auxv.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <string_view>
@@ -16,6 +18,29 @@ namespace {
 bool is_cuda_library(std::string_view name) {
   return name.starts_with("libcuda.") || name.starts_with("libcudart.") ||
          name.starts_with("libcuda-") || name.starts_with("libnvidia-");
+}
+
+// The main executable's file name. dladdr reports it as argv[0], which depends on how the program
+// was started (a symlink, `exec -a`), so it is read from /proc/self/exe instead, once.
+const std::string& main_program_name() {
+  static const std::string name = [] {
+    char path[4096];
+    const ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+    if (n <= 0) return std::string();
+    path[n] = '\0';
+    const char* slash = std::strrchr(path, '/');
+    return std::string(slash ? slash + 1 : path);
+  }();
+  return name;
+}
+
+void* main_program_base() {
+  static void* const base = [] {
+    Dl_info info{};
+    const auto entry = reinterpret_cast<void*>(getauxval(AT_ENTRY));
+    return dladdr(entry, &info) ? info.dli_fbase : nullptr;
+  }();
+  return base;
 }
 
 std::string_view base_name(const char* path) {
@@ -49,7 +74,9 @@ __attribute__((noinline)) std::vector<CallSiteFrame> capture_call_site_frames(
     Dl_info info{};
     if (!dladdr(reinterpret_cast<void*>(pc), &info) || !info.dli_fbase) continue;
     if (skip_base && info.dli_fbase == skip_base) continue;
-    const std::string_view module = base_name(info.dli_fname);
+    const std::string_view module = info.dli_fbase == main_program_base()
+                                        ? std::string_view(main_program_name())
+                                        : base_name(info.dli_fname);
     if (is_cuda_library(module)) continue;
     frames.push_back({std::string(module), pc - reinterpret_cast<uint64_t>(info.dli_fbase)});
     if (static_cast<int>(frames.size()) >= options.depth) break;

@@ -58,8 +58,8 @@ bool ManagedAllocator::reserve(size_t bytes) {
       }
       return false;
     }
-  } while (!managed_bytes_.compare_exchange_weak(current, current + bytes,
-                                                 std::memory_order_relaxed));
+  } while (
+      !managed_bytes_.compare_exchange_weak(current, current + bytes, std::memory_order_relaxed));
   atomic_max(managed_bytes_peak_, current + bytes);
   return true;
 }
@@ -84,26 +84,25 @@ CUresult ManagedAllocator::finish(CUresult status, AllocApi api, size_t bytes, C
                       .from_pool = from_pool,
                       .app_managed = app_managed};
   if (!registry_.insert(record)) {
-    // The driver handed out a range that overlaps a live record: the registry missed a free.
-    // Keep the program running; the stale records are dropped so lookups stay truthful.
+    // The driver handed out a range that overlaps live records: the registry missed a free
+    // (memory released behind umswap's back). Drop every stale record in the range, so lookups
+    // stay truthful and the cap does not leak, then register the new buffer.
     static OnceFlag once;
     if (once.first()) log_warning("registry out of step with the driver at {:#x}", ptr);
-    for (uint64_t a = ptr; a < ptr + bytes;) {
-      auto stale = registry_.find(a);
-      if (!stale) break;
-      registry_.remove(stale->base);
-      release(stale->size);
-      a = stale->end();
+    const auto snapshot = registry_.snapshot();
+    for (const BufferRecord& stale : snapshot->records()) {
+      if (stale.base < ptr + bytes && ptr < stale.end() && registry_.remove(stale.base)) {
+        release(stale.size);
+      }
     }
-    registry_.insert(record);
+    if (!registry_.insert(record)) log_warning("cannot register buffer at {:#x}", ptr);
   }
   allocations_[static_cast<int>(api)].fetch_add(1, std::memory_order_relaxed);
   *out = ptr;
   return CUDA_SUCCESS;
 }
 
-CUresult ManagedAllocator::allocate(AllocApi api, size_t bytes, CallSiteId site,
-                                    CUdeviceptr* out) {
+CUresult ManagedAllocator::allocate(AllocApi api, size_t bytes, CallSiteId site, CUdeviceptr* out) {
   return allocate_managed(api, bytes, CU_MEM_ATTACH_GLOBAL, site, out);
 }
 
@@ -151,7 +150,7 @@ CUmemoryPool ManagedAllocator::managed_pool() {
     const CUresult status =
         driver_.mem_get_default_mem_pool(&pool, &location, CU_MEM_ALLOCATION_TYPE_MANAGED);
     if (status == CUDA_SUCCESS && pool) {
-      pool_ = pool;
+      pool_.store(pool, std::memory_order_release);
     } else {
       log_warning(
           "the driver has no managed memory pool (error {}); stream-ordered allocations use "
@@ -159,7 +158,7 @@ CUmemoryPool ManagedAllocator::managed_pool() {
           static_cast<int>(status));
     }
   });
-  return pool_;
+  return pool_.load(std::memory_order_acquire);
 }
 
 CUresult ManagedAllocator::allocate_async(AllocApi api, size_t bytes, CUstream stream,
@@ -229,7 +228,8 @@ AllocatorStats ManagedAllocator::stats() const {
   s.driver_failures = driver_failures_.load(std::memory_order_relaxed);
   s.unmanaged_vmm = unmanaged_vmm_.load(std::memory_order_relaxed);
   s.escaped = escaped_.load(std::memory_order_relaxed);
-  s.pool_fallback = pool_ == nullptr && managed_bytes_peak_.load() > 0 &&
+  s.pool_fallback = pool_.load(std::memory_order_acquire) == nullptr &&
+                    managed_bytes_peak_.load() > 0 &&
                     allocations_[static_cast<int>(AllocApi::cudaMallocAsync)].load() +
                             allocations_[static_cast<int>(AllocApi::cuMemAllocAsync)].load() >
                         0;

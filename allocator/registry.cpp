@@ -20,14 +20,22 @@ thread_local CachedSnapshot t_cache;
 
 const char* to_string(AllocApi api) {
   switch (api) {
-    case AllocApi::cudaMalloc: return "cudaMalloc";
-    case AllocApi::cudaMallocPitch: return "cudaMallocPitch";
-    case AllocApi::cudaMallocAsync: return "cudaMallocAsync";
-    case AllocApi::cudaMallocManaged: return "cudaMallocManaged";
-    case AllocApi::cuMemAlloc: return "cuMemAlloc";
-    case AllocApi::cuMemAllocPitch: return "cuMemAllocPitch";
-    case AllocApi::cuMemAllocAsync: return "cuMemAllocAsync";
-    case AllocApi::cuMemAllocManaged: return "cuMemAllocManaged";
+    case AllocApi::cudaMalloc:
+      return "cudaMalloc";
+    case AllocApi::cudaMallocPitch:
+      return "cudaMallocPitch";
+    case AllocApi::cudaMallocAsync:
+      return "cudaMallocAsync";
+    case AllocApi::cudaMallocManaged:
+      return "cudaMallocManaged";
+    case AllocApi::cuMemAlloc:
+      return "cuMemAlloc";
+    case AllocApi::cuMemAllocPitch:
+      return "cuMemAllocPitch";
+    case AllocApi::cuMemAllocAsync:
+      return "cuMemAllocAsync";
+    case AllocApi::cuMemAllocManaged:
+      return "cuMemAllocManaged";
   }
   return "unknown";
 }
@@ -53,7 +61,7 @@ bool Registry::insert(const BufferRecord& record) {
   const auto& recs = old->records_;
   auto it = std::lower_bound(recs.begin(), recs.end(), record.base,
                              [](const BufferRecord& r, uint64_t b) { return r.base < b; });
-  if (it != recs.end() && it->base < record.end()) return false;           // next one overlaps
+  if (it != recs.end() && it->base < record.end()) return false;               // next one overlaps
   if (it != recs.begin() && std::prev(it)->end() > record.base) return false;  // previous overlaps
   auto next = std::make_shared<Snapshot>();
   next->records_.reserve(recs.size() + 1);

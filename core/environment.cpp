@@ -4,6 +4,8 @@
 
 namespace umswap {
 
-const char* env_get(const char* name) { return std::getenv(name); }
+const char* env_get(const char* name) {
+  return std::getenv(name);
+}
 
 }  // namespace umswap

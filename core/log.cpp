@@ -10,7 +10,9 @@ namespace {
 std::atomic<int> g_verbosity{0};
 }
 
-void set_log_verbosity(int verbosity) { g_verbosity.store(verbosity, std::memory_order_relaxed); }
+void set_log_verbosity(int verbosity) {
+  g_verbosity.store(verbosity, std::memory_order_relaxed);
+}
 
 bool log_enabled(LogLevel level) {
   return static_cast<int>(level) <= 1 + g_verbosity.load(std::memory_order_relaxed);
@@ -30,6 +32,9 @@ void log_write(LogLevel level, std::string_view message) {
   };
   append(prefix);
   append(message);
+  if (prefix.size() + message.size() > sizeof(line) - 1) {
+    std::memcpy(line + n - 3, "...", 3);  // cut: say so
+  }
   line[n++] = '\n';
   for (size_t off = 0; off < n;) {
     const ssize_t w = ::write(STDERR_FILENO, line + off, n - off);

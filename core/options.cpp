@@ -66,7 +66,14 @@ uint64_t SizeSpec::resolve(uint64_t total) const {
 }
 
 std::string SizeSpec::to_string() const {
-  if (is_percent) return fmt::format("{:g}%", percent);
+  if (is_percent) {
+    // Shortest fixed-point text that parses back to the same double (no exponent: parse_size
+    // takes none).
+    char text[400];
+    const auto [end, ec] =
+        std::to_chars(text, text + sizeof(text), percent, std::chars_format::fixed);
+    return ec == std::errc() ? std::string(text, end) + "%" : fmt::format("{:f}%", percent);
+  }
   if (bytes == 0) return "0";
   constexpr std::array kSuffixes = {'T', 'G', 'M', 'K'};
   for (size_t i = 0; i < kSuffixes.size(); ++i) {
@@ -128,14 +135,17 @@ std::string format_bytes(uint64_t bytes) {
   if (bytes < 1024) return fmt::format("{} B", bytes);
   double v = static_cast<double>(bytes);
   size_t u = 0;
-  while (v >= 1024.0 && u + 1 < kUnits.size()) {
+  // 1023.996 KiB prints as 1024.00 KiB with two decimals: move to the next unit first.
+  while (v >= 1023.995 && u + 1 < kUnits.size()) {
     v /= 1024.0;
     ++u;
   }
   return fmt::format("{:.2f} {}", v, kUnits[u]);
 }
 
-std::span<const OptionInfo> option_table() { return kOptionTable; }
+std::span<const OptionInfo> option_table() {
+  return kOptionTable;
+}
 
 Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warnings) {
   Options options;

@@ -68,8 +68,8 @@ std::optional<nlohmann::json> read_stats_file(const std::string& path, std::stri
   if (!j.is_object()) return fail("not a JSON object");
   const auto v = j.find("umswap_stats_version");
   if (v == j.end() || !v->is_number_integer()) return fail("no umswap_stats_version field");
-  if (v->get<int>() != kStatsFormatVersion) {
-    return fail(fmt::format("stats version {} is not the supported version {}", v->get<int>(),
+  if (v->get<int64_t>() != kStatsFormatVersion) {
+    return fail(fmt::format("stats version {} is not the supported version {}", v->get<int64_t>(),
                             kStatsFormatVersion));
   }
   return j;

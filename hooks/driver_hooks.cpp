@@ -22,9 +22,13 @@ namespace {
 constexpr CUresult kNoDriver = CUDA_ERROR_NOT_INITIALIZED;
 
 // The legacy default stream of a _ptsz entry point means the per-thread stream.
-CUstream per_thread(CUstream stream) { return stream ? stream : CU_STREAM_PER_THREAD; }
+CUstream per_thread(CUstream stream) {
+  return stream ? stream : CU_STREAM_PER_THREAD;
+}
 
-bool skip(Preload& p) { return ReentryGuard::active() || !p.redirecting(); }
+bool skip(Preload& p) {
+  return ReentryGuard::active() || !p.redirecting();
+}
 
 }  // namespace
 
@@ -71,7 +75,8 @@ UMSWAP_EXPORT CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
 UMSWAP_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned flags) {
   Preload& p = preload();
   if (!p.driver()) return kNoDriver;
-  if (skip(p) || !dptr || bytesize == 0) return p.driver()->cuMemAllocManaged(dptr, bytesize, flags);
+  if (skip(p) || !dptr || bytesize == 0)
+    return p.driver()->cuMemAllocManaged(dptr, bytesize, flags);
   ReentryGuard guard;
   return p.allocator().allocate_managed(Preload::api_or(AllocApi::cuMemAllocManaged), bytesize,
                                         flags, p.call_site(), dptr);

@@ -9,31 +9,31 @@
 
 // X(exported name, base name cuGetProcAddress is asked for, CUDA version that introduced the ABI,
 //   per-thread-default-stream variant, PFN type of that ABI)
-#define UMSWAP_DRIVER_HOOKS(X)                                                                  \
-  X(cuMemAlloc_v2, cuMemAlloc, 3020, false, PFN_cuMemAlloc_v3020)                               \
-  X(cuMemFree_v2, cuMemFree, 3020, false, PFN_cuMemFree_v3020)                                  \
-  X(cuMemAllocPitch_v2, cuMemAllocPitch, 3020, false, PFN_cuMemAllocPitch_v3020)                \
-  X(cuMemGetInfo_v2, cuMemGetInfo, 3020, false, PFN_cuMemGetInfo_v3020)                         \
-  X(cuMemAllocManaged, cuMemAllocManaged, 6000, false, PFN_cuMemAllocManaged_v6000)             \
-  X(cuMemCreate, cuMemCreate, 10020, false, PFN_cuMemCreate_v10020)                             \
-  X(cuMemAllocAsync, cuMemAllocAsync, 11020, false, PFN_cuMemAllocAsync_v11020)                 \
-  X(cuMemAllocAsync_ptsz, cuMemAllocAsync, 11020, true, PFN_cuMemAllocAsync_v11020_ptsz)        \
-  X(cuMemFreeAsync, cuMemFreeAsync, 11020, false, PFN_cuMemFreeAsync_v11020)                    \
-  X(cuMemFreeAsync_ptsz, cuMemFreeAsync, 11020, true, PFN_cuMemFreeAsync_v11020_ptsz)           \
-  X(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync, 11020, false,                             \
-    PFN_cuMemAllocFromPoolAsync_v11020)                                                         \
-  X(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync, 11020, true,                         \
+#define UMSWAP_DRIVER_HOOKS(X)                                                           \
+  X(cuMemAlloc_v2, cuMemAlloc, 3020, false, PFN_cuMemAlloc_v3020)                        \
+  X(cuMemFree_v2, cuMemFree, 3020, false, PFN_cuMemFree_v3020)                           \
+  X(cuMemAllocPitch_v2, cuMemAllocPitch, 3020, false, PFN_cuMemAllocPitch_v3020)         \
+  X(cuMemGetInfo_v2, cuMemGetInfo, 3020, false, PFN_cuMemGetInfo_v3020)                  \
+  X(cuMemAllocManaged, cuMemAllocManaged, 6000, false, PFN_cuMemAllocManaged_v6000)      \
+  X(cuMemCreate, cuMemCreate, 10020, false, PFN_cuMemCreate_v10020)                      \
+  X(cuMemAllocAsync, cuMemAllocAsync, 11020, false, PFN_cuMemAllocAsync_v11020)          \
+  X(cuMemAllocAsync_ptsz, cuMemAllocAsync, 11020, true, PFN_cuMemAllocAsync_v11020_ptsz) \
+  X(cuMemFreeAsync, cuMemFreeAsync, 11020, false, PFN_cuMemFreeAsync_v11020)             \
+  X(cuMemFreeAsync_ptsz, cuMemFreeAsync, 11020, true, PFN_cuMemFreeAsync_v11020_ptsz)    \
+  X(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync, 11020, false,                      \
+    PFN_cuMemAllocFromPoolAsync_v11020)                                                  \
+  X(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync, 11020, true,                  \
     PFN_cuMemAllocFromPoolAsync_v11020_ptsz)
 
 // Driver functions umswap calls but does not intercept: X(field, base name, version, PFN type).
-#define UMSWAP_DRIVER_USED(X)                                                                   \
-  X(cuGetProcAddress_v1, cuGetProcAddress, 11030, PFN_cuGetProcAddress_v11030)                  \
-  X(cuStreamSynchronize, cuStreamSynchronize, 2000, PFN_cuStreamSynchronize_v2000)              \
-  X(cuCtxGetDevice, cuCtxGetDevice, 2000, PFN_cuCtxGetDevice_v2000)                             \
-  X(cuDeviceGet, cuDeviceGet, 2000, PFN_cuDeviceGet_v2000)                                      \
-  X(cuDeviceTotalMem_v2, cuDeviceTotalMem, 3020, PFN_cuDeviceTotalMem_v3020)                    \
-  X(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool, 11020,                                \
-    PFN_cuDeviceGetDefaultMemPool_v11020)                                                       \
+#define UMSWAP_DRIVER_USED(X)                                                      \
+  X(cuGetProcAddress_v1, cuGetProcAddress, 11030, PFN_cuGetProcAddress_v11030)     \
+  X(cuStreamSynchronize, cuStreamSynchronize, 2000, PFN_cuStreamSynchronize_v2000) \
+  X(cuCtxGetDevice, cuCtxGetDevice, 2000, PFN_cuCtxGetDevice_v2000)                \
+  X(cuDeviceGet, cuDeviceGet, 2000, PFN_cuDeviceGet_v2000)                         \
+  X(cuDeviceTotalMem_v2, cuDeviceTotalMem, 3020, PFN_cuDeviceTotalMem_v3020)       \
+  X(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool, 11020,                   \
+    PFN_cuDeviceGetDefaultMemPool_v11020)                                          \
   X(cuMemGetDefaultMemPool, cuMemGetDefaultMemPool, 13000, PFN_cuMemGetDefaultMemPool_v13000)
 
 // CUDA runtime functions exported by the library: X(name, function whose type it has).

@@ -25,7 +25,9 @@ pid_t g_owner_pid = 0;
 RuntimeApiScope::RuntimeApiScope(AllocApi api) : previous_(t_runtime_api) {
   t_runtime_api = static_cast<int>(api);
 }
-RuntimeApiScope::~RuntimeApiScope() { t_runtime_api = previous_; }
+RuntimeApiScope::~RuntimeApiScope() {
+  t_runtime_api = previous_;
+}
 
 AllocApi Preload::api_or(AllocApi fallback) {
   return t_runtime_api < 0 ? fallback : static_cast<AllocApi>(t_runtime_api);
@@ -110,13 +112,14 @@ bool Preload::redirecting() {
   return allocator_ != nullptr;
 }
 
-ManagedAllocator& Preload::allocator() { return *allocator_; }
+ManagedAllocator& Preload::allocator() {
+  return *allocator_;
+}
 
 CallSiteId Preload::call_site() const {
   static const int kAnchor = 0;  // any address inside libumswap.so: its frames are skipped
-  return capture_call_site({.depth = options_.callsite_depth,
-                            .skip_innermost = 0,
-                            .skip_module = &kAnchor});
+  return capture_call_site(
+      {.depth = options_.callsite_depth, .skip_innermost = 0, .skip_module = &kAnchor});
 }
 
 void Preload::write_stats_at_exit() {
@@ -128,8 +131,8 @@ void Preload::write_stats_at_exit() {
   if (allocator_) stats = allocator_->stats();
   if (options_.verbose >= 1 || stats.cap_hits > 0) {
     log(stats.cap_hits > 0 ? LogLevel::warning : LogLevel::info,
-        "exit: {} allocations, peak managed {}, {} refused by the limit",
-        stats.total_allocations(), format_bytes(stats.managed_bytes_peak), stats.cap_hits);
+        "exit: {} allocations, peak managed {}, {} refused by the limit", stats.total_allocations(),
+        format_bytes(stats.managed_bytes_peak), stats.cap_hits);
   }
   if (options_.stats_path.empty()) return;
   nlohmann::json j = {
@@ -154,7 +157,9 @@ void Preload::write_stats_at_exit() {
 
 namespace {
 
-void after_fork_in_child() { preload().mark_forked_child(); }
+void after_fork_in_child() {
+  preload().mark_forked_child();
+}
 
 // Runs at load, in every process the library is preloaded into: keep it cheap and CUDA-free.
 __attribute__((constructor(101))) void on_load() {

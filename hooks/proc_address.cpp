@@ -43,8 +43,8 @@ struct HookEntry {
 };
 
 const HookEntry kHooks[] = {
-#define UMSWAP_ENTRY(name, base, version, per_thread, pfn)                  \
-  {#name, #base, reinterpret_cast<void*>(&::name),                          \
+#define UMSWAP_ENTRY(name, base, version, per_thread, pfn) \
+  {#name, #base, reinterpret_cast<void*>(&::name),         \
    [](const RealDriver& d) { return reinterpret_cast<void*>(d.name); }},
     UMSWAP_DRIVER_HOOKS(UMSWAP_ENTRY)
 #undef UMSWAP_ENTRY
@@ -97,7 +97,7 @@ void* hook_for_driver_answer(const char* symbol, void* real_answer, const void* 
 // dlsym, after the real one answered: substitute when a driver entry point was asked for by name
 // from libcuda (cuGetProcAddress, or a hooked function such as cuMemAlloc_v2).
 extern "C" __attribute__((visibility("hidden"))) void* umswap_dlsym_impl(void* handle,
-                                                                          const char* symbol) {
+                                                                         const char* symbol) {
   // Reached by a jump from the trampoline, so this is the original caller's return address.
   const void* caller = __builtin_return_address(0);
   void* result = real_dlsym()(handle, symbol);

@@ -15,7 +15,6 @@ DlsymFn resolve_real_dlsym() {
   return reinterpret_cast<DlsymFn>(f);
 }
 
-
 }  // namespace
 
 // Read by the dlsym trampoline (dlsym_hook.cpp) without a call.
@@ -67,6 +66,8 @@ bool load_real_driver(RealDriver* d, const char** reason) {
 
 namespace umswap {
 namespace {
-__attribute__((constructor(101))) void resolve_at_load() { real_dlsym(); }
+__attribute__((constructor(101))) void resolve_at_load() {
+  real_dlsym();
+}
 }  // namespace
 }  // namespace umswap

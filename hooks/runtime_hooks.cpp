@@ -37,16 +37,16 @@ void check_reached_driver(cudaError_t status, const void* ptr, const char* api) 
   p.allocator().note_escape();
   static OnceFlag once;
   if (once.first()) {
-    log_warning("{} returned memory that did not pass through umswap's driver hooks; it stays "
-                "ordinary device memory",
-                api);
+    log_warning(
+        "{} returned memory that did not pass through umswap's driver hooks; it stays "
+        "ordinary device memory",
+        api);
   }
 }
 
 constexpr cudaError_t kNoRuntime = cudaErrorSharedObjectInitFailed;
 
-#define UMSWAP_CACHE(name, type_of) \
-  std::atomic<decltype(&::type_of)> real_##name{nullptr};
+#define UMSWAP_CACHE(name, type_of) std::atomic<decltype(&::type_of)> real_##name{nullptr};
 UMSWAP_RUNTIME_HOOKS(UMSWAP_CACHE)
 #undef UMSWAP_CACHE
 

@@ -6,10 +6,12 @@
 // says which (`managed` or `native`). Checks real effects: the pointer's memory type, kernels
 // reading and writing the memory, the error codes the caller sees.
 #include <cuda.h>
-#include <cuda_runtime.h>
 #include <cudaTypedefs.h>
+#include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -275,6 +277,25 @@ TEST_F(Interpose, CapTurnsIntoOutOfMemoryAndStateStaysIntact) {
   EXPECT_EQ(cudaFree(p), cudaSuccess);
   EXPECT_EQ(cudaFree(held), cudaSuccess);
   ASSERT_EQ(cudaMalloc(&p, cap / 2 + (64 << 20)), cudaSuccess);  // fits again once freed
+  EXPECT_EQ(cudaFree(p), cudaSuccess);
+}
+
+// After fork() the child must not write the parent's files: with UMSWAP_STATS=...%p, a child that
+// exits normally (running the library's destructors) leaves no file under its own pid.
+TEST_F(Interpose, ForkedChildWritesNoStatsFile) {
+  const char* stats = std::getenv("UMSWAP_STATS");
+  if (!stats || !std::strstr(stats, "%p")) GTEST_SKIP() << "run without UMSWAP_STATS=...%p";
+  void* p = nullptr;
+  ASSERT_EQ(cudaMalloc(&p, 1 << 20), cudaSuccess);  // this process has used CUDA through umswap
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) std::exit(0);  // normal exit: atexit handlers and library destructors run
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  std::string path = stats;
+  path.replace(path.find("%p"), 2, std::to_string(child));
+  EXPECT_NE(access(path.c_str(), F_OK), 0) << path << " was written by a forked child";
   EXPECT_EQ(cudaFree(p), cudaSuccess);
 }
 

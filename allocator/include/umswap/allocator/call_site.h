@@ -15,9 +15,9 @@
 namespace umswap {
 
 struct CallSiteOptions {
-  int depth = 8;                       // frames hashed after skipping; 0 disables (id 0)
-  int skip_innermost = 0;              // frames to drop first (the capture call itself, ...)
-  const void* skip_module = nullptr;   // an address inside a module whose frames are skipped
+  int depth = 8;                      // frames hashed after skipping; 0 disables (id 0)
+  int skip_innermost = 0;             // frames to drop first (the capture call itself, ...)
+  const void* skip_module = nullptr;  // an address inside a module whose frames are skipped
 };
 
 struct CallSiteFrame {

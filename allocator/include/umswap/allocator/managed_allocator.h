@@ -30,16 +30,16 @@ namespace umswap {
 struct AllocatorStats {
   uint64_t allocations[kAllocApiCount] = {};
   uint64_t frees = 0;
-  uint64_t managed_bytes = 0;       // allocated and not yet freed
+  uint64_t managed_bytes = 0;  // allocated and not yet freed
   uint64_t managed_bytes_peak = 0;
-  uint64_t managed_limit = 0;       // 0 = none
-  uint64_t cap_hits = 0;            // allocations refused by the limit
+  uint64_t managed_limit = 0;  // 0 = none
+  uint64_t cap_hits = 0;       // allocations refused by the limit
   uint64_t largest_refused = 0;
   uint64_t live_buffers = 0;
-  uint64_t driver_failures = 0;     // allocations the driver itself refused
-  uint64_t unmanaged_vmm = 0;       // cuMemCreate calls seen (left alone)
-  uint64_t escaped = 0;             // runtime allocations that did not reach the driver hooks
-  bool pool_fallback = false;       // stream-ordered allocations fell back to plain managed
+  uint64_t driver_failures = 0;  // allocations the driver itself refused
+  uint64_t unmanaged_vmm = 0;    // cuMemCreate calls seen (left alone)
+  uint64_t escaped = 0;          // runtime allocations that did not reach the driver hooks
+  bool pool_fallback = false;    // stream-ordered allocations fell back to plain managed
 
   uint64_t total_allocations() const {
     uint64_t total = 0;
@@ -106,7 +106,7 @@ class ManagedAllocator {
   std::atomic<size_t> pitch_alignment_{0};
 
   std::once_flag pool_once_;
-  CUmemoryPool pool_ = nullptr;
+  std::atomic<CUmemoryPool> pool_{nullptr};
 };
 
 }  // namespace umswap

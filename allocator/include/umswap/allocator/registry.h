@@ -47,8 +47,8 @@ struct BufferRecord {
   BufferId id = 0;
   CallSiteId call_site = 0;
   AllocApi api = AllocApi::cudaMalloc;
-  bool from_pool = false;     // stream-ordered pool allocation (freed with cuMemFreeAsync)
-  bool app_managed = false;   // the program asked for managed memory itself
+  bool from_pool = false;    // stream-ordered pool allocation (freed with cuMemFreeAsync)
+  bool app_managed = false;  // the program asked for managed memory itself
 
   uint64_t end() const { return base + size; }
   bool contains(uint64_t address) const { return address - base < size; }

@@ -53,18 +53,18 @@ std::string format_bytes(uint64_t bytes);
 
 struct Options {
   Mode mode = Mode::managed;
-  SizeSpec budget;                     // GPU-resident target; 0 = none (used by the advisor)
-  SizeSpec managed_limit;              // hard cap on managed bytes allocated; 0 = no cap
-  std::string stats_path;              // JSON stats written at exit; empty = none
-  int verbose = 0;                     // 0 quiet, 1 resolved options and notable events, 2 debug
-  int callsite_depth = 8;              // frames hashed into a buffer's call-site identity; 0 = off
+  SizeSpec budget;         // GPU-resident target; 0 = none (used by the advisor)
+  SizeSpec managed_limit;  // hard cap on managed bytes allocated; 0 = no cap
+  std::string stats_path;  // JSON stats written at exit; empty = none
+  int verbose = 0;         // 0 quiet, 1 resolved options and notable events, 2 debug
+  int callsite_depth = 8;  // frames hashed into a buffer's call-site identity; 0 = off
 };
 
 // One entry of the option table, for help texts and `UMSWAP_VERBOSE` output.
 struct OptionInfo {
-  std::string_view name;           // UMSWAP_...
-  std::string_view default_text;   // as a user would write it
-  std::string_view meaning;        // one line
+  std::string_view name;          // UMSWAP_...
+  std::string_view default_text;  // as a user would write it
+  std::string_view meaning;       // one line
 };
 std::span<const OptionInfo> option_table();
 

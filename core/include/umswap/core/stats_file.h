@@ -6,10 +6,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/types.h>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <sys/types.h>
 
 namespace umswap {
 

@@ -1,0 +1,61 @@
+# CPU unit tests of core/ and allocator/, their helper programs, and the registry micro-benchmark.
+# Included from tests/CMakeLists.txt; no GPU needed for any of it.
+
+set(_umswap_unit_dir ${CMAKE_CURRENT_LIST_DIR})
+
+# --- core --------------------------------------------------------------------------------------
+umswap_add_test(NAME core_options_test
+  SOURCES ${_umswap_unit_dir}/core/options_test.cpp LIBS umswap_core)
+umswap_add_test(NAME core_stats_file_test
+  SOURCES ${_umswap_unit_dir}/core/stats_file_test.cpp LIBS umswap_core)
+umswap_add_test(NAME core_log_test
+  SOURCES ${_umswap_unit_dir}/core/log_test.cpp LIBS umswap_core)
+
+# --- allocator ---------------------------------------------------------------------------------
+umswap_add_test(NAME allocator_registry_test
+  SOURCES ${_umswap_unit_dir}/allocator/registry_test.cpp LIBS umswap_allocator)
+umswap_add_test(NAME allocator_managed_allocator_test
+  SOURCES ${_umswap_unit_dir}/allocator/managed_allocator_test.cpp LIBS umswap_allocator)
+
+# A program the call-site test runs twice, to compare identities across processes. Built as a
+# PIE so that each run loads it at a different address (where ASLR is on).
+add_executable(call_site_probe ${_umswap_unit_dir}/allocator/call_site_probe.cpp)
+target_link_libraries(call_site_probe PRIVATE umswap_allocator)
+set_target_properties(call_site_probe PROPERTIES POSITION_INDEPENDENT_CODE ON)
+target_compile_options(call_site_probe PRIVATE -fPIE)
+target_link_options(call_site_probe PRIVATE -pie)
+umswap_warnings(call_site_probe)
+
+# The same tiny relay library under two names: one that call_site.cpp must skip as a CUDA
+# library, one it must keep.
+add_library(umswap_test_relay_cuda SHARED ${_umswap_unit_dir}/allocator/frame_relay.cpp)
+set_target_properties(umswap_test_relay_cuda PROPERTIES OUTPUT_NAME cudart.umswap_test)
+target_compile_definitions(umswap_test_relay_cuda PRIVATE UMSWAP_RELAY_NAME=umswap_test_relay_cuda)
+umswap_warnings(umswap_test_relay_cuda)
+add_library(umswap_test_relay_plain SHARED ${_umswap_unit_dir}/allocator/frame_relay.cpp)
+set_target_properties(umswap_test_relay_plain PROPERTIES OUTPUT_NAME umswap_test_relay)
+target_compile_definitions(umswap_test_relay_plain PRIVATE
+  UMSWAP_RELAY_NAME=umswap_test_relay_plain)
+umswap_warnings(umswap_test_relay_plain)
+
+umswap_add_test(NAME allocator_call_site_test
+  SOURCES ${_umswap_unit_dir}/allocator/call_site_test.cpp
+  LIBS umswap_allocator umswap_test_relay_cuda umswap_test_relay_plain)
+add_dependencies(allocator_call_site_test call_site_probe)
+target_compile_definitions(allocator_call_site_test PRIVATE
+  UMSWAP_TEST_CALL_SITE_PROBE="$<TARGET_FILE:call_site_probe>"
+  UMSWAP_TEST_RELAY_CUDA_NAME="$<TARGET_FILE_NAME:umswap_test_relay_cuda>"
+  UMSWAP_TEST_RELAY_PLAIN_NAME="$<TARGET_FILE_NAME:umswap_test_relay_plain>")
+
+# --- benchmark (an executable, not a CTest test) -----------------------------------------------
+if(UMSWAP_BUILD_BENCHMARKS)
+  find_package(benchmark QUIET)
+  if(benchmark_FOUND)
+    add_executable(registry_bench ${_umswap_unit_dir}/bench/registry_bench.cpp)
+    target_link_libraries(registry_bench PRIVATE umswap_allocator benchmark::benchmark
+                                                 Threads::Threads)
+    umswap_warnings(registry_bench)
+  else()
+    message(STATUS "umswap: Google Benchmark not found; registry_bench is not built")
+  endif()
+endif()

@@ -57,7 +57,7 @@ Registry::Registry()
 bool Registry::insert(const BufferRecord& record) {
   if (record.size == 0 || record.base + record.size < record.base) return false;
   std::lock_guard lock(write_mutex_);
-  const auto old = current_.load(std::memory_order_acquire);
+  const auto old = load_current();
   const auto& recs = old->records_;
   auto it = std::lower_bound(recs.begin(), recs.end(), record.base,
                              [](const BufferRecord& r, uint64_t b) { return r.base < b; });
@@ -70,14 +70,13 @@ bool Registry::insert(const BufferRecord& record) {
   next->records_.insert(next->records_.end(), it, recs.end());
   next->lowest_ = std::min(old->lowest_, record.base);
   next->highest_end_ = std::max(old->highest_end_, record.end());
-  current_.store(std::move(next), std::memory_order_release);
-  generation_.fetch_add(1, std::memory_order_release);
+  publish(std::move(next));
   return true;
 }
 
 std::optional<BufferRecord> Registry::remove(uint64_t base) {
   std::lock_guard lock(write_mutex_);
-  const auto old = current_.load(std::memory_order_acquire);
+  const auto old = load_current();
   const auto& recs = old->records_;
   auto it = std::lower_bound(recs.begin(), recs.end(), base,
                              [](const BufferRecord& r, uint64_t b) { return r.base < b; });
@@ -91,8 +90,7 @@ std::optional<BufferRecord> Registry::remove(uint64_t base) {
     next->lowest_ = next->records_.front().base;
     for (const auto& r : next->records_) next->highest_end_ = std::max(next->highest_end_, r.end());
   }
-  current_.store(std::move(next), std::memory_order_release);
-  generation_.fetch_add(1, std::memory_order_release);
+  publish(std::move(next));
   return removed;
 }
 
@@ -101,7 +99,7 @@ const Registry::Snapshot& Registry::thread_cached_snapshot() const {
   // generation is older than the snapshot and the next call simply reloads.
   const uint64_t generation = generation_.load(std::memory_order_acquire);
   if (t_cache.instance != instance_ || t_cache.generation != generation) {
-    t_cache.snapshot = current_.load(std::memory_order_acquire);
+    t_cache.snapshot = load_current();
     t_cache.generation = generation;
     t_cache.instance = instance_;
   }
@@ -118,7 +116,21 @@ bool Registry::contains(uint64_t address) const {
 }
 
 std::shared_ptr<const Registry::Snapshot> Registry::snapshot() const {
-  return current_.load(std::memory_order_acquire);
+  thread_cached_snapshot();  // refreshes this thread's copy if the registry changed
+  return t_cache.snapshot;
+}
+
+std::shared_ptr<const Registry::Snapshot> Registry::load_current() const {
+  std::lock_guard lock(publish_mutex_);
+  return current_;
+}
+
+void Registry::publish(std::shared_ptr<const Snapshot> next) {
+  {
+    std::lock_guard lock(publish_mutex_);
+    current_ = std::move(next);
+  }
+  generation_.fetch_add(1, std::memory_order_release);
 }
 
 }  // namespace umswap

@@ -2,9 +2,10 @@
 //
 // Maps address ranges [base, base + size) to buffer records. Built for the kernel-launch path,
 // which asks about every 8-byte word of every launch's parameters:
-//   * readers never lock: they read an immutable, sorted snapshot published through an atomic
-//     shared_ptr, and each thread keeps the snapshot it used last until the registry changes,
-//     so a lookup in steady state is one relaxed atomic load plus a binary search;
+//   * readers read an immutable, sorted snapshot, and each thread keeps the snapshot it used
+//     last until the registry changes, so a lookup in steady state is one atomic load (the
+//     generation) plus a binary search; only a thread that sees a new generation takes a short
+//     lock to copy the new snapshot's shared_ptr;
 //   * writers (allocations and frees, rare by comparison) serialize on a mutex and publish a new
 //     snapshot (O(n) copy).
 // Thread safety: every member function may be called from any thread at any time. A Snapshot stays
@@ -90,8 +91,15 @@ class Registry {
  private:
   const Snapshot& thread_cached_snapshot() const;
 
+  std::shared_ptr<const Snapshot> load_current() const;
+  void publish(std::shared_ptr<const Snapshot> next);
+
   mutable std::mutex write_mutex_;
-  std::atomic<std::shared_ptr<const Snapshot>> current_;
+  // Not std::atomic<std::shared_ptr>: with libstdc++ 12 concurrent loads and stores of it
+  // corrupted the heap of traced PyTorch programs (launch-path readers on several threads racing
+  // allocations); a mutex held only to copy or swap the pointer is simple and correct.
+  mutable std::mutex publish_mutex_;
+  std::shared_ptr<const Snapshot> current_;
   std::atomic<uint64_t> generation_{0};
   const uint64_t instance_;  // distinguishes registries in the per-thread cache
 };

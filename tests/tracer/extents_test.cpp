@@ -1,0 +1,107 @@
+// Extents: each pointer's byte range ends at the next pointer seen into the same buffer (in the
+// iteration, or in the step), or at the buffer's end.
+#include "umswap/tracer/extents.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <span>
+#include <tuple>
+#include <vector>
+
+namespace umswap::tracer {
+namespace {
+
+constexpr uint64_t kSeg = 0x7f0000000000;  // a caching-allocator segment
+constexpr uint64_t kSegSize = 1 << 16;
+constexpr uint64_t kOther = 0x7f0000100000;
+constexpr uint64_t kOtherSize = 1 << 12;
+
+PointerHit seg(uint64_t offset) {
+  return {.buffer = 10, .base = kSeg, .size = kSegSize, .pointer = kSeg + offset};
+}
+PointerHit other(uint64_t offset) {
+  return {.buffer = 20, .base = kOther, .size = kOtherSize, .pointer = kOther + offset};
+}
+
+// BufferId -> index into Trace::buffers.
+uint32_t index_of(BufferId id) {
+  return id == 10 ? 0 : 1;
+}
+
+using Range = std::tuple<uint32_t, uint64_t, uint64_t>;  // buffer index, offset, length
+
+struct Result {
+  std::vector<std::vector<Range>> per_step;
+};
+
+Result extents(const std::vector<std::vector<PointerHit>>& steps,
+               ExtentScope scope = ExtentScope::iteration) {
+  std::vector<std::span<const PointerHit>> spans(steps.begin(), steps.end());
+  std::vector<trace::Access> accesses;
+  std::vector<uint64_t> first;
+  compute_extents(spans, index_of, accesses, first, scope);
+  EXPECT_EQ(first.size(), steps.size() + 1);
+  EXPECT_EQ(first.back(), accesses.size());
+  Result r;
+  for (size_t s = 0; s < steps.size(); ++s) {
+    std::vector<Range> ranges;
+    for (uint64_t a = first[s]; a < first[s + 1]; ++a) {
+      ranges.emplace_back(accesses[a].buffer, accesses[a].offset, accesses[a].length);
+    }
+    r.per_step.push_back(ranges);
+  }
+  return r;
+}
+
+TEST(Extents, PointersPackedInOneSegment) {
+  const Result r = extents({{seg(0), seg(4096), seg(10000)}});
+  EXPECT_EQ(r.per_step[0],
+            (std::vector<Range>{{0, 0, 4096}, {0, 4096, 5904}, {0, 10000, kSegSize - 10000}}));
+}
+
+TEST(Extents, ASinglePointerReachesTheBufferEnd) {
+  EXPECT_EQ(extents({{seg(100)}}).per_step[0], (std::vector<Range>{{0, 100, kSegSize - 100}}));
+  EXPECT_EQ(extents({{other(0)}}).per_step[0], (std::vector<Range>{{1, 0, kOtherSize}}));
+}
+
+TEST(Extents, BuffersAreIndependent) {
+  // The other buffer's pointers lie above the segment's: they must not end its extents.
+  const Result r = extents({{seg(0), other(0), other(1000)}, {seg(60000)}});
+  EXPECT_EQ(r.per_step[0],
+            (std::vector<Range>{{0, 0, 60000}, {1, 0, 1000}, {1, 1000, kOtherSize - 1000}}));
+  EXPECT_EQ(r.per_step[1], (std::vector<Range>{{0, 60000, kSegSize - 60000}}));
+}
+
+TEST(Extents, NextPointerAcrossTheIteration) {
+  const std::vector<std::vector<PointerHit>> steps = {
+      {seg(0)}, {seg(4096)}, {}, {seg(0), seg(10000)}};
+  const Result it = extents(steps);
+  EXPECT_EQ(it.per_step[0], (std::vector<Range>{{0, 0, 4096}}));
+  EXPECT_EQ(it.per_step[1], (std::vector<Range>{{0, 4096, 5904}}));
+  EXPECT_TRUE(it.per_step[2].empty());
+  EXPECT_EQ(it.per_step[3], (std::vector<Range>{{0, 0, 4096}, {0, 10000, kSegSize - 10000}}));
+  // Within each step only: step 0 alone reaches the end, step 3's first pointer the second.
+  const Result st = extents(steps, ExtentScope::step);
+  EXPECT_EQ(st.per_step[0], (std::vector<Range>{{0, 0, kSegSize}}));
+  EXPECT_EQ(st.per_step[1], (std::vector<Range>{{0, 4096, kSegSize - 4096}}));
+  EXPECT_EQ(st.per_step[3], (std::vector<Range>{{0, 0, 10000}, {0, 10000, kSegSize - 10000}}));
+}
+
+TEST(Extents, RepeatedPointersAndTheLastByte) {
+  const Result r = extents({{seg(8)}, {seg(8)}, {seg(kSegSize - 1)}});
+  EXPECT_EQ(r.per_step[0], (std::vector<Range>{{0, 8, kSegSize - 9}}));
+  EXPECT_EQ(r.per_step[1], (std::vector<Range>{{0, 8, kSegSize - 9}}));
+  EXPECT_EQ(r.per_step[2], (std::vector<Range>{{0, kSegSize - 1, 1}}));
+}
+
+TEST(Extents, NoStepsAndOutputReplaced) {
+  std::vector<trace::Access> accesses = {{.buffer = 9, .offset = 1, .length = 1}};
+  std::vector<uint64_t> first = {5, 6};
+  compute_extents({}, index_of, accesses, first);
+  EXPECT_TRUE(accesses.empty());
+  EXPECT_EQ(first, (std::vector<uint64_t>{0}));
+}
+
+}  // namespace
+}  // namespace umswap::tracer

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <filesystem>
 
 namespace umswap::cli {
 namespace {
@@ -127,6 +128,16 @@ ChildEnvironment plan_child_environment(const RunFlags& flags, const CurrentEnv&
   }
   if (flags.stats_path) env.set.push_back({"UMSWAP_STATS", *flags.stats_path});
   if (flags.verbose) env.set.push_back({"UMSWAP_VERBOSE", "1"});
+  if (flags.record) {
+    // Absolute: the program may change directory before it exits and writes the trace.
+    std::error_code ec;
+    const auto absolute = std::filesystem::absolute(flags.record->output, ec);
+    env.set.push_back({"UMSWAP_TRACE", ec ? flags.record->output : absolute.string()});
+    env.set.push_back({"UMSWAP_TRACE_ITERATIONS", std::to_string(flags.record->iterations)});
+    if (!flags.record->marker.empty()) {
+      env.set.push_back({"UMSWAP_ITERATION_MARKER", flags.record->marker});
+    }
+  }
   return env;
 }
 

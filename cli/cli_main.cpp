@@ -7,6 +7,7 @@
 #include "umswap/core/environment.h"
 #include "umswap/core/log.h"
 #include "umswap/core/options.h"
+#include "umswap/core/trace_file.h"
 
 #include <fmt/format.h>
 
@@ -58,7 +59,50 @@ int run_command(const RunFlags& flags) {
     }
     std::fputs(text.c_str(), stderr);
   }
-  return run_child(flags.command);
+  if (flags.record && !flags.record->marker.empty()) {
+    // NVTX reaches CUPTI only through the injection library named before the program starts.
+    const std::optional<std::string> cupti = find_cupti_library();
+    if (!cupti) {
+      log(LogLevel::error,
+          "--marker needs libcupti.so.13 for NVTX injection and it was not found; set "
+          "UMSWAP_CUPTI_LIBRARY to its path");
+      return kUsageErrorExitCode;
+    }
+    ::setenv("NVTX_INJECTION64_PATH", cupti->c_str(), 1);
+    ::setenv("UMSWAP_CUPTI_LIBRARY", cupti->c_str(), 1);
+  }
+  const int status = run_child(flags.command);
+  if (!flags.record) return status;
+  return finish_record(*flags.record, status);
+}
+
+// After `umswap record`: say what was recorded, or why nothing was.
+int finish_record(const RecordFlags& record, int child_status) {
+  std::string error;
+  const auto trace = read_trace_file(record.output, &error);
+  if (!trace) {
+    log(LogLevel::error,
+        "no trace was recorded ({}); the program may not have used CUDA, or tracing was off "
+        "(see the warning above)",
+        error);
+    return child_status != 0 ? child_status : kTraceErrorExitCode;
+  }
+  log(LogLevel::info, "trace {}: {} steps, {} iterations (period {}, {}), {} buffers",
+      record.output, trace->steps.size(), trace->iterations.size(), trace->detection.period,
+      trace->detection.source, trace->buffers.size());
+  return child_status;
+}
+
+std::optional<std::string> find_cupti_library() {
+  if (const char* explicit_path = env_get("UMSWAP_CUPTI_LIBRARY"))
+    return std::string(explicit_path);
+  for (const char* candidate :
+       {"/usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13", "/usr/local/cuda/lib64/libcupti.so.13",
+        "/usr/local/cuda/targets/x86_64-linux/lib/libcupti.so.13"}) {
+    std::error_code ec;
+    if (std::filesystem::exists(candidate, ec)) return std::string(candidate);
+  }
+  return std::nullopt;
 }
 
 int cli_main(int argc, char** argv) {
@@ -76,6 +120,10 @@ int cli_main(int argc, char** argv) {
       return command_line.exit_code;
     case CommandLine::Action::run:
       return run_command(command_line.run_flags);
+    case CommandLine::Action::report:
+      return report_command(command_line.trace_flags);
+    case CommandLine::Action::timeline:
+      return timeline_command(command_line.trace_flags);
   }
   return kUsageErrorExitCode;
 }

@@ -2,6 +2,7 @@
 // the text always matches what the parser and the library accept.
 #include "umswap/cli/command_line.h"
 #include "umswap/cli/detail/run_flag_table.h"
+#include "umswap/cli/detail/trace_command_usage.h"
 
 #include <fmt/format.h>
 
@@ -53,11 +54,24 @@ std::string help_text() {
   out += fmt::format(
       "umswap {} - run an unmodified CUDA program with more memory than the GPU has.\n"
       "It preloads libumswap.so, which turns the program's device allocations into CUDA managed\n"
-      "memory and keeps what is on the GPU under a budget.\n\n",
+      "memory and can record which kernels touch which buffers in each training iteration.\n\n",
       UMSWAP_CLI_VERSION);
-  out += fmt::format("Usage:\n  {}\n  umswap --help | --version\n\n", detail::kRunUsage);
+  out += fmt::format("Usage:\n  {}\n  {}\n  {}\n  {}\n  umswap --help | --version\n\n",
+                     detail::kRunUsage, detail::kRecordUsage, detail::kReportUsage,
+                     detail::kTimelineUsage);
   out += "Commands:\n";
   append_wrapped(out, "  run", 18, "run a command with libumswap.so preloaded");
+  append_wrapped(out, "  record", 18,
+                 "run it and record an access trace (CUPTI): -o FILE (required), --iterations N "
+                 "(stop recording after N iterations; 0 = all), --marker NAME (iterations start at "
+                 "the NVTX mark or range NAME instead of being detected); takes run's options too");
+  append_wrapped(out, "  report", 18,
+                 "print what a trace file holds: iterations, kernels, buffers, working set, and "
+                 "per iteration the bytes touched, faults and bytes moved");
+  append_wrapped(out, "  timeline", 18,
+                 "write a trace file's timeline as Chrome trace / Perfetto JSON (-o, --output "
+                 "OUT.json; never the trace itself): one track per stream, iterations, page "
+                 "faults");
   out += "\nOptions of run:\n";
   for (const auto& flag : detail::kRunFlags) {
     const std::string label = flag.value_name.empty()
@@ -101,17 +115,26 @@ std::string help_text() {
   out +=
       "\numswap puts libumswap.so first in LD_PRELOAD and adds expandable_segments:False to\n"
       "PYTORCH_CUDA_ALLOC_CONF (memory mapped with cuMemCreate/cuMemMap cannot be managed).\n\n";
-  out += "Exit codes:\n";
+  out += "Exit codes of run:\n";
   append_wrapped(out, "  N", 10, "the command's own exit code");
   append_wrapped(out, "  128+N", 10, "the command was killed by signal N (143: SIGTERM)");
   append_wrapped(out, "  126", 10, "the command was found but could not be run");
   append_wrapped(out, "  127", 10, "the command was not found");
   append_wrapped(out, "  2", 10,
                  "usage error: a bad flag or value, no command, libumswap.so not found");
+  out += "\nExit codes of report and timeline:\n";
+  append_wrapped(out, "  0", 10, "done");
+  append_wrapped(out, "  1", 10,
+                 "the trace cannot be read (missing, damaged, a version this umswap does not "
+                 "read) or the output cannot be written; one line names the file and the "
+                 "problem");
+  append_wrapped(out, "  2", 10, "usage error: no file, no -o, -o naming the trace itself");
   out +=
       "\nExamples:\n"
       "  umswap run --limit 60G -- python train.py\n"
-      "  umswap run --budget 40G --limit 100G --stats stats-%p.json -- ./trainer --epochs 1\n";
+      "  umswap run --budget 40G --limit 100G --stats stats-%p.json -- ./trainer --epochs 1\n"
+      "  umswap report run.umtrace\n"
+      "  umswap timeline run.umtrace -o run.json\n";
   return out;
 }
 

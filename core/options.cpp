@@ -40,6 +40,13 @@ constexpr std::array kOptionTable = {
     OptionInfo{"UMSWAP_VERBOSE", "0", "0 quiet; 1 resolved options and notable events; 2 debug"},
     OptionInfo{"UMSWAP_CALLSITE_DEPTH", "8",
                "stack frames hashed into an allocation's call-site identity (0-32; 0 = off)"},
+    OptionInfo{"UMSWAP_TRACE", "",
+               "record an access trace (kernels, buffers, iterations) to this file at exit"},
+    OptionInfo{"UMSWAP_TRACE_ITERATIONS", "0",
+               "stop recording after this many iterations (0 = record the whole run)"},
+    OptionInfo{"UMSWAP_ITERATION_MARKER", "",
+               "NVTX range name that starts an iteration (instead of detecting the period)"},
+    OptionInfo{"UMSWAP_CUPTI_LIBRARY", "", "libcupti.so to load (default: search)"},
 };
 
 }  // namespace
@@ -200,6 +207,19 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
       warn("UMSWAP_CALLSITE_DEPTH", v, "is not a whole number from 0 to 32", "8");
     }
   }
+  if (const char* v = read("UMSWAP_TRACE")) options.trace_path = std::string(trim(v));
+  if (const char* v = read("UMSWAP_TRACE_ITERATIONS")) {
+    const std::string_view t = trim(v);
+    uint64_t n = 0;
+    const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), n);
+    if (ec == std::errc() && end == t.data() + t.size()) {
+      options.trace_iterations = n;
+    } else {
+      warn("UMSWAP_TRACE_ITERATIONS", v, "is not a whole number", "0");
+    }
+  }
+  if (const char* v = read("UMSWAP_ITERATION_MARKER")) options.iteration_marker = trim(v);
+  if (const char* v = read("UMSWAP_CUPTI_LIBRARY")) options.cupti_library = trim(v);
   return options;
 }
 
@@ -211,6 +231,10 @@ std::vector<std::string> describe(const Options& options) {
       fmt::format("UMSWAP_STATS={}", options.stats_path),
       fmt::format("UMSWAP_VERBOSE={}", options.verbose),
       fmt::format("UMSWAP_CALLSITE_DEPTH={}", options.callsite_depth),
+      fmt::format("UMSWAP_TRACE={}", options.trace_path),
+      fmt::format("UMSWAP_TRACE_ITERATIONS={}", options.trace_iterations),
+      fmt::format("UMSWAP_ITERATION_MARKER={}", options.iteration_marker),
+      fmt::format("UMSWAP_CUPTI_LIBRARY={}", options.cupti_library),
   };
 }
 

@@ -26,15 +26,19 @@
     PFN_cuMemAllocFromPoolAsync_v11020_ptsz)
 
 // Driver functions umswap calls but does not intercept: X(field, base name, version, PFN type).
-#define UMSWAP_DRIVER_USED(X)                                                      \
-  X(cuGetProcAddress_v1, cuGetProcAddress, 11030, PFN_cuGetProcAddress_v11030)     \
-  X(cuStreamSynchronize, cuStreamSynchronize, 2000, PFN_cuStreamSynchronize_v2000) \
-  X(cuCtxGetDevice, cuCtxGetDevice, 2000, PFN_cuCtxGetDevice_v2000)                \
-  X(cuDeviceGet, cuDeviceGet, 2000, PFN_cuDeviceGet_v2000)                         \
-  X(cuDeviceTotalMem_v2, cuDeviceTotalMem, 3020, PFN_cuDeviceTotalMem_v3020)       \
-  X(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool, 11020,                   \
-    PFN_cuDeviceGetDefaultMemPool_v11020)                                          \
-  X(cuMemGetDefaultMemPool, cuMemGetDefaultMemPool, 13000, PFN_cuMemGetDefaultMemPool_v13000)
+#define UMSWAP_DRIVER_USED(X)                                                                 \
+  X(cuGetProcAddress_v1, cuGetProcAddress, 11030, PFN_cuGetProcAddress_v11030)                \
+  X(cuStreamSynchronize, cuStreamSynchronize, 2000, PFN_cuStreamSynchronize_v2000)            \
+  X(cuCtxGetDevice, cuCtxGetDevice, 2000, PFN_cuCtxGetDevice_v2000)                           \
+  X(cuDeviceGet, cuDeviceGet, 2000, PFN_cuDeviceGet_v2000)                                    \
+  X(cuDeviceTotalMem_v2, cuDeviceTotalMem, 3020, PFN_cuDeviceTotalMem_v3020)                  \
+  X(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool, 11020,                              \
+    PFN_cuDeviceGetDefaultMemPool_v11020)                                                     \
+  X(cuMemGetDefaultMemPool, cuMemGetDefaultMemPool, 13000, PFN_cuMemGetDefaultMemPool_v13000) \
+  X(cuFuncGetParamInfo, cuFuncGetParamInfo, 12040, PFN_cuFuncGetParamInfo_v12040)             \
+  X(cuKernelGetParamInfo, cuKernelGetParamInfo, 12040, PFN_cuKernelGetParamInfo_v12040)       \
+  X(cuFuncGetName, cuFuncGetName, 12030, PFN_cuFuncGetName_v12030)                            \
+  X(cuKernelGetName, cuKernelGetName, 12030, PFN_cuKernelGetName_v12030)
 
 // CUDA runtime functions exported by the library: X(name, function whose type it has).
 // The runtime reaches the driver through the hooked table, so these delegate to the real runtime

@@ -1,5 +1,6 @@
 #include "preload.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -7,6 +8,7 @@
 #include "umswap/core/environment.h"
 #include "umswap/core/log.h"
 #include "umswap/core/stats_file.h"
+#include "umswap/tracer/tracer.h"
 
 #ifndef UMSWAP_VERSION
 #define UMSWAP_VERSION "unknown"
@@ -63,7 +65,40 @@ void Preload::load_driver_once() {
 
 const RealDriver* Preload::driver() {
   load_driver_once();
-  return driver_ok_ ? &driver_ : nullptr;
+  if (!driver_ok_) return nullptr;
+  if (!options_.trace_path.empty() && tracer_state_.load(std::memory_order_acquire) == 0) {
+    start_tracer_once();
+  }
+  return &driver_;
+}
+
+// Started outside every lock and once only: subscribing initializes CUPTI, which resolves the
+// driver through dlsym and so re-enters driver() on this thread; it finds the state at 1.
+void Preload::start_tracer_once() {
+  int expected = 0;
+  if (!tracer_state_.compare_exchange_strong(expected, 1)) return;
+  if (forked_child_.load()) return;
+  tracer::TracerConfig config;
+  config.trace_path = expand_stats_path(options_.trace_path, ::getpid());
+  config.max_iterations = options_.trace_iterations;
+  config.cupti_library = options_.cupti_library;
+  config.iteration_marker = options_.iteration_marker;
+  config.program = program_invocation_name ? program_invocation_name : "";
+  tracer::TracerDriver td;
+  td.func_get_param_info = driver_.cuFuncGetParamInfo;
+  td.kernel_get_param_info = driver_.cuKernelGetParamInfo;
+  td.func_get_name = driver_.cuFuncGetName;
+  td.kernel_get_name = driver_.cuKernelGetName;
+  std::string reason;
+  if (tracer::start_tracer(config, td, registry_, &reason)) {
+    log_info("tracing kernel launches into {}", config.trace_path);
+  } else {
+    log_warning(
+        "tracing is off: {}; the program runs on plain managed memory and no trace is "
+        "written",
+        reason);
+  }
+  tracer_state_.store(2, std::memory_order_release);
 }
 
 void Preload::create_allocator_once() {
@@ -170,6 +205,7 @@ __attribute__((constructor(101))) void on_load() {
 
 __attribute__((destructor)) void on_unload() {
   try {
+    tracer::finish_tracer();  // normally done by the atexit handler already
     preload().write_stats_at_exit();
   } catch (...) {
     // Exit must never fail because of umswap; the stats are lost, the program's result is not.
@@ -179,3 +215,8 @@ __attribute__((destructor)) void on_unload() {
 
 }  // namespace
 }  // namespace umswap
+
+// The public C API (include/umswap/umswap.h).
+extern "C" __attribute__((visibility("default"))) void umswap_mark_iteration_v1() {
+  umswap::tracer::mark_iteration();
+}

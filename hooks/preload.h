@@ -42,6 +42,7 @@ class Preload {
  private:
   void load_driver_once();
   void create_allocator_once();
+  void start_tracer_once();
 
   Options options_;
   std::vector<std::string> option_warnings_;  // printed at first CUDA use, not in every process
@@ -52,6 +53,7 @@ class Preload {
   std::once_flag allocator_once_;
   ManagedAllocator* allocator_ = nullptr;  // never freed: hooks may run during exit
   std::atomic<bool> forked_child_{false};
+  std::atomic<int> tracer_state_{0};  // 0 not started, 1 starting, 2 done (running or not)
 };
 
 Preload& preload();

@@ -36,6 +36,9 @@ def parse_args():
     p.add_argument("--checkpoint", action="store_true",
                    help="recompute each feature block in backward (torch.utils.checkpoint)")
     p.add_argument("--seed", type=int, default=0, help="seed for weights and data (default 0)")
+    p.add_argument("--nvtx-mark", metavar="NAME",
+                   help="emit an NVTX mark NAME at the start of each iteration "
+                        "(for `umswap record --marker NAME`)")
     a = p.parse_args()
     if a.batch < 1 or a.steps < 1:
         p.error("--batch and --steps must be at least 1")
@@ -100,6 +103,8 @@ def main():
     torch.cuda.reset_peak_memory_stats()
     for i in range(args.steps):
         torch.cuda.synchronize()
+        if args.nvtx_mark:
+            torch.cuda.nvtx.mark(args.nvtx_mark)
         start = time.perf_counter()
         try:
             loss = iteration()

@@ -166,5 +166,21 @@ TEST(ChildEnv, PytorchAllocConfAloneIsCarriedIntoBoth) {
       << env.warnings[0];
 }
 
+TEST(ChildEnv, RecordSetsTraceVariablesWithAnAbsolutePath) {
+  RunFlags flags;
+  flags.command = {"true"};
+  flags.record = RecordFlags{.output = "run.umtrace", .iterations = 3, .marker = "step"};
+  const ChildEnvironment env = plan_child_environment(flags, {}, "/u/libumswap.so");
+  const auto trace = find_var(env, "UMSWAP_TRACE");
+  ASSERT_TRUE(trace);
+  EXPECT_EQ(trace->front(), '/');
+  EXPECT_TRUE(trace->ends_with("/run.umtrace")) << *trace;
+  EXPECT_EQ(find_var(env, "UMSWAP_TRACE_ITERATIONS"), "3");
+  EXPECT_EQ(find_var(env, "UMSWAP_ITERATION_MARKER"), "step");
+  flags.record->marker.clear();
+  EXPECT_FALSE(
+      find_var(plan_child_environment(flags, {}, "/u/libumswap.so"), "UMSWAP_ITERATION_MARKER"));
+}
+
 }  // namespace
 }  // namespace umswap::cli

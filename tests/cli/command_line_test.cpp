@@ -104,9 +104,9 @@ TEST(CommandLine, UnknownOptionAndCommand) {
   const CommandLine option = parse({"run", "--bduget", "4G", "--", "true"});
   EXPECT_EQ(option.exit_code, 2);
   EXPECT_TRUE(contains(option.message, "unknown option '--bduget'")) << option.message;
-  const CommandLine command = parse({"record", "--", "true"});
+  const CommandLine command = parse({"recrod", "--", "true"});
   EXPECT_EQ(command.exit_code, 2);
-  EXPECT_TRUE(contains(command.message, "unknown command 'record'")) << command.message;
+  EXPECT_TRUE(contains(command.message, "unknown command 'recrod'")) << command.message;
 }
 
 TEST(CommandLine, HelpVersionAndNothing) {
@@ -146,6 +146,33 @@ TEST(HelpText, ListsFlagsModesVariablesExitCodesExamples) {
 
 TEST(VersionText, NamesTheVersion) {
   EXPECT_EQ(version_text(), "umswap " UMSWAP_TEST_VERSION "\n");
+}
+
+TEST(CommandLine, RecordTakesRunFlagsAndItsOwn) {
+  const CommandLine cl = parse({"record", "-o", "run.umtrace", "--iterations", "5", "--marker",
+                                "step", "--limit", "60G", "--", "python", "train.py"});
+  ASSERT_EQ(cl.action, Action::run) << cl.message;
+  ASSERT_TRUE(cl.run_flags.record.has_value());
+  EXPECT_EQ(cl.run_flags.record->output, "run.umtrace");
+  EXPECT_EQ(cl.run_flags.record->iterations, 5u);
+  EXPECT_EQ(cl.run_flags.record->marker, "step");
+  ASSERT_TRUE(cl.run_flags.managed_limit.has_value());
+  EXPECT_EQ(cl.run_flags.managed_limit->bytes, 60ull << 30);
+  EXPECT_EQ(cl.run_flags.command, (std::vector<std::string>{"python", "train.py"}));
+  EXPECT_FALSE(parse({"run", "--", "true"}).run_flags.record.has_value());
+}
+
+TEST(CommandLine, RecordErrorsNameTheProblem) {
+  const CommandLine no_output = parse({"record", "--", "true"});
+  EXPECT_EQ(no_output.exit_code, 2);
+  EXPECT_TRUE(contains(no_output.message, "no trace file given (-o FILE)")) << no_output.message;
+  const CommandLine bad_n = parse({"record", "-o", "t", "--iterations", "five", "--", "true"});
+  EXPECT_EQ(bad_n.exit_code, 2);
+  EXPECT_TRUE(contains(bad_n.message, "--iterations: 'five' is not a whole number"))
+      << bad_n.message;
+  const CommandLine no_command = parse({"record", "-o", "t", "--"});
+  EXPECT_EQ(no_command.exit_code, 2);
+  EXPECT_TRUE(contains(no_command.message, "record: no command given")) << no_command.message;
 }
 
 }  // namespace

@@ -414,8 +414,10 @@ TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
   EXPECT_EQ(table_names(), env.asked());
   EXPECT_EQ(table_names(),
             (std::set<std::string>{"UMSWAP_MODE", "UMSWAP_BUDGET", "UMSWAP_MANAGED_LIMIT",
-                                   "UMSWAP_STATS", "UMSWAP_VERBOSE", "UMSWAP_CALLSITE_DEPTH"}));
-  EXPECT_EQ(option_table().size(), 6u);  // no duplicates
+                                   "UMSWAP_STATS", "UMSWAP_VERBOSE", "UMSWAP_CALLSITE_DEPTH",
+                                   "UMSWAP_TRACE", "UMSWAP_TRACE_ITERATIONS",
+                                   "UMSWAP_ITERATION_MARKER", "UMSWAP_CUPTI_LIBRARY"}));
+  EXPECT_EQ(option_table().size(), 10u);  // no duplicates
 }
 
 TEST(OptionTable, EveryEntryHasAMeaning) {
@@ -444,10 +446,15 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
   o.stats_path = "/tmp/s.json";
   o.verbose = 2;
   o.callsite_depth = 0;
+  o.trace_path = "/tmp/t.umtrace";
+  o.trace_iterations = 5;
+  o.iteration_marker = "step";
   const std::vector<std::string> lines = describe(o);
-  EXPECT_EQ(lines, (std::vector<std::string>{"UMSWAP_MODE=passthrough", "UMSWAP_BUDGET=40G",
-                                             "UMSWAP_MANAGED_LIMIT=90%", "UMSWAP_STATS=/tmp/s.json",
-                                             "UMSWAP_VERBOSE=2", "UMSWAP_CALLSITE_DEPTH=0"}));
+  EXPECT_EQ(lines, (std::vector<std::string>{
+                       "UMSWAP_MODE=passthrough", "UMSWAP_BUDGET=40G", "UMSWAP_MANAGED_LIMIT=90%",
+                       "UMSWAP_STATS=/tmp/s.json", "UMSWAP_VERBOSE=2", "UMSWAP_CALLSITE_DEPTH=0",
+                       "UMSWAP_TRACE=/tmp/t.umtrace", "UMSWAP_TRACE_ITERATIONS=5",
+                       "UMSWAP_ITERATION_MARKER=step", "UMSWAP_CUPTI_LIBRARY="}));
   std::set<std::string> names;
   for (const auto& line : lines) names.insert(line.substr(0, line.find('=')));
   EXPECT_EQ(names, table_names());

@@ -1,6 +1,10 @@
 // The `umswap` command: parse, then act. Prints to stdout/stderr and may run a process.
 #pragma once
 
+#include <optional>
+#include <string>
+
+#include "umswap/cli/command_line.h"
 #include "umswap/cli/run_flags.h"
 
 namespace umswap::cli {
@@ -8,6 +12,20 @@ namespace umswap::cli {
 // Runs `flags.command` under umswap: finds libumswap.so, sets the environment (and prints it with
 // --verbose), runs the command and returns its exit code; 2 when libumswap.so cannot be found.
 int run_command(const RunFlags& flags);
+// After `umswap record`: reads the trace back and reports it; the command's status, or 1 when the
+// command succeeded but no readable trace was written.
+int finish_record(const RecordFlags& record, int child_status);
+// libcupti.so.13 for NVTX injection: UMSWAP_CUPTI_LIBRARY, else the CUDA toolkit's usual places.
+std::optional<std::string> find_cupti_library();
+
+// `umswap report FILE`: prints the trace's report to stdout and returns 0, or prints one error
+// line naming the file and the problem and returns kTraceErrorExitCode.
+int report_command(const TraceCommandFlags& flags);
+
+// `umswap timeline FILE -o OUT.json`: writes the trace's timeline (Chrome trace / Perfetto JSON)
+// to OUT.json atomically and returns 0. Returns kTraceErrorExitCode when the trace cannot be read
+// or OUT.json cannot be written, kUsageErrorExitCode when OUT.json is the trace itself.
+int timeline_command(const TraceCommandFlags& flags);
 
 // main() of `umswap`.
 int cli_main(int argc, char** argv);

@@ -11,16 +11,28 @@ namespace umswap::cli {
 
 // Exit code of a usage error: a bad flag or value, no command, no libumswap.so.
 inline constexpr int kUsageErrorExitCode = 2;
+// Exit code of `report` and `timeline` when the trace cannot be read (missing, damaged, a version
+// this umswap does not read) or the output cannot be written.
+inline constexpr int kTraceErrorExitCode = 1;
+
+// The arguments of `umswap report FILE` and `umswap timeline FILE -o OUT.json`.
+struct TraceCommandFlags {
+  std::string trace_path;   // FILE; never empty
+  std::string output_path;  // OUT.json (timeline only); never empty for timeline
+};
 
 struct CommandLine {
   enum class Action {
-    run,      // run `run_flags.command`
-    help,     // print help_text(); exit with `exit_code` (0 when asked for, 2 without a command)
-    version,  // print version_text(); exit 0
-    error,    // print `message` to stderr; exit with `exit_code` (2)
+    run,       // run `run_flags.command`
+    report,    // print the report of `trace_flags.trace_path`
+    timeline,  // write the timeline of `trace_flags.trace_path` to `trace_flags.output_path`
+    help,      // print help_text(); exit with `exit_code` (0 when asked for, 2 without a command)
+    version,   // print version_text(); exit 0
+    error,     // print `message` to stderr; exit with `exit_code` (2)
   };
   Action action = Action::error;
   RunFlags run_flags;
+  TraceCommandFlags trace_flags;
   int exit_code = 0;
   std::string message;  // for error: complete lines (`umswap: error: ...\n`), ready to print
 };

@@ -4,11 +4,19 @@
 
 #include "umswap/core/options.h"
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace umswap::cli {
+
+// The extra flags of `umswap record` (a `run` that also records an access trace).
+struct RecordFlags {
+  std::string output;       // -o FILE → UMSWAP_TRACE (made absolute)
+  uint64_t iterations = 0;  // --iterations N → UMSWAP_TRACE_ITERATIONS; 0 = the whole run
+  std::string marker;       // --marker NAME → UMSWAP_ITERATION_MARKER (+ NVTX_INJECTION64_PATH)
+};
 
 struct RunFlags {
   // Each optional is set only when its flag was given; an unset one leaves the user's own
@@ -19,6 +27,7 @@ struct RunFlags {
   std::optional<std::string> stats_path;  // --stats   → UMSWAP_STATS
   bool verbose = false;                   // --verbose → UMSWAP_VERBOSE=1
   std::vector<std::string> command;       // everything after `--`, verbatim; never empty
+  std::optional<RecordFlags> record;      // set for `umswap record`
 };
 
 }  // namespace umswap::cli

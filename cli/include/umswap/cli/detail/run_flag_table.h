@@ -29,5 +29,7 @@ inline constexpr std::array kRunFlags = {
 };
 
 inline constexpr std::string_view kRunUsage = "umswap run [options] -- command [args...]";
+inline constexpr std::string_view kRecordUsage =
+    "umswap record -o FILE [--iterations N] [--marker NAME] [run options] -- command [args...]";
 
 }  // namespace umswap::cli::detail

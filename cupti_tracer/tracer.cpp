@@ -1,0 +1,664 @@
+#include "umswap/tracer/tracer.h"
+
+#include <cupti.h>
+
+#include <unistd.h>
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <span>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "umswap/core/log.h"
+#include "umswap/core/trace.h"
+#include "umswap/core/trace_file.h"
+#include "umswap/tracer/cupti_library.h"
+#include "umswap/tracer/extents.h"
+#include "umswap/tracer/iteration_detector.h"
+#include "umswap/tracer/param_scanner.h"
+
+namespace umswap::tracer {
+namespace {
+
+constexpr size_t kActivityBufferBytes = 4 << 20;  // a few MB, as CUPTI's samples suggest
+constexpr size_t kMaxActivityBuffers = 64;        // past this, records are dropped and counted
+constexpr size_t kMaxSteps = size_t{1} << 24;     // step log bound: 16 Mi launches
+
+// A launch or copy as the callback saw it: which buffers at which pointers.
+struct StepRecord {
+  trace::StepKind kind = trace::StepKind::kernel;
+  uint32_t name = 0;
+  uint64_t stream = 0;
+  uint32_t correlation = 0;
+  uint64_t first_hit = 0;
+  uint32_t hit_count = 0;
+};
+
+// A unified-memory counter record, kept raw until the trace is assembled.
+struct UmRecord {
+  CUpti_ActivityUnifiedMemoryCounterKind kind;
+  uint64_t value, start, end, address;
+  uint32_t flags;
+};
+
+class Tracer {
+ public:
+  bool start(const TracerConfig& config, const TracerDriver& driver, Registry& registry,
+             std::string* reason);
+  void finish();
+  void mark(std::string_view source) {
+    std::lock_guard lock(log_mutex_);
+    marks_.push_back(steps_.size());
+    detector_.mark(source);
+  }
+  bool running() const { return running_.load(std::memory_order_acquire); }
+
+  static void CUPTIAPI on_callback(void* self, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                                   const void* data);
+  static void CUPTIAPI on_buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records);
+  static void CUPTIAPI on_buffer_completed(CUcontext context, uint32_t stream, uint8_t* buffer,
+                                           size_t size, size_t valid_size);
+
+ private:
+  struct KernelInfo {
+    ParamLayout layout;
+    uint32_t name = 0;
+  };
+  void on_launch(CUfunction f, CUstream stream, void** params, void** extra, uint32_t correlation,
+                 const char* symbol);
+  void append_step(StepRecord step);
+  void on_first_call();
+  void record_hits(const Registry::Snapshot& snapshot);
+  void on_copy(trace::StepKind kind, const char* name, CUstream stream, uint32_t correlation,
+               CUdeviceptr a, CUdeviceptr b, size_t bytes);
+  const KernelInfo& kernel_of(CUfunction f, const char* symbol);
+  uint32_t intern(std::string_view name);
+  void parse_activity(uint8_t* buffer, size_t valid_size);
+  trace::Trace assemble();
+
+  TracerConfig config_;
+  TracerDriver driver_;
+  Registry* registry_ = nullptr;
+  CuptiLibrary cupti_;
+  CUpti_SubscriberHandle subscriber_ = nullptr;
+  std::atomic<bool> running_{false};
+  std::atomic<bool> recording_{true};
+  std::atomic<bool> first_call_done_{false};
+  pid_t pid_ = 0;
+  std::string marker_source_;  // "nvtx:<name>"
+
+  // Launch path state, shared by launching threads only.
+  std::mutex log_mutex_;
+  std::vector<StepRecord> steps_;
+  std::vector<PointerHit> hits_;
+  std::vector<PointerHit> scratch_;
+  std::unordered_map<uint64_t, KernelInfo> kernels_;
+  std::vector<uint32_t> keys_;   // step keys, for detection over the whole run
+  std::vector<uint64_t> marks_;  // steps that begin an iteration by marker
+  uint64_t online_boundaries_ = 0;
+  std::unordered_map<std::string, uint32_t> name_ids_;
+  std::vector<std::string> names_;
+  std::unordered_map<uint64_t, BufferRecord> buffers_;  // every buffer a step touched, by id
+  IterationDetector detector_;
+  uint64_t dropped_steps_ = 0;
+
+  // Activity state, written on CUPTI's thread.
+  std::mutex activity_mutex_;
+  std::unordered_map<uint32_t, std::pair<uint64_t, uint64_t>> kernel_times_;  // correlation
+  std::vector<UmRecord> um_records_;
+  std::atomic<size_t> buffers_out_{0};
+  std::atomic<uint64_t> dropped_records_{0};
+};
+
+Tracer* g_tracer = nullptr;
+
+void CUPTIAPI Tracer::on_callback(void* self, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                                  const void* data) {
+  auto* tracer = static_cast<Tracer*>(self);
+  if (!tracer->recording_.load(std::memory_order_relaxed)) return;
+  if (domain == CUPTI_CB_DOMAIN_NVTX) {
+    // nvtxRangePushA, nvtxRangeStartA and nvtxMarkA all take `const char* message` first.
+    if (cbid == CUPTI_CBID_NVTX_nvtxRangePushA || cbid == CUPTI_CBID_NVTX_nvtxRangeStartA ||
+        cbid == CUPTI_CBID_NVTX_nvtxMarkA) {
+      const auto* nvtx = static_cast<const CUpti_NvtxData*>(data);
+      const auto* message = static_cast<const char* const*>(nvtx->functionParams);
+      if (message && *message && tracer->config_.iteration_marker == *message) {
+        tracer->mark(tracer->marker_source_);
+      }
+    }
+    return;
+  }
+  if (domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
+  tracer->on_first_call();
+  const auto* cb = static_cast<const CUpti_CallbackData*>(data);
+  if (cb->callbackSite != CUPTI_API_ENTER) return;
+  const void* p = cb->functionParams;
+  const uint32_t corr = cb->correlationId;
+  using K = trace::StepKind;
+  switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz: {
+      const auto* a = static_cast<const cuLaunchKernel_params*>(p);
+      tracer->on_launch(a->f, a->hStream, a->kernelParams, a->extra, corr, cb->symbolName);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz: {
+      const auto* a = static_cast<const cuLaunchKernelEx_params*>(p);
+      tracer->on_launch(a->f, a->config ? a->config->hStream : nullptr, a->kernelParams, a->extra,
+                        corr, cb->symbolName);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz: {
+      const auto* a = static_cast<const cuLaunchCooperativeKernel_params*>(p);
+      tracer->on_launch(a->f, a->hStream, a->kernelParams, nullptr, corr, cb->symbolName);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync_ptsz: {
+      const auto* a = static_cast<const cuMemcpyAsync_params*>(p);
+      tracer->on_copy(K::memcpy, "memcpy", a->hStream, corr, a->dst, a->src, a->ByteCount);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpy: {
+      const auto* a = static_cast<const cuMemcpy_params*>(p);
+      tracer->on_copy(K::memcpy, "memcpy", nullptr, corr, a->dst, a->src, a->ByteCount);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2_ptsz: {
+      const auto* a = static_cast<const cuMemcpyHtoDAsync_v2_params*>(p);
+      tracer->on_copy(K::memcpy, "memcpy HtoD", a->hStream, corr, a->dstDevice, 0, a->ByteCount);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2: {
+      const auto* a = static_cast<const cuMemcpyHtoD_v2_params*>(p);
+      tracer->on_copy(K::memcpy, "memcpy HtoD", nullptr, corr, a->dstDevice, 0, a->ByteCount);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2_ptsz: {
+      const auto* a = static_cast<const cuMemcpyDtoHAsync_v2_params*>(p);
+      tracer->on_copy(K::memcpy, "memcpy DtoH", a->hStream, corr, a->srcDevice, 0, a->ByteCount);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2: {
+      const auto* a = static_cast<const cuMemcpyDtoH_v2_params*>(p);
+      tracer->on_copy(K::memcpy, "memcpy DtoH", nullptr, corr, a->srcDevice, 0, a->ByteCount);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2_ptsz: {
+      const auto* a = static_cast<const cuMemcpyDtoDAsync_v2_params*>(p);
+      tracer->on_copy(K::memcpy, "memcpy DtoD", a->hStream, corr, a->dstDevice, a->srcDevice,
+                      a->ByteCount);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoD_v2: {
+      const auto* a = static_cast<const cuMemcpyDtoD_v2_params*>(p);
+      tracer->on_copy(K::memcpy, "memcpy DtoD", nullptr, corr, a->dstDevice, a->srcDevice,
+                      a->ByteCount);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async_ptsz: {
+      const auto* a = static_cast<const cuMemsetD8Async_params*>(p);
+      tracer->on_copy(K::memset, "memset", a->hStream, corr, a->dstDevice, 0, a->N);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async_ptsz: {
+      const auto* a = static_cast<const cuMemsetD32Async_params*>(p);
+      tracer->on_copy(K::memset, "memset", a->hStream, corr, a->dstDevice, 0, a->N * 4);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD8_v2: {
+      const auto* a = static_cast<const cuMemsetD8_v2_params*>(p);
+      tracer->on_copy(K::memset, "memset", nullptr, corr, a->dstDevice, 0, a->N);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD32_v2: {
+      const auto* a = static_cast<const cuMemsetD32_v2_params*>(p);
+      tracer->on_copy(K::memset, "memset", nullptr, corr, a->dstDevice, 0, a->N * 4);
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+constexpr CUpti_CallbackId kTracedCallbacks[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpy,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoD_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async,
+    CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async,
+    CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemsetD8_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuMemsetD32_v2,
+};
+
+uint32_t Tracer::intern(std::string_view name) {
+  auto it = name_ids_.find(std::string(name));
+  if (it != name_ids_.end()) return it->second;
+  const auto id = static_cast<uint32_t>(names_.size());
+  names_.emplace_back(name);
+  name_ids_.emplace(std::string(name), id);
+  return id;
+}
+
+// Layout and name of a kernel, read once per function. Runtime launches arrive with a CUkernel
+// in place of the CUfunction (cuda13-cupti-notes §3): the cuFunc* calls then fail with
+// CUDA_ERROR_INVALID_HANDLE and the cuKernel* ones answer.
+const Tracer::KernelInfo& Tracer::kernel_of(CUfunction f, const char* symbol) {
+  const auto key = reinterpret_cast<uint64_t>(f);
+  auto it = kernels_.find(key);
+  if (it != kernels_.end()) return it->second;
+  KernelInfo info;
+  bool as_kernel = false;
+  for (size_t i = 0;; ++i) {
+    size_t offset = 0, size = 0;
+    CUresult r =
+        as_kernel ? CUDA_ERROR_INVALID_HANDLE : driver_.func_get_param_info(f, i, &offset, &size);
+    if (r == CUDA_ERROR_INVALID_HANDLE && i == 0) as_kernel = true;
+    if (as_kernel) {
+      r = driver_.kernel_get_param_info(reinterpret_cast<CUkernel>(f), i, &offset, &size);
+    }
+    if (r != CUDA_SUCCESS) break;  // no count API: the first invalid index ends the list
+    info.layout.push_back({static_cast<uint32_t>(offset), static_cast<uint32_t>(size)});
+  }
+  const char* name = symbol;
+  if (!name || !*name) {
+    if (as_kernel && driver_.kernel_get_name) {
+      driver_.kernel_get_name(&name, reinterpret_cast<CUkernel>(f));
+    } else if (driver_.func_get_name) {
+      driver_.func_get_name(&name, f);
+    }
+  }
+  info.name = intern(name && *name ? name : "<unknown kernel>");
+  return kernels_.emplace(key, std::move(info)).first->second;
+}
+
+// The `extra` form: CU_LAUNCH_PARAM_BUFFER_POINTER / _SIZE pairs, ended by CU_LAUNCH_PARAM_END.
+std::span<const std::byte> packed_params(void** extra) {
+  const void* pointer = nullptr;
+  size_t size = 0;
+  for (int i = 0; extra && extra[i] != CU_LAUNCH_PARAM_END && i < 16; i += 2) {
+    if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) pointer = extra[i + 1];
+    if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) size = *static_cast<const size_t*>(extra[i + 1]);
+  }
+  return pointer ? std::span<const std::byte>(static_cast<const std::byte*>(pointer), size)
+                 : std::span<const std::byte>();
+}
+
+// Done at the first traced call rather than at start(): the unified-memory counters can only be
+// configured once the driver has a context (CUPTI answers CUPTI_ERROR_NOT_READY before), and the
+// exit handler registered now runs before the CUDA runtime's own (registered during its
+// initialization, which start() precedes), so the final flush still finds the context alive.
+void Tracer::on_first_call() {
+  if (first_call_done_.exchange(true)) return;
+  CUptiResult r = CUPTI_SUCCESS;
+  // Unified-memory counters: faults with addresses, bytes each way, thrashing. Refused on some
+  // platforms (MIG, confidential computing, some virtualization): the trace then lacks them.
+  CUpti_ActivityUnifiedMemoryCounterConfig um[5] = {};
+  const CUpti_ActivityUnifiedMemoryCounterKind kinds[5] = {
+      CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_HTOD,
+      CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_DTOH,
+      CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_GPU_PAGE_FAULT,
+      CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_THRASHING,
+      CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_CPU_PAGE_FAULT_COUNT};
+  for (int i = 0; i < 5; ++i) {
+    um[i].scope = CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_SCOPE_PROCESS_SINGLE_DEVICE;
+    um[i].kind = kinds[i];
+    um[i].deviceId = 0;
+    um[i].enable = 1;
+  }
+  r = cupti_.configure_unified_memory_counter(um, 5);
+  if (r == CUPTI_SUCCESS) r = cupti_.activity_enable(CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER);
+  if (r != CUPTI_SUCCESS) {
+    log_warning(
+        "CUPTI unified-memory counters unavailable ({}); the trace has no fault or "
+        "transfer counts",
+        cupti_.result_string(r));
+  }
+  std::atexit([] { finish_tracer(); });
+}
+
+void Tracer::append_step(StepRecord step) {
+  steps_.push_back(step);
+  keys_.push_back(step.name);
+  if (detector_.push(step.name)) ++online_boundaries_;
+  // Enough iterations recorded: stop (the first boundary opens iteration 1, so N + 1 closes N).
+  if (config_.max_iterations && online_boundaries_ > config_.max_iterations) {
+    recording_.store(false, std::memory_order_relaxed);
+  }
+}
+
+void Tracer::on_launch(CUfunction f, CUstream stream, void** params, void** extra,
+                       uint32_t correlation, const char* symbol) {
+  const auto snapshot = registry_->snapshot();
+  std::lock_guard lock(log_mutex_);
+  if (steps_.size() >= kMaxSteps) {
+    ++dropped_steps_;
+    return;
+  }
+  const KernelInfo& kernel = kernel_of(f, symbol);
+  scratch_.clear();
+  if (params) {
+    scan_kernel_params(kernel.layout, params, *snapshot, scratch_);
+  } else if (const auto packed = packed_params(extra); !packed.empty()) {
+    scan_param_buffer(kernel.layout, packed, *snapshot, scratch_);
+  }
+  record_hits(*snapshot);
+  append_step({trace::StepKind::kernel, kernel.name, reinterpret_cast<uint64_t>(stream),
+               correlation, hits_.size() - scratch_.size(),
+               static_cast<uint32_t>(scratch_.size())});
+}
+
+// Moves this launch's hits into the log; a buffer seen for the first time is remembered with its
+// identity (the hit carries only base and size).
+void Tracer::record_hits(const Registry::Snapshot& snapshot) {
+  for (const PointerHit& h : scratch_) {
+    hits_.push_back(h);
+    if (!buffers_.contains(h.buffer)) {
+      if (const BufferRecord* r = snapshot.find(h.pointer)) buffers_.emplace(h.buffer, *r);
+    }
+  }
+}
+
+void Tracer::on_copy(trace::StepKind kind, const char* name, CUstream stream, uint32_t correlation,
+                     CUdeviceptr a, CUdeviceptr b, size_t /*bytes*/) {
+  const auto snapshot = registry_->snapshot();
+  std::lock_guard lock(log_mutex_);
+  if (steps_.size() >= kMaxSteps) {
+    ++dropped_steps_;
+    return;
+  }
+  scratch_.clear();
+  for (CUdeviceptr ptr : {a, b}) {
+    const BufferRecord* r = ptr ? snapshot->find(ptr) : nullptr;
+    if (r &&
+        (scratch_.empty() || scratch_.front().buffer != r->id || scratch_.front().pointer != ptr)) {
+      scratch_.push_back({r->id, r->base, r->size, ptr});
+    }
+  }
+  record_hits(*snapshot);
+  append_step({kind, intern(name), reinterpret_cast<uint64_t>(stream), correlation,
+               hits_.size() - scratch_.size(), static_cast<uint32_t>(scratch_.size())});
+}
+
+void CUPTIAPI Tracer::on_buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *max_records = 0;
+  if (!g_tracer || g_tracer->buffers_out_.fetch_add(1) >= kMaxActivityBuffers) {
+    if (g_tracer) g_tracer->buffers_out_.fetch_sub(1);
+    *buffer = nullptr;  // CUPTI drops the records; counted through dropped-record queries
+    *size = 0;
+    return;
+  }
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kActivityBufferBytes));
+  *size = *buffer ? kActivityBufferBytes : 0;
+}
+
+void CUPTIAPI Tracer::on_buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t,
+                                          size_t valid_size) {
+  if (g_tracer && buffer) {
+    g_tracer->parse_activity(buffer, valid_size);
+    g_tracer->buffers_out_.fetch_sub(1);
+  }
+  std::free(buffer);
+}
+
+void Tracer::parse_activity(uint8_t* buffer, size_t valid_size) {
+  std::lock_guard lock(activity_mutex_);
+  CUpti_Activity* record = nullptr;
+  while (cupti_.activity_get_next_record(buffer, valid_size, &record) == CUPTI_SUCCESS) {
+    if (record->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
+      const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+      kernel_times_[k->correlationId] = {k->start, k->end};
+    } else if (record->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
+      const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
+      kernel_times_[m->correlationId] = {m->start, m->end};
+    } else if (record->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
+      const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
+      kernel_times_[m->correlationId] = {m->start, m->end};
+    } else if (record->kind == CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER) {
+      const auto* u = reinterpret_cast<const CUpti_ActivityUnifiedMemoryCounter3*>(record);
+      um_records_.push_back({u->counterKind, u->value, u->start, u->end, u->address, u->flags});
+    }
+  }
+}
+
+bool Tracer::start(const TracerConfig& config, const TracerDriver& driver, Registry& registry,
+                   std::string* reason) {
+  config_ = config;
+  driver_ = driver;
+  registry_ = &registry;
+  if (!driver_.func_get_param_info || !driver_.kernel_get_param_info) {
+    *reason = "the driver lacks cuFuncGetParamInfo/cuKernelGetParamInfo (needs CUDA 12.4+)";
+    return false;
+  }
+  if (!cupti_.load(config_.cupti_library, reason)) return false;
+  CUptiResult r = cupti_.subscribe(&subscriber_, &Tracer::on_callback, this);
+  if (r != CUPTI_SUCCESS) {
+    *reason = r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
+                  ? "another CUPTI subscriber (a profiler such as torch.profiler or Nsight) "
+                    "already holds CUPTI"
+                  : "cuptiSubscribe failed: " + cupti_.result_string(r);
+    return false;
+  }
+  for (CUpti_CallbackId cbid : kTracedCallbacks) {
+    cupti_.enable_callback(1, subscriber_, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
+  }
+  if (!config_.iteration_marker.empty()) {
+    // Reaches CUPTI only if NVTX_INJECTION64_PATH named libcupti before the program started
+    // (`umswap record --marker` sets it).
+    marker_source_ = "nvtx:" + config_.iteration_marker;
+    for (CUpti_CallbackId cbid : {CUPTI_CBID_NVTX_nvtxRangePushA, CUPTI_CBID_NVTX_nvtxRangeStartA,
+                                  CUPTI_CBID_NVTX_nvtxMarkA}) {
+      cupti_.enable_callback(1, subscriber_, CUPTI_CB_DOMAIN_NVTX, cbid);
+    }
+  }
+  g_tracer = this;
+  cupti_.activity_register_callbacks(&Tracer::on_buffer_requested, &Tracer::on_buffer_completed);
+  for (auto kind : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+                    CUPTI_ACTIVITY_KIND_MEMSET}) {
+    r = cupti_.activity_enable(kind);
+    if (r != CUPTI_SUCCESS)
+      log_warning("CUPTI activity kind {}: {}", static_cast<int>(kind), cupti_.result_string(r));
+  }
+  pid_ = ::getpid();
+  running_.store(true, std::memory_order_release);
+  return true;
+}
+
+trace::Trace Tracer::assemble() {
+  trace::Trace t;
+  t.program = config_.program;
+  t.pid = static_cast<uint64_t>(getpid());
+  t.names = names_;
+  // Buffers: every one a step touched, in allocation order.
+  std::vector<BufferRecord> buffers;
+  buffers.reserve(buffers_.size());
+  for (const auto& [id, r] : buffers_) buffers.push_back(r);
+  std::sort(buffers.begin(), buffers.end(),
+            [](const BufferRecord& a, const BufferRecord& b) { return a.id < b.id; });
+  std::unordered_map<uint64_t, uint32_t> index_of;
+  for (const BufferRecord& r : buffers) {
+    index_of[r.id] = static_cast<uint32_t>(t.buffers.size());
+    t.buffers.push_back({r.id, r.size, r.call_site, r.base, static_cast<uint8_t>(r.api),
+                         !registry_->contains(r.base)});
+  }
+  // Steps and their accesses (byte extents within each buffer).
+  std::vector<std::span<const PointerHit>> step_hits;
+  step_hits.reserve(steps_.size());
+  for (const StepRecord& s : steps_) {
+    step_hits.emplace_back(hits_.data() + s.first_hit, s.hit_count);
+  }
+  std::vector<uint64_t> step_first;
+  compute_extents(
+      step_hits, [&](BufferId id) { return index_of.at(id); }, t.accesses, step_first);
+  std::lock_guard lock(activity_mutex_);
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const StepRecord& s = steps_[i];
+    trace::Step step;
+    step.kind = s.kind;
+    step.name = s.name;
+    step.stream = s.stream;
+    step.first_access = step_first[i];
+    step.access_count = static_cast<uint32_t>(step_first[i + 1] - step_first[i]);
+    if (auto it = kernel_times_.find(s.correlation); it != kernel_times_.end()) {
+      step.start_ns = it->second.first;
+      step.end_ns = it->second.second;
+    }
+    t.steps.push_back(step);
+  }
+  // Iterations: between markers if the program gave any, else from the period of the whole
+  // recorded sequence (warm-up steps first; a final partial iteration is left out).
+  std::vector<std::pair<uint64_t, uint64_t>> spans;
+  if (!marks_.empty()) {
+    t.detection = detector_.current();
+    for (size_t m = 0; m + 1 < marks_.size(); ++m) {
+      spans.emplace_back(marks_[m], marks_[m + 1] - marks_[m]);
+    }
+  } else {
+    t.detection = IterationDetector::detect(keys_);
+    if (t.detection.period > 0) {
+      for (uint64_t first = t.detection.warmup_steps; first + t.detection.period <= steps_.size();
+           first += t.detection.period) {
+        spans.emplace_back(first, t.detection.period);
+      }
+    }
+  }
+  for (const auto& [first, count] : spans) {
+    trace::Iteration it;
+    it.first_step = first;
+    it.step_count = count;
+    it.start_ns = UINT64_MAX;
+    for (uint64_t i = first; i < first + count; ++i) {
+      if (t.steps[i].start_ns) it.start_ns = std::min(it.start_ns, t.steps[i].start_ns);
+      it.end_ns = std::max(it.end_ns, t.steps[i].end_ns);
+    }
+    if (it.start_ns == UINT64_MAX) it.start_ns = 0;
+    t.iterations.push_back(it);
+  }
+  // Unified-memory counters: totals, per iteration by time, faults for the timeline.
+  auto find_iteration = [&](uint64_t time) -> trace::Iteration* {
+    for (auto& it : t.iterations) {
+      if (it.start_ns && time >= it.start_ns && time <= it.end_ns) return &it;
+    }
+    return nullptr;
+  };
+  const auto snapshot_index = [&](uint64_t address) -> uint32_t {
+    for (size_t b = 0; b < t.buffers.size(); ++b) {
+      if (address - t.buffers[b].base < t.buffers[b].size) return static_cast<uint32_t>(b);
+    }
+    return UINT32_MAX;
+  };
+  for (const UmRecord& u : um_records_) {
+    trace::Iteration* it = find_iteration(u.start);
+    auto add = [&](uint64_t trace::Counters::*field) {
+      t.totals.*field += u.value;
+      if (it) it->counters.*field += u.value;
+    };
+    switch (u.kind) {
+      case CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_HTOD:
+        add(&trace::Counters::bytes_htod);
+        break;
+      case CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_DTOH:
+        add(&trace::Counters::bytes_dtoh);
+        break;
+      case CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_GPU_PAGE_FAULT:
+        add(&trace::Counters::gpu_page_faults);
+        if (t.faults.size() < (1u << 20)) {
+          t.faults.push_back(
+              {u.start, u.address, snapshot_index(u.address), static_cast<uint8_t>(u.flags)});
+        }
+        break;
+      case CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_THRASHING:
+        add(&trace::Counters::thrashing_events);
+        break;
+      case CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_CPU_PAGE_FAULT_COUNT:
+        add(&trace::Counters::cpu_page_faults);
+        break;
+      default:
+        break;
+    }
+  }
+  t.dropped_records = dropped_records_.load() + dropped_steps_;
+  return t;
+}
+
+void Tracer::finish() {
+  // A forked child inherits the parent's tracer state and exit handlers, but must neither flush
+  // CUPTI nor write the parent's trace.
+  if (::getpid() != pid_ || !running_.exchange(false)) return;
+  recording_.store(false);
+  // Collect what CUPTI still buffers, then stop it before the CUDA runtime tears the context
+  // down after this exit handler: no more callbacks, no more activity records.
+  cupti_.activity_flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  cupti_.unsubscribe(subscriber_);
+  for (auto kind : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+                    CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER}) {
+    cupti_.activity_disable(kind);
+  }
+  trace::Trace t;
+  {
+    std::lock_guard lock(log_mutex_);
+    t = assemble();
+  }
+  std::string error;
+  if (!write_trace_file(config_.trace_path, t, &error)) {
+    log_warning("trace not written: {}", error);
+    return;
+  }
+  log_info("trace written to {}: {} steps, {} iterations (period {}), {} buffers",
+           config_.trace_path, t.steps.size(), t.iterations.size(), t.detection.period,
+           t.buffers.size());
+}
+
+Tracer& tracer_instance() {
+  static Tracer* instance = new Tracer();  // never destroyed: callbacks may fire during exit
+  return *instance;
+}
+
+}  // namespace
+
+bool start_tracer(const TracerConfig& config, const TracerDriver& driver, Registry& registry,
+                  std::string* reason) {
+  return tracer_instance().start(config, driver, registry, reason);
+}
+
+void mark_iteration() {
+  if (tracer_instance().running()) tracer_instance().mark("api");
+}
+
+void finish_tracer() {
+  tracer_instance().finish();
+}
+
+bool tracer_running() {
+  return tracer_instance().running();
+}
+
+}  // namespace umswap::tracer

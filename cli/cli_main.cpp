@@ -87,9 +87,13 @@ int finish_record(const RecordFlags& record, int child_status) {
         error);
     return child_status != 0 ? child_status : kTraceErrorExitCode;
   }
-  log(LogLevel::info, "trace {}: {} steps, {} iterations (period {}, {}), {} buffers",
-      record.output, trace->steps.size(), trace->iterations.size(), trace->detection.period,
-      trace->detection.source, trace->buffers.size());
+  // Always printed (not a log line at info level): it is what `record` was asked for.
+  std::fputs(fmt::format("umswap: trace {}: {} steps, {} iterations (period {}, {}), {} buffers\n",
+                         record.output, trace->steps.size(), trace->iterations.size(),
+                         trace->detection.period, trace->detection.source,
+                         trace->buffers.size())
+                 .c_str(),
+             stderr);
   return child_status;
 }
 

@@ -99,7 +99,6 @@ class Tracer {
   std::unordered_map<uint64_t, KernelInfo> kernels_;
   std::vector<uint32_t> keys_;   // step keys, for detection over the whole run
   std::vector<uint64_t> marks_;  // steps that begin an iteration by marker
-  uint64_t online_boundaries_ = 0;
   std::unordered_map<std::string, uint32_t> name_ids_;
   std::vector<std::string> names_;
   std::unordered_map<uint64_t, BufferRecord> buffers_;  // every buffer a step touched, by id
@@ -348,11 +347,18 @@ void Tracer::on_first_call() {
 void Tracer::append_step(StepRecord step) {
   steps_.push_back(step);
   keys_.push_back(step.name);
-  if (detector_.push(step.name)) ++online_boundaries_;
-  // Enough iterations recorded: stop (the first boundary opens iteration 1, so N + 1 closes N).
-  if (config_.max_iterations && online_boundaries_ > config_.max_iterations) {
-    recording_.store(false, std::memory_order_relaxed);
+  detector_.push(step.name);
+  if (config_.max_iterations == 0) return;
+  // Enough iterations recorded: stop. Counted from the markers or the detected period, not from
+  // push()'s provisional boundaries, which also fire while a period is still being searched.
+  uint64_t iterations = marks_.size();
+  if (marks_.empty()) {
+    const trace::Detection d = detector_.current();
+    if (d.period != 0 && steps_.size() >= d.warmup_steps) {
+      iterations = (steps_.size() - d.warmup_steps) / d.period;
+    }
   }
+  if (iterations > config_.max_iterations) recording_.store(false, std::memory_order_relaxed);
 }
 
 void Tracer::on_launch(CUfunction f, CUstream stream, void** params, void** extra,

@@ -8,13 +8,20 @@ namespace {
 std::atomic<uint64_t> g_next_instance{1};
 
 // Per-thread cache: the snapshot this thread read last, valid while the registry's generation is
-// unchanged. Keeps the shared_ptr's reference count (a shared cache line) off the lookup path.
+// unchanged. Keeps the registry's lock off the lookup path.
 struct CachedSnapshot {
   uint64_t instance = 0;
   uint64_t generation = UINT64_MAX;
   std::shared_ptr<const Registry::Snapshot> snapshot;
+  ~CachedSnapshot();
 };
 thread_local CachedSnapshot t_cache;
+// Trivially destructible, so still readable after t_cache is gone: at exit() the main thread's
+// thread_local objects are destroyed before atexit handlers and library destructors run, and
+// those (the tracer's final flush, the stats file) still look buffers up. Reading a destroyed
+// t_cache there freed its snapshot twice and corrupted the heap.
+thread_local bool t_cache_destroyed = false;
+CachedSnapshot::~CachedSnapshot() { t_cache_destroyed = true; }
 
 }  // namespace
 
@@ -94,7 +101,8 @@ std::optional<BufferRecord> Registry::remove(uint64_t base) {
   return removed;
 }
 
-const Registry::Snapshot& Registry::thread_cached_snapshot() const {
+std::shared_ptr<const Registry::Snapshot> Registry::snapshot() const {
+  if (t_cache_destroyed) return load_current();
   // Read the generation before the snapshot: if a writer publishes in between, the cached
   // generation is older than the snapshot and the next call simply reloads.
   const uint64_t generation = generation_.load(std::memory_order_acquire);
@@ -103,22 +111,16 @@ const Registry::Snapshot& Registry::thread_cached_snapshot() const {
     t_cache.generation = generation;
     t_cache.instance = instance_;
   }
-  return *t_cache.snapshot;
+  return t_cache.snapshot;
 }
 
 std::optional<BufferRecord> Registry::find(uint64_t address) const {
-  const BufferRecord* r = thread_cached_snapshot().find(address);
+  const auto view = snapshot();
+  const BufferRecord* r = view->find(address);
   return r ? std::optional<BufferRecord>(*r) : std::nullopt;
 }
 
-bool Registry::contains(uint64_t address) const {
-  return thread_cached_snapshot().find(address) != nullptr;
-}
-
-std::shared_ptr<const Registry::Snapshot> Registry::snapshot() const {
-  thread_cached_snapshot();  // refreshes this thread's copy if the registry changed
-  return t_cache.snapshot;
-}
+bool Registry::contains(uint64_t address) const { return snapshot()->find(address) != nullptr; }
 
 std::shared_ptr<const Registry::Snapshot> Registry::load_current() const {
   std::lock_guard lock(publish_mutex_);

@@ -89,15 +89,14 @@ class Registry {
   size_t size() const { return snapshot()->size(); }
 
  private:
-  const Snapshot& thread_cached_snapshot() const;
 
   std::shared_ptr<const Snapshot> load_current() const;
   void publish(std::shared_ptr<const Snapshot> next);
 
   mutable std::mutex write_mutex_;
-  // Not std::atomic<std::shared_ptr>: with libstdc++ 12 concurrent loads and stores of it
-  // corrupted the heap of traced PyTorch programs (launch-path readers on several threads racing
-  // allocations); a mutex held only to copy or swap the pointer is simple and correct.
+  // A mutex held only to copy or swap the pointer: simple, obviously correct, and taken only
+  // by a thread that sees a new generation (libstdc++ 12's std::atomic<std::shared_ptr> is
+  // lock-based as well).
   mutable std::mutex publish_mutex_;
   std::shared_ptr<const Snapshot> current_;
   std::atomic<uint64_t> generation_{0};

@@ -3,9 +3,9 @@
 // Maps address ranges [base, base + size) to buffer records. Built for the kernel-launch path,
 // which asks about every 8-byte word of every launch's parameters:
 //   * readers read an immutable, sorted snapshot, and each thread keeps the snapshot it used
-//     last until the registry changes, so a lookup in steady state is one atomic load (the
-//     generation) plus a binary search; only a thread that sees a new generation takes a short
-//     lock to copy the new snapshot's shared_ptr;
+//     last until the registry changes: snapshot() is one atomic load (the generation) and a
+//     shared_ptr copy; only a thread that sees a new generation takes a short lock. Hot paths
+//     take one snapshot and make all their lookups against it (a binary search each);
 //   * writers (allocations and frees, rare by comparison) serialize on a mutex and publish a new
 //     snapshot (O(n) copy).
 // Thread safety: every member function may be called from any thread at any time. A Snapshot stays

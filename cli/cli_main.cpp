@@ -4,6 +4,7 @@
 #include "umswap/cli/child_process.h"
 #include "umswap/cli/command_line.h"
 #include "umswap/cli/preload_library.h"
+#include "umswap/core/cupti_paths.h"
 #include "umswap/core/environment.h"
 #include "umswap/core/log.h"
 #include "umswap/core/options.h"
@@ -90,8 +91,7 @@ int finish_record(const RecordFlags& record, int child_status) {
   // Always printed (not a log line at info level): it is what `record` was asked for.
   std::fputs(fmt::format("umswap: trace {}: {} steps, {} iterations (period {}, {}), {} buffers\n",
                          record.output, trace->steps.size(), trace->iterations.size(),
-                         trace->detection.period, trace->detection.source,
-                         trace->buffers.size())
+                         trace->detection.period, trace->detection.source, trace->buffers.size())
                  .c_str(),
              stderr);
   return child_status;
@@ -100,9 +100,7 @@ int finish_record(const RecordFlags& record, int child_status) {
 std::optional<std::string> find_cupti_library() {
   if (const char* explicit_path = env_get("UMSWAP_CUPTI_LIBRARY"))
     return std::string(explicit_path);
-  for (const char* candidate :
-       {"/usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13", "/usr/local/cuda/lib64/libcupti.so.13",
-        "/usr/local/cuda/targets/x86_64-linux/lib/libcupti.so.13"}) {
+  for (const char* candidate : kCuptiLibraryPaths) {
     std::error_code ec;
     if (std::filesystem::exists(candidate, ec)) return std::string(candidate);
   }

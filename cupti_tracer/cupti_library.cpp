@@ -4,20 +4,19 @@
 
 #include <fmt/format.h>
 
+#include "umswap/core/cupti_paths.h"
+
 namespace umswap::tracer {
 
 bool CuptiLibrary::load(const std::string& path, std::string* reason) {
-  const char* candidates[] = {
-      "libcupti.so.13",
-      "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13",
-      "/usr/local/cuda/lib64/libcupti.so.13",
-      "/usr/local/cuda/targets/x86_64-linux/lib/libcupti.so.13",
-  };
   if (!path.empty()) {
     handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   } else {
-    for (const char* c : candidates) {
-      if ((handle = dlopen(c, RTLD_NOW | RTLD_LOCAL))) break;
+    // The loader's search path first, then the toolkit's usual places.
+    handle = dlopen("libcupti.so.13", RTLD_NOW | RTLD_LOCAL);
+    for (const char* c : kCuptiLibraryPaths) {
+      if (handle) break;
+      handle = dlopen(c, RTLD_NOW | RTLD_LOCAL);
     }
   }
   if (!handle) {

@@ -46,6 +46,17 @@ void check_reached_driver(cudaError_t status, const void* ptr, const char* api) 
 
 constexpr cudaError_t kNoRuntime = cudaErrorSharedObjectInitFailed;
 
+// An allocation shim: tag the runtime API for the driver hooks below, call the real runtime, and
+// check the result reached them. `ptr` is the function's first argument (void**).
+template <typename Fn, typename... Args>
+cudaError_t tagged_allocation(Fn real, AllocApi api, const char* name, void** ptr, Args... args) {
+  if (!real) return kNoRuntime;
+  RuntimeApiScope scope(api);
+  const cudaError_t status = real(ptr, args...);
+  check_reached_driver(status, ptr ? *ptr : nullptr, name);
+  return status;
+}
+
 #define UMSWAP_CACHE(name, type_of) std::atomic<decltype(&::type_of)> real_##name{nullptr};
 UMSWAP_RUNTIME_HOOKS(UMSWAP_CACHE)
 #undef UMSWAP_CACHE
@@ -60,12 +71,7 @@ using umswap::RuntimeApiScope;
 using namespace umswap;  // the real_* caches
 
 UMSWAP_EXPORT cudaError_t cudaMalloc(void** ptr, size_t size) {
-  auto real = UMSWAP_REAL(cudaMalloc);
-  if (!real) return kNoRuntime;
-  RuntimeApiScope scope(AllocApi::cudaMalloc);
-  const cudaError_t status = real(ptr, size);
-  check_reached_driver(status, ptr ? *ptr : nullptr, "cudaMalloc");
-  return status;
+  return tagged_allocation(UMSWAP_REAL(cudaMalloc), AllocApi::cudaMalloc, "cudaMalloc", ptr, size);
 }
 
 UMSWAP_EXPORT cudaError_t cudaFree(void* ptr) {
@@ -74,39 +80,23 @@ UMSWAP_EXPORT cudaError_t cudaFree(void* ptr) {
 }
 
 UMSWAP_EXPORT cudaError_t cudaMallocPitch(void** ptr, size_t* pitch, size_t width, size_t height) {
-  auto real = UMSWAP_REAL(cudaMallocPitch);
-  if (!real) return kNoRuntime;
-  RuntimeApiScope scope(AllocApi::cudaMallocPitch);
-  const cudaError_t status = real(ptr, pitch, width, height);
-  check_reached_driver(status, ptr ? *ptr : nullptr, "cudaMallocPitch");
-  return status;
+  return tagged_allocation(UMSWAP_REAL(cudaMallocPitch), AllocApi::cudaMallocPitch,
+                           "cudaMallocPitch", ptr, pitch, width, height);
 }
 
 UMSWAP_EXPORT cudaError_t cudaMallocManaged(void** ptr, size_t size, unsigned flags) {
-  auto real = UMSWAP_REAL(cudaMallocManaged);
-  if (!real) return kNoRuntime;
-  RuntimeApiScope scope(AllocApi::cudaMallocManaged);
-  const cudaError_t status = real(ptr, size, flags);
-  check_reached_driver(status, ptr ? *ptr : nullptr, "cudaMallocManaged");
-  return status;
+  return tagged_allocation(UMSWAP_REAL(cudaMallocManaged), AllocApi::cudaMallocManaged,
+                           "cudaMallocManaged", ptr, size, flags);
 }
 
 UMSWAP_EXPORT cudaError_t cudaMallocAsync(void** ptr, size_t size, cudaStream_t stream) {
-  auto real = UMSWAP_REAL(cudaMallocAsync);
-  if (!real) return kNoRuntime;
-  RuntimeApiScope scope(AllocApi::cudaMallocAsync);
-  const cudaError_t status = real(ptr, size, stream);
-  check_reached_driver(status, ptr ? *ptr : nullptr, "cudaMallocAsync");
-  return status;
+  return tagged_allocation(UMSWAP_REAL(cudaMallocAsync), AllocApi::cudaMallocAsync,
+                           "cudaMallocAsync", ptr, size, stream);
 }
 
 UMSWAP_EXPORT cudaError_t cudaMallocAsync_ptsz(void** ptr, size_t size, cudaStream_t stream) {
-  auto real = UMSWAP_REAL(cudaMallocAsync_ptsz);
-  if (!real) return kNoRuntime;
-  RuntimeApiScope scope(AllocApi::cudaMallocAsync);
-  const cudaError_t status = real(ptr, size, stream);
-  check_reached_driver(status, ptr ? *ptr : nullptr, "cudaMallocAsync");
-  return status;
+  return tagged_allocation(UMSWAP_REAL(cudaMallocAsync_ptsz), AllocApi::cudaMallocAsync,
+                           "cudaMallocAsync", ptr, size, stream);
 }
 
 UMSWAP_EXPORT cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream) {

@@ -1,0 +1,866 @@
+// Planner: see umswap/advisor/planner.h for the contract and the algorithm.
+#include "umswap/advisor/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace umswap::advisor {
+namespace {
+
+constexpr double kUnknownStepSeconds = 10e-6;
+constexpr uint32_t kNoBlock = std::numeric_limits<uint32_t>::max();
+constexpr uint64_t kNoTable = std::numeric_limits<uint64_t>::max();
+// Blocks of the buffers an iteration touches, at most: the block table costs 4 bytes each.
+constexpr uint64_t kMaxBlocks = uint64_t{1} << 28;
+constexpr int kMinIterations = 8;       // MIN iterations from an empty GPU before giving up
+constexpr size_t kCycleCandidates = 4;  // boundary states tried when MIN cycles
+// Trials (one MIN iteration each) when MIN cycles: at least 4, else ~4M block-uses of work.
+constexpr uint64_t kMinTrials = 4;
+constexpr uint64_t kTrialWork = uint64_t{1} << 22;
+
+[[noreturn]] void bad_input(const char* who, const std::string& what) {
+  throw std::invalid_argument(std::string("umswap planner: ") + who + ": " + what);
+}
+
+uint64_t ceil_div(uint64_t a, uint64_t b) {
+  return a / b + (a % b != 0);
+}
+
+// The iteration as blocks: which blocks each step uses, and for each use how far away the
+// block's previous and next uses are (cyclically).
+struct Trace {
+  uint64_t steps = 0;
+  uint64_t granularity = 0;
+  // Blocks the iteration touches; dense ids in first-touch order.
+  std::vector<uint32_t> block_buffer;
+  std::vector<uint64_t> block_index;  // within its buffer
+  std::vector<uint64_t> block_bytes;
+  // (buffer, block index) -> dense id: table[table_base[buffer] + index], kNoBlock if untouched;
+  // table_base[buffer] = kNoTable for a buffer no step touches.
+  std::vector<uint64_t> table_base;
+  std::vector<uint32_t> table;
+  // Uses, grouped by step: step t uses use_block[step_begin[t] .. step_begin[t + 1]), distinct.
+  std::vector<uint64_t> step_begin;
+  std::vector<uint32_t> use_block;
+  std::vector<uint32_t> use_step;
+  std::vector<uint64_t> step_bytes;
+  // Steps from the block's previous use to this one, and from this one to its next (1..S).
+  std::vector<uint32_t> prev_dist, next_dist;
+  // Uses grouped by block, by step: block b's uses are block_uses[block_begin[b] .. [b + 1]).
+  std::vector<uint64_t> block_begin;
+  std::vector<uint64_t> block_uses;
+  uint64_t footprint = 0;
+
+  uint32_t blocks() const { return static_cast<uint32_t>(block_bytes.size()); }
+  uint64_t uses() const { return use_block.size(); }
+  uint32_t find(uint32_t buffer, uint64_t index) const {
+    if (buffer >= table_base.size() || table_base[buffer] == kNoTable) return kNoBlock;
+    return table[table_base[buffer] + index];
+  }
+  uint32_t first_use_step(uint32_t b) const { return use_step[block_uses[block_begin[b]]]; }
+  uint32_t last_use_step(uint32_t b) const { return use_step[block_uses[block_begin[b + 1] - 1]]; }
+};
+
+void validate(const PlanInput& in, const char* who) {
+  if (in.steps.empty()) bad_input(who, "steps is empty: an iteration needs at least one step");
+  if (in.steps.size() > std::numeric_limits<uint32_t>::max())
+    bad_input(who, "too many steps (" + std::to_string(in.steps.size()) + ")");
+  if (in.budget_bytes == 0) bad_input(who, "budget_bytes is 0: the GPU budget must be positive");
+  if (in.granularity == 0) bad_input(who, "granularity is 0: blocks must be at least one byte");
+  if (!(in.lookahead_seconds >= 0) || !std::isfinite(in.lookahead_seconds))
+    bad_input(who, "lookahead_seconds must be a finite number >= 0");
+  for (size_t i = 0; i < in.ranges.size(); ++i) {
+    const PlanRange& r = in.ranges[i];
+    if (r.buffer >= in.buffer_sizes.size())
+      bad_input(who, "range " + std::to_string(i) + " names buffer " + std::to_string(r.buffer) +
+                         ", but there are " + std::to_string(in.buffer_sizes.size()) + " buffers");
+    const uint64_t size = in.buffer_sizes[r.buffer];
+    if (r.offset > size || r.length > size - r.offset)
+      bad_input(who, "range " + std::to_string(i) + " [" + std::to_string(r.offset) + ", +" +
+                         std::to_string(r.length) + ") is outside buffer " +
+                         std::to_string(r.buffer) + " of " + std::to_string(size) + " bytes");
+  }
+  for (size_t t = 0; t < in.steps.size(); ++t) {
+    const PlanStep& s = in.steps[t];
+    if (s.first_range > in.ranges.size() || s.range_count > in.ranges.size() - s.first_range)
+      bad_input(who, "step " + std::to_string(t) + " names ranges [" +
+                         std::to_string(s.first_range) + ", +" + std::to_string(s.range_count) +
+                         "), but there are " + std::to_string(in.ranges.size()) + " ranges");
+    if (!(s.seconds >= 0) || !std::isfinite(s.seconds))
+      bad_input(who, "step " + std::to_string(t) + " has seconds " + std::to_string(s.seconds) +
+                         ": must be a finite number >= 0");
+  }
+}
+
+Trace build_trace(const PlanInput& in, const char* who) {
+  validate(in, who);
+  Trace tr;
+  const uint64_t g = in.granularity;
+  tr.steps = in.steps.size();
+  tr.granularity = g;
+
+  // Block tables only for the buffers some step touches.
+  tr.table_base.assign(in.buffer_sizes.size(), kNoTable);
+  for (const PlanStep& s : in.steps) {
+    for (uint64_t r = s.first_range; r < s.first_range + s.range_count; ++r) {
+      if (in.ranges[r].length > 0) tr.table_base[in.ranges[r].buffer] = 0;
+    }
+  }
+  uint64_t table_size = 0;
+  for (size_t b = 0; b < in.buffer_sizes.size(); ++b) {
+    if (tr.table_base[b] == kNoTable) continue;
+    tr.table_base[b] = table_size;
+    table_size += ceil_div(in.buffer_sizes[b], g);
+    if (table_size > kMaxBlocks)
+      bad_input(who, "granularity " + std::to_string(g) +
+                         " makes more than 2^28 blocks of the buffers touched; use a larger one");
+  }
+  tr.table.assign(table_size, kNoBlock);
+
+  tr.step_begin.reserve(tr.steps + 1);
+  tr.step_bytes.reserve(tr.steps);
+  for (uint64_t t = 0; t < tr.steps; ++t) {
+    const PlanStep& s = in.steps[t];
+    const uint64_t begin = tr.use_block.size();
+    tr.step_begin.push_back(begin);
+    for (uint64_t r = s.first_range; r < s.first_range + s.range_count; ++r) {
+      const PlanRange& range = in.ranges[r];
+      if (range.length == 0) continue;
+      const uint64_t base = tr.table_base[range.buffer];
+      const uint64_t last = (range.offset + range.length - 1) / g;
+      for (uint64_t k = range.offset / g; k <= last; ++k) {
+        uint32_t& id = tr.table[base + k];
+        if (id == kNoBlock) {
+          if (tr.block_bytes.size() >= kNoBlock) bad_input(who, "too many blocks");
+          id = static_cast<uint32_t>(tr.block_bytes.size());
+          tr.block_buffer.push_back(range.buffer);
+          tr.block_index.push_back(k);
+          tr.block_bytes.push_back(std::min(g, in.buffer_sizes[range.buffer] - k * g));
+        }
+        tr.use_block.push_back(id);
+      }
+    }
+    // Distinct blocks per step (ranges of one step may overlap).
+    const auto first = tr.use_block.begin() + static_cast<ptrdiff_t>(begin);
+    std::sort(first, tr.use_block.end());
+    tr.use_block.erase(std::unique(first, tr.use_block.end()), tr.use_block.end());
+    uint64_t bytes = 0;
+    for (auto it = first; it != tr.use_block.end(); ++it) bytes += tr.block_bytes[*it];
+    tr.step_bytes.push_back(bytes);
+  }
+  tr.step_begin.push_back(tr.use_block.size());
+  for (uint64_t bytes : tr.block_bytes) tr.footprint += bytes;
+
+  const uint64_t n = tr.uses();
+  tr.use_step.resize(n);
+  for (uint64_t t = 0; t < tr.steps; ++t) {
+    for (uint64_t j = tr.step_begin[t]; j < tr.step_begin[t + 1]; ++j) {
+      tr.use_step[j] = static_cast<uint32_t>(t);
+    }
+  }
+  // Uses by block (counting sort keeps step order).
+  const uint32_t blocks = tr.blocks();
+  tr.block_begin.assign(blocks + 1, 0);
+  for (uint32_t b : tr.use_block) ++tr.block_begin[b + 1];
+  for (uint32_t b = 0; b < blocks; ++b) tr.block_begin[b + 1] += tr.block_begin[b];
+  tr.block_uses.resize(n);
+  {
+    std::vector<uint64_t> fill(tr.block_begin.begin(), tr.block_begin.end() - 1);
+    for (uint64_t j = 0; j < n; ++j) tr.block_uses[fill[tr.use_block[j]]++] = j;
+  }
+  tr.prev_dist.resize(n);
+  tr.next_dist.resize(n);
+  const auto S = static_cast<uint32_t>(tr.steps);
+  for (uint32_t b = 0; b < blocks; ++b) {
+    const uint64_t lo = tr.block_begin[b], hi = tr.block_begin[b + 1];
+    for (uint64_t i = lo; i < hi; ++i) {
+      const uint64_t j = tr.block_uses[i];
+      const uint64_t next = tr.block_uses[i + 1 < hi ? i + 1 : lo];
+      const uint32_t d = tr.use_step[next] - tr.use_step[j] + (i + 1 < hi ? 0 : S);
+      tr.next_dist[j] = d;
+      tr.prev_dist[next] = d;
+    }
+  }
+  return tr;
+}
+
+// ---- Phase 1: which gaps stay resident (Belady's MIN on the repeating sequence) ---------------
+
+// MIN over one iteration at a time. Priorities are 2 * (absolute time of next use), so that a
+// block that must be resident at the end of a constrained iteration can be keyed just before it.
+class Belady {
+ public:
+  Belady(const Trace& tr, uint64_t capacity)
+      : tr_(tr),
+        capacity_(capacity),
+        resident_(tr.blocks(), 0),
+        key_(tr.blocks(), 0),
+        last_evict_(tr.blocks(), 0),
+        in_end_(tr.blocks(), 0),
+        missed_(tr.uses(), 0) {}
+
+  // Starts from `start` (block ids); with `constrained`, the iteration must end with `start`
+  // resident again (end_iteration() loads what is missing).
+  void reset(const std::vector<uint32_t>& start, bool constrained) {
+    std::fill(resident_.begin(), resident_.end(), 0);
+    std::fill(last_evict_.begin(), last_evict_.end(), 0);
+    std::fill(in_end_.begin(), in_end_.end(), 0);
+    constrained_ = constrained;
+    resident_bytes_ = 0;
+    for (uint32_t b : start) {
+      resident_[b] = 1;
+      resident_bytes_ += tr_.block_bytes[b];
+      key_[b] = 2 * uint64_t{tr_.first_use_step(b)};
+      if (constrained) in_end_[b] = 1;
+    }
+    rebuild_heap();
+  }
+
+  // Runs the iteration that starts at absolute time `base` (a multiple of S).
+  void run_iteration(uint64_t base) {
+    base_ = base;
+    const uint64_t S = tr_.steps;
+    for (uint64_t t = 0; t < S; ++t) {
+      const uint64_t now = base + t;
+      const uint64_t lo = tr_.step_begin[t], hi = tr_.step_begin[t + 1];
+      uint64_t need = 0;
+      for (uint64_t j = lo; j < hi; ++j) {
+        if (!resident_[tr_.use_block[j]]) need += tr_.block_bytes[tr_.use_block[j]];
+      }
+      // Also trims back to the budget after a step that did not fit.
+      make_room(need, 2 * now, now);
+      for (uint64_t j = lo; j < hi; ++j) {
+        const uint32_t b = tr_.use_block[j];
+        missed_[j] = !resident_[b];
+        if (!resident_[b]) {
+          resident_[b] = 1;
+          resident_bytes_ += tr_.block_bytes[b];
+        }
+        const uint64_t next = now + tr_.next_dist[j];
+        key_[b] = constrained_ && in_end_[b] && next >= base + S ? 2 * (base + S) - 1 : 2 * next;
+        heap_.push_back({key_[b], b});
+        std::push_heap(heap_.begin(), heap_.end());
+      }
+    }
+    if (constrained_) {
+      // The blocks the iteration started with must be back (loads at the boundary).
+      uint64_t need = 0;
+      for (uint32_t b = 0; b < tr_.blocks(); ++b) {
+        if (in_end_[b] && !resident_[b]) need += tr_.block_bytes[b];
+      }
+      make_room(need, 2 * (base + S) - 1, base + S);
+      for (uint32_t b = 0; b < tr_.blocks(); ++b) {
+        if (in_end_[b] && !resident_[b]) {
+          resident_[b] = 1;
+          resident_bytes_ += tr_.block_bytes[b];
+        }
+      }
+    }
+    rebuild_heap();
+  }
+
+  std::vector<uint32_t> resident_set() const {
+    std::vector<uint32_t> out;
+    for (uint32_t b = 0; b < tr_.blocks(); ++b) {
+      if (resident_[b]) out.push_back(b);
+    }
+    return out;
+  }
+
+  // For the iteration just run: nonkept[j] = the gap that ends at use j was not resident
+  // throughout (the block was evicted and loaded again). A gap across the iteration boundary is
+  // not kept if its block was missing at its first use or evicted after its last use.
+  void gaps_not_kept(std::vector<uint8_t>& nonkept) const {
+    nonkept.assign(missed_.begin(), missed_.end());
+    for (uint32_t b = 0; b < tr_.blocks(); ++b) {
+      // last_evict_ holds time + 1 (0 = never).
+      if (last_evict_[b] > base_ + tr_.last_use_step(b) + 1) {
+        nonkept[tr_.block_uses[tr_.block_begin[b]]] = 1;
+      }
+    }
+  }
+
+ private:
+  struct Entry {
+    uint64_t key;
+    uint32_t block;
+    bool operator<(const Entry& o) const { return key != o.key ? key < o.key : block < o.block; }
+  };
+
+  // Evicts the resident blocks used furthest away (priority above `keep_at_or_below`) at time
+  // `now` until `need` more bytes fit, or none is left.
+  void make_room(uint64_t need, uint64_t keep_at_or_below, uint64_t now) {
+    while (resident_bytes_ + need > capacity_ && !heap_.empty()) {
+      const Entry top = heap_.front();
+      if (!resident_[top.block] || key_[top.block] != top.key) {
+        std::pop_heap(heap_.begin(), heap_.end());
+        heap_.pop_back();
+        continue;
+      }
+      if (top.key <= keep_at_or_below) break;
+      std::pop_heap(heap_.begin(), heap_.end());
+      heap_.pop_back();
+      resident_[top.block] = 0;
+      resident_bytes_ -= tr_.block_bytes[top.block];
+      last_evict_[top.block] = now + 1;
+    }
+  }
+
+  void rebuild_heap() {
+    heap_.clear();
+    for (uint32_t b = 0; b < tr_.blocks(); ++b) {
+      if (resident_[b]) heap_.push_back({key_[b], b});
+    }
+    std::make_heap(heap_.begin(), heap_.end());
+  }
+
+  const Trace& tr_;
+  uint64_t capacity_;
+  std::vector<uint8_t> resident_;
+  std::vector<uint64_t> key_;
+  std::vector<uint64_t> last_evict_;
+  std::vector<uint8_t> in_end_;
+  std::vector<uint8_t> missed_;
+  std::vector<Entry> heap_;
+  uint64_t resident_bytes_ = 0;
+  uint64_t base_ = 0;
+  bool constrained_ = false;
+};
+
+uint64_t nonkept_bytes(const Trace& tr, const std::vector<uint8_t>& nonkept) {
+  uint64_t bytes = 0;
+  for (uint64_t j = 0; j < tr.uses(); ++j) {
+    if (nonkept[j] && tr.prev_dist[j] >= 2) bytes += tr.block_bytes[tr.use_block[j]];
+  }
+  return bytes;
+}
+
+// nonkept[j] for the gap ending at each use j of a self-consistent one-iteration schedule.
+std::vector<uint8_t> choose_gaps(const Trace& tr, uint64_t capacity) {
+  std::vector<uint8_t> nonkept;
+  if (tr.footprint <= capacity) {
+    nonkept.assign(tr.uses(), 0);
+    return nonkept;
+  }
+  Belady belady(tr, capacity);
+  std::vector<std::vector<uint32_t>> states{{}};  // at iteration boundaries
+  belady.reset(states.back(), false);
+  size_t cycle_start = 0, cycle_end = 0;  // candidate states [cycle_start, cycle_end)
+  for (int k = 0; k < kMinIterations; ++k) {
+    belady.run_iteration(static_cast<uint64_t>(k) * tr.steps);
+    std::vector<uint32_t> state = belady.resident_set();
+    if (state == states.back()) {  // this iteration started and ended with the same contents
+      belady.gaps_not_kept(nonkept);
+      return nonkept;
+    }
+    const auto seen =
+        static_cast<size_t>(std::find(states.begin(), states.end(), state) - states.begin());
+    states.push_back(std::move(state));
+    cycle_end = states.size() - (seen < states.size() - 1 ? 1 : 0);
+    cycle_start = seen < states.size() - 1 ? seen : 0;
+    if (seen < states.size() - 1) break;
+  }
+  cycle_start = std::max(cycle_start,
+                         cycle_end > kCycleCandidates ? cycle_end - kCycleCandidates : size_t{0});
+  // MIN cycles over several iterations (or did not settle). A one-iteration schedule needs one
+  // state at the boundary: try each of the cycle's states as the state every iteration starts and
+  // ends with (MIN is optimal for a fixed start and end), then mix them: swap a block that not all
+  // of them hold for one that another holds while that makes the iteration cheaper. As many
+  // trials (one MIN iteration each) as a work budget allows.
+  const uint64_t max_trials =
+      std::max<uint64_t>(kMinTrials, kTrialWork / std::max<uint64_t>(tr.uses(), 1));
+  uint64_t trials = 0;
+  uint64_t best = std::numeric_limits<uint64_t>::max();
+  std::vector<uint32_t> current;
+  std::vector<uint8_t> trial;
+  auto try_state = [&](const std::vector<uint32_t>& start) {
+    ++trials;
+    belady.reset(start, true);
+    belady.run_iteration(0);
+    belady.gaps_not_kept(trial);
+    const uint64_t bytes = nonkept_bytes(tr, trial);
+    if (bytes >= best) return false;
+    best = bytes;
+    nonkept.swap(trial);
+    current = start;
+    return true;
+  };
+  std::vector<uint32_t> holders(tr.blocks(), 0);  // how many of the cycle's states hold a block
+  for (size_t i = cycle_start; i < cycle_end; ++i) {
+    for (uint32_t b : states[i]) ++holders[b];
+    if (trials < max_trials) try_state(states[i]);
+  }
+  const auto cycle_states = static_cast<uint32_t>(cycle_end - cycle_start);
+  std::vector<uint32_t> pool;  // blocks some state of the cycle holds
+  for (uint32_t b = 0; b < tr.blocks(); ++b) {
+    if (holders[b] > 0) pool.push_back(b);
+  }
+  uint64_t looked_at = 0;  // candidates, tried or not: bounded too
+  for (bool improved = true; improved && trials < max_trials;) {
+    improved = false;
+    std::vector<uint8_t> held(tr.blocks(), 0);
+    uint64_t bytes = 0;
+    for (uint32_t b : current) {
+      held[b] = 1;
+      bytes += tr.block_bytes[b];
+    }
+    const uint64_t limit = std::max(capacity, bytes);
+    const std::vector<uint32_t> from = current;
+    for (size_t xi = 0; xi < from.size() && !improved && trials < max_trials; ++xi) {
+      const uint32_t x = from[xi];
+      if (holders[x] == cycle_states) continue;
+      for (size_t yi = 0; yi < pool.size() && !improved && trials < max_trials; ++yi) {
+        const uint32_t y = pool[yi];
+        if (held[y]) continue;
+        if (++looked_at > kTrialWork) return nonkept;
+        if (bytes - tr.block_bytes[x] + tr.block_bytes[y] > limit) continue;
+        std::vector<uint32_t> mixed = from;
+        mixed[xi] = y;
+        std::sort(mixed.begin(), mixed.end());
+        improved = try_state(mixed);
+      }
+    }
+  }
+  return nonkept;
+}
+
+// ---- Phase 2: when data moves -----------------------------------------------------------------
+
+// Two int64 values per point with range add, range min, and "rightmost point below".
+class RoomTree {
+ public:
+  RoomTree(const std::vector<int64_t>& a, int64_t b) : n_(a.size()) {
+    size_ = 1;
+    while (size_ < n_) size_ *= 2;
+    const int64_t inf = std::numeric_limits<int64_t>::max() / 4;
+    min_a_.assign(2 * size_, inf);
+    min_b_.assign(2 * size_, inf);
+    add_a_.assign(2 * size_, 0);
+    add_b_.assign(2 * size_, 0);
+    for (size_t i = 0; i < n_; ++i) {
+      min_a_[size_ + i] = a[i];
+      min_b_[size_ + i] = b;
+    }
+    for (size_t i = size_ - 1; i >= 1; --i) pull(i);
+  }
+
+  void add(size_t l, size_t r, int64_t da, int64_t db) { add(1, 0, size_ - 1, l, r, da, db); }
+  int64_t min_a(size_t l, size_t r) const { return min_a(1, 0, size_ - 1, l, r); }
+  int64_t min_a_all() const { return min_a_[1]; }
+  // The largest i in [l, r] with a[i] < xa or b[i] < xb, or npos.
+  size_t rightmost_below(size_t l, size_t r, int64_t xa, int64_t xb) const {
+    return rightmost(1, 0, size_ - 1, l, r, xa, xb);
+  }
+  static constexpr size_t npos = std::numeric_limits<size_t>::max();
+
+ private:
+  void pull(size_t i) {
+    min_a_[i] = std::min(min_a_[2 * i], min_a_[2 * i + 1]) + add_a_[i];
+    min_b_[i] = std::min(min_b_[2 * i], min_b_[2 * i + 1]) + add_b_[i];
+  }
+  void add(size_t i, size_t nl, size_t nr, size_t l, size_t r, int64_t da, int64_t db) {
+    if (r < nl || nr < l) return;
+    if (l <= nl && nr <= r) {
+      min_a_[i] += da;
+      min_b_[i] += db;
+      add_a_[i] += da;
+      add_b_[i] += db;
+      return;
+    }
+    const size_t mid = (nl + nr) / 2;
+    add(2 * i, nl, mid, l, r, da, db);
+    add(2 * i + 1, mid + 1, nr, l, r, da, db);
+    pull(i);
+  }
+  int64_t min_a(size_t i, size_t nl, size_t nr, size_t l, size_t r) const {
+    if (r < nl || nr < l) return std::numeric_limits<int64_t>::max() / 2;
+    if (l <= nl && nr <= r) return min_a_[i];
+    const size_t mid = (nl + nr) / 2;
+    return std::min(min_a(2 * i, nl, mid, l, r), min_a(2 * i + 1, mid + 1, nr, l, r)) + add_a_[i];
+  }
+  // xa, xb are relative to the adds above node i.
+  size_t rightmost(size_t i, size_t nl, size_t nr, size_t l, size_t r, int64_t xa,
+                   int64_t xb) const {
+    if (r < nl || nr < l || (min_a_[i] >= xa && min_b_[i] >= xb)) return npos;
+    if (nl == nr) return nl;
+    const size_t mid = (nl + nr) / 2;
+    const size_t right = rightmost(2 * i + 1, mid + 1, nr, l, r, xa - add_a_[i], xb - add_b_[i]);
+    if (right != npos) return right;
+    return rightmost(2 * i, nl, mid, l, r, xa - add_a_[i], xb - add_b_[i]);
+  }
+
+  size_t n_, size_;
+  std::vector<int64_t> min_a_, min_b_, add_a_, add_b_;
+};
+
+// The room tree on the circle of S steps, addressed with unrolled step numbers >= 0; a range is
+// shorter than S.
+class CyclicRoom {
+ public:
+  CyclicRoom(const std::vector<int64_t>& free, int64_t inflight_room)
+      : s_(free.size()), tree_(free, inflight_room) {}
+
+  void add(uint64_t l, uint64_t r, int64_t da, int64_t db) {
+    const size_t a = l % s_, b = r % s_;
+    if (a <= b) {
+      tree_.add(a, b, da, db);
+    } else {
+      tree_.add(a, s_ - 1, da, db);
+      tree_.add(0, b, da, db);
+    }
+  }
+  int64_t min_free(uint64_t l, uint64_t r) const {
+    const size_t a = l % s_, b = r % s_;
+    if (a <= b) return tree_.min_a(a, b);
+    return std::min(tree_.min_a(a, s_ - 1), tree_.min_a(0, b));
+  }
+  int64_t min_free_all() const { return tree_.min_a_all(); }
+  // The last unrolled step in [l, r] where `bytes` do not fit, or l - 1 if none.
+  uint64_t last_unfit(uint64_t l, uint64_t r, int64_t bytes) const {
+    const size_t a = l % s_, b = r % s_;
+    if (a <= b) {
+      const size_t i = tree_.rightmost_below(a, b, bytes, bytes);
+      return i == RoomTree::npos ? l - 1 : l + (i - a);
+    }
+    size_t i = tree_.rightmost_below(0, b, bytes, bytes);
+    if (i != RoomTree::npos) return r - (b - i);
+    i = tree_.rightmost_below(a, s_ - 1, bytes, bytes);
+    return i == RoomTree::npos ? l - 1 : l + (i - a);
+  }
+
+ private:
+  size_t s_;
+  RoomTree tree_;
+};
+
+struct RawAction {
+  uint32_t at_step;
+  ActionKind kind;
+  uint32_t aux;  // wait_back or use_ahead
+  uint32_t block;
+};
+
+}  // namespace
+
+Plan make_plan(const PlanInput& input) {
+  const Trace tr = build_trace(input, "make_plan");
+  const uint64_t S = tr.steps;
+  // Budgets beyond 2^61 bytes plan like 2^61 (room is counted in int64).
+  const uint64_t C = std::min<uint64_t>(input.budget_bytes, uint64_t{1} << 61);
+  Plan plan;
+  plan.footprint_bytes = tr.footprint;
+  for (uint64_t t = 0; t < S; ++t) {
+    if (tr.step_bytes[t] > C) plan.unfit_steps.push_back(static_cast<uint32_t>(t));
+  }
+
+  std::vector<uint8_t> nonkept = choose_gaps(tr, C);
+
+  // Room on the circle of steps once kept gaps and every step's own blocks are resident.
+  std::vector<int64_t> room(S + 1, 0);                         // difference array of occupancy
+  auto occupy = [&](uint64_t l, uint64_t r, uint64_t bytes) {  // unrolled, r - l < S
+    const uint64_t a = l % S, b = r % S;
+    const auto v = static_cast<int64_t>(bytes);
+    room[a] += v;
+    room[b + 1] -= v;
+    if (a > b) {
+      room[0] += v;
+      room[S] -= v;
+    }
+  };
+  for (uint64_t t = 0; t < S; ++t) occupy(t, t, tr.step_bytes[t]);
+  // The gap ending at use j spans the unrolled steps [u2 - prev_dist + 1, u2 - 1], u2 = step + S.
+  for (uint64_t j = 0; j < tr.uses(); ++j) {
+    if (!nonkept[j] && tr.prev_dist[j] >= 2) {
+      const uint64_t u2 = tr.use_step[j] + S;
+      occupy(u2 - tr.prev_dist[j] + 1, u2 - 1, tr.block_bytes[tr.use_block[j]]);
+    }
+  }
+  std::vector<int64_t> free_room(S);
+  int64_t occupied = 0;
+  for (uint64_t t = 0; t < S; ++t) {
+    occupied += room[t];
+    free_room[t] = static_cast<int64_t>(C) - occupied;
+  }
+  const uint64_t lookahead = input.lookahead_bytes ? input.lookahead_bytes : C;
+  CyclicRoom tree(free_room, static_cast<int64_t>(std::min(lookahead, C)));
+
+  // Gaps that still fit: keep them too, shortest first (only unequal block sizes leave any).
+  std::vector<uint64_t> moved;  // uses whose gap is not kept
+  for (uint64_t j = 0; j < tr.uses(); ++j) {
+    if (nonkept[j] && tr.prev_dist[j] >= 2) moved.push_back(j);
+  }
+  std::stable_sort(moved.begin(), moved.end(),
+                   [&](uint64_t x, uint64_t y) { return tr.prev_dist[x] < tr.prev_dist[y]; });
+  std::erase_if(moved, [&](uint64_t j) {
+    const uint64_t u2 = tr.use_step[j] + S;
+    const auto bytes = static_cast<int64_t>(tr.block_bytes[tr.use_block[j]]);
+    const uint64_t l = u2 - tr.prev_dist[j] + 1;
+    if (tree.min_free(l, u2 - 1) < bytes) return false;
+    tree.add(l, u2 - 1, -bytes, 0);
+    nonkept[j] = 0;
+    return true;
+  });
+
+  // How many steps before a use of step s a prefetch may be issued (lookahead_seconds).
+  std::vector<uint32_t> max_ahead(S, static_cast<uint32_t>(S));
+  if (input.lookahead_seconds > 0) {
+    std::vector<double> seconds(2 * S);
+    for (uint64_t i = 0; i < 2 * S; ++i) {
+      const double s = input.steps[i % S].seconds;
+      seconds[i] = s > 0 ? s : kUnknownStepSeconds;
+    }
+    // Two pointers over the doubled sequence: [p, u) is the longest window ending at u.
+    std::vector<double> before(2 * S + 1, 0.0);  // seconds of steps [0, i)
+    for (uint64_t i = 0; i < 2 * S; ++i) before[i + 1] = before[i] + seconds[i];
+    const double limit = input.lookahead_seconds * (1 + 1e-9);
+    uint64_t p = 0;
+    for (uint64_t u = S; u < 2 * S; ++u) {
+      while (before[u] - before[p] > limit) ++p;
+      max_ahead[u - S] = static_cast<uint32_t>(u - p);
+    }
+  }
+
+  // Placement order: by use, starting after the step with the least room; then buffer, offset.
+  uint64_t tightest = 0;
+  for (uint64_t t = 0; t < S; ++t) {
+    if (free_room[t] < free_room[tightest]) tightest = t;
+  }
+  auto order_key = [&](uint64_t j) { return (tr.use_step[j] + S - tightest - 1) % S; };
+  std::sort(moved.begin(), moved.end(), [&](uint64_t x, uint64_t y) {
+    const uint64_t kx = order_key(x), ky = order_key(y);
+    if (kx != ky) return kx < ky;
+    const uint32_t bx = tr.use_block[x], by = tr.use_block[y];
+    if (tr.block_buffer[bx] != tr.block_buffer[by])
+      return tr.block_buffer[bx] < tr.block_buffer[by];
+    return tr.block_index[bx] < tr.block_index[by];
+  });
+
+  std::vector<uint8_t> unfit(S, 0);
+  for (uint32_t t : plan.unfit_steps) unfit[t] = 1;
+  std::vector<RawAction> raw;
+  raw.reserve(2 * moved.size());
+  std::vector<uint8_t> resident_at_start(tr.blocks(), 0);
+  for (uint64_t j = tr.step_begin[S - 1]; j < tr.step_begin[S]; ++j) {
+    resident_at_start[tr.use_block[j]] = 1;
+  }
+  for (uint64_t j = 0; j < tr.uses(); ++j) {  // kept gaps across the iteration boundary
+    if (!nonkept[j] && tr.prev_dist[j] >= 2 && tr.use_step[j] + 1 < tr.prev_dist[j]) {
+      resident_at_start[tr.use_block[j]] = 1;
+    }
+  }
+  for (const uint64_t j : moved) {
+    const uint32_t b = tr.use_block[j];
+    const auto bytes = static_cast<int64_t>(tr.block_bytes[b]);
+    const uint64_t u2 = tr.use_step[j] + S;  // unrolled use, in [S, 2S)
+    const uint64_t u1 = u2 - tr.prev_dist[j];
+    // Evicted at the launch after the last use; back at p in [u1 + 2, u2].
+    raw.push_back({static_cast<uint32_t>((u1 + 1) % S), ActionKind::evict, 1, b});
+    const uint64_t ahead = std::min<uint64_t>(tr.prev_dist[j] - 2, max_ahead[tr.use_step[j]]);
+    uint64_t p = u2;
+    if (ahead > 0) {
+      p = tree.last_unfit(u2 - ahead, u2 - 1, bytes) + 1;
+      if (p < u2) tree.add(p, u2 - 1, -bytes, -bytes);
+    }
+    if (p == u2 && unfit[tr.use_step[j]]) continue;  // no room before it: it faults in
+    raw.push_back(
+        {static_cast<uint32_t>(p % S), ActionKind::prefetch, static_cast<uint32_t>(u2 - p), b});
+    if (p < S) resident_at_start[b] = 1;  // in flight across the boundary
+  }
+  plan.peak_resident_bytes = static_cast<uint64_t>(static_cast<int64_t>(C) - tree.min_free_all());
+
+  // Coalesce: bucket by step, sort each bucket by kind, buffer, offset, merge neighbours.
+  std::vector<uint64_t> bucket(S + 1, 0);
+  for (const RawAction& a : raw) ++bucket[a.at_step + 1];
+  for (uint64_t t = 0; t < S; ++t) bucket[t + 1] += bucket[t];
+  std::vector<RawAction> sorted(raw.size());
+  {
+    std::vector<uint64_t> fill(bucket.begin(), bucket.end() - 1);
+    for (const RawAction& a : raw) sorted[fill[a.at_step]++] = a;
+  }
+  auto by_block = [&](const RawAction& x, const RawAction& y) {
+    if (x.kind != y.kind) return x.kind < y.kind;
+    if (tr.block_buffer[x.block] != tr.block_buffer[y.block])
+      return tr.block_buffer[x.block] < tr.block_buffer[y.block];
+    return tr.block_index[x.block] < tr.block_index[y.block];
+  };
+  auto by_urgency = [](const Action& x, const Action& y) {
+    if (x.kind != y.kind) return x.kind < y.kind;
+    if (x.use_ahead != y.use_ahead) return x.use_ahead < y.use_ahead;
+    if (x.range.buffer != y.range.buffer) return x.range.buffer < y.range.buffer;
+    return x.range.offset < y.range.offset;
+  };
+  const uint64_t g = tr.granularity;
+  for (uint64_t t = 0; t < S; ++t) {
+    const auto first = sorted.begin() + static_cast<ptrdiff_t>(bucket[t]);
+    const auto last = sorted.begin() + static_cast<ptrdiff_t>(bucket[t + 1]);
+    std::sort(first, last, by_block);
+    const size_t step_first = plan.actions.size();
+    for (auto it = first; it != last; ++it) {
+      const uint32_t buffer = tr.block_buffer[it->block];
+      const uint64_t k = tr.block_index[it->block];
+      const uint64_t bytes = tr.block_bytes[it->block];
+      if (plan.actions.size() > step_first) {
+        Action& prev = plan.actions.back();
+        if (prev.kind == it->kind && prev.range.buffer == buffer &&
+            prev.range.offset + prev.range.length == k * g) {
+          prev.range.length += bytes;
+          if (it->kind == ActionKind::evict) {
+            prev.wait_back = std::min(prev.wait_back, it->aux);
+          } else {
+            prev.use_ahead = std::min(prev.use_ahead, it->aux);
+          }
+          continue;
+        }
+      }
+      Action a;
+      a.at_step = static_cast<uint32_t>(t);
+      a.kind = it->kind;
+      a.wait_back = it->kind == ActionKind::evict ? it->aux : 0;
+      a.use_ahead = it->kind == ActionKind::prefetch ? it->aux : 0;
+      a.range = {buffer, k * g, bytes};
+      plan.actions.push_back(a);
+    }
+    std::sort(plan.actions.begin() + static_cast<ptrdiff_t>(step_first), plan.actions.end(),
+              by_urgency);
+  }
+  for (const Action& a : plan.actions) {
+    if (a.kind == ActionKind::evict) {
+      plan.bytes_evicted_per_iteration += a.range.length;
+      ++plan.evict_calls;
+    } else {
+      plan.bytes_prefetched_per_iteration += a.range.length;
+      ++plan.prefetch_calls;
+    }
+  }
+
+  // Resident at the start, coalesced by buffer and offset.
+  std::vector<uint32_t> start;
+  for (uint32_t b = 0; b < tr.blocks(); ++b) {
+    if (resident_at_start[b]) start.push_back(b);
+  }
+  std::sort(start.begin(), start.end(), [&](uint32_t x, uint32_t y) {
+    if (tr.block_buffer[x] != tr.block_buffer[y]) return tr.block_buffer[x] < tr.block_buffer[y];
+    return tr.block_index[x] < tr.block_index[y];
+  });
+  for (uint32_t b : start) {
+    const uint64_t offset = tr.block_index[b] * g;
+    if (!plan.resident_at_start.empty()) {
+      PlanRange& prev = plan.resident_at_start.back();
+      if (prev.buffer == tr.block_buffer[b] && prev.offset + prev.length == offset) {
+        prev.length += tr.block_bytes[b];
+        continue;
+      }
+    }
+    plan.resident_at_start.push_back({tr.block_buffer[b], offset, tr.block_bytes[b]});
+  }
+  return plan;
+}
+
+Simulation simulate(const PlanInput& input, const Plan& plan, int iterations) {
+  const Trace tr = build_trace(input, "simulate");
+  const uint64_t S = tr.steps;
+  const uint64_t g = tr.granularity;
+  Simulation sim;
+
+  // Residency of touched blocks by dense id; of others (a plan may name any block) in a set.
+  std::vector<uint8_t> resident(tr.blocks(), 0);
+  std::set<std::pair<uint32_t, uint64_t>> other;
+  uint64_t resident_bytes = 0;
+  auto for_blocks = [&](const PlanRange& r, const char* what, auto&& fn) {
+    if (r.buffer >= input.buffer_sizes.size() || r.offset > input.buffer_sizes[r.buffer] ||
+        r.length > input.buffer_sizes[r.buffer] - r.offset)
+      bad_input("simulate", std::string(what) + " range of buffer " + std::to_string(r.buffer) +
+                                " at offset " + std::to_string(r.offset) + " is outside it");
+    if (r.length == 0) return;
+    const uint64_t size = input.buffer_sizes[r.buffer];
+    for (uint64_t k = r.offset / g; k <= (r.offset + r.length - 1) / g; ++k) {
+      fn(r.buffer, k, std::min(g, size - k * g));
+    }
+  };
+  // Sets residency; returns whether it was resident before.
+  auto set_resident = [&](uint32_t buffer, uint64_t k, uint64_t bytes, bool on) {
+    const uint32_t b = tr.find(buffer, k);
+    bool was;
+    if (b != kNoBlock) {
+      was = resident[b];
+      resident[b] = on;
+    } else {
+      was = on ? !other.insert({buffer, k}).second : other.erase({buffer, k}) > 0;
+    }
+    if (was && !on) resident_bytes -= bytes;
+    if (!was && on) resident_bytes += bytes;
+    return was;
+  };
+  for (const PlanRange& r : plan.resident_at_start) {
+    for_blocks(r, "resident_at_start", [&](uint32_t buffer, uint64_t k, uint64_t bytes) {
+      set_resident(buffer, k, bytes, true);
+    });
+  }
+  sim.peak_resident_bytes = resident_bytes;
+
+  std::vector<std::vector<const Action*>> at(S);
+  for (const Action& a : plan.actions) {
+    if (a.at_step >= S)
+      bad_input("simulate", "an action is at step " + std::to_string(a.at_step) +
+                                ", but the iteration has " + std::to_string(S) + " steps");
+    at[a.at_step].push_back(&a);
+  }
+  // Steps back from step i to the block's latest use at or before i (cyclic), or S + 1 if none.
+  auto back_to_use = [&](uint32_t b, uint64_t i) -> uint64_t {
+    const auto first = tr.block_uses.begin() + static_cast<ptrdiff_t>(tr.block_begin[b]);
+    const auto last = tr.block_uses.begin() + static_cast<ptrdiff_t>(tr.block_begin[b + 1]);
+    auto it = std::upper_bound(first, last, i,
+                               [&](uint64_t step, uint64_t j) { return step < tr.use_step[j]; });
+    if (it == first) return i + S - tr.use_step[*(last - 1)];
+    return i - tr.use_step[*(it - 1)];
+  };
+
+  for (int iteration = 0; iteration < iterations; ++iteration) {
+    for (uint64_t i = 0; i < S; ++i) {
+      for (const bool evict : {true, false}) {
+        for (const Action* a : at[i]) {
+          if ((a->kind == ActionKind::evict) != evict) continue;
+          for_blocks(a->range, evict ? "evicted" : "prefetched",
+                     [&](uint32_t buffer, uint64_t k, uint64_t bytes) {
+                       if (evict) {
+                         const uint32_t b = tr.find(buffer, k);
+                         if (b != kNoBlock && back_to_use(b, i) < a->wait_back)
+                           sim.eviction_before_last_use = true;
+                         if (set_resident(buffer, k, bytes, false)) {
+                           sim.bytes_out += bytes;
+                         } else {
+                           sim.evict_of_absent = true;
+                         }
+                       } else if (set_resident(buffer, k, bytes, true)) {
+                         sim.prefetch_of_resident = true;
+                       } else {
+                         sim.bytes_in += bytes;
+                       }
+                     });
+        }
+      }
+      sim.peak_resident_bytes = std::max(sim.peak_resident_bytes, resident_bytes);
+      for (uint64_t j = tr.step_begin[i]; j < tr.step_begin[i + 1]; ++j) {
+        const uint32_t b = tr.use_block[j];
+        if (!resident[b]) {
+          ++sim.misses;
+          sim.bytes_in += tr.block_bytes[b];
+          resident[b] = 1;
+          resident_bytes += tr.block_bytes[b];
+        }
+      }
+      sim.peak_resident_bytes = std::max(sim.peak_resident_bytes, resident_bytes);
+    }
+  }
+  return sim;
+}
+
+}  // namespace umswap::advisor

@@ -13,6 +13,8 @@ constexpr uint32_t kMaxNoise = 4;
 constexpr uint32_t kMinConfirm = 4;
 constexpr uint32_t kMaxConfirm = 16;
 constexpr size_t kMaxCandidates = 16;
+// A region shorter than 1/kSubstantialShare of the longest one cannot be the latest regime.
+constexpr uint64_t kSubstantialShare = 4;
 // Regions ending this close to the latest one count as equally recent (a disruption can hold a
 // region's end up to a confirm length plus the noise allowance before the end of the data).
 constexpr uint64_t kRecencySlack = kMaxConfirm + kMaxNoise;
@@ -292,17 +294,29 @@ Analysis analyse(const Keys& keys, uint64_t lo, uint64_t n, const Settings& s, S
     if (a.has_region) scratch.regions.push_back(a);
   }
   if (scratch.regions.empty()) return out;
+  // A regime much shorter than the longest one found does not count as the latest: a run of
+  // identical launches at the end of a program (copying weights back, one memcpy per tensor) or
+  // inside an iteration (one optimizer kernel per parameter) is not a change of period.
+  uint64_t any_longest = 0;
+  for (const Alignment& a : scratch.regions) {
+    any_longest = std::max(any_longest, a.region_end(n) - a.start);
+  }
+  auto substantial = [&](const Alignment& a) {
+    return (a.region_end(n) - a.start) * kSubstantialShare >= any_longest;
+  };
   uint64_t latest = 0;
-  for (const Alignment& a : scratch.regions) latest = std::max(latest, a.region_end(n));
+  for (const Alignment& a : scratch.regions) {
+    if (substantial(a)) latest = std::max(latest, a.region_end(n));
+  }
   uint64_t longest = 0;
   for (const Alignment& a : scratch.regions) {
-    if (a.region_end(n) + kRecencySlack >= latest) {
+    if (substantial(a) && a.region_end(n) + kRecencySlack >= latest) {
       longest = std::max(longest, a.region_end(n) - a.start);
     }
   }
   for (const Alignment& a : scratch.regions) {
     const uint64_t f = a.region_end(n);
-    if (f + kRecencySlack < latest || (f - a.start) * 8 < longest * 7) continue;
+    if (!substantial(a) || f + kRecencySlack < latest || (f - a.start) * 8 < longest * 7) continue;
     if (!out.found || a.period < out.best.period) {
       out.best = a;
       out.found = true;

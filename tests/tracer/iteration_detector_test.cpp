@@ -485,3 +485,27 @@ TEST(IterationDetector, ApiMarkersFromTheStart) {
 
 }  // namespace
 }  // namespace umswap::tracer
+
+namespace umswap::tracer {
+namespace {
+
+// A trainer's loop ending in one optimizer kernel per parameter (40 identical launches), and a
+// program that copies its weights back one tensor at a time after the loop: neither run of
+// identical launches is a new regime of period 1 (seen on cudnn_vgg16 before the fix).
+TEST(IterationDetector, RunsOfIdenticalLaunchesAreNotANewPeriod) {
+  Keys iteration = distinct(300);
+  append(iteration, Keys(40, 9999));
+  Keys keys = repeat(iteration, 3);
+  Keys partial(keys.begin(), keys.begin() + 300 + 35);  // ends inside the optimizer run
+  Keys inside = keys;
+  append(inside, partial);
+  EXPECT_EQ(IterationDetector::detect(inside).period, 340u);
+  Keys tail = keys;
+  append(tail, Keys(64, 7777));  // memcpy DtoH per weight tensor after the loop
+  const trace::Detection d = IterationDetector::detect(tail);
+  EXPECT_EQ(d.period, 340u);
+  EXPECT_EQ(d.warmup_steps, 0u);
+}
+
+}  // namespace
+}  // namespace umswap::tracer

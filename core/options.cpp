@@ -10,7 +10,9 @@
 namespace umswap {
 namespace {
 
-constexpr std::array kModes = {std::pair{Mode::managed, std::string_view("managed")},
+constexpr std::array kModes = {std::pair{Mode::online, std::string_view("online")},
+                               std::pair{Mode::replay, std::string_view("replay")},
+                               std::pair{Mode::managed, std::string_view("managed")},
                                std::pair{Mode::passthrough, std::string_view("passthrough")}};
 
 std::string_view trim(std::string_view s) {
@@ -28,8 +30,10 @@ std::string lower(std::string_view s) {
 // Every option, its default and meaning. parse_options() and the help text both read this, so
 // the two cannot drift apart.
 constexpr std::array kOptionTable = {
-    OptionInfo{"UMSWAP_MODE", "managed",
-               "managed: device allocations become managed memory; passthrough: hooks only"},
+    OptionInfo{"UMSWAP_MODE", "online",
+               "online: managed memory, advice learned from the first steady iteration; replay: "
+               "advice planned from UMSWAP_REPLAY's trace; managed: managed memory, no advice; "
+               "passthrough: hooks only"},
     OptionInfo{"UMSWAP_BUDGET", "0",
                "GPU-resident bytes to stay under (size or % of GPU memory); 0 = no budget"},
     OptionInfo{"UMSWAP_MANAGED_LIMIT", "0",
@@ -47,6 +51,9 @@ constexpr std::array kOptionTable = {
     OptionInfo{"UMSWAP_ITERATION_MARKER", "",
                "NVTX range name that starts an iteration (instead of detecting the period)"},
     OptionInfo{"UMSWAP_CUPTI_LIBRARY", "", "libcupti.so to load (default: search)"},
+    OptionInfo{"UMSWAP_REPLAY", "", "trace to plan from in replay mode (`umswap replay` sets it)"},
+    OptionInfo{"UMSWAP_PREFETCH_WAIT", "0",
+               "1: a launch waits for its late prefetch instead of taking page faults"},
 };
 
 }  // namespace
@@ -172,7 +179,7 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
     if (auto m = parse_mode(v)) {
       options.mode = *m;
     } else {
-      warn("UMSWAP_MODE", v, "is not a mode (managed, passthrough)", "managed");
+      warn("UMSWAP_MODE", v, "is not a mode (online, replay, managed, passthrough)", "online");
     }
   }
   for (auto [name, field] : {std::pair{"UMSWAP_BUDGET", &options.budget},
@@ -220,6 +227,19 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
   }
   if (const char* v = read("UMSWAP_ITERATION_MARKER")) options.iteration_marker = trim(v);
   if (const char* v = read("UMSWAP_CUPTI_LIBRARY")) options.cupti_library = trim(v);
+  if (const char* v = read("UMSWAP_REPLAY")) options.replay_path = trim(v);
+  if (const char* v = read("UMSWAP_PREFETCH_WAIT")) {
+    if (auto b = parse_bool(trim(v))) {
+      options.prefetch_wait = *b;
+    } else {
+      warn("UMSWAP_PREFETCH_WAIT", v, "is not a boolean (1/0, on/off)", "0");
+    }
+  }
+  if (options.mode == Mode::replay && options.replay_path.empty() && warnings) {
+    warnings->push_back(
+        "UMSWAP_MODE=replay needs UMSWAP_REPLAY (a trace file); learning online instead");
+    options.mode = Mode::online;
+  }
   return options;
 }
 
@@ -235,6 +255,8 @@ std::vector<std::string> describe(const Options& options) {
       fmt::format("UMSWAP_TRACE_ITERATIONS={}", options.trace_iterations),
       fmt::format("UMSWAP_ITERATION_MARKER={}", options.iteration_marker),
       fmt::format("UMSWAP_CUPTI_LIBRARY={}", options.cupti_library),
+      fmt::format("UMSWAP_REPLAY={}", options.replay_path),
+      fmt::format("UMSWAP_PREFETCH_WAIT={}", options.prefetch_wait ? 1 : 0),
   };
 }
 

@@ -11,6 +11,7 @@
 #include <span>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "umswap/core/log.h"
@@ -56,6 +57,17 @@ class Tracer {
     detector_.mark(source);
   }
   bool running() const { return running_.load(std::memory_order_acquire); }
+  std::vector<uint32_t> copy_keys(uint64_t first, uint64_t max);
+  bool copy_steps(uint64_t first, uint64_t count, StepLog* out);
+  uint64_t logged_steps() {
+    std::lock_guard lock(log_mutex_);
+    return steps_.size();
+  }
+  std::string key_name(uint32_t key) {
+    std::lock_guard lock(log_mutex_);
+    return key < names_.size() ? names_[key] : std::string();
+  }
+  const RunSummary* summary() const { return summary_.get(); }
 
   static void CUPTIAPI on_callback(void* self, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                                    const void* data);
@@ -71,6 +83,8 @@ class Tracer {
   void on_launch(CUfunction f, CUstream stream, void** params, void** extra, uint32_t correlation,
                  const char* symbol);
   void append_step(StepRecord step);
+  void observe(uint32_t key, CUstream stream);
+  void summarize(trace::Trace t);
   void on_first_call();
   void record_hits(const Registry::Snapshot& snapshot);
   void on_copy(trace::StepKind kind, const char* name, CUstream stream, uint32_t correlation,
@@ -104,6 +118,9 @@ class Tracer {
   std::unordered_map<uint64_t, BufferRecord> buffers_;  // every buffer a step touched, by id
   IterationDetector detector_;
   uint64_t dropped_steps_ = 0;
+  uint64_t launches_ = 0;  // every step seen, logged or not: the observer's launch index
+  std::unique_ptr<RunSummary> summary_;
+  bool um_counters_ = false;
 
   // Activity state, written on CUPTI's thread.
   std::mutex activity_mutex_;
@@ -115,11 +132,20 @@ class Tracer {
 
 Tracer* g_tracer = nullptr;
 
+// The launch this thread is inside (set at API entry, used at API exit), for the observer.
+struct PendingLaunch {
+  bool active = false;
+  uint64_t index = 0;
+  CUstream stream = nullptr;
+};
+thread_local PendingLaunch t_pending __attribute__((tls_model("initial-exec")));
+
 void CUPTIAPI Tracer::on_callback(void* self, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                                   const void* data) {
   auto* tracer = static_cast<Tracer*>(self);
-  if (!tracer->recording_.load(std::memory_order_relaxed)) return;
+  if (!tracer->running_.load(std::memory_order_relaxed)) return;
   if (domain == CUPTI_CB_DOMAIN_NVTX) {
+    if (!tracer->recording_.load(std::memory_order_relaxed)) return;
     // nvtxRangePushA, nvtxRangeStartA and nvtxMarkA all take `const char* message` first.
     if (cbid == CUPTI_CBID_NVTX_nvtxRangePushA || cbid == CUPTI_CBID_NVTX_nvtxRangeStartA ||
         cbid == CUPTI_CBID_NVTX_nvtxMarkA) {
@@ -134,7 +160,15 @@ void CUPTIAPI Tracer::on_callback(void* self, CUpti_CallbackDomain domain, CUpti
   if (domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
   tracer->on_first_call();
   const auto* cb = static_cast<const CUpti_CallbackData*>(data);
-  if (cb->callbackSite != CUPTI_API_ENTER) return;
+  if (cb->callbackSite != CUPTI_API_ENTER) {
+    if (t_pending.active) {
+      t_pending.active = false;
+      if (tracer->config_.observer) {
+        tracer->config_.observer->after_step(t_pending.index, t_pending.stream);
+      }
+    }
+    return;
+  }
   const void* p = cb->functionParams;
   const uint32_t corr = cb->correlationId;
   using K = trace::StepKind;
@@ -341,6 +375,7 @@ void Tracer::on_first_call() {
         "transfer counts",
         cupti_.result_string(r));
   }
+  um_counters_ = r == CUPTI_SUCCESS;
   std::atexit([] { finish_tracer(); });
 }
 
@@ -365,11 +400,12 @@ void Tracer::on_launch(CUfunction f, CUstream stream, void** params, void** extr
                        uint32_t correlation, const char* symbol) {
   const auto snapshot = registry_->snapshot();
   std::lock_guard lock(log_mutex_);
-  if (steps_.size() >= kMaxSteps) {
-    ++dropped_steps_;
+  const KernelInfo& kernel = kernel_of(f, symbol);
+  if (!recording_.load(std::memory_order_relaxed) || steps_.size() >= kMaxSteps) {
+    if (recording_.load(std::memory_order_relaxed)) ++dropped_steps_;
+    observe(kernel.name, stream);
     return;
   }
-  const KernelInfo& kernel = kernel_of(f, symbol);
   scratch_.clear();
   if (params) {
     scan_kernel_params(kernel.layout, params, *snapshot, scratch_);
@@ -380,6 +416,15 @@ void Tracer::on_launch(CUfunction f, CUstream stream, void** params, void** extr
   append_step({trace::StepKind::kernel, kernel.name, reinterpret_cast<uint64_t>(stream),
                correlation, hits_.size() - scratch_.size(),
                static_cast<uint32_t>(scratch_.size())});
+  observe(kernel.name, stream);
+}
+
+// Hands the launch to the observer; called under log_mutex_, once per step, logged or not.
+void Tracer::observe(uint32_t key, CUstream stream) {
+  const uint64_t index = launches_++;
+  if (!config_.observer) return;
+  config_.observer->on_step(index, key, stream);
+  t_pending = {true, index, stream};
 }
 
 // Moves this launch's hits into the log; a buffer seen for the first time is remembered with its
@@ -397,8 +442,10 @@ void Tracer::on_copy(trace::StepKind kind, const char* name, CUstream stream, ui
                      CUdeviceptr a, CUdeviceptr b, size_t /*bytes*/) {
   const auto snapshot = registry_->snapshot();
   std::lock_guard lock(log_mutex_);
-  if (steps_.size() >= kMaxSteps) {
-    ++dropped_steps_;
+  const uint32_t key = intern(name);
+  if (!recording_.load(std::memory_order_relaxed) || steps_.size() >= kMaxSteps) {
+    if (recording_.load(std::memory_order_relaxed)) ++dropped_steps_;
+    observe(key, stream);
     return;
   }
   scratch_.clear();
@@ -410,8 +457,36 @@ void Tracer::on_copy(trace::StepKind kind, const char* name, CUstream stream, ui
     }
   }
   record_hits(*snapshot);
-  append_step({kind, intern(name), reinterpret_cast<uint64_t>(stream), correlation,
+  append_step({kind, key, reinterpret_cast<uint64_t>(stream), correlation,
                hits_.size() - scratch_.size(), static_cast<uint32_t>(scratch_.size())});
+  observe(key, stream);
+}
+
+std::vector<uint32_t> Tracer::copy_keys(uint64_t first, uint64_t max) {
+  std::lock_guard lock(log_mutex_);
+  if (first >= keys_.size()) return {};
+  const uint64_t count = std::min<uint64_t>(keys_.size() - first, max);
+  return {keys_.begin() + static_cast<ptrdiff_t>(first),
+          keys_.begin() + static_cast<ptrdiff_t>(first + count)};
+}
+
+bool Tracer::copy_steps(uint64_t first, uint64_t count, StepLog* out) {
+  std::lock_guard lock(log_mutex_);
+  if (first + count > steps_.size()) return false;
+  out->keys.clear();
+  out->streams.clear();
+  out->hits.clear();
+  out->first_hit.clear();
+  for (uint64_t i = first; i < first + count; ++i) {
+    const StepRecord& s = steps_[i];
+    out->keys.push_back(s.name);
+    out->streams.push_back(s.stream);
+    out->first_hit.push_back(out->hits.size());
+    out->hits.insert(out->hits.end(), hits_.begin() + static_cast<ptrdiff_t>(s.first_hit),
+                     hits_.begin() + static_cast<ptrdiff_t>(s.first_hit + s.hit_count));
+  }
+  out->first_hit.push_back(out->hits.size());
+  return true;
 }
 
 void CUPTIAPI Tracer::on_buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
@@ -618,7 +693,10 @@ trace::Trace Tracer::assemble() {
 void Tracer::finish() {
   // A forked child inherits the parent's tracer state and exit handlers, but must neither flush
   // CUPTI nor write the parent's trace.
-  if (::getpid() != pid_ || !running_.exchange(false)) return;
+  if (::getpid() != pid_ || !running_.load()) return;
+  // The observer (advisor) stops first, while launches are still traced normally.
+  if (config_.observer) config_.observer->on_finish();
+  if (!running_.exchange(false)) return;
   recording_.store(false);
   // Collect what CUPTI still buffers, then stop it before the CUDA runtime tears the context
   // down after this exit handler: no more callbacks, no more activity records.
@@ -633,14 +711,91 @@ void Tracer::finish() {
     std::lock_guard lock(log_mutex_);
     t = assemble();
   }
-  std::string error;
-  if (!write_trace_file(config_.trace_path, t, &error)) {
-    log_warning("trace not written: {}", error);
-    return;
+  if (!config_.trace_path.empty()) {
+    std::string error;
+    if (!write_trace_file(config_.trace_path, t, &error)) {
+      log_warning("trace not written: {}", error);
+    } else {
+      log_info("trace written to {}: {} steps, {} iterations (period {}), {} buffers",
+               config_.trace_path, t.steps.size(), t.iterations.size(), t.detection.period,
+               t.buffers.size());
+    }
   }
-  log_info("trace written to {}: {} steps, {} iterations (period {}), {} buffers",
-           config_.trace_path, t.steps.size(), t.iterations.size(), t.detection.period,
-           t.buffers.size());
+  summarize(std::move(t));
+}
+
+// GPU-resident bytes from the unified-memory records alone, in time order: a page set at 64 KiB
+// granularity (the smallest unit the driver migrates). Transfers to the GPU add their pages, to
+// the host remove them; a GPU fault adds the 2 MiB chunk around it (within its allocation).
+// Not seen: pages umswap's own prefetch populates on the GPU without a transfer (never-touched
+// memory), until they first move.
+void Tracer::summarize(trace::Trace t) {
+  constexpr uint64_t kPage = 64 << 10;
+  constexpr uint64_t kChunk = 2 << 20;
+  auto summary = std::make_unique<RunSummary>();
+  summary->has_unified_memory_counters = um_counters_;
+  summary->iteration_peak_resident.assign(t.iterations.size(), 0);
+  std::vector<const UmRecord*> order;
+  {
+    std::lock_guard lock(activity_mutex_);
+    for (const UmRecord& u : um_records_) order.push_back(&u);
+    std::sort(order.begin(), order.end(),
+              [](const UmRecord* a, const UmRecord* b) { return a->start < b->start; });
+    std::vector<std::pair<uint64_t, uint64_t>> bases;  // (base, size) of traced buffers
+    for (const trace::Buffer& buf : t.buffers) bases.emplace_back(buf.base, buf.size);
+    std::sort(bases.begin(), bases.end());
+    std::unordered_set<uint64_t> pages;
+    auto& peaks = summary->iteration_peak_resident;
+    const auto& its = t.iterations;
+    size_t it = 0;
+    for (const UmRecord* u : order) {
+      const bool in = u->kind == CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_HTOD;
+      const bool out = u->kind == CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_DTOH;
+      const bool fault = u->kind == CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_GPU_PAGE_FAULT;
+      if (!in && !out && !fault) continue;
+      // Iterations that ended before this record held what was resident when they ended.
+      while (it < its.size() && its[it].end_ns < u->start) {
+        peaks[it] = std::max(peaks[it], pages.size() * kPage);
+        ++it;
+      }
+      const bool inside = it < its.size() && its[it].start_ns <= u->start;
+      if (inside) peaks[it] = std::max(peaks[it], pages.size() * kPage);
+      uint64_t first = u->address / kPage;
+      uint64_t last = (u->address + std::max<uint64_t>(u->value, 1) - 1) / kPage;
+      if (fault) {
+        // A fault populates or migrates up to a 2 MiB chunk (the driver's large page), within
+        // the allocation it falls in.
+        const uint64_t chunk = u->address & ~(kChunk - 1);
+        uint64_t lo = chunk, hi = chunk + kChunk;
+        auto b = std::upper_bound(
+            bases.begin(), bases.end(), u->address,
+            [](uint64_t a, const std::pair<uint64_t, uint64_t>& r) { return a < r.first; });
+        if (b != bases.begin() && u->address - std::prev(b)->first < std::prev(b)->second) {
+          --b;
+          lo = std::max(lo, b->first);
+          hi = std::min(hi, b->first + b->second);
+        } else {
+          lo = u->address;
+          hi = u->address + 1;
+        }
+        first = lo / kPage;
+        last = (hi - 1) / kPage;
+      }
+      for (uint64_t p = first; p <= last; ++p) {
+        if (out) {
+          pages.erase(p);
+        } else {
+          pages.insert(p);
+        }
+      }
+      const uint64_t resident = pages.size() * kPage;
+      summary->peak_resident = std::max(summary->peak_resident, resident);
+      if (inside) peaks[it] = std::max(peaks[it], resident);
+    }
+    for (; it < its.size(); ++it) peaks[it] = std::max(peaks[it], pages.size() * kPage);
+  }
+  summary->trace = std::move(t);
+  summary_ = std::move(summary);
 }
 
 Tracer& tracer_instance() {
@@ -665,6 +820,26 @@ void finish_tracer() {
 
 bool tracer_running() {
   return tracer_instance().running();
+}
+
+std::vector<uint32_t> copy_keys(uint64_t first, uint64_t max) {
+  return tracer_instance().copy_keys(first, max);
+}
+
+bool copy_steps(uint64_t first, uint64_t count, StepLog* out) {
+  return tracer_instance().copy_steps(first, count, out);
+}
+
+uint64_t logged_steps() {
+  return tracer_instance().logged_steps();
+}
+
+std::string key_name(uint32_t key) {
+  return tracer_instance().key_name(key);
+}
+
+const RunSummary* run_summary() {
+  return tracer_instance().summary();
 }
 
 }  // namespace umswap::tracer

@@ -38,7 +38,20 @@
   X(cuFuncGetParamInfo, cuFuncGetParamInfo, 12040, PFN_cuFuncGetParamInfo_v12040)             \
   X(cuKernelGetParamInfo, cuKernelGetParamInfo, 12040, PFN_cuKernelGetParamInfo_v12040)       \
   X(cuFuncGetName, cuFuncGetName, 12030, PFN_cuFuncGetName_v12030)                            \
-  X(cuKernelGetName, cuKernelGetName, 12030, PFN_cuKernelGetName_v12030)
+  X(cuKernelGetName, cuKernelGetName, 12030, PFN_cuKernelGetName_v12030)                      \
+  X(cuCtxGetCurrent, cuCtxGetCurrent, 4000, PFN_cuCtxGetCurrent_v4000)                        \
+  X(cuCtxSetCurrent, cuCtxSetCurrent, 4000, PFN_cuCtxSetCurrent_v4000)                        \
+  X(cuStreamCreate, cuStreamCreate, 2000, PFN_cuStreamCreate_v2000)                           \
+  X(cuEventCreate, cuEventCreate, 2000, PFN_cuEventCreate_v2000)                              \
+  X(cuEventRecord, cuEventRecord, 2000, PFN_cuEventRecord_v2000)                              \
+  X(cuEventSynchronize, cuEventSynchronize, 2000, PFN_cuEventSynchronize_v2000)               \
+  X(cuStreamWaitEvent, cuStreamWaitEvent, 3020, PFN_cuStreamWaitEvent_v3020)                  \
+  X(cuMemPrefetchAsync_v2, cuMemPrefetchAsync, 12020, PFN_cuMemPrefetchAsync_v12020)          \
+  X(cuMemHostAlloc, cuMemHostAlloc, 2020, PFN_cuMemHostAlloc_v2020)                           \
+  X(cuMemHostGetDevicePointer_v2, cuMemHostGetDevicePointer, 3020,                            \
+    PFN_cuMemHostGetDevicePointer_v3020)                                                      \
+  X(cuStreamWaitValue64, cuStreamWaitValue64, 11070, PFN_cuStreamWaitValue64_v11070)          \
+  X(cuStreamWriteValue64, cuStreamWriteValue64, 11070, PFN_cuStreamWriteValue64_v11070)
 
 // CUDA runtime functions exported by the library: X(name, function whose type it has).
 // The runtime reaches the driver through the hooked table, so these delegate to the real runtime

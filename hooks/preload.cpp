@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include "umswap/advisor/advisor.h"
 #include "umswap/allocator/call_site.h"
 #include "umswap/core/environment.h"
 #include "umswap/core/log.h"
@@ -21,6 +22,9 @@ thread_local int t_runtime_api __attribute__((tls_model("initial-exec"))) = -1;
 
 // pid of the process that loaded the library; a forked child has another and writes nothing.
 pid_t g_owner_pid = 0;
+
+// The advisor, when the mode asks for one and the tracer runs. Never destroyed (exit paths).
+advisor::Advisor* g_advisor = nullptr;
 
 }  // namespace
 
@@ -66,7 +70,11 @@ void Preload::load_driver_once() {
 const RealDriver* Preload::driver() {
   load_driver_once();
   if (!driver_ok_) return nullptr;
-  if (!options_.trace_path.empty() && tracer_state_.load(std::memory_order_acquire) == 0) {
+  // The tracer runs when a trace is asked for, when the advisor needs it, and for the stats of
+  // plain managed memory (faults and bytes moved per iteration).
+  const bool wants_tracer = !options_.trace_path.empty() || advises(options_.mode) ||
+                            (redirects(options_.mode) && !options_.stats_path.empty());
+  if (wants_tracer && tracer_state_.load(std::memory_order_acquire) == 0) {
     start_tracer_once();
   }
   return &driver_;
@@ -79,7 +87,9 @@ void Preload::start_tracer_once() {
   if (!tracer_state_.compare_exchange_strong(expected, 1)) return;
   if (forked_child_.load()) return;
   tracer::TracerConfig config;
-  config.trace_path = expand_stats_path(options_.trace_path, ::getpid());
+  if (!options_.trace_path.empty()) {
+    config.trace_path = expand_stats_path(options_.trace_path, ::getpid());
+  }
   config.max_iterations = options_.trace_iterations;
   config.cupti_library = options_.cupti_library;
   config.iteration_marker = options_.iteration_marker;
@@ -89,16 +99,47 @@ void Preload::start_tracer_once() {
   td.kernel_get_param_info = driver_.cuKernelGetParamInfo;
   td.func_get_name = driver_.cuFuncGetName;
   td.kernel_get_name = driver_.cuKernelGetName;
+  auto* advisor = advises(options_.mode) ? new advisor::Advisor() : nullptr;
+  config.observer = advisor;
   std::string reason;
   if (tracer::start_tracer(config, td, registry_, &reason)) {
-    log_info("tracing kernel launches into {}", config.trace_path);
+    if (!config.trace_path.empty()) log_info("tracing kernel launches into {}", config.trace_path);
+    if (advisor) start_advisor(advisor);
   } else {
-    log_warning(
-        "tracing is off: {}; the program runs on plain managed memory and no trace is "
-        "written",
-        reason);
+    log_warning("tracing is off: {}; the program runs on plain managed memory{}", reason,
+                config.trace_path.empty() ? "" : " and no trace is written");
   }
   tracer_state_.store(2, std::memory_order_release);
+}
+
+void Preload::start_advisor(advisor::Advisor* advisor) {
+  advisor::AdvisorConfig config;
+  config.mode = options_.mode;
+  config.budget = options_.budget;
+  config.replay_path = options_.replay_path;
+  config.prefetch_wait = options_.prefetch_wait;
+  advisor::AdvisorDriver d;
+  d.ctx_get_current = driver_.cuCtxGetCurrent;
+  d.ctx_set_current = driver_.cuCtxSetCurrent;
+  d.ctx_get_device = driver_.cuCtxGetDevice;
+  d.device_total_mem = driver_.cuDeviceTotalMem_v2;
+  d.stream_create = driver_.cuStreamCreate;
+  d.stream_synchronize = driver_.cuStreamSynchronize;
+  d.event_create = driver_.cuEventCreate;
+  d.event_record = driver_.cuEventRecord;
+  d.event_synchronize = driver_.cuEventSynchronize;
+  d.stream_wait_event = driver_.cuStreamWaitEvent;
+  d.mem_prefetch_async = driver_.cuMemPrefetchAsync_v2;
+  d.mem_host_alloc = driver_.cuMemHostAlloc;
+  d.mem_host_get_device_pointer = driver_.cuMemHostGetDevicePointer_v2;
+  d.stream_wait_value64 = driver_.cuStreamWaitValue64;
+  d.stream_write_value64 = driver_.cuStreamWriteValue64;
+  std::string reason;
+  if (advisor->start(config, d, registry_, &reason)) {
+    g_advisor = advisor;
+  } else {
+    log_warning("advisor off: {}; the program runs on plain managed memory", reason);
+  }
 }
 
 void Preload::create_allocator_once() {
@@ -141,7 +182,7 @@ void Preload::create_allocator_once() {
 }
 
 bool Preload::redirecting() {
-  if (options_.mode != Mode::managed || forked_child_.load(std::memory_order_relaxed)) return false;
+  if (!redirects(options_.mode) || forked_child_.load(std::memory_order_relaxed)) return false;
   if (!driver()) return false;
   create_allocator_once();
   return allocator_ != nullptr;
@@ -170,8 +211,10 @@ void Preload::write_stats_at_exit() {
         format_bytes(stats.managed_bytes_peak), stats.cap_hits);
   }
   if (options_.stats_path.empty()) return;
+  const tracer::RunSummary* summary = tracer::run_summary();
   nlohmann::json j = {
       {"umswap_stats_version", kStatsFormatVersion},
+      {"tracer", tracer::run_summary() != nullptr},
       {"umswap_version", UMSWAP_VERSION},
       {"pid", ::getpid()},
       {"mode", std::string(to_string(options_.mode))},
@@ -181,6 +224,22 @@ void Preload::write_stats_at_exit() {
         {"callsite_depth", options_.callsite_depth}}},
       {"allocator", to_json(stats)},
   };
+  if (summary) {
+    j["detection"] = {{"period", summary->trace.detection.period},
+                      {"confidence", summary->trace.detection.confidence},
+                      {"warmup_steps", summary->trace.detection.warmup_steps},
+                      {"source", summary->trace.detection.source},
+                      {"steps", summary->trace.steps.size()},
+                      {"dropped_records", summary->trace.dropped_records}};
+    if (summary->has_unified_memory_counters) {
+      j["peak_resident_bytes"] = summary->peak_resident;
+    }
+  }
+  if (g_advisor) {
+    j.update(g_advisor->stats(summary));
+  } else if (summary) {
+    j["iterations"] = advisor::iterations_json(*summary);
+  }
   const std::string path = expand_stats_path(options_.stats_path, ::getpid());
   std::string error;
   if (!write_stats_file(path, j, &error)) {

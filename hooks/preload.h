@@ -18,6 +18,10 @@
 
 namespace umswap {
 
+namespace advisor {
+class Advisor;
+}
+
 class Preload {
  public:
   Preload();
@@ -25,7 +29,7 @@ class Preload {
   const Options& options() const { return options_; }
   // Real driver functions; loads libcuda on first use. nullptr when there is no driver.
   const RealDriver* driver();
-  // True when allocations are to become managed memory: managed mode, a driver, not a forked
+  // True when allocations are to become managed memory: a redirecting mode, a driver, not a forked
   // child (CUDA cannot be used after fork), and the allocator could be set up.
   bool redirecting();
   ManagedAllocator& allocator();  // only valid when redirecting()
@@ -43,6 +47,7 @@ class Preload {
   void load_driver_once();
   void create_allocator_once();
   void start_tracer_once();
+  void start_advisor(advisor::Advisor* advisor);
 
   Options options_;
   std::vector<std::string> option_warnings_;  // printed at first CUDA use, not in every process

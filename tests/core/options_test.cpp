@@ -202,6 +202,8 @@ TEST(ParseBool, RejectsEverythingElse) {
 }
 
 TEST(ParseMode, KnownModesInAnyCase) {
+  EXPECT_EQ(parse_mode("online"), Mode::online);
+  EXPECT_EQ(parse_mode("Replay"), Mode::replay);
   EXPECT_EQ(parse_mode("managed"), Mode::managed);
   EXPECT_EQ(parse_mode("passthrough"), Mode::passthrough);
   EXPECT_EQ(parse_mode(" PassThrough "), Mode::passthrough);
@@ -211,7 +213,10 @@ TEST(ParseMode, KnownModesInAnyCase) {
 }
 
 TEST(ParseMode, ToStringRoundTrips) {
-  for (Mode m : {Mode::managed, Mode::passthrough}) EXPECT_EQ(parse_mode(to_string(m)), m);
+  for (Mode m : {Mode::online, Mode::replay, Mode::managed, Mode::passthrough}) {
+    EXPECT_EQ(parse_mode(to_string(m)), m);
+  }
+  EXPECT_EQ(to_string(Mode::online), "online");
   EXPECT_EQ(to_string(Mode::managed), "managed");
   EXPECT_EQ(to_string(Mode::passthrough), "passthrough");
 }
@@ -254,7 +259,9 @@ TEST(ParseOptions, DefaultsWhenNothingIsSet) {
   std::vector<std::string> warnings;
   const Options o = parse({}, &warnings);
   EXPECT_TRUE(warnings.empty());
-  EXPECT_EQ(o.mode, Mode::managed);
+  EXPECT_EQ(o.mode, Mode::online);
+  EXPECT_FALSE(o.prefetch_wait);
+  EXPECT_EQ(o.replay_path, "");
   EXPECT_TRUE(o.budget.is_zero());
   EXPECT_TRUE(o.managed_limit.is_zero());
   EXPECT_EQ(o.stats_path, "");
@@ -353,7 +360,8 @@ TEST_P(ParseOptionsBadValue, OneWarningNamingVariableAndDefaultAndDefaultKept) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, ParseOptionsBadValue,
-                         testing::Values(BadValue{"UMSWAP_MODE", "turbo", "managed"},
+                         testing::Values(BadValue{"UMSWAP_MODE", "turbo", "online"},
+                                         BadValue{"UMSWAP_PREFETCH_WAIT", "maybe", "0"},
                                          BadValue{"UMSWAP_BUDGET", "12Q", "0"},
                                          BadValue{"UMSWAP_BUDGET", "-1G", "0"},
                                          BadValue{"UMSWAP_MANAGED_LIMIT", "lots", "0"},
@@ -390,7 +398,21 @@ TEST(ParseOptions, OneWarningPerBadVariableAndGoodOnesStillApply) {
   EXPECT_EQ(named, (std::set<std::string>{"UMSWAP_MODE", "UMSWAP_BUDGET", "UMSWAP_MANAGED_LIMIT",
                                           "UMSWAP_VERBOSE", "UMSWAP_CALLSITE_DEPTH"}));
   EXPECT_EQ(o.stats_path, "/tmp/ok.json");
-  EXPECT_EQ(o.mode, Mode::managed);
+  EXPECT_EQ(o.mode, Mode::online);
+}
+
+TEST(ParseOptions, ReplayWithoutTraceFallsBackToOnlineWithAWarning) {
+  std::vector<std::string> warnings;
+  const Options o = parse({{"UMSWAP_MODE", "replay"}}, &warnings);
+  EXPECT_EQ(o.mode, Mode::online);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("UMSWAP_REPLAY"), std::string::npos) << warnings[0];
+  const Options r = parse(
+      {{"UMSWAP_MODE", "replay"}, {"UMSWAP_REPLAY", "/t.umtrace"}, {"UMSWAP_PREFETCH_WAIT", "on"}},
+      &warnings);
+  EXPECT_EQ(r.mode, Mode::replay);
+  EXPECT_EQ(r.replay_path, "/t.umtrace");
+  EXPECT_TRUE(r.prefetch_wait);
 }
 
 TEST(ParseOptions, WarningsAreAppended) {
@@ -412,12 +434,12 @@ TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
   FakeEnv env({});
   parse_options(env.lookup(), nullptr);
   EXPECT_EQ(table_names(), env.asked());
-  EXPECT_EQ(table_names(),
-            (std::set<std::string>{"UMSWAP_MODE", "UMSWAP_BUDGET", "UMSWAP_MANAGED_LIMIT",
-                                   "UMSWAP_STATS", "UMSWAP_VERBOSE", "UMSWAP_CALLSITE_DEPTH",
-                                   "UMSWAP_TRACE", "UMSWAP_TRACE_ITERATIONS",
-                                   "UMSWAP_ITERATION_MARKER", "UMSWAP_CUPTI_LIBRARY"}));
-  EXPECT_EQ(option_table().size(), 10u);  // no duplicates
+  EXPECT_EQ(table_names(), (std::set<std::string>{
+                               "UMSWAP_MODE", "UMSWAP_BUDGET", "UMSWAP_MANAGED_LIMIT",
+                               "UMSWAP_STATS", "UMSWAP_VERBOSE", "UMSWAP_CALLSITE_DEPTH",
+                               "UMSWAP_TRACE", "UMSWAP_TRACE_ITERATIONS", "UMSWAP_ITERATION_MARKER",
+                               "UMSWAP_CUPTI_LIBRARY", "UMSWAP_REPLAY", "UMSWAP_PREFETCH_WAIT"}));
+  EXPECT_EQ(option_table().size(), 12u);  // no duplicates
 }
 
 TEST(OptionTable, EveryEntryHasAMeaning) {
@@ -449,12 +471,15 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
   o.trace_path = "/tmp/t.umtrace";
   o.trace_iterations = 5;
   o.iteration_marker = "step";
+  o.replay_path = "/tmp/r.umtrace";
+  o.prefetch_wait = true;
   const std::vector<std::string> lines = describe(o);
   EXPECT_EQ(lines, (std::vector<std::string>{
                        "UMSWAP_MODE=passthrough", "UMSWAP_BUDGET=40G", "UMSWAP_MANAGED_LIMIT=90%",
                        "UMSWAP_STATS=/tmp/s.json", "UMSWAP_VERBOSE=2", "UMSWAP_CALLSITE_DEPTH=0",
                        "UMSWAP_TRACE=/tmp/t.umtrace", "UMSWAP_TRACE_ITERATIONS=5",
-                       "UMSWAP_ITERATION_MARKER=step", "UMSWAP_CUPTI_LIBRARY="}));
+                       "UMSWAP_ITERATION_MARKER=step", "UMSWAP_CUPTI_LIBRARY=",
+                       "UMSWAP_REPLAY=/tmp/r.umtrace", "UMSWAP_PREFETCH_WAIT=1"}));
   std::set<std::string> names;
   for (const auto& line : lines) names.insert(line.substr(0, line.find('=')));
   EXPECT_EQ(names, table_names());

@@ -22,9 +22,20 @@ namespace umswap {
 
 // What the preload library does with allocations.
 enum class Mode {
-  managed,      // every device allocation becomes CUDA managed memory (the default)
+  online,       // managed memory; the advisor learns the loop online and applies it (the default)
+  replay,       // managed memory; the advisor plans from a recorded trace (UMSWAP_REPLAY)
+  managed,      // every device allocation becomes CUDA managed memory, no advice
   passthrough,  // hooks are loaded, nothing is redirected: the overhead baseline
 };
+
+// Whether allocations become managed memory in this mode.
+inline bool redirects(Mode mode) {
+  return mode != Mode::passthrough;
+}
+// Whether the advisor runs in this mode.
+inline bool advises(Mode mode) {
+  return mode == Mode::online || mode == Mode::replay;
+}
 
 std::string_view to_string(Mode mode);
 std::optional<Mode> parse_mode(std::string_view text);
@@ -52,7 +63,7 @@ std::optional<bool> parse_bool(std::string_view text);
 std::string format_bytes(uint64_t bytes);
 
 struct Options {
-  Mode mode = Mode::managed;
+  Mode mode = Mode::online;
   SizeSpec budget;                // GPU-resident target; 0 = none (used by the advisor)
   SizeSpec managed_limit;         // hard cap on managed bytes allocated; 0 = no cap
   std::string stats_path;         // JSON stats written at exit; empty = none
@@ -62,6 +73,8 @@ struct Options {
   uint64_t trace_iterations = 0;  // stop recording after this many iterations; 0 = all
   std::string iteration_marker;   // NVTX range name that marks an iteration; empty = detect
   std::string cupti_library;      // libcupti to load; empty = search the usual places
+  std::string replay_path;        // trace the replay mode plans from
+  bool prefetch_wait = false;     // a launch waits for its late prefetch rather than fault
 };
 
 // One entry of the option table, for help texts and `UMSWAP_VERBOSE` output.

@@ -1,0 +1,675 @@
+#include "umswap/advisor/advisor.h"
+
+#include <time.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "umswap/advisor/planner.h"
+#include "umswap/advisor/replay.h"
+#include "umswap/core/log.h"
+#include "umswap/tracer/extents.h"
+#include "umswap/tracer/iteration_detector.h"
+
+namespace umswap::advisor {
+
+bool AdvisorDriver::complete() const {
+  return ctx_get_current && ctx_set_current && ctx_get_device && device_total_mem &&
+         stream_create && stream_synchronize && event_create && event_record && event_synchronize &&
+         stream_wait_event && mem_prefetch_async;
+}
+
+namespace {
+
+constexpr size_t kEventRing = 4096;       // last-use events, by launch index modulo this
+constexpr uint32_t kDivergeRun = 8;       // consecutive launches off the plan that end it
+constexpr double kMinConfidence = 0.8;    // of the period detection, to plan from it
+constexpr uint64_t kMinLearnSteps = 256;  // shortest steady region planned from
+
+void sleep_us(long us) {
+  timespec ts{0, us * 1000};
+  nanosleep(&ts, nullptr);
+}
+
+// A plan in force: the planner's actions indexed by phase, and where its buffers live now.
+struct LivePlan {
+  uint64_t base = 0;  // launch index of step 0 of some iteration
+  uint64_t period = 0;
+  uint64_t applied_from = 0;           // first launch whose actions run (an iteration boundary)
+  std::vector<uint32_t> keys;          // expected step key per phase; empty = not checked here
+  std::vector<uint8_t> needs_event;    // per phase: a later eviction waits for this launch
+  std::vector<uint32_t> wait_ahead;    // per phase: launches back to its last prefetch's issue
+  std::vector<uint32_t> first_action;  // per phase, CSR into plan.actions (size period + 1)
+  Plan plan;
+  std::vector<uint64_t> address;  // by plan buffer index; 0 = not (yet) known
+  std::vector<BufferId> buffer_id;
+  std::vector<uint64_t> streams;     // application streams seen in the planned iteration
+  std::string source;                // "online" or "replay"
+  ReplayMatcher* matcher = nullptr;  // replay: resolves trace buffers to live ones
+};
+
+struct Transfer {
+  uint64_t launch;  // launch index it was issued at
+  uint64_t bytes;
+};
+
+}  // namespace
+
+class AdvisorImpl {
+ public:
+  AdvisorConfig config;
+  AdvisorDriver d;
+  Registry* registry = nullptr;
+
+  // Launch path.
+  std::atomic<LivePlan*> plan{nullptr};
+  std::atomic<uint64_t> launched{0};
+  uint32_t mismatch_run = 0;
+  std::atomic<bool> diverged{false};
+  std::atomic<uint64_t> diverged_at{0};
+  std::atomic<CUcontext> context{nullptr};
+  std::atomic<bool> events_ready{false};
+  std::array<CUevent, kEventRing> events{};
+  std::array<std::atomic<uint64_t>, kEventRing> event_index{};
+  volatile uint64_t* progress_host =
+      nullptr;  // prefetch wait: last launch whose prefetches are done
+  CUdeviceptr progress_device = 0;
+  std::atomic<uint64_t> waits_from{UINT64_MAX};  // launch-path waits target launches >= this
+
+  // Advisor thread.
+  std::thread thread;
+  std::atomic<bool> stop{false};
+  CUstream stream = nullptr;
+  CUevent barrier = nullptr;
+  CUdevice device = 0;
+  uint64_t budget = 0;
+  uint64_t cursor = 0;
+  uint64_t learn_from = 0;
+  uint64_t next_check = 0;
+  bool learning_failed = false;
+  std::vector<std::unique_ptr<LivePlan>> plans;  // every plan ever made; never freed while running
+  std::unique_ptr<ReplayMatcher> matcher;
+  uint64_t replay_checked = 0;  // replay: launches whose keys were compared with the trace
+
+  // Accounting (advisor thread; read after join).
+  std::vector<Transfer> prefetched, evicted;
+  uint64_t prefetched_bytes = 0, evicted_bytes = 0, prefetch_calls = 0, evict_calls = 0;
+  uint64_t failed_calls = 0, stale_actions = 0, divergences = 0, late_events = 0;
+  std::string state = "starting";
+  std::string fallback;  // why replay fell back to online, or why advice is off
+  OnceFlag warned_call_failure;
+
+  void run();
+  bool set_up();
+  void learn();
+  void activate(std::unique_ptr<LivePlan> p);
+  void apply(uint64_t n);
+  void reset_to_start(LivePlan& p);
+  void barrier_all(const LivePlan& p);
+  void wait_for_launch(const LivePlan& p, uint64_t j);
+  bool resolve(LivePlan& p, uint32_t buffer);
+  void migrate(uint64_t address, uint64_t length, bool to_gpu, uint64_t launch);
+  void check_replay_keys(LivePlan& p);
+  void drop_plan(uint64_t at, const char* why);
+};
+
+Advisor::Advisor() : impl_(new AdvisorImpl) {
+  for (auto& e : impl_->event_index) e.store(UINT64_MAX);
+}
+
+Advisor::~Advisor() {
+  // Leaked on purpose when the thread still runs (exit paths): never joined from a destructor.
+  if (!impl_->thread.joinable()) delete impl_;
+}
+
+bool Advisor::start(const AdvisorConfig& config, const AdvisorDriver& driver, Registry& registry,
+                    std::string* reason) {
+  if (!driver.complete()) {
+    *reason = "the CUDA driver lacks functions the advisor needs (cuMemPrefetchAsync v2, events)";
+    return false;
+  }
+  impl_->config = config;
+  impl_->d = driver;
+  impl_->registry = &registry;
+  if (config.mode == Mode::replay) {
+    std::string error;
+    impl_->matcher = load_replay(config.replay_path, &error);
+    if (!impl_->matcher) {
+      impl_->fallback = error + "; learning online instead";
+      log_warning("replay: {}", impl_->fallback);
+    }
+  }
+  impl_->thread = std::thread([this] { impl_->run(); });
+  return true;
+}
+
+void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream) {
+  AdvisorImpl& a = *impl_;
+  a.launched.store(index + 1, std::memory_order_release);
+  LivePlan* p = a.plan.load(std::memory_order_acquire);
+  if (!p || index < p->base) return;
+  const uint64_t phase = (index - p->base) % p->period;
+  if (!p->keys.empty()) {
+    if (p->keys[phase] != key) {
+      if (++a.mismatch_run == kDivergeRun && !a.diverged.load(std::memory_order_relaxed)) {
+        a.diverged_at.store(index, std::memory_order_relaxed);
+        a.diverged.store(true, std::memory_order_release);
+      }
+    } else {
+      a.mismatch_run = 0;
+    }
+  }
+  if (a.progress_device && p->wait_ahead[phase] != UINT32_MAX && index >= p->wait_ahead[phase]) {
+    const uint64_t issued_at = index - p->wait_ahead[phase];
+    if (issued_at >= a.waits_from.load(std::memory_order_acquire)) {
+      a.d.stream_wait_value64(stream, a.progress_device, issued_at, CU_STREAM_WAIT_VALUE_GEQ);
+    }
+  }
+}
+
+void Advisor::after_step(uint64_t index, CUstream stream) {
+  AdvisorImpl& a = *impl_;
+  if (!a.context.load(std::memory_order_relaxed)) {
+    CUcontext c = nullptr;
+    if (a.d.ctx_get_current(&c) == CUDA_SUCCESS && c) a.context.store(c);
+  }
+  LivePlan* p = a.plan.load(std::memory_order_acquire);
+  if (!p || index < p->base || !a.events_ready.load(std::memory_order_acquire)) return;
+  if (!p->needs_event[(index - p->base) % p->period]) return;
+  const size_t slot = index % kEventRing;
+  if (a.d.event_record(a.events[slot], stream) == CUDA_SUCCESS) {
+    a.event_index[slot].store(index, std::memory_order_release);
+  }
+}
+
+void Advisor::on_finish() {
+  AdvisorImpl& a = *impl_;
+  if (!a.thread.joinable()) return;
+  a.stop.store(true);
+  a.thread.join();
+  a.plan.store(nullptr, std::memory_order_release);
+  if (a.progress_host) *a.progress_host = UINT64_MAX;  // no launch waits for the advisor any more
+}
+
+bool AdvisorImpl::set_up() {
+  while (!context.load() && !stop.load()) sleep_us(1000);
+  if (stop.load()) return false;
+  d.ctx_set_current(context.load());
+  if (d.ctx_get_device(&device) != CUDA_SUCCESS ||
+      d.stream_create(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
+      d.event_create(&barrier, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+    state = "off";
+    fallback = "could not create the advisor's stream";
+    log_warning("advisor off: {}", fallback);
+    return false;
+  }
+  for (size_t i = 0; i < kEventRing; ++i) {
+    if (d.event_create(&events[i], CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+      state = "off";
+      fallback = "could not create events";
+      log_warning("advisor off: {}", fallback);
+      return false;
+    }
+  }
+  events_ready.store(true, std::memory_order_release);
+  if (config.prefetch_wait) {
+    void* host = nullptr;
+    if (d.mem_host_alloc && d.mem_host_get_device_pointer && d.stream_wait_value64 &&
+        d.stream_write_value64 &&
+        d.mem_host_alloc(&host, sizeof(uint64_t),
+                         CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE) == CUDA_SUCCESS &&
+        d.mem_host_get_device_pointer(&progress_device, host, 0) == CUDA_SUCCESS) {
+      progress_host = static_cast<volatile uint64_t*>(host);
+      *progress_host = 0;
+      log_warning(
+          "UMSWAP_PREFETCH_WAIT is experimental: launches wait for the advisor's prefetches; it "
+          "has hung cudnn_vgg16 (docs/advisor.md)");
+    } else {
+      progress_device = 0;
+      log_warning(
+          "UMSWAP_PREFETCH_WAIT: stream memory operations unavailable; launches do not wait");
+    }
+  }
+  size_t total = 0;
+  d.device_total_mem(&total, device);
+  budget = config.budget.is_zero() ? total : config.budget.resolve(total);
+  log_info("advisor: {} mode, budget {}", to_string(config.mode), format_bytes(budget));
+  return true;
+}
+
+void AdvisorImpl::run() {
+  if (!set_up()) return;
+  state = "learning";
+  if (matcher) {
+    std::string why;
+    auto p = std::make_unique<LivePlan>();
+    if (make_replay_plan(*matcher, budget, config.prefetch_bytes_per_s, config.evict_bytes_per_s,
+                         &p->plan, &p->base, &p->period, &why)) {
+      p->applied_from = p->base;
+      p->source = "replay";
+      p->matcher = matcher.get();
+      p->address.assign(matcher->buffer_count(), 0);
+      p->buffer_id.assign(matcher->buffer_count(), 0);
+      activate(std::move(p));
+    } else {
+      fallback = why + "; learning online instead";
+      log_warning("replay: {}", fallback);
+    }
+  }
+  while (!stop.load(std::memory_order_acquire)) {
+    const uint64_t n = launched.load(std::memory_order_acquire);
+    LivePlan* p = plan.load(std::memory_order_relaxed);
+    if (p && diverged.load(std::memory_order_acquire)) {
+      drop_plan(diverged_at.load(), "the launches no longer match the plan");
+      p = nullptr;
+    }
+    if (p && p->matcher) check_replay_keys(*p);
+    p = plan.load(std::memory_order_relaxed);
+    if (p) {
+      apply(n);
+      sleep_us(50);
+    } else {
+      if (!learning_failed) learn();
+      sleep_us(500);
+    }
+  }
+  if (stream) d.stream_synchronize(stream);
+  if (progress_host) *progress_host = UINT64_MAX;
+}
+
+void AdvisorImpl::drop_plan(uint64_t at, const char* why) {
+  LivePlan* p = plan.load();
+  plan.store(nullptr, std::memory_order_release);
+  waits_from.store(UINT64_MAX);
+  if (progress_host) *progress_host = UINT64_MAX;  // release every launch waiting for this plan
+  diverged.store(false);
+  mismatch_run = 0;  // read by the launch path only while a plan is in force
+  ++divergences;
+  learn_from = at;
+  next_check = 0;
+  state = "learning";
+  if (p && p->matcher) {
+    fallback = std::string(why) + " (the trace is from another program or input); learning online";
+    log_warning("replay: launch {}: {}", at, fallback);
+  } else {
+    log_info("advisor: launch {}: {}; learning again", at, why);
+  }
+}
+
+// Online learning: once two iterations repeat, plan from the last complete one.
+void AdvisorImpl::learn() {
+  const uint64_t logged = tracer::logged_steps();
+  if (logged < learn_from + 64 || logged < next_check) return;
+  next_check = logged + std::max<uint64_t>(64, (logged - learn_from) / 4);
+  const std::vector<uint32_t> keys = tracer::copy_keys(learn_from);
+  const trace::Detection det = tracer::IterationDetector::detect(keys);
+  if (det.period == 0 || det.confidence < kMinConfidence) return;
+  const uint64_t e = learn_from + det.warmup_steps;
+  const uint64_t end = learn_from + keys.size();
+  const uint64_t complete = (end - e) / det.period;
+  // A steady region must be long, and most of what was seen: a run of identical launches inside
+  // the first iteration (one optimizer kernel per parameter) repeats too, with period 1.
+  const uint64_t region = end - e;
+  if (complete < 2 || region < kMinLearnSteps || region * 4 < end - learn_from) return;
+  const uint64_t first = e + (complete - 1) * det.period;
+  tracer::StepLog log;
+  if (!tracer::copy_steps(first, det.period, &log)) return;
+
+  auto p = std::make_unique<LivePlan>();
+  p->base = e;
+  p->period = det.period;
+  p->source = "online";
+  p->keys = log.keys;
+  // Buffers by first appearance; extents from the next pointer seen in the iteration.
+  std::unordered_map<BufferId, uint32_t> index_of;
+  PlanInput in;
+  for (const tracer::PointerHit& h : log.hits) {
+    if (index_of.emplace(h.buffer, static_cast<uint32_t>(in.buffer_sizes.size())).second) {
+      in.buffer_sizes.push_back(h.size);
+      p->address.push_back(h.base);
+      p->buffer_id.push_back(h.buffer);
+    }
+  }
+  std::vector<std::span<const tracer::PointerHit>> step_hits;
+  for (size_t i = 0; i < log.keys.size(); ++i) {
+    step_hits.emplace_back(log.hits.data() + log.first_hit[i],
+                           log.first_hit[i + 1] - log.first_hit[i]);
+  }
+  std::vector<trace::Access> accesses;
+  std::vector<uint64_t> step_first;
+  tracer::compute_extents(
+      step_hits, [&](BufferId id) { return index_of.at(id); }, accesses, step_first);
+  for (const trace::Access& a : accesses) in.ranges.push_back({a.buffer, a.offset, a.length});
+  for (size_t i = 0; i < log.keys.size(); ++i) {
+    in.steps.push_back(
+        {step_first[i], static_cast<uint32_t>(step_first[i + 1] - step_first[i]), 0.0});
+  }
+  in.budget_bytes = budget;
+  in.prefetch_bytes_per_s = config.prefetch_bytes_per_s;
+  in.evict_bytes_per_s = config.evict_bytes_per_s;
+  try {
+    p->plan = make_plan(in);
+  } catch (const std::exception& ex) {
+    learning_failed = true;
+    state = "off";
+    fallback = std::string("planning failed: ") + ex.what();
+    log_warning("advisor off: {}", fallback);
+    return;
+  }
+  std::vector<uint64_t> streams = log.streams;
+  std::sort(streams.begin(), streams.end());
+  streams.erase(std::unique(streams.begin(), streams.end()), streams.end());
+  p->streams = streams;
+  // From the next iteration boundary on (launch indices below `n` may already be running).
+  const uint64_t n = launched.load(std::memory_order_acquire);
+  p->applied_from = e + ((std::max(n, e) - e + det.period - 1) / det.period) * det.period;
+  log_info(
+      "advisor: learned an iteration of {} steps (launches {}..{}), footprint {}, {} prefetched "
+      "and {} evicted per iteration in {} calls; applying from launch {}",
+      det.period, first, first + det.period, format_bytes(p->plan.footprint_bytes),
+      format_bytes(p->plan.bytes_prefetched_per_iteration),
+      format_bytes(p->plan.bytes_evicted_per_iteration),
+      p->plan.prefetch_calls + p->plan.evict_calls, p->applied_from);
+  activate(std::move(p));
+}
+
+void AdvisorImpl::activate(std::unique_ptr<LivePlan> p) {
+  const Plan& plan_data = p->plan;
+  p->needs_event.assign(p->period, 0);
+  p->wait_ahead.assign(p->period, UINT32_MAX);
+  p->first_action.assign(p->period + 1, 0);
+  for (const Action& a : plan_data.actions) {
+    ++p->first_action[a.at_step + 1];
+    if (a.kind == ActionKind::evict) {
+      const uint64_t back = a.wait_back % p->period;
+      p->needs_event[(a.at_step + p->period - back) % p->period] = 1;
+    } else {
+      uint32_t& w = p->wait_ahead[(a.at_step + a.use_ahead) % p->period];
+      w = std::min(w, a.use_ahead);
+    }
+  }
+  for (uint64_t i = 0; i < p->period; ++i) p->first_action[i + 1] += p->first_action[i];
+  cursor = p->applied_from;
+  state = "applied";
+  plans.push_back(std::move(p));
+  plan.store(plans.back().get(), std::memory_order_release);
+}
+
+// Where a plan buffer lives in this process now (online: the address it was learned at, if the
+// same allocation is still registered; replay: found by identity).
+bool AdvisorImpl::resolve(LivePlan& p, uint32_t buffer) {
+  if (p.matcher) {
+    if (p.address[buffer] == 0 || !registry->contains(p.address[buffer])) {
+      p.address[buffer] = p.matcher->live_address(buffer, *registry);
+    }
+    return p.address[buffer] != 0;
+  }
+  const auto r = registry->find(p.address[buffer]);
+  return r && r->id == p.buffer_id[buffer] && r->base == p.address[buffer];
+}
+
+void AdvisorImpl::migrate(uint64_t address, uint64_t length, bool to_gpu, uint64_t launch) {
+  CUmemLocation where{};
+  where.type = to_gpu ? CU_MEM_LOCATION_TYPE_DEVICE : CU_MEM_LOCATION_TYPE_HOST;
+  where.id = to_gpu ? device : 0;
+  const CUresult r = d.mem_prefetch_async(address, length, where, 0, stream);
+  if (r != CUDA_SUCCESS) {
+    ++failed_calls;
+    if (warned_call_failure.first()) {
+      log_warning("advisor: cuMemPrefetchAsync of {} at {:#x} failed (error {}); skipped",
+                  format_bytes(length), address, static_cast<int>(r));
+    }
+    return;
+  }
+  (to_gpu ? prefetched : evicted).push_back({launch, length});
+  (to_gpu ? prefetched_bytes : evicted_bytes) += length;
+  ++(to_gpu ? prefetch_calls : evict_calls);
+}
+
+// Makes the advisor's stream wait for everything submitted so far on the planned streams.
+void AdvisorImpl::barrier_all(const LivePlan& p) {
+  for (uint64_t s : p.streams) {
+    if (d.event_record(barrier, reinterpret_cast<CUstream>(s)) == CUDA_SUCCESS) {
+      d.stream_wait_event(stream, barrier, 0);
+    }
+  }
+}
+
+// The advisor's stream waits until launch j has finished on the GPU.
+void AdvisorImpl::wait_for_launch(const LivePlan& p, uint64_t j) {
+  if (j < p.applied_from) return;  // covered by the barrier taken at applied_from
+  const size_t slot = j % kEventRing;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+  uint64_t seen = event_index[slot].load(std::memory_order_acquire);
+  while ((seen < j || seen == UINT64_MAX) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+    seen = event_index[slot].load(std::memory_order_acquire);
+  }
+  if (seen == j) {
+    d.stream_wait_event(stream, events[slot], 0);
+  } else {
+    // Not recorded (yet) or already reused: wait for everything instead; not while launches may
+    // wait for this stream (a barrier would then wait for itself), the eviction goes unordered
+    // (managed memory stays correct; the range may fault back).
+    ++late_events;
+    if (!progress_device) barrier_all(p);
+  }
+}
+
+// At the first applied launch: the GPU holds what the plan expects at an iteration start.
+void AdvisorImpl::reset_to_start(LivePlan& p) {
+  barrier_all(p);
+  // Buffers outside the plan: not used by the loop, so they leave the GPU.
+  std::vector<uint64_t> planned;
+  for (uint32_t b = 0; b < p.address.size(); ++b) {
+    if (resolve(p, b)) planned.push_back(p.address[b]);
+  }
+  std::sort(planned.begin(), planned.end());
+  const auto snapshot = registry->snapshot();
+  for (const BufferRecord& r : snapshot->records()) {
+    if (!std::binary_search(planned.begin(), planned.end(), r.base)) {
+      migrate(r.base, r.size, false, p.applied_from);
+    }
+  }
+  // Plan buffers: what is not resident at an iteration start leaves; the rest comes in.
+  std::vector<PlanRange> start = p.plan.resident_at_start;
+  std::sort(start.begin(), start.end(), [](const PlanRange& a, const PlanRange& b) {
+    return a.buffer != b.buffer ? a.buffer < b.buffer : a.offset < b.offset;
+  });
+  size_t k = 0;
+  for (uint32_t b = 0; b < p.address.size(); ++b) {
+    if (!p.address[b]) continue;
+    const auto r = registry->find(p.address[b]);
+    if (!r) continue;
+    uint64_t at = 0;
+    while (k < start.size() && start[k].buffer < b) ++k;
+    for (; k < start.size() && start[k].buffer == b; ++k) {
+      if (start[k].offset > at)
+        migrate(p.address[b] + at, start[k].offset - at, false, p.applied_from);
+      at = std::max(at, start[k].offset + start[k].length);
+    }
+    if (at < r->size) migrate(p.address[b] + at, r->size - at, false, p.applied_from);
+  }
+  for (const PlanRange& s : start) {
+    if (resolve(p, s.buffer))
+      migrate(p.address[s.buffer] + s.offset, s.length, true, p.applied_from);
+  }
+}
+
+void AdvisorImpl::apply(uint64_t n) {
+  LivePlan& p = *plan.load(std::memory_order_relaxed);
+  for (uint64_t g = std::max(cursor, p.applied_from); g < n; ++g) {
+    if (stop.load(std::memory_order_relaxed) || diverged.load(std::memory_order_relaxed)) {
+      cursor = g;
+      return;
+    }
+    if (g == p.applied_from) {
+      reset_to_start(p);
+      if (progress_device) {
+        d.stream_write_value64(stream, progress_device, g, 0);
+        waits_from.store(std::max(n, g + 1), std::memory_order_release);
+      }
+    }
+    bool prefetched_here = false;
+    const uint64_t phase = (g - p.base) % p.period;
+    uint64_t waited = UINT64_MAX;
+    for (uint32_t i = p.first_action[phase]; i < p.first_action[phase + 1]; ++i) {
+      const Action& a = p.plan.actions[i];
+      if (!resolve(p, a.range.buffer)) {
+        ++stale_actions;
+        continue;
+      }
+      const uint64_t address = p.address[a.range.buffer] + a.range.offset;
+      if (a.kind == ActionKind::evict) {
+        const uint64_t j = g >= a.wait_back ? g - a.wait_back : 0;
+        if (j != waited) wait_for_launch(p, j);
+        waited = j;
+        migrate(address, a.range.length, false, g);
+      } else {
+        migrate(address, a.range.length, true, g);
+        prefetched_here = true;
+      }
+    }
+    if (progress_device && prefetched_here) d.stream_write_value64(stream, progress_device, g, 0);
+  }
+  // Every launch seen is handled: a launch waiting on one whose actions were skipped (a buffer
+  // gone) must not wait for a later prefetch that may never come.
+  if (progress_device && n > std::max(cursor, p.applied_from)) {
+    d.stream_write_value64(stream, progress_device, n - 1, 0);
+  }
+  cursor = std::max(cursor, n);
+}
+
+// Replay: the launches must keep naming the trace's kernels at the trace's positions.
+void AdvisorImpl::check_replay_keys(LivePlan& p) {
+  const uint64_t logged = tracer::logged_steps();
+  if (logged <= replay_checked) return;
+  const std::vector<uint32_t> keys = tracer::copy_keys(replay_checked);
+  uint32_t run = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const uint64_t index = replay_checked + i;
+    if (!p.matcher->matches(index, keys[i], [](uint32_t key) { return tracer::key_name(key); })) {
+      if (++run == kDivergeRun) {
+        replay_checked = index + 1;
+        drop_plan(index, "the launches no longer match the trace");
+        return;
+      }
+    } else {
+      run = 0;
+    }
+  }
+  replay_checked += keys.size();
+}
+
+namespace {
+
+uint64_t sum_in(const std::vector<Transfer>& log, uint64_t first, uint64_t last) {
+  uint64_t bytes = 0;
+  for (const Transfer& t : log) {
+    if (t.launch >= first && t.launch < last) bytes += t.bytes;
+  }
+  return bytes;
+}
+
+}  // namespace
+
+nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
+  const AdvisorImpl& a = *impl_;
+  const LivePlan* last = a.plans.empty() ? nullptr : a.plans.back().get();
+  nlohmann::json advisor = {
+      {"mode", std::string(to_string(a.config.mode))},
+      {"budget_bytes", a.budget},
+      {"state", a.state},
+      {"fallback", a.fallback.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.fallback)},
+      {"plans", a.plans.size()},
+      {"divergences", a.divergences},
+      {"prefetched_bytes", a.prefetched_bytes},
+      {"evicted_bytes", a.evicted_bytes},
+      {"prefetch_calls", a.prefetch_calls},
+      {"evict_calls", a.evict_calls},
+      {"failed_calls", a.failed_calls},
+      {"stale_actions", a.stale_actions},
+      {"late_events", a.late_events},
+      {"prefetch_wait", a.config.prefetch_wait},
+  };
+  if (last) {
+    advisor["plan"] = {
+        {"source", last->source},
+        {"period", last->period},
+        {"applied_from_launch", last->applied_from},
+        {"footprint_bytes", last->plan.footprint_bytes},
+        {"bytes_prefetched_per_iteration", last->plan.bytes_prefetched_per_iteration},
+        {"bytes_evicted_per_iteration", last->plan.bytes_evicted_per_iteration},
+        {"unfit_steps", last->plan.unfit_steps.size()}};
+    advisor["peak_resident_plan_bytes"] = last->plan.peak_resident_bytes;
+  }
+  if (summary && summary->has_unified_memory_counters) {
+    advisor["peak_resident_bytes"] = summary->peak_resident;
+  }
+  nlohmann::json j = {{"advisor", advisor}};
+  if (summary) {
+    j["iterations"] = iterations_json(*summary, [&](uint64_t first, uint64_t last_step) {
+      return std::pair{sum_in(a.prefetched, first, last_step), sum_in(a.evicted, first, last_step)};
+    });
+    // Peak GPU-resident bytes once the plan is in force: from its second iteration on (the
+    // learning iterations fault in the whole footprint; the first planned one moves it out).
+    uint64_t applied_peak = 0;
+    bool any = false;
+    for (size_t i = 0; i < summary->trace.iterations.size(); ++i) {
+      const auto& it = summary->trace.iterations[i];
+      if (last && it.first_step >= last->applied_from + last->period &&
+          i < summary->iteration_peak_resident.size()) {
+        applied_peak = std::max(applied_peak, summary->iteration_peak_resident[i]);
+        any = true;
+      }
+    }
+    if (any && summary->has_unified_memory_counters) {
+      j["advisor"]["peak_resident_applied_bytes"] = applied_peak;
+    }
+  }
+  return j;
+}
+
+nlohmann::json iterations_json(
+    const tracer::RunSummary& summary,
+    const std::function<std::pair<uint64_t, uint64_t>(uint64_t, uint64_t)>& transfers) {
+  nlohmann::json out = nlohmann::json::array();
+  const auto& its = summary.trace.iterations;
+  for (size_t i = 0; i < its.size(); ++i) {
+    const trace::Iteration& it = its[i];
+    // Wall time from this iteration's first GPU start to the next one's (host gaps included).
+    const uint64_t end =
+        i + 1 < its.size() && its[i + 1].start_ns ? its[i + 1].start_ns : it.end_ns;
+    nlohmann::json o = {
+        {"index", i},
+        {"first_step", it.first_step},
+        {"steps", it.step_count},
+        {"wall_ms", it.start_ns && end > it.start_ns ? (end - it.start_ns) / 1e6 : 0.0},
+        {"gpu_page_faults", it.counters.gpu_page_faults},
+        {"bytes_htod", it.counters.bytes_htod},
+        {"bytes_dtoh", it.counters.bytes_dtoh},
+        {"thrashing_events", it.counters.thrashing_events},
+    };
+    if (summary.has_unified_memory_counters && i < summary.iteration_peak_resident.size()) {
+      o["peak_resident_bytes"] = summary.iteration_peak_resident[i];
+    }
+    if (transfers) {
+      const auto [in, out_bytes] = transfers(it.first_step, it.first_step + it.step_count);
+      o["prefetched_bytes"] = in;
+      o["evicted_bytes"] = out_bytes;
+    }
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+}  // namespace umswap::advisor

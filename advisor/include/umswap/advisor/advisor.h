@@ -1,0 +1,118 @@
+// The advisor: executes a plan (planner.h) inside the traced program, so that kernels find their
+// data on the GPU and GPU-resident managed memory stays under the budget.
+//
+// Modes:
+//   * online: the advisor thread watches the tracer's step log; once the launch sequence repeats
+//     (two iterations with the same period), it plans from the last complete iteration and
+//     applies the plan from the next iteration boundary on.
+//   * replay: the plan comes from a recorded trace at start (replay.h matches the trace's buffers
+//     to this process's allocations by identity); it applies from the trace's first iteration.
+//     If the launches stop matching the trace, the advisor says so once and learns online.
+//
+// Execution: one non-blocking stream of the advisor's own. At each launch the tracer calls
+// on_step() (serialized, cheap: compares the key with the plan, publishes the launch count);
+// the advisor thread, polling every 50 us, issues the actions of every launch it has not handled
+// yet, evictions before prefetches. The two directions of migration never overlap because they
+// share the one stream (measured on an H200: together they fall to 7.8 GB/s). Each eviction
+// waits, through an event the launch path records at API exit of the step that last uses the
+// range, for that use to finish on the GPU. If the launches diverge from the plan (a different
+// kernel at a position, 8 in a row), the plan is dropped and learning starts again.
+//
+// UMSWAP_PREFETCH_WAIT: a kernel that needs a range the plan prefetches must not start before the
+// prefetch is done, even when the advisor has not issued it yet (the application's launches run
+// far ahead of the GPU). So the launch path puts a cuStreamWaitValue64 into the application's
+// stream: wait until a counter in mapped host memory reaches the launch at which the prefetch is
+// issued; the advisor's stream writes the counter after each launch's prefetches. Waits start
+// only after the advisor's first barrier on the application's streams (which must not include a
+// wait, or the two streams would wait for each other), and the counter is set to its maximum
+// when a plan is dropped and at exit, so no wait outlives the advisor.
+//
+// Contract:
+//   * start() once, from the first CUDA-using thread, outside any lock; on failure the program
+//     runs on plain managed memory and the caller says so once.
+//   * on_step()/after_step() run on launching threads and never block or allocate.
+//   * on_finish() (from the tracer's exit handler, before the CUDA runtime tears down) stops and
+//     joins the thread; stats() may be called afterwards.
+// Nothing here can change the program's results: managed memory stays coherent whatever is
+// prefetched or evicted; a wrong plan costs time, never correctness.
+#pragma once
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+
+#include "umswap/allocator/registry.h"
+#include "umswap/core/options.h"
+#include "umswap/tracer/tracer.h"
+
+namespace umswap::advisor {
+
+struct AdvisorDriver {
+  PFN_cuCtxGetCurrent_v4000 ctx_get_current = nullptr;
+  PFN_cuCtxSetCurrent_v4000 ctx_set_current = nullptr;
+  PFN_cuCtxGetDevice_v2000 ctx_get_device = nullptr;
+  PFN_cuDeviceTotalMem_v3020 device_total_mem = nullptr;
+  PFN_cuStreamCreate_v2000 stream_create = nullptr;
+  PFN_cuStreamSynchronize_v2000 stream_synchronize = nullptr;
+  PFN_cuEventCreate_v2000 event_create = nullptr;
+  PFN_cuEventRecord_v2000 event_record = nullptr;
+  PFN_cuEventSynchronize_v2000 event_synchronize = nullptr;
+  PFN_cuStreamWaitEvent_v3020 stream_wait_event = nullptr;
+  PFN_cuMemPrefetchAsync_v12020 mem_prefetch_async = nullptr;
+  // For UMSWAP_PREFETCH_WAIT only (a launch waits on a counter the advisor's stream writes).
+  PFN_cuMemHostAlloc_v2020 mem_host_alloc = nullptr;
+  PFN_cuMemHostGetDevicePointer_v3020 mem_host_get_device_pointer = nullptr;
+  PFN_cuStreamWaitValue64_v11070 stream_wait_value64 = nullptr;
+  PFN_cuStreamWriteValue64_v11070 stream_write_value64 = nullptr;
+  bool complete() const;
+};
+
+struct AdvisorConfig {
+  Mode mode = Mode::online;    // online or replay
+  SizeSpec budget;             // 0 = the GPU's memory
+  std::string replay_path;     // replay: the trace
+  bool prefetch_wait = false;  // a launch waits for its late prefetch (UMSWAP_PREFETCH_WAIT)
+  double prefetch_bytes_per_s = 40e9;
+  double evict_bytes_per_s = 12e9;
+};
+
+class AdvisorImpl;
+
+// The process-wide advisor. Also the tracer's LaunchObserver.
+class Advisor final : public tracer::LaunchObserver {
+ public:
+  Advisor();
+  ~Advisor() override;
+  Advisor(const Advisor&) = delete;
+  Advisor& operator=(const Advisor&) = delete;
+
+  // Returns false with a reason if the advisor cannot run (driver functions missing).
+  bool start(const AdvisorConfig& config, const AdvisorDriver& driver, Registry& registry,
+             std::string* reason);
+
+  void on_step(uint64_t index, uint32_t key, CUstream stream) override;
+  void after_step(uint64_t index, CUstream stream) override;
+  void on_finish() override;
+
+  // The "advisor" object of the stats file, and per-iteration figures merged into `iterations`
+  // (one object per iteration of `summary`, which may be null).
+  nlohmann::json stats(const tracer::RunSummary* summary) const;
+
+ private:
+  AdvisorImpl* impl_;
+};
+
+// The stats file's "iterations" array from a run summary: per iteration wall time, faults and
+// bytes moved (CUPTI), counted peak GPU-resident bytes, and, when `transfers` is given, the bytes
+// umswap prefetched and evicted during launches [first, last) of the iteration.
+nlohmann::json iterations_json(
+    const tracer::RunSummary& summary,
+    const std::function<std::pair<uint64_t, uint64_t>(uint64_t, uint64_t)>& transfers = {});
+
+}  // namespace umswap::advisor

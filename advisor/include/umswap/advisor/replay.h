@@ -1,0 +1,74 @@
+// Replay: planning from a recorded trace in a new process.
+//
+// Addresses differ between runs; identities do not. A trace buffer is matched to the live
+// allocation with the same call site and size, and the same rank among allocations with that
+// call site and size (allocation order). Launches are matched by position: launch g of this
+// process is expected to run the kernel the trace's step g ran (past the end of the trace, the
+// step at the same phase of the trace's period).
+//
+// Known imprecision: an allocation the trace does not list (never touched by a kernel in the
+// recording) shifts the rank of later ones with the same call site and size; so does a freed
+// allocation in this process. Such buffers stay unresolved (their actions are skipped and
+// counted) or, rarely, resolve to a buffer of the same size and call site.
+//
+// Thread safety: one ReplayMatcher is used by one thread (the advisor's).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "umswap/advisor/planner.h"
+#include "umswap/allocator/registry.h"
+#include "umswap/core/trace.h"
+
+namespace umswap::advisor {
+
+class ReplayMatcher {
+ public:
+  explicit ReplayMatcher(trace::Trace trace);
+
+  const trace::Trace& trace() const { return trace_; }
+  size_t buffer_count() const { return trace_.buffers.size(); }
+
+  // The base address, in this process, of trace buffer `buffer`; 0 if no live allocation matches.
+  uint64_t live_address(uint32_t buffer, const Registry& registry);
+  // The same against an explicit list of live records (any order): pure, for tests.
+  uint64_t live_address(uint32_t buffer, std::span<const BufferRecord> live);
+
+  // Whether launch `index` of this process, with step key `key`, runs the kernel the trace
+  // expects there. `name_of` gives the kernel name of a key of this process.
+  bool matches(uint64_t index, uint32_t key, const std::function<std::string(uint32_t)>& name_of);
+
+ private:
+  using Identity = std::pair<uint64_t, uint64_t>;  // (call site, size)
+  struct IdentityHash {
+    size_t operator()(const Identity& i) const { return i.first * 31 + i.second; }
+  };
+  void index_live(std::span<const BufferRecord> live);
+
+  trace::Trace trace_;
+  std::vector<uint64_t> rank_;  // by trace buffer: rank among trace buffers of its identity
+  const void* live_snapshot_ = nullptr;
+  std::unordered_map<Identity, std::vector<uint64_t>, IdentityHash> live_;  // bases by rank
+  std::unordered_map<uint32_t, uint32_t> key_to_name_;  // this process's key -> trace name index
+};
+
+// Reads the trace; null with an error naming the file and the problem when it cannot be used
+// (unreadable, no iterations found in it).
+std::unique_ptr<ReplayMatcher> load_replay(const std::string& path, std::string* error);
+
+// Plans from the trace's last complete iteration. `base` = the trace's first iteration's first
+// step (phase 0), `period` its steps per iteration. False with `why` when the trace has no
+// usable iteration or planning fails.
+bool make_replay_plan(const ReplayMatcher& matcher, uint64_t budget, double prefetch_bytes_per_s,
+                      double evict_bytes_per_s, Plan* plan, uint64_t* base, uint64_t* period,
+                      std::string* why);
+
+// The planner's input for iteration `iteration` of a trace (accesses as recorded).
+PlanInput plan_input_from_trace(const trace::Trace& trace, size_t iteration, uint64_t budget);
+
+}  // namespace umswap::advisor

@@ -1,0 +1,138 @@
+#include "umswap/advisor/replay.h"
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+
+#include "umswap/core/trace_file.h"
+
+namespace umswap::advisor {
+
+ReplayMatcher::ReplayMatcher(trace::Trace trace) : trace_(std::move(trace)) {
+  std::map<Identity, uint64_t> seen;
+  std::vector<uint32_t> order(trace_.buffers.size());
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](uint32_t a, uint32_t b) { return trace_.buffers[a].id < trace_.buffers[b].id; });
+  rank_.assign(trace_.buffers.size(), 0);
+  for (uint32_t i : order) {
+    rank_[i] = seen[{trace_.buffers[i].call_site, trace_.buffers[i].size}]++;
+  }
+}
+
+void ReplayMatcher::index_live(std::span<const BufferRecord> live) {
+  live_.clear();
+  std::vector<const BufferRecord*> order;
+  for (const BufferRecord& r : live) order.push_back(&r);
+  std::sort(order.begin(), order.end(),
+            [](const BufferRecord* a, const BufferRecord* b) { return a->id < b->id; });
+  for (const BufferRecord* r : order) live_[{r->call_site, r->size}].push_back(r->base);
+}
+
+uint64_t ReplayMatcher::live_address(uint32_t buffer, std::span<const BufferRecord> live) {
+  index_live(live);
+  live_snapshot_ = nullptr;
+  const trace::Buffer& b = trace_.buffers.at(buffer);
+  auto it = live_.find({b.call_site, b.size});
+  if (it == live_.end() || rank_[buffer] >= it->second.size()) return 0;
+  return it->second[rank_[buffer]];
+}
+
+uint64_t ReplayMatcher::live_address(uint32_t buffer, const Registry& registry) {
+  const auto snapshot = registry.snapshot();
+  if (snapshot.get() != live_snapshot_) {
+    index_live(snapshot->records());
+    live_snapshot_ = snapshot.get();
+  }
+  const trace::Buffer& b = trace_.buffers.at(buffer);
+  auto it = live_.find({b.call_site, b.size});
+  if (it == live_.end() || rank_[buffer] >= it->second.size()) return 0;
+  return it->second[rank_[buffer]];
+}
+
+bool ReplayMatcher::matches(uint64_t index, uint32_t key,
+                            const std::function<std::string(uint32_t)>& name_of) {
+  const auto& steps = trace_.steps;
+  uint64_t step = index;
+  if (step >= steps.size()) {
+    const uint64_t period = trace_.detection.period;
+    const uint64_t base = trace_.detection.warmup_steps;
+    if (period == 0 || steps.size() < base + period) return false;
+    // The last full period of the trace, at the same phase.
+    const uint64_t last_start = base + ((steps.size() - base) / period - 1) * period;
+    step = last_start + (index - base) % period;
+  }
+  auto it = key_to_name_.find(key);
+  if (it == key_to_name_.end()) {
+    const std::string name = name_of(key);
+    uint32_t found = UINT32_MAX;
+    for (uint32_t n = 0; n < trace_.names.size(); ++n) {
+      if (trace_.names[n] == name) found = n;
+    }
+    it = key_to_name_.emplace(key, found).first;
+  }
+  return it->second == steps[step].name;
+}
+
+std::unique_ptr<ReplayMatcher> load_replay(const std::string& path, std::string* error) {
+  std::string why;
+  auto t = read_trace_file(path, &why);
+  if (!t) {
+    *error = why;
+    return nullptr;
+  }
+  if (t->iterations.empty() || t->detection.period == 0) {
+    *error = "trace " + path + " holds no complete iteration";
+    return nullptr;
+  }
+  return std::make_unique<ReplayMatcher>(std::move(*t));
+}
+
+PlanInput plan_input_from_trace(const trace::Trace& t, size_t iteration, uint64_t budget) {
+  const trace::Iteration& it = t.iterations.at(iteration);
+  PlanInput in;
+  for (const trace::Buffer& b : t.buffers) in.buffer_sizes.push_back(b.size);
+  for (uint64_t s = it.first_step; s < it.first_step + it.step_count; ++s) {
+    const trace::Step& step = t.steps.at(s);
+    PlanStep ps;
+    ps.first_range = in.ranges.size();
+    ps.range_count = step.access_count;
+    ps.seconds = step.end_ns > step.start_ns ? (step.end_ns - step.start_ns) / 1e9 : 0.0;
+    for (uint64_t a = step.first_access; a < step.first_access + step.access_count; ++a) {
+      const trace::Access& acc = t.accesses.at(a);
+      in.ranges.push_back({acc.buffer, acc.offset, acc.length});
+    }
+    in.steps.push_back(ps);
+  }
+  in.budget_bytes = budget;
+  return in;
+}
+
+bool make_replay_plan(const ReplayMatcher& matcher, uint64_t budget, double prefetch_bytes_per_s,
+                      double evict_bytes_per_s, Plan* plan, uint64_t* base, uint64_t* period,
+                      std::string* why) {
+  const trace::Trace& t = matcher.trace();
+  const uint64_t p = t.detection.period;
+  const uint64_t first = t.iterations.front().first_step;
+  // The last iteration of the regular period, in phase with the first.
+  for (size_t i = t.iterations.size(); i-- > 0;) {
+    const trace::Iteration& it = t.iterations[i];
+    if (it.step_count != p || it.first_step < first || (it.first_step - first) % p != 0) continue;
+    PlanInput in = plan_input_from_trace(t, i, budget);
+    in.prefetch_bytes_per_s = prefetch_bytes_per_s;
+    in.evict_bytes_per_s = evict_bytes_per_s;
+    try {
+      *plan = make_plan(in);
+    } catch (const std::exception& e) {
+      *why = std::string("planning from the trace failed: ") + e.what();
+      return false;
+    }
+    *base = first;
+    *period = p;
+    return true;
+  }
+  *why = "the trace has no iteration of its detected period";
+  return false;
+}
+
+}  // namespace umswap::advisor

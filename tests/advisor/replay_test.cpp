@@ -1,0 +1,129 @@
+// Replay matching: trace buffers to live allocations by identity, launches to trace steps by
+// position, and the planner input taken from a trace iteration.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "umswap/advisor/replay.h"
+#include "umswap/core/trace_file.h"
+
+namespace umswap::advisor {
+namespace {
+
+trace::Buffer tb(uint64_t id, uint64_t size, uint64_t site) {
+  trace::Buffer b;
+  b.id = id;
+  b.size = size;
+  b.call_site = site;
+  b.base = 0x1000 * id;  // recording-process addresses: never used for matching
+  return b;
+}
+
+BufferRecord live(uint64_t id, uint64_t base, uint64_t size, uint64_t site) {
+  BufferRecord r;
+  r.id = id;
+  r.base = base;
+  r.size = size;
+  r.call_site = site;
+  return r;
+}
+
+// Two kernels "a", "b" repeated: a b a b ...; warm-up "w" first.
+trace::Trace two_step_trace() {
+  trace::Trace t;
+  t.names = {"w", "a", "b"};
+  t.buffers = {tb(3, 100, 7), tb(5, 100, 7), tb(9, 64, 8)};
+  t.steps.resize(1 + 2 * 3);
+  t.steps[0].name = 0;
+  for (size_t i = 1; i < t.steps.size(); ++i) t.steps[i].name = (i % 2) ? 1 : 2;
+  for (size_t i = 1; i < t.steps.size(); ++i) {
+    t.steps[i].first_access = t.accesses.size();
+    if (i % 2) {
+      t.accesses.push_back({0, 0, 100});
+      t.accesses.push_back({2, 0, 64});
+    } else {
+      t.accesses.push_back({1, 10, 50});
+    }
+    t.steps[i].access_count = (i % 2) ? 2 : 1;
+  }
+  t.detection.period = 2;
+  t.detection.warmup_steps = 1;
+  t.detection.confidence = 1.0;
+  t.detection.source = "period";
+  for (uint64_t f = 1; f + 2 <= t.steps.size(); f += 2) t.iterations.push_back({f, 2, 0, 0, {}});
+  return t;
+}
+
+TEST(ReplayMatcher, MatchesBuffersByCallSiteSizeAndRankNotAddress) {
+  ReplayMatcher m(two_step_trace());
+  // Live process: other ids and addresses, an unrelated allocation in between, listed unsorted.
+  const std::vector<BufferRecord> records = {live(20, 0xB000, 64, 8), live(11, 0xA000, 100, 7),
+                                             live(12, 0xC000, 100, 9), live(14, 0xD000, 100, 7)};
+  EXPECT_EQ(m.live_address(0, records), 0xA000u);  // first (7, 100)
+  EXPECT_EQ(m.live_address(1, records), 0xD000u);  // second (7, 100), not the (9, 100) one
+  EXPECT_EQ(m.live_address(2, records), 0xB000u);
+}
+
+TEST(ReplayMatcher, UnallocatedOrResizedBuffersDoNotMatch) {
+  ReplayMatcher m(two_step_trace());
+  const std::vector<BufferRecord> records = {live(1, 0xA000, 100, 7), live(2, 0xB000, 128, 8)};
+  EXPECT_EQ(m.live_address(0, records), 0xA000u);
+  EXPECT_EQ(m.live_address(1, records), 0u);  // second (7, 100) not allocated yet
+  EXPECT_EQ(m.live_address(2, records), 0u);  // another batch size: another size
+}
+
+TEST(ReplayMatcher, LiveAddressFollowsTheRegistry) {
+  ReplayMatcher m(two_step_trace());
+  Registry registry;
+  EXPECT_EQ(m.live_address(2, registry), 0u);
+  registry.insert(live(1, 0x5000, 64, 8));
+  EXPECT_EQ(m.live_address(2, registry), 0x5000u);
+}
+
+TEST(ReplayMatcher, LaunchesMatchByPositionAndPeriodBeyondTheTrace) {
+  ReplayMatcher m(two_step_trace());
+  // This process interns names in another order: key 0 = "a", 1 = "w", 2 = "b", 3 = "z".
+  const std::vector<std::string> names = {"a", "w", "b", "z"};
+  auto name_of = [&](uint32_t k) { return names.at(k); };
+  EXPECT_TRUE(m.matches(0, 1, name_of));    // w
+  EXPECT_TRUE(m.matches(1, 0, name_of));    // a
+  EXPECT_TRUE(m.matches(2, 2, name_of));    // b
+  EXPECT_FALSE(m.matches(2, 0, name_of));   // a where b was
+  EXPECT_TRUE(m.matches(101, 0, name_of));  // past the trace: phase (101 - 1) % 2 = 0 -> a
+  EXPECT_TRUE(m.matches(102, 2, name_of));
+  EXPECT_FALSE(m.matches(102, 3, name_of));  // a kernel the trace never ran
+}
+
+TEST(ReplayPlan, InputComesFromTheTraceIterationAndPlansCycleFromItsStart) {
+  ReplayMatcher m(two_step_trace());
+  const PlanInput in = plan_input_from_trace(m.trace(), 2, 1 << 30);
+  ASSERT_EQ(in.steps.size(), 2u);
+  EXPECT_EQ(in.buffer_sizes, (std::vector<uint64_t>{100, 100, 64}));
+  EXPECT_EQ(in.steps[0].range_count, 2u);
+  EXPECT_EQ(in.ranges[in.steps[1].first_range], (PlanRange{1, 10, 50}));
+  Plan plan;
+  uint64_t base = 0, period = 0;
+  std::string why;
+  ASSERT_TRUE(make_replay_plan(m, 1 << 30, 40e9, 12e9, &plan, &base, &period, &why)) << why;
+  EXPECT_EQ(base, 1u);
+  EXPECT_EQ(period, 2u);
+  EXPECT_TRUE(plan.actions.empty());  // fits: nothing to move
+}
+
+TEST(ReplayLoad, UnreadableOrIterationlessTracesAreRefusedWithTheReason) {
+  std::string error;
+  EXPECT_EQ(load_replay("/nonexistent/run.umtrace", &error), nullptr);
+  EXPECT_NE(error.find("/nonexistent/run.umtrace"), std::string::npos) << error;
+  trace::Trace t = two_step_trace();
+  t.iterations.clear();
+  t.detection.period = 0;
+  const std::string path = ::testing::TempDir() + "/no_iterations.umtrace";
+  ASSERT_TRUE(write_trace_file(path, t, &error)) << error;
+  error.clear();
+  EXPECT_EQ(load_replay(path, &error), nullptr);
+  EXPECT_NE(error.find("no complete iteration"), std::string::npos) << error;
+}
+
+}  // namespace
+}  // namespace umswap::advisor

@@ -1,0 +1,101 @@
+// A training-like loop for the advisor's GPU test: N buffers, each iteration walks them forward
+// (each kernel reads the next buffer into this one), runs a "loss" kernel, then walks them
+// backward, so the working set of a step is two buffers while the footprint is all of them. Run
+// with a budget of a third of the footprint, the advisor must evict behind the walk and prefetch
+// ahead of it.
+//
+//   advisor_loop [--buffers N] [--mib M] [--iterations I]
+// prints `iter <i> ms <float>` per iteration and `checksum <hex>` (FNV-1a of every buffer) at the
+// end; the checksum is the same natively and under umswap, whatever it prefetched or evicted.
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#define CHECK(call)                                                                         \
+  do {                                                                                      \
+    cudaError_t e_ = (call);                                                                \
+    if (e_ != cudaSuccess) {                                                                \
+      std::fprintf(stderr, "advisor_loop: %s failed: %s\n", #call, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                         \
+    }                                                                                       \
+  } while (0)
+
+// "Forward": reads the next buffer into this one. "Backward": the other way round, in reverse
+// order, as a network's backward pass visits its layers.
+__global__ void forward(float* x, const float* y, size_t n, float a) {
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    x[i] = x[i] * a + 0.25f * y[i] + 1.0f / (1.0f + static_cast<float>(i & 1023));
+  }
+}
+
+__global__ void loss(float* x, size_t n) {
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    x[i] = 0.5f * x[i];
+  }
+}
+
+__global__ void backward(float* x, const float* y, size_t n) {
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    x[i] = 0.5f * x[i] + 0.125f * y[i];
+  }
+}
+
+int main(int argc, char** argv) {
+  int buffers = 24, iterations = 8;
+  size_t mib = 256;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--buffers"))
+      buffers = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--mib"))
+      mib = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (!std::strcmp(argv[i], "--iterations"))
+      iterations = std::atoi(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "usage: advisor_loop [--buffers N] [--mib M] [--iterations I]\n");
+      return 2;
+    }
+  }
+  if (buffers < 2 || mib == 0 || iterations < 1) {
+    std::fprintf(stderr, "advisor_loop: bad arguments\n");
+    return 2;
+  }
+  const size_t n = mib * (1 << 20) / sizeof(float);
+  std::vector<float*> buf(buffers);
+  for (auto& b : buf) {
+    CHECK(cudaMalloc(&b, n * sizeof(float)));
+    CHECK(cudaMemset(b, 0, n * sizeof(float)));
+  }
+  cudaStream_t stream;
+  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (int it = 0; it < iterations; ++it) {
+    CHECK(cudaStreamSynchronize(stream));
+    const auto start = std::chrono::steady_clock::now();
+    for (int b = 0; b < buffers; ++b) {
+      forward<<<1024, 256, 0, stream>>>(buf[b], buf[(b + 1) % buffers], n, 0.999f);
+    }
+    loss<<<1024, 256, 0, stream>>>(buf[buffers - 1], n);
+    for (int b = buffers - 1; b >= 0; --b) {
+      backward<<<1024, 256, 0, stream>>>(buf[b], buf[(b + buffers - 1) % buffers], n);
+    }
+    CHECK(cudaGetLastError());
+    CHECK(cudaStreamSynchronize(stream));
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    std::printf("iter %d ms %.3f\n", it, ms);
+    std::fflush(stdout);
+  }
+  uint64_t h = 1469598103934665603ull;
+  std::vector<unsigned char> host(n * sizeof(float));
+  for (auto& b : buf) {
+    CHECK(cudaMemcpy(host.data(), b, host.size(), cudaMemcpyDeviceToHost));
+    for (unsigned char c : host) h = (h ^ c) * 1099511628211ull;
+    CHECK(cudaFree(b));
+  }
+  std::printf("checksum %016llx\n", static_cast<unsigned long long>(h));
+  return 0;
+}

@@ -1,8 +1,12 @@
 #include "umswap/cli/child_environment.h"
 
+#include "umswap/core/environment.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <filesystem>
+
+#include <stdlib.h>
 
 namespace umswap::cli {
 namespace {
@@ -138,7 +142,31 @@ ChildEnvironment plan_child_environment(const RunFlags& flags, const CurrentEnv&
       env.set.push_back({"UMSWAP_ITERATION_MARKER", flags.record->marker});
     }
   }
+  if (flags.replay_trace) {
+    std::error_code ec;
+    const auto absolute = std::filesystem::absolute(*flags.replay_trace, ec);
+    env.set.push_back({"UMSWAP_MODE", "replay"});
+    env.set.push_back({"UMSWAP_REPLAY", ec ? *flags.replay_trace : absolute.string()});
+  }
   return env;
+}
+
+CurrentEnv read_current_env() {
+  auto value = [](const char* name) {
+    const char* v = env_get(name);
+    return v ? std::optional<std::string>(v) : std::nullopt;
+  };
+  return {.ld_preload = value("LD_PRELOAD"),
+          .pytorch_cuda_alloc_conf = value("PYTORCH_CUDA_ALLOC_CONF"),
+          .pytorch_alloc_conf = value("PYTORCH_ALLOC_CONF")};
+}
+
+std::string apply_child_environment(const ChildEnvironment& env) {
+  for (const std::string& name : env.unset) ::unsetenv(name.c_str());
+  for (const EnvVar& var : env.set) {
+    if (::setenv(var.name.c_str(), var.value.c_str(), 1) != 0) return var.name;
+  }
+  return {};
 }
 
 }  // namespace umswap::cli

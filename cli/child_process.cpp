@@ -10,6 +10,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <string>
 
 namespace umswap::cli {
 namespace {
@@ -119,7 +120,44 @@ int exit_code_for_exec_error(int error) {
   return error == ENOENT ? 127 : 126;
 }
 
-int run_child(const std::vector<std::string>& command) {
+namespace {
+
+// Copies what the command writes to `fd` into `file` (may be -1), handing complete lines to
+// `on_line`, until end of file.
+void pump_output(int fd, int file, const std::function<void(std::string_view)>& on_line) {
+  std::string pending;
+  char buffer[16384];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    for (ssize_t done = 0; file >= 0 && done < n;) {
+      const ssize_t w = ::write(file, buffer + done, static_cast<size_t>(n - done));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) break;  // disk full: keep reading so the command is not blocked on the pipe
+      done += w;
+    }
+    if (!on_line) continue;
+    pending.append(buffer, static_cast<size_t>(n));
+    size_t start = 0;
+    for (size_t nl; (nl = pending.find('\n', start)) != std::string::npos; start = nl + 1) {
+      on_line(std::string_view(pending).substr(start, nl - start));
+    }
+    pending.erase(0, start);
+  }
+  if (on_line && !pending.empty()) on_line(pending);
+}
+
+// The file descriptors a captured command gets, and what this process reads.
+struct Redirect {
+  int stdout_write = -1;  // pipe end the child's stdout becomes
+  int stderr_file = -1;   // the child's stderr
+  int stdout_read = -1;   // pipe end this process reads
+  int stdout_file = -1;   // where this process copies it
+};
+
+int run_child_impl(const std::vector<std::string>& command, Redirect* redirect,
+                   const std::function<void(std::string_view)>& on_line) {
   if (command.empty()) return 127;
   // Everything the child needs is prepared before fork: after it, only async-signal-safe calls.
   std::vector<char*> argv;
@@ -146,6 +184,11 @@ int run_child(const std::vector<std::string>& command) {
   if (pid == 0) {
     ::close(report[0]);
     signals.restore();
+    if (redirect) {
+      // dup2 clears close-on-exec on the new descriptors; the originals close at exec.
+      ::dup2(redirect->stdout_write, STDOUT_FILENO);
+      ::dup2(redirect->stderr_file, STDERR_FILENO);
+    }
     ::execvp(argv[0], argv.data());
     const int error = errno;
     [[maybe_unused]] const ssize_t n = ::write(report[1], &error, sizeof(error));
@@ -159,6 +202,12 @@ int run_child(const std::vector<std::string>& command) {
   const bool exec_failed = read_full(report[0], &exec_error, sizeof(exec_error)) ==
                            static_cast<ssize_t>(sizeof(exec_error));
   ::close(report[0]);
+  if (redirect) {
+    // Our copy of the write end must go, or the pipe never reaches end of file.
+    ::close(redirect->stdout_write);
+    redirect->stdout_write = -1;
+    pump_output(redirect->stdout_read, redirect->stdout_file, on_line);
+  }
 
   int status = 0;
   const pid_t waited = wait_for(pid, &status);
@@ -172,6 +221,40 @@ int run_child(const std::vector<std::string>& command) {
     return exit_code_for_exec_error(exec_error);
   }
   return exit_code_from_wait_status(status);
+}
+
+}  // namespace
+
+int run_child(const std::vector<std::string>& command) {
+  return run_child_impl(command, nullptr, {});
+}
+
+int run_child_captured(const std::vector<std::string>& command, const ChildCapture& capture) {
+  constexpr int kFileFlags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+  Redirect r;
+  int pipe_fds[2] = {-1, -1};
+  r.stdout_file = ::open(capture.stdout_path.c_str(), kFileFlags, 0644);
+  const int stdout_error = errno;
+  r.stderr_file = ::open(capture.stderr_path.c_str(), kFileFlags, 0644);
+  const int stderr_error = errno;
+  int code = 126;
+  if (r.stdout_file < 0) {
+    log(LogLevel::error, "cannot create {}: {}", capture.stdout_path, std::strerror(stdout_error));
+  } else if (r.stderr_file < 0) {
+    log(LogLevel::error, "cannot create {}: {}", capture.stderr_path, std::strerror(stderr_error));
+  } else if (::pipe2(pipe_fds, O_CLOEXEC) != 0) {
+    log(LogLevel::error, "cannot create a pipe: {}", std::strerror(errno));
+  } else {
+    r.stdout_read = pipe_fds[0];
+    r.stdout_write = pipe_fds[1];
+    code = run_child_impl(command, &r, capture.on_stdout_line);
+    // run_child_impl closed the write end once the command had started; not if it never did.
+    if (r.stdout_write >= 0) ::close(r.stdout_write);
+    ::close(r.stdout_read);
+  }
+  if (r.stdout_file >= 0) ::close(r.stdout_file);
+  if (r.stderr_file >= 0) ::close(r.stderr_file);
+  return code;
 }
 
 }  // namespace umswap::cli

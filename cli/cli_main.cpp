@@ -18,16 +18,16 @@
 #include <system_error>
 
 namespace umswap::cli {
-namespace {
-
-std::optional<std::string> env_value(const char* name) {
-  const char* value = env_get(name);
-  return value ? std::optional<std::string>(value) : std::nullopt;
-}
-
-}  // namespace
-
 int run_command(const RunFlags& flags) {
+  if (flags.replay_trace) {
+    // Checked here, before anything runs, so a bad trace is one clear line rather than a warning
+    // from inside the program.
+    std::string error;
+    if (!read_trace_file(*flags.replay_trace, &error)) {
+      log(LogLevel::error, "replay: {}", error);
+      return kTraceErrorExitCode;
+    }
+  }
   std::error_code ec;
   const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   const PreloadLibrary library = find_preload_library(env_get("UMSWAP_LIBRARY"), exe);
@@ -36,16 +36,11 @@ int run_command(const RunFlags& flags) {
     return kUsageErrorExitCode;
   }
 
-  const CurrentEnv current{.ld_preload = env_value("LD_PRELOAD"),
-                           .pytorch_cuda_alloc_conf = env_value("PYTORCH_CUDA_ALLOC_CONF"),
-                           .pytorch_alloc_conf = env_value("PYTORCH_ALLOC_CONF")};
-  const ChildEnvironment env = plan_child_environment(flags, current, library.path);
+  const ChildEnvironment env = plan_child_environment(flags, read_current_env(), library.path);
   for (const std::string& warning : env.warnings) log(LogLevel::warning, "{}", warning);
-  for (const EnvVar& var : env.set) {
-    if (::setenv(var.name.c_str(), var.value.c_str(), 1) != 0) {
-      log(LogLevel::error, "cannot set {}", var.name);
-      return kUsageErrorExitCode;
-    }
+  if (const std::string failed = apply_child_environment(env); !failed.empty()) {
+    log(LogLevel::error, "cannot set {}", failed);
+    return kUsageErrorExitCode;
   }
 
   if (flags.verbose) {
@@ -126,6 +121,8 @@ int cli_main(int argc, char** argv) {
       return report_command(command_line.trace_flags);
     case CommandLine::Action::timeline:
       return timeline_command(command_line.trace_flags);
+    case CommandLine::Action::compare:
+      return compare_command(command_line.compare_flags);
   }
   return kUsageErrorExitCode;
 }

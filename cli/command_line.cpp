@@ -1,5 +1,6 @@
 #include "umswap/cli/command_line.h"
 
+#include "umswap/cli/detail/compare_flag_table.h"
 #include "umswap/cli/detail/run_flag_table.h"
 #include "umswap/cli/detail/trace_command_usage.h"
 
@@ -42,6 +43,39 @@ std::optional<std::string> parse_size_flag(std::string_view flag, const std::str
   return fmt::format("{}: '{}' {}", flag, text, why);
 }
 
+std::optional<uint64_t> whole_number(const std::string& text) {
+  uint64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+// `native,online` → the modes in their run order, without repeats; nullopt and `error` for an
+// unknown name or an empty entry (so an empty list too).
+std::optional<std::vector<CompareMode>> parse_mode_list(const std::string& text,
+                                                        std::string* error) {
+  std::vector<bool> wanted(kCompareModes.size(), false);
+  size_t start = 0;
+  for (size_t i = 0; i <= text.size(); ++i) {
+    if (i < text.size() && text[i] != ',') continue;
+    const std::string name = text.substr(start, i - start);
+    start = i + 1;
+    const std::optional<CompareMode> mode = parse_compare_mode(name);
+    if (!mode) {
+      *error = name.empty() ? fmt::format("--modes: '{}' has an empty entry", text)
+                            : fmt::format("--modes: '{}' is not a mode", name);
+      *error += " (expected a comma-separated list of native, managed, online, replay)";
+      return std::nullopt;
+    }
+    wanted[static_cast<size_t>(*mode)] = true;
+  }
+  std::vector<CompareMode> modes;
+  for (size_t i = 0; i < kCompareModes.size(); ++i) {
+    if (wanted[i]) modes.push_back(kCompareModes[i]);
+  }
+  return modes;
+}
+
 }  // namespace
 
 CommandLine parse_command_line(std::span<const std::string> args) {
@@ -52,11 +86,21 @@ CommandLine parse_command_line(std::span<const std::string> args) {
   if (separator != args.end()) command.assign(separator + 1, args.end());
 
   // A value flag at the very end would otherwise get CLI11's "1 required TEXT missing".
-  if (!ours.empty()) {
+  if (!ours.empty() && ours.front() == "compare") {
+    for (const auto& flag : detail::kCompareFlags) {
+      if (!flag.value_name.empty() && ours.back() == flag.name) {
+        return usage_error(fmt::format("{} needs a value ({})", flag.name, flag.value_name),
+                           fmt::format("usage: {}", detail::kCompareUsage));
+      }
+    }
+  } else if (!ours.empty()) {
+    const std::string_view usage = ours.front() == "record"   ? detail::kRecordUsage
+                                   : ours.front() == "replay" ? detail::kReplayUsage
+                                                              : detail::kRunUsage;
     for (const auto& flag : detail::kRunFlags) {
       if (!flag.value_name.empty() && ours.back() == flag.name) {
         return usage_error(fmt::format("{} needs a value ({})", flag.name, flag.value_name),
-                           fmt::format("usage: {}", detail::kRunUsage));
+                           fmt::format("usage: {}", usage));
       }
     }
   }
@@ -102,6 +146,38 @@ CommandLine parse_command_line(std::span<const std::string> args) {
   }
   record->add_flag("--verbose", verbose);
 
+  // `replay TRACE`: the flags of `run` (bound to the same variables) plus the trace to replay.
+  CLI::App* replay = app.add_subcommand("replay");
+  replay->set_help_flag();
+  replay->allow_extras();
+  replay->add_flag("-h,--help", want_help);
+  std::string replay_trace;
+  auto* replay_budget = replay->add_option("--budget", budget);
+  auto* replay_limit = replay->add_option("--limit", limit);
+  auto* replay_mode = replay->add_option("--mode", mode);
+  auto* replay_stats = replay->add_option("--stats", stats);
+  for (auto* option : {replay_budget, replay_limit, replay_mode, replay_stats}) {
+    option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  }
+  auto* replay_trace_option = replay->add_option("trace", replay_trace);
+  replay->add_flag("--verbose", verbose);
+
+  // `compare`: its own flags; the command after `--` is optional.
+  CLI::App* compare = app.add_subcommand("compare");
+  compare->set_help_flag();
+  compare->allow_extras();
+  compare->add_flag("-h,--help", want_help);
+  std::string compare_budget, compare_modes, compare_json, steps_hint;
+  bool keep = false;
+  auto* compare_budget_option = compare->add_option("--budget", compare_budget);
+  auto* modes_option = compare->add_option("--modes", compare_modes);
+  auto* json_option = compare->add_option("--json", compare_json);
+  auto* steps_hint_option = compare->add_option("--steps-hint", steps_hint);
+  for (auto* option : {compare_budget_option, modes_option, json_option, steps_hint_option}) {
+    option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  }
+  compare->add_flag("--keep", keep);
+
   // `report FILE` and `timeline FILE -o OUT.json`: the file is a positional argument; anything
   // more is caught below with our own message.
   CLI::App* report = app.add_subcommand("report");
@@ -139,8 +215,8 @@ CommandLine parse_command_line(std::span<const std::string> args) {
     return result;
   }
   for (const std::vector<std::string>& extras :
-       {app.remaining(), run->remaining(), record->remaining(), report->remaining(),
-        timeline->remaining()}) {
+       {app.remaining(), run->remaining(), record->remaining(), replay->remaining(),
+        compare->remaining(), report->remaining(), timeline->remaining()}) {
     if (extras.empty()) continue;
     const std::string& first = extras.front();
     if (!first.empty() && first[0] == '-') {
@@ -152,14 +228,62 @@ CommandLine parse_command_line(std::span<const std::string> args) {
                          fmt::format("usage: {}", report->parsed() ? detail::kReportUsage
                                                                    : detail::kTimelineUsage));
     }
-    if (!run->parsed() && !record->parsed()) {
-      return usage_error(
-          fmt::format("unknown command '{}' (commands: run, record, report, timeline)", first),
-          "run 'umswap --help' for usage");
+    if (!run->parsed() && !record->parsed() && !replay->parsed() && !compare->parsed()) {
+      return usage_error(fmt::format("unknown command '{}' (commands: run, record, replay, "
+                                     "compare, report, timeline)",
+                                     first),
+                         "run 'umswap --help' for usage");
     }
-    return usage_error(
-        fmt::format("unexpected argument '{}': put the command after `--`", first),
-        fmt::format("usage: {}", record->parsed() ? detail::kRecordUsage : detail::kRunUsage));
+    const std::string_view usage = record->parsed()    ? detail::kRecordUsage
+                                   : replay->parsed()  ? detail::kReplayUsage
+                                   : compare->parsed() ? detail::kCompareUsage
+                                                       : detail::kRunUsage;
+    return usage_error(fmt::format("unexpected argument '{}': put the command after `--`", first),
+                       fmt::format("usage: {}", usage));
+  }
+  if (compare->parsed()) {
+    CommandLine result;
+    CompareFlags& c = result.compare_flags;
+    if (compare_budget_option->count() > 0) {
+      std::optional<SizeSpec> spec;
+      if (auto error = parse_size_flag("--budget", compare_budget, &spec)) {
+        return usage_error(*error);
+      }
+      if (spec->is_zero()) {
+        return usage_error(fmt::format(
+            "--budget: '{}' is zero (expected a size such as 8G or a percentage such as 50%)",
+            compare_budget));
+      }
+      c.budget = *spec;
+    }
+    if (modes_option->count() > 0) {
+      std::string error;
+      std::optional<std::vector<CompareMode>> modes = parse_mode_list(compare_modes, &error);
+      if (!modes) return usage_error(error);
+      c.modes = std::move(*modes);
+    }
+    if (json_option->count() > 0) {
+      if (compare_json.empty()) return usage_error("--json: '' is empty (expected a file path)");
+      c.json_path = compare_json;
+    }
+    if (steps_hint_option->count() > 0) {
+      const std::optional<uint64_t> n = whole_number(steps_hint);
+      if (!n || *n == 0) {
+        return usage_error(fmt::format(
+            "--steps-hint: '{}' is not a whole number above 0 (iterations the command runs)",
+            steps_hint));
+      }
+      c.steps_hint = *n;
+    }
+    c.keep = keep;
+    if (separator != args.end() && command.empty()) {
+      return usage_error("compare: nothing after `--` (leave `--` out to run the bundled sample)",
+                         fmt::format("usage: {}", detail::kCompareUsage));
+    }
+    c.command = std::move(command);
+    result.action = Action::compare;
+    result.exit_code = 0;
+    return result;
   }
   if (report->parsed() || timeline->parsed()) {
     const bool is_report = report->parsed();
@@ -188,7 +312,7 @@ CommandLine parse_command_line(std::span<const std::string> args) {
     result.exit_code = 0;
     return result;
   }
-  if (!run->parsed() && !record->parsed()) return help(kUsageErrorExitCode);
+  if (!run->parsed() && !record->parsed() && !replay->parsed()) return help(kUsageErrorExitCode);
 
   CommandLine result;
   RunFlags& flags = result.run_flags;
@@ -213,31 +337,50 @@ CommandLine parse_command_line(std::span<const std::string> args) {
     }
     flags.record = std::move(r);
   }
-  if (budget_option->count() + record_budget->count() > 0) {
+  if (replay->parsed()) {
+    if (replay_trace_option->count() == 0 || replay_trace.empty()) {
+      return usage_error("replay: no trace file given",
+                         fmt::format("usage: {}", detail::kReplayUsage));
+    }
+    if (replay_mode->count() > 0) {
+      return usage_error("replay: --mode cannot be given (replay runs with UMSWAP_MODE=replay)",
+                         fmt::format("usage: {}", detail::kReplayUsage));
+    }
+    flags.replay_trace = replay_trace;
+  }
+  if (budget_option->count() + record_budget->count() + replay_budget->count() > 0) {
     if (auto error = parse_size_flag("--budget", budget, &flags.budget)) return usage_error(*error);
   }
-  if (limit_option->count() + record_limit->count() > 0) {
+  if (limit_option->count() + record_limit->count() + replay_limit->count() > 0) {
     if (auto error = parse_size_flag("--limit", limit, &flags.managed_limit)) {
       return usage_error(*error);
     }
   }
   if (mode_option->count() + record_mode->count() > 0) {
     flags.mode = parse_mode(mode);
-    if (!flags.mode) {
-      return usage_error(fmt::format("--mode: '{}' is not a mode (expected {} or {})", mode,
-                                     to_string(Mode::managed), to_string(Mode::passthrough)));
+    if (!flags.mode || *flags.mode == Mode::replay) {
+      return usage_error(
+          flags.mode ? std::string("--mode: replay needs a trace: use 'umswap replay TRACE'")
+                     : fmt::format("--mode: '{}' is not a mode (expected {}, {} or {})", mode,
+                                   to_string(Mode::online), to_string(Mode::managed),
+                                   to_string(Mode::passthrough)));
     }
   }
-  if (stats_option->count() + record_stats->count() > 0) {
+  if (stats_option->count() + record_stats->count() + replay_stats->count() > 0) {
     if (stats.empty()) return usage_error("--stats: '' is empty (expected a file path)");
     flags.stats_path = stats;
   }
   flags.verbose = verbose;
   if (command.empty()) {
-    return flags.record
-               ? usage_error("record: no command given",
-                             fmt::format("usage: {}", detail::kRecordUsage))
-               : usage_error("run: no command given", fmt::format("usage: {}", detail::kRunUsage));
+    if (flags.record) {
+      return usage_error("record: no command given",
+                         fmt::format("usage: {}", detail::kRecordUsage));
+    }
+    if (flags.replay_trace) {
+      return usage_error("replay: no command given",
+                         fmt::format("usage: {}", detail::kReplayUsage));
+    }
+    return usage_error("run: no command given", fmt::format("usage: {}", detail::kRunUsage));
   }
   flags.command = std::move(command);
   result.action = Action::run;

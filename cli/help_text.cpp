@@ -1,6 +1,7 @@
 // The help text. Flags come from detail::kRunFlags, variables from umswap::option_table(), so
 // the text always matches what the parser and the library accept.
 #include "umswap/cli/command_line.h"
+#include "umswap/cli/detail/compare_flag_table.h"
 #include "umswap/cli/detail/run_flag_table.h"
 #include "umswap/cli/detail/trace_command_usage.h"
 
@@ -56,15 +57,23 @@ std::string help_text() {
       "It preloads libumswap.so, which turns the program's device allocations into CUDA managed\n"
       "memory and can record which kernels touch which buffers in each training iteration.\n\n",
       UMSWAP_CLI_VERSION);
-  out += fmt::format("Usage:\n  {}\n  {}\n  {}\n  {}\n  umswap --help | --version\n\n",
-                     detail::kRunUsage, detail::kRecordUsage, detail::kReportUsage,
-                     detail::kTimelineUsage);
+  out += fmt::format("Usage:\n  {}\n  {}\n  {}\n  {}\n  {}\n  {}\n  umswap --help | --version\n\n",
+                     detail::kRunUsage, detail::kRecordUsage, detail::kReplayUsage,
+                     detail::kCompareUsage, detail::kReportUsage, detail::kTimelineUsage);
   out += "Commands:\n";
   append_wrapped(out, "  run", 18, "run a command with libumswap.so preloaded");
   append_wrapped(out, "  record", 18,
                  "run it and record an access trace (CUPTI): -o FILE (required), --iterations N "
                  "(stop recording after N iterations; 0 = all), --marker NAME (iterations start at "
                  "the NVTX mark or range NAME instead of being detected); takes run's options too");
+  append_wrapped(out, "  replay", 18,
+                 "run it with UMSWAP_MODE=replay and UMSWAP_REPLAY=TRACE (made absolute): the "
+                 "advisor follows the recorded trace; the trace is read first, and one that "
+                 "cannot be read (missing, damaged, another version) stops it with exit 1; takes "
+                 "run's options except --mode");
+  append_wrapped(out, "  compare", 18,
+                 "run one command natively, on plain managed memory, with the online advisor and "
+                 "with a recorded-then-replayed plan, and print one table (see below)");
   append_wrapped(out, "  report", 18,
                  "print what a trace file holds: iterations, kernels, buffers, working set, and "
                  "per iteration the bytes touched, faults and bytes moved");
@@ -87,14 +96,48 @@ std::string help_text() {
     append_wrapped(out, label, 18, meaning);
   }
   append_wrapped(out, "  -h, --help", 18, "print this text");
+  out += "\nOptions of compare:\n";
+  for (const auto& flag : detail::kCompareFlags) {
+    const std::string label = flag.value_name.empty()
+                                  ? fmt::format("  {}", flag.name)
+                                  : fmt::format("  {} {}", flag.name, flag.value_name);
+    append_wrapped(out, label, 18, flag.meaning);
+  }
+  out += "\n";
+  append_wrapped(
+      out, "", 2,
+      "The runs: native (UMSWAP_MODE=passthrough), managed, online (UMSWAP_BUDGET), and replay "
+      "(a record run with UMSWAP_TRACE, then UMSWAP_MODE=replay). Each child gets UMSWAP_STATS "
+      "and keeps your UMSWAP_MANAGED_LIMIT; its output goes to a temporary directory, kept when "
+      "a run fails. Without a command, compare runs the bundled cudnn_vgg16 next to umswap, at "
+      "the largest batch of 64, 32, 16, 8 whose footprint fits in 80% of the GPU's free memory "
+      "(and under UMSWAP_MANAGED_LIMIT), for --steps-hint steps (8); it refuses when even batch "
+      "8 does not fit, and sets UMSWAP_MANAGED_LIMIT to that bound when you have not.");
+  out += "\n";
+  append_wrapped(
+      out, "", 2,
+      "Safety: on a shared GPU, set UMSWAP_MANAGED_LIMIT below the GPU's free memory before "
+      "comparing your own command; managed memory past the GPU's capacity can hang the GPU "
+      "for everyone on it.");
+  out += "\nColumns of compare's table (- where a figure is not known):\n";
+  for (const auto& column : detail::kCompareColumns) {
+    append_wrapped(out, fmt::format("  {}", column.header), 14, column.meaning);
+  }
   out +=
       "\nSIZE is a byte count with an optional binary suffix (512M, 16G, 1.5T) or a percentage of\n"
       "the GPU's memory (75%). A flag that is not given leaves your own UMSWAP_* variable as it "
       "is.\n\n";
   out += "Modes:\n";
+  append_wrapped(out, "  online", 18,
+                 "every device allocation becomes CUDA managed memory; the advisor learns the "
+                 "training loop from its first repeated iterations and then prefetches and evicts "
+                 "ahead of each kernel to keep GPU-resident memory under --budget (the default)");
+  append_wrapped(out, "  replay", 18,
+                 "as online, but planned from a recorded trace from the first iteration (set by "
+                 "`umswap replay`)");
   append_wrapped(out, "  managed", 18,
-                 "every device allocation becomes CUDA managed memory, which umswap moves "
-                 "between GPU and host (the default)");
+                 "every device allocation becomes CUDA managed memory, moved by the driver's page "
+                 "faults only (no advice)");
   append_wrapped(out, "  passthrough", 18,
                  "the library is loaded but redirects nothing: the baseline to compare with");
   out += "\nEnvironment read by libumswap.so in the command (default in brackets):\n";
@@ -129,10 +172,20 @@ std::string help_text() {
                  "read) or the output cannot be written; one line names the file and the "
                  "problem");
   append_wrapped(out, "  2", 10, "usage error: no file, no -o, -o naming the trace itself");
+  out += "\nExit codes of replay: those of run, and 1 when the trace cannot be read.\n";
+  out += "\nExit codes of compare:\n";
+  append_wrapped(out, "  0", 10,
+                 "the native run succeeded (other modes may have failed: see their rows)");
+  append_wrapped(out, "  1", 10,
+                 "the native run failed, --json could not be written, or the default command "
+                 "cannot run here (no GPU, too little free memory)");
+  append_wrapped(out, "  2", 10, "usage error: a bad flag or value, libumswap.so not found");
   out +=
       "\nExamples:\n"
       "  umswap run --limit 60G -- python train.py\n"
       "  umswap run --budget 40G --limit 100G --stats stats-%p.json -- ./trainer --epochs 1\n"
+      "  umswap replay run.umtrace --budget 40G -- python train.py\n"
+      "  umswap compare --budget 50% --json compare.json -- python train.py\n"
       "  umswap report run.umtrace\n"
       "  umswap timeline run.umtrace -o run.json\n";
   return out;

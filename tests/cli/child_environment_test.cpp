@@ -182,5 +182,20 @@ TEST(ChildEnv, RecordSetsTraceVariablesWithAnAbsolutePath) {
       find_var(plan_child_environment(flags, {}, "/u/libumswap.so"), "UMSWAP_ITERATION_MARKER"));
 }
 
+TEST(ChildEnv, ReplaySetsModeAndAnAbsoluteTracePath) {
+  RunFlags flags;
+  flags.command = {"true"};
+  flags.budget = parse_size("40G");
+  flags.replay_trace = "runs/a.umtrace";
+  const ChildEnvironment env = plan_child_environment(flags, {}, "/u/libumswap.so");
+  EXPECT_EQ(find_var(env, "UMSWAP_MODE"), "replay");
+  EXPECT_EQ(find_var(env, "UMSWAP_BUDGET"), "40G");
+  const auto trace = find_var(env, "UMSWAP_REPLAY");
+  ASSERT_TRUE(trace);
+  EXPECT_EQ(trace->front(), '/');
+  EXPECT_TRUE(trace->ends_with("/runs/a.umtrace")) << *trace;
+  EXPECT_TRUE(env.unset.empty());
+}
+
 }  // namespace
 }  // namespace umswap::cli

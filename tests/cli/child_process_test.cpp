@@ -7,6 +7,11 @@
 
 #include <cerrno>
 #include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
 
 namespace umswap::cli {
 namespace {
@@ -51,6 +56,61 @@ TEST(RunChild, ReturnsExitCodeAndRestoresSignals) {
   struct sigaction after {};
   ::sigaction(SIGINT, nullptr, &after);
   EXPECT_EQ(after.sa_handler, before.sa_handler);  // the SIG_IGN during the run is undone
+}
+
+class CapturedRun : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "umswap_capture.XXXXXX").string();
+    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  std::string read(const std::string& name) const {
+    std::ifstream in(dir_ / name);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+  ChildCapture capture(std::vector<std::string>* lines) const {
+    return {.stdout_path = (dir_ / "out").string(),
+            .stderr_path = (dir_ / "err").string(),
+            .on_stdout_line = [lines](std::string_view line) { lines->emplace_back(line); }};
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(CapturedRun, StdoutLinesAndFilesAndExitCode) {
+  std::vector<std::string> lines;
+  const int code = run_child_captured(
+      {"sh", "-c", "echo one; echo oops >&2; printf 'two\\nthree'; exit 7"}, capture(&lines));
+  EXPECT_EQ(code, 7);
+  EXPECT_EQ(lines, (std::vector<std::string>{"one", "two", "three"}));  // the last one unterminated
+  EXPECT_EQ(read("out"), "one\ntwo\nthree");
+  EXPECT_EQ(read("err"), "oops\n");
+}
+
+TEST_F(CapturedRun, ManyLinesArriveInOrder) {
+  std::vector<std::string> lines;
+  EXPECT_EQ(run_child_captured({"seq", "1", "20000"}, capture(&lines)), 0);
+  ASSERT_EQ(lines.size(), 20000u);
+  EXPECT_EQ(lines.front(), "1");
+  EXPECT_EQ(lines[12345], "12346");
+  EXPECT_EQ(lines.back(), "20000");
+}
+
+TEST_F(CapturedRun, CommandNotFoundAndUnwritableFiles) {
+  std::vector<std::string> lines;
+  EXPECT_EQ(run_child_captured({"umswap-test-no-such-command-xyz"}, capture(&lines)), 127);
+  EXPECT_TRUE(lines.empty());
+  const ChildCapture nowhere{.stdout_path = (dir_ / "no" / "out").string(),
+                             .stderr_path = (dir_ / "err").string(),
+                             .on_stdout_line = {}};
+  EXPECT_EQ(run_child_captured({"true"}, nowhere), 126);
 }
 
 }  // namespace

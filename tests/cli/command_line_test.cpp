@@ -72,7 +72,7 @@ TEST(CommandLine, BadModeNamesFlagAndChoices) {
   EXPECT_EQ(cl.action, Action::error);
   EXPECT_EQ(cl.exit_code, 2);
   EXPECT_EQ(cl.message,
-            "umswap: error: --mode: 'fast' is not a mode (expected managed or passthrough)\n");
+            "umswap: error: --mode: 'fast' is not a mode (expected online, managed or passthrough)\n");
 }
 
 TEST(CommandLine, FlagWithoutValue) {

@@ -73,7 +73,8 @@ TEST(TraceCommandLine, UsageErrors) {
     EXPECT_EQ(cl.exit_code, kUsageErrorExitCode);
     EXPECT_TRUE(contains(cl.message, c.message)) << cl.message;
   }
-  EXPECT_TRUE(contains(parse({"bogus"}).message, "(commands: run, record, report, timeline)"));
+  EXPECT_TRUE(contains(parse({"bogus"}).message,
+                       "(commands: run, record, replay, compare, report, timeline)"));
 }
 
 TEST(TraceCommandLine, HelpNamesBothCommands) {

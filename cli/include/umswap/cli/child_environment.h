@@ -45,7 +45,8 @@ struct CurrentEnv {
 };
 
 struct ChildEnvironment {
-  std::vector<EnvVar> set;            // LD_PRELOAD, PYTORCH_*ALLOC_CONF, then UMSWAP_* in order
+  std::vector<EnvVar> set;         // LD_PRELOAD, PYTORCH_*ALLOC_CONF, then UMSWAP_* in order
+  std::vector<std::string> unset;  // variables to remove (compare clears what a run must not see)
   std::vector<std::string> warnings;  // one sentence each, without the `umswap: warning: ` prefix
 };
 
@@ -54,7 +55,16 @@ struct ChildEnvironment {
 // user's PYTORCH_CUDA_ALLOC_CONF, or from PYTORCH_ALLOC_CONF when only that is set, so the user's
 // other keys survive whichever of the two PyTorch reads. PYTORCH_ALLOC_CONF is rewritten only
 // when the user set it.
+// `umswap replay` sets UMSWAP_MODE=replay and UMSWAP_REPLAY=<flags.replay_trace, made absolute>.
 ChildEnvironment plan_child_environment(const RunFlags& flags, const CurrentEnv& current,
                                         std::string_view library_path);
+
+// Not pure: this process's LD_PRELOAD and PyTorch allocator settings.
+CurrentEnv read_current_env();
+
+// Not pure: removes `env.unset` from this process's environment and sets `env.set` (the command
+// inherits them). Returns the name of the first variable that could not be set, or "" when all
+// were.
+std::string apply_child_environment(const ChildEnvironment& env);
 
 }  // namespace umswap::cli

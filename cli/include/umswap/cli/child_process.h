@@ -1,7 +1,9 @@
 // Running the command: fork + execvp, waiting, and the exit code a shell would give.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace umswap::cli {
@@ -23,5 +25,19 @@ int exit_code_for_exec_error(int error);
 // this process had. Returns the exit code per the two functions above.
 // Not thread-safe: it changes process-wide signal dispositions for the duration of the call.
 int run_child(const std::vector<std::string>& command);
+
+// Where a captured command's output goes (`umswap compare`).
+struct ChildCapture {
+  std::string stdout_path;  // the command's stdout is copied here (created or truncated)
+  std::string stderr_path;  // the command's stderr is written here (created or truncated)
+  // Called for each line the command writes to stdout (without the newline), as it arrives, and
+  // for an unterminated last line at the end. May be empty.
+  std::function<void(std::string_view line)> on_stdout_line;
+};
+
+// run_child() with the command's stdout read through a pipe (copied to `capture.stdout_path`,
+// line by line to `on_stdout_line`) and its stderr written to `capture.stderr_path`. Signals are
+// handled as by run_child(). A file that cannot be opened: an error on stderr, 126, nothing run.
+int run_child_captured(const std::vector<std::string>& command, const ChildCapture& capture);
 
 }  // namespace umswap::cli

@@ -5,12 +5,16 @@
 #include <string>
 
 #include "umswap/cli/command_line.h"
+#include "umswap/cli/compare_flags.h"
+#include "umswap/cli/link_probe.h"
 #include "umswap/cli/run_flags.h"
 
 namespace umswap::cli {
 
 // Runs `flags.command` under umswap: finds libumswap.so, sets the environment (and prints it with
 // --verbose), runs the command and returns its exit code; 2 when libumswap.so cannot be found.
+// For `umswap replay` it first reads the trace and returns kTraceErrorExitCode, with one line
+// naming the file and the problem, when the trace cannot be read.
 int run_command(const RunFlags& flags);
 // After `umswap record`: reads the trace back and reports it; the command's status, or 1 when the
 // command succeeded but no readable trace was written.
@@ -26,6 +30,14 @@ int report_command(const TraceCommandFlags& flags);
 // to OUT.json atomically and returns 0. Returns kTraceErrorExitCode when the trace cannot be read
 // or OUT.json cannot be written, kUsageErrorExitCode when OUT.json is the trace itself.
 int timeline_command(const TraceCommandFlags& flags);
+
+// `umswap compare`: measures the links with `probe`, runs the command once per mode (with output
+// captured under a temporary directory and progress on stderr), prints the table to stdout and
+// writes --json. Returns 0 when the native run succeeded (when native was not asked for: when any
+// mode did), 1 when not or when the default command cannot run here (no GPU, too little free
+// memory), kUsageErrorExitCode when libumswap.so cannot be found.
+int compare_command(const CompareFlags& flags, const LinkProber& probe);
+int compare_command(const CompareFlags& flags);  // with probe_link()
 
 // main() of `umswap`.
 int cli_main(int argc, char** argv);

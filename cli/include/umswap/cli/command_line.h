@@ -2,6 +2,7 @@
 // is printed, so every error path is unit-tested.
 #pragma once
 
+#include "umswap/cli/compare_flags.h"
 #include "umswap/cli/run_flags.h"
 
 #include <span>
@@ -23,9 +24,10 @@ struct TraceCommandFlags {
 
 struct CommandLine {
   enum class Action {
-    run,       // run `run_flags.command`
+    run,       // run `run_flags.command` (also `record` and `replay`: see RunFlags)
     report,    // print the report of `trace_flags.trace_path`
     timeline,  // write the timeline of `trace_flags.trace_path` to `trace_flags.output_path`
+    compare,   // run the command of `compare_flags` once per mode and print the table
     help,      // print help_text(); exit with `exit_code` (0 when asked for, 2 without a command)
     version,   // print version_text(); exit 0
     error,     // print `message` to stderr; exit with `exit_code` (2)
@@ -33,6 +35,7 @@ struct CommandLine {
   Action action = Action::error;
   RunFlags run_flags;
   TraceCommandFlags trace_flags;
+  CompareFlags compare_flags;
   int exit_code = 0;
   std::string message;  // for error: complete lines (`umswap: error: ...\n`), ready to print
 };

@@ -28,6 +28,9 @@ struct RunFlags {
   bool verbose = false;                   // --verbose → UMSWAP_VERBOSE=1
   std::vector<std::string> command;       // everything after `--`, verbatim; never empty
   std::optional<RecordFlags> record;      // set for `umswap record`
+  // Set for `umswap replay TRACE`: the trace, made absolute → UMSWAP_MODE=replay, UMSWAP_REPLAY.
+  // `mode` is then unset (the parser refuses --mode with replay).
+  std::optional<std::string> replay_trace;
 };
 
 }  // namespace umswap::cli

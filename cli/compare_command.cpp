@@ -1,0 +1,449 @@
+// `umswap compare`: probe the links, size the default command, run each mode with its output
+// captured, then print the table (compare_results.cpp does the arithmetic and the rendering).
+#include "umswap/cli/child_environment.h"
+#include "umswap/cli/child_process.h"
+#include "umswap/cli/cli_main.h"
+#include "umswap/cli/compare.h"
+#include "umswap/cli/preload_library.h"
+#include "umswap/core/environment.h"
+#include "umswap/core/log.h"
+#include "umswap/core/stats_file.h"
+#include "umswap/core/trace_file.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <system_error>
+
+namespace umswap::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::string_view kDefaultSample = "cudnn_vgg16";
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The last non-blank line of `text`, cut to 200 characters.
+std::string last_line(std::string_view text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) {
+    text.remove_suffix(1);
+  }
+  const size_t nl = text.rfind('\n');
+  std::string line(nl == std::string_view::npos ? text : text.substr(nl + 1));
+  if (line.size() > 200) line = line.substr(0, 197) + "...";
+  return line;
+}
+
+void say(const std::string& text) {
+  std::fputs(text.c_str(), stderr);
+  std::fflush(stderr);
+}
+
+// Runs one command after another with captured output and progress lines `[k/n] name: ...`.
+class Runner {
+ public:
+  Runner(fs::path dir, size_t total, uint64_t steps_hint)
+      : dir_(std::move(dir)),
+        total_(total),
+        steps_hint_(steps_hint),
+        tty_(::isatty(STDERR_FILENO) == 1) {}
+
+  struct Result {
+    int exit_code = 0;
+    double wall_s = 0;
+    std::string stdout_text;
+    std::string last_stderr_line;
+  };
+
+  // Prints `[k/n] name: <text>` as its own line, taking up step k.
+  void skip(std::string_view name, std::string_view text) {
+    ++index_;
+    say(fmt::format("[{}/{}] {}: {}\n", index_, total_, name, text));
+  }
+
+  Result run(std::string_view name, const std::vector<std::string>& command) {
+    ++index_;
+    const std::string prefix = fmt::format("[{}/{}] {}", index_, total_, name);
+    if (tty_) say(fmt::format("\r\033[K{}: starting", prefix));
+    size_t lines_seen = 0;
+    ChildCapture capture{
+        .stdout_path = (dir_ / fmt::format("{}.out", name)).string(),
+        .stderr_path = (dir_ / fmt::format("{}.err", name)).string(),
+        .on_stdout_line = {},
+    };
+    if (tty_) {
+      capture.on_stdout_line = [&](std::string_view line) {
+        const std::optional<IterationLine> it = parse_iteration_line(line);
+        if (!it) return;
+        ++lines_seen;
+        const std::string of =
+            steps_hint_ ? fmt::format(", {} of {}", lines_seen, steps_hint_) : std::string();
+        say(fmt::format("\r\033[K{}: iter {} ({:.1f} ms{})", prefix, it->index, it->ms, of));
+      };
+    }
+    const auto start = std::chrono::steady_clock::now();
+    Result r;
+    r.exit_code = run_child_captured(command, capture);
+    r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    r.stdout_text = read_text(capture.stdout_path);
+    r.last_stderr_line = last_line(read_text(capture.stderr_path));
+    if (r.last_stderr_line.empty() && (r.exit_code == 126 || r.exit_code == 127)) {
+      r.last_stderr_line = fmt::format("cannot run '{}'", command.empty() ? "" : command[0]);
+    }
+    const std::string clear = tty_ ? "\r\033[K" : "";
+    if (r.exit_code == 0) {
+      say(fmt::format("{}{}: done in {:.1f} s\n", clear, prefix, r.wall_s));
+    } else {
+      say(fmt::format("{}{}: failed (exit {}){}\n", clear, prefix, r.exit_code,
+                      r.last_stderr_line.empty() ? "" : ": " + r.last_stderr_line));
+    }
+    return r;
+  }
+
+  // A run that does not need the library (the default command's footprint).
+  Result run_quiet(std::string_view name, const std::vector<std::string>& command) {
+    const ChildCapture capture{.stdout_path = (dir_ / fmt::format("{}.out", name)).string(),
+                               .stderr_path = (dir_ / fmt::format("{}.err", name)).string(),
+                               .on_stdout_line = {}};
+    Result r;
+    r.exit_code = run_child_captured(command, capture);
+    r.stdout_text = read_text(capture.stdout_path);
+    r.last_stderr_line = last_line(read_text(capture.stderr_path));
+    return r;
+  }
+
+ private:
+  fs::path dir_;
+  size_t total_;
+  uint64_t steps_hint_;
+  bool tty_;
+  size_t index_ = 0;
+};
+
+// What a finished run left: status, program output, stats.
+ModeOutcome outcome_of(CompareMode mode, const Runner::Result& r, const fs::path& stats_path) {
+  ModeOutcome o;
+  o.mode = mode;
+  o.exit_code = r.exit_code;
+  o.wall_s = r.wall_s;
+  o.output = parse_program_output(r.stdout_text);
+  if (r.exit_code == 0) {
+    o.status = ModeStatus::ok;
+  } else {
+    o.status = ModeStatus::failed;
+    o.reason = failure_reason(r.exit_code, r.last_stderr_line);
+  }
+  std::string error;
+  if (const std::optional<nlohmann::json> stats = read_stats_file(stats_path.string(), &error)) {
+    o.stats = parse_stats_figures(*stats);
+  } else {
+    o.stats_error = error;
+  }
+  return o;
+}
+
+ModeOutcome not_run(CompareMode mode, ModeStatus status, std::string reason) {
+  ModeOutcome o;
+  o.mode = mode;
+  o.status = status;
+  o.reason = std::move(reason);
+  return o;
+}
+
+std::optional<uint64_t> summary_peak(const ModeOutcome* o) {
+  if (!o || o->status != ModeStatus::ok || !o->output.summary.is_object()) return std::nullopt;
+  const auto it = o->output.summary.find("peak_allocated_bytes");
+  if (it == o->output.summary.end() || !it->is_number()) return std::nullopt;
+  const double v = it->get<double>();
+  return v > 0 ? std::optional<uint64_t>(static_cast<uint64_t>(v)) : std::nullopt;
+}
+
+std::string join_command(const std::vector<std::string>& command) {
+  std::string out;
+  for (const std::string& arg : command) {
+    if (!out.empty()) out += ' ';
+    out += arg;
+  }
+  return out;
+}
+
+}  // namespace
+
+int compare_command(const CompareFlags& flags) {
+  return compare_command(flags, probe_link);
+}
+
+int compare_command(const CompareFlags& flags, const LinkProber& probe) {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  const PreloadLibrary library = find_preload_library(env_get("UMSWAP_LIBRARY"), exe);
+  if (!library.error.empty()) {
+    log(LogLevel::error, "{}", library.error);
+    return kUsageErrorExitCode;
+  }
+
+  // The user's UMSWAP_MANAGED_LIMIT stays in every run's environment; it also bounds the default
+  // command's size. A bad value is what the library would ignore too.
+  std::optional<SizeSpec> user_limit;
+  if (const char* text = env_get("UMSWAP_MANAGED_LIMIT")) {
+    std::string why;
+    user_limit = parse_size(text, &why);
+    if (!user_limit) {
+      log(LogLevel::warning, "UMSWAP_MANAGED_LIMIT='{}' {}; compare ignores it", text, why);
+    } else if (user_limit->is_zero()) {
+      user_limit.reset();
+    }
+  }
+
+  std::string dir_pattern = (fs::temp_directory_path(ec) / "umswap-compare.XXXXXX").string();
+  if (!::mkdtemp(dir_pattern.data())) {
+    log(LogLevel::error, "cannot create a directory for the runs' outputs ({}): {}", dir_pattern,
+        std::strerror(errno));
+    return 1;
+  }
+  const fs::path dir = dir_pattern;
+  auto give_up = [&](int code) {
+    fs::remove_all(dir, ec);
+    return code;
+  };
+
+  say("compare: measuring the GPU's links...\n");
+  const LinkProbeResult probed = probe();
+
+  const bool has_replay =
+      std::find(flags.modes.begin(), flags.modes.end(), CompareMode::replay) != flags.modes.end();
+  Runner runner(dir, flags.modes.size() + (has_replay ? 1 : 0), flags.steps_hint);
+
+  std::vector<std::string> command = flags.command;
+  std::optional<uint64_t> footprint_estimate;
+  std::optional<uint64_t> limit_to_set;
+  if (command.empty()) {
+    if (!probed.probe) {
+      log(LogLevel::error,
+          "compare: the default command ({}) needs a GPU, and there is none here: {}; give a "
+          "command after --",
+          kDefaultSample, probed.error);
+      return give_up(1);
+    }
+    const fs::path sample = exe.parent_path() / kDefaultSample;
+    if (!fs::is_regular_file(sample, ec)) {
+      log(LogLevel::error,
+          "compare: cannot find the bundled sample {} (it is built with the samples); give a "
+          "command after --",
+          sample.string());
+      return give_up(1);
+    }
+    const LinkProbe& gpu = *probed.probe;
+    const uint64_t allowed = allowed_memory(gpu.free_bytes, gpu.total_bytes, user_limit);
+    const BatchChoice choice = choose_batch(allowed, [&](int batch, std::string* error) {
+      const Runner::Result r = runner.run_quiet(
+          fmt::format("footprint-{}", batch),
+          {sample.string(), "--print-footprint", "--batch", std::to_string(batch)});
+      const std::optional<uint64_t> footprint = parse_footprint_output(r.stdout_text);
+      if (r.exit_code != 0 || !footprint) {
+        *error = fmt::format("{} --print-footprint --batch {} {}", sample.string(), batch,
+                             r.exit_code != 0 ? failure_reason(r.exit_code, r.last_stderr_line)
+                                              : std::string("printed no footprint_bytes line"));
+      }
+      return r.exit_code == 0 ? footprint : std::nullopt;
+    });
+    if (!choice.batch) {
+      log(LogLevel::error, "compare: {}", choice.error);
+      return give_up(1);
+    }
+    const uint64_t steps = flags.steps_hint ? flags.steps_hint : kDefaultSteps;
+    command = {sample.string(), "--batch", std::to_string(*choice.batch), "--steps",
+               std::to_string(steps)};
+    footprint_estimate = choice.footprint_bytes;
+    // A second guard behind the footprint estimate: the library refuses allocations past this.
+    if (!user_limit) limit_to_set = allowed;
+    const BudgetChoice estimate =
+        resolve_budget(flags.budget, std::nullopt, std::nullopt, footprint_estimate);
+    say(fmt::format("compare: {} --batch {} --steps {} (footprint {}, budget {}{}{})\n",
+                    kDefaultSample, *choice.batch, steps, format_bytes(choice.footprint_bytes),
+                    flags.budget.is_percent ? flags.budget.to_string() + " = " : "",
+                    format_bytes(estimate.bytes.value_or(0)),
+                    limit_to_set
+                        ? fmt::format("; UMSWAP_MANAGED_LIMIT={}", format_bytes(*limit_to_set))
+                        : std::string()));
+  } else if (probed.probe && !user_limit) {
+    say(fmt::format(
+        "compare: note: UMSWAP_MANAGED_LIMIT is not set; on a shared GPU set it below the free "
+        "memory ({} free now) so no run can oversubscribe the GPU\n",
+        format_bytes(probed.probe->free_bytes)));
+  }
+
+  const CurrentEnv current = read_current_env();
+  bool warned = false;
+  // Sets the environment of one run; false (after saying why) when a variable cannot be set.
+  auto prepare = [&](CompareRun run, std::optional<uint64_t> budget, const std::string& trace) {
+    const ChildEnvironment env = plan_compare_environment(
+        {.run = run,
+         .budget_bytes = budget,
+         .stats_path = (dir / fmt::format("{}.json", compare_run_name(run))).string(),
+         .trace_path = trace,
+         .managed_limit_bytes = limit_to_set},
+        current, library.path);
+    if (!warned) {
+      for (const std::string& warning : env.warnings) log(LogLevel::warning, "{}", warning);
+      warned = true;
+    }
+    if (const std::string failed = apply_child_environment(env); !failed.empty()) {
+      log(LogLevel::error, "cannot set {}", failed);
+      return false;
+    }
+    return true;
+  };
+  auto stats_path = [&](CompareRun run) {
+    return dir / fmt::format("{}.json", compare_run_name(run));
+  };
+
+  std::vector<ModeOutcome> outcomes;
+  auto find = [&](CompareMode mode) -> const ModeOutcome* {
+    for (const ModeOutcome& o : outcomes) {
+      if (o.mode == mode) return &o;
+    }
+    return nullptr;
+  };
+  std::optional<BudgetChoice> budget;
+  auto resolved_budget = [&]() -> const BudgetChoice& {
+    if (!budget) {
+      const ModeOutcome* managed = find(CompareMode::managed);
+      const std::optional<uint64_t> managed_peak =
+          managed && managed->status == ModeStatus::ok && managed->stats
+              ? managed->stats->managed_bytes_peak
+              : std::nullopt;
+      budget = resolve_budget(flags.budget, managed_peak, summary_peak(find(CompareMode::native)),
+                              footprint_estimate);
+      if (budget->bytes) say(fmt::format("compare: budget {}\n", budget->description));
+    }
+    return *budget;
+  };
+
+  // A command killed by SIGINT or SIGQUIT was most likely stopped from the terminal (which sends
+  // them to umswap too; umswap ignores them while a command runs): run no more modes.
+  auto interrupted = [&] {
+    return std::any_of(outcomes.begin(), outcomes.end(), [](const ModeOutcome& o) {
+      return o.exit_code == 128 + SIGINT || o.exit_code == 128 + SIGQUIT ||
+             o.record_exit_code == 128 + SIGINT || o.record_exit_code == 128 + SIGQUIT;
+    });
+  };
+  for (const CompareMode mode : flags.modes) {
+    const std::string_view name = compare_mode_name(mode);
+    if (interrupted()) {
+      outcomes.push_back(not_run(mode, ModeStatus::skipped, "interrupted"));
+      continue;
+    }
+    switch (mode) {
+      case CompareMode::native:
+      case CompareMode::managed: {
+        const CompareRun run =
+            mode == CompareMode::native ? CompareRun::native : CompareRun::managed;
+        if (!prepare(run, std::nullopt, "")) return give_up(kUsageErrorExitCode);
+        outcomes.push_back(outcome_of(mode, runner.run(name, command), stats_path(run)));
+        break;
+      }
+      case CompareMode::online: {
+        const BudgetChoice& b = resolved_budget();
+        if (!b.bytes) {
+          runner.skip(name, fmt::format("skipped ({})", b.error));
+          outcomes.push_back(not_run(mode, ModeStatus::skipped, b.error));
+          break;
+        }
+        if (!prepare(CompareRun::online, b.bytes, "")) return give_up(kUsageErrorExitCode);
+        ModeOutcome o = outcome_of(mode, runner.run(name, command), stats_path(CompareRun::online));
+        o.budget_bytes = b.bytes;
+        outcomes.push_back(std::move(o));
+        break;
+      }
+      case CompareMode::replay: {
+        const BudgetChoice& b = resolved_budget();
+        if (!b.bytes) {
+          runner.skip("record", fmt::format("skipped ({})", b.error));
+          runner.skip(name, "skipped");
+          outcomes.push_back(not_run(mode, ModeStatus::skipped, b.error));
+          break;
+        }
+        const std::string trace = (dir / "compare.umtrace").string();
+        if (!prepare(CompareRun::record, b.bytes, trace)) return give_up(kUsageErrorExitCode);
+        const Runner::Result record = runner.run("record", command);
+        std::string trace_error;
+        const bool have_trace = read_trace_file(trace, &trace_error).has_value();
+        ModeOutcome o;
+        if (record.exit_code != 0 || !have_trace) {
+          const std::string why =
+              record.exit_code != 0
+                  ? fmt::format("record run failed: {}",
+                                failure_reason(record.exit_code, record.last_stderr_line))
+                  : fmt::format("no trace recorded ({})", trace_error);
+          runner.skip(name, fmt::format("failed: {}", why));
+          o = not_run(mode, ModeStatus::failed, why);
+        } else {
+          if (!prepare(CompareRun::replay, b.bytes, trace)) return give_up(kUsageErrorExitCode);
+          o = outcome_of(mode, runner.run(name, command), stats_path(CompareRun::replay));
+        }
+        o.budget_bytes = b.bytes;
+        o.record_exit_code = record.exit_code;
+        o.record_wall_s = record.wall_s;
+        outcomes.push_back(std::move(o));
+        break;
+      }
+    }
+  }
+
+  CompareReport report;
+  report.command = command;
+  report.budget_spec = flags.budget;
+  report.budget = budget.value_or(BudgetChoice{});
+  report.probe = probed;
+  report.outcomes = outcomes;
+  report.rows = compute_rows(outcomes, probed.probe ? probed.probe->rates : LinkRates{});
+  std::printf("\numswap compare: %s\n\n", join_command(command).c_str());
+  std::fputs(render_table(report.rows).c_str(), stdout);
+  std::fputs(("\n" + render_notes(report)).c_str(), stdout);
+  std::fflush(stdout);
+
+  int code = 0;
+  if (!flags.json_path.empty()) {
+    std::string error;
+    const std::string text =
+        compare_json(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    if (!write_file_atomically(flags.json_path, text, &error)) {
+      log(LogLevel::error, "{}", error);
+      code = 1;
+    }
+  }
+
+  const bool all_ok = std::all_of(outcomes.begin(), outcomes.end(),
+                                  [](const ModeOutcome& o) { return o.status == ModeStatus::ok; });
+  if (!all_ok || flags.keep) {
+    say(fmt::format("compare: outputs and stats of each run are in {}\n", dir.string()));
+  } else {
+    fs::remove_all(dir, ec);
+  }
+
+  const ModeOutcome* native = find(CompareMode::native);
+  const bool baseline_ok =
+      native ? native->status == ModeStatus::ok
+             : std::any_of(outcomes.begin(), outcomes.end(),
+                           [](const ModeOutcome& o) { return o.status == ModeStatus::ok; });
+  return baseline_ok ? code : 1;
+}
+
+}  // namespace umswap::cli

@@ -1,0 +1,732 @@
+// `umswap compare`: what each run left behind, turned into rows, a table and JSON. Pure.
+#include "umswap/cli/compare.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <numeric>
+
+namespace umswap::cli {
+namespace {
+
+using nlohmann::json;
+
+constexpr double kGB = 1e9;
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+bool is_blank(char c) {
+  return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && is_blank(s.front())) s.remove_prefix(1);
+  while (!s.empty() && is_blank(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+std::vector<std::string_view> words(std::string_view s) {
+  std::vector<std::string_view> out;
+  size_t i = 0;
+  while (i < s.size()) {
+    while (i < s.size() && is_blank(s[i])) ++i;
+    const size_t start = i;
+    while (i < s.size() && !is_blank(s[i])) ++i;
+    if (i > start) out.push_back(s.substr(start, i - start));
+  }
+  return out;
+}
+
+template <typename T>
+std::optional<T> number(std::string_view text) {
+  T value{};
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+// Calls `f` with each line of `text`, without its newline.
+template <typename F>
+void for_each_line(std::string_view text, F f) {
+  while (!text.empty()) {
+    const size_t nl = text.find('\n');
+    f(text.substr(0, nl));
+    if (nl == std::string_view::npos) break;
+    text.remove_prefix(nl + 1);
+  }
+}
+
+// Field readers that treat a missing field, or one of the wrong type, as unknown.
+const json* field(const json& object, std::string_view key) {
+  if (!object.is_object()) return nullptr;
+  const auto it = object.find(key);
+  return it == object.end() ? nullptr : &*it;
+}
+
+std::optional<uint64_t> get_u64(const json& object, std::string_view key) {
+  const json* v = field(object, key);
+  if (!v) return std::nullopt;
+  if (v->is_number_unsigned()) return v->get<uint64_t>();
+  if (v->is_number_integer()) {
+    const int64_t i = v->get<int64_t>();
+    return i >= 0 ? std::optional<uint64_t>(static_cast<uint64_t>(i)) : std::nullopt;
+  }
+  if (v->is_number_float()) {
+    const double d = v->get<double>();
+    return d >= 0 && d < 1.8e19 ? std::optional<uint64_t>(static_cast<uint64_t>(d)) : std::nullopt;
+  }
+  return std::nullopt;
+}
+
+std::optional<double> get_double(const json& object, std::string_view key) {
+  const json* v = field(object, key);
+  if (!v || !v->is_number()) return std::nullopt;
+  const double d = v->get<double>();
+  return std::isfinite(d) ? std::optional<double>(d) : std::nullopt;
+}
+
+std::optional<std::string> get_string(const json& object, std::string_view key) {
+  const json* v = field(object, key);
+  if (!v || !v->is_string()) return std::nullopt;
+  return v->get<std::string>();
+}
+
+template <typename T>
+json opt(const std::optional<T>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+
+json text_or_null(const std::string& s) {
+  return s.empty() ? json(nullptr) : json(s);
+}
+
+// Mean of `get(iteration)` over the steady iterations that have the figure; nullopt when none do.
+template <typename Get>
+std::optional<double> steady_mean(const std::vector<StatsIteration>& iterations, Get get) {
+  const auto [first, end] = steady_range(iterations.size());
+  double sum = 0;
+  size_t n = 0;
+  for (size_t i = first; i < end; ++i) {
+    if (const std::optional<uint64_t> v = get(iterations[i])) {
+      sum += static_cast<double>(*v);
+      ++n;
+    }
+  }
+  return n ? std::optional<double>(sum / static_cast<double>(n)) : std::nullopt;
+}
+
+struct Timing {
+  std::optional<double> steady_median_ms;
+  std::optional<double> first_ms;
+  size_t steady_iterations = 0;
+  std::string source;
+};
+
+// Program iter lines first (synchronized timings), then the program's summary, then umswap's
+// stats (wall time between iteration boundaries).
+Timing timing_of(const ModeOutcome& outcome) {
+  Timing t;
+  const std::vector<IterationLine>& lines = outcome.output.iterations;
+  if (!lines.empty()) {
+    const auto [first, end] = steady_range(lines.size());
+    std::vector<double> steady;
+    for (size_t i = first; i < end; ++i) steady.push_back(lines[i].ms);
+    t.steady_median_ms = median(steady);
+    t.first_ms = lines.front().ms;
+    t.steady_iterations = steady.size();
+    t.source = "program";
+    return t;
+  }
+  const json& summary = outcome.output.summary;
+  t.steady_median_ms = get_double(summary, "steady_median_ms");
+  t.first_ms = get_double(summary, "first_ms");
+  if (t.steady_median_ms || t.first_ms) {
+    t.source = "summary";
+    return t;
+  }
+  if (outcome.stats) {
+    const std::vector<StatsIteration>& its = outcome.stats->iterations;
+    const auto [first, end] = steady_range(its.size());
+    std::vector<double> steady;
+    for (size_t i = first; i < end; ++i) {
+      if (its[i].wall_ms) steady.push_back(*its[i].wall_ms);
+    }
+    t.steady_median_ms = median(steady);
+    t.steady_iterations = steady.size();
+    if (!its.empty()) t.first_ms = its.front().wall_ms;
+    if (t.steady_median_ms || t.first_ms) t.source = "stats";
+  }
+  return t;
+}
+
+std::optional<double> ratio(std::optional<double> a, std::optional<double> b) {
+  if (!a || !b || *b <= 0) return std::nullopt;
+  return *a / *b;
+}
+
+bool has_budget(CompareMode mode) {
+  return mode == CompareMode::online || mode == CompareMode::replay;
+}
+
+json stats_json(const StatsFigures& s) {
+  json iterations = json::array();
+  for (const StatsIteration& it : s.iterations) {
+    iterations.push_back({{"index", opt(it.index)},
+                          {"wall_ms", opt(it.wall_ms)},
+                          {"gpu_page_faults", opt(it.gpu_page_faults)},
+                          {"bytes_htod", opt(it.bytes_htod)},
+                          {"bytes_dtoh", opt(it.bytes_dtoh)},
+                          {"prefetched_bytes", opt(it.prefetched_bytes)},
+                          {"evicted_bytes", opt(it.evicted_bytes)},
+                          {"peak_resident_bytes", opt(it.peak_resident_bytes)}});
+  }
+  return {{"managed_bytes_peak", opt(s.managed_bytes_peak)},
+          {"advisor",
+           {{"mode", opt(s.advisor_mode)},
+            {"state", opt(s.advisor_state)},
+            {"fallback", opt(s.advisor_fallback)},
+            {"budget_bytes", opt(s.budget_bytes)},
+            {"prefetched_bytes", opt(s.prefetched_bytes)},
+            {"evicted_bytes", opt(s.evicted_bytes)},
+            {"peak_resident_bytes", opt(s.peak_resident_bytes)},
+            {"peak_resident_plan_bytes", opt(s.peak_resident_plan_bytes)}}},
+          {"iterations", std::move(iterations)}};
+}
+
+std::string gb_per_s(std::optional<double> rate) {
+  return rate ? fmt::format("{:.1f} GB/s", *rate / kGB) : std::string("-");
+}
+
+}  // namespace
+
+std::string_view compare_mode_name(CompareMode mode) {
+  switch (mode) {
+    case CompareMode::native:
+      return "native";
+    case CompareMode::managed:
+      return "managed";
+    case CompareMode::online:
+      return "online";
+    case CompareMode::replay:
+      return "replay";
+  }
+  return "unknown";
+}
+
+std::optional<CompareMode> parse_compare_mode(std::string_view text) {
+  for (const CompareMode mode : kCompareModes) {
+    if (compare_mode_name(mode) == trim(text)) return mode;
+  }
+  return std::nullopt;
+}
+
+std::string_view mode_status_name(ModeStatus status) {
+  switch (status) {
+    case ModeStatus::ok:
+      return "ok";
+    case ModeStatus::failed:
+      return "failed";
+    case ModeStatus::skipped:
+      return "skipped";
+  }
+  return "unknown";
+}
+
+std::string_view compare_run_name(CompareRun run) {
+  switch (run) {
+    case CompareRun::native:
+      return "native";
+    case CompareRun::managed:
+      return "managed";
+    case CompareRun::online:
+      return "online";
+    case CompareRun::record:
+      return "record";
+    case CompareRun::replay:
+      return "replay";
+  }
+  return "unknown";
+}
+
+std::optional<IterationLine> parse_iteration_line(std::string_view line) {
+  const std::vector<std::string_view> w = words(line);
+  if (w.size() < 4 || w[0] != "iter" || w[2] != "ms") return std::nullopt;
+  const std::optional<uint64_t> index = number<uint64_t>(w[1]);
+  const std::optional<double> ms = number<double>(w[3]);
+  if (!index || !ms || !std::isfinite(*ms)) return std::nullopt;
+  IterationLine it{.index = *index, .ms = *ms, .loss = {}};
+  for (size_t i = 4; i + 1 < w.size(); ++i) {
+    if (w[i] == "loss") it.loss = w[i + 1];
+  }
+  return it;
+}
+
+ProgramOutput parse_program_output(std::string_view text) {
+  ProgramOutput out;
+  std::string checksum_line;
+  for_each_line(text, [&](std::string_view line) {
+    if (auto it = parse_iteration_line(line)) {
+      out.iterations.push_back(std::move(*it));
+      return;
+    }
+    const std::string_view t = trim(line);
+    if (t.starts_with("summary ") || t.starts_with("summary\t")) {
+      json j = json::parse(t.substr(8), nullptr, /*allow_exceptions=*/false);
+      if (j.is_object()) out.summary = std::move(j);
+      return;
+    }
+    const std::vector<std::string_view> w = words(t);
+    if (w.size() == 2 && w[0] == "checksum") checksum_line = w[1];
+  });
+  if (!checksum_line.empty()) {
+    out.checksum = checksum_line;
+  } else if (const json* c = field(out.summary, "checksum"); c && !c->is_null()) {
+    out.checksum = c->is_string() ? c->get<std::string>() : c->dump();
+  }
+  return out;
+}
+
+std::optional<uint64_t> parse_footprint_output(std::string_view text) {
+  std::optional<uint64_t> found;
+  for_each_line(text, [&](std::string_view line) {
+    const std::vector<std::string_view> w = words(line);
+    if (w.size() == 2 && w[0] == "footprint_bytes") {
+      if (auto n = number<uint64_t>(w[1])) found = n;
+    }
+  });
+  return found;
+}
+
+StatsFigures parse_stats_figures(const json& stats) {
+  StatsFigures s;
+  if (const json* allocator = field(stats, "allocator")) {
+    s.managed_bytes_peak = get_u64(*allocator, "managed_bytes_peak");
+  }
+  if (const json* advisor = field(stats, "advisor")) {
+    s.advisor_mode = get_string(*advisor, "mode");
+    s.advisor_state = get_string(*advisor, "state");
+    s.advisor_fallback = get_string(*advisor, "fallback");
+    s.budget_bytes = get_u64(*advisor, "budget_bytes");
+    s.prefetched_bytes = get_u64(*advisor, "prefetched_bytes");
+    s.evicted_bytes = get_u64(*advisor, "evicted_bytes");
+    s.peak_resident_bytes = get_u64(*advisor, "peak_resident_bytes");
+    s.peak_resident_plan_bytes = get_u64(*advisor, "peak_resident_plan_bytes");
+  }
+  if (const json* iterations = field(stats, "iterations"); iterations && iterations->is_array()) {
+    for (const json& it : *iterations) {
+      if (!it.is_object()) continue;
+      s.iterations.push_back({.index = get_u64(it, "index"),
+                              .wall_ms = get_double(it, "wall_ms"),
+                              .gpu_page_faults = get_u64(it, "gpu_page_faults"),
+                              .bytes_htod = get_u64(it, "bytes_htod"),
+                              .bytes_dtoh = get_u64(it, "bytes_dtoh"),
+                              .prefetched_bytes = get_u64(it, "prefetched_bytes"),
+                              .evicted_bytes = get_u64(it, "evicted_bytes"),
+                              .peak_resident_bytes = get_u64(it, "peak_resident_bytes")});
+    }
+    std::stable_sort(s.iterations.begin(), s.iterations.end(),
+                     [](const StatsIteration& a, const StatsIteration& b) {
+                       return a.index.value_or(UINT64_MAX) < b.index.value_or(UINT64_MAX);
+                     });
+  }
+  return s;
+}
+
+std::string failure_reason(int exit_code, std::string_view last_stderr_line) {
+  std::string reason = exit_code > 128 && exit_code < 128 + 65
+                           ? fmt::format("exit {} (signal {})", exit_code, exit_code - 128)
+                           : fmt::format("exit {}", exit_code);
+  const std::string_view line = trim(last_stderr_line);
+  if (!line.empty()) reason += fmt::format(": {}", line);
+  return reason;
+}
+
+std::optional<double> link_limit_ms(std::optional<double> native_ms, std::optional<double> bytes_in,
+                                    std::optional<double> bytes_out, const LinkRates& rates) {
+  if (!native_ms || !bytes_in || !bytes_out) return std::nullopt;
+  const std::optional<double> in_rate = rates.htod_bytes_per_s, out_rate = rates.dtoh_bytes_per_s;
+  if (!in_rate || !out_rate || *in_rate <= 0 || *out_rate <= 0) return std::nullopt;
+  return std::max({*native_ms, *bytes_in / *in_rate * 1e3, *bytes_out / *out_rate * 1e3});
+}
+
+std::optional<double> driver_limit_ms(std::optional<double> native_ms,
+                                      std::optional<double> bytes_in,
+                                      std::optional<double> bytes_out, const LinkRates& rates) {
+  if (!native_ms || !bytes_in || !bytes_out) return std::nullopt;
+  const std::optional<double> in_rate = rates.prefetch_bytes_per_s;
+  const std::optional<double> out_rate = rates.evict_bytes_per_s;
+  if (!in_rate || !out_rate || *in_rate <= 0 || *out_rate <= 0) return std::nullopt;
+  return std::max(*native_ms, (*bytes_in / *in_rate + *bytes_out / *out_rate) * 1e3);
+}
+
+std::optional<double> median(std::vector<double> values) {
+  if (values.empty()) return std::nullopt;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+std::pair<size_t, size_t> steady_range(size_t count) {
+  if (count == 0) return {0, 0};
+  if (count <= 2) return {count - 1, count};
+  return {2, count};
+}
+
+std::vector<ModeRow> compute_rows(const std::vector<ModeOutcome>& outcomes,
+                                  const LinkRates& rates) {
+  const ModeOutcome* native = nullptr;
+  for (const ModeOutcome& o : outcomes) {
+    if (o.mode == CompareMode::native && o.status == ModeStatus::ok) native = &o;
+  }
+  const std::optional<double> native_ms =
+      native ? timing_of(*native).steady_median_ms : std::nullopt;
+
+  std::vector<ModeRow> rows;
+  for (const ModeOutcome& o : outcomes) {
+    ModeRow row;
+    row.mode = o.mode;
+    row.status = o.status;
+    row.reason = o.reason;
+    if (o.status != ModeStatus::ok) {
+      rows.push_back(std::move(row));
+      continue;
+    }
+    const Timing t = timing_of(o);
+    row.steady_median_ms = t.steady_median_ms;
+    row.first_ms = t.first_ms;
+    row.steady_iterations = t.steady_iterations;
+    row.timing_source = t.source;
+    row.ratio_to_native = ratio(row.steady_median_ms, native_ms);
+
+    if (o.stats) {
+      const std::vector<StatsIteration>& its = o.stats->iterations;
+      row.faults_per_iteration = steady_mean(its, [](const auto& i) { return i.gpu_page_faults; });
+      row.bytes_in_per_iteration = steady_mean(its, [](const auto& i) { return i.bytes_htod; });
+      row.bytes_out_per_iteration = steady_mean(its, [](const auto& i) { return i.bytes_dtoh; });
+      row.peak_resident_bytes = o.stats->peak_resident_bytes;
+      if (!row.peak_resident_bytes) {
+        for (const StatsIteration& i : its) {
+          if (i.peak_resident_bytes) {
+            row.peak_resident_bytes =
+                std::max(row.peak_resident_bytes.value_or(0), *i.peak_resident_bytes);
+          }
+        }
+      }
+    }
+    // Passthrough moves no managed memory: unknown counts as none for the limits (only).
+    const bool is_native = o.mode == CompareMode::native;
+    const std::optional<double> in =
+        is_native ? row.bytes_in_per_iteration.value_or(0) : row.bytes_in_per_iteration;
+    const std::optional<double> out =
+        is_native ? row.bytes_out_per_iteration.value_or(0) : row.bytes_out_per_iteration;
+    row.link_limit_ms = link_limit_ms(native_ms, in, out, rates);
+    row.ratio_to_link_limit = ratio(row.steady_median_ms, row.link_limit_ms);
+    row.driver_limit_ms = driver_limit_ms(native_ms, in, out, rates);
+    row.ratio_to_driver_limit = ratio(row.steady_median_ms, row.driver_limit_ms);
+
+    if (has_budget(o.mode)) {
+      row.budget_bytes = o.budget_bytes;
+      if (!row.budget_bytes && o.stats) row.budget_bytes = o.stats->budget_bytes;
+      if (row.budget_bytes && row.peak_resident_bytes) {
+        row.budget_held = static_cast<double>(*row.peak_resident_bytes) <=
+                          static_cast<double>(*row.budget_bytes) * kBudgetTolerance;
+      }
+    }
+
+    row.checksum = o.output.checksum;
+    if (native && !is_native) {
+      const ProgramOutput& a = native->output;
+      const ProgramOutput& b = o.output;
+      if (!a.checksum.empty() && !b.checksum.empty()) {
+        row.result_basis = "checksum";
+        row.same_result = a.checksum == b.checksum;
+      } else if (!a.iterations.empty() && !b.iterations.empty() &&
+                 !a.iterations.back().loss.empty() && !b.iterations.back().loss.empty() &&
+                 a.iterations.back().index == b.iterations.back().index) {
+        row.result_basis = "loss";
+        row.same_result = a.iterations.back().loss == b.iterations.back().loss;
+      }
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+BudgetChoice resolve_budget(const SizeSpec& spec, std::optional<uint64_t> managed_peak,
+                            std::optional<uint64_t> native_peak, std::optional<uint64_t> estimate) {
+  BudgetChoice choice;
+  if (!spec.is_percent) {
+    choice.bytes = spec.bytes;
+    choice.description = format_bytes(spec.bytes);
+    return choice;
+  }
+  std::optional<uint64_t> basis;
+  std::string_view basis_name;
+  if (managed_peak && *managed_peak > 0) {
+    basis = managed_peak;
+    basis_name = "managed peak";
+  } else if (native_peak && *native_peak > 0) {
+    basis = native_peak;
+    basis_name = "native peak_allocated_bytes";
+  } else if (estimate && *estimate > 0) {
+    basis = estimate;
+    basis_name = "estimated footprint";
+  }
+  if (!basis) {
+    choice.error = fmt::format(
+        "budget unknown: {} is a share of the footprint, and neither the managed run's stats "
+        "(allocator.managed_bytes_peak) nor the native run's summary line "
+        "(peak_allocated_bytes) gave one; give --budget as a size (for example 8G)",
+        spec.to_string());
+    return choice;
+  }
+  choice.bytes = spec.resolve(*basis);
+  choice.description = fmt::format("{} of {} ({}) = {}", spec.to_string(), format_bytes(*basis),
+                                   basis_name, format_bytes(*choice.bytes));
+  return choice;
+}
+
+uint64_t allowed_memory(uint64_t free_bytes, uint64_t total_bytes,
+                        const std::optional<SizeSpec>& managed_limit) {
+  uint64_t allowed =
+      static_cast<uint64_t>(static_cast<long double>(free_bytes) * kDefaultFreeShare);
+  if (managed_limit && !managed_limit->is_zero()) {
+    allowed = std::min(allowed, managed_limit->resolve(total_bytes));
+  }
+  return allowed;
+}
+
+BatchChoice choose_batch(
+    uint64_t allowed_bytes,
+    const std::function<std::optional<uint64_t>(int batch, std::string* error)>& footprint_of) {
+  BatchChoice choice;
+  for (const int batch : kDefaultBatches) {
+    std::string error;
+    const std::optional<uint64_t> footprint = footprint_of(batch, &error);
+    if (!footprint) {
+      choice.error = error.empty() ? fmt::format("no footprint for batch {}", batch) : error;
+      return choice;
+    }
+    choice.footprint_bytes = *footprint;
+    if (*footprint <= allowed_bytes) {
+      choice.batch = batch;
+      return choice;
+    }
+  }
+  choice.error = fmt::format(
+      "even batch {} needs {} and only {} may be used (80% of the GPU's free memory, or "
+      "UMSWAP_MANAGED_LIMIT if lower); refusing to oversubscribe the GPU",
+      kDefaultBatches[std::size(kDefaultBatches) - 1], format_bytes(choice.footprint_bytes),
+      format_bytes(allowed_bytes));
+  return choice;
+}
+
+ChildEnvironment plan_compare_environment(const CompareRunSettings& settings,
+                                          const CurrentEnv& current,
+                                          std::string_view library_path) {
+  ChildEnvironment env = plan_child_environment(RunFlags{}, current, library_path);
+  std::string_view mode;
+  switch (settings.run) {
+    case CompareRun::native:
+      mode = "passthrough";
+      break;
+    case CompareRun::managed:
+      mode = "managed";
+      break;
+    case CompareRun::online:
+    case CompareRun::record:
+      mode = "online";
+      break;
+    case CompareRun::replay:
+      mode = "replay";
+      break;
+  }
+  env.set.push_back({"UMSWAP_MODE", std::string(mode)});
+  env.set.push_back({"UMSWAP_STATS", settings.stats_path});
+  const bool budgeted = settings.run == CompareRun::online || settings.run == CompareRun::record ||
+                        settings.run == CompareRun::replay;
+  if (budgeted && settings.budget_bytes) {
+    env.set.push_back({"UMSWAP_BUDGET", std::to_string(*settings.budget_bytes)});
+  } else {
+    env.unset.push_back("UMSWAP_BUDGET");
+  }
+  if (settings.run == CompareRun::record) {
+    env.set.push_back({"UMSWAP_TRACE", settings.trace_path});
+  } else {
+    env.unset.push_back("UMSWAP_TRACE");
+  }
+  if (settings.run == CompareRun::replay) {
+    env.set.push_back({"UMSWAP_REPLAY", settings.trace_path});
+  } else {
+    env.unset.push_back("UMSWAP_REPLAY");
+  }
+  if (settings.managed_limit_bytes) {
+    env.set.push_back({"UMSWAP_MANAGED_LIMIT", std::to_string(*settings.managed_limit_bytes)});
+  }
+  return env;
+}
+
+std::string render_table(const std::vector<ModeRow>& rows) {
+  struct Column {
+    std::string_view header;
+    size_t width;
+  };
+  static constexpr Column kColumns[] = {
+      {"steady ms", 9}, {"x native", 8},  {"x link", 6},   {"x driver", 8},
+      {"first ms", 9},  {"faults/it", 9}, {"GB in/it", 8}, {"GB out/it", 9},
+      {"peak GiB", 8},  {"budget", 6},    {"result", 7},
+  };
+  constexpr size_t kModeWidth = 8;
+  auto fixed = [](std::optional<double> v, int digits) {
+    return v ? fmt::format("{:.{}f}", *v, digits) : std::string("-");
+  };
+  std::string out = fmt::format("{:<{}}", "mode", kModeWidth);
+  for (const Column& c : kColumns) out += fmt::format("  {:>{}}", c.header, c.width);
+  out += "\n";
+  for (const ModeRow& row : rows) {
+    std::string line = fmt::format("{:<{}}", compare_mode_name(row.mode), kModeWidth);
+    if (row.status != ModeStatus::ok) {
+      line += fmt::format("  {}: {}", mode_status_name(row.status), row.reason);
+      out += line + "\n";
+      continue;
+    }
+    auto gb = [](std::optional<double> bytes) {
+      return bytes ? std::optional<double>(*bytes / kGB) : std::nullopt;
+    };
+    const std::optional<double> peak_gib =
+        row.peak_resident_bytes
+            ? std::optional<double>(static_cast<double>(*row.peak_resident_bytes) / kGiB)
+            : std::nullopt;
+    const std::string cells[] = {
+        fixed(row.steady_median_ms, 1),
+        fixed(row.ratio_to_native, 2),
+        fixed(row.ratio_to_link_limit, 2),
+        fixed(row.ratio_to_driver_limit, 2),
+        fixed(row.first_ms, 1),
+        fixed(row.faults_per_iteration, 1),
+        fixed(gb(row.bytes_in_per_iteration), 2),
+        fixed(gb(row.bytes_out_per_iteration), 2),
+        fixed(peak_gib, 2),
+        row.budget_held ? (*row.budget_held ? "yes" : "no") : "-",
+        row.same_result ? (*row.same_result ? "same" : "DIFFERS") : "-",
+    };
+    for (size_t i = 0; i < std::size(kColumns); ++i) {
+      line += fmt::format("  {:>{}}", cells[i], kColumns[i].width);
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+std::string render_notes(const CompareReport& report) {
+  std::string out;
+  if (report.probe.probe) {
+    const LinkProbe& p = *report.probe.probe;
+    out += fmt::format(
+        "link{}: host->device {}, device->host {} (pinned copies); managed prefetch to the GPU "
+        "{}, to the host {}\n",
+        p.device_name.empty() ? "" : fmt::format(" ({})", p.device_name),
+        gb_per_s(p.rates.htod_bytes_per_s), gb_per_s(p.rates.dtoh_bytes_per_s),
+        gb_per_s(p.rates.prefetch_bytes_per_s), gb_per_s(p.rates.evict_bytes_per_s));
+    for (const std::string& note : p.notes) out += fmt::format("note: {}\n", note);
+  } else {
+    out += fmt::format("link: not measured ({}); x link and x driver are -\n", report.probe.error);
+  }
+  const bool budgeted = std::any_of(report.outcomes.begin(), report.outcomes.end(),
+                                    [](const ModeOutcome& o) { return has_budget(o.mode); });
+  if (budgeted) {
+    out += report.budget.bytes ? fmt::format("budget: {}\n", report.budget.description)
+                               : fmt::format("budget: {}\n", report.budget.error);
+  }
+  for (const ModeRow& row : report.rows) {
+    if (row.timing_source == "stats") {
+      out += fmt::format(
+          "note: {} printed no iteration times; its times are umswap's (stats wall_ms)\n",
+          compare_mode_name(row.mode));
+    }
+  }
+  return out;
+}
+
+json compare_json(const CompareReport& report) {
+  json probe;
+  if (report.probe.probe) {
+    const LinkProbe& p = *report.probe.probe;
+    probe = {{"ok", true},
+             {"error", nullptr},
+             {"device", p.device_name},
+             {"gpu_total_bytes", p.total_bytes},
+             {"gpu_free_bytes", p.free_bytes},
+             {"htod_bytes_per_s", opt(p.rates.htod_bytes_per_s)},
+             {"dtoh_bytes_per_s", opt(p.rates.dtoh_bytes_per_s)},
+             {"prefetch_bytes_per_s", opt(p.rates.prefetch_bytes_per_s)},
+             {"evict_bytes_per_s", opt(p.rates.evict_bytes_per_s)},
+             {"notes", p.notes}};
+  } else {
+    probe = {{"ok", false},
+             {"error", report.probe.error},
+             {"device", nullptr},
+             {"gpu_total_bytes", nullptr},
+             {"gpu_free_bytes", nullptr},
+             {"htod_bytes_per_s", nullptr},
+             {"dtoh_bytes_per_s", nullptr},
+             {"prefetch_bytes_per_s", nullptr},
+             {"evict_bytes_per_s", nullptr},
+             {"notes", json::array()}};
+  }
+  json modes = json::array();
+  for (size_t i = 0; i < report.outcomes.size() && i < report.rows.size(); ++i) {
+    const ModeOutcome& o = report.outcomes[i];
+    const ModeRow& r = report.rows[i];
+    json iter_ms = json::array(), losses = json::array();
+    for (const IterationLine& it : o.output.iterations) {
+      iter_ms.push_back(it.ms);
+      losses.push_back(text_or_null(it.loss));
+    }
+    modes.push_back({
+        {"mode", compare_mode_name(o.mode)},
+        {"status", mode_status_name(o.status)},
+        {"reason", text_or_null(o.reason)},
+        {"exit_code", opt(o.exit_code)},
+        {"wall_s", opt(o.wall_s)},
+        {"record_exit_code", opt(o.record_exit_code)},
+        {"record_wall_s", opt(o.record_wall_s)},
+        {"steady_median_ms", opt(r.steady_median_ms)},
+        {"timing_source", text_or_null(r.timing_source)},
+        {"steady_iterations", r.steady_iterations},
+        {"first_ms", opt(r.first_ms)},
+        {"ratio_to_native", opt(r.ratio_to_native)},
+        {"link_limit_ms", opt(r.link_limit_ms)},
+        {"ratio_to_link_limit", opt(r.ratio_to_link_limit)},
+        {"driver_limit_ms", opt(r.driver_limit_ms)},
+        {"ratio_to_driver_limit", opt(r.ratio_to_driver_limit)},
+        {"gpu_faults_per_iteration", opt(r.faults_per_iteration)},
+        {"bytes_in_per_iteration", opt(r.bytes_in_per_iteration)},
+        {"bytes_out_per_iteration", opt(r.bytes_out_per_iteration)},
+        {"peak_resident_bytes", opt(r.peak_resident_bytes)},
+        {"budget_bytes", opt(r.budget_bytes)},
+        {"budget_held", opt(r.budget_held)},
+        {"checksum", text_or_null(r.checksum)},
+        {"result_match", r.same_result ? json(*r.same_result ? "same" : "differs") : json(nullptr)},
+        {"result_basis", text_or_null(r.result_basis)},
+        {"raw",
+         {{"iter_ms", std::move(iter_ms)},
+          {"loss", std::move(losses)},
+          {"summary", o.output.summary},
+          {"stats", o.stats ? stats_json(*o.stats) : json(nullptr)},
+          {"stats_error", text_or_null(o.stats_error)}}},
+    });
+  }
+  return {{"umswap_compare_version", kCompareJsonVersion},
+          {"command", report.command},
+          {"budget_bytes", opt(report.budget.bytes)},
+          {"budget",
+           {{"spec", report.budget_spec.to_string()},
+            {"description", text_or_null(report.budget.description)},
+            {"error", text_or_null(report.budget.error)}}},
+          {"probe", std::move(probe)},
+          {"modes", std::move(modes)}};
+}
+
+}  // namespace umswap::cli

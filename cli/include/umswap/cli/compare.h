@@ -1,0 +1,231 @@
+// `umswap compare`, the pure parts: reading what each run left behind (the program's output and
+// umswap's stats file), the budget, the link limits, the default command's size, each run's
+// environment, and the table and JSON. Nothing here runs a process or touches CUDA
+// (compare_command() in cli_main.h does), so all of it is unit-tested from canned data.
+#pragma once
+
+#include "umswap/cli/child_environment.h"
+#include "umswap/cli/compare_flags.h"
+#include "umswap/cli/link_probe.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace umswap::cli {
+
+inline constexpr int kCompareJsonVersion = 1;
+// A budget counts as held while peak GPU-resident bytes stay within this factor of it.
+inline constexpr double kBudgetTolerance = 1.05;
+
+// --- What the program printed -------------------------------------------------------------------
+
+// `iter <i> ms <float> [loss <x>] ...`, as the bundled samples print each iteration.
+struct IterationLine {
+  uint64_t index = 0;
+  double ms = 0;
+  std::string loss;  // the text after `loss`, "" when none
+};
+// nullopt for any other line.
+std::optional<IterationLine> parse_iteration_line(std::string_view line);
+
+struct ProgramOutput {
+  std::vector<IterationLine> iterations;  // in the order printed
+  nlohmann::json summary;                 // object of the last `summary {json}` line; null if none
+  std::string checksum;                   // `checksum <hex>` line, else summary's "checksum"
+};
+// Lines that are none of the above are ignored, as is a summary that is not a JSON object.
+ProgramOutput parse_program_output(std::string_view text);
+
+// `footprint_bytes <N>` from `cudnn_vgg16 --print-footprint`; nullopt when there is none.
+std::optional<uint64_t> parse_footprint_output(std::string_view text);
+
+// --- What libumswap.so wrote in the stats file
+// ---------------------------------------------------- Every field is optional: a library that does
+// not know a figure leaves it out, and a value of the wrong type is treated as missing.
+
+struct StatsIteration {
+  std::optional<uint64_t> index;
+  std::optional<double> wall_ms;
+  std::optional<uint64_t> gpu_page_faults;
+  std::optional<uint64_t> bytes_htod;
+  std::optional<uint64_t> bytes_dtoh;
+  std::optional<uint64_t> prefetched_bytes;
+  std::optional<uint64_t> evicted_bytes;
+  std::optional<uint64_t> peak_resident_bytes;
+};
+
+struct StatsFigures {
+  std::optional<uint64_t> managed_bytes_peak;  // allocator.managed_bytes_peak
+  // advisor.*
+  std::optional<std::string> advisor_mode;
+  std::optional<std::string> advisor_state;
+  std::optional<std::string> advisor_fallback;  // nullopt for JSON null too
+  std::optional<uint64_t> budget_bytes;
+  std::optional<uint64_t> prefetched_bytes;
+  std::optional<uint64_t> evicted_bytes;
+  std::optional<uint64_t> peak_resident_bytes;  // counted from CUPTI records
+  std::optional<uint64_t> peak_resident_plan_bytes;
+  std::vector<StatsIteration> iterations;  // iterations[], sorted by index when they have one
+};
+StatsFigures parse_stats_figures(const nlohmann::json& stats);
+
+// --- One mode's run
+// -------------------------------------------------------------------------------
+
+enum class ModeStatus { ok, failed, skipped };
+std::string_view mode_status_name(ModeStatus status);  // "ok", "failed", "skipped"
+
+struct ModeOutcome {
+  CompareMode mode = CompareMode::native;
+  ModeStatus status = ModeStatus::skipped;
+  std::string reason;                    // why it failed or was skipped; "" when ok
+  std::optional<int> exit_code;          // of the command (replay: of the replay run)
+  std::optional<double> wall_s;          // of the command, as umswap measured it
+  std::optional<uint64_t> budget_bytes;  // the UMSWAP_BUDGET it ran with (online, replay)
+  std::optional<int> record_exit_code;   // replay: of the record run before it
+  std::optional<double> record_wall_s;
+  ProgramOutput output;
+  std::optional<StatsFigures> stats;
+  std::string stats_error;  // why there are no stats, when there are none
+};
+
+// The reason of a failed run: "exit 1: <last line>", "killed by signal 9: <last line>", or
+// without the line when `last_stderr_line` is empty.
+std::string failure_reason(int exit_code, std::string_view last_stderr_line);
+
+// --- Limits
+// ----------------------------------------------------------------------------------------
+
+// The link limit of one steady iteration, in ms: max(native, bytes_in / htod, bytes_out / dtoh).
+// nullopt when the native time, a byte count or a rate it needs is unknown or a rate is not > 0.
+std::optional<double> link_limit_ms(std::optional<double> native_ms, std::optional<double> bytes_in,
+                                    std::optional<double> bytes_out, const LinkRates& rates);
+// The driver-path limit: max(native, bytes_in / prefetch + bytes_out / evict) (the driver's two
+// migration directions take turns). nullopt as above.
+std::optional<double> driver_limit_ms(std::optional<double> native_ms,
+                                      std::optional<double> bytes_in,
+                                      std::optional<double> bytes_out, const LinkRates& rates);
+
+// The median of `values` (mean of the middle two for an even count); nullopt when empty.
+std::optional<double> median(std::vector<double> values);
+// The steady part of `count` iterations as [first, count): all but the first two; when there are
+// at most two, the last one; {0, 0} when there are none.
+std::pair<size_t, size_t> steady_range(size_t count);
+
+// --- Rows of the table
+// ------------------------------------------------------------------------------
+
+struct ModeRow {
+  CompareMode mode = CompareMode::native;
+  ModeStatus status = ModeStatus::skipped;
+  std::string reason;
+  std::optional<double> steady_median_ms;
+  std::string timing_source;  // "program" (iter lines), "summary", "stats" or ""
+  size_t steady_iterations = 0;
+  std::optional<double> first_ms;
+  std::optional<double> ratio_to_native;
+  std::optional<double> link_limit_ms;
+  std::optional<double> ratio_to_link_limit;
+  std::optional<double> driver_limit_ms;
+  std::optional<double> ratio_to_driver_limit;
+  std::optional<double> faults_per_iteration;     // mean over steady iterations (stats)
+  std::optional<double> bytes_in_per_iteration;   // bytes_htod, mean over steady iterations
+  std::optional<double> bytes_out_per_iteration;  // bytes_dtoh, mean over steady iterations
+  std::optional<uint64_t> peak_resident_bytes;    // advisor.peak_resident_bytes
+  std::optional<uint64_t> budget_bytes;           // online and replay only
+  std::optional<bool> budget_held;                // peak_resident <= budget * kBudgetTolerance
+  std::string checksum;
+  std::optional<bool> same_result;  // vs native; nullopt when either side has nothing to compare
+  std::string result_basis;         // "checksum", "loss" (of the last iteration) or ""
+};
+
+// The rows for `outcomes` (one per mode, in order). Ratios are to the native outcome's median;
+// the native row's bytes moved count as 0 when its stats have none (passthrough moves no managed
+// memory). Rows of failed or skipped modes carry only status and reason.
+std::vector<ModeRow> compute_rows(const std::vector<ModeOutcome>& outcomes, const LinkRates& rates);
+
+// --- Budget
+// ----------------------------------------------------------------------------------------
+
+struct BudgetChoice {
+  std::optional<uint64_t> bytes;
+  std::string description;  // "50% of 19.61 GiB (managed peak) = 9.80 GiB", "16.00 GiB"
+  std::string error;        // when !bytes: "budget unknown: ..."
+};
+// A size stands for itself. A percentage refers to the managed run's peak managed bytes, else to
+// the native run's peak_allocated_bytes, else to `estimate` (the default command's footprint).
+BudgetChoice resolve_budget(const SizeSpec& spec, std::optional<uint64_t> managed_peak,
+                            std::optional<uint64_t> native_peak,
+                            std::optional<uint64_t> estimate = std::nullopt);
+
+// --- The default command
+// ---------------------------------------------------------------------------
+
+inline constexpr int kDefaultBatches[] = {64, 32, 16, 8};
+inline constexpr uint64_t kDefaultSteps = 8;
+// Share of the GPU's free memory the default command may use.
+inline constexpr double kDefaultFreeShare = 0.8;
+
+// min(free * kDefaultFreeShare, managed_limit resolved against total) (a zero limit is no limit).
+uint64_t allowed_memory(uint64_t free_bytes, uint64_t total_bytes,
+                        const std::optional<SizeSpec>& managed_limit);
+
+struct BatchChoice {
+  std::optional<int> batch;  // the largest of kDefaultBatches whose footprint fits
+  uint64_t footprint_bytes = 0;
+  std::string error;  // when !batch
+};
+// Asks `footprint_of` for each batch of kDefaultBatches in turn until one fits in `allowed_bytes`.
+// An error from footprint_of ends the search with that error.
+BatchChoice choose_batch(
+    uint64_t allowed_bytes,
+    const std::function<std::optional<uint64_t>(int batch, std::string* error)>& footprint_of);
+
+// --- Environment of each run
+// --------------------------------------------------------------------------
+
+enum class CompareRun { native, managed, online, record, replay };
+std::string_view compare_run_name(CompareRun run);  // "native", ..., "record", "replay"
+
+struct CompareRunSettings {
+  CompareRun run = CompareRun::native;
+  std::optional<uint64_t> budget_bytes;         // online, record, replay
+  std::string stats_path;                       // UMSWAP_STATS
+  std::string trace_path;                       // record: UMSWAP_TRACE; replay: UMSWAP_REPLAY
+  std::optional<uint64_t> managed_limit_bytes;  // set UMSWAP_MANAGED_LIMIT (default command)
+};
+// plan_child_environment() with no flags (LD_PRELOAD, PyTorch's allocator settings), then
+// UMSWAP_MODE (passthrough, managed, online, online, replay), UMSWAP_STATS, and UMSWAP_BUDGET,
+// UMSWAP_TRACE, UMSWAP_REPLAY where the run uses them; those it does not use are unset, so a
+// user's own UMSWAP_TRACE cannot make the native run record. Other UMSWAP_* variables (the
+// user's UMSWAP_MANAGED_LIMIT among them) are left as they are.
+ChildEnvironment plan_compare_environment(const CompareRunSettings& settings,
+                                          const CurrentEnv& current, std::string_view library_path);
+
+// --- Output
+// ------------------------------------------------------------------------------------------
+
+struct CompareReport {
+  std::vector<std::string> command;
+  SizeSpec budget_spec;
+  BudgetChoice budget;
+  LinkProbeResult probe;
+  std::vector<ModeOutcome> outcomes;
+  std::vector<ModeRow> rows;
+};
+
+// The table, one line per row, columns as documented in docs/cli.md; `-` where a figure is
+// unknown; a failed or skipped row shows its reason after the mode.
+std::string render_table(const std::vector<ModeRow>& rows);
+// The lines under the table: the link rates (or why there are none), the budget, probe notes.
+std::string render_notes(const CompareReport& report);
+// The --json document (schema in docs/cli.md).
+nlohmann::json compare_json(const CompareReport& report);
+
+}  // namespace umswap::cli

@@ -1,0 +1,664 @@
+// `umswap compare`, the pure parts: parsing its flags, reading canned program output and stats
+// files, the limits, the budget, the default command's size, each run's environment, and the table
+// and JSON built from canned outcomes.
+#include "umswap/cli/compare.h"
+#include "umswap/cli/command_line.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace umswap::cli {
+namespace {
+
+using Action = CommandLine::Action;
+using nlohmann::json;
+
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+
+bool contains(const std::string& text, std::string_view part) {
+  return text.find(part) != std::string::npos;
+}
+
+CommandLine parse(std::vector<std::string> args) {
+  return parse_command_line(args);
+}
+
+// --- Flags
+// ----------------------------------------------------------------------------------------
+
+TEST(CompareCommandLine, Defaults) {
+  const CommandLine cl = parse({"compare"});
+  ASSERT_EQ(cl.action, Action::compare) << cl.message;
+  const CompareFlags& f = cl.compare_flags;
+  EXPECT_TRUE(f.budget.is_percent);
+  EXPECT_EQ(f.budget.percent, 50.0);
+  EXPECT_EQ(f.modes, (std::vector<CompareMode>{CompareMode::native, CompareMode::managed,
+                                               CompareMode::online, CompareMode::replay}));
+  EXPECT_EQ(f.json_path, "");
+  EXPECT_EQ(f.steps_hint, 0u);
+  EXPECT_FALSE(f.keep);
+  EXPECT_TRUE(f.command.empty());  // the bundled sample
+}
+
+TEST(CompareCommandLine, AllFlags) {
+  const CommandLine cl =
+      parse({"compare", "--budget", "8G", "--modes", "online,native", "--json=c.json",
+             "--steps-hint", "12", "--keep", "--", "python", "train.py", "--budget", "1"});
+  ASSERT_EQ(cl.action, Action::compare) << cl.message;
+  const CompareFlags& f = cl.compare_flags;
+  EXPECT_EQ(f.budget, parse_size("8G"));
+  // Always in run order, whatever order they were given in.
+  EXPECT_EQ(f.modes, (std::vector<CompareMode>{CompareMode::native, CompareMode::online}));
+  EXPECT_EQ(f.json_path, "c.json");
+  EXPECT_EQ(f.steps_hint, 12u);
+  EXPECT_TRUE(f.keep);
+  EXPECT_EQ(f.command, (std::vector<std::string>{"python", "train.py", "--budget", "1"}));
+}
+
+TEST(CompareCommandLine, BudgetPercentAndRepeatedModes) {
+  const CommandLine cl = parse({"compare", "--budget", "30%", "--modes", "replay,replay,managed"});
+  ASSERT_EQ(cl.action, Action::compare) << cl.message;
+  EXPECT_EQ(cl.compare_flags.budget, parse_size("30%"));
+  EXPECT_EQ(cl.compare_flags.modes,
+            (std::vector<CompareMode>{CompareMode::managed, CompareMode::replay}));
+}
+
+TEST(CompareCommandLine, BadValuesExit2WithAMessage) {
+  const struct {
+    std::vector<std::string> args;
+    std::string message;
+  } cases[] = {
+      {{"compare", "--budget", "12Q"}, "--budget: '12Q' has an unknown unit"},
+      {{"compare", "--budget", "0"}, "--budget: '0' is zero"},
+      {{"compare", "--budget", "0%"}, "--budget: '0%' is zero"},
+      {{"compare", "--modes", "native,fast"}, "--modes: 'fast' is not a mode (expected"},
+      {{"compare", "--modes", ""}, "--modes: '' has an empty entry"},
+      {{"compare", "--modes", "native,"}, "--modes: 'native,' has an empty entry"},
+      {{"compare", "--json", ""}, "--json: '' is empty"},
+      {{"compare", "--steps-hint", "0"}, "--steps-hint: '0' is not a whole number above 0"},
+      {{"compare", "--steps-hint", "x"}, "--steps-hint: 'x' is not a whole number"},
+      {{"compare", "--budget"}, "--budget needs a value (B)\nusage: umswap compare"},
+      {{"compare", "--modes"}, "--modes needs a value (LIST)"},
+      {{"compare", "--bogus"}, "unknown option '--bogus'"},
+      {{"compare", "python"}, "unexpected argument 'python': put the command after `--`"},
+      {{"compare", "--"}, "compare: nothing after `--`"},
+  };
+  for (const auto& c : cases) {
+    const CommandLine cl = parse(c.args);
+    EXPECT_EQ(cl.action, Action::error) << c.message;
+    EXPECT_EQ(cl.exit_code, kUsageErrorExitCode) << c.message;
+    EXPECT_TRUE(contains(cl.message, "umswap: error: ")) << cl.message;
+    EXPECT_TRUE(contains(cl.message, c.message)) << cl.message;
+  }
+}
+
+TEST(CompareCommandLine, HelpExplainsFlagsColumnsAndSafety) {
+  EXPECT_EQ(parse({"compare", "--help"}).action, Action::help);
+  const std::string help = help_text();
+  for (const char* part :
+       {"umswap compare [--budget B]", "--modes LIST", "--json FILE", "--steps-hint N", "--keep",
+        "cudnn_vgg16", "x link", "x driver", "faults/it", "GB in/it", "peak GiB", "DIFFERS",
+        "UMSWAP_MANAGED_LIMIT", "Safety:", "Exit codes of compare",
+        "umswap replay TRACE [run options] -- command"}) {
+    EXPECT_TRUE(contains(help, part)) << part;
+  }
+}
+
+TEST(ReplayCommandLine, TraceAndRunOptions) {
+  const CommandLine cl =
+      parse({"replay", "run.umtrace", "--budget", "40G", "--stats", "s.json", "--", "./train"});
+  ASSERT_EQ(cl.action, Action::run) << cl.message;
+  EXPECT_EQ(cl.run_flags.replay_trace, "run.umtrace");
+  EXPECT_EQ(cl.run_flags.budget, parse_size("40G"));
+  EXPECT_EQ(cl.run_flags.stats_path, "s.json");
+  EXPECT_FALSE(cl.run_flags.mode);
+  EXPECT_FALSE(cl.run_flags.record);
+  EXPECT_EQ(cl.run_flags.command, (std::vector<std::string>{"./train"}));
+}
+
+TEST(ReplayCommandLine, UsageErrors) {
+  const struct {
+    std::vector<std::string> args;
+    std::string message;
+  } cases[] = {
+      {{"replay", "--", "true"}, "replay: no trace file given\nusage: umswap replay TRACE"},
+      {{"replay", "t.umtrace"}, "replay: no command given"},
+      {{"replay", "t.umtrace", "--mode", "managed", "--", "true"}, "replay: --mode cannot be"},
+      {{"replay", "t.umtrace", "extra", "--", "true"}, "unexpected argument 'extra'"},
+      {{"replay", "t.umtrace", "--budget"}, "--budget needs a value (SIZE)\nusage: umswap replay"},
+  };
+  for (const auto& c : cases) {
+    const CommandLine cl = parse(c.args);
+    EXPECT_EQ(cl.action, Action::error) << c.message;
+    EXPECT_EQ(cl.exit_code, kUsageErrorExitCode);
+    EXPECT_TRUE(contains(cl.message, c.message)) << cl.message;
+  }
+}
+
+// --- Program output
+// -------------------------------------------------------------------------------
+
+TEST(ProgramOutputParse, IterationLines) {
+  const auto it = parse_iteration_line("iter 3 ms 412.5 loss 2.302585");
+  ASSERT_TRUE(it);
+  EXPECT_EQ(it->index, 3u);
+  EXPECT_DOUBLE_EQ(it->ms, 412.5);
+  EXPECT_EQ(it->loss, "2.302585");
+  EXPECT_TRUE(parse_iteration_line("  iter 0 ms 7"));
+  EXPECT_FALSE(parse_iteration_line("iter x ms 7"));
+  EXPECT_FALSE(parse_iteration_line("iter 1 ms"));
+  EXPECT_FALSE(parse_iteration_line("iteration 1 ms 3"));
+  EXPECT_FALSE(parse_iteration_line("iter 1 s 3"));
+  EXPECT_FALSE(parse_iteration_line("iter 1 ms nan"));
+}
+
+TEST(ProgramOutputParse, SummaryChecksumAndNoise) {
+  const ProgramOutput out = parse_program_output(
+      "loading...\n"
+      "iter 0 ms 900.0 loss 6.9\n"
+      "iter 1 ms 210.0 loss 6.8\r\n"
+      "oom at iter 5: nothing\n"
+      "iter 2 ms 200.0 loss 6.7\n"
+      "checksum 00ff00ff00ff00ff\n"
+      "summary {\"first_ms\": 900.0, \"peak_allocated_bytes\": 123, \"checksum\": \"zz\"}\n"
+      "summary not json\n");
+  ASSERT_EQ(out.iterations.size(), 3u);
+  EXPECT_EQ(out.iterations[2].loss, "6.7");
+  EXPECT_EQ(out.summary["peak_allocated_bytes"], 123);  // the bad later summary is ignored
+  EXPECT_EQ(out.checksum, "00ff00ff00ff00ff");          // the line wins over the summary key
+
+  EXPECT_EQ(parse_program_output("summary {\"checksum\": \"ab12\"}").checksum, "ab12");
+  EXPECT_EQ(parse_program_output("summary {\"checksum\": 42}\n").checksum, "42");
+  EXPECT_TRUE(parse_program_output("").summary.is_null());
+}
+
+TEST(ProgramOutputParse, Footprint) {
+  EXPECT_EQ(parse_footprint_output("warming\nfootprint_bytes 6549807104\n"), 6549807104u);
+  EXPECT_FALSE(parse_footprint_output("footprint_bytes lots\n"));
+  EXPECT_FALSE(parse_footprint_output(""));
+}
+
+// --- Stats file
+// -----------------------------------------------------------------------------------
+
+json online_stats() {
+  return json::parse(R"({
+    "umswap_stats_version": 1,
+    "allocator": {"managed_bytes_peak": 21474836480},
+    "advisor": {"mode": "online", "budget_bytes": 10737418240, "state": "applying",
+                "fallback": null, "prefetched_bytes": 5000, "evicted_bytes": 4000,
+                "peak_resident_bytes": 10200547328, "peak_resident_plan_bytes": 9000000000},
+    "iterations": [
+      {"index": 1, "wall_ms": 900.0, "gpu_page_faults": 5000, "bytes_htod": 9000000000,
+       "bytes_dtoh": 1000000000},
+      {"index": 0, "wall_ms": 2500.0, "gpu_page_faults": 90000, "bytes_htod": 20000000000,
+       "bytes_dtoh": 0},
+      {"index": 2, "wall_ms": 410.0, "gpu_page_faults": 10, "bytes_htod": 10000000000,
+       "bytes_dtoh": 9000000000},
+      {"index": 3, "wall_ms": 420.0, "gpu_page_faults": 30, "bytes_htod": 12000000000,
+       "bytes_dtoh": 11000000000},
+      {"index": 4, "wall_ms": 430.0, "gpu_page_faults": 20, "bytes_htod": 14000000000,
+       "bytes_dtoh": 10000000000}
+    ]})");
+}
+
+TEST(StatsParse, ReadsEveryFigureAndSortsIterations) {
+  const StatsFigures s = parse_stats_figures(online_stats());
+  EXPECT_EQ(s.managed_bytes_peak, 20 * kGiB);
+  EXPECT_EQ(s.advisor_mode, "online");
+  EXPECT_EQ(s.advisor_state, "applying");
+  EXPECT_FALSE(s.advisor_fallback);
+  EXPECT_EQ(s.budget_bytes, 10 * kGiB);
+  EXPECT_EQ(s.peak_resident_bytes, 10200547328u);
+  EXPECT_EQ(s.peak_resident_plan_bytes, 9000000000u);
+  ASSERT_EQ(s.iterations.size(), 5u);
+  EXPECT_EQ(s.iterations[0].index, 0u);
+  EXPECT_EQ(s.iterations[0].wall_ms, 2500.0);
+  EXPECT_EQ(s.iterations[4].bytes_dtoh, 10000000000u);
+}
+
+TEST(StatsParse, MissingAndWrongTypedFieldsAreUnknown) {
+  const StatsFigures s = parse_stats_figures(json::parse(R"({
+    "umswap_stats_version": 1,
+    "allocator": {"managed_bytes_peak": "lots"},
+    "advisor": {"mode": 3, "fallback": "cupti unavailable", "budget_bytes": -1},
+    "iterations": [{"index": 0}, 7, {"wall_ms": "x", "gpu_page_faults": 2.0}]})"));
+  EXPECT_FALSE(s.managed_bytes_peak);
+  EXPECT_FALSE(s.advisor_mode);
+  EXPECT_EQ(s.advisor_fallback, "cupti unavailable");
+  EXPECT_FALSE(s.budget_bytes);
+  ASSERT_EQ(s.iterations.size(), 2u);
+  EXPECT_FALSE(s.iterations[0].wall_ms);
+  EXPECT_EQ(s.iterations[1].gpu_page_faults, 2u);
+  EXPECT_TRUE(parse_stats_figures(json::parse("{}")).iterations.empty());
+}
+
+// --- Arithmetic
+// -----------------------------------------------------------------------------------
+
+TEST(CompareMath, MedianAndSteadyRange) {
+  EXPECT_FALSE(median({}));
+  EXPECT_EQ(median({3.0}), 3.0);
+  EXPECT_EQ(median({4.0, 1.0, 3.0}), 3.0);
+  EXPECT_EQ(median({4.0, 1.0, 3.0, 2.0}), 2.5);
+  EXPECT_EQ(steady_range(0), (std::pair<size_t, size_t>{0, 0}));
+  EXPECT_EQ(steady_range(1), (std::pair<size_t, size_t>{0, 1}));
+  EXPECT_EQ(steady_range(2), (std::pair<size_t, size_t>{1, 2}));
+  EXPECT_EQ(steady_range(3), (std::pair<size_t, size_t>{2, 3}));
+  EXPECT_EQ(steady_range(10), (std::pair<size_t, size_t>{2, 10}));
+}
+
+TEST(CompareMath, LinkLimit) {
+  const LinkRates rates{.htod_bytes_per_s = 50e9,
+                        .dtoh_bytes_per_s = 25e9,
+                        .prefetch_bytes_per_s = 40e9,
+                        .evict_bytes_per_s = 10e9};
+  // Native dominates when little moves.
+  EXPECT_DOUBLE_EQ(*link_limit_ms(100.0, 1e9, 1e9, rates), 100.0);
+  // 10 GB in at 50 GB/s = 200 ms; 2 GB out at 25 GB/s = 80 ms.
+  EXPECT_DOUBLE_EQ(*link_limit_ms(100.0, 10e9, 2e9, rates), 200.0);
+  // 5 GB out at 25 GB/s = 200 ms beats 4 GB in at 50 GB/s = 80 ms.
+  EXPECT_DOUBLE_EQ(*link_limit_ms(100.0, 4e9, 5e9, rates), 200.0);
+  EXPECT_FALSE(link_limit_ms(std::nullopt, 1e9, 1e9, rates));
+  EXPECT_FALSE(link_limit_ms(100.0, std::nullopt, 1e9, rates));
+  EXPECT_FALSE(link_limit_ms(100.0, 1e9, 1e9, LinkRates{}));
+  EXPECT_FALSE(link_limit_ms(100.0, 1e9, 1e9,
+                             {.htod_bytes_per_s = 0.0,
+                              .dtoh_bytes_per_s = 1e9,
+                              .prefetch_bytes_per_s = std::nullopt,
+                              .evict_bytes_per_s = std::nullopt}));
+}
+
+TEST(CompareMath, DriverLimitAddsTheTwoDirections) {
+  const LinkRates rates{.htod_bytes_per_s = 50e9,
+                        .dtoh_bytes_per_s = 50e9,
+                        .prefetch_bytes_per_s = 40e9,
+                        .evict_bytes_per_s = 10e9};
+  // 8 GB in at 40 GB/s = 200 ms, plus 3 GB out at 10 GB/s = 300 ms.
+  EXPECT_DOUBLE_EQ(*driver_limit_ms(100.0, 8e9, 3e9, rates), 500.0);
+  EXPECT_DOUBLE_EQ(*driver_limit_ms(600.0, 8e9, 3e9, rates), 600.0);
+  EXPECT_FALSE(driver_limit_ms(100.0, 8e9, 3e9,
+                               {.htod_bytes_per_s = 50e9,
+                                .dtoh_bytes_per_s = 50e9,
+                                .prefetch_bytes_per_s = 40e9,
+                                .evict_bytes_per_s = std::nullopt}));
+}
+
+TEST(CompareMath, FailureReason) {
+  EXPECT_EQ(failure_reason(1, "  out of memory \n"), "exit 1: out of memory");
+  EXPECT_EQ(failure_reason(137, ""), "exit 137 (signal 9)");
+  EXPECT_EQ(failure_reason(2, "cudnn_vgg16: bad"), "exit 2: cudnn_vgg16: bad");
+}
+
+// --- Budget and the default command
+// -----------------------------------------------------------------
+
+TEST(CompareBudget, SizeOrShareOfTheFootprint) {
+  const SizeSpec half = *parse_size("50%");
+  const BudgetChoice fixed = resolve_budget(*parse_size("8G"), 20 * kGiB, std::nullopt);
+  EXPECT_EQ(fixed.bytes, 8 * kGiB);
+  EXPECT_EQ(fixed.description, "8.00 GiB");
+
+  const BudgetChoice managed = resolve_budget(half, 20 * kGiB, 30 * kGiB, 40 * kGiB);
+  EXPECT_EQ(managed.bytes, 10 * kGiB);
+  EXPECT_EQ(managed.description, "50% of 20.00 GiB (managed peak) = 10.00 GiB");
+
+  const BudgetChoice native = resolve_budget(half, 0, 30 * kGiB);
+  EXPECT_EQ(native.bytes, 15 * kGiB);
+  EXPECT_TRUE(contains(native.description, "native peak_allocated_bytes")) << native.description;
+
+  EXPECT_EQ(resolve_budget(*parse_size("25%"), std::nullopt, std::nullopt, 8 * kGiB).bytes,
+            2 * kGiB);
+
+  const BudgetChoice unknown = resolve_budget(half, std::nullopt, std::nullopt);
+  EXPECT_FALSE(unknown.bytes);
+  EXPECT_EQ(unknown.error.rfind("budget unknown: 50%", 0), 0u) << unknown.error;
+}
+
+TEST(CompareDefault, AllowedMemoryIsTheSmallerOfFreeShareAndLimit) {
+  EXPECT_EQ(allowed_memory(50 * kGiB, 80 * kGiB, std::nullopt), 40 * kGiB);
+  EXPECT_EQ(allowed_memory(50 * kGiB, 80 * kGiB, parse_size("30G")), 30 * kGiB);
+  EXPECT_EQ(allowed_memory(50 * kGiB, 80 * kGiB, parse_size("100G")), 40 * kGiB);
+  EXPECT_EQ(allowed_memory(50 * kGiB, 80 * kGiB, parse_size("25%")), 20 * kGiB);  // of total
+  EXPECT_EQ(allowed_memory(50 * kGiB, 80 * kGiB, parse_size("0")), 40 * kGiB);    // no cap
+}
+
+TEST(CompareDefault, BatchHalvesUntilItFits) {
+  std::vector<int> asked;
+  // 100 MiB per image.
+  auto footprint = [&](int batch, std::string*) -> std::optional<uint64_t> {
+    asked.push_back(batch);
+    return uint64_t(batch) * 100 * (uint64_t{1} << 20);
+  };
+  const BatchChoice big = choose_batch(10 * kGiB, footprint);
+  EXPECT_EQ(big.batch, 64);
+  EXPECT_EQ(asked, (std::vector<int>{64}));
+
+  asked.clear();
+  const BatchChoice small = choose_batch(2 * kGiB, footprint);
+  EXPECT_EQ(small.batch, 16);
+  EXPECT_EQ(small.footprint_bytes, 1600u << 20);
+  EXPECT_EQ(asked, (std::vector<int>{64, 32, 16}));
+
+  const BatchChoice none = choose_batch(500u << 20, footprint);
+  EXPECT_FALSE(none.batch);
+  EXPECT_TRUE(contains(none.error, "even batch 8 needs 800.00 MiB")) << none.error;
+  EXPECT_TRUE(contains(none.error, "refusing to oversubscribe")) << none.error;
+
+  const BatchChoice broken = choose_batch(10 * kGiB, [](int, std::string* error) {
+    *error = "cudnn_vgg16 exit 1";
+    return std::optional<uint64_t>();
+  });
+  EXPECT_FALSE(broken.batch);
+  EXPECT_EQ(broken.error, "cudnn_vgg16 exit 1");
+}
+
+// --- Environment of each run
+// ----------------------------------------------------------------------
+
+std::optional<std::string> find_var(const ChildEnvironment& env, std::string_view name) {
+  for (const EnvVar& var : env.set) {
+    if (var.name == name) return var.value;
+  }
+  return std::nullopt;
+}
+
+bool unsets(const ChildEnvironment& env, std::string_view name) {
+  return std::find(env.unset.begin(), env.unset.end(), name) != env.unset.end();
+}
+
+TEST(CompareEnvironment, EachRunGetsItsModeAndOnlyWhatItUses) {
+  const CurrentEnv current{.ld_preload = "/a/liba.so",
+                           .pytorch_cuda_alloc_conf = std::nullopt,
+                           .pytorch_alloc_conf = std::nullopt};
+  auto plan = [&](CompareRun run, std::optional<uint64_t> budget = std::nullopt,
+                  std::string trace = "") {
+    return plan_compare_environment({.run = run,
+                                     .budget_bytes = budget,
+                                     .stats_path = "/t/x.json",
+                                     .trace_path = std::move(trace),
+                                     .managed_limit_bytes = std::nullopt},
+                                    current, "/u/libumswap.so");
+  };
+  const ChildEnvironment native = plan(CompareRun::native);
+  EXPECT_EQ(find_var(native, "LD_PRELOAD"), "/u/libumswap.so:/a/liba.so");
+  EXPECT_EQ(find_var(native, "PYTORCH_CUDA_ALLOC_CONF"), "expandable_segments:False");
+  EXPECT_EQ(find_var(native, "UMSWAP_MODE"), "passthrough");
+  EXPECT_EQ(find_var(native, "UMSWAP_STATS"), "/t/x.json");
+  EXPECT_TRUE(unsets(native, "UMSWAP_BUDGET") && unsets(native, "UMSWAP_TRACE") &&
+              unsets(native, "UMSWAP_REPLAY"));
+  EXPECT_FALSE(find_var(native, "UMSWAP_MANAGED_LIMIT"));  // the user's stays
+  EXPECT_FALSE(unsets(native, "UMSWAP_MANAGED_LIMIT"));
+
+  EXPECT_EQ(find_var(plan(CompareRun::managed), "UMSWAP_MODE"), "managed");
+
+  const ChildEnvironment online = plan(CompareRun::online, 1000);
+  EXPECT_EQ(find_var(online, "UMSWAP_MODE"), "online");
+  EXPECT_EQ(find_var(online, "UMSWAP_BUDGET"), "1000");
+  EXPECT_TRUE(unsets(online, "UMSWAP_TRACE"));
+
+  const ChildEnvironment record = plan(CompareRun::record, 1000, "/t/compare.umtrace");
+  EXPECT_EQ(find_var(record, "UMSWAP_MODE"), "online");
+  EXPECT_EQ(find_var(record, "UMSWAP_TRACE"), "/t/compare.umtrace");
+  EXPECT_TRUE(unsets(record, "UMSWAP_REPLAY"));
+
+  const ChildEnvironment replay = plan(CompareRun::replay, 1000, "/t/compare.umtrace");
+  EXPECT_EQ(find_var(replay, "UMSWAP_MODE"), "replay");
+  EXPECT_EQ(find_var(replay, "UMSWAP_REPLAY"), "/t/compare.umtrace");
+  EXPECT_EQ(find_var(replay, "UMSWAP_BUDGET"), "1000");
+  EXPECT_TRUE(unsets(replay, "UMSWAP_TRACE"));
+
+  const ChildEnvironment capped = plan_compare_environment({.run = CompareRun::managed,
+                                                            .budget_bytes = std::nullopt,
+                                                            .stats_path = "/t/m.json",
+                                                            .trace_path = "",
+                                                            .managed_limit_bytes = 4096},
+                                                           current, "/u/libumswap.so");
+  EXPECT_EQ(find_var(capped, "UMSWAP_MANAGED_LIMIT"), "4096");
+}
+
+// --- Rows, table and JSON from canned runs
+// ----------------------------------------------------------
+
+ModeOutcome outcome(CompareMode mode, std::string_view stdout_text,
+                    std::optional<json> stats = std::nullopt) {
+  ModeOutcome o;
+  o.mode = mode;
+  o.status = ModeStatus::ok;
+  o.exit_code = 0;
+  o.wall_s = 12.5;
+  o.output = parse_program_output(stdout_text);
+  if (stats) o.stats = parse_stats_figures(*stats);
+  return o;
+}
+
+const LinkRates kRates{.htod_bytes_per_s = 50e9,
+                       .dtoh_bytes_per_s = 50e9,
+                       .prefetch_bytes_per_s = 40e9,
+                       .evict_bytes_per_s = 10e9};
+
+std::vector<ModeOutcome> canned_outcomes() {
+  std::vector<ModeOutcome> outcomes;
+  outcomes.push_back(outcome(CompareMode::native,
+                             "iter 0 ms 900.0 loss 6.9\niter 1 ms 190.0 loss 6.8\n"
+                             "iter 2 ms 180.0 loss 6.7\niter 3 ms 200.0 loss 6.6\n"
+                             "iter 4 ms 190.0 loss 6.5\n"
+                             "checksum 1111222233334444\n"
+                             "summary {\"peak_allocated_bytes\": 21474836480}\n"));
+  outcomes.push_back(outcome(CompareMode::managed,
+                             "iter 0 ms 2100.0 loss 6.9\niter 1 ms 210.0 loss 6.8\n"
+                             "iter 2 ms 200.0 loss 6.7\niter 3 ms 220.0 loss 6.6\n"
+                             "iter 4 ms 210.0 loss 6.5\n"
+                             "checksum 1111222233334444\n",
+                             json::parse(R"({"allocator": {"managed_bytes_peak": 21474836480},
+                               "iterations": [{"index": 0, "gpu_page_faults": 90000},
+                                              {"index": 1, "gpu_page_faults": 0},
+                                              {"index": 2, "gpu_page_faults": 0,
+                                               "bytes_htod": 0, "bytes_dtoh": 0},
+                                              {"index": 3, "gpu_page_faults": 0,
+                                               "bytes_htod": 0, "bytes_dtoh": 0}]})")));
+  // online: no iter lines, so its times come from the stats; loss differs but no checksum.
+  ModeOutcome online = outcome(CompareMode::online, "checksum 9999222233334444\n", online_stats());
+  online.budget_bytes = 10 * kGiB;
+  outcomes.push_back(std::move(online));
+  ModeOutcome replay;
+  replay.mode = CompareMode::replay;
+  replay.status = ModeStatus::failed;
+  replay.exit_code = 1;
+  replay.reason = "exit 1: cudaErrorMemoryAllocation";
+  outcomes.push_back(std::move(replay));
+  return outcomes;
+}
+
+TEST(CompareRows, FiguresFromCannedRuns) {
+  const std::vector<ModeRow> rows = compute_rows(canned_outcomes(), kRates);
+  ASSERT_EQ(rows.size(), 4u);
+
+  const ModeRow& native = rows[0];
+  EXPECT_EQ(native.timing_source, "program");
+  EXPECT_EQ(native.steady_iterations, 3u);
+  EXPECT_DOUBLE_EQ(*native.steady_median_ms, 190.0);  // of 180, 200, 190
+  EXPECT_DOUBLE_EQ(*native.first_ms, 900.0);
+  EXPECT_DOUBLE_EQ(*native.ratio_to_native, 1.0);
+  EXPECT_DOUBLE_EQ(*native.link_limit_ms, 190.0);  // moves nothing
+  EXPECT_DOUBLE_EQ(*native.ratio_to_link_limit, 1.0);
+  EXPECT_FALSE(native.faults_per_iteration);
+  EXPECT_FALSE(native.same_result);  // the reference
+  EXPECT_FALSE(native.budget_held);
+
+  const ModeRow& managed = rows[1];
+  EXPECT_DOUBLE_EQ(*managed.steady_median_ms, 210.0);
+  EXPECT_DOUBLE_EQ(*managed.ratio_to_native, 210.0 / 190.0);
+  EXPECT_DOUBLE_EQ(*managed.first_ms, 2100.0);
+  EXPECT_DOUBLE_EQ(*managed.faults_per_iteration, 0.0);  // iterations 2 and 3
+  EXPECT_DOUBLE_EQ(*managed.bytes_in_per_iteration, 0.0);
+  EXPECT_FALSE(managed.budget_bytes);  // no budget in managed mode
+  EXPECT_FALSE(managed.budget_held);
+  EXPECT_EQ(managed.same_result, true);
+  EXPECT_EQ(managed.result_basis, "checksum");
+
+  const ModeRow& online = rows[2];
+  EXPECT_EQ(online.timing_source, "stats");
+  EXPECT_DOUBLE_EQ(*online.steady_median_ms, 420.0);  // of 410, 420, 430
+  EXPECT_DOUBLE_EQ(*online.first_ms, 2500.0);
+  EXPECT_DOUBLE_EQ(*online.faults_per_iteration, 20.0);          // (10 + 30 + 20) / 3
+  EXPECT_DOUBLE_EQ(*online.bytes_in_per_iteration, 12e9);        // (10 + 12 + 14) / 3 GB
+  EXPECT_DOUBLE_EQ(*online.bytes_out_per_iteration, 10e9);       // (9 + 11 + 10) / 3 GB
+  EXPECT_DOUBLE_EQ(*online.link_limit_ms, 240.0);                // 12 GB / 50 GB/s
+  EXPECT_DOUBLE_EQ(*online.ratio_to_link_limit, 420.0 / 240.0);  // 1.75
+  EXPECT_DOUBLE_EQ(*online.driver_limit_ms, 1300.0);  // 12 GB / 40 GB/s + 10 GB / 10 GB/s
+  EXPECT_EQ(online.peak_resident_bytes, 10200547328u);
+  EXPECT_EQ(online.budget_bytes, 10 * kGiB);
+  EXPECT_EQ(online.budget_held, true);  // 9.5 GiB <= 10 GiB
+  EXPECT_EQ(online.same_result, false);
+  EXPECT_EQ(online.result_basis, "checksum");
+
+  EXPECT_EQ(rows[3].status, ModeStatus::failed);
+  EXPECT_FALSE(rows[3].steady_median_ms);
+}
+
+TEST(CompareRows, BudgetHeldWithinFivePercent) {
+  auto row_with_peak = [](uint64_t peak) {
+    json stats = online_stats();
+    stats["advisor"]["peak_resident_bytes"] = peak;
+    std::vector<ModeOutcome> outcomes = {outcome(CompareMode::online, "iter 0 ms 1\n", stats)};
+    outcomes[0].budget_bytes = 1000;
+    return compute_rows(outcomes, kRates)[0];
+  };
+  EXPECT_EQ(row_with_peak(1050).budget_held, true);
+  EXPECT_EQ(row_with_peak(1051).budget_held, false);
+  // No figure from the library: unknown, not "no".
+  json stats = online_stats();
+  stats["advisor"].erase("peak_resident_bytes");
+  std::vector<ModeOutcome> outcomes = {outcome(CompareMode::online, "iter 0 ms 1\n", stats)};
+  EXPECT_FALSE(compute_rows(outcomes, kRates)[0].budget_held);
+}
+
+TEST(CompareRows, LossIsComparedWhenThereIsNoChecksum) {
+  std::vector<ModeOutcome> outcomes = {
+      outcome(CompareMode::native, "iter 0 ms 10 loss 2.5\niter 1 ms 10 loss 2.25\n"),
+      outcome(CompareMode::managed, "iter 0 ms 12 loss 2.5\niter 1 ms 11 loss 2.25\n"),
+      outcome(CompareMode::online, "iter 0 ms 12 loss 2.5\niter 1 ms 11 loss 2.2500001\n"),
+      outcome(CompareMode::replay, "iter 0 ms 12\n")};
+  const std::vector<ModeRow> rows = compute_rows(outcomes, LinkRates{});
+  EXPECT_EQ(rows[1].same_result, true);
+  EXPECT_EQ(rows[1].result_basis, "loss");
+  EXPECT_EQ(rows[2].same_result, false);
+  EXPECT_FALSE(rows[3].same_result);  // nothing to compare
+  // At most two iterations: the last one is the steady one.
+  EXPECT_DOUBLE_EQ(*rows[1].steady_median_ms, 11.0);
+  EXPECT_FALSE(rows[1].link_limit_ms);  // no rates
+}
+
+TEST(CompareRows, NoNativeMeansNoRatios) {
+  std::vector<ModeOutcome> outcomes = canned_outcomes();
+  outcomes[0].status = ModeStatus::failed;
+  outcomes[0].reason = "exit 1: no GPU";
+  const std::vector<ModeRow> rows = compute_rows(outcomes, kRates);
+  EXPECT_FALSE(rows[1].ratio_to_native);
+  EXPECT_FALSE(rows[2].link_limit_ms);
+  EXPECT_FALSE(rows[1].same_result);
+  EXPECT_DOUBLE_EQ(*rows[1].steady_median_ms, 210.0);
+}
+
+CompareReport canned_report() {
+  CompareReport report;
+  report.command = {"./cudnn_vgg16", "--batch", "64"};
+  report.budget_spec = *parse_size("50%");
+  report.budget = resolve_budget(report.budget_spec, 20 * kGiB, std::nullopt);
+  LinkProbe probe;
+  probe.device_name = "NVIDIA H100 80GB HBM3";
+  probe.total_bytes = 80 * kGiB;
+  probe.free_bytes = 79 * kGiB;
+  probe.rates = kRates;
+  report.probe.probe = probe;
+  report.outcomes = canned_outcomes();
+  report.rows = compute_rows(report.outcomes, kRates);
+  return report;
+}
+
+TEST(CompareTable, Rendered) {
+  const CompareReport report = canned_report();
+  const std::string table = render_table(report.rows);
+  const std::string expected =
+      "mode      steady ms  x native  x link  x driver   first ms  faults/it  GB in/it  GB out/it"
+      "  peak GiB  budget   result\n"
+      "native        190.0      1.00    1.00      1.00      900.0          -         -          -"
+      "         -       -        -\n"
+      "managed       210.0      1.11    1.11      1.11     2100.0        0.0      0.00       0.00"
+      "         -       -     same\n"
+      "online        420.0      2.21    1.75      0.32     2500.0       20.0     12.00      10.00"
+      "      9.50     yes  DIFFERS\n"
+      "replay    failed: exit 1: cudaErrorMemoryAllocation\n";
+  EXPECT_EQ(table, expected) << table;
+
+  const std::string notes = render_notes(report);
+  EXPECT_TRUE(contains(notes,
+                       "link (NVIDIA H100 80GB HBM3): host->device 50.0 GB/s, device->host 50.0 "
+                       "GB/s (pinned copies); managed prefetch to the GPU 40.0 GB/s, to the host "
+                       "10.0 GB/s\n"))
+      << notes;
+  EXPECT_TRUE(contains(notes, "budget: 50% of 20.00 GiB (managed peak) = 10.00 GiB\n")) << notes;
+  EXPECT_TRUE(contains(notes, "note: online printed no iteration times")) << notes;
+}
+
+TEST(CompareTable, WithoutAProbeTheLinkRatiosAreDashes) {
+  CompareReport report = canned_report();
+  report.probe = {.probe = std::nullopt, .error = "no NVIDIA driver: libcuda.so.1: not found"};
+  report.rows = compute_rows(report.outcomes, LinkRates{});
+  const std::string table = render_table(report.rows);
+  EXPECT_TRUE(contains(table, "native        190.0      1.00       -         -      900.0"))
+      << table;
+  const std::string notes = render_notes(report);
+  EXPECT_EQ(notes.find("link: not measured (no NVIDIA driver: libcuda.so.1: not found)"), 0u)
+      << notes;
+}
+
+TEST(CompareJson, CarriesEveryFigure) {
+  const json j = compare_json(canned_report());
+  EXPECT_EQ(j["umswap_compare_version"], 1);
+  EXPECT_EQ(j["command"], (json{"./cudnn_vgg16", "--batch", "64"}));
+  EXPECT_EQ(j["budget_bytes"], 10 * kGiB);
+  EXPECT_EQ(j["budget"]["spec"], "50%");
+  EXPECT_EQ(j["probe"]["ok"], true);
+  EXPECT_EQ(j["probe"]["htod_bytes_per_s"], 50e9);
+  EXPECT_EQ(j["probe"]["gpu_free_bytes"], 79 * kGiB);
+  ASSERT_EQ(j["modes"].size(), 4u);
+
+  const json& native = j["modes"][0];
+  EXPECT_EQ(native["mode"], "native");
+  EXPECT_EQ(native["status"], "ok");
+  EXPECT_TRUE(native["reason"].is_null());
+  EXPECT_EQ(native["steady_median_ms"], 190.0);
+  EXPECT_EQ(native["raw"]["iter_ms"], (json{900.0, 190.0, 180.0, 200.0, 190.0}));
+  EXPECT_EQ(native["raw"]["summary"]["peak_allocated_bytes"], 20 * kGiB);
+  EXPECT_TRUE(native["result_match"].is_null());
+
+  const json& online = j["modes"][2];
+  EXPECT_EQ(online["gpu_faults_per_iteration"], 20.0);
+  EXPECT_EQ(online["bytes_in_per_iteration"], 12e9);
+  EXPECT_EQ(online["link_limit_ms"], 240.0);
+  EXPECT_EQ(online["driver_limit_ms"], 1300.0);
+  EXPECT_EQ(online["budget_held"], true);
+  EXPECT_EQ(online["result_match"], "differs");
+  EXPECT_EQ(online["raw"]["stats"]["advisor"]["state"], "applying");
+  EXPECT_EQ(online["raw"]["stats"]["iterations"].size(), 5u);
+
+  const json& replay = j["modes"][3];
+  EXPECT_EQ(replay["status"], "failed");
+  EXPECT_EQ(replay["reason"], "exit 1: cudaErrorMemoryAllocation");
+  EXPECT_TRUE(replay["steady_median_ms"].is_null());
+  EXPECT_EQ(replay["exit_code"], 1);
+
+  CompareReport no_probe = canned_report();
+  no_probe.probe = {.probe = std::nullopt, .error = "no GPU"};
+  const json k = compare_json(no_probe);
+  EXPECT_EQ(k["probe"]["ok"], false);
+  EXPECT_EQ(k["probe"]["error"], "no GPU");
+  EXPECT_TRUE(k["probe"]["htod_bytes_per_s"].is_null());
+}
+
+}  // namespace
+}  // namespace umswap::cli

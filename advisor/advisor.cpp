@@ -6,9 +6,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <thread>
 #include <unordered_map>
@@ -24,8 +22,8 @@ namespace umswap::advisor {
 
 bool AdvisorDriver::complete() const {
   return ctx_get_current && ctx_set_current && ctx_get_device && device_total_mem &&
-         stream_create && stream_synchronize && event_create && event_record && event_synchronize &&
-         stream_wait_event && mem_prefetch_async;
+         stream_create && stream_synchronize && event_create && event_record && stream_wait_event &&
+         mem_prefetch_async;
 }
 
 namespace {

@@ -44,7 +44,6 @@
   X(cuStreamCreate, cuStreamCreate, 2000, PFN_cuStreamCreate_v2000)                           \
   X(cuEventCreate, cuEventCreate, 2000, PFN_cuEventCreate_v2000)                              \
   X(cuEventRecord, cuEventRecord, 2000, PFN_cuEventRecord_v2000)                              \
-  X(cuEventSynchronize, cuEventSynchronize, 2000, PFN_cuEventSynchronize_v2000)               \
   X(cuStreamWaitEvent, cuStreamWaitEvent, 3020, PFN_cuStreamWaitEvent_v3020)                  \
   X(cuMemPrefetchAsync_v2, cuMemPrefetchAsync, 12020, PFN_cuMemPrefetchAsync_v12020)          \
   X(cuMemHostAlloc, cuMemHostAlloc, 2020, PFN_cuMemHostAlloc_v2020)                           \

@@ -42,6 +42,10 @@ AllocApi Preload::api_or(AllocApi fallback) {
 Preload::Preload() {
   options_ = parse_options(env_get, &option_warnings_);
   set_log_verbosity(options_.verbose);
+  // The tracer runs when a trace is asked for, when the advisor needs it, and for the stats of
+  // plain managed memory (faults and bytes moved per iteration).
+  wants_tracer_ = !options_.trace_path.empty() || advises(options_.mode) ||
+                  (redirects(options_.mode) && !options_.stats_path.empty());
 }
 
 Preload& preload() {
@@ -70,11 +74,7 @@ void Preload::load_driver_once() {
 const RealDriver* Preload::driver() {
   load_driver_once();
   if (!driver_ok_) return nullptr;
-  // The tracer runs when a trace is asked for, when the advisor needs it, and for the stats of
-  // plain managed memory (faults and bytes moved per iteration).
-  const bool wants_tracer = !options_.trace_path.empty() || advises(options_.mode) ||
-                            (redirects(options_.mode) && !options_.stats_path.empty());
-  if (wants_tracer && tracer_state_.load(std::memory_order_acquire) == 0) {
+  if (wants_tracer_ && tracer_state_.load(std::memory_order_acquire) == 0) {
     start_tracer_once();
   }
   return &driver_;
@@ -127,7 +127,6 @@ void Preload::start_advisor(advisor::Advisor* advisor) {
   d.stream_synchronize = driver_.cuStreamSynchronize;
   d.event_create = driver_.cuEventCreate;
   d.event_record = driver_.cuEventRecord;
-  d.event_synchronize = driver_.cuEventSynchronize;
   d.stream_wait_event = driver_.cuStreamWaitEvent;
   d.mem_prefetch_async = driver_.cuMemPrefetchAsync_v2;
   d.mem_host_alloc = driver_.cuMemHostAlloc;

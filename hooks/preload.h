@@ -58,6 +58,7 @@ class Preload {
   std::once_flag allocator_once_;
   ManagedAllocator* allocator_ = nullptr;  // never freed: hooks may run during exit
   std::atomic<bool> forked_child_{false};
+  bool wants_tracer_ = false;         // decided once from the options
   std::atomic<int> tracer_state_{0};  // 0 not started, 1 starting, 2 done (running or not)
 };
 

@@ -29,7 +29,11 @@
 #include <string>
 #include <vector>
 
+#include "../common/train_kernels.cuh"
+
 namespace {
+
+using namespace samples;
 
 void fail_call(const char* call, const char* what, const char* file, int line) {
   std::fprintf(stderr, "mlp_train: %s:%d: %s failed: %s\n", file, line, call, what);
@@ -57,43 +61,10 @@ void fail_call(const char* call, const char* what, const char* file, int line) {
       fail_call(#kernel "<<<...>>>", cudaGetErrorString(err_), __FILE__, __LINE__); \
   } while (0)
 
-constexpr int kThreads = 256;  // every launch; row_sum relies on it being a power of two
 // The run passes if the last step's loss is below this fraction of the first step's. With the
 // defaults the loss falls from about 2.3 to about 0.05 in 20 steps (checked on a CPU port of this
 // program), so 0.5 leaves a wide margin and still catches a run that did not learn.
 constexpr double kPassRatio = 0.5;
-
-// Random numbers are a hash of (key, index), the same on host and device and independent of
-// launch configuration, so data and weights never depend on scheduling.
-__host__ __device__ uint64_t mix64(uint64_t x) {  // splitmix64's finalizer
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-uint64_t stream_key(uint64_t seed, uint64_t tag, uint64_t step) {
-  return mix64(mix64(seed + 0x9e3779b97f4a7c15ULL * (tag + 1)) + step);
-}
-
-// p[i] = uniform in [-scale, scale), from 24 random bits (exact in a float).
-__global__ void fill_uniform(float* p, size_t n, uint64_t key, float scale) {
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
-       i += size_t{gridDim.x} * blockDim.x) {
-    float u = static_cast<float>(mix64(key ^ mix64(i)) >> 40) * 0x1p-24f;  // [0, 1)
-    p[i] = (2.0f * u - 1.0f) * scale;
-  }
-}
-
-// z[r, c] += b[r], then ReLU if asked.
-__global__ void bias_act(float* z, const float* b, int rows, size_t n, bool relu) {
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
-       i += size_t{gridDim.x} * blockDim.x) {
-    float v = z[i] + b[i % rows];
-    z[i] = relu ? fmaxf(v, 0.0f) : v;
-  }
-}
 
 // One batch of the synthetic task: sample c gets a random label y and the point
 // x[:, c] = centre[y] + noise, both uniform in [-1, 1) per coordinate. The centres are a hash of
@@ -109,58 +80,6 @@ __global__ void make_batch(float* x, int* labels, int input, int classes, size_t
     x[i] = (2.0f * centre - 1.0f) + (2.0f * noise - 1.0f);
     if (r == 0) labels[c] = static_cast<int>(y);
   }
-}
-
-// Softmax cross-entropy per column: loss[c] = log(sum exp z) - z[label], and the gradient of the
-// batch mean, dz = (softmax(z) - onehot) / batch. One thread per sample, classes in order.
-__global__ void softmax_xent(const float* logits, const int* labels, int classes, int batch,
-                             float* dlogits, float* loss) {
-  int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= batch) return;
-  const float* z = logits + size_t(c) * classes;
-  float* dz = dlogits + size_t(c) * classes;
-  float zmax = z[0];
-  for (int k = 1; k < classes; ++k) zmax = fmaxf(zmax, z[k]);
-  float sum = 0.0f;
-  for (int k = 0; k < classes; ++k) sum += expf(z[k] - zmax);
-  int y = labels[c];
-  loss[c] = logf(sum) - (z[y] - zmax);
-  for (int k = 0; k < classes; ++k)
-    dz[k] = (expf(z[k] - zmax) / sum - (k == y ? 1.0f : 0.0f)) / batch;
-}
-
-// dh = 0 where the ReLU was off (h == 0).
-__global__ void relu_backward(float* dh, const float* h, size_t n) {
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
-       i += size_t{gridDim.x} * blockDim.x)
-    if (h[i] <= 0.0f) dh[i] = 0.0f;
-}
-
-// out[r] = scale * sum over c of m[r + c * ld]: one block per row. Each thread adds a fixed
-// strided subset in order, then a fixed tree combines them: no atomics, so the same bits always.
-__global__ void row_sum(const float* m, int cols, int ld, float scale, float* out) {
-  __shared__ float part[kThreads];
-  int r = blockIdx.x;
-  float s = 0.0f;
-  for (int c = threadIdx.x; c < cols; c += blockDim.x) s += m[r + size_t(c) * ld];
-  part[threadIdx.x] = s;
-  __syncthreads();
-  for (int half = blockDim.x / 2; half > 0; half /= 2) {
-    if (threadIdx.x < half) part[threadIdx.x] += part[threadIdx.x + half];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) out[r] = part[0] * scale;
-}
-
-__global__ void sgd_update(float* w, const float* g, size_t n, float lr) {
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
-       i += size_t{gridDim.x} * blockDim.x)
-    w[i] -= lr * g[i];
-}
-
-unsigned grid_for(size_t n) {  // grid-stride kernels: enough blocks, capped
-  size_t blocks = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(blocks < 65535 ? blocks : 65535);
 }
 
 float* device_floats(size_t n) {
@@ -282,12 +201,6 @@ Args parse_args(int argc, char** argv) {
     ++i;  // every flag but --help takes a value
   }
   return a;
-}
-
-uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
-  return h;
 }
 
 uint64_t hash_device(uint64_t h, const float* p, size_t n) {

@@ -62,7 +62,6 @@ struct AdvisorDriver {
   PFN_cuStreamSynchronize_v2000 stream_synchronize = nullptr;
   PFN_cuEventCreate_v2000 event_create = nullptr;
   PFN_cuEventRecord_v2000 event_record = nullptr;
-  PFN_cuEventSynchronize_v2000 event_synchronize = nullptr;
   PFN_cuStreamWaitEvent_v3020 stream_wait_event = nullptr;
   PFN_cuMemPrefetchAsync_v12020 mem_prefetch_async = nullptr;
   // For UMSWAP_PREFETCH_WAIT only (a launch waits on a counter the advisor's stream writes).

@@ -32,6 +32,10 @@ constexpr size_t kEventRing = 4096;       // last-use events, by launch index mo
 constexpr uint32_t kDivergeRun = 8;       // consecutive launches off the plan that end it
 constexpr double kMinConfidence = 0.8;    // of the period detection, to plan from it
 constexpr uint64_t kMinLearnSteps = 256;  // shortest steady region planned from
+// The prefetch-wait counter's "nobody waits" value. cuStreamWaitValue64's GEQ is a cyclic
+// comparison, (int64_t)(*addr - value) >= 0, so UINT64_MAX would release nothing (it hung
+// cudnn_vgg16); 2^62 is ahead of every launch index and within the comparison's half range.
+constexpr uint64_t kReleased = uint64_t{1} << 62;
 
 void sleep_us(long us) {
   timespec ts{0, us * 1000};
@@ -82,6 +86,11 @@ class AdvisorImpl {
       nullptr;  // prefetch wait: last launch whose prefetches are done
   CUdeviceptr progress_device = 0;
   std::atomic<uint64_t> waits_from{UINT64_MAX};  // launch-path waits target launches >= this
+  bool waits_off = false;  // advisor thread: the watchdog turned the waits off for good
+  std::atomic<uint64_t> highest_wait{0};  // largest counter value a launch waits for, plus one
+  std::atomic<uint64_t> issued{0};  // counter writes for launches below this are on the stream
+  std::atomic<uint64_t> waits_placed{0};
+  std::atomic<uint64_t> waits_skipped{0};  // waits not placed: the advisor had not issued yet
 
   // Advisor thread.
   std::thread thread;
@@ -118,6 +127,18 @@ class AdvisorImpl {
   void migrate(uint64_t address, uint64_t length, bool to_gpu, uint64_t launch);
   void check_replay_keys(LivePlan& p);
   void drop_plan(uint64_t at, const char* why);
+  void release_waits();
+  void watch_waits();
+
+  // Prefetch-wait watchdog (advisor thread).
+  uint64_t watched_value = UINT64_MAX;
+  std::chrono::steady_clock::time_point watched_since;
+  uint64_t wait_stalls = 0;
+  uint64_t plan_buffers = 0, plan_buffers_found = 0;
+  // Host time the advisor thread spends inside cuMemPrefetchAsync, and how far it trails the
+  // launches (a thread blocked in the driver falls behind, and its prefetches come late).
+  double prefetch_call_s = 0, evict_call_s = 0, longest_call_s = 0;
+  uint64_t most_behind = 0;  // at the last plan's first applied launch
 };
 
 Advisor::Advisor() : impl_(new AdvisorImpl) {
@@ -168,8 +189,21 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream) {
   }
   if (a.progress_device && p->wait_ahead[phase] != UINT32_MAX && index >= p->wait_ahead[phase]) {
     const uint64_t issued_at = index - p->wait_ahead[phase];
-    if (issued_at >= a.waits_from.load(std::memory_order_acquire)) {
-      a.d.stream_wait_value64(stream, a.progress_device, issued_at, CU_STREAM_WAIT_VALUE_GEQ);
+    // Only a wait whose counter write is already on the advisor's stream: the release then needs
+    // no further call of the advisor thread, which a launch blocked on a full queue (its stream
+    // waiting) could hold up inside the driver. A prefetch not issued yet costs faults instead.
+    if (issued_at >= a.waits_from.load(std::memory_order_acquire) &&
+        issued_at >= a.issued.load(std::memory_order_acquire)) {
+      a.waits_skipped.fetch_add(1, std::memory_order_relaxed);
+    } else if (issued_at >= a.waits_from.load(std::memory_order_acquire)) {
+      if (a.d.stream_wait_value64(stream, a.progress_device, issued_at, CU_STREAM_WAIT_VALUE_GEQ) ==
+          CUDA_SUCCESS) {
+        a.waits_placed.fetch_add(1, std::memory_order_relaxed);
+        uint64_t seen = a.highest_wait.load(std::memory_order_relaxed);
+        while (seen < issued_at + 1 && !a.highest_wait.compare_exchange_weak(
+                                           seen, issued_at + 1, std::memory_order_relaxed)) {
+        }
+      }
     }
   }
 }
@@ -195,7 +229,7 @@ void Advisor::on_finish() {
   a.stop.store(true);
   a.thread.join();
   a.plan.store(nullptr, std::memory_order_release);
-  if (a.progress_host) *a.progress_host = UINT64_MAX;  // no launch waits for the advisor any more
+  if (a.progress_host) *a.progress_host = kReleased;  // no launch waits for the advisor any more
 }
 
 bool AdvisorImpl::set_up() {
@@ -229,8 +263,8 @@ bool AdvisorImpl::set_up() {
       progress_host = static_cast<volatile uint64_t*>(host);
       *progress_host = 0;
       log_warning(
-          "UMSWAP_PREFETCH_WAIT is experimental: launches wait for the advisor's prefetches; it "
-          "has hung cudnn_vgg16 (docs/advisor.md)");
+          "UMSWAP_PREFETCH_WAIT is experimental: a launch waits only for a prefetch the advisor "
+          "has already issued (docs/advisor.md)");
     } else {
       progress_device = 0;
       log_warning(
@@ -272,6 +306,7 @@ void AdvisorImpl::run() {
     }
     if (p && p->matcher) check_replay_keys(*p);
     p = plan.load(std::memory_order_relaxed);
+    if (progress_device && !waits_off) watch_waits();
     if (p) {
       apply(n);
       sleep_us(50);
@@ -280,15 +315,53 @@ void AdvisorImpl::run() {
       sleep_us(500);
     }
   }
+  release_waits();
   if (stream) d.stream_synchronize(stream);
-  if (progress_host) *progress_host = UINT64_MAX;
+  if (progress_host) *progress_host = kReleased;
+}
+
+// Releases every launch waiting on the counter, now and for good (until a new plan's reset
+// writes it again). The host write frees them at once; the stream write keeps a counter write
+// still queued on the advisor's stream (a lower value) from taking the release back.
+void AdvisorImpl::release_waits() {
+  waits_from.store(UINT64_MAX, std::memory_order_release);
+  if (!progress_device || waits_off) return;
+  *progress_host = kReleased;
+  d.stream_write_value64(stream, progress_device, kReleased, 0);
+}
+
+// A launch must never wait for ever on the advisor. If a launch waits for a counter value the
+// advisor has issued the write for, and the counter has not moved for 2 s, something is wrong
+// (a bug, or a stream the advisor's stream depends on that waits too): the waits are turned off
+// for the rest of the run, with one warning. Costs faults, never results.
+void AdvisorImpl::watch_waits() {
+  const uint64_t value = *progress_host;
+  const uint64_t wanted = highest_wait.load(std::memory_order_relaxed);
+  const auto now = std::chrono::steady_clock::now();
+  if (value >= kReleased || wanted == 0 || value >= wanted - 1 || cursor < wanted) {
+    watched_value = UINT64_MAX;
+    return;
+  }
+  if (value != watched_value) {
+    watched_value = value;
+    watched_since = now;
+    return;
+  }
+  if (now - watched_since < std::chrono::seconds(2)) return;
+  ++wait_stalls;
+  log_warning(
+      "UMSWAP_PREFETCH_WAIT: launches waited 2 s for prefetch {} (counter at {}); waits are off "
+      "for the rest of the run",
+      wanted - 1, value);
+  release_waits();
+  waits_off = true;  // no counter write may follow the release
+  watched_value = UINT64_MAX;
 }
 
 void AdvisorImpl::drop_plan(uint64_t at, const char* why) {
   LivePlan* p = plan.load();
   plan.store(nullptr, std::memory_order_release);
-  waits_from.store(UINT64_MAX);
-  if (progress_host) *progress_host = UINT64_MAX;  // release every launch waiting for this plan
+  release_waits();  // every launch waiting for this plan
   diverged.store(false);
   mismatch_run = 0;  // read by the launch path only while a plan is in force
   ++divergences;
@@ -419,7 +492,11 @@ void AdvisorImpl::migrate(uint64_t address, uint64_t length, bool to_gpu, uint64
   CUmemLocation where{};
   where.type = to_gpu ? CU_MEM_LOCATION_TYPE_DEVICE : CU_MEM_LOCATION_TYPE_HOST;
   where.id = to_gpu ? device : 0;
+  const auto t0 = std::chrono::steady_clock::now();
   const CUresult r = d.mem_prefetch_async(address, length, where, 0, stream);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  (to_gpu ? prefetch_call_s : evict_call_s) += took;
+  longest_call_s = std::max(longest_call_s, took);
   if (r != CUDA_SUCCESS) {
     ++failed_calls;
     if (warned_call_failure.first()) {
@@ -471,6 +548,12 @@ void AdvisorImpl::reset_to_start(LivePlan& p) {
   for (uint32_t b = 0; b < p.address.size(); ++b) {
     if (resolve(p, b)) planned.push_back(p.address[b]);
   }
+  plan_buffers = p.address.size();
+  plan_buffers_found = planned.size();
+  if (p.matcher) {
+    log_info("replay: {} of the trace's {} buffers found in this process", planned.size(),
+             p.address.size());
+  }
   std::sort(planned.begin(), planned.end());
   const auto snapshot = registry->snapshot();
   for (const BufferRecord& r : snapshot->records()) {
@@ -506,14 +589,16 @@ void AdvisorImpl::reset_to_start(LivePlan& p) {
 void AdvisorImpl::apply(uint64_t n) {
   LivePlan& p = *plan.load(std::memory_order_relaxed);
   for (uint64_t g = std::max(cursor, p.applied_from); g < n; ++g) {
+    most_behind = std::max(most_behind, launched.load(std::memory_order_relaxed) - g);
     if (stop.load(std::memory_order_relaxed) || diverged.load(std::memory_order_relaxed)) {
       cursor = g;
       return;
     }
     if (g == p.applied_from) {
       reset_to_start(p);
-      if (progress_device) {
+      if (progress_device && !waits_off) {
         d.stream_write_value64(stream, progress_device, g, 0);
+        issued.store(g + 1, std::memory_order_release);
         waits_from.store(std::max(n, g + 1), std::memory_order_release);
       }
     }
@@ -537,12 +622,16 @@ void AdvisorImpl::apply(uint64_t n) {
         prefetched_here = true;
       }
     }
-    if (progress_device && prefetched_here) d.stream_write_value64(stream, progress_device, g, 0);
+    if (progress_device && !waits_off && prefetched_here) {
+      d.stream_write_value64(stream, progress_device, g, 0);
+      issued.store(g + 1, std::memory_order_release);
+    }
   }
   // Every launch seen is handled: a launch waiting on one whose actions were skipped (a buffer
   // gone) must not wait for a later prefetch that may never come.
-  if (progress_device && n > std::max(cursor, p.applied_from)) {
+  if (progress_device && !waits_off && n > std::max(cursor, p.applied_from)) {
     d.stream_write_value64(stream, progress_device, n - 1, 0);
+    issued.store(n, std::memory_order_release);
   }
   cursor = std::max(cursor, n);
 }
@@ -597,6 +686,15 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
       {"failed_calls", a.failed_calls},
       {"stale_actions", a.stale_actions},
       {"late_events", a.late_events},
+      {"wait_stalls", a.wait_stalls},
+      {"waits_placed", a.waits_placed.load()},
+      {"waits_skipped", a.waits_skipped.load()},
+      {"prefetch_call_seconds", a.prefetch_call_s},
+      {"evict_call_seconds", a.evict_call_s},
+      {"longest_call_seconds", a.longest_call_s},
+      {"most_launches_behind", a.most_behind},
+      {"plan_buffers", a.plan_buffers},
+      {"plan_buffers_found", a.plan_buffers_found},
       {"prefetch_wait", a.config.prefetch_wait},
   };
   if (last) {

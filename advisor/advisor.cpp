@@ -86,11 +86,9 @@ class AdvisorImpl {
       nullptr;  // prefetch wait: last launch whose prefetches are done
   CUdeviceptr progress_device = 0;
   std::atomic<uint64_t> waits_from{UINT64_MAX};  // launch-path waits target launches >= this
-  bool waits_off = false;  // advisor thread: the watchdog turned the waits off for good
+  std::atomic<bool> waits_off{false};            // the watchdog turned the waits off for good
   std::atomic<uint64_t> highest_wait{0};  // largest counter value a launch waits for, plus one
-  std::atomic<uint64_t> issued{0};  // counter writes for launches below this are on the stream
   std::atomic<uint64_t> waits_placed{0};
-  std::atomic<uint64_t> waits_skipped{0};  // waits not placed: the advisor had not issued yet
 
   // Advisor thread.
   std::thread thread;
@@ -130,10 +128,10 @@ class AdvisorImpl {
   void release_waits();
   void watch_waits();
 
-  // Prefetch-wait watchdog (advisor thread).
-  uint64_t watched_value = UINT64_MAX;
-  std::chrono::steady_clock::time_point watched_since;
-  uint64_t wait_stalls = 0;
+  // Prefetch-wait watchdog: its own thread, because the advisor thread itself can be the one
+  // stuck (inside the driver, measured on cudnn_vgg16).
+  std::thread watchdog;
+  std::atomic<uint64_t> wait_stalls{0};
   uint64_t plan_buffers = 0, plan_buffers_found = 0;
   // Host time the advisor thread spends inside cuMemPrefetchAsync, and how far it trails the
   // launches (a thread blocked in the driver falls behind, and its prefetches come late).
@@ -189,13 +187,7 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream) {
   }
   if (a.progress_device && p->wait_ahead[phase] != UINT32_MAX && index >= p->wait_ahead[phase]) {
     const uint64_t issued_at = index - p->wait_ahead[phase];
-    // Only a wait whose counter write is already on the advisor's stream: the release then needs
-    // no further call of the advisor thread, which a launch blocked on a full queue (its stream
-    // waiting) could hold up inside the driver. A prefetch not issued yet costs faults instead.
-    if (issued_at >= a.waits_from.load(std::memory_order_acquire) &&
-        issued_at >= a.issued.load(std::memory_order_acquire)) {
-      a.waits_skipped.fetch_add(1, std::memory_order_relaxed);
-    } else if (issued_at >= a.waits_from.load(std::memory_order_acquire)) {
+    if (issued_at >= a.waits_from.load(std::memory_order_acquire)) {
       if (a.d.stream_wait_value64(stream, a.progress_device, issued_at, CU_STREAM_WAIT_VALUE_GEQ) ==
           CUDA_SUCCESS) {
         a.waits_placed.fetch_add(1, std::memory_order_relaxed);
@@ -228,6 +220,7 @@ void Advisor::on_finish() {
   if (!a.thread.joinable()) return;
   a.stop.store(true);
   a.thread.join();
+  if (a.watchdog.joinable()) a.watchdog.join();
   a.plan.store(nullptr, std::memory_order_release);
   if (a.progress_host) *a.progress_host = kReleased;  // no launch waits for the advisor any more
 }
@@ -263,8 +256,8 @@ bool AdvisorImpl::set_up() {
       progress_host = static_cast<volatile uint64_t*>(host);
       *progress_host = 0;
       log_warning(
-          "UMSWAP_PREFETCH_WAIT is experimental: a launch waits only for a prefetch the advisor "
-          "has already issued (docs/advisor.md)");
+          "UMSWAP_PREFETCH_WAIT is experimental: launches wait for the advisor's prefetches; a "
+          "watchdog turns the waits off after a 2 s stall (docs/advisor.md)");
     } else {
       progress_device = 0;
       log_warning(
@@ -280,6 +273,7 @@ bool AdvisorImpl::set_up() {
 
 void AdvisorImpl::run() {
   if (!set_up()) return;
+  if (progress_device) watchdog = std::thread([this] { watch_waits(); });
   state = "learning";
   if (matcher) {
     std::string why;
@@ -306,7 +300,6 @@ void AdvisorImpl::run() {
     }
     if (p && p->matcher) check_replay_keys(*p);
     p = plan.load(std::memory_order_relaxed);
-    if (progress_device && !waits_off) watch_waits();
     if (p) {
       apply(n);
       sleep_us(50);
@@ -325,37 +318,45 @@ void AdvisorImpl::run() {
 // still queued on the advisor's stream (a lower value) from taking the release back.
 void AdvisorImpl::release_waits() {
   waits_from.store(UINT64_MAX, std::memory_order_release);
-  if (!progress_device || waits_off) return;
+  if (!progress_device || waits_off.load()) return;
   *progress_host = kReleased;
   d.stream_write_value64(stream, progress_device, kReleased, 0);
 }
 
-// A launch must never wait for ever on the advisor. If a launch waits for a counter value the
-// advisor has issued the write for, and the counter has not moved for 2 s, something is wrong
-// (a bug, or a stream the advisor's stream depends on that waits too): the waits are turned off
-// for the rest of the run, with one warning. Costs faults, never results.
+// A launch must never wait for ever on the advisor. If launches wait for a counter value that
+// has not moved for 2 s, the waits are turned off for the rest of the run, with one warning:
+// the counter is released from the host (no driver call: the driver may be where the advisor
+// thread is stuck), and released again if a counter write still queued on the advisor's stream
+// takes it back. Costs faults, never results.
 void AdvisorImpl::watch_waits() {
-  const uint64_t value = *progress_host;
-  const uint64_t wanted = highest_wait.load(std::memory_order_relaxed);
-  const auto now = std::chrono::steady_clock::now();
-  if (value >= kReleased || wanted == 0 || value >= wanted - 1 || cursor < wanted) {
-    watched_value = UINT64_MAX;
-    return;
+  uint64_t watched = UINT64_MAX;
+  auto since = std::chrono::steady_clock::now();
+  while (!stop.load(std::memory_order_acquire)) {
+    sleep_us(100000);
+    const uint64_t value = *progress_host;
+    const uint64_t wanted = highest_wait.load(std::memory_order_relaxed);
+    const auto now = std::chrono::steady_clock::now();
+    if (value >= kReleased || wanted == 0 || value >= wanted - 1) {
+      watched = UINT64_MAX;
+      continue;
+    }
+    if (value != watched) {
+      watched = value;
+      since = now;
+      continue;
+    }
+    if (now - since < std::chrono::seconds(2)) continue;
+    if (wait_stalls.fetch_add(1) == 0) {
+      log_warning(
+          "UMSWAP_PREFETCH_WAIT: launches waited 2 s for the prefetches of launch {} (counter at "
+          "{}); waits are off for the rest of the run",
+          wanted - 1, value);
+    }
+    waits_off.store(true);  // the advisor thread writes the counter no more
+    waits_from.store(UINT64_MAX, std::memory_order_release);
+    *progress_host = kReleased;
+    watched = UINT64_MAX;
   }
-  if (value != watched_value) {
-    watched_value = value;
-    watched_since = now;
-    return;
-  }
-  if (now - watched_since < std::chrono::seconds(2)) return;
-  ++wait_stalls;
-  log_warning(
-      "UMSWAP_PREFETCH_WAIT: launches waited 2 s for prefetch {} (counter at {}); waits are off "
-      "for the rest of the run",
-      wanted - 1, value);
-  release_waits();
-  waits_off = true;  // no counter write may follow the release
-  watched_value = UINT64_MAX;
 }
 
 void AdvisorImpl::drop_plan(uint64_t at, const char* why) {
@@ -596,9 +597,8 @@ void AdvisorImpl::apply(uint64_t n) {
     }
     if (g == p.applied_from) {
       reset_to_start(p);
-      if (progress_device && !waits_off) {
+      if (progress_device && !waits_off.load()) {
         d.stream_write_value64(stream, progress_device, g, 0);
-        issued.store(g + 1, std::memory_order_release);
         waits_from.store(std::max(n, g + 1), std::memory_order_release);
       }
     }
@@ -622,16 +622,14 @@ void AdvisorImpl::apply(uint64_t n) {
         prefetched_here = true;
       }
     }
-    if (progress_device && !waits_off && prefetched_here) {
+    if (progress_device && !waits_off.load() && prefetched_here) {
       d.stream_write_value64(stream, progress_device, g, 0);
-      issued.store(g + 1, std::memory_order_release);
     }
   }
   // Every launch seen is handled: a launch waiting on one whose actions were skipped (a buffer
   // gone) must not wait for a later prefetch that may never come.
-  if (progress_device && !waits_off && n > std::max(cursor, p.applied_from)) {
+  if (progress_device && !waits_off.load() && n > std::max(cursor, p.applied_from)) {
     d.stream_write_value64(stream, progress_device, n - 1, 0);
-    issued.store(n, std::memory_order_release);
   }
   cursor = std::max(cursor, n);
 }
@@ -686,9 +684,8 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
       {"failed_calls", a.failed_calls},
       {"stale_actions", a.stale_actions},
       {"late_events", a.late_events},
-      {"wait_stalls", a.wait_stalls},
+      {"wait_stalls", a.wait_stalls.load()},
       {"waits_placed", a.waits_placed.load()},
-      {"waits_skipped", a.waits_skipped.load()},
       {"prefetch_call_seconds", a.prefetch_call_s},
       {"evict_call_seconds", a.evict_call_s},
       {"longest_call_seconds", a.longest_call_s},

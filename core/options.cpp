@@ -53,7 +53,8 @@ constexpr std::array kOptionTable = {
     OptionInfo{"UMSWAP_CUPTI_LIBRARY", "", "libcupti.so to load (default: search)"},
     OptionInfo{"UMSWAP_REPLAY", "", "trace to plan from in replay mode (`umswap replay` sets it)"},
     OptionInfo{"UMSWAP_PREFETCH_WAIT", "0",
-               "1: a launch waits for its late prefetch instead of taking page faults"},
+               "1 (experimental): a launch waits for its late prefetch instead of taking page "
+               "faults; a 2 s stall turns the waits off"},
 };
 
 }  // namespace

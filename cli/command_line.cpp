@@ -10,6 +10,7 @@
 #include <charconv>
 
 #include <algorithm>
+#include <cmath>
 
 namespace umswap::cli {
 namespace {
@@ -74,6 +75,42 @@ std::optional<std::vector<CompareMode>> parse_mode_list(const std::string& text,
     if (wanted[i]) modes.push_back(kCompareModes[i]);
   }
   return modes;
+}
+
+// `checkpoint,offload` → the baselines in their run order, without repeats; as parse_mode_list.
+std::optional<std::vector<CompareBaseline>> parse_baseline_list(const std::string& text,
+                                                                std::string* error) {
+  std::vector<bool> wanted(kCompareBaselines.size(), false);
+  size_t start = 0;
+  for (size_t i = 0; i <= text.size(); ++i) {
+    if (i < text.size() && text[i] != ',') continue;
+    const std::string name = text.substr(start, i - start);
+    start = i + 1;
+    const std::optional<CompareBaseline> baseline = parse_compare_baseline(name);
+    if (!baseline) {
+      *error = name.empty() ? fmt::format("--baselines: '{}' has an empty entry", text)
+                            : fmt::format("--baselines: '{}' is not a baseline", name);
+      *error += " (expected a comma-separated list of offload, checkpoint)";
+      return std::nullopt;
+    }
+    wanted[static_cast<size_t>(*baseline)] = true;
+  }
+  std::vector<CompareBaseline> baselines;
+  for (size_t i = 0; i < kCompareBaselines.size(); ++i) {
+    if (wanted[i]) baselines.push_back(kCompareBaselines[i]);
+  }
+  return baselines;
+}
+
+// A finite number >= 0 in plain or exponent notation (`0.01`, `1e-2`).
+std::optional<double> non_negative_number(const std::string& text) {
+  double value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() ||
+      !std::isfinite(value) || value < 0) {
+    return std::nullopt;
+  }
+  return value;
 }
 
 }  // namespace
@@ -167,13 +204,16 @@ CommandLine parse_command_line(std::span<const std::string> args) {
   compare->set_help_flag();
   compare->allow_extras();
   compare->add_flag("-h,--help", want_help);
-  std::string compare_budget, compare_modes, compare_json, steps_hint;
+  std::string compare_budget, compare_modes, compare_json, steps_hint, baselines, loss_tolerance;
   bool keep = false;
   auto* compare_budget_option = compare->add_option("--budget", compare_budget);
   auto* modes_option = compare->add_option("--modes", compare_modes);
   auto* json_option = compare->add_option("--json", compare_json);
   auto* steps_hint_option = compare->add_option("--steps-hint", steps_hint);
-  for (auto* option : {compare_budget_option, modes_option, json_option, steps_hint_option}) {
+  auto* baselines_option = compare->add_option("--baselines", baselines);
+  auto* loss_tolerance_option = compare->add_option("--loss-tolerance", loss_tolerance);
+  for (auto* option : {compare_budget_option, modes_option, json_option, steps_hint_option,
+                       baselines_option, loss_tolerance_option}) {
     option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   }
   compare->add_flag("--keep", keep);
@@ -275,10 +315,32 @@ CommandLine parse_command_line(std::span<const std::string> args) {
       }
       c.steps_hint = *n;
     }
+    if (baselines_option->count() > 0) {
+      std::string error;
+      std::optional<std::vector<CompareBaseline>> list = parse_baseline_list(baselines, &error);
+      if (!list) return usage_error(error);
+      c.baselines = std::move(*list);
+    }
+    if (loss_tolerance_option->count() > 0) {
+      const std::optional<double> tolerance = non_negative_number(loss_tolerance);
+      if (!tolerance) {
+        return usage_error(fmt::format(
+            "--loss-tolerance: '{}' is not a number of at least 0 (a relative difference such "
+            "as 0.01)",
+            loss_tolerance));
+      }
+      c.loss_tolerance = *tolerance;
+    }
     c.keep = keep;
     if (separator != args.end() && command.empty()) {
       return usage_error("compare: nothing after `--` (leave `--` out to run the bundled sample)",
                          fmt::format("usage: {}", detail::kCompareUsage));
+    }
+    if (!c.baselines.empty() && command.empty()) {
+      return usage_error(
+          "--baselines: needs a command after `--` that accepts --offload and --checkpoint (as "
+          "samples/pytorch/*.py do); the bundled cudnn_vgg16 does not",
+          fmt::format("usage: {}", detail::kCompareUsage));
     }
     c.command = std::move(command);
     result.action = Action::compare;

@@ -228,7 +228,8 @@ int compare_command(const CompareFlags& flags, const LinkProber& probe) {
 
   const bool has_replay =
       std::find(flags.modes.begin(), flags.modes.end(), CompareMode::replay) != flags.modes.end();
-  Runner runner(dir, flags.modes.size() + (has_replay ? 1 : 0), flags.steps_hint);
+  Runner runner(dir, flags.modes.size() + (has_replay ? 1 : 0) + flags.baselines.size(),
+                flags.steps_hint);
 
   std::vector<std::string> command = flags.command;
   std::optional<uint64_t> footprint_estimate;
@@ -292,14 +293,17 @@ int compare_command(const CompareFlags& flags, const LinkProber& probe) {
   const CurrentEnv current = read_current_env();
   bool warned = false;
   // Sets the environment of one run; false (after saying why) when a variable cannot be set.
-  auto prepare = [&](CompareRun run, std::optional<uint64_t> budget, const std::string& trace) {
-    const ChildEnvironment env = plan_compare_environment(
-        {.run = run,
-         .budget_bytes = budget,
-         .stats_path = (dir / fmt::format("{}.json", compare_run_name(run))).string(),
-         .trace_path = trace,
-         .managed_limit_bytes = limit_to_set},
-        current, library.path);
+  auto stats_path = [&](std::string_view run_name) {
+    return dir / fmt::format("{}.json", run_name);
+  };
+  auto prepare = [&](CompareRun run, std::optional<uint64_t> budget, const std::string& trace,
+                     const fs::path& stats) {
+    const ChildEnvironment env = plan_compare_environment({.run = run,
+                                                           .budget_bytes = budget,
+                                                           .stats_path = stats.string(),
+                                                           .trace_path = trace,
+                                                           .managed_limit_bytes = limit_to_set},
+                                                          current, library.path);
     if (!warned) {
       for (const std::string& warning : env.warnings) log(LogLevel::warning, "{}", warning);
       warned = true;
@@ -309,9 +313,6 @@ int compare_command(const CompareFlags& flags, const LinkProber& probe) {
       return false;
     }
     return true;
-  };
-  auto stats_path = [&](CompareRun run) {
-    return dir / fmt::format("{}.json", compare_run_name(run));
   };
 
   std::vector<ModeOutcome> outcomes;
@@ -336,13 +337,16 @@ int compare_command(const CompareFlags& flags, const LinkProber& probe) {
     return *budget;
   };
 
+  std::vector<ModeOutcome> baselines;
   // A command killed by SIGINT or SIGQUIT was most likely stopped from the terminal (which sends
   // them to umswap too; umswap ignores them while a command runs): run no more modes.
   auto interrupted = [&] {
-    return std::any_of(outcomes.begin(), outcomes.end(), [](const ModeOutcome& o) {
+    auto stopped = [](const ModeOutcome& o) {
       return o.exit_code == 128 + SIGINT || o.exit_code == 128 + SIGQUIT ||
              o.record_exit_code == 128 + SIGINT || o.record_exit_code == 128 + SIGQUIT;
-    });
+    };
+    return std::any_of(outcomes.begin(), outcomes.end(), stopped) ||
+           std::any_of(baselines.begin(), baselines.end(), stopped);
   };
   for (const CompareMode mode : flags.modes) {
     const std::string_view name = compare_mode_name(mode);
@@ -355,8 +359,9 @@ int compare_command(const CompareFlags& flags, const LinkProber& probe) {
       case CompareMode::managed: {
         const CompareRun run =
             mode == CompareMode::native ? CompareRun::native : CompareRun::managed;
-        if (!prepare(run, std::nullopt, "")) return give_up(kUsageErrorExitCode);
-        outcomes.push_back(outcome_of(mode, runner.run(name, command), stats_path(run)));
+        const fs::path stats = stats_path(compare_run_name(run));
+        if (!prepare(run, std::nullopt, "", stats)) return give_up(kUsageErrorExitCode);
+        outcomes.push_back(outcome_of(mode, runner.run(name, command), stats));
         break;
       }
       case CompareMode::online: {
@@ -366,8 +371,9 @@ int compare_command(const CompareFlags& flags, const LinkProber& probe) {
           outcomes.push_back(not_run(mode, ModeStatus::skipped, b.error));
           break;
         }
-        if (!prepare(CompareRun::online, b.bytes, "")) return give_up(kUsageErrorExitCode);
-        ModeOutcome o = outcome_of(mode, runner.run(name, command), stats_path(CompareRun::online));
+        const fs::path stats = stats_path(compare_run_name(CompareRun::online));
+        if (!prepare(CompareRun::online, b.bytes, "", stats)) return give_up(kUsageErrorExitCode);
+        ModeOutcome o = outcome_of(mode, runner.run(name, command), stats);
         o.budget_bytes = b.bytes;
         outcomes.push_back(std::move(o));
         break;
@@ -381,7 +387,10 @@ int compare_command(const CompareFlags& flags, const LinkProber& probe) {
           break;
         }
         const std::string trace = (dir / "compare.umtrace").string();
-        if (!prepare(CompareRun::record, b.bytes, trace)) return give_up(kUsageErrorExitCode);
+        if (!prepare(CompareRun::record, b.bytes, trace,
+                     stats_path(compare_run_name(CompareRun::record)))) {
+          return give_up(kUsageErrorExitCode);
+        }
         const Runner::Result record = runner.run("record", command);
         std::string trace_error;
         const bool have_trace = read_trace_file(trace, &trace_error).has_value();
@@ -395,8 +404,11 @@ int compare_command(const CompareFlags& flags, const LinkProber& probe) {
           runner.skip(name, fmt::format("failed: {}", why));
           o = not_run(mode, ModeStatus::failed, why);
         } else {
-          if (!prepare(CompareRun::replay, b.bytes, trace)) return give_up(kUsageErrorExitCode);
-          o = outcome_of(mode, runner.run(name, command), stats_path(CompareRun::replay));
+          const fs::path stats = stats_path(compare_run_name(CompareRun::replay));
+          if (!prepare(CompareRun::replay, b.bytes, trace, stats)) {
+            return give_up(kUsageErrorExitCode);
+          }
+          o = outcome_of(mode, runner.run(name, command), stats);
         }
         o.budget_bytes = b.bytes;
         o.record_exit_code = record.exit_code;
@@ -407,15 +419,53 @@ int compare_command(const CompareFlags& flags, const LinkProber& probe) {
     }
   }
 
+  // The baselines: the command natively, with the baseline's flag appended.
+  for (const CompareBaseline baseline : flags.baselines) {
+    const std::string_view name = compare_baseline_name(baseline);
+    ModeOutcome o;
+    if (interrupted()) {
+      o = not_run(CompareMode::native, ModeStatus::skipped, "interrupted");
+    } else {
+      if (!prepare(CompareRun::native, std::nullopt, "", stats_path(name))) {
+        return give_up(kUsageErrorExitCode);
+      }
+      std::vector<std::string> with_flag = command;
+      with_flag.emplace_back(compare_baseline_flag(baseline));
+      const Runner::Result r = runner.run(name, with_flag);
+      o = outcome_of(CompareMode::native, r, stats_path(name));
+      if (o.status == ModeStatus::failed) {
+        // A program that does not know the flag most likely names it in its complaint.
+        if (r.last_stderr_line.find(compare_baseline_flag(baseline)) != std::string::npos) {
+          o.reason += fmt::format(" (the command must accept {}, as samples/pytorch/*.py do)",
+                                  compare_baseline_flag(baseline));
+        }
+      } else if (o.output.iterations.empty() && !o.output.summary.is_object()) {
+        o.status = ModeStatus::failed;
+        o.reason = "printed no `iter <i> ms <t>` lines and no summary line to time it by";
+      }
+    }
+    o.baseline = baseline;
+    baselines.push_back(std::move(o));
+  }
+
   CompareReport report;
   report.command = command;
   report.budget_spec = flags.budget;
   report.budget = budget.value_or(BudgetChoice{});
   report.probe = probed;
   report.outcomes = outcomes;
-  report.rows = compute_rows(outcomes, probed.probe ? probed.probe->rates : LinkRates{});
+  report.rows = compute_rows(outcomes, probed.probe ? probed.probe->rates : LinkRates{},
+                             flags.loss_tolerance);
+  report.baselines = baselines;
+  report.baseline_rows = compute_baseline_rows(baselines, outcomes, flags.loss_tolerance);
+  report.loss_tolerance = flags.loss_tolerance;
+  std::vector<ModeRow> table_rows = report.rows;
+  table_rows.insert(table_rows.end(), report.baseline_rows.begin(), report.baseline_rows.end());
   std::printf("\numswap compare: %s\n\n", join_command(command).c_str());
-  std::fputs(render_table(report.rows).c_str(), stdout);
+  std::fputs(render_table(table_rows).c_str(), stdout);
+  if (const std::string verdicts = render_verdicts(report); !verdicts.empty()) {
+    std::fputs(("\n" + verdicts).c_str(), stdout);
+  }
   std::fputs(("\n" + render_notes(report)).c_str(), stdout);
   std::fflush(stdout);
 
@@ -430,8 +480,9 @@ int compare_command(const CompareFlags& flags, const LinkProber& probe) {
     }
   }
 
-  const bool all_ok = std::all_of(outcomes.begin(), outcomes.end(),
-                                  [](const ModeOutcome& o) { return o.status == ModeStatus::ok; });
+  auto is_ok = [](const ModeOutcome& o) { return o.status == ModeStatus::ok; };
+  const bool all_ok = std::all_of(outcomes.begin(), outcomes.end(), is_ok) &&
+                      std::all_of(baselines.begin(), baselines.end(), is_ok);
   if (!all_ok || flags.keep) {
     say(fmt::format("compare: outputs and stats of each run are in {}\n", dir.string()));
   } else {

@@ -198,7 +198,106 @@ std::string gb_per_s(std::optional<double> rate) {
   return rate ? fmt::format("{:.1f} GB/s", *rate / kGB) : std::string("-");
 }
 
+std::string gib(std::optional<uint64_t> bytes) {
+  return bytes ? fmt::format("{:.2f} GiB", static_cast<double>(*bytes) / kGiB)
+               : std::string("unknown");
+}
+
+std::string ms_text(std::optional<double> ms) {
+  return ms ? fmt::format("{:.1f} ms", *ms) : std::string("unknown");
+}
+
+// The name a row goes by: its baseline's, else its mode's.
+std::string_view row_name(const ModeRow& row) {
+  return row.baseline ? compare_baseline_name(*row.baseline) : compare_mode_name(row.mode);
+}
+
+const ModeOutcome* ok_native(const std::vector<ModeOutcome>& outcomes) {
+  const ModeOutcome* native = nullptr;
+  for (const ModeOutcome& o : outcomes) {
+    if (o.mode == CompareMode::native && !o.baseline && o.status == ModeStatus::ok) native = &o;
+  }
+  return native;
+}
+
+// The result check of `row` (the run `o`) against the native run: equal checksums when both
+// printed one, else the last iteration's losses within `tolerance` (relative), else nothing.
+void check_result(ModeRow& row, const ModeOutcome& native, const ModeOutcome& o, double tolerance) {
+  const ProgramOutput& a = native.output;
+  const ProgramOutput& b = o.output;
+  if (!a.checksum.empty() && !b.checksum.empty()) {
+    row.result_basis = "checksum";
+    row.same_result = a.checksum == b.checksum;
+    return;
+  }
+  if (a.iterations.empty() || b.iterations.empty()) return;
+  const IterationLine& x = a.iterations.back();
+  const IterationLine& y = b.iterations.back();
+  if (x.loss.empty() || y.loss.empty() || x.index != y.index) return;
+  row.result_basis = "loss";
+  row.loss_tolerance = tolerance;
+  const std::optional<double> u = number<double>(x.loss), v = number<double>(y.loss);
+  if (!u || !v || !std::isfinite(*u) || !std::isfinite(*v)) {
+    row.same_result = x.loss == y.loss;  // `nan` or text: only the same text is the same
+    return;
+  }
+  const double scale = std::max(std::abs(*u), std::abs(*v));
+  row.loss_relative_difference = scale > 0 ? std::abs(*u - *v) / scale : 0.0;
+  row.same_result = *row.loss_relative_difference <= tolerance;
+}
+
+// The result cell: `same` (checksums), `≈ native (loss within 0.01)`, `DIFFERS` or `-`.
+std::string result_text(const ModeRow& row) {
+  if (!row.same_result) return "-";
+  if (!*row.same_result) return "DIFFERS";
+  if (row.result_basis == "loss" && row.loss_tolerance) {
+    return fmt::format("≈ native (loss within {:g})", *row.loss_tolerance);
+  }
+  return "same";
+}
+
+json result_match_json(const ModeRow& row) {
+  if (!row.same_result) return nullptr;
+  if (!*row.same_result) return "differs";
+  return row.result_basis == "loss" ? "within_tolerance" : "same";
+}
+
+// How `a_ms` compares with `b_ms`: "1.25× faster than", "1.25× slower than", or "about as fast
+// as" when the factor would print as 1.00.
+std::string faster_or_slower(double a_ms, double b_ms) {
+  const double factor = std::max(a_ms, b_ms) / std::min(a_ms, b_ms);
+  if (factor < 1.005) return "about as fast as";
+  return fmt::format("{:.2f}× {} than", factor, a_ms < b_ms ? "faster" : "slower");
+}
+
 }  // namespace
+
+std::string_view compare_baseline_name(CompareBaseline baseline) {
+  switch (baseline) {
+    case CompareBaseline::offload:
+      return "offload";
+    case CompareBaseline::checkpoint:
+      return "checkpoint";
+  }
+  return "unknown";
+}
+
+std::string_view compare_baseline_flag(CompareBaseline baseline) {
+  switch (baseline) {
+    case CompareBaseline::offload:
+      return "--offload";
+    case CompareBaseline::checkpoint:
+      return "--checkpoint";
+  }
+  return "";
+}
+
+std::optional<CompareBaseline> parse_compare_baseline(std::string_view text) {
+  for (const CompareBaseline baseline : kCompareBaselines) {
+    if (compare_baseline_name(baseline) == trim(text)) return baseline;
+  }
+  return std::nullopt;
+}
 
 std::string_view compare_mode_name(CompareMode mode) {
   switch (mode) {
@@ -373,12 +472,9 @@ std::pair<size_t, size_t> steady_range(size_t count) {
   return {2, count};
 }
 
-std::vector<ModeRow> compute_rows(const std::vector<ModeOutcome>& outcomes,
-                                  const LinkRates& rates) {
-  const ModeOutcome* native = nullptr;
-  for (const ModeOutcome& o : outcomes) {
-    if (o.mode == CompareMode::native && o.status == ModeStatus::ok) native = &o;
-  }
+std::vector<ModeRow> compute_rows(const std::vector<ModeOutcome>& outcomes, const LinkRates& rates,
+                                  double loss_tolerance) {
+  const ModeOutcome* native = ok_native(outcomes);
   const std::optional<double> native_ms =
       native ? timing_of(*native).steady_median_ms : std::nullopt;
 
@@ -398,6 +494,7 @@ std::vector<ModeRow> compute_rows(const std::vector<ModeOutcome>& outcomes,
     row.steady_iterations = t.steady_iterations;
     row.timing_source = t.source;
     row.ratio_to_native = ratio(row.steady_median_ms, native_ms);
+    row.peak_allocated_bytes = get_u64(o.output.summary, "peak_allocated_bytes");
 
     if (o.stats) {
       const std::vector<StatsIteration>& its = o.stats->iterations;
@@ -435,22 +532,145 @@ std::vector<ModeRow> compute_rows(const std::vector<ModeOutcome>& outcomes,
     }
 
     row.checksum = o.output.checksum;
-    if (native && !is_native) {
-      const ProgramOutput& a = native->output;
-      const ProgramOutput& b = o.output;
-      if (!a.checksum.empty() && !b.checksum.empty()) {
-        row.result_basis = "checksum";
-        row.same_result = a.checksum == b.checksum;
-      } else if (!a.iterations.empty() && !b.iterations.empty() &&
-                 !a.iterations.back().loss.empty() && !b.iterations.back().loss.empty() &&
-                 a.iterations.back().index == b.iterations.back().index) {
-        row.result_basis = "loss";
-        row.same_result = a.iterations.back().loss == b.iterations.back().loss;
-      }
+    if (native && !is_native) check_result(row, *native, o, loss_tolerance);
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+std::vector<ModeRow> compute_baseline_rows(const std::vector<ModeOutcome>& baselines,
+                                           const std::vector<ModeOutcome>& outcomes,
+                                           double loss_tolerance) {
+  const ModeOutcome* native = ok_native(outcomes);
+  const std::optional<double> native_ms =
+      native ? timing_of(*native).steady_median_ms : std::nullopt;
+  std::vector<ModeRow> rows;
+  for (const ModeOutcome& o : baselines) {
+    ModeRow row;
+    row.mode = o.mode;
+    row.baseline = o.baseline;
+    row.status = o.status;
+    row.reason = o.reason;
+    if (o.status == ModeStatus::ok) {
+      const Timing t = timing_of(o);
+      row.steady_median_ms = t.steady_median_ms;
+      row.first_ms = t.first_ms;
+      row.steady_iterations = t.steady_iterations;
+      row.timing_source = t.source;
+      row.ratio_to_native = ratio(row.steady_median_ms, native_ms);
+      row.peak_allocated_bytes = get_u64(o.output.summary, "peak_allocated_bytes");
+      row.checksum = o.output.checksum;
+      if (native) check_result(row, *native, o, loss_tolerance);
     }
     rows.push_back(std::move(row));
   }
   return rows;
+}
+
+std::vector<BaselineVerdict> baseline_verdicts(const std::vector<ModeRow>& rows,
+                                               const std::vector<ModeRow>& baseline_rows) {
+  // umswap's rows that can be compared: online or replay, run, timed.
+  std::vector<const ModeRow*> umswap;
+  for (const ModeRow& r : rows) {
+    if (!r.baseline && has_budget(r.mode) && r.status == ModeStatus::ok && r.steady_median_ms &&
+        *r.steady_median_ms > 0) {
+      umswap.push_back(&r);
+    }
+  }
+  auto fastest = [](const std::vector<const ModeRow*>& of) -> const ModeRow* {
+    const ModeRow* best = nullptr;
+    for (const ModeRow* r : of) {
+      if (!best || *r->steady_median_ms < *best->steady_median_ms) best = r;
+    }
+    return best;
+  };
+
+  std::vector<BaselineVerdict> verdicts;
+  for (const ModeRow& b : baseline_rows) {
+    if (!b.baseline) continue;
+    BaselineVerdict v;
+    v.baseline = *b.baseline;
+    v.baseline_ms = b.steady_median_ms;
+    v.baseline_peak_bytes = b.peak_allocated_bytes;
+    const std::string_view name = compare_baseline_name(v.baseline);
+    const bool offload = v.baseline == CompareBaseline::offload;
+    const std::string head =
+        offload ? "umswap vs save_on_cpu (offload): " : "umswap vs checkpointing (checkpoint): ";
+    if (b.status != ModeStatus::ok || !b.steady_median_ms || *b.steady_median_ms <= 0) {
+      v.text = head + fmt::format("nothing to compare: the {} run {}", name,
+                                  b.status != ModeStatus::ok
+                                      ? fmt::format("{} (see its row)", mode_status_name(b.status))
+                                      : std::string("printed no iteration times"));
+      verdicts.push_back(std::move(v));
+      continue;
+    }
+    if (umswap.empty()) {
+      v.text = head + "nothing to compare: no online or replay run finished with iteration times";
+      verdicts.push_back(std::move(v));
+      continue;
+    }
+
+    // The row to compare with, and whether it is at equal or lower memory.
+    const ModeRow* u = nullptr;
+    std::vector<const ModeRow*> at_or_below;
+    for (const ModeRow* r : umswap) {
+      if (r->peak_resident_bytes && v.baseline_peak_bytes &&
+          *r->peak_resident_bytes <= *v.baseline_peak_bytes) {
+        at_or_below.push_back(r);
+      }
+    }
+    if (offload && !at_or_below.empty()) {
+      u = fastest(at_or_below);
+    } else if (offload) {
+      // None at equal memory: the one closest to it, to say by how much.
+      for (const ModeRow* r : umswap) {
+        if (r->peak_resident_bytes &&
+            (!u || !u->peak_resident_bytes || *r->peak_resident_bytes < *u->peak_resident_bytes)) {
+          u = r;
+        }
+      }
+      if (!u) u = fastest(umswap);
+    } else {
+      u = fastest(umswap);
+    }
+    v.umswap_mode = u->mode;
+    v.umswap_ms = u->steady_median_ms;
+    v.umswap_peak_bytes = u->peak_resident_bytes;
+    if (v.umswap_peak_bytes && v.baseline_peak_bytes) {
+      v.at_equal_memory = *v.umswap_peak_bytes <= *v.baseline_peak_bytes;
+    }
+    const std::string_view mode = compare_mode_name(u->mode);
+    const std::string figures = fmt::format("{} {}, {} GPU-resident; {} {}, {} allocated", mode,
+                                            ms_text(v.umswap_ms), gib(v.umswap_peak_bytes), name,
+                                            ms_text(v.baseline_ms), gib(v.baseline_peak_bytes));
+
+    if (!offload) {
+      v.speedup = *v.baseline_ms / *v.umswap_ms;
+      v.text = head + fmt::format("checkpointing is {} umswap {} ({})",
+                                  faster_or_slower(*v.baseline_ms, *v.umswap_ms), mode, figures);
+    } else if (v.at_equal_memory == true) {
+      v.speedup = *v.baseline_ms / *v.umswap_ms;
+      v.text = head + fmt::format(
+                          "umswap {} is {} save_on_cpu at equal or lower peak "
+                          "memory ({})",
+                          mode, faster_or_slower(*v.umswap_ms, *v.baseline_ms), figures);
+    } else if (v.at_equal_memory == false) {
+      v.text = head + fmt::format(
+                          "not at equal memory, so no speed-up is claimed: umswap's lowest peak is "
+                          "above save_on_cpu's ({})",
+                          figures);
+    } else {
+      v.text = head + fmt::format(
+                          "peak memory not known ({}), so no speed-up at equal memory is claimed "
+                          "({})",
+                          v.baseline_peak_bytes ? "umswap counted no GPU-resident bytes"
+                                                : "the offload run printed no "
+                                                  "peak_allocated_bytes",
+                          figures);
+    }
+    verdicts.push_back(std::move(v));
+  }
+  return verdicts;
 }
 
 BudgetChoice resolve_budget(const SizeSpec& spec, std::optional<uint64_t> managed_peak,
@@ -577,15 +797,16 @@ std::string render_table(const std::vector<ModeRow>& rows) {
       {"first ms", 9},  {"faults/it", 9}, {"GB in/it", 8}, {"GB out/it", 9},
       {"peak GiB", 8},  {"budget", 6},    {"result", 7},
   };
-  constexpr size_t kModeWidth = 8;
+  size_t name_width = 8;  // "managed", or a longer baseline's name
+  for (const ModeRow& row : rows) name_width = std::max(name_width, row_name(row).size());
   auto fixed = [](std::optional<double> v, int digits) {
     return v ? fmt::format("{:.{}f}", *v, digits) : std::string("-");
   };
-  std::string out = fmt::format("{:<{}}", "mode", kModeWidth);
+  std::string out = fmt::format("{:<{}}", "mode", name_width);
   for (const Column& c : kColumns) out += fmt::format("  {:>{}}", c.header, c.width);
   out += "\n";
   for (const ModeRow& row : rows) {
-    std::string line = fmt::format("{:<{}}", compare_mode_name(row.mode), kModeWidth);
+    std::string line = fmt::format("{:<{}}", row_name(row), name_width);
     if (row.status != ModeStatus::ok) {
       line += fmt::format("  {}: {}", mode_status_name(row.status), row.reason);
       out += line + "\n";
@@ -594,10 +815,11 @@ std::string render_table(const std::vector<ModeRow>& rows) {
     auto gb = [](std::optional<double> bytes) {
       return bytes ? std::optional<double>(*bytes / kGB) : std::nullopt;
     };
+    // umswap's modes: GPU-resident bytes it counted; a baseline: what PyTorch allocated.
+    const std::optional<uint64_t> peak =
+        row.baseline ? row.peak_allocated_bytes : row.peak_resident_bytes;
     const std::optional<double> peak_gib =
-        row.peak_resident_bytes
-            ? std::optional<double>(static_cast<double>(*row.peak_resident_bytes) / kGiB)
-            : std::nullopt;
+        peak ? std::optional<double>(static_cast<double>(*peak) / kGiB) : std::nullopt;
     const std::string cells[] = {
         fixed(row.steady_median_ms, 1),
         fixed(row.ratio_to_native, 2),
@@ -609,7 +831,7 @@ std::string render_table(const std::vector<ModeRow>& rows) {
         fixed(gb(row.bytes_out_per_iteration), 2),
         fixed(peak_gib, 2),
         row.budget_held ? (*row.budget_held ? "yes" : "no") : "-",
-        row.same_result ? (*row.same_result ? "same" : "DIFFERS") : "-",
+        result_text(row),
     };
     for (size_t i = 0; i < std::size(kColumns); ++i) {
       line += fmt::format("  {:>{}}", cells[i], kColumns[i].width);
@@ -639,12 +861,50 @@ std::string render_notes(const CompareReport& report) {
     out += report.budget.bytes ? fmt::format("budget: {}\n", report.budget.description)
                                : fmt::format("budget: {}\n", report.budget.error);
   }
-  for (const ModeRow& row : report.rows) {
-    if (row.timing_source == "stats") {
+  std::vector<const ModeRow*> all;
+  for (const auto* rows : {&report.rows, &report.baseline_rows}) {
+    for (const ModeRow& row : *rows) all.push_back(&row);
+  }
+  bool by_loss = false;
+  for (const ModeRow* row : all) {
+    if (row->timing_source == "stats") {
       out += fmt::format(
           "note: {} printed no iteration times; its times are umswap's (stats wall_ms)\n",
-          compare_mode_name(row.mode));
+          row_name(*row));
     }
+    by_loss = by_loss || row->result_basis == "loss";
+    if (row->same_result == false && row->result_basis == "loss") {
+      out +=
+          row->loss_relative_difference
+              ? fmt::format(
+                    "note: {}'s last loss is {:.2g} off native's (relative), more than "
+                    "--loss-tolerance {:g}\n",
+                    row_name(*row), *row->loss_relative_difference, row->loss_tolerance.value_or(0))
+              : fmt::format("note: {}'s last loss is not a number equal to native's\n",
+                            row_name(*row));
+    }
+  }
+  if (by_loss) {
+    out += fmt::format(
+        "note: result: where a run printed no checksum, its last loss is compared with native's "
+        "within "
+        "{:g} (relative; --loss-tolerance): cuDNN and cuBLAS are not bit-for-bit "
+        "deterministic\n",
+        report.loss_tolerance);
+  }
+  if (!report.baseline_rows.empty()) {
+    out +=
+        "note: peak GiB of a baseline is the program's peak_allocated_bytes "
+        "(torch.cuda.max_memory_allocated); of online and replay, the GPU-resident bytes umswap "
+        "counted\n";
+  }
+  return out;
+}
+
+std::string render_verdicts(const CompareReport& report) {
+  std::string out;
+  for (const BaselineVerdict& v : baseline_verdicts(report.rows, report.baseline_rows)) {
+    out += v.text + "\n";
   }
   return out;
 }
@@ -705,11 +965,13 @@ json compare_json(const CompareReport& report) {
         {"bytes_in_per_iteration", opt(r.bytes_in_per_iteration)},
         {"bytes_out_per_iteration", opt(r.bytes_out_per_iteration)},
         {"peak_resident_bytes", opt(r.peak_resident_bytes)},
+        {"peak_allocated_bytes", opt(r.peak_allocated_bytes)},
         {"budget_bytes", opt(r.budget_bytes)},
         {"budget_held", opt(r.budget_held)},
         {"checksum", text_or_null(r.checksum)},
-        {"result_match", r.same_result ? json(*r.same_result ? "same" : "differs") : json(nullptr)},
+        {"result_match", result_match_json(r)},
         {"result_basis", text_or_null(r.result_basis)},
+        {"loss_relative_difference", opt(r.loss_relative_difference)},
         {"raw",
          {{"iter_ms", std::move(iter_ms)},
           {"loss", std::move(losses)},
@@ -718,15 +980,64 @@ json compare_json(const CompareReport& report) {
           {"stats_error", text_or_null(o.stats_error)}}},
     });
   }
+  json baselines = json::array();
+  for (size_t i = 0; i < report.baselines.size() && i < report.baseline_rows.size(); ++i) {
+    const ModeOutcome& o = report.baselines[i];
+    const ModeRow& r = report.baseline_rows[i];
+    json iter_ms = json::array(), losses = json::array();
+    for (const IterationLine& it : o.output.iterations) {
+      iter_ms.push_back(it.ms);
+      losses.push_back(text_or_null(it.loss));
+    }
+    baselines.push_back({
+        {"baseline", o.baseline ? json(compare_baseline_name(*o.baseline)) : json(nullptr)},
+        {"flag", o.baseline ? json(compare_baseline_flag(*o.baseline)) : json(nullptr)},
+        {"status", mode_status_name(o.status)},
+        {"reason", text_or_null(o.reason)},
+        {"exit_code", opt(o.exit_code)},
+        {"wall_s", opt(o.wall_s)},
+        {"steady_median_ms", opt(r.steady_median_ms)},
+        {"timing_source", text_or_null(r.timing_source)},
+        {"steady_iterations", r.steady_iterations},
+        {"first_ms", opt(r.first_ms)},
+        {"ratio_to_native", opt(r.ratio_to_native)},
+        {"peak_allocated_bytes", opt(r.peak_allocated_bytes)},
+        {"peak_reserved_bytes", opt(get_u64(o.output.summary, "peak_reserved_bytes"))},
+        {"checksum", text_or_null(r.checksum)},
+        {"result_match", result_match_json(r)},
+        {"result_basis", text_or_null(r.result_basis)},
+        {"loss_relative_difference", opt(r.loss_relative_difference)},
+        {"raw",
+         {{"iter_ms", std::move(iter_ms)},
+          {"loss", std::move(losses)},
+          {"summary", o.output.summary}}},
+    });
+  }
+  json verdicts = json::array();
+  for (const BaselineVerdict& v : baseline_verdicts(report.rows, report.baseline_rows)) {
+    verdicts.push_back(
+        {{"baseline", compare_baseline_name(v.baseline)},
+         {"umswap_mode", v.umswap_mode ? json(compare_mode_name(*v.umswap_mode)) : json(nullptr)},
+         {"umswap_steady_median_ms", opt(v.umswap_ms)},
+         {"baseline_steady_median_ms", opt(v.baseline_ms)},
+         {"umswap_peak_resident_bytes", opt(v.umswap_peak_bytes)},
+         {"baseline_peak_allocated_bytes", opt(v.baseline_peak_bytes)},
+         {"at_equal_memory", opt(v.at_equal_memory)},
+         {"speedup", opt(v.speedup)},
+         {"text", v.text}});
+  }
   return {{"umswap_compare_version", kCompareJsonVersion},
           {"command", report.command},
+          {"loss_tolerance", report.loss_tolerance},
           {"budget_bytes", opt(report.budget.bytes)},
           {"budget",
            {{"spec", report.budget_spec.to_string()},
             {"description", text_or_null(report.budget.description)},
             {"error", text_or_null(report.budget.error)}}},
           {"probe", std::move(probe)},
-          {"modes", std::move(modes)}};
+          {"modes", std::move(modes)},
+          {"baselines", std::move(baselines)},
+          {"baseline_comparisons", std::move(verdicts)}};
 }
 
 }  // namespace umswap::cli

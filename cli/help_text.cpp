@@ -116,6 +116,15 @@ std::string help_text() {
   out += "\n";
   append_wrapped(
       out, "", 2,
+      "Baselines: --baselines offload,checkpoint runs the command natively again with --offload "
+      "or --checkpoint appended (PyTorch's save_on_cpu and activation checkpointing; the "
+      "bundled PyTorch samples accept both), after the modes. Each gets a row, and a line under "
+      "the table: umswap's speed-up over save_on_cpu only when umswap's peak GPU-resident bytes "
+      "are at or below the offload run's peak_allocated_bytes (else it says the comparison is "
+      "not at equal memory), and how much faster or slower checkpointing is than umswap.");
+  out += "\n";
+  append_wrapped(
+      out, "", 2,
       "Safety: on a shared GPU, set UMSWAP_MANAGED_LIMIT below the GPU's free memory before "
       "comparing your own command; managed memory past the GPU's capacity can hang the GPU "
       "for everyone on it.");

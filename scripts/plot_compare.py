@@ -39,9 +39,10 @@ def load(path):
         sys.exit(f"plot_compare: error: {path}: cannot open: {e.strerror}")
     except json.JSONDecodeError as e:
         sys.exit(f"plot_compare: error: {path}: not JSON ({e})")
-    if not isinstance(doc, dict) or doc.get("umswap_compare_version") != 1:
+    # Version 2 only added fields (baselines among them); the modes read here are unchanged.
+    if not isinstance(doc, dict) or doc.get("umswap_compare_version") not in (1, 2):
         sys.exit(f"plot_compare: error: {path}: not `umswap compare --json` output "
-                 "(no umswap_compare_version 1)")
+                 "(no umswap_compare_version 1 or 2)")
     if not isinstance(doc.get("modes"), list) or not doc["modes"]:
         sys.exit(f"plot_compare: error: {path}: no modes")
     return doc

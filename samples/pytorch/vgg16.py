@@ -8,7 +8,8 @@ fixed seed. Each iteration is timed between two torch.cuda.synchronize() calls:
     summary {"first_ms": ..., "steady_median_ms": ..., "peak_allocated_bytes": ...,
              "peak_reserved_bytes": ..., ...}            (one line of JSON)
 
-steady_median_ms is the median of the iterations after the first two (null if there are none).
+steady_median_ms is the median of the iterations after the first two (null if there are none);
+common.py says more.
 --offload and --checkpoint are PyTorch's own ways to save GPU memory, to compare umswap with.
 If an iteration runs out of GPU memory the script prints `oom at iter <i>: OutOfMemoryError`,
 then the summary with "oom": true, and exits 1.
@@ -16,11 +17,9 @@ Exit: 0 done, 1 out of memory, 2 bad arguments, 77 skipped (no torch, torchvisio
 """
 
 import argparse
-import contextlib
-import json
-import statistics
 import sys
-import time
+
+import common
 
 
 def parse_args():
@@ -30,15 +29,10 @@ def parse_args():
     p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
                    help="fp32, or bf16 through torch.autocast (default fp32)")
     p.add_argument("--image-size", type=int, default=224, help="image side (default 224)")
-    p.add_argument("--offload", action="store_true",
-                   help="keep saved activations in pinned host memory "
-                        "(torch.autograd.graph.save_on_cpu)")
-    p.add_argument("--checkpoint", action="store_true",
-                   help="recompute each feature block in backward (torch.utils.checkpoint)")
+    common.add_memory_saving_args(
+        p, "recompute each feature block in backward (torch.utils.checkpoint)")
     p.add_argument("--seed", type=int, default=0, help="seed for weights and data (default 0)")
-    p.add_argument("--nvtx-mark", metavar="NAME",
-                   help="emit an NVTX mark NAME at the start of each iteration "
-                        "(for `umswap record --marker NAME`)")
+    common.add_nvtx_arg(p)
     a = p.parse_args()
     if a.batch < 1 or a.steps < 1:
         p.error("--batch and --steps must be at least 1")
@@ -56,10 +50,9 @@ def main():
         from torch.utils.checkpoint import checkpoint
     except ImportError as e:
         print(f"skip: torch or torchvision is not importable ({e})")
-        return 77
-    if not torch.cuda.is_available():
-        print("skip: torch sees no CUDA device")
-        return 77
+        return common.SKIP
+    if (skip := common.cuda_or_skip(torch)) is not None:
+        return skip
 
     torch.manual_seed(args.seed)
     model = torchvision.models.vgg16(weights=None, num_classes=1000).cuda()
@@ -86,54 +79,22 @@ def main():
         return model.classifier(h)
 
     def iteration():
-        with contextlib.ExitStack() as ctx:
-            if args.precision == "bf16":
-                ctx.enter_context(torch.autocast("cuda", dtype=torch.bfloat16))
-            if args.offload:
-                ctx.enter_context(torch.autograd.graph.save_on_cpu(pin_memory=True))
+        with common.forward_context(torch, args.precision, args.offload):
             loss = F.cross_entropy(forward(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         return loss
 
-    # torch.OutOfMemoryError since 2.5; torch.cuda.OutOfMemoryError before (the same class).
-    oom_error = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
-    times, oom = [], False
-    torch.cuda.reset_peak_memory_stats()
-    for i in range(args.steps):
-        torch.cuda.synchronize()
-        if args.nvtx_mark:
-            torch.cuda.nvtx.mark(args.nvtx_mark)
-        start = time.perf_counter()
-        try:
-            loss = iteration()
-            torch.cuda.synchronize()
-        except oom_error as e:
-            print(f"oom at iter {i}: {type(e).__name__}", flush=True)
-            oom = True
-            break
-        ms = (time.perf_counter() - start) * 1e3
-        times.append(ms)
-        print(f"iter {i} ms {ms:.3f} loss {loss.item():.6f}", flush=True)
-
-    steady = times[2:]
-    summary = {
-        "first_ms": round(times[0], 3) if times else None,
-        "steady_median_ms": round(statistics.median(steady), 3) if steady else None,
-        "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
-        "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
-        "iters": len(times),
-        "oom": oom,
+    times, oom = common.timed_loop(torch, args.steps, iteration, args.nvtx_mark)
+    return common.print_summary(torch, times, oom, {
         "batch": args.batch,
         "image_size": args.image_size,
         "precision": args.precision,
         "offload": args.offload,
         "checkpoint": args.checkpoint,
         "device": torch.cuda.get_device_name(),
-    }
-    print("summary " + json.dumps(summary), flush=True)
-    return 1 if oom else 0
+    })
 
 
 if __name__ == "__main__":

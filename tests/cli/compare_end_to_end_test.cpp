@@ -34,15 +34,24 @@ umswap::trace::Trace small_trace() {
   return t;
 }
 
-// The program's environment, one line per run, goes to $LOG. $FAIL_MODE makes the run in that
-// UMSWAP_MODE fail, $INT_MODE the one killed by SIGINT; $NO_SUMMARY leaves out the summary line;
-// $GOOD_TRACE is copied to UMSWAP_TRACE.
+// The program's environment and arguments, one line per run, go to $LOG. $FAIL_MODE makes the
+// run in that UMSWAP_MODE fail, $INT_MODE the one killed by SIGINT; $NO_SUMMARY leaves out the
+// summary line; $GOOD_TRACE is copied to UMSWAP_TRACE. As the PyTorch samples do, it takes
+// --offload (slower, less memory) and --checkpoint, which $NO_CHECKPOINT makes it refuse.
 constexpr const char* kFakeProgram = R"(#!/bin/sh
-echo "$UMSWAP_MODE|${UMSWAP_BUDGET-unset}|$UMSWAP_STATS|${UMSWAP_TRACE-unset}|${UMSWAP_REPLAY-unset}|${UMSWAP_MANAGED_LIMIT-unset}|$LD_PRELOAD" >> "$LOG"
+echo "$UMSWAP_MODE|${UMSWAP_BUDGET-unset}|$UMSWAP_STATS|${UMSWAP_TRACE-unset}|${UMSWAP_REPLAY-unset}|${UMSWAP_MANAGED_LIMIT-unset}|$LD_PRELOAD|$*" >> "$LOG"
 echo "starting $UMSWAP_MODE" >&2
+if [ "$1" = --checkpoint ] && [ -n "$NO_CHECKPOINT" ]; then
+  echo "fake.sh: error: unrecognized arguments: --checkpoint" >&2; exit 2
+fi
+if [ "$1" = --offload ]; then
+  for i in 0 1 2 3; do echo "iter $i ms 2$i.5 loss 0.2501"; done
+  echo 'summary {"peak_allocated_bytes": 3000}'
+  exit 0
+fi
 i=0
 while [ $i -lt 4 ]; do echo "iter $i ms 1$i.5 loss 0.25"; i=$((i + 1)); done
-echo "checksum 0123456789abcdef"
+[ "$1" = --checkpoint ] || echo "checksum 0123456789abcdef"
 [ -n "$NO_SUMMARY" ] || echo 'summary {"peak_allocated_bytes": 4000}'
 if [ "$UMSWAP_MODE" = managed ]; then
   printf '{"umswap_stats_version": 1, "allocator": {"managed_bytes_peak": 2000}}' > "$UMSWAP_STATS"
@@ -150,7 +159,7 @@ TEST_F(CompareEndToEnd, EveryModeRunsWithItsOwnEnvironment) {
   EXPECT_FALSE(contains(r.err, "are in")) << r.err;
 
   const nlohmann::json j = nlohmann::json::parse(read_file(dir_ / "c.json"));
-  EXPECT_EQ(j["umswap_compare_version"], 1);
+  EXPECT_EQ(j["umswap_compare_version"], 2);
   EXPECT_EQ(j["command"], nlohmann::json({program_.string()}));
   EXPECT_EQ(j["budget_bytes"], 1000);
   EXPECT_TRUE(j["probe"]["ok"].is_boolean());
@@ -159,6 +168,69 @@ TEST_F(CompareEndToEnd, EveryModeRunsWithItsOwnEnvironment) {
   EXPECT_EQ(j["modes"][2]["gpu_faults_per_iteration"], 8.0);
   EXPECT_EQ(j["modes"][2]["budget_held"], false);
   EXPECT_EQ(j["modes"][3]["record_exit_code"], 0);
+}
+
+TEST_F(CompareEndToEnd, BaselinesRunNativelyWithTheirFlagAndGetRowsAndAVerdict) {
+  const Result r = compare({"--modes", "native,online", "--baselines", "checkpoint,offload",
+                            "--json", (dir_ / "c.json").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<std::string> runs = log_lines();
+  ASSERT_EQ(runs.size(), 4u) << read_file(dir_ / "log");
+  // native, online, then offload and checkpoint in that order: passthrough, flag appended.
+  EXPECT_TRUE(runs[2].starts_with("passthrough|unset|")) << runs[2];
+  EXPECT_TRUE(runs[2].ends_with("|--offload")) << runs[2];
+  EXPECT_TRUE(contains(runs[2], "/offload.json|")) << runs[2];
+  EXPECT_TRUE(runs[3].starts_with("passthrough|unset|")) << runs[3];
+  EXPECT_TRUE(runs[3].ends_with("|--checkpoint")) << runs[3];
+  EXPECT_TRUE(contains(r.err, "[3/4] offload: done in ")) << r.err;
+  EXPECT_TRUE(contains(r.err, "[4/4] checkpoint: done in ")) << r.err;
+  // offload: steady 22.5, 23.5; peak 3000 bytes. Its loss 0.2501 is within 1% of 0.25.
+  EXPECT_TRUE(contains(r.out, "\noffload          23.0      1.77")) << r.out;
+  EXPECT_TRUE(contains(r.out, "≈ native (loss within 0.01)")) << r.out;
+  EXPECT_TRUE(contains(r.out, "\ncheckpoint       13.0      1.00")) << r.out;
+  // online's counted peak, 1100 bytes, is below offload's 3000.
+  EXPECT_TRUE(contains(r.out,
+                       "umswap vs save_on_cpu (offload): umswap online is 1.77× faster "
+                       "than save_on_cpu at equal or lower peak memory"))
+      << r.out;
+  EXPECT_TRUE(contains(r.out,
+                       "umswap vs checkpointing (checkpoint): checkpointing is about "
+                       "as fast as umswap online"))
+      << r.out;
+  const nlohmann::json j = nlohmann::json::parse(read_file(dir_ / "c.json"));
+  ASSERT_EQ(j["baselines"].size(), 2u);
+  EXPECT_EQ(j["baselines"][0]["baseline"], "offload");
+  EXPECT_EQ(j["baselines"][0]["peak_allocated_bytes"], 3000);
+  EXPECT_EQ(j["baselines"][0]["result_match"], "within_tolerance");
+  EXPECT_EQ(j["baseline_comparisons"][0]["umswap_mode"], "online");
+  EXPECT_EQ(j["modes"].size(), 2u);
+}
+
+TEST_F(CompareEndToEnd, AFailingBaselineGetsItsRowAndTheRestGoesOn) {
+  const Result r =
+      compare({"--modes", "native", "--baselines", "offload,checkpoint"}, {{"NO_CHECKPOINT", "1"}});
+  EXPECT_EQ(r.exit_code, 0) << r.err;  // native ran
+  EXPECT_EQ(log_lines().size(), 3u);
+  EXPECT_TRUE(contains(r.err,
+                       "[3/3] checkpoint: failed (exit 2): fake.sh: error: unrecognized "
+                       "arguments: --checkpoint"))
+      << r.err;
+  EXPECT_TRUE(contains(r.out,
+                       "\ncheckpoint  failed: exit 2: fake.sh: error: unrecognized "
+                       "arguments: --checkpoint (the command must accept --checkpoint, as "
+                       "samples/pytorch/*.py do)\n"))
+      << r.out;
+  EXPECT_TRUE(contains(r.out, "\noffload          23.0")) << r.out;
+  EXPECT_TRUE(contains(r.out,
+                       "umswap vs checkpointing (checkpoint): nothing to compare: the "
+                       "checkpoint run failed"))
+      << r.out;
+  // No umswap run: the offload line says there is nothing to compare it with.
+  EXPECT_TRUE(contains(r.out,
+                       "umswap vs save_on_cpu (offload): nothing to compare: no online or "
+                       "replay run"))
+      << r.out;
+  EXPECT_EQ(run_directories().size(), 1u);  // kept: a run failed
 }
 
 TEST_F(CompareEndToEnd, AFailingModeGetsItsRowAndTheOthersStillRun) {

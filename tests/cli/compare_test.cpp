@@ -4,6 +4,7 @@
 #include "umswap/cli/compare.h"
 #include "umswap/cli/command_line.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -39,7 +40,23 @@ TEST(CompareCommandLine, Defaults) {
   EXPECT_EQ(f.json_path, "");
   EXPECT_EQ(f.steps_hint, 0u);
   EXPECT_FALSE(f.keep);
+  EXPECT_TRUE(f.baselines.empty());
+  EXPECT_EQ(f.loss_tolerance, 0.01);
   EXPECT_TRUE(f.command.empty());  // the bundled sample
+}
+
+TEST(CompareCommandLine, BaselinesAndLossTolerance) {
+  const CommandLine cl = parse({"compare", "--baselines", "checkpoint,offload,checkpoint",
+                                "--loss-tolerance", "1e-3", "--", "python3", "vgg16.py"});
+  ASSERT_EQ(cl.action, Action::compare) << cl.message;
+  // Always in run order, without repeats.
+  EXPECT_EQ(cl.compare_flags.baselines,
+            (std::vector<CompareBaseline>{CompareBaseline::offload, CompareBaseline::checkpoint}));
+  EXPECT_DOUBLE_EQ(cl.compare_flags.loss_tolerance, 1e-3);
+  EXPECT_EQ(parse({"compare", "--loss-tolerance", "0", "--", "x"}).compare_flags.loss_tolerance,
+            0.0);
+  EXPECT_EQ(compare_baseline_flag(CompareBaseline::offload), "--offload");
+  EXPECT_EQ(compare_baseline_flag(CompareBaseline::checkpoint), "--checkpoint");
 }
 
 TEST(CompareCommandLine, AllFlags) {
@@ -84,6 +101,15 @@ TEST(CompareCommandLine, BadValuesExit2WithAMessage) {
       {{"compare", "--bogus"}, "unknown option '--bogus'"},
       {{"compare", "python"}, "unexpected argument 'python': put the command after `--`"},
       {{"compare", "--"}, "compare: nothing after `--`"},
+      {{"compare", "--baselines", "offload,zero"}, "--baselines: 'zero' is not a baseline"},
+      {{"compare", "--baselines", ""}, "--baselines: '' has an empty entry"},
+      {{"compare", "--baselines"}, "--baselines needs a value (LIST)"},
+      {{"compare", "--baselines", "offload"},
+       "--baselines: needs a command after `--` that accepts --offload"},
+      {{"compare", "--loss-tolerance", "-0.1", "--", "x"},
+       "--loss-tolerance: '-0.1' is not a number of at least 0"},
+      {{"compare", "--loss-tolerance", "lots", "--", "x"}, "--loss-tolerance: 'lots' is not"},
+      {{"compare", "--loss-tolerance", "inf", "--", "x"}, "--loss-tolerance: 'inf' is not"},
   };
   for (const auto& c : cases) {
     const CommandLine cl = parse(c.args);
@@ -97,11 +123,26 @@ TEST(CompareCommandLine, BadValuesExit2WithAMessage) {
 TEST(CompareCommandLine, HelpExplainsFlagsColumnsAndSafety) {
   EXPECT_EQ(parse({"compare", "--help"}).action, Action::help);
   const std::string help = help_text();
-  for (const char* part :
-       {"umswap compare [--budget B]", "--modes LIST", "--json FILE", "--steps-hint N", "--keep",
-        "cudnn_vgg16", "x link", "x driver", "faults/it", "GB in/it", "peak GiB", "DIFFERS",
-        "UMSWAP_MANAGED_LIMIT", "Safety:", "Exit codes of compare",
-        "umswap replay TRACE [run options] -- command"}) {
+  for (const char* part : {"umswap compare [--budget B]",
+                           "--modes LIST",
+                           "--json FILE",
+                           "--steps-hint N",
+                           "--keep",
+                           "--baselines LIST",
+                           "--loss-tolerance X",
+                           "save_on_cpu",
+                           "not at equal memory",
+                           "cudnn_vgg16",
+                           "x link",
+                           "x driver",
+                           "faults/it",
+                           "GB in/it",
+                           "peak GiB",
+                           "DIFFERS",
+                           "UMSWAP_MANAGED_LIMIT",
+                           "Safety:",
+                           "Exit codes of compare",
+                           "umswap replay TRACE [run options] -- command"}) {
     EXPECT_TRUE(contains(help, part)) << part;
   }
 }
@@ -536,20 +577,71 @@ TEST(CompareRows, BudgetHeldWithinFivePercent) {
   EXPECT_FALSE(compute_rows(outcomes, kRates)[0].budget_held);
 }
 
-TEST(CompareRows, LossIsComparedWhenThereIsNoChecksum) {
+TEST(CompareRows, LossIsComparedWithinAToleranceWhenThereIsNoChecksum) {
   std::vector<ModeOutcome> outcomes = {
       outcome(CompareMode::native, "iter 0 ms 10 loss 2.5\niter 1 ms 10 loss 2.25\n"),
-      outcome(CompareMode::managed, "iter 0 ms 12 loss 2.5\niter 1 ms 11 loss 2.25\n"),
-      outcome(CompareMode::online, "iter 0 ms 12 loss 2.5\niter 1 ms 11 loss 2.2500001\n"),
+      // cuDNN's last digits: 2.27 is 0.9% off 2.25, within the default 1%.
+      outcome(CompareMode::managed, "iter 0 ms 12 loss 2.5\niter 1 ms 11 loss 2.27\n"),
+      outcome(CompareMode::online, "iter 0 ms 12 loss 2.5\niter 1 ms 11 loss 2.5\n"),
       outcome(CompareMode::replay, "iter 0 ms 12\n")};
   const std::vector<ModeRow> rows = compute_rows(outcomes, LinkRates{});
   EXPECT_EQ(rows[1].same_result, true);
   EXPECT_EQ(rows[1].result_basis, "loss");
-  EXPECT_EQ(rows[2].same_result, false);
+  EXPECT_NEAR(*rows[1].loss_relative_difference, 0.02 / 2.27, 1e-12);
+  EXPECT_EQ(rows[1].loss_tolerance, 0.01);
+  EXPECT_EQ(rows[2].same_result, false);  // 10% off
+  EXPECT_NEAR(*rows[2].loss_relative_difference, 0.1, 1e-12);
   EXPECT_FALSE(rows[3].same_result);  // nothing to compare
   // At most two iterations: the last one is the steady one.
   EXPECT_DOUBLE_EQ(*rows[1].steady_median_ms, 11.0);
   EXPECT_FALSE(rows[1].link_limit_ms);  // no rates
+
+  // A tighter tolerance; zero asks for equal values.
+  EXPECT_EQ(compute_rows(outcomes, LinkRates{}, 1e-3)[1].same_result, false);
+  EXPECT_EQ(compute_rows(outcomes, LinkRates{}, 0.2)[2].same_result, true);
+  std::vector<ModeOutcome> exact = {outcome(CompareMode::native, "iter 0 ms 1 loss 2.25\n"),
+                                    outcome(CompareMode::managed, "iter 0 ms 1 loss 2.250\n")};
+  EXPECT_EQ(compute_rows(exact, LinkRates{}, 0.0)[1].same_result, true);
+  // A loss that is not a number: only the same text is the same.
+  std::vector<ModeOutcome> text = {outcome(CompareMode::native, "iter 0 ms 1 loss nan\n"),
+                                   outcome(CompareMode::managed, "iter 0 ms 1 loss nan\n"),
+                                   outcome(CompareMode::online, "iter 0 ms 1 loss 2.5\n")};
+  const std::vector<ModeRow> text_rows = compute_rows(text, LinkRates{});
+  EXPECT_EQ(text_rows[1].same_result, true);
+  EXPECT_FALSE(text_rows[1].loss_relative_difference);
+  EXPECT_EQ(text_rows[2].same_result, false);
+}
+
+TEST(CompareTable, LossResultsSayHowCloseAndWhy) {
+  CompareReport report;
+  report.outcomes = {outcome(CompareMode::native, "iter 0 ms 10 loss 2.25\n"),
+                     outcome(CompareMode::managed, "iter 0 ms 11 loss 2.26\n"),
+                     outcome(CompareMode::online, "iter 0 ms 12 loss 2.5\n")};
+  report.rows = compute_rows(report.outcomes, LinkRates{});
+  const std::string table = render_table(report.rows);
+  const std::vector<std::string> lines = [&] {
+    std::vector<std::string> out;
+    size_t start = 0;
+    for (size_t nl; (nl = table.find('\n', start)) != std::string::npos; start = nl + 1) {
+      out.push_back(table.substr(start, nl - start));
+    }
+    return out;
+  }();
+  ASSERT_EQ(lines.size(), 4u) << table;
+  EXPECT_TRUE(lines[1].ends_with("       -        -")) << table;
+  EXPECT_TRUE(lines[2].ends_with("  ≈ native (loss within 0.01)")) << table;
+  EXPECT_TRUE(lines[3].ends_with("  DIFFERS")) << table;
+  const std::string notes = render_notes(report);
+  EXPECT_TRUE(contains(notes,
+                       "note: online's last loss is 0.1 off native's (relative), more than "
+                       "--loss-tolerance 0.01\n"))
+      << notes;
+  EXPECT_TRUE(contains(notes,
+                       "its last loss is compared with native's within 0.01 (relative; "
+                       "--loss-tolerance): cuDNN and cuBLAS are not bit-for-bit"))
+      << notes;
+  EXPECT_EQ(compare_json(report)["modes"][1]["result_match"], "within_tolerance");
+  EXPECT_EQ(compare_json(report)["modes"][2]["result_match"], "differs");
 }
 
 TEST(CompareRows, NoNativeMeansNoRatios) {
@@ -618,8 +710,11 @@ TEST(CompareTable, WithoutAProbeTheLinkRatiosAreDashes) {
 
 TEST(CompareJson, CarriesEveryFigure) {
   const json j = compare_json(canned_report());
-  EXPECT_EQ(j["umswap_compare_version"], 1);
+  EXPECT_EQ(j["umswap_compare_version"], 2);
   EXPECT_EQ(j["command"], (json{"./cudnn_vgg16", "--batch", "64"}));
+  EXPECT_EQ(j["loss_tolerance"], 0.01);
+  EXPECT_EQ(j["baselines"], json::array());
+  EXPECT_EQ(j["baseline_comparisons"], json::array());
   EXPECT_EQ(j["budget_bytes"], 10 * kGiB);
   EXPECT_EQ(j["budget"]["spec"], "50%");
   EXPECT_EQ(j["probe"]["ok"], true);
@@ -634,6 +729,7 @@ TEST(CompareJson, CarriesEveryFigure) {
   EXPECT_EQ(native["steady_median_ms"], 190.0);
   EXPECT_EQ(native["raw"]["iter_ms"], (json{900.0, 190.0, 180.0, 200.0, 190.0}));
   EXPECT_EQ(native["raw"]["summary"]["peak_allocated_bytes"], 20 * kGiB);
+  EXPECT_EQ(native["peak_allocated_bytes"], 20 * kGiB);
   EXPECT_TRUE(native["result_match"].is_null());
 
   const json& online = j["modes"][2];
@@ -658,6 +754,215 @@ TEST(CompareJson, CarriesEveryFigure) {
   EXPECT_EQ(k["probe"]["ok"], false);
   EXPECT_EQ(k["probe"]["error"], "no GPU");
   EXPECT_TRUE(k["probe"]["htod_bytes_per_s"].is_null());
+}
+
+// --- Baselines: PyTorch's save_on_cpu and checkpointing, from canned script output
+// --------------------------------------------------------------------------------------------
+
+// What samples/pytorch/vgg16.py prints: iter lines, then the summary with PyTorch's peaks.
+std::string script_output(double steady_ms, double last_loss, uint64_t peak_allocated) {
+  return fmt::format(
+      "iter 0 ms 900.000 loss 6.900000\niter 1 ms {0:.3f} loss 6.800000\n"
+      "iter 2 ms {0:.3f} loss 6.700000\niter 3 ms {0:.3f} loss {1:.6f}\n"
+      "summary {{\"first_ms\": 900.0, \"steady_median_ms\": {0}, \"peak_allocated_bytes\": {2}, "
+      "\"peak_reserved_bytes\": {3}, \"iters\": 4, \"oom\": false, \"offload\": true}}\n",
+      steady_ms, last_loss, peak_allocated, peak_allocated + kGiB);
+}
+
+json stats_with_peak(uint64_t peak_resident) {
+  return json{{"advisor", {{"peak_resident_bytes", peak_resident}}}};
+}
+
+ModeOutcome baseline_outcome(CompareBaseline baseline, std::string_view stdout_text) {
+  ModeOutcome o = outcome(CompareMode::native, stdout_text);
+  o.baseline = baseline;
+  return o;
+}
+
+ModeOutcome failed_baseline(CompareBaseline baseline, std::string reason) {
+  ModeOutcome o;
+  o.mode = CompareMode::native;
+  o.baseline = baseline;
+  o.status = ModeStatus::failed;
+  o.exit_code = 2;
+  o.reason = std::move(reason);
+  return o;
+}
+
+// native 100 ms with 20 GiB; online 300 ms at 9 GiB resident, replay 200 ms at 10 GiB; offload
+// and checkpoint as given.
+CompareReport baseline_report(std::vector<ModeOutcome> baselines) {
+  CompareReport report;
+  report.command = {"python3", "vgg16.py"};
+  report.outcomes = {
+      outcome(CompareMode::native, script_output(100, 5.0, 20 * kGiB)),
+      outcome(CompareMode::online, script_output(300, 5.01, 20 * kGiB), stats_with_peak(9 * kGiB)),
+      outcome(CompareMode::replay, script_output(200, 5.02, 20 * kGiB),
+              stats_with_peak(10 * kGiB))};
+  report.rows = compute_rows(report.outcomes, LinkRates{});
+  report.baselines = std::move(baselines);
+  report.baseline_rows = compute_baseline_rows(report.baselines, report.outcomes);
+  return report;
+}
+
+TEST(CompareBaselines, RowsFromTheScriptsOutput) {
+  const CompareReport report = baseline_report(
+      {baseline_outcome(CompareBaseline::offload, script_output(250, 5.0, 12 * kGiB)),
+       baseline_outcome(CompareBaseline::checkpoint, script_output(150, 5.3, 6 * kGiB))});
+  ASSERT_EQ(report.baseline_rows.size(), 2u);
+  const ModeRow& offload = report.baseline_rows[0];
+  EXPECT_EQ(offload.baseline, CompareBaseline::offload);
+  EXPECT_EQ(offload.status, ModeStatus::ok);
+  EXPECT_EQ(offload.timing_source, "program");
+  EXPECT_DOUBLE_EQ(*offload.steady_median_ms, 250.0);
+  EXPECT_DOUBLE_EQ(*offload.first_ms, 900.0);
+  EXPECT_DOUBLE_EQ(*offload.ratio_to_native, 2.5);
+  EXPECT_EQ(offload.peak_allocated_bytes, 12 * kGiB);  // torch.cuda.max_memory_allocated
+  EXPECT_FALSE(offload.peak_resident_bytes);
+  EXPECT_EQ(offload.same_result, true);
+  EXPECT_EQ(offload.result_basis, "loss");
+  const ModeRow& checkpoint = report.baseline_rows[1];
+  EXPECT_DOUBLE_EQ(*checkpoint.ratio_to_native, 1.5);
+  EXPECT_EQ(checkpoint.same_result, false);  // 5.3 is 5.7% off 5.0
+
+  // The extra rows of the same table, the name column widened for `checkpoint`; their peak is
+  // PyTorch's.
+  std::vector<ModeRow> rows = report.rows;
+  rows.insert(rows.end(), report.baseline_rows.begin(), report.baseline_rows.end());
+  const std::string table = render_table(rows);
+  EXPECT_TRUE(contains(table, "mode        steady ms  x native")) << table;
+  EXPECT_TRUE(contains(table, "\nreplay          200.0      2.00       -")) << table;
+  EXPECT_TRUE(contains(table,
+                       "\noffload         250.0      2.50       -         -      900.0"
+                       "          -         -          -     12.00       -  ≈ native "
+                       "(loss within 0.01)\n"))
+      << table;
+  EXPECT_TRUE(contains(table, "\ncheckpoint      150.0      1.50       -")) << table;
+  EXPECT_TRUE(contains(table, "      6.00       -  DIFFERS\n")) << table;
+  EXPECT_TRUE(contains(render_notes(report),
+                       "peak GiB of a baseline is the program's "
+                       "peak_allocated_bytes"));
+}
+
+TEST(CompareBaselines, AFailedBaselineKeepsItsRowAndIsNotCompared) {
+  const CompareReport report = baseline_report(
+      {failed_baseline(CompareBaseline::offload,
+                       "exit 2: vgg16.py: error: unrecognized arguments: --offload (the command "
+                       "must accept --offload, as samples/pytorch/*.py do)"),
+       baseline_outcome(CompareBaseline::checkpoint, script_output(150, 5.0, 6 * kGiB))});
+  EXPECT_EQ(report.baseline_rows[0].status, ModeStatus::failed);
+  EXPECT_FALSE(report.baseline_rows[0].steady_median_ms);
+  EXPECT_EQ(report.baseline_rows[1].status, ModeStatus::ok);  // the rest goes on
+  const std::string table = render_table(report.baseline_rows);
+  EXPECT_TRUE(contains(table,
+                       "\noffload     failed: exit 2: vgg16.py: error: unrecognized "
+                       "arguments: --offload (the command must accept --offload"))
+      << table;
+  const std::vector<BaselineVerdict> v = baseline_verdicts(report.rows, report.baseline_rows);
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_FALSE(v[0].speedup);
+  EXPECT_FALSE(v[0].umswap_mode);
+  EXPECT_EQ(v[0].text,
+            "umswap vs save_on_cpu (offload): nothing to compare: the offload run failed (see "
+            "its row)");
+  const json j = compare_json(report);
+  EXPECT_EQ(j["baselines"][0]["status"], "failed");
+  EXPECT_EQ(j["baselines"][0]["flag"], "--offload");
+  EXPECT_TRUE(j["baselines"][0]["steady_median_ms"].is_null());
+  EXPECT_EQ(j["baselines"][1]["status"], "ok");
+}
+
+TEST(CompareBaselines, SpeedUpOverSaveOnCpuAtEqualOrLowerMemory) {
+  // offload: 250 ms at 12 GiB allocated. replay (200 ms, 10 GiB) and online (300 ms, 9 GiB) are
+  // both at or below it; the faster, replay, is compared.
+  const CompareReport report = baseline_report(
+      {baseline_outcome(CompareBaseline::offload, script_output(250, 5.0, 12 * kGiB))});
+  const std::vector<BaselineVerdict> v = baseline_verdicts(report.rows, report.baseline_rows);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].umswap_mode, CompareMode::replay);
+  EXPECT_EQ(v[0].at_equal_memory, true);
+  EXPECT_DOUBLE_EQ(*v[0].speedup, 1.25);
+  EXPECT_EQ(v[0].text,
+            "umswap vs save_on_cpu (offload): umswap replay is 1.25× faster than save_on_cpu at "
+            "equal or lower peak memory (replay 200.0 ms, 10.00 GiB GPU-resident; offload 250.0 "
+            "ms, 12.00 GiB allocated)");
+  EXPECT_EQ(render_verdicts(report), v[0].text + "\n");
+
+  // At 9.5 GiB only online is at or below; it is slower.
+  const CompareReport tight = baseline_report(
+      {baseline_outcome(CompareBaseline::offload, script_output(250, 5.0, 9 * kGiB + kGiB / 2))});
+  const std::vector<BaselineVerdict> w = baseline_verdicts(tight.rows, tight.baseline_rows);
+  EXPECT_EQ(w[0].umswap_mode, CompareMode::online);
+  EXPECT_DOUBLE_EQ(*w[0].speedup, 250.0 / 300.0);
+  EXPECT_TRUE(contains(w[0].text,
+                       "umswap online is 1.20× slower than save_on_cpu at equal or "
+                       "lower peak memory"))
+      << w[0].text;
+
+  const json j = compare_json(report);
+  ASSERT_EQ(j["baseline_comparisons"].size(), 1u);
+  const json& c = j["baseline_comparisons"][0];
+  EXPECT_EQ(c["baseline"], "offload");
+  EXPECT_EQ(c["umswap_mode"], "replay");
+  EXPECT_EQ(c["speedup"], 1.25);
+  EXPECT_EQ(c["at_equal_memory"], true);
+  EXPECT_EQ(c["umswap_peak_resident_bytes"], 10 * kGiB);
+  EXPECT_EQ(c["baseline_peak_allocated_bytes"], 12 * kGiB);
+  EXPECT_EQ(j["baselines"][0]["peak_allocated_bytes"], 12 * kGiB);
+  EXPECT_EQ(j["baselines"][0]["peak_reserved_bytes"], 13 * kGiB);
+  EXPECT_EQ(j["baselines"][0]["raw"]["iter_ms"].size(), 4u);
+}
+
+TEST(CompareBaselines, NoSpeedUpClaimedWhenUmswapHoldsMoreMemory) {
+  // offload at 8 GiB: umswap's lowest peak (online, 9 GiB) is above it.
+  const CompareReport report = baseline_report(
+      {baseline_outcome(CompareBaseline::offload, script_output(400, 5.0, 8 * kGiB))});
+  const std::vector<BaselineVerdict> v = baseline_verdicts(report.rows, report.baseline_rows);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].at_equal_memory, false);
+  EXPECT_FALSE(v[0].speedup);  // umswap is faster, but with more memory: no claim
+  EXPECT_EQ(v[0].umswap_mode, CompareMode::online);
+  EXPECT_EQ(v[0].text,
+            "umswap vs save_on_cpu (offload): not at equal memory, so no speed-up is claimed: "
+            "umswap's lowest peak is above save_on_cpu's (online 300.0 ms, 9.00 GiB "
+            "GPU-resident; offload 400.0 ms, 8.00 GiB allocated)");
+  EXPECT_FALSE(contains(v[0].text, "faster"));
+  EXPECT_TRUE(compare_json(report)["baseline_comparisons"][0]["speedup"].is_null());
+
+  // Without counted residency there is nothing to hold the peak against: no claim either.
+  CompareReport unknown = baseline_report(
+      {baseline_outcome(CompareBaseline::offload, script_output(400, 5.0, 12 * kGiB))});
+  for (ModeRow& row : unknown.rows) row.peak_resident_bytes.reset();
+  const std::vector<BaselineVerdict> u = baseline_verdicts(unknown.rows, unknown.baseline_rows);
+  EXPECT_FALSE(u[0].at_equal_memory);
+  EXPECT_FALSE(u[0].speedup);
+  EXPECT_TRUE(contains(u[0].text,
+                       "peak memory not known (umswap counted no GPU-resident bytes), "
+                       "so no speed-up at equal memory is claimed"))
+      << u[0].text;
+}
+
+TEST(CompareBaselines, CheckpointingFasterOrSlowerThanUmswap) {
+  const CompareReport faster = baseline_report(
+      {baseline_outcome(CompareBaseline::checkpoint, script_output(150, 5.0, 6 * kGiB))});
+  const std::vector<BaselineVerdict> v = baseline_verdicts(faster.rows, faster.baseline_rows);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].umswap_mode, CompareMode::replay);  // the fastest umswap run
+  EXPECT_DOUBLE_EQ(*v[0].speedup, 0.75);
+  EXPECT_EQ(v[0].text,
+            "umswap vs checkpointing (checkpoint): checkpointing is 1.33× faster than umswap "
+            "replay (replay 200.0 ms, 10.00 GiB GPU-resident; checkpoint 150.0 ms, 6.00 GiB "
+            "allocated)");
+  const CompareReport slower = baseline_report(
+      {baseline_outcome(CompareBaseline::checkpoint, script_output(500, 5.0, 6 * kGiB))});
+  EXPECT_TRUE(contains(baseline_verdicts(slower.rows, slower.baseline_rows)[0].text,
+                       "checkpointing is 2.50× slower than umswap replay"));
+  // No umswap run to compare with.
+  CompareReport alone = slower;
+  alone.rows.resize(1);  // native only
+  EXPECT_EQ(baseline_verdicts(alone.rows, alone.baseline_rows)[0].text,
+            "umswap vs checkpointing (checkpoint): nothing to compare: no online or replay run "
+            "finished with iteration times");
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // `umswap compare`, the pure parts: reading what each run left behind (the program's output and
 // umswap's stats file), the budget, the link limits, the default command's size, each run's
-// environment, and the table and JSON. Nothing here runs a process or touches CUDA
-// (compare_command() in cli_main.h does), so all of it is unit-tested from canned data.
+// environment, the baselines' verdicts, and the table and JSON. Nothing here runs a process or
+// touches CUDA (compare_command() in cli_main.h does), so all of it is unit-tested from canned
+// data.
 #pragma once
 
 #include "umswap/cli/child_environment.h"
@@ -19,7 +20,7 @@
 
 namespace umswap::cli {
 
-inline constexpr int kCompareJsonVersion = 1;
+inline constexpr int kCompareJsonVersion = 2;
 // A budget counts as held while peak GPU-resident bytes stay within this factor of it.
 inline constexpr double kBudgetTolerance = 1.05;
 
@@ -83,6 +84,9 @@ std::string_view mode_status_name(ModeStatus status);  // "ok", "failed", "skipp
 
 struct ModeOutcome {
   CompareMode mode = CompareMode::native;
+  // Set for a baseline run; `mode` is then native: the native run's environment, with the
+  // baseline's flag appended to the command.
+  std::optional<CompareBaseline> baseline;
   ModeStatus status = ModeStatus::skipped;
   std::string reason;                    // why it failed or was skipped; "" when ok
   std::optional<int> exit_code;          // of the command (replay: of the replay run)
@@ -123,6 +127,7 @@ std::pair<size_t, size_t> steady_range(size_t count);
 
 struct ModeRow {
   CompareMode mode = CompareMode::native;
+  std::optional<CompareBaseline> baseline;  // a baseline's row (its name replaces the mode's)
   ModeStatus status = ModeStatus::skipped;
   std::string reason;
   std::optional<double> steady_median_ms;
@@ -138,17 +143,56 @@ struct ModeRow {
   std::optional<double> bytes_in_per_iteration;   // bytes_htod, mean over steady iterations
   std::optional<double> bytes_out_per_iteration;  // bytes_dtoh, mean over steady iterations
   std::optional<uint64_t> peak_resident_bytes;    // advisor.peak_resident_bytes
+  std::optional<uint64_t> peak_allocated_bytes;   // the program's summary (PyTorch's own peak)
   std::optional<uint64_t> budget_bytes;           // online and replay only
   std::optional<bool> budget_held;                // peak_resident <= budget * kBudgetTolerance
   std::string checksum;
-  std::optional<bool> same_result;  // vs native; nullopt when either side has nothing to compare
-  std::string result_basis;         // "checksum", "loss" (of the last iteration) or ""
+  // vs native; nullopt when either side has nothing to compare. With a checksum on both sides,
+  // equal checksums; else the last iteration's losses within loss_tolerance of each other.
+  std::optional<bool> same_result;
+  std::string result_basis;  // "checksum", "loss" (of the last iteration) or ""
+  // basis "loss": |a - b| / max(|a|, |b|) (0 for two zeros), and the tolerance it was held to;
+  // nullopt when a loss is not a number (then the texts must be equal).
+  std::optional<double> loss_relative_difference;
+  std::optional<double> loss_tolerance;
 };
 
 // The rows for `outcomes` (one per mode, in order). Ratios are to the native outcome's median;
 // the native row's bytes moved count as 0 when its stats have none (passthrough moves no managed
 // memory). Rows of failed or skipped modes carry only status and reason.
-std::vector<ModeRow> compute_rows(const std::vector<ModeOutcome>& outcomes, const LinkRates& rates);
+std::vector<ModeRow> compute_rows(const std::vector<ModeOutcome>& outcomes, const LinkRates& rates,
+                                  double loss_tolerance = kDefaultLossTolerance);
+// The rows for `baselines` (outcomes with `baseline` set): times, ratio to the native outcome
+// among `outcomes`, the program's peak_allocated_bytes and the result check; no stats or limits.
+std::vector<ModeRow> compute_baseline_rows(const std::vector<ModeOutcome>& baselines,
+                                           const std::vector<ModeOutcome>& outcomes,
+                                           double loss_tolerance = kDefaultLossTolerance);
+
+// --- Baselines against umswap
+// ---------------------------------------------------------------------------
+
+// One baseline against umswap's online or replay run, for the line under the table. Peaks are of
+// different kinds: umswap's is the GPU-resident managed bytes the driver's records count, the
+// baseline's what PyTorch allocated (torch.cuda.max_memory_allocated), which leaves out
+// PyTorch's cached free blocks; a resident peak at or below it is at equal or lower memory.
+struct BaselineVerdict {
+  CompareBaseline baseline = CompareBaseline::offload;
+  std::optional<CompareMode> umswap_mode;  // the row compared with; nullopt: none ran
+  std::optional<double> umswap_ms;
+  std::optional<double> baseline_ms;
+  std::optional<uint64_t> umswap_peak_bytes;    // peak GPU-resident
+  std::optional<uint64_t> baseline_peak_bytes;  // peak_allocated_bytes
+  std::optional<bool> at_equal_memory;          // umswap peak <= baseline peak; nullopt: unknown
+  // baseline_ms / umswap_ms (> 1: umswap is faster). For offload only at equal memory: a
+  // speed-up bought with more GPU memory is no speed-up over save_on_cpu.
+  std::optional<double> speedup;
+  std::string text;  // the line, without a newline
+};
+// For each baseline row: offload against the fastest online/replay row whose peak is at or below
+// its own (else against the one with the lowest peak, saying it is not at equal memory);
+// checkpoint against the fastest online/replay row.
+std::vector<BaselineVerdict> baseline_verdicts(const std::vector<ModeRow>& rows,
+                                               const std::vector<ModeRow>& baseline_rows);
 
 // --- Budget
 // ----------------------------------------------------------------------------------------
@@ -218,12 +262,19 @@ struct CompareReport {
   LinkProbeResult probe;
   std::vector<ModeOutcome> outcomes;
   std::vector<ModeRow> rows;
+  std::vector<ModeOutcome> baselines;  // in kCompareBaselines order
+  std::vector<ModeRow> baseline_rows;
+  double loss_tolerance = kDefaultLossTolerance;
 };
 
 // The table, one line per row, columns as documented in docs/cli.md; `-` where a figure is
-// unknown; a failed or skipped row shows its reason after the mode.
+// unknown; a failed or skipped row shows its reason after the mode (or baseline) name. A
+// baseline's `peak GiB` is its peak_allocated_bytes.
 std::string render_table(const std::vector<ModeRow>& rows);
-// The lines under the table: the link rates (or why there are none), the budget, probe notes.
+// The baseline verdicts' lines (empty without baselines).
+std::string render_verdicts(const CompareReport& report);
+// The lines under the table: the link rates (or why there are none), the budget, probe notes,
+// how results were compared without a checksum, and what a baseline's peak is.
 std::string render_notes(const CompareReport& report);
 // The --json document (schema in docs/cli.md).
 nlohmann::json compare_json(const CompareReport& report);

@@ -29,6 +29,13 @@ inline constexpr std::array kCompareFlags = {
                     "they always run in that order"},
     CompareFlagInfo{"--json", "FILE",
                     "also write every figure, the probe and each run's raw numbers as JSON"},
+    CompareFlagInfo{"--baselines", "LIST",
+                    "also run the command natively with --offload (save_on_cpu) and/or "
+                    "--checkpoint appended, comma-separated: offload,checkpoint [default: none]; "
+                    "the command must accept those flags, as samples/pytorch/*.py do"},
+    CompareFlagInfo{"--loss-tolerance", "X",
+                    "without a checksum, a last loss within X (relative) of native's counts as "
+                    "the same result [default: 0.01]"},
     CompareFlagInfo{"--steps-hint", "N",
                     "iterations the command runs, for the progress line; the default command "
                     "runs N steps [default: 8]"},
@@ -57,11 +64,14 @@ inline constexpr std::array kCompareColumns = {
     CompareColumnInfo{"faults/it", "GPU page faults per steady iteration (mean)"},
     CompareColumnInfo{"GB in/it", "bytes moved host->device per steady iteration, 1e9 bytes"},
     CompareColumnInfo{"GB out/it", "bytes moved device->host per steady iteration"},
-    CompareColumnInfo{"peak GiB", "peak GPU-resident bytes, counted from the driver's records"},
+    CompareColumnInfo{"peak GiB",
+                      "peak GPU-resident bytes, counted from the driver's records; a baseline's: "
+                      "the program's peak_allocated_bytes"},
     CompareColumnInfo{"budget", "yes when peak GPU-resident stayed within the budget + 5%"},
     CompareColumnInfo{"result",
-                      "same or DIFFERS: the program's checksum (else its last loss) against "
-                      "the native run's"},
+                      "same or DIFFERS: the program's checksum against the native run's; "
+                      "without one, the last losses within --loss-tolerance of each other "
+                      "(≈ native) or not (DIFFERS), as cuDNN is not deterministic"},
 };
 
 }  // namespace umswap::cli::detail

@@ -1,0 +1,104 @@
+"""What the timed PyTorch training scripts share: their common flags, the skip check, the timed
+loop and the output it prints.
+
+The output is an interface: `umswap compare`, scripts/bench_fit.py, scripts/bench_tracer.py and
+tests/gpu/period_vs_marks.sh read it. Per iteration, timed between two torch.cuda.synchronize()
+calls:
+
+    iter <i> ms <float> loss <float>
+
+then, once, one line of JSON:
+
+    summary {"first_ms": ..., "steady_median_ms": ..., "peak_allocated_bytes": ...,
+             "peak_reserved_bytes": ..., "iters": ..., "oom": ..., <the script's settings>}
+
+steady_median_ms is the median of the iterations after the first two (null if there are none);
+the peaks are torch.cuda.max_memory_allocated() and max_memory_reserved() over the loop. An
+iteration that runs out of GPU memory prints `oom at iter <i>: OutOfMemoryError` and ends the
+loop; the summary then has "oom": true and the script exits 1.
+
+torch is imported by the scripts, not here, so that a machine without it can still print the
+usage and the skip line.
+"""
+
+import contextlib
+import json
+import statistics
+import time
+
+# Exit code of a script that cannot run here (no torch, no CUDA): ctest's SKIP_RETURN_CODE.
+SKIP = 77
+
+
+def add_memory_saving_args(p, checkpoint_help):
+    """--offload and --checkpoint: PyTorch's own ways to save GPU memory, to compare umswap with.
+    `umswap compare --baselines` appends them to the command, so every script spells them so."""
+    p.add_argument("--offload", action="store_true",
+                   help="keep saved activations in pinned host memory "
+                        "(torch.autograd.graph.save_on_cpu)")
+    p.add_argument("--checkpoint", action="store_true", help=checkpoint_help)
+
+
+def add_nvtx_arg(p):
+    p.add_argument("--nvtx-mark", metavar="NAME",
+                   help="emit an NVTX mark NAME at the start of each iteration "
+                        "(for `umswap record --marker NAME`)")
+
+
+def cuda_or_skip(torch):
+    """None when torch sees a GPU; else prints the skip line and returns SKIP."""
+    if torch.cuda.is_available():
+        return None
+    print("skip: torch sees no CUDA device")
+    return SKIP
+
+
+def forward_context(torch, precision, offload):
+    """The context a forward pass runs in: bf16 autocast and/or save_on_cpu, as asked."""
+    ctx = contextlib.ExitStack()
+    if precision == "bf16":
+        ctx.enter_context(torch.autocast("cuda", dtype=torch.bfloat16))
+    if offload:
+        ctx.enter_context(torch.autograd.graph.save_on_cpu(pin_memory=True))
+    return ctx
+
+
+def timed_loop(torch, steps, iteration, nvtx_mark=None):
+    """Runs iteration() `steps` times, printing an `iter` line for each; returns (times in ms,
+    whether it ran out of memory). iteration() returns the loss tensor."""
+    # torch.OutOfMemoryError since 2.5; torch.cuda.OutOfMemoryError before (the same class).
+    oom_error = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+    times = []
+    torch.cuda.reset_peak_memory_stats()
+    for i in range(steps):
+        torch.cuda.synchronize()
+        if nvtx_mark:
+            torch.cuda.nvtx.mark(nvtx_mark)
+        start = time.perf_counter()
+        try:
+            loss = iteration()
+            torch.cuda.synchronize()
+        except oom_error as e:
+            print(f"oom at iter {i}: {type(e).__name__}", flush=True)
+            return times, True
+        ms = (time.perf_counter() - start) * 1e3
+        times.append(ms)
+        print(f"iter {i} ms {ms:.3f} loss {loss.item():.6f}", flush=True)
+    return times, False
+
+
+def print_summary(torch, times, oom, settings):
+    """Prints the summary line (the loop's figures, then `settings` in their order); returns the
+    script's exit code: 1 after an out-of-memory, else 0."""
+    steady = times[2:]
+    summary = {
+        "first_ms": round(times[0], 3) if times else None,
+        "steady_median_ms": round(statistics.median(steady), 3) if steady else None,
+        "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
+        "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
+        "iters": len(times),
+        "oom": oom,
+    }
+    summary.update(settings)
+    print("summary " + json.dumps(summary), flush=True)
+    return 1 if oom else 0

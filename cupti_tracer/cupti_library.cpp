@@ -42,6 +42,7 @@ bool CuptiLibrary::load(const std::string& path, std::string* reason) {
   get(activity_register_callbacks, "cuptiActivityRegisterCallbacks");
   get(activity_get_next_record, "cuptiActivityGetNextRecord");
   get(activity_flush_all, "cuptiActivityFlushAll");
+  get(activity_get_num_dropped_records, "cuptiActivityGetNumDroppedRecords");
   get(configure_unified_memory_counter, "cuptiActivityConfigureUnifiedMemoryCounter");
   get(get_timestamp, "cuptiGetTimestamp");
   return complete;

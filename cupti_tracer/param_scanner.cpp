@@ -65,7 +65,7 @@ ParamLayoutCache::ParamLayoutCache(size_t capacity)
 
 ParamLayoutCache::~ParamLayoutCache() = default;
 
-const ParamLayout* ParamLayoutCache::find(uint64_t function) const {
+const FunctionLayout* ParamLayoutCache::find(uint64_t function) const {
   if (function == 0) return nullptr;
   for (size_t i = mix(function) & mask_, probes = 0; probes <= mask_;
        i = (i + 1) & mask_, ++probes) {
@@ -76,7 +76,8 @@ const ParamLayout* ParamLayoutCache::find(uint64_t function) const {
   return nullptr;
 }
 
-const ParamLayout* ParamLayoutCache::insert(uint64_t function, std::span<const ParamSlot> layout) {
+const FunctionLayout* ParamLayoutCache::insert(uint64_t function, std::span<const ParamSlot> params,
+                                               uint32_t key) {
   if (function == 0) return nullptr;
   std::lock_guard lock(write_mutex_);
   for (size_t i = mix(function) & mask_, probes = 0; probes <= mask_;
@@ -86,14 +87,16 @@ const ParamLayout* ParamLayoutCache::insert(uint64_t function, std::span<const P
     if (f == function) {
       if (replaced_ >= capacity_) return nullptr;
       ++replaced_;
-      owned_.push_back(std::make_unique<const ParamLayout>(layout.begin(), layout.end()));
+      owned_.push_back(std::make_unique<const FunctionLayout>(
+          FunctionLayout{.params = {params.begin(), params.end()}, .key = key}));
       slot.layout.store(owned_.back().get(), std::memory_order_release);
       return owned_.back().get();
     }
     if (f == 0) {
       if (size_.load(std::memory_order_relaxed) >= capacity_) return nullptr;
-      owned_.push_back(std::make_unique<const ParamLayout>(layout.begin(), layout.end()));
-      // Layout first, then the key: a reader that sees the key sees the layout.
+      owned_.push_back(std::make_unique<const FunctionLayout>(
+          FunctionLayout{.params = {params.begin(), params.end()}, .key = key}));
+      // Layout first, then the handle: a reader that finds the handle sees the layout.
       slot.layout.store(owned_.back().get(), std::memory_order_release);
       slot.function.store(function, std::memory_order_release);
       size_.fetch_add(1, std::memory_order_relaxed);

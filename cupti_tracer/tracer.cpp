@@ -2,14 +2,19 @@
 
 #include <cupti.h>
 
+#include <pthread.h>
 #include <unistd.h>
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -21,23 +26,22 @@
 #include "umswap/tracer/extents.h"
 #include "umswap/tracer/iteration_detector.h"
 #include "umswap/tracer/param_scanner.h"
+#include "umswap/tracer/step_recorder.h"
 
 namespace umswap::tracer {
 namespace {
 
 constexpr size_t kActivityBufferBytes = 4 << 20;  // a few MB, as CUPTI's samples suggest
 constexpr size_t kMaxActivityBuffers = 64;        // past this, records are dropped and counted
-constexpr size_t kMaxSteps = size_t{1} << 24;     // step log bound: 16 Mi launches
+constexpr size_t kMaxFunctions = 16384;           // layouts cached; past this, read per launch
+// How often the flush thread looks for a finished iteration: at most this many flushes a second.
+constexpr auto kFlushPoll = std::chrono::milliseconds(100);
 
-// A launch or copy as the callback saw it: which buffers at which pointers.
-struct StepRecord {
-  trace::StepKind kind = trace::StepKind::kernel;
-  uint32_t name = 0;
-  uint64_t stream = 0;
-  uint32_t correlation = 0;
-  uint64_t first_hit = 0;
-  uint32_t hit_count = 0;
-};
+// The copies the tracer logs, each with its step name.
+enum class Copy : uint8_t { memcpy, htod, dtoh, dtod, memset, count };
+constexpr const char* kCopyNames[] = {"memcpy", "memcpy HtoD", "memcpy DtoH", "memcpy DtoD",
+                                      "memset"};
+static_assert(std::size(kCopyNames) == static_cast<size_t>(Copy::count));
 
 // A unified-memory counter record, kept raw until the trace is assembled.
 struct UmRecord {
@@ -52,21 +56,11 @@ class Tracer {
              std::string* reason);
   void finish();
   void mark(std::string_view source) {
-    std::lock_guard lock(log_mutex_);
-    marks_.push_back(steps_.size());
-    detector_.mark(source);
+    if (StepRecorder* r = recorder()) r->mark(source);
   }
   bool running() const { return running_.load(std::memory_order_acquire); }
-  std::vector<uint32_t> copy_keys(uint64_t first, uint64_t max);
-  bool copy_steps(uint64_t first, uint64_t count, StepLog* out);
-  uint64_t logged_steps() {
-    std::lock_guard lock(log_mutex_);
-    return steps_.size();
-  }
-  std::string key_name(uint32_t key) {
-    std::lock_guard lock(log_mutex_);
-    return key < names_.size() ? names_[key] : std::string();
-  }
+  // The log's readers (the advisor thread): no lock, never in a launch's way.
+  StepRecorder* recorder() const { return recorder_.load(std::memory_order_acquire); }
   const RunSummary* summary() const { return summary_.get(); }
 
   static void CUPTIAPI on_callback(void* self, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
@@ -76,23 +70,18 @@ class Tracer {
                                            size_t size, size_t valid_size);
 
  private:
-  struct KernelInfo {
-    ParamLayout layout;
-    uint32_t name = 0;
-  };
   void on_launch(CUfunction f, CUstream stream, void** params, void** extra, uint32_t correlation,
                  const char* symbol);
-  void append_step(StepRecord step);
-  void observe(uint32_t key, CUstream stream);
+  void on_copy(Copy copy, CUstream stream, uint32_t correlation, CUdeviceptr a, CUdeviceptr b);
+  void pending(uint64_t index, CUstream stream);
   void summarize(trace::Trace t);
   void on_first_call();
-  void record_hits(const Registry::Snapshot& snapshot);
-  void on_copy(trace::StepKind kind, const char* name, CUstream stream, uint32_t correlation,
-               CUdeviceptr a, CUdeviceptr b, size_t bytes);
-  const KernelInfo& kernel_of(CUfunction f, const char* symbol);
-  uint32_t intern(std::string_view name);
+  const FunctionLayout& function_of(CUfunction f, const char* symbol, FunctionLayout* uncached);
   void parse_activity(uint8_t* buffer, size_t valid_size);
-  trace::Trace assemble();
+  void count_dropped_records();
+  void flush_loop();
+  void stop_flush_thread();
+  trace::Trace assemble(StepRecorder::Recording recording);
 
   TracerConfig config_;
   TracerDriver driver_;
@@ -100,34 +89,34 @@ class Tracer {
   CuptiLibrary cupti_;
   CUpti_SubscriberHandle subscriber_ = nullptr;
   std::atomic<bool> running_{false};
-  std::atomic<bool> recording_{true};
   std::atomic<bool> first_call_done_{false};
   pid_t pid_ = 0;
   std::string marker_source_;  // "nvtx:<name>"
 
-  // Launch path state, shared by launching threads only.
-  std::mutex log_mutex_;
-  std::vector<StepRecord> steps_;
-  std::vector<PointerHit> hits_;
-  std::vector<PointerHit> scratch_;
-  std::unordered_map<uint64_t, KernelInfo> kernels_;
-  std::vector<uint32_t> keys_;   // step keys, for detection over the whole run
-  std::vector<uint64_t> marks_;  // steps that begin an iteration by marker
-  std::unordered_map<std::string, uint32_t> name_ids_;
-  std::vector<std::string> names_;
-  std::unordered_map<uint64_t, BufferRecord> buffers_;  // every buffer a step touched, by id
-  IterationDetector detector_;
-  uint64_t dropped_steps_ = 0;
-  uint64_t launches_ = 0;  // every step seen, logged or not: the observer's launch index
+  // Launch path. The recorder serializes launching threads among themselves; the function cache
+  // and the copy keys are read without a lock, and only a function or copy seen for the first
+  // time takes functions_mutex_ (launching threads only).
+  std::atomic<StepRecorder*> recorder_{nullptr};  // made by start(), never destroyed
+  std::unique_ptr<ParamLayoutCache> functions_;
+  std::mutex functions_mutex_;
+  std::atomic<uint32_t> copy_keys_[static_cast<size_t>(Copy::count)];
   std::unique_ptr<RunSummary> summary_;
   bool um_counters_ = false;
 
-  // Activity state, written on CUPTI's thread.
+  // Activity state, written on CUPTI's thread (or the thread that flushes).
   std::mutex activity_mutex_;
   std::unordered_map<uint32_t, std::pair<uint64_t, uint64_t>> kernel_times_;  // correlation
   std::vector<UmRecord> um_records_;
   std::atomic<size_t> buffers_out_{0};
   std::atomic<uint64_t> dropped_records_{0};
+
+  // The flush thread: hands CUPTI's filled-so-far buffers over after each iteration. Its mutex
+  // is only for stopping it; it is never held across cuptiActivityFlushAll.
+  std::thread flush_thread_;
+  std::mutex flush_mutex_;
+  std::condition_variable flush_wake_;
+  bool flush_stop_ = false;  // guarded by flush_mutex_
+  std::atomic<uint64_t> flushes_{0};
 };
 
 Tracer* g_tracer = nullptr;
@@ -143,9 +132,10 @@ thread_local PendingLaunch t_pending __attribute__((tls_model("initial-exec")));
 void CUPTIAPI Tracer::on_callback(void* self, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                                   const void* data) {
   auto* tracer = static_cast<Tracer*>(self);
-  if (!tracer->running_.load(std::memory_order_relaxed)) return;
+  // Acquire: what start() made before running_ (the recorder, the function cache) is visible.
+  if (!tracer->running_.load(std::memory_order_acquire)) return;
   if (domain == CUPTI_CB_DOMAIN_NVTX) {
-    if (!tracer->recording_.load(std::memory_order_relaxed)) return;
+    if (!tracer->recorder()->recording()) return;
     // nvtxRangePushA, nvtxRangeStartA and nvtxMarkA all take `const char* message` first.
     if (cbid == CUPTI_CBID_NVTX_nvtxRangePushA || cbid == CUPTI_CBID_NVTX_nvtxRangeStartA ||
         cbid == CUPTI_CBID_NVTX_nvtxMarkA) {
@@ -171,7 +161,6 @@ void CUPTIAPI Tracer::on_callback(void* self, CUpti_CallbackDomain domain, CUpti
   }
   const void* p = cb->functionParams;
   const uint32_t corr = cb->correlationId;
-  using K = trace::StepKind;
   switch (cbid) {
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz: {
@@ -195,69 +184,67 @@ void CUPTIAPI Tracer::on_callback(void* self, CUpti_CallbackDomain domain, CUpti
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync:
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync_ptsz: {
       const auto* a = static_cast<const cuMemcpyAsync_params*>(p);
-      tracer->on_copy(K::memcpy, "memcpy", a->hStream, corr, a->dst, a->src, a->ByteCount);
+      tracer->on_copy(Copy::memcpy, a->hStream, corr, a->dst, a->src);
       break;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpy: {
       const auto* a = static_cast<const cuMemcpy_params*>(p);
-      tracer->on_copy(K::memcpy, "memcpy", nullptr, corr, a->dst, a->src, a->ByteCount);
+      tracer->on_copy(Copy::memcpy, nullptr, corr, a->dst, a->src);
       break;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2:
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2_ptsz: {
       const auto* a = static_cast<const cuMemcpyHtoDAsync_v2_params*>(p);
-      tracer->on_copy(K::memcpy, "memcpy HtoD", a->hStream, corr, a->dstDevice, 0, a->ByteCount);
+      tracer->on_copy(Copy::htod, a->hStream, corr, a->dstDevice, 0);
       break;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2: {
       const auto* a = static_cast<const cuMemcpyHtoD_v2_params*>(p);
-      tracer->on_copy(K::memcpy, "memcpy HtoD", nullptr, corr, a->dstDevice, 0, a->ByteCount);
+      tracer->on_copy(Copy::htod, nullptr, corr, a->dstDevice, 0);
       break;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2:
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2_ptsz: {
       const auto* a = static_cast<const cuMemcpyDtoHAsync_v2_params*>(p);
-      tracer->on_copy(K::memcpy, "memcpy DtoH", a->hStream, corr, a->srcDevice, 0, a->ByteCount);
+      tracer->on_copy(Copy::dtoh, a->hStream, corr, a->srcDevice, 0);
       break;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2: {
       const auto* a = static_cast<const cuMemcpyDtoH_v2_params*>(p);
-      tracer->on_copy(K::memcpy, "memcpy DtoH", nullptr, corr, a->srcDevice, 0, a->ByteCount);
+      tracer->on_copy(Copy::dtoh, nullptr, corr, a->srcDevice, 0);
       break;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2:
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2_ptsz: {
       const auto* a = static_cast<const cuMemcpyDtoDAsync_v2_params*>(p);
-      tracer->on_copy(K::memcpy, "memcpy DtoD", a->hStream, corr, a->dstDevice, a->srcDevice,
-                      a->ByteCount);
+      tracer->on_copy(Copy::dtod, a->hStream, corr, a->dstDevice, a->srcDevice);
       break;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoD_v2: {
       const auto* a = static_cast<const cuMemcpyDtoD_v2_params*>(p);
-      tracer->on_copy(K::memcpy, "memcpy DtoD", nullptr, corr, a->dstDevice, a->srcDevice,
-                      a->ByteCount);
+      tracer->on_copy(Copy::dtod, nullptr, corr, a->dstDevice, a->srcDevice);
       break;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async:
     case CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async_ptsz: {
       const auto* a = static_cast<const cuMemsetD8Async_params*>(p);
-      tracer->on_copy(K::memset, "memset", a->hStream, corr, a->dstDevice, 0, a->N);
+      tracer->on_copy(Copy::memset, a->hStream, corr, a->dstDevice, 0);
       break;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async:
     case CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async_ptsz: {
       const auto* a = static_cast<const cuMemsetD32Async_params*>(p);
-      tracer->on_copy(K::memset, "memset", a->hStream, corr, a->dstDevice, 0, a->N * 4);
+      tracer->on_copy(Copy::memset, a->hStream, corr, a->dstDevice, 0);
       break;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuMemsetD8_v2: {
       const auto* a = static_cast<const cuMemsetD8_v2_params*>(p);
-      tracer->on_copy(K::memset, "memset", nullptr, corr, a->dstDevice, 0, a->N);
+      tracer->on_copy(Copy::memset, nullptr, corr, a->dstDevice, 0);
       break;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuMemsetD32_v2: {
       const auto* a = static_cast<const cuMemsetD32_v2_params*>(p);
-      tracer->on_copy(K::memset, "memset", nullptr, corr, a->dstDevice, 0, a->N * 4);
+      tracer->on_copy(Copy::memset, nullptr, corr, a->dstDevice, 0);
       break;
     }
     default:
@@ -292,23 +279,19 @@ constexpr CUpti_CallbackId kTracedCallbacks[] = {
     CUPTI_DRIVER_TRACE_CBID_cuMemsetD32_v2,
 };
 
-uint32_t Tracer::intern(std::string_view name) {
-  auto it = name_ids_.find(std::string(name));
-  if (it != name_ids_.end()) return it->second;
-  const auto id = static_cast<uint32_t>(names_.size());
-  names_.emplace_back(name);
-  name_ids_.emplace(std::string(name), id);
-  return id;
-}
-
-// Layout and name of a kernel, read once per function. Runtime launches arrive with a CUkernel
-// in place of the CUfunction (cuda13-cupti-notes §3): the cuFunc* calls then fail with
-// CUDA_ERROR_INVALID_HANDLE and the cuKernel* ones answer.
-const Tracer::KernelInfo& Tracer::kernel_of(CUfunction f, const char* symbol) {
-  const auto key = reinterpret_cast<uint64_t>(f);
-  auto it = kernels_.find(key);
-  if (it != kernels_.end()) return it->second;
-  KernelInfo info;
+// Layout and step key of a kernel, read from the driver once per function (under
+// functions_mutex_, so two threads meeting a new function read it once) and cached. Runtime
+// launches arrive with a CUkernel in place of the CUfunction (cuda13-cupti-notes §3): the cuFunc*
+// calls then fail with CUDA_ERROR_INVALID_HANDLE and the cuKernel* ones answer. When the cache is
+// full the layout is read into `uncached` for this launch only.
+const FunctionLayout& Tracer::function_of(CUfunction f, const char* symbol,
+                                          FunctionLayout* uncached) {
+  const auto handle = reinterpret_cast<uint64_t>(f);
+  if (const FunctionLayout* cached = functions_->find(handle)) return *cached;
+  std::lock_guard lock(functions_mutex_);
+  if (const FunctionLayout* cached = functions_->find(handle)) return *cached;
+  FunctionLayout& info = *uncached;
+  info.params.clear();
   bool as_kernel = false;
   for (size_t i = 0;; ++i) {
     size_t offset = 0, size = 0;
@@ -319,7 +302,7 @@ const Tracer::KernelInfo& Tracer::kernel_of(CUfunction f, const char* symbol) {
       r = driver_.kernel_get_param_info(reinterpret_cast<CUkernel>(f), i, &offset, &size);
     }
     if (r != CUDA_SUCCESS) break;  // no count API: the first invalid index ends the list
-    info.layout.push_back({static_cast<uint32_t>(offset), static_cast<uint32_t>(size)});
+    info.params.push_back({static_cast<uint32_t>(offset), static_cast<uint32_t>(size)});
   }
   const char* name = symbol;
   if (!name || !*name) {
@@ -329,8 +312,11 @@ const Tracer::KernelInfo& Tracer::kernel_of(CUfunction f, const char* symbol) {
       driver_.func_get_name(&name, f);
     }
   }
-  info.name = intern(name && *name ? name : "<unknown kernel>");
-  return kernels_.emplace(key, std::move(info)).first->second;
+  info.key = recorder()->intern(name && *name ? name : "<unknown kernel>");
+  if (const FunctionLayout* cached = functions_->insert(handle, info.params, info.key)) {
+    return *cached;
+  }
+  return info;
 }
 
 // The `extra` form: CU_LAUNCH_PARAM_BUFFER_POINTER / _SIZE pairs, ended by CU_LAUNCH_PARAM_END.
@@ -379,121 +365,43 @@ void Tracer::on_first_call() {
   std::atexit([] { finish_tracer(); });
 }
 
-void Tracer::append_step(StepRecord step) {
-  steps_.push_back(step);
-  keys_.push_back(step.name);
-  detector_.push(step.name);
-  if (config_.max_iterations == 0) return;
-  // Enough iterations recorded: stop. Counted from the markers or the detected period, not from
-  // push()'s provisional boundaries, which also fire while a period is still being searched.
-  uint64_t iterations = marks_.size();
-  if (marks_.empty()) {
-    const trace::Detection d = detector_.current();
-    if (d.period != 0 && steps_.size() >= d.warmup_steps) {
-      iterations = (steps_.size() - d.warmup_steps) / d.period;
-    }
-  }
-  if (iterations > config_.max_iterations) recording_.store(false, std::memory_order_relaxed);
-}
-
 void Tracer::on_launch(CUfunction f, CUstream stream, void** params, void** extra,
                        uint32_t correlation, const char* symbol) {
+  FunctionLayout uncached;  // used only past the cache's capacity; allocates nothing otherwise
+  const FunctionLayout& function = function_of(f, symbol, &uncached);
   const auto snapshot = registry_->snapshot();
-  std::lock_guard lock(log_mutex_);
-  const KernelInfo& kernel = kernel_of(f, symbol);
-  if (!recording_.load(std::memory_order_relaxed) || steps_.size() >= kMaxSteps) {
-    if (recording_.load(std::memory_order_relaxed)) ++dropped_steps_;
-    observe(kernel.name, stream);
-    return;
-  }
-  scratch_.clear();
-  if (params) {
-    scan_kernel_params(kernel.layout, params, *snapshot, scratch_);
-  } else if (const auto packed = packed_params(extra); !packed.empty()) {
-    scan_param_buffer(kernel.layout, packed, *snapshot, scratch_);
-  }
-  record_hits(*snapshot);
-  append_step({trace::StepKind::kernel, kernel.name, reinterpret_cast<uint64_t>(stream),
-               correlation, hits_.size() - scratch_.size(),
-               static_cast<uint32_t>(scratch_.size())});
-  observe(kernel.name, stream);
+  const uint64_t index = recorder()->record_kernel(
+      function, params, params ? std::span<const std::byte>() : packed_params(extra), stream,
+      correlation, *snapshot);
+  pending(index, stream);
 }
 
-// Hands the launch to the observer; called under log_mutex_, once per step, logged or not.
-void Tracer::observe(uint32_t key, CUstream stream) {
-  const uint64_t index = launches_++;
-  if (!config_.observer) return;
-  config_.observer->on_step(index, key, stream);
-  t_pending = {true, index, stream};
-}
-
-// Moves this launch's hits into the log; a buffer seen for the first time is remembered with its
-// identity (the hit carries only base and size).
-void Tracer::record_hits(const Registry::Snapshot& snapshot) {
-  for (const PointerHit& h : scratch_) {
-    hits_.push_back(h);
-    if (!buffers_.contains(h.buffer)) {
-      if (const BufferRecord* r = snapshot.find(h.pointer)) buffers_.emplace(h.buffer, *r);
-    }
+void Tracer::on_copy(Copy copy, CUstream stream, uint32_t correlation, CUdeviceptr a,
+                     CUdeviceptr b) {
+  std::atomic<uint32_t>& cached = copy_keys_[static_cast<size_t>(copy)];
+  uint32_t key = cached.load(std::memory_order_relaxed);
+  if (key == UINT32_MAX) {
+    key = recorder()->intern(kCopyNames[static_cast<size_t>(copy)]);
+    cached.store(key, std::memory_order_relaxed);
   }
-}
-
-void Tracer::on_copy(trace::StepKind kind, const char* name, CUstream stream, uint32_t correlation,
-                     CUdeviceptr a, CUdeviceptr b, size_t /*bytes*/) {
   const auto snapshot = registry_->snapshot();
-  std::lock_guard lock(log_mutex_);
-  const uint32_t key = intern(name);
-  if (!recording_.load(std::memory_order_relaxed) || steps_.size() >= kMaxSteps) {
-    if (recording_.load(std::memory_order_relaxed)) ++dropped_steps_;
-    observe(key, stream);
-    return;
-  }
-  scratch_.clear();
-  for (CUdeviceptr ptr : {a, b}) {
-    const BufferRecord* r = ptr ? snapshot->find(ptr) : nullptr;
-    if (r &&
-        (scratch_.empty() || scratch_.front().buffer != r->id || scratch_.front().pointer != ptr)) {
-      scratch_.push_back({r->id, r->base, r->size, ptr});
-    }
-  }
-  record_hits(*snapshot);
-  append_step({kind, key, reinterpret_cast<uint64_t>(stream), correlation,
-               hits_.size() - scratch_.size(), static_cast<uint32_t>(scratch_.size())});
-  observe(key, stream);
+  const trace::StepKind kind =
+      copy == Copy::memset ? trace::StepKind::memset : trace::StepKind::memcpy;
+  pending(recorder()->record_copy(kind, key, stream, correlation, a, b, *snapshot), stream);
 }
 
-std::vector<uint32_t> Tracer::copy_keys(uint64_t first, uint64_t max) {
-  std::lock_guard lock(log_mutex_);
-  if (first >= keys_.size()) return {};
-  const uint64_t count = std::min<uint64_t>(keys_.size() - first, max);
-  return {keys_.begin() + static_cast<ptrdiff_t>(first),
-          keys_.begin() + static_cast<ptrdiff_t>(first + count)};
-}
-
-bool Tracer::copy_steps(uint64_t first, uint64_t count, StepLog* out) {
-  std::lock_guard lock(log_mutex_);
-  if (first + count > steps_.size()) return false;
-  out->keys.clear();
-  out->streams.clear();
-  out->hits.clear();
-  out->first_hit.clear();
-  for (uint64_t i = first; i < first + count; ++i) {
-    const StepRecord& s = steps_[i];
-    out->keys.push_back(s.name);
-    out->streams.push_back(s.stream);
-    out->first_hit.push_back(out->hits.size());
-    out->hits.insert(out->hits.end(), hits_.begin() + static_cast<ptrdiff_t>(s.first_hit),
-                     hits_.begin() + static_cast<ptrdiff_t>(s.first_hit + s.hit_count));
-  }
-  out->first_hit.push_back(out->hits.size());
-  return true;
+// The observer sees this launch again at API exit (after_step), on this thread.
+void Tracer::pending(uint64_t index, CUstream stream) {
+  if (config_.observer) t_pending = {true, index, stream};
 }
 
 void CUPTIAPI Tracer::on_buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
   *max_records = 0;
   if (!g_tracer || g_tracer->buffers_out_.fetch_add(1) >= kMaxActivityBuffers) {
     if (g_tracer) g_tracer->buffers_out_.fetch_sub(1);
-    *buffer = nullptr;  // CUPTI drops the records; counted through dropped-record queries
+    // Never wait for a buffer to come back: CUPTI drops the records and counts them, and
+    // count_dropped_records() adds them up.
+    *buffer = nullptr;
     *size = 0;
     return;
   }
@@ -507,7 +415,50 @@ void CUPTIAPI Tracer::on_buffer_completed(CUcontext, uint32_t, uint8_t* buffer, 
     g_tracer->parse_activity(buffer, valid_size);
     g_tracer->buffers_out_.fetch_sub(1);
   }
+  if (g_tracer) g_tracer->count_dropped_records();
   std::free(buffer);
+}
+
+// Records CUPTI dropped for want of a buffer since the last call (the query resets the count).
+// Since CUDA 6 all buffers are global: context NULL, stream 0.
+void Tracer::count_dropped_records() {
+  size_t dropped = 0;
+  if (cupti_.activity_get_num_dropped_records(nullptr, 0, &dropped) == CUPTI_SUCCESS) {
+    dropped_records_.fetch_add(dropped, std::memory_order_relaxed);
+  }
+}
+
+// Flushes CUPTI's activity buffers after iterations end, so that kernel times and unified-memory
+// records arrive while the program runs, not all at exit. From this thread, never from a CUPTI
+// callback: cuptiActivityFlushAll blocks until the completion callbacks have parsed the buffers
+// (CUPTI's header: "Default flush can be done at a regular interval in a separate thread"), and
+// it is never called while one of the tracer's own locks is held. Polls at kFlushPoll: a launch
+// only bumps a counter (StepRecorder::boundaries), nothing on the launch path waits or wakes.
+void Tracer::flush_loop() {
+  pthread_setname_np(pthread_self(), "umswap-flush");
+  uint64_t flushed_at = 0;
+  std::unique_lock lock(flush_mutex_);
+  while (!flush_stop_) {
+    flush_wake_.wait_for(lock, kFlushPoll);
+    if (flush_stop_) break;
+    const uint64_t boundaries = recorder()->boundaries();
+    if (boundaries == flushed_at) continue;
+    flushed_at = boundaries;
+    lock.unlock();
+    cupti_.activity_flush_all(0);  // completed records only; the forced flush is at exit
+    flushes_.fetch_add(1, std::memory_order_relaxed);
+    lock.lock();
+  }
+}
+
+void Tracer::stop_flush_thread() {
+  if (!flush_thread_.joinable()) return;
+  {
+    std::lock_guard lock(flush_mutex_);
+    flush_stop_ = true;
+  }
+  flush_wake_.notify_one();
+  flush_thread_.join();
 }
 
 void Tracer::parse_activity(uint8_t* buffer, size_t valid_size) {
@@ -568,43 +519,49 @@ bool Tracer::start(const TracerConfig& config, const TracerDriver& driver, Regis
     if (r != CUPTI_SUCCESS)
       log_warning("CUPTI activity kind {}: {}", static_cast<int>(kind), cupti_.result_string(r));
   }
+  recorder_.store(
+      new StepRecorder({.max_iterations = config.max_iterations, .observer = config.observer}),
+      std::memory_order_release);
+  functions_ = std::make_unique<ParamLayoutCache>(kMaxFunctions);
+  for (auto& key : copy_keys_) key.store(UINT32_MAX, std::memory_order_relaxed);
   pid_ = ::getpid();
   running_.store(true, std::memory_order_release);
+  try {
+    flush_thread_ = std::thread([this] { flush_loop(); });
+  } catch (const std::system_error& e) {
+    log_warning("no activity flush thread ({}): CUPTI records arrive when buffers fill", e.what());
+  }
   return true;
 }
 
-trace::Trace Tracer::assemble() {
+trace::Trace Tracer::assemble(StepRecorder::Recording recording) {
+  const LaunchLog& log = recorder()->log();  // complete: stop() ended recording
+  const uint64_t steps = log.size();
   trace::Trace t;
   t.program = config_.program;
   t.pid = static_cast<uint64_t>(getpid());
-  t.names = names_;
+  t.names = std::move(recording.names);
   // Buffers: every one a step touched, in allocation order.
-  std::vector<BufferRecord> buffers;
-  buffers.reserve(buffers_.size());
-  for (const auto& [id, r] : buffers_) buffers.push_back(r);
-  std::sort(buffers.begin(), buffers.end(),
-            [](const BufferRecord& a, const BufferRecord& b) { return a.id < b.id; });
   std::unordered_map<uint64_t, uint32_t> index_of;
-  for (const BufferRecord& r : buffers) {
+  for (const BufferRecord& r : recording.buffers) {
     index_of[r.id] = static_cast<uint32_t>(t.buffers.size());
     t.buffers.push_back({r.id, r.size, r.call_site, r.base, static_cast<uint8_t>(r.api),
                          !registry_->contains(r.base)});
   }
   // Steps and their accesses (byte extents within each buffer).
   std::vector<std::span<const PointerHit>> step_hits;
-  step_hits.reserve(steps_.size());
-  for (const StepRecord& s : steps_) {
-    step_hits.emplace_back(hits_.data() + s.first_hit, s.hit_count);
-  }
+  step_hits.reserve(steps);
+  for (uint64_t i = 0; i < steps; ++i) step_hits.push_back(log.hits(log.step(i)));
   std::vector<uint64_t> step_first;
   compute_extents(
       step_hits, [&](BufferId id) { return index_of.at(id); }, t.accesses, step_first);
   std::lock_guard lock(activity_mutex_);
-  for (size_t i = 0; i < steps_.size(); ++i) {
-    const StepRecord& s = steps_[i];
+  t.steps.reserve(steps);
+  for (uint64_t i = 0; i < steps; ++i) {
+    const LoggedStep& s = log.step(i);
     trace::Step step;
     step.kind = s.kind;
-    step.name = s.name;
+    step.name = s.key;
     step.stream = s.stream;
     step.first_access = step_first[i];
     step.access_count = static_cast<uint32_t>(step_first[i + 1] - step_first[i]);
@@ -617,18 +574,16 @@ trace::Trace Tracer::assemble() {
   // Iterations: between markers if the program gave any, else from the period of the whole
   // recorded sequence (warm-up steps first; a final partial iteration is left out).
   std::vector<std::pair<uint64_t, uint64_t>> spans;
-  if (!marks_.empty()) {
-    t.detection = detector_.current();
-    for (size_t m = 0; m + 1 < marks_.size(); ++m) {
-      spans.emplace_back(marks_[m], marks_[m + 1] - marks_[m]);
+  const std::vector<uint64_t>& marks = recording.marks;
+  t.detection = std::move(recording.detection);
+  if (!marks.empty()) {
+    for (size_t m = 0; m + 1 < marks.size(); ++m) {
+      spans.emplace_back(marks[m], marks[m + 1] - marks[m]);
     }
-  } else {
-    t.detection = IterationDetector::detect(keys_);
-    if (t.detection.period > 0) {
-      for (uint64_t first = t.detection.warmup_steps; first + t.detection.period <= steps_.size();
-           first += t.detection.period) {
-        spans.emplace_back(first, t.detection.period);
-      }
+  } else if (t.detection.period > 0) {
+    for (uint64_t first = t.detection.warmup_steps; first + t.detection.period <= steps;
+         first += t.detection.period) {
+      spans.emplace_back(first, t.detection.period);
     }
   }
   for (const auto& [first, count] : spans) {
@@ -686,7 +641,7 @@ trace::Trace Tracer::assemble() {
         break;
     }
   }
-  t.dropped_records = dropped_records_.load() + dropped_steps_;
+  t.dropped_records = dropped_records_.load() + recording.dropped_steps;
   return t;
 }
 
@@ -697,20 +652,18 @@ void Tracer::finish() {
   // The observer (advisor) stops first, while launches are still traced normally.
   if (config_.observer) config_.observer->on_finish();
   if (!running_.exchange(false)) return;
-  recording_.store(false);
+  StepRecorder::Recording recording = recorder()->stop();
+  stop_flush_thread();
   // Collect what CUPTI still buffers, then stop it before the CUDA runtime tears the context
   // down after this exit handler: no more callbacks, no more activity records.
   cupti_.activity_flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  count_dropped_records();
   cupti_.unsubscribe(subscriber_);
   for (auto kind : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
                     CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER}) {
     cupti_.activity_disable(kind);
   }
-  trace::Trace t;
-  {
-    std::lock_guard lock(log_mutex_);
-    t = assemble();
-  }
+  trace::Trace t = assemble(std::move(recording));
   if (!config_.trace_path.empty()) {
     std::string error;
     if (!write_trace_file(config_.trace_path, t, &error)) {
@@ -721,6 +674,13 @@ void Tracer::finish() {
                t.buffers.size());
     }
   }
+  if (t.dropped_records > 0) {
+    log_warning(
+        "tracer: {} records dropped rather than waited for (steps past the log's bound, "
+        "CUPTI records without a buffer)",
+        t.dropped_records);
+  }
+  log_debug("tracer: {} activity flushes at iteration ends", flushes_.load());
   summarize(std::move(t));
 }
 
@@ -823,19 +783,23 @@ bool tracer_running() {
 }
 
 std::vector<uint32_t> copy_keys(uint64_t first, uint64_t max) {
-  return tracer_instance().copy_keys(first, max);
+  const StepRecorder* r = tracer_instance().recorder();
+  return r ? r->log().copy_keys(first, max) : std::vector<uint32_t>();
 }
 
 bool copy_steps(uint64_t first, uint64_t count, StepLog* out) {
-  return tracer_instance().copy_steps(first, count, out);
+  const StepRecorder* r = tracer_instance().recorder();
+  return r && r->log().copy_steps(first, count, out);
 }
 
 uint64_t logged_steps() {
-  return tracer_instance().logged_steps();
+  const StepRecorder* r = tracer_instance().recorder();
+  return r ? r->log().size() : 0;
 }
 
 std::string key_name(uint32_t key) {
-  return tracer_instance().key_name(key);
+  const StepRecorder* r = tracer_instance().recorder();
+  return r ? r->key_name(key) : std::string();
 }
 
 const RunSummary* run_summary() {

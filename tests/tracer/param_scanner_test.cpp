@@ -211,18 +211,20 @@ TEST(ParamLayoutCache, FindInsertAndReplace) {
   ParamLayoutCache cache(16);
   EXPECT_EQ(cache.find(0x1234), nullptr);
   const std::vector<ParamSlot> layout = {{0, 8}, {8, 4}};
-  const ParamLayout* stored = cache.insert(0x1234, layout);
+  const FunctionLayout* stored = cache.insert(0x1234, layout, 7);
   ASSERT_NE(stored, nullptr);
   EXPECT_EQ(cache.find(0x1234), stored);
-  EXPECT_EQ(*stored, (ParamLayout{{0, 8}, {8, 4}}));
+  EXPECT_EQ(*stored, (FunctionLayout{.params = {{0, 8}, {8, 4}}, .key = 7}));
   EXPECT_EQ(cache.size(), 1u);
   // A new layout for the same handle (module reloaded): later finds see it; the old stays valid.
-  const ParamLayout* replaced = cache.insert(0x1234, std::vector<ParamSlot>{{0, 16}});
+  const FunctionLayout* replaced = cache.insert(0x1234, std::vector<ParamSlot>{{0, 16}}, 9);
   ASSERT_NE(replaced, nullptr);
   EXPECT_EQ(cache.find(0x1234), replaced);
-  EXPECT_EQ(stored->size(), 2u);
+  EXPECT_EQ(replaced->key, 9u);
+  EXPECT_EQ(stored->params.size(), 2u);
+  EXPECT_EQ(stored->key, 7u);
   EXPECT_EQ(cache.size(), 1u);
-  EXPECT_EQ(cache.insert(0, layout), nullptr);  // not a function
+  EXPECT_EQ(cache.insert(0, layout, 1), nullptr);  // not a function
   EXPECT_EQ(cache.find(0), nullptr);
 }
 
@@ -230,8 +232,8 @@ TEST(ParamLayoutCache, BoundedSize) {
   ParamLayoutCache cache(16);
   EXPECT_EQ(cache.capacity(), 16u);
   const std::vector<ParamSlot> layout = {{0, 8}};
-  for (uint64_t f = 1; f <= 16; ++f) ASSERT_NE(cache.insert(f * 0x1000, layout), nullptr) << f;
-  EXPECT_EQ(cache.insert(17 * 0x1000, layout), nullptr);  // full: the caller uses its own copy
+  for (uint64_t f = 1; f <= 16; ++f) ASSERT_NE(cache.insert(f * 0x1000, layout, 0), nullptr) << f;
+  EXPECT_EQ(cache.insert(17 * 0x1000, layout, 0), nullptr);  // full: the caller uses its own copy
   EXPECT_EQ(cache.find(17 * 0x1000), nullptr);
   for (uint64_t f = 1; f <= 16; ++f) EXPECT_NE(cache.find(f * 0x1000), nullptr) << f;
   EXPECT_EQ(cache.size(), 16u);
@@ -249,9 +251,11 @@ TEST(ParamLayoutCache, ReadersRaceAWriter) {
       for (bool last = false; !last;) {
         last = done.load();  // one more full pass after the writer is done
         for (uint64_t f = 1; f <= kFunctions; ++f) {
-          if (const ParamLayout* l = cache.find(f << 4)) {
+          if (const FunctionLayout* l = cache.find(f << 4)) {
             found.fetch_add(1, std::memory_order_relaxed);
-            if (l->size() != f % 7 + 1 || (*l)[0].offset != f) wrong.fetch_add(1);
+            if (l->params.size() != f % 7 + 1 || l->params[0].offset != f || l->key != f) {
+              wrong.fetch_add(1);
+            }
           }
         }
       }
@@ -259,7 +263,7 @@ TEST(ParamLayoutCache, ReadersRaceAWriter) {
   }
   for (uint64_t f = 1; f <= kFunctions; ++f) {
     std::vector<ParamSlot> layout(f % 7 + 1, ParamSlot{static_cast<uint32_t>(f), 8});
-    ASSERT_NE(cache.insert(f << 4, layout), nullptr);
+    ASSERT_NE(cache.insert(f << 4, layout, static_cast<uint32_t>(f)), nullptr);
   }
   done = true;
   for (auto& r : readers) r.join();

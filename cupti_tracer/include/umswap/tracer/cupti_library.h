@@ -21,6 +21,7 @@ struct CuptiLibrary {
   decltype(&::cuptiActivityRegisterCallbacks) activity_register_callbacks = nullptr;
   decltype(&::cuptiActivityGetNextRecord) activity_get_next_record = nullptr;
   decltype(&::cuptiActivityFlushAll) activity_flush_all = nullptr;
+  decltype(&::cuptiActivityGetNumDroppedRecords) activity_get_num_dropped_records = nullptr;
   decltype(&::cuptiActivityConfigureUnifiedMemoryCounter) configure_unified_memory_counter =
       nullptr;
   decltype(&::cuptiGetTimestamp) get_timestamp = nullptr;

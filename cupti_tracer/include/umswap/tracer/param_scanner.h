@@ -2,8 +2,8 @@
 //
 // A launch passes its parameters either as kernelParams (one pointer per parameter, to that
 // parameter's value) or as one packed buffer (the `extra` CU_LAUNCH_PARAM_BUFFER_POINTER form).
-// cuFuncGetParamInfo gives each parameter's offset and size; the tracer caches that layout per
-// function (ParamLayoutCache) and hands it to the scan functions below.
+// cuFuncGetParamInfo gives each parameter's offset and size; the tracer caches that layout, with
+// the function's step key, per function (ParamLayoutCache) and hands it to the scan functions.
 //
 // The scan reads every parameter of 8 bytes or more as 8-byte values at every 4-byte-aligned
 // offset inside it (device pointers packed inside struct parameters, also at offsets that are not
@@ -43,7 +43,14 @@ struct ParamSlot {
 
   friend bool operator==(const ParamSlot&, const ParamSlot&) = default;
 };
-using ParamLayout = std::vector<ParamSlot>;
+
+// A function's parameters, and the step key its launches get (the tracer's interned name).
+struct FunctionLayout {
+  std::vector<ParamSlot> params;
+  uint32_t key = 0;
+
+  friend bool operator==(const FunctionLayout&, const FunctionLayout&) = default;
+};
 
 // A parameter value that points into a registered buffer.
 struct PointerHit {
@@ -65,10 +72,11 @@ void scan_kernel_params(std::span<const ParamSlot> layout, const void* const* pa
 void scan_param_buffer(std::span<const ParamSlot> layout, std::span<const std::byte> buffer,
                        const Registry::Snapshot& snapshot, std::vector<PointerHit>& hits);
 
-// Parameter layouts per function (the CUfunction handle's value), bounded in size.
-// A stored layout is never freed or changed while the cache lives, so a pointer find() returned
-// stays valid; insert() for a function already present (a module unloaded and another loaded at
-// the same handle) stores a new layout that later finds return.
+// Function layouts per function (the CUfunction handle's value), bounded in size: the launch
+// path's per-function cache, read without a lock. A stored layout is never freed or changed while
+// the cache lives, so a pointer find() returned stays valid; insert() for a function already
+// present (a module unloaded and another loaded at the same handle) stores a new layout that
+// later finds return.
 class ParamLayoutCache {
  public:
   // Holds up to `capacity` functions (at least 16); the table has twice as many slots.
@@ -78,18 +86,18 @@ class ParamLayoutCache {
   ParamLayoutCache& operator=(const ParamLayoutCache&) = delete;
 
   // The layout stored for `function`, or nullptr. Lock-free.
-  const ParamLayout* find(uint64_t function) const;
-  // Stores a copy of `layout` for `function` and returns it; nullptr when the cache is full
-  // (capacity functions, or capacity replaced layouts) or function is 0: the caller then uses
-  // its own copy for this launch.
-  const ParamLayout* insert(uint64_t function, std::span<const ParamSlot> layout);
+  const FunctionLayout* find(uint64_t function) const;
+  // Stores a copy of `params` and `key` for `function` and returns it; nullptr when the cache is
+  // full (capacity functions, or capacity replaced layouts) or function is 0: the caller then
+  // uses its own copy for this launch.
+  const FunctionLayout* insert(uint64_t function, std::span<const ParamSlot> params, uint32_t key);
   size_t size() const { return size_.load(std::memory_order_relaxed); }
   size_t capacity() const { return capacity_; }
 
  private:
   struct Slot {
     std::atomic<uint64_t> function{0};  // 0 = empty; never changes once set
-    std::atomic<const ParamLayout*> layout{nullptr};
+    std::atomic<const FunctionLayout*> layout{nullptr};
   };
 
   const size_t capacity_;
@@ -97,8 +105,8 @@ class ParamLayoutCache {
   std::unique_ptr<Slot[]> slots_;
   std::atomic<size_t> size_{0};
   std::mutex write_mutex_;
-  std::vector<std::unique_ptr<const ParamLayout>> owned_;  // guarded by write_mutex_
-  size_t replaced_ = 0;                                    // guarded by write_mutex_
+  std::vector<std::unique_ptr<const FunctionLayout>> owned_;  // guarded by write_mutex_
+  size_t replaced_ = 0;                                       // guarded by write_mutex_
 };
 
 }  // namespace umswap::tracer

@@ -6,14 +6,22 @@
 //   * start() is called once, after the driver is usable and outside any lock; it loads CUPTI
 //     and subscribes. On failure it returns false with the cause; the caller says so once and the
 //     program runs on as before (plain managed memory, no trace).
-//   * The launch path (CUPTI callback on the launching thread) takes one registry snapshot, scans
-//     the parameters, appends to the step log under a mutex shared only by launching threads,
-//     and never blocks on the activity path. Nothing it does allocates once the kernel's layout
-//     is cached, except when the step log grows (amortized).
-//   * Activity buffers (4 MiB) are handed to CUPTI and parsed on CUPTI's own thread; records
-//     that cannot be kept are dropped and counted, never waited for.
-//   * finish() (at exit) flushes CUPTI, assembles the trace and writes it atomically (when a
-//     trace path was given), and keeps a RunSummary for the stats file.
+//   * The launch path (CUPTI callback on the launching thread) looks its function up in a
+//     lock-free per-function cache (the driver is asked once per function), takes one registry
+//     snapshot, and hands the launch to a StepRecorder (step_recorder.h): parameter scan, launch
+//     log append, detector, observer, under a mutex that only launching threads take. Nothing it
+//     does allocates in steady state except a new 2 MiB log chunk every 64 Ki steps, and it never
+//     blocks on the activity path or on the log's readers.
+//   * The log's readers (copy_keys, copy_steps, logged_steps, key_name; the advisor thread) take
+//     no lock: they read what the launch log has published (launch_log.h). The log keeps the
+//     whole run, up to 16 Mi steps and 64 Mi pointer hits; later steps are dropped and counted.
+//   * Activity buffers (4 MiB, at most 64 out) are handed to CUPTI and parsed on CUPTI's own
+//     thread. A flush thread hands CUPTI's filled-so-far buffers over within 100 ms of an
+//     iteration's end (a marker or a detected boundary); finish() does the final forced flush.
+//     Records that cannot be kept are dropped, never waited for, and counted
+//     (cuptiActivityGetNumDroppedRecords) into the trace's dropped_records, with dropped steps.
+//   * finish() (at exit) stops the flush thread, flushes CUPTI, assembles the trace and writes it
+//     atomically (when a trace path was given), and keeps a RunSummary for the stats file.
 #pragma once
 
 #include <cuda.h>
@@ -25,24 +33,11 @@
 
 #include "umswap/allocator/registry.h"
 #include "umswap/core/trace.h"
+#include "umswap/tracer/launch_log.h"
 #include "umswap/tracer/param_scanner.h"
+#include "umswap/tracer/step_recorder.h"
 
 namespace umswap::tracer {
-
-// Who else wants to see each launch (the advisor). Calls come from the launching threads.
-class LaunchObserver {
- public:
-  virtual ~LaunchObserver() = default;
-  // Launch `index` (0-based count of every step the tracer saw, logged or not) with step `key`
-  // on `stream`, at API entry. Serialized: called under the tracer's launch-path lock. Must be
-  // cheap and must not call the CUDA API.
-  virtual void on_step(uint64_t index, uint32_t key, CUstream stream) = 0;
-  // The same launch after the driver call returned (API exit), on the same thread, outside the
-  // tracer's lock: the work is in the stream, so an event recorded now completes after it.
-  virtual void after_step(uint64_t index, CUstream stream) = 0;
-  // finish() calls this first, before the final flush: stop using CUDA.
-  virtual void on_finish() = 0;
-};
 
 // Driver functions the launch path needs to read a kernel's parameter layout and name.
 struct TracerDriver {
@@ -61,14 +56,7 @@ struct TracerConfig {
   LaunchObserver* observer = nullptr;  // outlives the tracer; may be null
 };
 
-// Steps [first, first + count) of the log, copied for the advisor thread (a short hold of the
-// launch-path lock).
-struct StepLog {
-  std::vector<uint32_t> keys;
-  std::vector<uint64_t> streams;
-  std::vector<PointerHit> hits;     // all steps' hits, in step order
-  std::vector<uint64_t> first_hit;  // step i's hits: [first_hit[i], first_hit[i + 1])
-};
+// The log, read from any thread without a lock (StepLog is in launch_log.h).
 // Keys of steps [first, ...) logged so far (at most `max` of them).
 std::vector<uint32_t> copy_keys(uint64_t first, uint64_t max = UINT64_MAX);
 // False if those steps are not (all) in the log.

@@ -132,11 +132,11 @@ class AdvisorImpl {
   // stuck (inside the driver, measured on cudnn_vgg16).
   std::thread watchdog;
   std::atomic<uint64_t> wait_stalls{0};
-  uint64_t plan_buffers = 0, plan_buffers_found = 0;
+  uint64_t plan_buffers = 0, plan_buffers_found = 0;  // at the last plan's first applied launch
   // Host time the advisor thread spends inside cuMemPrefetchAsync, and how far it trails the
   // launches (a thread blocked in the driver falls behind, and its prefetches come late).
   double prefetch_call_s = 0, evict_call_s = 0, longest_call_s = 0;
-  uint64_t most_behind = 0;  // at the last plan's first applied launch
+  uint64_t most_behind = 0;
 };
 
 Advisor::Advisor() : impl_(new AdvisorImpl) {

@@ -170,6 +170,18 @@ bool fits(uint64_t offset, uint64_t length, uint64_t size) {
   return offset <= size && length <= size - offset;
 }
 
+// How many bytes of a stream (not a regular file) to read, given its first kHeaderSize bytes:
+// the file size its header gives plus one, or no more when they are not a trace's header.
+uint64_t stream_read_limit(std::span<const uint8_t> header) {
+  if (header.size() < kHeaderSize ||
+      std::memcmp(header.data(), kTraceMagic, sizeof kTraceMagic) != 0 ||
+      get_u32(header, kVersionOffset) != kTraceFormatVersion) {
+    return header.size();
+  }
+  const uint64_t file_size = get_u64(header, kFileSizeOffset);
+  return file_size == UINT64_MAX ? file_size : file_size + 1;
+}
+
 }  // namespace
 
 // --- Consistency
@@ -731,12 +743,24 @@ std::optional<Trace> read_trace_file(const std::string& path, std::string* error
   if (fd < 0) return fail("cannot open");
   std::vector<uint8_t> bytes;
   struct stat st {};
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
-    bytes.reserve(static_cast<size_t>(st.st_size));
-  }
+  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  if (regular && st.st_size > 0) bytes.reserve(static_cast<size_t>(st.st_size));
+  // A regular file is read to its end. Anything else (a pipe, a FIFO, /dev/zero) may never end,
+  // so it is read only as far as a trace can reach: its header first, then up to the size that
+  // header gives plus one byte (so that data after the end is still seen). What is not a trace
+  // header stops the reading there, and the parser says what is wrong with it.
+  uint64_t limit = regular ? UINT64_MAX : kHeaderSize;
+  bool limit_from_header = regular;
   std::array<uint8_t, 1 << 16> chunk;
   for (;;) {
-    const ssize_t n = ::read(fd, chunk.data(), chunk.size());
+    if (bytes.size() >= limit) {
+      if (limit_from_header) break;
+      limit_from_header = true;
+      limit = stream_read_limit(bytes);
+      if (bytes.size() >= limit) break;
+    }
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(chunk.size(), limit - bytes.size()));
+    const ssize_t n = ::read(fd, chunk.data(), want);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       const int saved = errno;

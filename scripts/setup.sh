@@ -13,6 +13,7 @@ packages=(
   libfmt-dev nlohmann-json3-dev libcli11-dev          # formatting, JSON, command line
   libgtest-dev libgmock-dev libbenchmark-dev          # tests and micro-benchmarks
   libunwind-14-dev                                    # LLVM libunwind: PIC static archive
+  clang libclang-rt-14-dev                            # the trace reader's fuzzer (libFuzzer)
 )
 
 missing=()

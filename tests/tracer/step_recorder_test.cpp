@@ -14,8 +14,8 @@
 #include <thread>
 #include <vector>
 
-// Every allocation through operator new in this test program, counted. (The default operator
-// delete frees what malloc returned.)
+// Every allocation through operator new in this test program, counted; operator delete is
+// replaced too, so that allocation and release match (AddressSanitizer checks that).
 std::atomic<uint64_t> g_allocations{0};
 void* operator new(size_t size) {
   g_allocations.fetch_add(1, std::memory_order_relaxed);
@@ -26,6 +26,19 @@ void* operator new(size_t size, const std::nothrow_t&) noexcept {
   g_allocations.fetch_add(1, std::memory_order_relaxed);
   return std::malloc(size ? size : 1);
 }
+// GCC cannot see that the replaced operator new returns malloc's memory.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, size_t) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, const std::nothrow_t&) noexcept {
+  std::free(p);
+}
+#pragma GCC diagnostic pop
 
 namespace umswap::tracer {
 namespace {

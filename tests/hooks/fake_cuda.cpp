@@ -1,0 +1,143 @@
+// A stand-in for libcuda.so.1 on a machine without a GPU: enough of the driver for libumswap.so
+// to load it, redirect allocations to "managed memory" (host memory here) and start its tracer.
+// Device memory is malloc'ed; everything else succeeds and does nothing. Used only by
+// preload_faults_test's probe, which finds it through its RUNPATH (this file's directory holds
+// nothing else), so libumswap's dlopen("libcuda.so.1", RTLD_NOLOAD) gets this one.
+#include <cuda.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+namespace {
+
+// The implementations are internal: an exported cuMemAlloc_v2 taken by address here would be
+// libumswap's (preloaded, so first in the global scope), and the "real" driver would call the hook.
+CUresult mem_alloc(CUdeviceptr* p, size_t bytes) {
+  void* m = std::malloc(bytes ? bytes : 1);
+  if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
+  *p = reinterpret_cast<CUdeviceptr>(m);
+  return CUDA_SUCCESS;
+}
+CUresult mem_free(CUdeviceptr p) {
+  std::free(reinterpret_cast<void*>(p));
+  return CUDA_SUCCESS;
+}
+CUresult mem_alloc_managed(CUdeviceptr* p, size_t bytes, unsigned) {
+  return mem_alloc(p, bytes);
+}
+CUresult mem_alloc_pitch(CUdeviceptr* p, size_t* pitch, size_t width, size_t height, unsigned) {
+  *pitch = (width + 511) / 512 * 512;
+  return mem_alloc(p, *pitch * height);
+}
+CUresult mem_get_info(size_t* free, size_t* total) {
+  *total = size_t{16} << 30;
+  *free = size_t{15} << 30;
+  return CUDA_SUCCESS;
+}
+int g_pool;
+CUresult mem_get_default_mem_pool(CUmemoryPool* pool, CUmemLocation*, CUmemAllocationType) {
+  *pool = reinterpret_cast<CUmemoryPool>(&g_pool);
+  return CUDA_SUCCESS;
+}
+CUresult device_get_default_mem_pool(CUmemoryPool* pool, CUdevice) {
+  *pool = reinterpret_cast<CUmemoryPool>(&g_pool);
+  return CUDA_SUCCESS;
+}
+CUresult mem_alloc_from_pool_async(CUdeviceptr* p, size_t bytes, CUmemoryPool, CUstream) {
+  return mem_alloc(p, bytes);
+}
+CUresult mem_alloc_async(CUdeviceptr* p, size_t bytes, CUstream) {
+  return mem_alloc(p, bytes);
+}
+CUresult mem_free_async(CUdeviceptr p, CUstream) {
+  return mem_free(p);
+}
+CUresult stream_synchronize(CUstream) {
+  return CUDA_SUCCESS;
+}
+CUresult ctx_get_device(CUdevice* d) {
+  *d = 0;
+  return CUDA_SUCCESS;
+}
+CUresult device_get(CUdevice* d, int ordinal) {
+  *d = ordinal;
+  return ordinal == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+CUresult device_total_mem(size_t* bytes, CUdevice) {
+  *bytes = size_t{16} << 30;
+  return CUDA_SUCCESS;
+}
+CUresult func_get_param_info(CUfunction, size_t, size_t*, size_t*) {
+  return CUDA_ERROR_INVALID_VALUE;
+}
+CUresult kernel_get_param_info(CUkernel, size_t, size_t*, size_t*) {
+  return CUDA_ERROR_INVALID_VALUE;
+}
+CUresult func_get_name(const char** name, CUfunction) {
+  *name = "fake_kernel";
+  return CUDA_SUCCESS;
+}
+CUresult kernel_get_name(const char** name, CUkernel) {
+  *name = "fake_kernel";
+  return CUDA_SUCCESS;
+}
+CUresult ctx_get_current(CUcontext* c) {
+  *c = nullptr;
+  return CUDA_SUCCESS;
+}
+
+struct Entry {
+  const char* name;
+  void* fn;
+};
+const Entry kEntries[] = {
+    {"cuMemAlloc", reinterpret_cast<void*>(&mem_alloc)},
+    {"cuMemFree", reinterpret_cast<void*>(&mem_free)},
+    {"cuMemAllocManaged", reinterpret_cast<void*>(&mem_alloc_managed)},
+    {"cuMemAllocPitch", reinterpret_cast<void*>(&mem_alloc_pitch)},
+    {"cuMemGetInfo", reinterpret_cast<void*>(&mem_get_info)},
+    {"cuMemGetDefaultMemPool", reinterpret_cast<void*>(&mem_get_default_mem_pool)},
+    {"cuDeviceGetDefaultMemPool", reinterpret_cast<void*>(&device_get_default_mem_pool)},
+    {"cuMemAllocFromPoolAsync", reinterpret_cast<void*>(&mem_alloc_from_pool_async)},
+    {"cuMemAllocAsync", reinterpret_cast<void*>(&mem_alloc_async)},
+    {"cuMemFreeAsync", reinterpret_cast<void*>(&mem_free_async)},
+    {"cuStreamSynchronize", reinterpret_cast<void*>(&stream_synchronize)},
+    {"cuCtxGetDevice", reinterpret_cast<void*>(&ctx_get_device)},
+    {"cuDeviceGet", reinterpret_cast<void*>(&device_get)},
+    {"cuDeviceTotalMem", reinterpret_cast<void*>(&device_total_mem)},
+    {"cuFuncGetParamInfo", reinterpret_cast<void*>(&func_get_param_info)},
+    {"cuKernelGetParamInfo", reinterpret_cast<void*>(&kernel_get_param_info)},
+    {"cuFuncGetName", reinterpret_cast<void*>(&func_get_name)},
+    {"cuKernelGetName", reinterpret_cast<void*>(&kernel_get_name)},
+    {"cuCtxGetCurrent", reinterpret_cast<void*>(&ctx_get_current)},
+};
+
+}  // namespace
+
+extern "C" {
+
+// Answers by base name; version and flags are ignored (one ABI per function here).
+__attribute__((visibility("default"))) CUresult cuGetProcAddress_v2(
+    const char* symbol, void** pfn, int, cuuint64_t, CUdriverProcAddressQueryResult* status) {
+  for (const Entry& e : kEntries) {
+    if (std::strcmp(e.name, symbol) == 0) {
+      *pfn = e.fn;
+      if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
+      return CUDA_SUCCESS;
+    }
+  }
+  *pfn = nullptr;
+  if (status) *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  return CUDA_ERROR_NOT_FOUND;
+}
+
+// What a program linked with -lcuda calls; under LD_PRELOAD libumswap's hooks come first.
+__attribute__((visibility("default"))) CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t bytes) {
+  return mem_alloc(p, bytes);
+}
+__attribute__((visibility("default"))) CUresult cuMemFree_v2(CUdeviceptr p) {
+  return mem_free(p);
+}
+
+}  // extern "C"

@@ -146,10 +146,20 @@ UMSWAP_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int cuda
   return status;
 }
 
+// For the dlsym trampoline: the real dlsym, resolved now if libumswap's constructor has not run
+// yet (another preloaded library's constructor can call dlsym(RTLD_NEXT, ...) first). Never
+// instrumented: under AddressSanitizer this can run before the sanitizer's runtime is set up.
+extern "C" __attribute__((visibility("hidden"), no_sanitize("address", "undefined"))) void*
+umswap_dlsym_for_trampoline() {
+  return reinterpret_cast<void*>(umswap::real_dlsym());
+}
+
 // dlsym itself. glibc's dlsym(RTLD_NEXT, ...) looks up "the next object after the caller", found
 // from its return address, so a C wrapper would make every RTLD_NEXT look-up in the process
 // relative to libumswap. The trampoline therefore *jumps* to the real dlsym for RTLD_NEXT (the
-// caller's return address is untouched) and to umswap_dlsym_impl otherwise.
+// caller's return address is untouched) and to umswap_dlsym_impl otherwise. Before the real
+// dlsym is known it calls umswap_dlsym_for_trampoline, keeping the two arguments (and the stack
+// 16-byte aligned for the call), then jumps.
 asm(R"(
   .text
   .globl dlsym
@@ -159,7 +169,17 @@ dlsym:
   jne 1f
   movq umswap_real_dlsym_ptr(%rip), %rax
   testq %rax, %rax
+  jne 2f
+  pushq %rdi
+  pushq %rsi
+  subq $8, %rsp
+  call umswap_dlsym_for_trampoline
+  addq $8, %rsp
+  popq %rsi
+  popq %rdi
+  testq %rax, %rax
   je 1f
+2:
   jmp *%rax
 1:
   jmp umswap_dlsym_impl

@@ -375,11 +375,10 @@ TEST_F(PreloadFaults, OnlyTheParentOfAForkWritesStats) {
 }
 
 // Another preload library after libumswap.so whose constructor looks up dlsym(RTLD_NEXT, ...)
-// must find the next library after itself. DISABLED: it does not yet (docs/RELIABILITY.md,
-// "Found, not fixed"): before libumswap's constructor has set the real dlsym, the dlsym
-// trampoline (hooks/proc_address.cpp) answers RTLD_NEXT from inside libumswap, so the look-up
-// is relative to libumswap and finds the interposer itself. Enable it with the fix.
-TEST_F(PreloadFaults, DISABLED_RtldNextInAnotherPreloadLibrarysConstructorFindsTheNextLibrary) {
+// must find the next library after itself, although libumswap's constructor has not run yet
+// (the dlsym trampoline then resolves the real dlsym first; it used to answer from inside
+// libumswap, so the look-up found the interposer itself and the program crashed).
+TEST_F(PreloadFaults, RtldNextInAnotherPreloadLibrarysConstructorFindsTheNextLibrary) {
   if (kAddressSanitizer) GTEST_SKIP() << "the library is dlopen'ed, not preloaded, under ASan";
   const ProbeRun r = run({{"LD_PRELOAD", std::string(UMSWAP_TEST_PRELOAD_LIBRARY) + ":" +
                                              UMSWAP_TEST_RTLD_NEXT_INTERPOSER}});

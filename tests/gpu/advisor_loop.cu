@@ -16,14 +16,7 @@
 #include <cstring>
 #include <vector>
 
-#define CHECK(call)                                                                         \
-  do {                                                                                      \
-    cudaError_t e_ = (call);                                                                \
-    if (e_ != cudaSuccess) {                                                                \
-      std::fprintf(stderr, "advisor_loop: %s failed: %s\n", #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                         \
-    }                                                                                       \
-  } while (0)
+#include "cuda_check.h"
 
 // "Forward": reads the next buffer into this one. "Backward": the other way round, in reverse
 // order, as a network's backward pass visits its layers.

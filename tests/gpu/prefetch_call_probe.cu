@@ -7,14 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define CHECK(x)                                                   \
-  do {                                                             \
-    cudaError_t e = (x);                                           \
-    if (e != cudaSuccess) {                                        \
-      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e)); \
-      std::exit(1);                                                \
-    }                                                              \
-  } while (0)
+#include "cuda_check.h"
 
 static __global__ void spin(long long cycles) {
   const long long start = clock64();

@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include "cuda_check.h"
+
 #define UMSWAP_THREAD_KERNEL(i)                                                               \
   extern "C" __global__ void umswap_thread##i##_kernel(float* a, int n) {                     \
     for (int k = blockIdx.x * blockDim.x + threadIdx.x; k < n; k += gridDim.x * blockDim.x) { \
@@ -25,15 +27,6 @@ UMSWAP_THREAD_KERNEL(3)
 using Kernel = void (*)(float*, int);
 constexpr Kernel kKernels[4] = {umswap_thread0_kernel, umswap_thread1_kernel, umswap_thread2_kernel,
                                 umswap_thread3_kernel};
-
-#define CHECK(call)                                                          \
-  do {                                                                       \
-    cudaError_t e = (call);                                                  \
-    if (e != cudaSuccess) {                                                  \
-      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(e)); \
-      std::exit(3);                                                          \
-    }                                                                        \
-  } while (0)
 
 int main(int argc, char** argv) {
   const int launches = argc > 1 ? std::atoi(argv[1]) : 50;

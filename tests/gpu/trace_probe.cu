@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "cuda_check.h"
+
 struct Packed {
   int count;
   float scale;
@@ -29,15 +31,6 @@ __global__ void two(const float* a, float* c, int n) {
     c[i] = a[i] * 2.0f;
   }
 }
-
-#define CHECK(call)                                                          \
-  do {                                                                       \
-    cudaError_t e = (call);                                                  \
-    if (e != cudaSuccess) {                                                  \
-      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(e)); \
-      std::exit(3);                                                          \
-    }                                                                        \
-  } while (0)
 
 int main(int argc, char** argv) {
   const int iterations = argc > 1 ? std::atoi(argv[1]) : 12;

@@ -2,6 +2,7 @@
 
 #include <cupti.h>
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <unistd.h>
 #include <algorithm>
@@ -18,6 +19,8 @@
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "umswap/core/log.h"
 #include "umswap/core/trace.h"
@@ -54,7 +57,15 @@ class Tracer {
  public:
   bool start(const TracerConfig& config, const TracerDriver& driver, Registry& registry,
              std::string* reason);
-  void finish();
+  void finish(bool used_cuda = true);
+  void yield_cupti(const std::string& what);
+  std::string yielded_to() {
+    std::lock_guard lock(owner_mutex_);
+    return yielded_to_;
+  }
+  void* cupti_symbol(const char* name) const {
+    return cupti_.handle ? dlsym(cupti_.handle, name) : nullptr;
+  }
   void mark(std::string_view source) {
     if (StepRecorder* r = recorder()) r->mark(source);
   }
@@ -62,6 +73,7 @@ class Tracer {
   // The log's readers (the advisor thread): no lock, never in a launch's way.
   StepRecorder* recorder() const { return recorder_.load(std::memory_order_acquire); }
   const RunSummary* summary() const { return summary_.get(); }
+  bool saw_calls() const { return first_call_done_.load(); }
 
   static void CUPTIAPI on_callback(void* self, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                                    const void* data);
@@ -89,6 +101,12 @@ class Tracer {
   CuptiLibrary cupti_;
   CUpti_SubscriberHandle subscriber_ = nullptr;
   std::atomic<bool> running_{false};
+  // Who owns CUPTI: start() and yield_cupti() take owner_mutex_, so a profiler that starts while
+  // the tracer is starting waits for it and then takes CUPTI over. yielded_to_ names the
+  // program's CUPTI call that made the tracer step aside (or never start).
+  std::mutex owner_mutex_;
+  std::string yielded_to_;
+  std::atomic<bool> yielding_{false};  // finish() called by yield_cupti(): release CUPTI anyway
   std::atomic<bool> first_call_done_{false};
   pid_t pid_ = 0;
   std::string marker_source_;  // "nvtx:<name>"
@@ -347,10 +365,12 @@ void Tracer::on_first_call() {
       CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_GPU_PAGE_FAULT,
       CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_THRASHING,
       CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_CPU_PAGE_FAULT_COUNT};
+  CUdevice device = 0;
+  if (!driver_.ctx_get_device || driver_.ctx_get_device(&device) != CUDA_SUCCESS) device = 0;
   for (int i = 0; i < 5; ++i) {
     um[i].scope = CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_SCOPE_PROCESS_SINGLE_DEVICE;
     um[i].kind = kinds[i];
-    um[i].deviceId = 0;
+    um[i].deviceId = static_cast<uint32_t>(device);
     um[i].enable = 1;
   }
   r = cupti_.configure_unified_memory_counter(um, 5);
@@ -483,6 +503,14 @@ void Tracer::parse_activity(uint8_t* buffer, size_t valid_size) {
 
 bool Tracer::start(const TracerConfig& config, const TracerDriver& driver, Registry& registry,
                    std::string* reason) {
+  std::lock_guard owner(owner_mutex_);
+  if (!yielded_to_.empty()) {
+    *reason = fmt::format(
+        "the program uses CUPTI itself ({}), as a profiler such as torch.profiler does, and "
+        "CUPTI serves one client",
+        yielded_to_);
+    return false;
+  }
   config_ = config;
   driver_ = driver;
   registry_ = &registry;
@@ -494,8 +522,8 @@ bool Tracer::start(const TracerConfig& config, const TracerDriver& driver, Regis
   CUptiResult r = cupti_.subscribe(&subscriber_, &Tracer::on_callback, this);
   if (r != CUPTI_SUCCESS) {
     *reason = r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
-                  ? "another CUPTI subscriber (a profiler such as torch.profiler or Nsight) "
-                    "already holds CUPTI"
+                  ? "another CUPTI subscriber (a tool injected into the program, such as Nsight "
+                    "Systems or compute-sanitizer) already holds CUPTI"
                   : "cuptiSubscribe failed: " + cupti_.result_string(r);
     return false;
   }
@@ -532,6 +560,23 @@ bool Tracer::start(const TracerConfig& config, const TracerDriver& driver, Regis
     log_warning("no activity flush thread ({}): CUPTI records arrive when buffers fill", e.what());
   }
   return true;
+}
+
+// The program asked CUPTI for something only one client can have (a subscriber, the activity
+// buffers): a profiler is starting. Before start() the tracer will not start; while it runs it
+// finishes now, as at exit (advisor stopped, CUPTI flushed and released, the trace so far written),
+// and the program goes on with plain managed memory. Said once.
+void Tracer::yield_cupti(const std::string& what) {
+  std::lock_guard owner(owner_mutex_);
+  if (!yielded_to_.empty()) return;
+  yielded_to_ = what;
+  if (!running_.load() || ::getpid() != pid_) return;
+  log_warning(
+      "the program started a profiler ({}); umswap's tracer and advisor step aside so that it "
+      "gets CUPTI: from here on the program runs on plain managed memory, without advice{}",
+      what, config_.trace_path.empty() ? "" : ", and the trace holds the steps until now");
+  yielding_.store(true);
+  finish();
 }
 
 trace::Trace Tracer::assemble(StepRecorder::Recording recording) {
@@ -645,7 +690,7 @@ trace::Trace Tracer::assemble(StepRecorder::Recording recording) {
   return t;
 }
 
-void Tracer::finish() {
+void Tracer::finish(bool used_cuda) {
   // A forked child inherits the parent's tracer state and exit handlers, but must neither flush
   // CUPTI nor write the parent's trace.
   if (::getpid() != pid_ || !running_.load()) return;
@@ -654,15 +699,23 @@ void Tracer::finish() {
   if (!running_.exchange(false)) return;
   StepRecorder::Recording recording = recorder()->stop();
   stop_flush_thread();
-  // Collect what CUPTI still buffers, then stop it before the CUDA runtime tears the context
-  // down after this exit handler: no more callbacks, no more activity records.
-  cupti_.activity_flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-  count_dropped_records();
-  cupti_.unsubscribe(subscriber_);
-  for (auto kind : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-                    CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER}) {
-    cupti_.activity_disable(kind);
+  // Without a traced call CUPTI holds nothing of ours, and this may run from the library's
+  // destructor, after libcupti's own teardown, where calling it crashed (torchrun's launcher:
+  // it looks the driver up, which starts the tracer, then only starts the workers): leave it.
+  const bool traced = first_call_done_.load() || yielding_.load();
+  if (traced) {
+    // Collect what CUPTI still buffers, then stop it before the CUDA runtime tears the context
+    // down after this exit handler: no more callbacks, no more activity records.
+    cupti_.activity_flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    count_dropped_records();
+    cupti_.unsubscribe(subscriber_);
+    for (auto kind : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+                      CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER}) {
+      cupti_.activity_disable(kind);
+    }
   }
+  // A process that used no CUDA (the launcher) writes no trace over its workers' one.
+  if (!traced && !used_cuda) return;
   trace::Trace t = assemble(std::move(recording));
   if (!config_.trace_path.empty()) {
     std::string error;
@@ -774,12 +827,28 @@ void mark_iteration() {
   if (tracer_instance().running()) tracer_instance().mark("api");
 }
 
-void finish_tracer() {
-  tracer_instance().finish();
+void finish_tracer(bool used_cuda) {
+  tracer_instance().finish(used_cuda);
+}
+
+void yield_cupti(const std::string& what) {
+  tracer_instance().yield_cupti(what);
+}
+
+std::string yielded_cupti_to() {
+  return tracer_instance().yielded_to();
+}
+
+void* cupti_symbol(const char* name) {
+  return tracer_instance().cupti_symbol(name);
 }
 
 bool tracer_running() {
   return tracer_instance().running();
+}
+
+bool tracer_saw_calls() {
+  return tracer_instance().saw_calls();
 }
 
 std::vector<uint32_t> copy_keys(uint64_t first, uint64_t max) {

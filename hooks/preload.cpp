@@ -99,6 +99,7 @@ void Preload::start_tracer_once() {
   td.kernel_get_param_info = driver_.cuKernelGetParamInfo;
   td.func_get_name = driver_.cuFuncGetName;
   td.kernel_get_name = driver_.cuKernelGetName;
+  td.ctx_get_device = driver_.cuCtxGetDevice;
   auto* advisor = advises(options_.mode) ? new advisor::Advisor() : nullptr;
   config.observer = advisor;
   std::string reason;
@@ -181,6 +182,7 @@ void Preload::create_allocator_once() {
 }
 
 bool Preload::redirecting() {
+  allocated_.store(true, std::memory_order_relaxed);  // every allocation hook asks, in every mode
   if (!redirects(options_.mode) || forked_child_.load(std::memory_order_relaxed)) return false;
   if (!driver()) return false;
   create_allocator_once();
@@ -197,11 +199,16 @@ CallSiteId Preload::call_site() const {
       {.depth = options_.callsite_depth, .skip_innermost = 0, .skip_module = &kAnchor});
 }
 
+bool Preload::used_cuda() const {
+  return allocated_.load() || tracer::tracer_saw_calls();
+}
+
 void Preload::write_stats_at_exit() {
   if (forked_child_.load() || ::getpid() != g_owner_pid) return;
   // Only processes that used CUDA through umswap write: a shell or launcher wrapping the real
-  // program must not overwrite its stats.
-  if (!driver_ok_) return;
+  // program must not overwrite its stats, nor add its own (torchrun's launcher looks the driver
+  // up but allocates nothing and launches nothing).
+  if (!driver_ok_ || !used_cuda()) return;
   AllocatorStats stats;
   if (allocator_) stats = allocator_->stats();
   if (options_.verbose >= 1 || stats.cap_hits > 0) {
@@ -223,6 +230,9 @@ void Preload::write_stats_at_exit() {
         {"callsite_depth", options_.callsite_depth}}},
       {"allocator", to_json(stats)},
   };
+  if (const std::string yielded = tracer::yielded_cupti_to(); !yielded.empty()) {
+    j["tracer_yielded_to"] = yielded;  // a profiler took CUPTI (before or during the run)
+  }
   if (summary) {
     j["detection"] = {{"period", summary->trace.detection.period},
                       {"confidence", summary->trace.detection.confidence},
@@ -263,7 +273,7 @@ __attribute__((constructor(101))) void on_load() {
 
 __attribute__((destructor)) void on_unload() {
   try {
-    tracer::finish_tracer();  // normally done by the atexit handler already
+    tracer::finish_tracer(preload().used_cuda());  // normally done by the atexit handler already
     preload().write_stats_at_exit();
   } catch (...) {
     // Exit must never fail because of umswap; the stats are lost, the program's result is not.

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "real_driver.h"
@@ -40,6 +41,8 @@ class Preload {
   // The runtime API in flight on this thread, if a runtime hook is active; else `fallback`.
   static AllocApi api_or(AllocApi fallback);
 
+  // The process allocated through umswap's hooks or made a traced CUDA call.
+  bool used_cuda() const;
   void mark_forked_child() { forked_child_.store(true, std::memory_order_relaxed); }
   void write_stats_at_exit();
 
@@ -58,11 +61,18 @@ class Preload {
   std::once_flag allocator_once_;
   ManagedAllocator* allocator_ = nullptr;  // never freed: hooks may run during exit
   std::atomic<bool> forked_child_{false};
-  bool wants_tracer_ = false;         // decided once from the options
-  std::atomic<int> tracer_state_{0};  // 0 not started, 1 starting, 2 done (running or not)
+  std::atomic<bool> allocated_{false};  // an allocation hook ran (the process uses CUDA memory)
+  bool wants_tracer_ = false;           // decided once from the options
+  std::atomic<int> tracer_state_{0};    // 0 not started, 1 starting, 2 done (running or not)
 };
 
 Preload& preload();
+
+// The file name (no directory) of the loaded object that holds `address`; empty if none.
+std::string_view module_of(const void* address);
+// True when `caller` (a return address) is in libumswap itself or in a profiling or management
+// library (CUPTI, NVML, NVPerf): such callers get the real driver and CUPTI functions.
+bool caller_wants_real(const void* caller);
 
 // Set by runtime hooks around the real runtime call, read by the driver hooks below it.
 class RuntimeApiScope {

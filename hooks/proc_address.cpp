@@ -50,6 +50,8 @@ const HookEntry kHooks[] = {
 #undef UMSWAP_ENTRY
 };
 
+}  // namespace
+
 std::string_view module_of(const void* address) {
   Dl_info info{};
   if (!address || !dladdr(address, &info) || !info.dli_fname) return {};
@@ -69,6 +71,8 @@ bool caller_wants_real(const void* caller) {
   return module.starts_with("libcupti") || module.starts_with("libnvidia-ml") ||
          module.starts_with("libnvperf");
 }
+
+namespace {
 
 // The hook standing in for `real_answer` (what the driver gave for `symbol`), or nullptr.
 void* hook_for_driver_answer(const char* symbol, void* real_answer, const void* caller) {

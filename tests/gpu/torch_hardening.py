@@ -2,11 +2,14 @@
 """PyTorch programs for umswap's hardening tests on a GPU (torch_hardening.sh runs them).
 
     profiler     train a small MLP with torch.profiler recording CUDA activity from before the
-                 first CUDA call, so the profiler holds CUPTI before umswap asks for it
+                 first CUDA call (--profile-from 0), or from step N on (the tracer and the advisor
+                 are running by then), and print how many CUDA events the profiler recorded
     dataloader   train from a DataLoader with 2 forked workers, and fork one more child that
                  exits normally (Python finalization and C exit handlers run in it)
     graph        capture one training step of a small MLP in a CUDA graph
                  (torch.cuda.graphs), then replay it on new data
+    compile      train a small MLP compiled with torch.compile(mode="reduce-overhead") (Inductor's
+                 Triton kernels, replayed through CUDA graphs)
 
 Each prints its losses as float.hex() ("step <i> loss <hex>"), so a native run and a run under
 umswap can be diffed exactly, then "done". Exit: 0 done, 1 failed, 77 skipped (no torch/CUDA).
@@ -60,21 +63,23 @@ def train_step(torch, model, opt, x, y):
 def run_profiler(args):
     torch = import_torch()
     from torch.profiler import ProfilerActivity, profile
-    # Started before anything touches CUDA: kineto subscribes to CUPTI first, and umswap, asking
-    # at the first allocation, finds CUPTI taken.
     prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
-    prof.start()
+    if args.profile_from == 0:
+        prof.start()  # before anything touches CUDA
     require_cuda(torch)
     model = mlp(torch)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     for i, (x, y) in enumerate(batches(torch, args.steps)):
+        if i == args.profile_from and i > 0:
+            torch.cuda.synchronize()
+            prof.start()
         loss = train_step(torch, model, opt, x.cuda(), y.cuda())
         print(f"step {i} loss {loss.item().hex()}", flush=True)
     torch.cuda.synchronize()
     prof.stop()
     kernels = sum(1 for e in prof.events() if getattr(e, "device_type", None) is not None
                   and "CUDA" in str(e.device_type))
-    print(f"profiler: {kernels} CUDA events", flush=True)
+    print(f"profiler: {kernels} CUDA events", file=sys.stderr, flush=True)
     print("done")
     return 0
 
@@ -160,13 +165,43 @@ def run_graph(args):
     return 0
 
 
+def run_compile(args):
+    torch = import_torch()
+    require_cuda(torch)
+    model = mlp(torch)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+
+    def forward_loss(x, y):
+        return torch.nn.functional.cross_entropy(model(x), y)
+
+    # The forward (and its backward) compiled; the optimizer step stays eager. Inputs are
+    # copied into static tensors, as CUDA-graph replay wants.
+    compiled = torch.compile(forward_loss, mode="reduce-overhead")
+    static_x = torch.zeros(128, 64, device="cuda")
+    static_y = torch.zeros(128, dtype=torch.long, device="cuda")
+    for i, (x, y) in enumerate(batches(torch, args.steps)):
+        static_x.copy_(x)
+        static_y.copy_(y)
+        opt.zero_grad(set_to_none=True)
+        loss = compiled(static_x, static_y)
+        loss.backward()
+        opt.step()
+        print(f"step {i} loss {loss.item().hex()}", flush=True)
+    weights = sum(float(p.double().sum()) for p in model.parameters())
+    print(f"weights {weights.hex()}")
+    print("done")
+    return 0
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("case", choices=["profiler", "dataloader", "graph"])
+    p.add_argument("case", choices=["profiler", "dataloader", "graph", "compile"])
     p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--profile-from", type=int, default=0,
+                   help="profiler: the step it starts at (0: before the first CUDA call)")
     args = p.parse_args()
-    return {"profiler": run_profiler, "dataloader": run_dataloader, "graph": run_graph}[args.case](
-        args)
+    return {"profiler": run_profiler, "dataloader": run_dataloader, "graph": run_graph,
+            "compile": run_compile}[args.case](args)
 
 
 if __name__ == "__main__":

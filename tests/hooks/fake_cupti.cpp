@@ -1,7 +1,8 @@
 // A stand-in for libcupti on a machine without a GPU, loaded through UMSWAP_CUPTI_LIBRARY: every
 // function libumswap's tracer resolves succeeds and records nothing, so the tracer "runs" and
 // writes an empty trace at exit. With UMSWAP_TEST_CUPTI_BUSY=1 in the environment, cuptiSubscribe
-// fails as it does when a profiler (torch.profiler, Nsight) already holds CUPTI.
+// fails as it does when a profiler (torch.profiler, Nsight) already holds CUPTI. As the real one,
+// it takes one subscriber at a time: a second cuptiSubscribe before cuptiUnsubscribe fails.
 // Keep it in step with the functions cupti_tracer/cupti_library.cpp resolves: when one is missing
 // here, preload_faults_test's first test fails with "tracing is off: libcupti has no <name>".
 #include <cupti.h>
@@ -11,18 +12,22 @@
 
 namespace {
 int g_subscriber;
-}
+bool g_subscribed = false;
+}  // namespace
 
 #define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
 
 FAKE_EXPORT CUptiResult cuptiSubscribe(CUpti_SubscriberHandle* subscriber, CUpti_CallbackFunc,
                                        void*) {
   const char* busy = std::getenv("UMSWAP_TEST_CUPTI_BUSY");
-  if (busy && busy[0] == '1') return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+  if ((busy && busy[0] == '1') || g_subscribed)
+    return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+  g_subscribed = true;
   *subscriber = reinterpret_cast<CUpti_SubscriberHandle>(&g_subscriber);
   return CUPTI_SUCCESS;
 }
 FAKE_EXPORT CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle) {
+  g_subscribed = false;
   return CUPTI_SUCCESS;
 }
 FAKE_EXPORT CUptiResult cuptiEnableCallback(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain,
@@ -39,6 +44,9 @@ FAKE_EXPORT CUptiResult cuptiGetResultString(CUptiResult result, const char** te
   return CUPTI_SUCCESS;
 }
 FAKE_EXPORT CUptiResult cuptiActivityEnable(CUpti_ActivityKind) {
+  return CUPTI_SUCCESS;
+}
+FAKE_EXPORT CUptiResult cuptiActivityEnableContext(CUcontext, CUpti_ActivityKind) {
   return CUPTI_SUCCESS;
 }
 FAKE_EXPORT CUptiResult cuptiActivityDisable(CUpti_ActivityKind) {

@@ -2,13 +2,20 @@
 // run with libumswap.so preloaded. It allocates and frees device memory through the driver API,
 // prints one line that does not depend on umswap, and exits with the code it is given.
 //
-// usage: fault_probe EXIT_CODE [fork]
+// usage: fault_probe EXIT_CODE [fork|lookup-only|profiler-before|profiler-after]
 //   fork: also fork a child that allocates and exits normally (running the library's exit code),
 //         as a DataLoader worker does; the parent waits for it and prints its pid.
+//   lookup-only: only look the driver up (dlsym of cuGetProcAddress_v2 in libcuda, as a launcher
+//         such as torchrun does when it imports torch), print one line, allocate nothing.
+//   profiler-before, profiler-after: start a profiler as torch.profiler does (cuptiSubscribe,
+//         cuptiActivityRegisterCallbacks, cuptiActivityEnable from the libcupti named by
+//         UMSWAP_CUPTI_LIBRARY, loaded globally as libtorch_cuda loads its own) before the first
+//         allocation or after it, and print the three results.
 // With UMSWAP_TEST_DLOPEN=LIB in the environment, LIB is dlopen'ed at start and its
 // cuMemAlloc_v2/cuMemFree_v2 called instead of preloading it (for AddressSanitizer builds:
 // preload_faults_test.cpp says why).
 #include <cuda.h>
+#include <cupti.h>
 #include <dlfcn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -52,17 +59,59 @@ int allocate_and_free(int count) {
   return ok;
 }
 
+void CUPTIAPI on_callback(void*, CUpti_CallbackDomain, CUpti_CallbackId, const void*) {}
+void CUPTIAPI on_buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *buffer = nullptr;
+  *size = 0;
+  *max_records = 0;
+}
+void CUPTIAPI on_buffer_completed(CUcontext, uint32_t, uint8_t*, size_t, size_t) {}
+
+// What a profiler does first. The functions are looked up by name in the global scope, where a
+// preloaded libumswap.so comes before the libcupti.
+bool start_profiler() {
+  const char* library = std::getenv("UMSWAP_CUPTI_LIBRARY");
+  if (!library || !dlopen(library, RTLD_NOW | RTLD_GLOBAL)) {
+    std::fprintf(stderr, "fault_probe: no CUPTI library to load\n");
+    return false;
+  }
+  auto subscribe =
+      reinterpret_cast<decltype(&cuptiSubscribe)>(dlsym(RTLD_DEFAULT, "cuptiSubscribe"));
+  auto callbacks = reinterpret_cast<decltype(&cuptiActivityRegisterCallbacks)>(
+      dlsym(RTLD_DEFAULT, "cuptiActivityRegisterCallbacks"));
+  auto enable =
+      reinterpret_cast<decltype(&cuptiActivityEnable)>(dlsym(RTLD_DEFAULT, "cuptiActivityEnable"));
+  if (!subscribe || !callbacks || !enable) return false;
+  CUpti_SubscriberHandle subscriber = nullptr;
+  const int s = subscribe(&subscriber, on_callback, nullptr);
+  const int c = callbacks(on_buffer_requested, on_buffer_completed);
+  const int e = enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  std::printf("profiler: subscribe %d callbacks %d enable %d\n", s, c, e);
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: fault_probe EXIT_CODE [fork]\n");
+    std::fprintf(
+        stderr, "usage: fault_probe EXIT_CODE [fork|lookup-only|profiler-before|profiler-after]\n");
     return 2;
   }
   const int exit_code = std::atoi(argv[1]);
-  const bool fork_child = argc > 2 && std::strcmp(argv[2], "fork") == 0;
+  const char* what = argc > 2 ? argv[2] : "";
+  const bool fork_child = std::strcmp(what, "fork") == 0;
   if (!load_library()) return 3;
+  if (std::strcmp(what, "lookup-only") == 0) {
+    void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    const bool found = cuda && dlsym(cuda, "cuGetProcAddress_v2");
+    std::printf("probe: lookup %s\n", found ? "found" : "failed");
+    std::fflush(stdout);
+    return exit_code;
+  }
+  if (std::strcmp(what, "profiler-before") == 0 && !start_profiler()) return 4;
   const int allocated = allocate_and_free(3);
+  if (std::strcmp(what, "profiler-after") == 0 && !start_profiler()) return 4;
   if (fork_child) {
     std::fflush(stdout);
     const pid_t child = ::fork();

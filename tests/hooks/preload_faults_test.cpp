@@ -332,15 +332,82 @@ TEST_F(PreloadFaults, NoCuptiWarnsOnceAndTheProgramRunsOnManagedMemory) {
   expect_stats(path("s.json"), r, /*tracer=*/false);
 }
 
-// What torch.profiler or Nsight does to umswap: CUPTI allows one subscriber.
+// What Nsight Systems or compute-sanitizer does to umswap (injected before the program starts):
+// CUPTI allows one subscriber.
 TEST_F(PreloadFaults, CuptiHeldByAProfilerWarnsOnceNamingTheCause) {
   const ProbeRun r = run({{"UMSWAP_STATS", path("s.json")},
                           {"UMSWAP_TRACE", path("run.umtrace")},
                           {"UMSWAP_TEST_CUPTI_BUSY", "1"}});
-  expect_one_warning(r, "tracing is off: another CUPTI subscriber", "torch.profiler");
+  expect_one_warning(r, "tracing is off: another CUPTI subscriber", "compute-sanitizer");
   EXPECT_TRUE(contains(r.err, "plain managed memory and no trace is written")) << r.err;
   expect_stats(path("s.json"), r, /*tracer=*/false);
   EXPECT_FALSE(fs::exists(path("run.umtrace")));
+}
+
+// A process that only looks the driver up (torchrun's launcher, importing torch) starts the
+// tracer (here for a trace; online mode too, where the fake driver would turn the advisor off
+// with a warning) but uses no CUDA: at exit it leaves CUPTI alone (calling it from the library's
+// destructor crashed the real launcher) and writes neither stats nor a trace, which would land
+// beside, or over, its workers' files.
+TEST_F(PreloadFaults, AProcessThatOnlyLooksTheDriverUpWritesNothing) {
+  if (kAddressSanitizer) GTEST_SKIP() << "the library is dlopen'ed, not preloaded, under ASan";
+  const ProbeRun r = run({{"UMSWAP_STATS", path("s.json")}, {"UMSWAP_TRACE", path("run.umtrace")}},
+                         {"7", "lookup-only"});
+  EXPECT_EQ(r.exit_code, 7) << r.err;
+  EXPECT_EQ(r.out, "probe: lookup found\n");
+  EXPECT_EQ(r.err, "");
+  EXPECT_TRUE(entries().empty());
+}
+
+// A profiler the program starts itself (torch.profiler's kineto calls these through the global
+// scope, where the preloaded library's exports come first) gets CUPTI, whether it starts before
+// umswap's tracer or while the tracer runs. The fake CUPTI takes one subscriber at a time, as
+// the real one does, so "subscribe 0" shows that umswap let go of it.
+constexpr const char* kProfilerGotCupti = "profiler: subscribe 0 callbacks 0 enable 0\n";
+
+TEST_F(PreloadFaults, AProfilerStartedBeforeTheTracerKeepsCuptiAndTheTracerStaysOff) {
+  if (kAddressSanitizer) GTEST_SKIP() << "the library is dlopen'ed, not preloaded, under ASan";
+  const ProbeRun r = run({{"UMSWAP_STATS", path("s.json")}, {"UMSWAP_TRACE", path("run.umtrace")}},
+                         {"7", "profiler-before"});
+  EXPECT_EQ(r.exit_code, 7) << r.err;
+  EXPECT_EQ(r.out, kProfilerGotCupti + probe_output(r));
+  const std::vector<std::string> lines = lines_of(r.err);
+  ASSERT_EQ(lines.size(), 1u) << r.err;
+  EXPECT_EQ(lines[0].rfind("umswap: warning: tracing is off: the program uses CUPTI itself "
+                           "(cuptiSubscribe called from fault_probe)",
+                           0),
+            0u)
+      << lines[0];
+  EXPECT_TRUE(contains(lines[0], "plain managed memory")) << lines[0];
+  expect_stats(path("s.json"), r, /*tracer=*/false);
+  std::string error;
+  const auto stats = read_stats_file(path("s.json"), &error);
+  ASSERT_TRUE(stats) << error;
+  EXPECT_EQ((*stats)["tracer_yielded_to"], "cuptiSubscribe called from fault_probe");
+  EXPECT_FALSE(fs::exists(path("run.umtrace")));
+}
+
+TEST_F(PreloadFaults, AProfilerStartedWhileTheTracerRunsGetsCuptiAndTheTraceSoFarIsWritten) {
+  if (kAddressSanitizer) GTEST_SKIP() << "the library is dlopen'ed, not preloaded, under ASan";
+  const ProbeRun r = run({{"UMSWAP_STATS", path("s.json")}, {"UMSWAP_TRACE", path("run.umtrace")}},
+                         {"7", "profiler-after"});
+  EXPECT_EQ(r.exit_code, 7) << r.err;
+  EXPECT_EQ(r.out, kProfilerGotCupti + probe_output(r));
+  const std::vector<std::string> lines = lines_of(r.err);
+  ASSERT_EQ(lines.size(), 1u) << r.err;
+  EXPECT_EQ(lines[0].rfind("umswap: warning: the program started a profiler (cuptiSubscribe "
+                           "called from fault_probe); umswap's tracer and advisor step aside",
+                           0),
+            0u)
+      << lines[0];
+  expect_stats(path("s.json"), r, /*tracer=*/true);
+  std::string error;
+  const auto stats = read_stats_file(path("s.json"), &error);
+  ASSERT_TRUE(stats) << error;
+  EXPECT_EQ((*stats)["tracer_yielded_to"], "cuptiSubscribe called from fault_probe");
+  const auto trace = read_trace_file(path("run.umtrace"), &error);
+  ASSERT_TRUE(trace) << error;
+  EXPECT_EQ(trace->pid, static_cast<uint64_t>(r.pid));
 }
 
 // A forked child (a DataLoader worker) runs the library's exit code too, but only the parent

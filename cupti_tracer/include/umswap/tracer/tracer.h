@@ -45,6 +45,9 @@ struct TracerDriver {
   PFN_cuKernelGetParamInfo_v12040 kernel_get_param_info = nullptr;
   PFN_cuFuncGetName_v12030 func_get_name = nullptr;
   PFN_cuKernelGetName_v12030 kernel_get_name = nullptr;
+  // The device whose unified-memory counters are collected: the current context's at the first
+  // traced call (a DDP rank's own GPU), device 0 without it.
+  PFN_cuCtxGetDevice_v2000 ctx_get_device = nullptr;
 };
 
 struct TracerConfig {
@@ -86,8 +89,23 @@ bool start_tracer(const TracerConfig& config, const TracerDriver& driver, Regist
 // An explicit iteration boundary (umswap_mark_iteration()).
 void mark_iteration();
 // Flushes CUPTI, assembles and writes the trace. Safe to call more than once; later calls do
-// nothing.
-void finish_tracer();
+// nothing. `used_cuda` false: the process allocated nothing through umswap, and if the tracer saw
+// no call either, nothing is written (a launcher must not overwrite its workers' trace).
+void finish_tracer(bool used_cuda = true);
 bool tracer_running();
+// True once the tracer has seen a CUDA call (a launch, copy or memset) in this process.
+bool tracer_saw_calls();
+
+// The program itself called a CUPTI function that only one client can use (cuptiSubscribe,
+// cuptiActivityRegisterCallbacks, cuptiActivityEnable...): a profiler such as torch.profiler is
+// starting. Before start_tracer() the tracer will not start (start_tracer() says why); while it
+// runs it steps aside at once: one warning, the advisor stopped, CUPTI flushed and released, the
+// trace so far written, as finish_tracer() does. `what` names the call and its caller. Later
+// calls do nothing.
+void yield_cupti(const std::string& what);
+// What yield_cupti() was told, or empty.
+std::string yielded_cupti_to();
+// `name` from the libcupti the tracer loaded, or null (not loaded, no such symbol).
+void* cupti_symbol(const char* name);
 
 }  // namespace umswap::tracer

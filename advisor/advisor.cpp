@@ -46,7 +46,11 @@ void sleep_us(long us) {
 struct LivePlan {
   uint64_t base = 0;  // launch index of step 0 of some iteration
   uint64_t period = 0;
-  uint64_t applied_from = 0;           // first launch whose actions run (an iteration boundary)
+  uint64_t applied_from = 0;  // first launch whose actions run (an iteration boundary)
+  // The first iteration boundary at or after the launch the program had reached when the advisor
+  // issued the plan's first actions: the advisor trails the launches, so with short iterations
+  // the program can run whole iterations past applied_from before the plan moves anything.
+  std::atomic<uint64_t> started_at{UINT64_MAX};
   std::vector<uint32_t> keys;          // expected step key per phase; empty = not checked here
   std::vector<uint8_t> needs_event;    // per phase: a later eviction waits for this launch
   std::vector<uint32_t> wait_ahead;    // per phase: launches back to its last prefetch's issue
@@ -596,6 +600,9 @@ void AdvisorImpl::apply(uint64_t n) {
       return;
     }
     if (g == p.applied_from) {
+      const uint64_t now = std::max(launched.load(std::memory_order_acquire), g);
+      p.started_at.store(g + (now - g + p.period - 1) / p.period * p.period,
+                         std::memory_order_relaxed);
       reset_to_start(p);
       if (progress_device && !waits_off.load()) {
         d.stream_write_value64(stream, progress_device, g, 0);
@@ -699,6 +706,9 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
         {"source", last->source},
         {"period", last->period},
         {"applied_from_launch", last->applied_from},
+        {"started_at_launch", last->started_at.load() == UINT64_MAX
+                                  ? nlohmann::json(nullptr)
+                                  : nlohmann::json(last->started_at.load())},
         {"footprint_bytes", last->plan.footprint_bytes},
         {"bytes_prefetched_per_iteration", last->plan.bytes_prefetched_per_iteration},
         {"bytes_evicted_per_iteration", last->plan.bytes_evicted_per_iteration},
@@ -714,12 +724,14 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
       return std::pair{sum_in(a.prefetched, first, last_step), sum_in(a.evicted, first, last_step)};
     });
     // Peak GPU-resident bytes once the plan is in force: from its second iteration on (the
-    // learning iterations fault in the whole footprint; the first planned one moves it out).
+    // learning iterations fault in the whole footprint; the first planned one moves it out),
+    // counted from where the advisor really started it.
     uint64_t applied_peak = 0;
     bool any = false;
+    const uint64_t started = last ? last->started_at.load() : UINT64_MAX;
     for (size_t i = 0; i < summary->trace.iterations.size(); ++i) {
       const auto& it = summary->trace.iterations[i];
-      if (last && it.first_step >= last->applied_from + last->period &&
+      if (started != UINT64_MAX && it.first_step >= started + last->period &&
           i < summary->iteration_peak_resident.size()) {
         applied_peak = std::max(applied_peak, summary->iteration_peak_resident[i]);
         any = true;

@@ -35,13 +35,15 @@ for mode in ("online", "replay", "nowait"):
     its = s.get("iterations", [])
     plan = a.get("plan", {})
     applied = plan.get("applied_from_launch")
+    started = plan.get("started_at_launch")  # where the advisor really began (it trails launches)
     # From the plan's second iteration on (the first moves the learning iterations' data out);
     # the loop's last launches (copying results back) end the plan, as they should.
-    steady = [i for i in its if applied is not None and i["first_step"] >= applied + plan["period"]]
+    steady = [i for i in its if started is not None and i["first_step"] >= started + plan["period"]]
     faults = [i["gpu_page_faults"] for i in steady]
     peak = a.get("peak_resident_applied_bytes")
     same = checksum(mode) == native
-    print(f"{mode}: state {a.get('state')} fallback {a.get('fallback')} applied from launch {applied}; "
+    print(f"{mode}: state {a.get('state')} fallback {a.get('fallback')} applied from launch {applied}"
+          f" (started at {started}); "
           f"steady iterations {len(steady)} faults {faults}; peak resident after plan {peak} "
           f"(budget {budget}, plan {a.get('peak_resident_plan_bytes')}); prefetched {a.get('prefetched_bytes')} "
           f"evicted {a.get('evicted_bytes')}; checksum {'same' if same else 'DIFFERS'}")

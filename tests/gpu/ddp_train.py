@@ -1,0 +1,77 @@
+"""DDP training for the multi-GPU test (ddp_check.sh): a small convolutional network trained with
+torch.nn.parallel.DistributedDataParallel over NCCL, one process per GPU, under torchrun.
+
+Each rank trains on its own synthetic batches (seeded by rank) and writes to OUT/rank<r>.txt
+(one file per rank: the ranks share torchrun's stdout, where their lines interleave), exactly:
+
+    rank <r> device <d> step <i> loss <float.hex()>
+
+and at the end a checksum of the (all-reduced, so identical on every rank) weights:
+
+    weights <sum of |w| as float.hex()>
+
+Deterministic (cuDNN and cuBLAS fixed), so a native run and a run under umswap can be diffed.
+Exit: 0 done, 1 failed, 77 skipped (no torch, fewer than 2 GPUs, no NCCL).
+"""
+
+import argparse
+import os
+import sys
+
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--width", type=int, default=128, help="channels of the convolutions")
+    p.add_argument("--image", type=int, default=64)
+    p.add_argument("--out", required=True, help="directory for the per-rank output files")
+    args = p.parse_args()
+    try:
+        import torch
+        import torch.distributed as dist
+        from torch import nn
+    except ImportError as e:
+        print(f"skip: torch is not importable ({e})")
+        return 77
+    if torch.cuda.device_count() < 2 or not dist.is_nccl_available():
+        print("skip: needs 2 GPUs and NCCL")
+        return 77
+    rank = int(os.environ["RANK"])
+    local = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local)
+    dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    torch.manual_seed(0)  # the same initial weights on every rank (DDP also broadcasts them)
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False
+    w = args.width
+    model = nn.Sequential(
+        nn.Conv2d(3, w, 3, padding=1), nn.ReLU(), nn.Conv2d(w, w, 3, padding=1), nn.ReLU(),
+        nn.MaxPool2d(2), nn.Conv2d(w, 2 * w, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(2 * w, 2 * w, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+        nn.Linear(2 * w, 10)).cuda()
+    ddp = nn.parallel.DistributedDataParallel(model, device_ids=[local])
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+    g = torch.Generator().manual_seed(100 + rank)
+    out = open(os.path.join(args.out, f"rank{rank}.txt"), "w")
+    for i in range(args.steps):
+        x = torch.randn(args.batch, 3, args.image, args.image, generator=g).cuda()
+        y = torch.randint(0, 10, (args.batch,), generator=g).cuda()
+        opt.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(ddp(x), y)
+        loss.backward()
+        opt.step()
+        print(f"rank {rank} device {torch.cuda.current_device()} step {i} loss "
+              f"{loss.item().hex()}", file=out, flush=True)
+    total = sum(p.detach().abs().sum().double() for p in model.parameters())
+    print(f"weights {total.item().hex()}", file=out, flush=True)
+    out.close()
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

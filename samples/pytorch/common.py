@@ -39,6 +39,42 @@ def add_memory_saving_args(p, checkpoint_help):
     p.add_argument("--checkpoint", action="store_true", help=checkpoint_help)
 
 
+def parse_image_model_args(doc, model, default_batch, checkpoint_help):
+    """The flags of the image-classifier scripts (vgg16.py, resnet152.py), parsed and checked:
+    --batch, --steps, --precision, --image-size, --offload, --checkpoint, --seed, --nvtx-mark.
+    `doc` is the script's docstring (its first line describes the script), `model` its network's
+    name for the error messages."""
+    import argparse
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--batch", type=int, default=default_batch,
+                   help=f"images per iteration (default {default_batch})")
+    p.add_argument("--steps", type=int, default=10, help="iterations (default 10)")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                   help="fp32, or bf16 through torch.autocast (default fp32)")
+    p.add_argument("--image-size", type=int, default=224, help="image side (default 224)")
+    add_memory_saving_args(p, checkpoint_help)
+    p.add_argument("--seed", type=int, default=0, help="seed for weights and data (default 0)")
+    add_nvtx_arg(p)
+    a = p.parse_args()
+    if a.batch < 1 or a.steps < 1:
+        p.error("--batch and --steps must be at least 1")
+    if a.image_size < 32:
+        p.error(f"--image-size must be at least 32 ({model} halves it five times)")
+    return a
+
+
+def image_model_settings(torch, args):
+    """The settings an image-classifier script adds to its summary line."""
+    return {
+        "batch": args.batch,
+        "image_size": args.image_size,
+        "precision": args.precision,
+        "offload": args.offload,
+        "checkpoint": args.checkpoint,
+        "device": torch.cuda.get_device_name(),
+    }
+
+
 def add_nvtx_arg(p):
     p.add_argument("--nvtx-mark", metavar="NAME",
                    help="emit an NVTX mark NAME at the start of each iteration "

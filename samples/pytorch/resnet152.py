@@ -15,30 +15,16 @@ then the summary with "oom": true, and exits 1.
 Exit: 0 done, 1 out of memory, 2 bad arguments, 77 skipped (no torch, torchvision or CUDA).
 """
 
-import argparse
 import sys
 
 import common
 
 
 def parse_args():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--batch", type=int, default=64, help="images per iteration (default 64)")
-    p.add_argument("--steps", type=int, default=10, help="iterations (default 10)")
-    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
-                   help="fp32, or bf16 through torch.autocast (default fp32)")
-    p.add_argument("--image-size", type=int, default=224, help="image side (default 224)")
-    common.add_memory_saving_args(
-        p, "recompute each bottleneck block of layer1..layer4 in backward "
-           "(torch.utils.checkpoint)")
-    p.add_argument("--seed", type=int, default=0, help="seed for weights and data (default 0)")
-    common.add_nvtx_arg(p)
-    a = p.parse_args()
-    if a.batch < 1 or a.steps < 1:
-        p.error("--batch and --steps must be at least 1")
-    if a.image_size < 32:
-        p.error("--image-size must be at least 32 (ResNet halves it five times)")
-    return a
+    return common.parse_image_model_args(
+        __doc__, "ResNet", 64,
+        "recompute each bottleneck block of layer1..layer4 in backward "
+        "(torch.utils.checkpoint)")
 
 
 def main():
@@ -85,14 +71,7 @@ def main():
         return loss
 
     times, oom = common.timed_loop(torch, args.steps, iteration, args.nvtx_mark)
-    return common.print_summary(torch, times, oom, {
-        "batch": args.batch,
-        "image_size": args.image_size,
-        "precision": args.precision,
-        "offload": args.offload,
-        "checkpoint": args.checkpoint,
-        "device": torch.cuda.get_device_name(),
-    })
+    return common.print_summary(torch, times, oom, common.image_model_settings(torch, args))
 
 
 if __name__ == "__main__":

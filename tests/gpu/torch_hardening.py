@@ -132,6 +132,19 @@ def run_dataloader(args):
     return 0
 
 
+def train_static(torch, args, model, static_x, static_y, step):
+    """Copies each batch into the static inputs, runs step() (returns the loss), prints the losses,
+    then the weights' sum and "done"."""
+    for i, (x, y) in enumerate(batches(torch, args.steps)):
+        static_x.copy_(x)
+        static_y.copy_(y)
+        print(f"step {i} loss {step().item().hex()}", flush=True)
+    weights = sum(float(p.double().sum()) for p in model.parameters())
+    print(f"weights {weights.hex()}")
+    print("done")
+    return 0
+
+
 def run_graph(args):
     torch = import_torch()
     require_cuda(torch)
@@ -154,15 +167,11 @@ def run_graph(args):
         static_loss = torch.nn.functional.cross_entropy(model(static_x), static_y)
         static_loss.backward()
         opt.step()
-    for i, (x, y) in enumerate(batches(torch, args.steps)):
-        static_x.copy_(x)
-        static_y.copy_(y)
+    def step():
         graph.replay()
-        print(f"step {i} loss {static_loss.item().hex()}", flush=True)
-    weights = sum(float(p.double().sum()) for p in model.parameters())
-    print(f"weights {weights.hex()}")
-    print("done")
-    return 0
+        return static_loss
+
+    return train_static(torch, args, model, static_x, static_y, step)
 
 
 def run_compile(args):
@@ -179,18 +188,14 @@ def run_compile(args):
     compiled = torch.compile(forward_loss, mode="reduce-overhead")
     static_x = torch.zeros(128, 64, device="cuda")
     static_y = torch.zeros(128, dtype=torch.long, device="cuda")
-    for i, (x, y) in enumerate(batches(torch, args.steps)):
-        static_x.copy_(x)
-        static_y.copy_(y)
+    def step():
         opt.zero_grad(set_to_none=True)
         loss = compiled(static_x, static_y)
         loss.backward()
         opt.step()
-        print(f"step {i} loss {loss.item().hex()}", flush=True)
-    weights = sum(float(p.double().sum()) for p in model.parameters())
-    print(f"weights {weights.hex()}")
-    print("done")
-    return 0
+        return loss
+
+    return train_static(torch, args, model, static_x, static_y, step)
 
 
 def main():

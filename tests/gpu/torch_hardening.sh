@@ -41,6 +41,18 @@ check_managed() {
     fail "tracer is not $tracer in $file"
 }
 
+# Runs torch_hardening.py ARGS natively and under `umswap run --stats`: it completes, its output
+# (losses, weights) is identical, its allocations are managed; prints umswap's own lines.
+same_as_native() {
+  python3 "$script" "$@" >"$work/native.out" 2>"$work/native.err" || fail "native run exited $?"
+  "$umswap" run --stats "$work/stats.json" -- python3 "$script" "$@" \
+    >"$work/run.out" 2>"$work/run.err" || fail "exited $?"
+  grep -q '^done$' "$work/run.out" || fail "the run did not complete"
+  diff "$work/native.out" "$work/run.out" || fail "losses or weights differ from the native run"
+  check_managed "$work/stats.json"
+  umswap_lines "$work/run.err"
+}
+
 case $case in
 profiler)
   # From before the first CUDA call (umswap's tracer never starts), and from step 20 of 30 (the
@@ -108,13 +120,7 @@ dataloader)
   done
   ;;
 graph)
-  python3 "$script" graph >"$work/native.out" 2>"$work/native.err" || fail "native run exited $?"
-  "$umswap" run --stats "$work/stats.json" -- python3 "$script" graph \
-    >"$work/run.out" 2>"$work/run.err" || fail "exited $?"
-  grep -q '^done$' "$work/run.out" || fail "replays did not complete"
-  diff "$work/native.out" "$work/run.out" || fail "losses or weights differ from the native run"
-  check_managed "$work/stats.json"
-  umswap_lines "$work/run.err"
+  same_as_native graph --steps 8
   echo "graph replays identical over $(grep -c '^step' "$work/run.out") steps"
   ;;
 compile)
@@ -122,14 +128,7 @@ compile)
   # compiled and tuned (tuning by timing could pick a different reduction order otherwise); its
   # CUDA graphs are captured and replayed under umswap.
   export TORCHINDUCTOR_CACHE_DIR=$work/inductor
-  python3 "$script" compile --steps 12 >"$work/native.out" 2>"$work/native.err" ||
-    fail "native run exited $?"
-  "$umswap" run --stats "$work/stats.json" -- python3 "$script" compile --steps 12 \
-    >"$work/run.out" 2>"$work/run.err" || fail "exited $?"
-  grep -q '^done$' "$work/run.out" || fail "training did not complete"
-  diff "$work/native.out" "$work/run.out" || fail "losses or weights differ from the native run"
-  check_managed "$work/stats.json"
-  umswap_lines "$work/run.err"
+  same_as_native compile --steps 12
   echo "torch.compile(mode=reduce-overhead): identical over $(grep -c '^step' "$work/run.out") steps"
   ;;
 *)

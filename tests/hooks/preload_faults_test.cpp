@@ -365,46 +365,50 @@ TEST_F(PreloadFaults, AProcessThatOnlyLooksTheDriverUpWritesNothing) {
 // the real one does, so "subscribe 0" shows that umswap let go of it.
 constexpr const char* kProfilerGotCupti = "profiler: subscribe 0 callbacks 0 enable 0\n";
 
-TEST_F(PreloadFaults, AProfilerStartedBeforeTheTracerKeepsCuptiAndTheTracerStaysOff) {
+// Runs the probe starting a profiler at `when` (profiler-before or profiler-after) with stats and
+// a trace asked for, and checks what both cases share: the program's own output (the profiler's
+// calls all succeeded), exactly one warning starting with `warning`, the stats (tracer on or off)
+// naming the call the tracer yielded to.
+class ProfilerStarts : public PreloadFaults {
+ protected:
+  ProbeRun run_profiler_probe(const std::string& when, const std::string& warning, bool tracer) {
+    const ProbeRun r =
+        run({{"UMSWAP_STATS", path("s.json")}, {"UMSWAP_TRACE", path("run.umtrace")}}, {"7", when});
+    EXPECT_EQ(r.exit_code, 7) << r.err;
+    EXPECT_EQ(r.out, kProfilerGotCupti + probe_output(r));
+    const std::vector<std::string> lines = lines_of(r.err);
+    EXPECT_EQ(lines.size(), 1u) << r.err;
+    if (!lines.empty()) {
+      EXPECT_EQ(lines[0].rfind("umswap: warning: " + warning, 0), 0u) << lines[0];
+    }
+    expect_stats(path("s.json"), r, tracer);
+    std::string error;
+    const auto stats = read_stats_file(path("s.json"), &error);
+    EXPECT_TRUE(stats) << error;
+    if (stats) {
+      EXPECT_EQ((*stats)["tracer_yielded_to"], "cuptiSubscribe called from fault_probe");
+    }
+    return r;
+  }
+};
+
+TEST_F(ProfilerStarts, BeforeTheTracerItKeepsCuptiAndTheTracerStaysOff) {
   if (kAddressSanitizer) GTEST_SKIP() << "the library is dlopen'ed, not preloaded, under ASan";
-  const ProbeRun r = run({{"UMSWAP_STATS", path("s.json")}, {"UMSWAP_TRACE", path("run.umtrace")}},
-                         {"7", "profiler-before"});
-  EXPECT_EQ(r.exit_code, 7) << r.err;
-  EXPECT_EQ(r.out, kProfilerGotCupti + probe_output(r));
-  const std::vector<std::string> lines = lines_of(r.err);
-  ASSERT_EQ(lines.size(), 1u) << r.err;
-  EXPECT_EQ(lines[0].rfind("umswap: warning: tracing is off: the program uses CUPTI itself "
-                           "(cuptiSubscribe called from fault_probe)",
-                           0),
-            0u)
-      << lines[0];
-  EXPECT_TRUE(contains(lines[0], "plain managed memory")) << lines[0];
-  expect_stats(path("s.json"), r, /*tracer=*/false);
-  std::string error;
-  const auto stats = read_stats_file(path("s.json"), &error);
-  ASSERT_TRUE(stats) << error;
-  EXPECT_EQ((*stats)["tracer_yielded_to"], "cuptiSubscribe called from fault_probe");
+  const ProbeRun r = run_profiler_probe(
+      "profiler-before",
+      "tracing is off: the program uses CUPTI itself (cuptiSubscribe called from fault_probe)",
+      /*tracer=*/false);
+  EXPECT_TRUE(contains(r.err, "plain managed memory")) << r.err;
   EXPECT_FALSE(fs::exists(path("run.umtrace")));
 }
 
-TEST_F(PreloadFaults, AProfilerStartedWhileTheTracerRunsGetsCuptiAndTheTraceSoFarIsWritten) {
+TEST_F(ProfilerStarts, WhileTheTracerRunsItGetsCuptiAndTheTraceSoFarIsWritten) {
   if (kAddressSanitizer) GTEST_SKIP() << "the library is dlopen'ed, not preloaded, under ASan";
-  const ProbeRun r = run({{"UMSWAP_STATS", path("s.json")}, {"UMSWAP_TRACE", path("run.umtrace")}},
-                         {"7", "profiler-after"});
-  EXPECT_EQ(r.exit_code, 7) << r.err;
-  EXPECT_EQ(r.out, kProfilerGotCupti + probe_output(r));
-  const std::vector<std::string> lines = lines_of(r.err);
-  ASSERT_EQ(lines.size(), 1u) << r.err;
-  EXPECT_EQ(lines[0].rfind("umswap: warning: the program started a profiler (cuptiSubscribe "
-                           "called from fault_probe); umswap's tracer and advisor step aside",
-                           0),
-            0u)
-      << lines[0];
-  expect_stats(path("s.json"), r, /*tracer=*/true);
+  const ProbeRun r = run_profiler_probe("profiler-after",
+                                        "the program started a profiler (cuptiSubscribe called "
+                                        "from fault_probe); umswap's tracer and advisor step aside",
+                                        /*tracer=*/true);
   std::string error;
-  const auto stats = read_stats_file(path("s.json"), &error);
-  ASSERT_TRUE(stats) << error;
-  EXPECT_EQ((*stats)["tracer_yielded_to"], "cuptiSubscribe called from fault_probe");
   const auto trace = read_trace_file(path("run.umtrace"), &error);
   ASSERT_TRUE(trace) << error;
   EXPECT_EQ(trace->pid, static_cast<uint64_t>(r.pid));

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "umswap/advisor/online_learning.h"
 #include "umswap/advisor/planner.h"
 #include "umswap/advisor/replay.h"
 #include "umswap/core/log.h"
@@ -28,10 +29,8 @@ bool AdvisorDriver::complete() const {
 
 namespace {
 
-constexpr size_t kEventRing = 4096;       // last-use events, by launch index modulo this
-constexpr uint32_t kDivergeRun = 8;       // consecutive launches off the plan that end it
-constexpr double kMinConfidence = 0.8;    // of the period detection, to plan from it
-constexpr uint64_t kMinLearnSteps = 256;  // shortest steady region planned from
+constexpr size_t kEventRing = 4096;  // last-use events, by launch index modulo this
+constexpr uint32_t kDivergeRun = 8;  // consecutive launches off the plan that end it
 // The prefetch-wait counter's "nobody waits" value. cuStreamWaitValue64's GEQ is a cyclic
 // comparison, (int64_t)(*addr - value) >= 0, so UINT64_MAX would release nothing (it hung
 // cudnn_vgg16); 2^62 is ahead of every launch index and within the comparison's half range.
@@ -104,6 +103,7 @@ class AdvisorImpl {
   uint64_t cursor = 0;
   uint64_t learn_from = 0;
   uint64_t next_check = 0;
+  OnlineLearning online;  // which iteration to plan from; remembers diverged plans
   bool learning_failed = false;
   std::vector<std::unique_ptr<LivePlan>> plans;  // every plan ever made; never freed while running
   std::unique_ptr<ReplayMatcher> matcher;
@@ -366,7 +366,8 @@ void AdvisorImpl::watch_waits() {
 void AdvisorImpl::drop_plan(uint64_t at, const char* why) {
   LivePlan* p = plan.load();
   plan.store(nullptr, std::memory_order_release);
-  release_waits();  // every launch waiting for this plan
+  if (p && !p->matcher) online.diverged(p->keys);  // maybe an inner loop (online_learning.h)
+  release_waits();                                 // every launch waiting for this plan
   diverged.store(false);
   mismatch_run = 0;  // read by the launch path only while a plan is in force
   ++divergences;
@@ -387,22 +388,16 @@ void AdvisorImpl::learn() {
   if (logged < learn_from + 64 || logged < next_check) return;
   next_check = logged + std::max<uint64_t>(64, (logged - learn_from) / 4);
   const std::vector<uint32_t> keys = tracer::copy_keys(learn_from);
-  const trace::Detection det = tracer::IterationDetector::detect(keys);
-  if (det.period == 0 || det.confidence < kMinConfidence) return;
-  const uint64_t e = learn_from + det.warmup_steps;
-  const uint64_t end = learn_from + keys.size();
-  const uint64_t complete = (end - e) / det.period;
-  // A steady region must be long, and most of what was seen: a run of identical launches inside
-  // the first iteration (one optimizer kernel per parameter) repeats too, with period 1.
-  const uint64_t region = end - e;
-  if (complete < 2 || region < kMinLearnSteps || region * 4 < end - learn_from) return;
-  const uint64_t first = e + (complete - 1) * det.period;
+  const std::optional<LearnChoice> choice = online.choose(keys);
+  if (!choice) return;
+  const uint64_t e = learn_from + choice->region_start;
+  const uint64_t first = learn_from + choice->first;
   tracer::StepLog log;
-  if (!tracer::copy_steps(first, det.period, &log)) return;
+  if (!tracer::copy_steps(first, choice->period, &log)) return;
 
   auto p = std::make_unique<LivePlan>();
   p->base = e;
-  p->period = det.period;
+  p->period = choice->period;
   p->source = "online";
   p->keys = log.keys;
   // Buffers by first appearance; extents from the next pointer seen in the iteration.
@@ -447,11 +442,12 @@ void AdvisorImpl::learn() {
   p->streams = streams;
   // From the next iteration boundary on (launch indices below `n` may already be running).
   const uint64_t n = launched.load(std::memory_order_acquire);
-  p->applied_from = e + ((std::max(n, e) - e + det.period - 1) / det.period) * det.period;
+  p->applied_from =
+      e + ((std::max(n, e) - e + choice->period - 1) / choice->period) * choice->period;
   log_info(
       "advisor: learned an iteration of {} steps (launches {}..{}), footprint {}, {} prefetched "
       "and {} evicted per iteration in {} calls; applying from launch {}",
-      det.period, first, first + det.period, format_bytes(p->plan.footprint_bytes),
+      choice->period, first, first + choice->period, format_bytes(p->plan.footprint_bytes),
       format_bytes(p->plan.bytes_prefetched_per_iteration),
       format_bytes(p->plan.bytes_evicted_per_iteration),
       p->plan.prefetch_calls + p->plan.evict_calls, p->applied_from);

@@ -1,0 +1,49 @@
+// Online learning's choice of the iteration to plan from, as a pure decision over the launch keys
+// seen since learning (re)started, with a memory of the online plans that diverged.
+//
+// The iteration is the period of the steady region that IterationDetector::detect() finds, once
+// that region spans two periods, kMinLearnSteps steps and a quarter of the keys seen, with
+// confidence kMinConfidence. A stack of identical layers (ResNet's bottlenecks, a transformer's
+// blocks) is such a region long before the training loop's first iteration ends: a plan made
+// from it covers one layer and diverges at the end of the stack. So a diverged plan is
+// remembered: afterwards a period no longer than the longest diverged one is planned from only if
+// its iteration contains every key of every diverged plan (the outer loop that holds those
+// layers does; a layer does not). A longer period is always accepted. A training loop's period
+// that diverged because the program changed regime (an evaluation loop) is accepted again when it
+// comes back, since its keys contain what diverged; a shorter new regime whose keys lack those
+// of the diverged plans is not planned (the program runs on plain managed memory there).
+//
+// Thread safety: none; one instance per advisor thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <unordered_set>
+
+namespace umswap::advisor {
+
+inline constexpr double kMinConfidence = 0.8;    // of the period detection, to plan from it
+inline constexpr uint64_t kMinLearnSteps = 256;  // shortest steady region planned from
+
+struct LearnChoice {
+  uint64_t region_start = 0;  // index (in the keys given) of the steady region's first step
+  uint64_t first = 0;         // index of the first step of the iteration to plan from
+  uint64_t period = 0;        // steps per iteration
+};
+
+class OnlineLearning {
+ public:
+  // `keys`: the step keys since learning (re)started. The last complete iteration of the steady
+  // region to plan from, or nothing yet.
+  std::optional<LearnChoice> choose(std::span<const uint32_t> keys) const;
+  // An online plan made from one iteration with these keys diverged from the launches.
+  void diverged(std::span<const uint32_t> plan_keys);
+  uint64_t longest_diverged_period() const { return longest_diverged_; }
+
+ private:
+  uint64_t longest_diverged_ = 0;
+  std::unordered_set<uint32_t> diverged_keys_;
+};
+
+}  // namespace umswap::advisor

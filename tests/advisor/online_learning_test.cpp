@@ -1,0 +1,156 @@
+// Online learning's choice of the iteration to plan from (advisor/online_learning.h), driven as the
+// advisor drives it: checks at its cadence over the keys since learning (re)started, a chosen
+// plan followed until a launch's key differs from the plan's, then learning again from there.
+#include "umswap/advisor/online_learning.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+namespace umswap::advisor {
+namespace {
+
+// One iteration of a deep network: an embedding, `layers` identical blocks forward, a head,
+// `layers` identical blocks backward, an optimizer; keys offset by `base` (another program part).
+std::vector<uint32_t> deep_iteration(int layers, int forward, int backward, uint32_t base = 0) {
+  std::vector<uint32_t> k;
+  for (uint32_t i = 0; i < 5; ++i) k.push_back(base + 1000 + i);
+  for (int l = 0; l < layers; ++l) {
+    for (int j = 0; j < forward; ++j) k.push_back(base + 2000 + static_cast<uint32_t>(j));
+  }
+  for (uint32_t i = 0; i < 7; ++i) k.push_back(base + 3000 + i);
+  for (int l = 0; l < layers; ++l) {
+    for (int j = 0; j < backward; ++j) k.push_back(base + 4000 + static_cast<uint32_t>(j));
+  }
+  for (uint32_t i = 0; i < 40; ++i) k.push_back(base + 5000 + i % 3);
+  return k;
+}
+
+void append(std::vector<uint32_t>& keys, const std::vector<uint32_t>& part, int times) {
+  for (int i = 0; i < times; ++i) keys.insert(keys.end(), part.begin(), part.end());
+}
+
+struct Plan {
+  uint64_t from;  // first launch the plan was in force (an iteration boundary)
+  uint64_t period;
+  uint64_t until;  // the launch whose key differed, or the end
+};
+
+// The advisor's learning loop over a whole key sequence (20 warm-up launches first): every plan
+// made, in order.
+std::vector<Plan> drive(const std::vector<uint32_t>& loop, OnlineLearning& learning) {
+  std::vector<uint32_t> keys;
+  for (uint32_t i = 0; i < 20; ++i) keys.push_back(9000 + i);
+  keys.insert(keys.end(), loop.begin(), loop.end());
+  std::vector<Plan> plans;
+  uint64_t learn_from = 0, next_check = 0;
+  for (uint64_t logged = 1; logged <= keys.size(); ++logged) {
+    if (logged < learn_from + 64 || logged < next_check) continue;
+    next_check = logged + std::max<uint64_t>(64, (logged - learn_from) / 4);
+    const std::span<const uint32_t> seen(keys.data() + learn_from, logged - learn_from);
+    const auto choice = learning.choose(seen);
+    if (!choice) continue;
+    const uint64_t first = learn_from + choice->first;
+    const std::vector<uint32_t> plan_keys(
+        keys.begin() + static_cast<ptrdiff_t>(first),
+        keys.begin() + static_cast<ptrdiff_t>(first + choice->period));
+    // In force from the next iteration boundary; followed while the keys repeat.
+    const uint64_t start = first + ((logged - first) / choice->period + 1) * choice->period;
+    uint64_t g = start;
+    while (g < keys.size() && keys[g] == plan_keys[(g - first) % choice->period]) ++g;
+    plans.push_back({start, choice->period, g});
+    if (g == keys.size()) break;
+    learning.diverged(plan_keys);
+    learn_from = g;
+    next_check = 0;
+    logged = g;
+  }
+  return plans;
+}
+
+TEST(OnlineLearning, AShallowLoopIsLearnedFromItsWholeIteration) {
+  const auto iteration = deep_iteration(4, 30, 50);  // 372 launches
+  std::vector<uint32_t> loop;
+  append(loop, iteration, 8);
+  OnlineLearning learning;
+  const auto plans = drive(loop, learning);
+  ASSERT_EQ(plans.size(), 1u);
+  EXPECT_EQ(plans[0].period, iteration.size());
+  EXPECT_EQ(plans[0].until, 20 + loop.size());  // held to the end
+}
+
+// A stack of 24 identical layers repeats long before the first iteration ends, and is taken for
+// the iteration; its plan diverges at the end of the stack. After the forward and the backward
+// stack have each diverged, only the whole iteration is planned from, and that plan holds.
+TEST(OnlineLearning, ADeepLoopEndsWithThePlanOfItsWholeIteration) {
+  const auto iteration = deep_iteration(24, 30, 50);  // 1,972 launches
+  std::vector<uint32_t> loop;
+  append(loop, iteration, 8);
+  OnlineLearning learning;
+  const auto plans = drive(loop, learning);
+  ASSERT_GE(plans.size(), 2u);
+  EXPECT_EQ(plans.front().period, 30u);  // the forward layer, as before the fix
+  EXPECT_EQ(plans.back().period, iteration.size());
+  EXPECT_EQ(plans.back().until, 20 + loop.size());
+  // No more than the two layer plans came before it, and it was in force within 4 iterations.
+  EXPECT_LE(plans.size(), 3u);
+  EXPECT_LE(plans.back().from, 20 + 4 * iteration.size());
+}
+
+// Without the memory of diverged plans (a fresh learner at each divergence) the layer periods
+// come back in every iteration: this is what the memory is for.
+TEST(OnlineLearning, WithoutMemoryTheLayersAreLearnedAgainInEveryIteration) {
+  const auto iteration = deep_iteration(24, 30, 50);
+  std::vector<uint32_t> loop;
+  append(loop, iteration, 4);
+  std::vector<uint32_t> keys(20, 0);
+  for (uint32_t i = 0; i < 20; ++i) keys[i] = 9000 + i;
+  keys.insert(keys.end(), loop.begin(), loop.end());
+  // Learn from the start of the third iteration's forward stack with no memory.
+  const uint64_t third = 20 + 2 * iteration.size();
+  OnlineLearning fresh;
+  const std::span<const uint32_t> seen(keys.data() + third, 5 + 30 * 12);
+  const auto choice = fresh.choose(seen);
+  ASSERT_TRUE(choice);
+  EXPECT_EQ(choice->period, 30u);
+}
+
+// A training loop interrupted by an evaluation loop (other kernels, shorter): the training plan
+// diverges at the evaluation, which is not planned (its keys lack the training ones), and the
+// training period is planned again when training comes back.
+TEST(OnlineLearning, TrainingIsPlannedAgainAfterAnEvaluationLoop) {
+  const auto train = deep_iteration(4, 30, 50);  // 372
+  std::vector<uint32_t> eval;
+  for (int i = 0; i < 4; ++i) {
+    for (uint32_t j = 0; j < 25; ++j) eval.push_back(7000 + j);  // forward only: 100
+  }
+  std::vector<uint32_t> loop;
+  append(loop, train, 6);
+  append(loop, eval, 12);
+  append(loop, train, 8);
+  OnlineLearning learning;
+  const auto plans = drive(loop, learning);
+  ASSERT_GE(plans.size(), 2u);
+  EXPECT_EQ(plans.front().period, train.size());
+  for (const Plan& p : plans) EXPECT_NE(p.period, eval.size()) << "the evaluation was planned";
+  EXPECT_EQ(plans.back().period, train.size());
+  EXPECT_EQ(plans.back().until, 20 + loop.size());
+}
+
+TEST(OnlineLearning, ALongerPeriodIsAlwaysAccepted) {
+  OnlineLearning learning;
+  learning.diverged(std::vector<uint32_t>(30, 1));
+  EXPECT_EQ(learning.longest_diverged_period(), 30u);
+  std::vector<uint32_t> keys;
+  for (int rep = 0; rep < 4; ++rep) {
+    for (uint32_t j = 0; j < 100; ++j) keys.push_back(500 + j);  // none of the diverged keys
+  }
+  const auto choice = learning.choose(keys);
+  ASSERT_TRUE(choice);
+  EXPECT_EQ(choice->period, 100u);
+}
+
+}  // namespace
+}  // namespace umswap::advisor

@@ -38,6 +38,7 @@
 #include <utility>
 #include <vector>
 
+#include "../common/sample_args.h"
 #include "../common/train_kernels.cuh"
 
 namespace {
@@ -180,24 +181,6 @@ void usage(FILE* f) {
       "exit: 0 done, 1 CUDA/cuDNN/cuBLAS error or out of memory, 2 bad arguments\n");
 }
 
-[[noreturn]] void bad_arg(const std::string& msg) {
-  std::fprintf(stderr, "cudnn_vgg16: %s (see --help)\n", msg.c_str());
-  std::exit(2);
-}
-
-// A whole decimal number in [lo, hi], or exit 2.
-unsigned long long parse_number(const char* flag, const char* text, unsigned long long lo,
-                                unsigned long long hi) {
-  if (!text) bad_arg(std::string(flag) + " needs a value");
-  char* end = nullptr;
-  errno = 0;
-  unsigned long long v = std::strtoull(text, &end, 10);
-  if (text[0] < '0' || text[0] > '9' || *end != '\0' || errno == ERANGE || v < lo || v > hi)
-    bad_arg(std::string(flag) + ": '" + text + "' is not a whole number in [" + std::to_string(lo) +
-            ", " + std::to_string(hi) + "]");
-  return v;
-}
-
 float parse_rate(const char* flag, const char* text) {
   if (!text) bad_arg(std::string(flag) + " needs a value");
   char* end = nullptr;
@@ -209,6 +192,7 @@ float parse_rate(const char* flag, const char* text) {
 }
 
 Args parse_args(int argc, char** argv) {
+  samples::g_program = "cudnn_vgg16";
   Args a;
   for (int i = 1; i < argc; ++i) {
     std::string f = argv[i];

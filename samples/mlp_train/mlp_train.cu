@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/sample_args.h"
 #include "../common/train_kernels.cuh"
 
 namespace {
@@ -155,25 +156,8 @@ void usage(FILE* f) {
                "exit: 0 loss fell, 1 it did not, 2 bad arguments, 3 CUDA/cuBLAS error\n");
 }
 
-[[noreturn]] void bad_arg(const std::string& msg) {
-  std::fprintf(stderr, "mlp_train: %s (see --help)\n", msg.c_str());
-  std::exit(2);
-}
-
-// A whole decimal number in [lo, hi], or exit 2.
-unsigned long long parse_number(const char* flag, const char* text, unsigned long long lo,
-                                unsigned long long hi) {
-  if (!text) bad_arg(std::string(flag) + " needs a value");
-  char* end = nullptr;
-  errno = 0;
-  unsigned long long v = std::strtoull(text, &end, 10);
-  if (text[0] < '0' || text[0] > '9' || *end != '\0' || errno == ERANGE || v < lo || v > hi)
-    bad_arg(std::string(flag) + ": '" + text + "' is not a whole number in [" + std::to_string(lo) +
-            ", " + std::to_string(hi) + "]");
-  return v;
-}
-
 Args parse_args(int argc, char** argv) {
+  samples::g_program = "mlp_train";
   Args a;
   // Dimensions go to cuBLAS as int; 1 << 20 keeps every leading dimension well inside that.
   constexpr unsigned long long kMaxDim = 1 << 20;

@@ -63,16 +63,44 @@ def parse_image_model_args(doc, model, default_batch, checkpoint_help):
     return a
 
 
-def image_model_settings(torch, args):
-    """The settings an image-classifier script adds to its summary line."""
-    return {
+def train_image_model(args, build):
+    """The image-classifier scripts' whole run: imports (or the skip line), the seed, the model
+    from build(torch, torchvision, checkpoint, args) -> (model, forward), SGD on one random
+    1000-class batch, the timed loop and the summary. Returns the script's exit code."""
+    try:
+        import torch
+        import torch.nn.functional as F
+        import torchvision
+        from torch.utils.checkpoint import checkpoint
+    except ImportError as e:
+        print(f"skip: torch or torchvision is not importable ({e})")
+        return SKIP
+    if (skip := cuda_or_skip(torch)) is not None:
+        return skip
+
+    torch.manual_seed(args.seed)
+    model, forward = build(torch, torchvision, checkpoint, args)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(args.batch, 3, args.image_size, args.image_size, device="cuda")
+    y = torch.randint(0, 1000, (args.batch,), device="cuda")
+
+    def iteration():
+        with forward_context(torch, args.precision, args.offload):
+            loss = F.cross_entropy(forward(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss
+
+    times, oom = timed_loop(torch, args.steps, iteration, args.nvtx_mark)
+    return print_summary(torch, times, oom, {
         "batch": args.batch,
         "image_size": args.image_size,
         "precision": args.precision,
         "offload": args.offload,
         "checkpoint": args.checkpoint,
         "device": torch.cuda.get_device_name(),
-    }
+    })
 
 
 def add_nvtx_arg(p):

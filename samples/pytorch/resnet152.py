@@ -27,25 +27,9 @@ def parse_args():
         "(torch.utils.checkpoint)")
 
 
-def main():
-    args = parse_args()
-    try:
-        import torch
-        import torch.nn.functional as F
-        import torchvision
-        from torch.utils.checkpoint import checkpoint
-    except ImportError as e:
-        print(f"skip: torch or torchvision is not importable ({e})")
-        return common.SKIP
-    if (skip := common.cuda_or_skip(torch)) is not None:
-        return skip
-
-    torch.manual_seed(args.seed)
+def build(torch, torchvision, checkpoint, args):
+    """The network, and its forward pass (checkpointed block by block with --checkpoint)."""
     model = torchvision.models.resnet152(weights=None, num_classes=1000).cuda()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x = torch.randn(args.batch, 3, args.image_size, args.image_size, device="cuda")
-    y = torch.randint(0, 1000, (args.batch,), device="cuda")
-
     # The 50 bottleneck blocks of the four stages; checkpointing one keeps only its input and
     # recomputes the rest during backward. The stem (conv1 .. maxpool) and the head stay as they
     # are. A recomputed block updates batch norm's running statistics a second time, which does
@@ -62,16 +46,11 @@ def main():
         h = torch.flatten(model.avgpool(h), 1)
         return model.fc(h)
 
-    def iteration():
-        with common.forward_context(torch, args.precision, args.offload):
-            loss = F.cross_entropy(forward(x), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return loss
+    return model, forward
 
-    times, oom = common.timed_loop(torch, args.steps, iteration, args.nvtx_mark)
-    return common.print_summary(torch, times, oom, common.image_model_settings(torch, args))
+
+def main():
+    return common.train_image_model(parse_args(), build)
 
 
 if __name__ == "__main__":

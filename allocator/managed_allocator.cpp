@@ -36,12 +36,60 @@ nlohmann::json to_json(const AllocatorStats& s) {
       {"unmanaged_vmm_allocations", s.unmanaged_vmm},
       {"escaped_allocations", s.escaped},
       {"async_pool_fallback", s.pool_fallback},
+      {"async_slabs", s.slabs ? to_json(*s.slabs) : nlohmann::json(nullptr)},
   };
 }
 
 ManagedAllocator::ManagedAllocator(const DriverApi& driver, Registry& registry,
-                                   uint64_t managed_limit)
-    : driver_(driver), registry_(registry), limit_(managed_limit) {}
+                                   uint64_t managed_limit, bool slabs)
+    : driver_(driver), registry_(registry), limit_(managed_limit) {
+  if (!slabs) return;
+  const SlabDriver sd{.event_create = driver.event_create,
+                      .event_record = driver.event_record,
+                      .event_query = driver.event_query,
+                      .event_synchronize = driver.event_synchronize,
+                      .event_destroy = driver.event_destroy,
+                      .ctx_synchronize = driver.ctx_synchronize};
+  if (!sd.complete() || driver.stream_is_capturing == nullptr) {
+    log_warning(
+        "the CUDA driver lacks event functions; stream-ordered allocations use the "
+        "managed memory pool, not slabs");
+    return;
+  }
+  slabs_ = std::make_unique<SlabAllocator>(
+      sd, SlabSource{.create = [this](uint64_t bytes, uint64_t site,
+                                      CUdeviceptr* out) { return create_slab(bytes, site, out); },
+                     .destroy = [this](CUdeviceptr base) { destroy_slab(base); }});
+  registry_.set_block_finder(slabs_.get());
+}
+
+ManagedAllocator::~ManagedAllocator() {
+  if (slabs_) registry_.set_block_finder(nullptr);
+}
+
+CUresult ManagedAllocator::create_slab(uint64_t bytes, CallSiteId site, CUdeviceptr* out) {
+  if (!reserve(bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUdeviceptr ptr = 0;
+  const CUresult status = driver_.mem_alloc_managed(&ptr, bytes, CU_MEM_ATTACH_GLOBAL);
+  return finish(status, AllocApi::cudaMallocAsync, bytes, site, ptr, false, false, out, true);
+}
+
+void ManagedAllocator::destroy_slab(CUdeviceptr base) {
+  auto record = registry_.remove(base);
+  if (!record) return;
+  if (driver_.mem_free(base) != CUDA_SUCCESS) {
+    registry_.insert(*record);  // still allocated: keep tracking it
+    return;
+  }
+  release(record->size);
+}
+
+bool ManagedAllocator::capturing(CUstream stream) const {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  // A stream the driver cannot ask about is treated as captured: the pool path is always safe.
+  if (driver_.stream_is_capturing(stream, &status) != CUDA_SUCCESS) return true;
+  return status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
 
 bool ManagedAllocator::reserve(size_t bytes) {
   uint64_t current = managed_bytes_.load(std::memory_order_relaxed);
@@ -70,7 +118,7 @@ void ManagedAllocator::release(size_t bytes) {
 
 CUresult ManagedAllocator::finish(CUresult status, AllocApi api, size_t bytes, CallSiteId site,
                                   CUdeviceptr ptr, bool from_pool, bool app_managed,
-                                  CUdeviceptr* out) {
+                                  CUdeviceptr* out, bool slab) {
   if (status != CUDA_SUCCESS) {
     release(bytes);
     driver_failures_.fetch_add(1, std::memory_order_relaxed);
@@ -82,7 +130,8 @@ CUresult ManagedAllocator::finish(CUresult status, AllocApi api, size_t bytes, C
                       .call_site = site,
                       .api = api,
                       .from_pool = from_pool,
-                      .app_managed = app_managed};
+                      .app_managed = app_managed,
+                      .slab = slab};
   if (!registry_.insert(record)) {
     // The driver handed out a range that overlaps live records: the registry missed a free
     // (memory released behind umswap's back). Drop every stale record in the range, so lookups
@@ -97,7 +146,8 @@ CUresult ManagedAllocator::finish(CUresult status, AllocApi api, size_t bytes, C
     }
     if (!registry_.insert(record)) log_warning("cannot register buffer at {:#x}", ptr);
   }
-  allocations_[static_cast<int>(api)].fetch_add(1, std::memory_order_relaxed);
+  // A slab is umswap's, not the program's allocation: its blocks are counted instead.
+  if (!slab) allocations_[static_cast<int>(api)].fetch_add(1, std::memory_order_relaxed);
   *out = ptr;
   return CUDA_SUCCESS;
 }
@@ -162,16 +212,30 @@ CUmemoryPool ManagedAllocator::managed_pool() {
 }
 
 CUresult ManagedAllocator::allocate_async(AllocApi api, size_t bytes, CUstream stream,
-                                          CallSiteId site, CUdeviceptr* out) {
+                                          const std::function<CallSiteId()>& site,
+                                          CUdeviceptr* out) {
+  if (slabs_ && !capturing(stream)) {
+    const CUresult status = slabs_->allocate(bytes, stream, out, site);
+    if (status == CUDA_SUCCESS) {
+      allocations_[static_cast<int>(api)].fetch_add(1, std::memory_order_relaxed);
+    }
+    return status;
+  }
   CUmemoryPool pool = managed_pool();
-  if (!pool) return allocate(api, bytes, site, out);
+  if (!pool) return allocate(api, bytes, site(), out);
   if (!reserve(bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
   CUdeviceptr ptr = 0;
   const CUresult status = driver_.mem_alloc_from_pool_async(&ptr, bytes, pool, stream);
-  return finish(status, api, bytes, site, ptr, true, false, out);
+  return finish(status, api, bytes, site(), ptr, true, false, out);
 }
 
 std::optional<CUresult> ManagedAllocator::free(CUdeviceptr ptr) {
+  if (slabs_ && slabs_->owns(ptr)) {
+    // Inside a slab but not a block in use: a double free, or a pointer into a block.
+    const auto status = slabs_->free_sync(ptr).value_or(CUDA_ERROR_INVALID_VALUE);
+    if (status == CUDA_SUCCESS) frees_.fetch_add(1, std::memory_order_relaxed);
+    return status;
+  }
   auto record = registry_.remove(ptr);
   if (!record) return std::nullopt;
   const CUresult status = driver_.mem_free(ptr);
@@ -185,6 +249,11 @@ std::optional<CUresult> ManagedAllocator::free(CUdeviceptr ptr) {
 }
 
 std::optional<CUresult> ManagedAllocator::free_async(CUdeviceptr ptr, CUstream stream) {
+  if (slabs_ && slabs_->owns(ptr)) {
+    const auto status = slabs_->free(ptr, stream).value_or(CUDA_ERROR_INVALID_VALUE);
+    if (status == CUDA_SUCCESS) frees_.fetch_add(1, std::memory_order_relaxed);
+    return status;
+  }
   auto record = registry_.remove(ptr);
   if (!record) return std::nullopt;
   CUresult status = CUDA_SUCCESS;
@@ -233,6 +302,10 @@ AllocatorStats ManagedAllocator::stats() const {
                     allocations_[static_cast<int>(AllocApi::cudaMallocAsync)].load() +
                             allocations_[static_cast<int>(AllocApi::cuMemAllocAsync)].load() >
                         0;
+  if (slabs_) {
+    s.slabs = slabs_->stats();
+    s.live_buffers = s.live_buffers - s.slabs->slabs + s.slabs->blocks_in_use;
+  }
   return s;
 }
 

@@ -21,7 +21,9 @@ thread_local CachedSnapshot t_cache;
 // those (the tracer's final flush, the stats file) still look buffers up. Reading a destroyed
 // t_cache there freed its snapshot twice and corrupted the heap.
 thread_local bool t_cache_destroyed = false;
-CachedSnapshot::~CachedSnapshot() { t_cache_destroyed = true; }
+CachedSnapshot::~CachedSnapshot() {
+  t_cache_destroyed = true;
+}
 
 }  // namespace
 
@@ -57,6 +59,14 @@ const BufferRecord* Registry::Snapshot::find(uint64_t address) const {
   return it->contains(address) ? &*it : nullptr;
 }
 
+std::optional<uint64_t> Registry::Snapshot::allocation_end(const BufferRecord& record,
+                                                           uint64_t address) const {
+  if (!record.slab || blocks_ == nullptr) return record.end();
+  const auto block = blocks_->live_block(address);
+  if (!block) return std::nullopt;
+  return std::min(block->second, record.end());
+}
+
 Registry::Registry()
     : current_(std::make_shared<const Snapshot>()),
       instance_(g_next_instance.fetch_add(1, std::memory_order_relaxed)) {}
@@ -75,6 +85,7 @@ bool Registry::insert(const BufferRecord& record) {
   next->records_.insert(next->records_.end(), recs.begin(), it);
   next->records_.push_back(record);
   next->records_.insert(next->records_.end(), it, recs.end());
+  next->blocks_ = old->blocks_;
   next->lowest_ = std::min(old->lowest_, record.base);
   next->highest_end_ = std::max(old->highest_end_, record.end());
   publish(std::move(next));
@@ -93,12 +104,20 @@ std::optional<BufferRecord> Registry::remove(uint64_t base) {
   next->records_.reserve(recs.size() - 1);
   next->records_.insert(next->records_.end(), recs.begin(), it);
   next->records_.insert(next->records_.end(), std::next(it), recs.end());
+  next->blocks_ = old->blocks_;
   if (!next->records_.empty()) {
     next->lowest_ = next->records_.front().base;
     for (const auto& r : next->records_) next->highest_end_ = std::max(next->highest_end_, r.end());
   }
   publish(std::move(next));
   return removed;
+}
+
+void Registry::set_block_finder(const BlockFinder* finder) {
+  std::lock_guard lock(write_mutex_);
+  auto next = std::make_shared<Snapshot>(*load_current());
+  next->blocks_ = finder;
+  publish(std::move(next));
 }
 
 std::shared_ptr<const Registry::Snapshot> Registry::snapshot() const {
@@ -120,7 +139,9 @@ std::optional<BufferRecord> Registry::find(uint64_t address) const {
   return r ? std::optional<BufferRecord>(*r) : std::nullopt;
 }
 
-bool Registry::contains(uint64_t address) const { return snapshot()->find(address) != nullptr; }
+bool Registry::contains(uint64_t address) const {
+  return snapshot()->find(address) != nullptr;
+}
 
 std::shared_ptr<const Registry::Snapshot> Registry::load_current() const {
   std::lock_guard lock(publish_mutex_);

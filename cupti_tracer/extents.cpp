@@ -20,13 +20,14 @@ void sort_unique(std::vector<Seen>& seen) {
   seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
 }
 
-// End of the extent starting at `hit`: the next larger pointer into its buffer, or its end.
+// End of the extent starting at `hit`: the next larger pointer into its buffer, or the end of
+// the allocation it lies in (the buffer's, or its block's in a slab).
 uint64_t extent_end(const PointerHit& hit, const std::vector<Seen>& seen) {
+  const uint64_t buffer_end = hit.base + hit.size;
+  const uint64_t end = hit.limit > hit.pointer && hit.limit < buffer_end ? hit.limit : buffer_end;
   const auto it = std::upper_bound(seen.begin(), seen.end(), Seen{hit.buffer, hit.pointer});
-  if (it != seen.end() && it->buffer == hit.buffer && it->pointer < hit.base + hit.size) {
-    return it->pointer;
-  }
-  return hit.base + hit.size;
+  if (it != seen.end() && it->buffer == hit.buffer && it->pointer < end) return it->pointer;
+  return end;
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <optional>
 
 namespace umswap::tracer {
 namespace {
@@ -13,7 +14,11 @@ void scan_bytes(const std::byte* bytes, size_t size, const Registry::Snapshot& s
     uint64_t value = 0;
     std::memcpy(&value, bytes + offset, sizeof value);
     if (const BufferRecord* r = snapshot.find(value)) {
-      hits.push_back({.buffer = r->id, .base = r->base, .size = r->size, .pointer = value});
+      // In a slab, a value in free space is no allocation of the program's: not a pointer.
+      const std::optional<uint64_t> end = snapshot.allocation_end(*r, value);
+      if (!end) continue;
+      hits.push_back(
+          {.buffer = r->id, .base = r->base, .size = r->size, .pointer = value, .limit = *end});
     }
   }
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 
 namespace umswap::tracer {
 namespace {
@@ -51,9 +52,11 @@ uint64_t StepRecorder::record_copy(trace::StepKind kind, uint32_t key, CUstream 
     scratch_.clear();
     for (uint64_t ptr : {a, b}) {
       const BufferRecord* r = ptr ? snapshot.find(ptr) : nullptr;
-      if (r && (scratch_.empty() || scratch_.front().buffer != r->id ||
-                scratch_.front().pointer != ptr)) {
-        scratch_.push_back({.buffer = r->id, .base = r->base, .size = r->size, .pointer = ptr});
+      const std::optional<uint64_t> end = r ? snapshot.allocation_end(*r, ptr) : std::nullopt;
+      if (end && (scratch_.empty() || scratch_.front().buffer != r->id ||
+                  scratch_.front().pointer != ptr)) {
+        scratch_.push_back(
+            {.buffer = r->id, .base = r->base, .size = r->size, .pointer = ptr, .limit = *end});
       }
     }
   }

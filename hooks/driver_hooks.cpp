@@ -107,8 +107,9 @@ CUresult alloc_async(CUdeviceptr* dptr, size_t bytesize, CUstream stream,
   Preload& p = preload();
   if (skip(p) || !dptr || bytesize == 0) return real(dptr, bytesize, stream);
   ReentryGuard guard;
-  return p.allocator().allocate_async(Preload::api_or(AllocApi::cuMemAllocAsync), bytesize, stream,
-                                      p.call_site(), dptr);
+  return p.allocator().allocate_async(
+      Preload::api_or(AllocApi::cuMemAllocAsync), bytesize, stream, [&p] { return p.call_site(); },
+      dptr);
 }
 
 CUresult free_async(CUdeviceptr dptr, CUstream stream, PFN_cuMemFreeAsync_v11020 real) {
@@ -134,8 +135,9 @@ CUresult alloc_from_pool_async(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool 
                           default_pool == pool;
   if (!is_default) return real(dptr, bytesize, pool, stream);
   ReentryGuard guard;
-  return p.allocator().allocate_async(Preload::api_or(AllocApi::cuMemAllocAsync), bytesize, stream,
-                                      p.call_site(), dptr);
+  return p.allocator().allocate_async(
+      Preload::api_or(AllocApi::cuMemAllocAsync), bytesize, stream, [&p] { return p.call_site(); },
+      dptr);
 }
 
 }  // namespace
@@ -173,4 +175,16 @@ UMSWAP_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t by
   return d ? alloc_from_pool_async(dptr, bytesize, pool, per_thread(stream),
                                    d->cuMemAllocFromPoolAsync)
            : kNoDriver;
+}
+
+// Blocks of umswap's slabs that this stream freed must not wait on it by handle once it is gone
+// (the handle may even be reused): the allocator records their event first.
+UMSWAP_EXPORT CUresult cuStreamDestroy_v2(CUstream stream) {
+  Preload& p = preload();
+  if (!p.driver()) return kNoDriver;
+  if (!skip(p)) {
+    ReentryGuard guard;
+    p.allocator().stream_ends(stream);
+  }
+  return p.driver()->cuStreamDestroy_v2(stream);
 }

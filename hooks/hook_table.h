@@ -23,7 +23,8 @@
   X(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync, 11020, false,                      \
     PFN_cuMemAllocFromPoolAsync_v11020)                                                  \
   X(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync, 11020, true,                  \
-    PFN_cuMemAllocFromPoolAsync_v11020_ptsz)
+    PFN_cuMemAllocFromPoolAsync_v11020_ptsz)                                             \
+  X(cuStreamDestroy_v2, cuStreamDestroy, 4000, false, PFN_cuStreamDestroy_v4000)
 
 // Driver functions umswap calls but does not intercept: X(field, base name, version, PFN type).
 #define UMSWAP_DRIVER_USED(X)                                                                 \
@@ -44,6 +45,11 @@
   X(cuStreamCreate, cuStreamCreate, 2000, PFN_cuStreamCreate_v2000)                           \
   X(cuEventCreate, cuEventCreate, 2000, PFN_cuEventCreate_v2000)                              \
   X(cuEventRecord, cuEventRecord, 2000, PFN_cuEventRecord_v2000)                              \
+  X(cuEventQuery, cuEventQuery, 2000, PFN_cuEventQuery_v2000)                                 \
+  X(cuEventSynchronize, cuEventSynchronize, 2000, PFN_cuEventSynchronize_v2000)               \
+  X(cuEventDestroy_v2, cuEventDestroy, 4000, PFN_cuEventDestroy_v4000)                        \
+  X(cuCtxSynchronize, cuCtxSynchronize, 2000, PFN_cuCtxSynchronize_v2000)                     \
+  X(cuStreamIsCapturing, cuStreamIsCapturing, 10000, PFN_cuStreamIsCapturing_v10000)          \
   X(cuStreamWaitEvent, cuStreamWaitEvent, 3020, PFN_cuStreamWaitEvent_v3020)                  \
   X(cuMemPrefetchAsync_v2, cuMemPrefetchAsync, 12020, PFN_cuMemPrefetchAsync_v12020)          \
   X(cuMemHostAlloc, cuMemHostAlloc, 2020, PFN_cuMemHostAlloc_v2020)                           \

@@ -156,6 +156,13 @@ void Preload::create_allocator_once() {
     api.stream_synchronize = d.cuStreamSynchronize;
     api.ctx_get_device = d.cuCtxGetDevice;
     api.device_total_mem = d.cuDeviceTotalMem_v2;
+    api.stream_is_capturing = d.cuStreamIsCapturing;
+    api.event_create = d.cuEventCreate;
+    api.event_record = d.cuEventRecord;
+    api.event_query = d.cuEventQuery;
+    api.event_synchronize = d.cuEventSynchronize;
+    api.event_destroy = d.cuEventDestroy_v2;
+    api.ctx_synchronize = d.cuCtxSynchronize;
     if (!api.complete()) {
       log_warning("the CUDA driver lacks functions umswap needs; allocations are not redirected");
       return;
@@ -174,7 +181,7 @@ void Preload::create_allocator_once() {
       }
       limit = options_.managed_limit.resolve(total);
     }
-    allocator_ = new ManagedAllocator(api, registry_, limit);
+    allocator_ = new ManagedAllocator(api, registry_, limit, options_.async_slabs);
     if (options_.verbose >= 1 && limit != 0) {
       log_info("managed memory capped at {}", format_bytes(limit));
     }

@@ -14,6 +14,8 @@ umswap_add_test(NAME core_log_test
 # --- allocator ---------------------------------------------------------------------------------
 umswap_add_test(NAME allocator_registry_test
   SOURCES ${_umswap_unit_dir}/allocator/registry_test.cpp LIBS umswap_allocator)
+umswap_add_test(NAME allocator_slab_allocator_test
+  SOURCES ${_umswap_unit_dir}/allocator/slab_allocator_test.cpp LIBS umswap_allocator)
 umswap_add_test(NAME allocator_managed_allocator_test
   SOURCES ${_umswap_unit_dir}/allocator/managed_allocator_test.cpp LIBS umswap_allocator)
 

@@ -51,6 +51,8 @@ struct FakeDriver {
   size_t pitch_alignment = 512;
   size_t info_free = 70 * GiB;
   size_t info_total = 80 * GiB;
+  CUstream capturing = nullptr;  // this stream reports an active graph capture
+  int events = 0;
 
   CUdeviceptr hand_out(size_t bytes) {
     CUdeviceptr p = next;
@@ -161,6 +163,38 @@ CUresult CUDAAPI fake_device_total_mem(size_t* bytes, CUdevice) {
   return CUDA_SUCCESS;
 }
 
+CUresult CUDAAPI fake_is_capturing(CUstream stream, CUstreamCaptureStatus* status) {
+  std::lock_guard lock(g_fake->mutex);
+  *status =
+      stream == g_fake->capturing ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI fake_event_create(CUevent* e, unsigned) {
+  static int events[64];
+  std::lock_guard lock(g_fake->mutex);
+  *e = reinterpret_cast<CUevent>(&events[g_fake->events++ % 64]);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI fake_event_record(CUevent, CUstream stream) {
+  std::lock_guard lock(g_fake->mutex);
+  g_fake->calls.push_back(fmt::format("event_record stream={:#x}", as_int(stream)));
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI fake_event_query(CUevent) {
+  return CUDA_ERROR_NOT_READY;
+}
+CUresult CUDAAPI fake_event_synchronize(CUevent) {
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI fake_event_destroy(CUevent) {
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI fake_ctx_synchronize() {
+  std::lock_guard lock(g_fake->mutex);
+  g_fake->calls.push_back("ctx_synchronize");
+  return CUDA_SUCCESS;
+}
+
 DriverApi fake_driver_api() {
   DriverApi api;
   api.mem_alloc_managed = &fake_alloc_managed;
@@ -173,6 +207,19 @@ DriverApi fake_driver_api() {
   api.stream_synchronize = &fake_sync;
   api.ctx_get_device = &fake_ctx_get_device;
   api.device_total_mem = &fake_device_total_mem;
+  return api;
+}
+
+// With the functions stream-ordered allocations from slabs need.
+DriverApi fake_driver_api_with_events() {
+  DriverApi api = fake_driver_api();
+  api.stream_is_capturing = &fake_is_capturing;
+  api.event_create = &fake_event_create;
+  api.event_record = &fake_event_record;
+  api.event_query = &fake_event_query;
+  api.event_synchronize = &fake_event_synchronize;
+  api.event_destroy = &fake_event_destroy;
+  api.ctx_synchronize = &fake_ctx_synchronize;
   return api;
 }
 
@@ -794,11 +841,12 @@ TEST_F(ManagedAllocatorTest, ToJsonHasEveryKeyAndTheTotals) {
   const nlohmann::json j = to_json(a.stats());
   std::set<std::string> keys;
   for (const auto& [key, value] : j.items()) keys.insert(key);
-  EXPECT_EQ(keys, (std::set<std::string>{"allocations", "allocations_by_api", "frees",
-                                         "live_buffers", "managed_bytes", "managed_bytes_peak",
-                                         "managed_limit_bytes", "cap_hits", "largest_refused_bytes",
-                                         "driver_allocation_failures", "unmanaged_vmm_allocations",
-                                         "escaped_allocations", "async_pool_fallback"}));
+  EXPECT_EQ(keys,
+            (std::set<std::string>{"allocations", "allocations_by_api", "frees", "live_buffers",
+                                   "managed_bytes", "managed_bytes_peak", "managed_limit_bytes",
+                                   "cap_hits", "largest_refused_bytes",
+                                   "driver_allocation_failures", "unmanaged_vmm_allocations",
+                                   "async_slabs", "escaped_allocations", "async_pool_fallback"}));
   EXPECT_EQ(j["allocations"], 3);
   EXPECT_EQ(j["frees"], 1);
   EXPECT_EQ(j["live_buffers"], 2);
@@ -832,6 +880,116 @@ TEST_F(ManagedAllocatorTest, ToJsonReportsThePoolFallback) {
   CUdeviceptr p = 0;
   ASSERT_EQ(a.allocate_async(AllocApi::cudaMallocAsync, 64, kStream, 1, &p), CUDA_SUCCESS);
   EXPECT_EQ(to_json(a.stats())["async_pool_fallback"], true);
+}
+
+}  // namespace
+}  // namespace umswap
+
+namespace umswap {
+namespace {
+
+// --- stream-ordered allocations from slabs ------------------------------------------------------
+
+class SlabbedAllocatorTest : public ManagedAllocatorTest {};
+
+TEST_F(SlabbedAllocatorTest, AsyncAllocationsAreBlocksOfOneRegisteredSlab) {
+  ManagedAllocator a(fake_driver_api_with_events(), registry_, 0, true);
+  CUdeviceptr p = 0, q = 0;
+  ASSERT_EQ(a.allocate_async(AllocApi::cudaMallocAsync, 3 * MiB, kStream, 9, &p), CUDA_SUCCESS);
+  ASSERT_EQ(a.allocate_async(AllocApi::cudaMallocAsync, 5 * MiB, kStream, 10, &q), CUDA_SUCCESS);
+  EXPECT_EQ(q, p + 3 * MiB);
+  // One managed allocation of a 64 MiB slab; no pool.
+  std::vector<std::string> managed;
+  for (const auto& line : calls()) {
+    EXPECT_FALSE(line.starts_with("alloc_from_pool")) << line;
+    if (line.starts_with("alloc_managed")) managed.push_back(line);
+  }
+  EXPECT_EQ(managed,
+            std::vector<std::string>{fmt::format("alloc_managed {} {}", 64 * MiB, kAttachGlobal)});
+  const auto r = registry_.find(q);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->base, p);
+  EXPECT_EQ(r->size, 64 * MiB);
+  EXPECT_TRUE(r->slab);
+  EXPECT_EQ(r->call_site, 9u);  // the allocation that made the slab
+  // The registry's snapshot ends each allocation at its block.
+  const auto snap = registry_.snapshot();
+  EXPECT_EQ(snap->allocation_end(*r, q + 100), std::optional<uint64_t>(q + 5 * MiB));
+  EXPECT_EQ(snap->allocation_end(*r, q + 5 * MiB), std::nullopt);
+  const AllocatorStats s = a.stats();
+  EXPECT_EQ(s.allocations[static_cast<int>(AllocApi::cudaMallocAsync)], 2u);
+  EXPECT_EQ(s.live_buffers, 2u);
+  EXPECT_EQ(s.managed_bytes, 64 * MiB);
+  ASSERT_TRUE(s.slabs);
+  EXPECT_EQ(s.slabs->slabs, 1u);
+  EXPECT_EQ(to_json(s)["async_slabs"]["blocks_in_use"], 2);
+
+  EXPECT_EQ(a.free_async(p, kStream), std::optional<CUresult>(CUDA_SUCCESS));
+  EXPECT_EQ(a.stats().frees, 1u);
+  EXPECT_TRUE(registry_.find(p));  // the slab stays
+  CUdeviceptr again = 0;
+  ASSERT_EQ(a.allocate_async(AllocApi::cudaMallocAsync, 3 * MiB, kStream, 9, &again), CUDA_SUCCESS);
+  EXPECT_EQ(again, p);
+}
+
+TEST_F(SlabbedAllocatorTest, ADoubleFreeInsideASlabIsAnErrorAndTheSlabStays) {
+  ManagedAllocator a(fake_driver_api_with_events(), registry_, 0, true);
+  CUdeviceptr p = 0;
+  ASSERT_EQ(a.allocate_async(AllocApi::cudaMallocAsync, 3 * MiB, kStream, 9, &p), CUDA_SUCCESS);
+  EXPECT_EQ(a.free_async(p, kStream), std::optional<CUresult>(CUDA_SUCCESS));
+  // p is the slab's base too: neither free may release the slab.
+  EXPECT_EQ(a.free_async(p, kStream), std::optional<CUresult>(CUDA_ERROR_INVALID_VALUE));
+  EXPECT_EQ(a.free(p), std::optional<CUresult>(CUDA_ERROR_INVALID_VALUE));
+  EXPECT_TRUE(registry_.find(p));
+  for (const auto& line : calls()) EXPECT_FALSE(line.starts_with("free ")) << line;
+}
+
+TEST_F(SlabbedAllocatorTest, CudaFreeOfABlockWaitsForTheContext) {
+  ManagedAllocator a(fake_driver_api_with_events(), registry_, 0, true);
+  CUdeviceptr p = 0;
+  ASSERT_EQ(a.allocate_async(AllocApi::cudaMallocAsync, 4096, kStream, 9, &p), CUDA_SUCCESS);
+  EXPECT_EQ(a.free(p), std::optional<CUresult>(CUDA_SUCCESS));
+  EXPECT_EQ(calls().back(), "ctx_synchronize");
+}
+
+TEST_F(SlabbedAllocatorTest, ACapturedStreamUsesThePoolSoTheGraphOwnsItsMemory) {
+  g_fake->capturing = kOtherStream;
+  ManagedAllocator a(fake_driver_api_with_events(), registry_, 0, true);
+  CUdeviceptr p = 0;
+  ASSERT_EQ(a.allocate_async(AllocApi::cudaMallocAsync, 4096, kOtherStream, 9, &p), CUDA_SUCCESS);
+  EXPECT_TRUE(calls().back().starts_with("alloc_from_pool 4096")) << calls().back();
+  const auto r = registry_.find(p);
+  ASSERT_TRUE(r);
+  EXPECT_TRUE(r->from_pool);
+  EXPECT_FALSE(r->slab);
+  EXPECT_EQ(a.free_async(p, kOtherStream), std::optional<CUresult>(CUDA_SUCCESS));
+  EXPECT_TRUE(calls().back().starts_with("free_async")) << calls().back();
+}
+
+TEST_F(SlabbedAllocatorTest, SlabsCountAgainstTheLimit) {
+  ManagedAllocator a(fake_driver_api_with_events(), registry_, 80 * MiB, true);
+  CUdeviceptr p = 0, q = 0;
+  ASSERT_EQ(a.allocate_async(AllocApi::cudaMallocAsync, 3 * MiB, kStream, 9, &p), CUDA_SUCCESS);
+  ASSERT_EQ(a.allocate_async(AllocApi::cudaMallocAsync, 61 * MiB, kStream, 9, &q), CUDA_SUCCESS);
+  EXPECT_EQ(a.stats().managed_bytes, 64 * MiB);  // it fitted in the first slab
+  // The next request needs a new slab. 64 MiB would pass the limit; 20 MiB does too; 10 MiB,
+  // the request itself, fits.
+  CUdeviceptr r = 0;
+  EXPECT_EQ(a.allocate_async(AllocApi::cudaMallocAsync, 20 * MiB, kStream, 9, &r),
+            CUDA_ERROR_OUT_OF_MEMORY);
+  CUdeviceptr small = 0;
+  ASSERT_EQ(a.allocate_async(AllocApi::cudaMallocAsync, 10 * MiB, kStream, 9, &small),
+            CUDA_SUCCESS);
+  EXPECT_EQ(a.stats().managed_bytes, 74 * MiB);
+  EXPECT_GE(a.stats().cap_hits, 1u);
+}
+
+TEST_F(SlabbedAllocatorTest, WithoutEventFunctionsItWarnsAndUsesThePool) {
+  ManagedAllocator a(fake_driver_api(), registry_, 0, true);
+  CUdeviceptr p = 0;
+  ASSERT_EQ(a.allocate_async(AllocApi::cudaMallocAsync, 4096, kStream, 9, &p), CUDA_SUCCESS);
+  EXPECT_TRUE(calls().back().starts_with("alloc_from_pool")) << calls().back();
+  EXPECT_FALSE(a.stats().slabs);
 }
 
 }  // namespace

@@ -253,6 +253,8 @@ void expect_defaults(const Options& o) {
   EXPECT_EQ(o.stats_path, d.stats_path);
   EXPECT_EQ(o.verbose, d.verbose);
   EXPECT_EQ(o.callsite_depth, d.callsite_depth);
+  EXPECT_EQ(o.prefetch_wait, d.prefetch_wait);
+  EXPECT_EQ(o.async_slabs, d.async_slabs);
 }
 
 TEST(ParseOptions, DefaultsWhenNothingIsSet) {
@@ -261,6 +263,7 @@ TEST(ParseOptions, DefaultsWhenNothingIsSet) {
   EXPECT_TRUE(warnings.empty());
   EXPECT_EQ(o.mode, Mode::online);
   EXPECT_FALSE(o.prefetch_wait);
+  EXPECT_TRUE(o.async_slabs);
   EXPECT_EQ(o.replay_path, "");
   EXPECT_TRUE(o.budget.is_zero());
   EXPECT_TRUE(o.managed_limit.is_zero());
@@ -359,20 +362,17 @@ TEST_P(ParseOptionsBadValue, OneWarningNamingVariableAndDefaultAndDefaultKept) {
   expect_defaults(o);
 }
 
-INSTANTIATE_TEST_SUITE_P(All, ParseOptionsBadValue,
-                         testing::Values(BadValue{"UMSWAP_MODE", "turbo", "online"},
-                                         BadValue{"UMSWAP_PREFETCH_WAIT", "maybe", "0"},
-                                         BadValue{"UMSWAP_BUDGET", "12Q", "0"},
-                                         BadValue{"UMSWAP_BUDGET", "-1G", "0"},
-                                         BadValue{"UMSWAP_MANAGED_LIMIT", "lots", "0"},
-                                         BadValue{"UMSWAP_MANAGED_LIMIT", "2000%", "0"},
-                                         BadValue{"UMSWAP_VERBOSE", "3", "0"},
-                                         BadValue{"UMSWAP_VERBOSE", "loud", "0"},
-                                         BadValue{"UMSWAP_CALLSITE_DEPTH", "33", "8"},
-                                         BadValue{"UMSWAP_CALLSITE_DEPTH", "-1", "8"},
-                                         BadValue{"UMSWAP_CALLSITE_DEPTH", "+4", "8"},
-                                         BadValue{"UMSWAP_CALLSITE_DEPTH", "8x", "8"},
-                                         BadValue{"UMSWAP_CALLSITE_DEPTH", "99999999999", "8"}));
+INSTANTIATE_TEST_SUITE_P(
+    All, ParseOptionsBadValue,
+    testing::Values(
+        BadValue{"UMSWAP_MODE", "turbo", "online"}, BadValue{"UMSWAP_PREFETCH_WAIT", "maybe", "0"},
+        BadValue{"UMSWAP_ASYNC_SLABS", "some", "1"}, BadValue{"UMSWAP_BUDGET", "12Q", "0"},
+        BadValue{"UMSWAP_BUDGET", "-1G", "0"}, BadValue{"UMSWAP_MANAGED_LIMIT", "lots", "0"},
+        BadValue{"UMSWAP_MANAGED_LIMIT", "2000%", "0"}, BadValue{"UMSWAP_VERBOSE", "3", "0"},
+        BadValue{"UMSWAP_VERBOSE", "loud", "0"}, BadValue{"UMSWAP_CALLSITE_DEPTH", "33", "8"},
+        BadValue{"UMSWAP_CALLSITE_DEPTH", "-1", "8"}, BadValue{"UMSWAP_CALLSITE_DEPTH", "+4", "8"},
+        BadValue{"UMSWAP_CALLSITE_DEPTH", "8x", "8"},
+        BadValue{"UMSWAP_CALLSITE_DEPTH", "99999999999", "8"}));
 
 TEST(ParseOptions, TheSizeWarningSaysWhatWasExpected) {
   std::vector<std::string> warnings;
@@ -434,12 +434,13 @@ TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
   FakeEnv env({});
   parse_options(env.lookup(), nullptr);
   EXPECT_EQ(table_names(), env.asked());
-  EXPECT_EQ(table_names(), (std::set<std::string>{
-                               "UMSWAP_MODE", "UMSWAP_BUDGET", "UMSWAP_MANAGED_LIMIT",
-                               "UMSWAP_STATS", "UMSWAP_VERBOSE", "UMSWAP_CALLSITE_DEPTH",
-                               "UMSWAP_TRACE", "UMSWAP_TRACE_ITERATIONS", "UMSWAP_ITERATION_MARKER",
-                               "UMSWAP_CUPTI_LIBRARY", "UMSWAP_REPLAY", "UMSWAP_PREFETCH_WAIT"}));
-  EXPECT_EQ(option_table().size(), 12u);  // no duplicates
+  EXPECT_EQ(table_names(),
+            (std::set<std::string>{"UMSWAP_MODE", "UMSWAP_BUDGET", "UMSWAP_MANAGED_LIMIT",
+                                   "UMSWAP_STATS", "UMSWAP_VERBOSE", "UMSWAP_CALLSITE_DEPTH",
+                                   "UMSWAP_TRACE", "UMSWAP_TRACE_ITERATIONS",
+                                   "UMSWAP_ITERATION_MARKER", "UMSWAP_CUPTI_LIBRARY",
+                                   "UMSWAP_REPLAY", "UMSWAP_PREFETCH_WAIT", "UMSWAP_ASYNC_SLABS"}));
+  EXPECT_EQ(option_table().size(), 13u);  // no duplicates
 }
 
 TEST(OptionTable, EveryEntryHasAMeaning) {
@@ -473,13 +474,15 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
   o.iteration_marker = "step";
   o.replay_path = "/tmp/r.umtrace";
   o.prefetch_wait = true;
+  o.async_slabs = false;
   const std::vector<std::string> lines = describe(o);
   EXPECT_EQ(lines, (std::vector<std::string>{
                        "UMSWAP_MODE=passthrough", "UMSWAP_BUDGET=40G", "UMSWAP_MANAGED_LIMIT=90%",
                        "UMSWAP_STATS=/tmp/s.json", "UMSWAP_VERBOSE=2", "UMSWAP_CALLSITE_DEPTH=0",
                        "UMSWAP_TRACE=/tmp/t.umtrace", "UMSWAP_TRACE_ITERATIONS=5",
-                       "UMSWAP_ITERATION_MARKER=step", "UMSWAP_CUPTI_LIBRARY=",
-                       "UMSWAP_REPLAY=/tmp/r.umtrace", "UMSWAP_PREFETCH_WAIT=1"}));
+                       "UMSWAP_ITERATION_MARKER=step",
+                       "UMSWAP_CUPTI_LIBRARY=", "UMSWAP_REPLAY=/tmp/r.umtrace",
+                       "UMSWAP_PREFETCH_WAIT=1", "UMSWAP_ASYNC_SLABS=0"}));
   std::set<std::string> names;
   for (const auto& line : lines) names.insert(line.substr(0, line.find('=')));
   EXPECT_EQ(names, table_names());

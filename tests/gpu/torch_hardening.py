@@ -174,6 +174,17 @@ def run_graph(args):
     return train_static(torch, args, model, static_x, static_y, step)
 
 
+def run_eager(args):
+    torch = import_torch()
+    require_cuda(torch)
+    model = mlp(torch, width=1024)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    static_x = torch.zeros(128, 64, device="cuda")
+    static_y = torch.zeros(128, dtype=torch.long, device="cuda")
+    return train_static(torch, args, model, static_x, static_y,
+                        lambda: train_step(torch, model, opt, static_x, static_y))
+
+
 def run_compile(args):
     torch = import_torch()
     require_cuda(torch)
@@ -200,13 +211,13 @@ def run_compile(args):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("case", choices=["profiler", "dataloader", "graph", "compile"])
+    p.add_argument("case", choices=["profiler", "dataloader", "graph", "compile", "eager"])
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--profile-from", type=int, default=0,
                    help="profiler: the step it starts at (0: before the first CUDA call)")
     args = p.parse_args()
     return {"profiler": run_profiler, "dataloader": run_dataloader, "graph": run_graph,
-            "compile": run_compile}[args.case](args)
+            "compile": run_compile, "eager": run_eager}[args.case](args)
 
 
 if __name__ == "__main__":

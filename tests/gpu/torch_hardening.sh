@@ -9,6 +9,10 @@
 #                  normally) under `umswap run --stats`: only the parent writes a stats file
 #   graph          a CUDA graph captured and replayed: losses and weights bit-identical to native
 #   compile        torch.compile(mode="reduce-overhead"): losses and weights bit-identical to native
+#   async-alloc    PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync (every tensor a cudaMallocAsync):
+#                  eager training with a budget below its footprint (the advisor moves blocks of
+#                  umswap's slabs) and a captured CUDA graph (allocations during capture take the
+#                  driver's pool): bit-identical to native, and the stats show the slabs in use
 # usage: torch_hardening.sh UMSWAP CASE       (exit 77: no PyTorch with CUDA here)
 # UMSWAP_MANAGED_LIMIT comes from CTest (tests/gpu/CMakeLists.txt); it is passed through.
 set -uo pipefail
@@ -41,11 +45,12 @@ check_managed() {
     fail "tracer is not $tracer in $file"
 }
 
-# Runs torch_hardening.py ARGS natively and under `umswap run --stats`: it completes, its output
-# (losses, weights) is identical, its allocations are managed; prints umswap's own lines.
+# Runs torch_hardening.py ARGS natively and under `umswap run --stats $RUN_ARGS`: it completes,
+# its output (losses, weights) is identical, its allocations are managed; prints umswap's own lines.
 same_as_native() {
   python3 "$script" "$@" >"$work/native.out" 2>"$work/native.err" || fail "native run exited $?"
-  "$umswap" run --stats "$work/stats.json" -- python3 "$script" "$@" \
+  # shellcheck disable=SC2086  # RUN_ARGS: words for `umswap run`
+  "$umswap" run --stats "$work/stats.json" ${RUN_ARGS:-} -- python3 "$script" "$@" \
     >"$work/run.out" 2>"$work/run.err" || fail "exited $?"
   grep -q '^done$' "$work/run.out" || fail "the run did not complete"
   diff "$work/native.out" "$work/run.out" || fail "losses or weights differ from the native run"
@@ -131,8 +136,21 @@ compile)
   same_as_native compile --steps 12
   echo "torch.compile(mode=reduce-overhead): identical over $(grep -c '^step' "$work/run.out") steps"
   ;;
+async-alloc)
+  export PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
+  RUN_ARGS="--budget 2M" same_as_native eager --steps 30
+  blocks=$(stats "$work/stats.json" 's["allocator"]["allocations_by_api"]["cudaMallocAsync"]')
+  slabs=$(stats "$work/stats.json" '(s["allocator"]["async_slabs"] or {}).get("slabs_created", 0)')
+  [ "$blocks" -gt 0 ] && [ "$slabs" -gt 0 ] ||
+    fail "no cudaMallocAsync blocks from slabs (blocks $blocks, slabs $slabs)"
+  moved=$(stats "$work/stats.json" 's["advisor"]["prefetched_bytes"] + s["advisor"]["evicted_bytes"]')
+  echo "eager, budget 2M: identical over 30 steps; $blocks allocations from $slabs slabs;" \
+    "advisor $(stats "$work/stats.json" 's["advisor"]["state"]'), $moved bytes moved"
+  same_as_native graph --steps 8
+  echo "graph under backend:cudaMallocAsync: identical over $(grep -c '^step' "$work/run.out") steps"
+  ;;
 *)
-  echo "usage: torch_hardening.sh UMSWAP profiler|cupti-missing|dataloader|graph|compile" >&2
+  echo "usage: torch_hardening.sh UMSWAP profiler|cupti-missing|dataloader|graph|compile|async-alloc" >&2
   exit 2
   ;;
 esac

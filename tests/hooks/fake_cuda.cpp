@@ -86,6 +86,32 @@ CUresult ctx_get_current(CUcontext* c) {
   *c = nullptr;
   return CUDA_SUCCESS;
 }
+// Events and capture state for stream-ordered allocations from slabs: every event is complete.
+int g_event_storage[16];
+CUresult event_create(CUevent* e, unsigned) {
+  static unsigned next = 0;
+  *e = reinterpret_cast<CUevent>(&g_event_storage[next++ % 16]);
+  return CUDA_SUCCESS;
+}
+CUresult event_record(CUevent, CUstream) {
+  return CUDA_SUCCESS;
+}
+CUresult event_query(CUevent) {
+  return CUDA_SUCCESS;
+}
+CUresult event_synchronize(CUevent) {
+  return CUDA_SUCCESS;
+}
+CUresult event_destroy(CUevent) {
+  return CUDA_SUCCESS;
+}
+CUresult ctx_synchronize() {
+  return CUDA_SUCCESS;
+}
+CUresult stream_is_capturing(CUstream, CUstreamCaptureStatus* status) {
+  *status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return CUDA_SUCCESS;
+}
 
 struct Entry {
   const char* name;
@@ -111,6 +137,13 @@ const Entry kEntries[] = {
     {"cuFuncGetName", reinterpret_cast<void*>(&func_get_name)},
     {"cuKernelGetName", reinterpret_cast<void*>(&kernel_get_name)},
     {"cuCtxGetCurrent", reinterpret_cast<void*>(&ctx_get_current)},
+    {"cuEventCreate", reinterpret_cast<void*>(&event_create)},
+    {"cuEventRecord", reinterpret_cast<void*>(&event_record)},
+    {"cuEventQuery", reinterpret_cast<void*>(&event_query)},
+    {"cuEventSynchronize", reinterpret_cast<void*>(&event_synchronize)},
+    {"cuEventDestroy", reinterpret_cast<void*>(&event_destroy)},
+    {"cuCtxSynchronize", reinterpret_cast<void*>(&ctx_synchronize)},
+    {"cuStreamIsCapturing", reinterpret_cast<void*>(&stream_is_capturing)},
 };
 
 }  // namespace

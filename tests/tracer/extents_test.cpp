@@ -65,6 +65,33 @@ TEST(Extents, ASinglePointerReachesTheBufferEnd) {
   EXPECT_EQ(extents({{other(0)}}).per_step[0], (std::vector<Range>{{1, 0, kOtherSize}}));
 }
 
+// A slab of stream-ordered allocations: each hit carries the end of its block (the limit).
+PointerHit block(uint64_t offset, uint64_t block_end) {
+  PointerHit h = seg(offset);
+  h.limit = kSeg + block_end;
+  return h;
+}
+
+TEST(Extents, AnExtentNeverRunsPastItsBlockInASlab) {
+  // Blocks [0, 1000), [4096, 6000) and [10000, 10512): the free space between them and after the
+  // last one belongs to no extent.
+  const Result r = extents({{block(0, 1000), block(4096, 6000)}, {block(10000, 10512)}});
+  EXPECT_EQ(r.per_step[0], (std::vector<Range>{{0, 0, 1000}, {0, 4096, 1904}}));
+  EXPECT_EQ(r.per_step[1], (std::vector<Range>{{0, 10000, 512}}));
+}
+
+TEST(Extents, ANextPointerInsideTheBlockStillEndsTheExtent) {
+  // Two views of one block: the first ends where the second starts.
+  const Result r = extents({{block(0, 8192), block(2048, 8192)}});
+  EXPECT_EQ(r.per_step[0], (std::vector<Range>{{0, 0, 2048}, {0, 2048, 6144}}));
+}
+
+TEST(Extents, ALimitOutsideTheBufferIsIgnored) {
+  PointerHit h = seg(100);
+  h.limit = kSeg + kSegSize + 4096;  // past the buffer: the buffer's end counts
+  EXPECT_EQ(extents({{h}}).per_step[0], (std::vector<Range>{{0, 100, kSegSize - 100}}));
+}
+
 TEST(Extents, BuffersAreIndependent) {
   // The other buffer's pointers lie above the segment's: they must not end its extents.
   const Result r = extents({{seg(0), other(0), other(1000)}, {seg(60000)}});

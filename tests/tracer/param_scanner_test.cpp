@@ -62,7 +62,7 @@ std::vector<std::byte> packed_with(size_t size, size_t offset, uint64_t value) {
 }
 
 PointerHit hit(BufferId id, uint64_t base, uint64_t size, uint64_t pointer) {
-  return {.buffer = id, .base = base, .size = size, .pointer = pointer};
+  return {.buffer = id, .base = base, .size = size, .pointer = pointer, .limit = base + size};
 }
 
 TEST_F(ParamScanner, DirectPointerParameters) {
@@ -270,6 +270,53 @@ TEST(ParamLayoutCache, ReadersRaceAWriter) {
   EXPECT_EQ(wrong.load(), 0u);
   EXPECT_GT(found.load(), 0u);
   for (uint64_t f = 1; f <= kFunctions; ++f) ASSERT_NE(cache.find(f << 4), nullptr);
+}
+
+}  // namespace
+}  // namespace umswap::tracer
+
+namespace umswap::tracer {
+namespace {
+
+// A slab (a registered buffer marked `slab`) holding blocks [kS, kS + 1024) and
+// [kS + 4096, kS + 4096 + 512); the rest is free space.
+constexpr uint64_t kSlab = 0x7f0000400000;
+
+class TwoBlocks final : public BlockFinder {
+ public:
+  std::optional<std::pair<uint64_t, uint64_t>> live_block(uint64_t address) const override {
+    for (auto [first, second] :
+         {std::pair{kSlab, kSlab + 1024}, std::pair{kSlab + 4096, kSlab + 4096 + 512}}) {
+      if (address >= first && address < second) return std::pair{first, second};
+    }
+    return std::nullopt;
+  }
+};
+
+TEST(ParamScannerSlab, AHitInABlockEndsAtTheBlockAndFreeSpaceIsNoPointer) {
+  Registry registry;
+  TwoBlocks blocks;
+  ASSERT_TRUE(registry.insert({.base = kSlab, .size = 2 << 20, .id = 9, .slab = true}));
+  registry.set_block_finder(&blocks);
+  const uint64_t values[4] = {kSlab + 8, kSlab + 2048, kSlab + 4096, kSlab + (1 << 20)};
+  const std::vector<ParamSlot> layout = {{0, sizeof values}};
+  std::vector<PointerHit> hits;
+  scan_param_buffer(layout, std::as_bytes(std::span(values)), *registry.snapshot(), hits);
+  EXPECT_EQ(hits, (std::vector<PointerHit>{{.buffer = 9,
+                                            .base = kSlab,
+                                            .size = 2 << 20,
+                                            .pointer = kSlab + 8,
+                                            .limit = kSlab + 1024},
+                                           {.buffer = 9,
+                                            .base = kSlab,
+                                            .size = 2 << 20,
+                                            .pointer = kSlab + 4096,
+                                            .limit = kSlab + 4096 + 512}}));
+  registry.set_block_finder(nullptr);
+  // Without a finder a slab is one buffer, as any other.
+  scan_param_buffer(layout, std::as_bytes(std::span(values)), *registry.snapshot(), hits);
+  EXPECT_EQ(hits.size(), 4u);
+  EXPECT_EQ(hits[1].limit, kSlab + (2 << 20));
 }
 
 }  // namespace

@@ -21,6 +21,15 @@ struct DriverApi {
   PFN_cuStreamSynchronize_v2000 stream_synchronize = nullptr;
   PFN_cuCtxGetDevice_v2000 ctx_get_device = nullptr;
   PFN_cuDeviceTotalMem_v3020 device_total_mem = nullptr;
+  // Stream-ordered allocations from slabs (slab_allocator.h); optional: without them,
+  // stream-ordered allocations use the managed pool.
+  PFN_cuStreamIsCapturing_v10000 stream_is_capturing = nullptr;
+  PFN_cuEventCreate_v2000 event_create = nullptr;
+  PFN_cuEventRecord_v2000 event_record = nullptr;
+  PFN_cuEventQuery_v2000 event_query = nullptr;
+  PFN_cuEventSynchronize_v2000 event_synchronize = nullptr;
+  PFN_cuEventDestroy_v4000 event_destroy = nullptr;
+  PFN_cuCtxSynchronize_v2000 ctx_synchronize = nullptr;
 
   bool complete() const {
     return mem_alloc_managed && mem_free && mem_alloc_pitch && mem_get_info &&

@@ -7,8 +7,11 @@
 //   * The managed limit (0 = none) is a hard cap on bytes allocated and not yet freed. An
 //     allocation past it fails with CUDA_ERROR_OUT_OF_MEMORY, changes nothing else, and is
 //     counted; the program can free memory and try again.
-//   * Stream-ordered allocations come from the driver's managed memory pool
-//     (cuMemGetDefaultMemPool(MANAGED)), so their frees happen in stream order. If the pool is
+//   * Stream-ordered allocations, with `slabs` on, come from managed slabs (slab_allocator.h):
+//     the slabs are the registered buffers (marked `slab`), each allocation a block in one, and
+//     the registry's BlockFinder says where a block begins and ends. A stream being captured
+//     into a graph, or `slabs` off, takes the driver's managed memory pool
+//     (cuMemGetDefaultMemPool(MANAGED)), so frees happen in stream order; if the pool is
 //     unavailable, they fall back (once, with a warning) to plain managed memory, and a
 //     stream-ordered free synchronizes its stream before freeing.
 //   * Errors come back as the CUresult a driver call would give; nothing throws.
@@ -17,6 +20,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 
@@ -24,6 +29,7 @@
 
 #include "umswap/allocator/driver_api.h"
 #include "umswap/allocator/registry.h"
+#include "umswap/allocator/slab_allocator.h"
 
 namespace umswap {
 
@@ -36,10 +42,11 @@ struct AllocatorStats {
   uint64_t cap_hits = 0;       // allocations refused by the limit
   uint64_t largest_refused = 0;
   uint64_t live_buffers = 0;
-  uint64_t driver_failures = 0;  // allocations the driver itself refused
-  uint64_t unmanaged_vmm = 0;    // cuMemCreate calls seen (left alone)
-  uint64_t escaped = 0;          // runtime allocations that did not reach the driver hooks
-  bool pool_fallback = false;    // stream-ordered allocations fell back to plain managed
+  uint64_t driver_failures = 0;    // allocations the driver itself refused
+  uint64_t unmanaged_vmm = 0;      // cuMemCreate calls seen (left alone)
+  uint64_t escaped = 0;            // runtime allocations that did not reach the driver hooks
+  bool pool_fallback = false;      // stream-ordered allocations fell back to plain managed
+  std::optional<SlabStats> slabs;  // when stream-ordered allocations come from slabs
 
   uint64_t total_allocations() const {
     uint64_t total = 0;
@@ -51,7 +58,11 @@ nlohmann::json to_json(const AllocatorStats& stats);
 
 class ManagedAllocator {
  public:
-  ManagedAllocator(const DriverApi& driver, Registry& registry, uint64_t managed_limit);
+  // `slabs`: serve stream-ordered allocations from slabs (needs the driver's event functions;
+  // without them, a warning and the managed pool).
+  ManagedAllocator(const DriverApi& driver, Registry& registry, uint64_t managed_limit,
+                   bool slabs = false);
+  ~ManagedAllocator();
   ManagedAllocator(const ManagedAllocator&) = delete;
   ManagedAllocator& operator=(const ManagedAllocator&) = delete;
 
@@ -65,12 +76,24 @@ class ManagedAllocator {
   CUresult allocate_pitch(AllocApi api, size_t width, size_t height, CallSiteId site,
                           CUdeviceptr* out, size_t* pitch);
   // A stream-ordered allocation on `stream` (a real stream handle or CU_STREAM_PER_THREAD).
+  // `site` is asked only when the allocation needs a new buffer (with slabs: a new slab), since
+  // unwinding the stack costs more than a block from a slab.
+  CUresult allocate_async(AllocApi api, size_t bytes, CUstream stream,
+                          const std::function<CallSiteId()>& site, CUdeviceptr* out);
   CUresult allocate_async(AllocApi api, size_t bytes, CUstream stream, CallSiteId site,
-                          CUdeviceptr* out);
+                          CUdeviceptr* out) {
+    return allocate_async(
+        api, bytes, stream, [site] { return site; }, out);
+  }
 
   // Frees a registered buffer given by its base; nullopt when it is not umswap's.
   std::optional<CUresult> free(CUdeviceptr ptr);
   std::optional<CUresult> free_async(CUdeviceptr ptr, CUstream stream);
+
+  // The program destroys `stream` (before the real call).
+  void stream_ends(CUstream stream) {
+    if (slabs_) slabs_->stream_ends(stream);
+  }
 
   // cuMemGetInfo as the program should see it: with a limit, total = limit and free = limit
   // minus managed bytes in use; without one, the driver's figures.
@@ -85,7 +108,10 @@ class ManagedAllocator {
   bool reserve(size_t bytes);
   void release(size_t bytes);
   CUresult finish(CUresult status, AllocApi api, size_t bytes, CallSiteId site, CUdeviceptr ptr,
-                  bool from_pool, bool app_managed, CUdeviceptr* out);
+                  bool from_pool, bool app_managed, CUdeviceptr* out, bool slab = false);
+  CUresult create_slab(uint64_t bytes, CallSiteId site, CUdeviceptr* out);
+  void destroy_slab(CUdeviceptr base);
+  bool capturing(CUstream stream) const;
   size_t pitch_alignment();
   CUmemoryPool managed_pool();  // nullptr when unavailable
 
@@ -105,6 +131,7 @@ class ManagedAllocator {
   std::atomic<uint64_t> escaped_{0};
   std::atomic<size_t> pitch_alignment_{0};
 
+  std::unique_ptr<SlabAllocator> slabs_;
   std::once_flag pool_once_;
   std::atomic<CUmemoryPool> pool_{nullptr};
 };

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace umswap {
@@ -50,9 +51,21 @@ struct BufferRecord {
   AllocApi api = AllocApi::cudaMalloc;
   bool from_pool = false;    // stream-ordered pool allocation (freed with cuMemFreeAsync)
   bool app_managed = false;  // the program asked for managed memory itself
+  bool slab = false;         // holds many program allocations (see BlockFinder)
 
   uint64_t end() const { return base + size; }
   bool contains(uint64_t address) const { return address - base < size; }
+};
+
+// Where the program's allocation around an address begins and ends, inside a record marked
+// `slab` (memory umswap sub-allocates, slab_allocator.h): [first, second), or nullopt for space
+// no live allocation holds. Called on the kernel-launch path: must be quick and thread-safe.
+class BlockFinder {
+ public:
+  virtual std::optional<std::pair<uint64_t, uint64_t>> live_block(uint64_t address) const = 0;
+
+ protected:
+  ~BlockFinder() = default;
 };
 
 class Registry {
@@ -64,11 +77,16 @@ class Registry {
     const BufferRecord* find(uint64_t address) const;
     std::span<const BufferRecord> records() const { return records_; }
     size_t size() const { return records_.size(); }
+    // The end of the program's allocation around `address` in `record` (found by find()): the
+    // record's end, or for a slab the end of the live block around it; nullopt when a slab has
+    // no live block there (free space, not a pointer the program may use).
+    std::optional<uint64_t> allocation_end(const BufferRecord& record, uint64_t address) const;
 
    private:
     friend class Registry;
     std::vector<BufferRecord> records_;  // sorted by base, non-overlapping
-    uint64_t lowest_ = UINT64_MAX;       // fast reject for values that are not addresses at all
+    const BlockFinder* blocks_ = nullptr;
+    uint64_t lowest_ = UINT64_MAX;  // fast reject for values that are not addresses at all
     uint64_t highest_end_ = 0;
   };
 
@@ -87,9 +105,11 @@ class Registry {
   // The current snapshot; hold it to make many lookups against one consistent view.
   std::shared_ptr<const Snapshot> snapshot() const;
   size_t size() const { return snapshot()->size(); }
+  // The sub-allocator of the records marked `slab` (nullptr: none). It must outlive its use here;
+  // set it back to nullptr before it goes.
+  void set_block_finder(const BlockFinder* finder);
 
  private:
-
   std::shared_ptr<const Snapshot> load_current() const;
   void publish(std::shared_ptr<const Snapshot> next);
 

@@ -75,6 +75,7 @@ struct Options {
   std::string cupti_library;      // libcupti to load; empty = search the usual places
   std::string replay_path;        // trace the replay mode plans from
   bool prefetch_wait = false;     // a launch waits for its late prefetch rather than fault
+  bool async_slabs = true;        // stream-ordered allocations from slabs, not the managed pool
 };
 
 // One entry of the option table, for help texts and `UMSWAP_VERBOSE` output.

@@ -6,16 +6,19 @@
 //
 //   start = the pointer;
 //   end   = the next larger distinct pointer into the same buffer seen in the scope (the whole
-//           iteration by default, or only the same step), or the buffer's end if there is none.
+//           iteration by default, or only the same step), or the end of the allocation the
+//           pointer lies in (hit.limit: the buffer's end, or in a slab of umswap's stream-ordered
+//           allocations the end of the program's block), whichever comes first.
 //
 // e.g. pointers at offsets 0, 4096 and 10000 of one buffer of size S give lengths 4096, 5904 and
 // S - 10000; a lone pointer covers the rest of its buffer; buffers are independent.
 //
 // Known imprecision: a kernel may read past the next pointer (a view whose base pointer precedes
 // another view of the same tensor, a kernel that walks neighbouring tensors) and then the extent
-// is too short; free space between tensors, and tensors not used in this iteration, are counted
-// into the extent before them, which is then too long. A later stage refines extents with GPU
-// fault addresses.
+// is too short; in a caching allocator's segment, free space between tensors and tensors not used
+// in this iteration are counted into the extent before them, which is then too long. Blocks of a
+// slab (PyTorch with backend:cudaMallocAsync under umswap) do not have that problem: an extent
+// never runs past its block.
 //
 // Cost: O(H log H) time and O(H) scratch for H hits in the iteration. Pure; reentrant.
 #pragma once

@@ -58,6 +58,9 @@ struct PointerHit {
   uint64_t base = 0;     // the buffer's base address
   uint64_t size = 0;     // the buffer's size in bytes
   uint64_t pointer = 0;  // the value found: base <= pointer < base + size
+  // End of the program's allocation around `pointer`: base + size, or inside a slab of
+  // sub-allocated memory the end of the live block (Registry::Snapshot::allocation_end).
+  uint64_t limit = 0;
 
   friend bool operator==(const PointerHit&, const PointerHit&) = default;
 };

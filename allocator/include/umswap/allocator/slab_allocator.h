@@ -1,0 +1,163 @@
+// SlabAllocator: stream-ordered allocations (cudaMallocAsync) carved out of large managed slabs.
+//
+// Why: a program that allocates every tensor with cudaMallocAsync (PyTorch's
+// `backend:cudaMallocAsync`) would otherwise give the registry one short-lived buffer per tensor,
+// and a plan learned in one iteration would name buffers that are gone by the next. Served from
+// slabs, the registry sees a few long-lived buffers (the slabs); best fit makes the same sequence
+// of requests get the same addresses in every iteration; and live_block() tells the tracer where
+// the block a pointer falls in begins and ends, so an access is exactly one tensor long. A caching
+// allocator's segments (PyTorch's default) hide that: umswap sees only the segment.
+//
+// Contract:
+//   * allocate(): a 512-byte aligned block of at least `bytes`, from the smallest free block
+//     usable on `stream` (lowest address among equals), else from a new slab obtained through
+//     `SlabSource::create` (managed memory, registered, capped by the caller). Requests up to
+//     kSmallLimit share small slabs (kSmallSlab); larger ones come from large slabs of
+//     max(kLargeSlab, the request rounded up to 2 MiB).
+//   * Stream order: a block freed on stream s is reused at once by allocations on s. Another
+//     stream takes it only once an event recorded on s after the free has completed; that event
+//     is recorded lazily, the first time another stream finds no other room. A free on the
+//     per-thread default stream records its event at once (no other thread can name that
+//     stream). Adjacent free blocks merge when they belong to the same stream or one of them is
+//     free for every stream.
+//   * stream_ends(s), called before s is destroyed: the blocks s freed get an event recorded on
+//     s now and no longer answer to s's handle (a new stream may get the same one).
+//   * free_sync() (cudaFree of a block): waits for the context, then the block is free for all.
+//   * When no slab can be created (the cap, or the driver), allocate() waits for every pending
+//     event, gives wholly free slabs back through `SlabSource::destroy`, and tries again before it
+//     returns the error.
+//   * Errors come back as CUresult; nothing throws except std::bad_alloc.
+// Thread safety: every member may be called from any thread; one mutex guards everything.
+#pragma once
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "umswap/allocator/registry.h"
+
+namespace umswap {
+
+// The driver functions the slab allocator calls (the real ones, or fakes in tests).
+struct SlabDriver {
+  PFN_cuEventCreate_v2000 event_create = nullptr;
+  PFN_cuEventRecord_v2000 event_record = nullptr;
+  PFN_cuEventQuery_v2000 event_query = nullptr;
+  PFN_cuEventSynchronize_v2000 event_synchronize = nullptr;
+  PFN_cuEventDestroy_v4000 event_destroy = nullptr;
+  PFN_cuCtxSynchronize_v2000 ctx_synchronize = nullptr;
+
+  bool complete() const {
+    return event_create && event_record && event_query && event_synchronize && event_destroy &&
+           ctx_synchronize;
+  }
+};
+
+// Where slabs come from and go back to.
+struct SlabSource {
+  // `context`: what allocate()'s context function gave (the caller's call site, for the slab's
+  // identity), asked only when a slab is made.
+  std::function<CUresult(uint64_t bytes, uint64_t context, CUdeviceptr* out)> create;
+  std::function<void(CUdeviceptr base)> destroy;
+};
+
+struct SlabStats {
+  uint64_t slabs = 0;       // live slabs
+  uint64_t slab_bytes = 0;  // their total size
+  uint64_t slab_bytes_peak = 0;
+  uint64_t slabs_created = 0;
+  uint64_t slabs_released = 0;  // given back under pressure
+  uint64_t blocks_in_use = 0;
+  uint64_t bytes_in_use = 0;  // rounded block sizes
+  uint64_t bytes_in_use_peak = 0;
+  uint64_t events_recorded = 0;  // cross-stream reuse and per-thread-stream frees
+  uint64_t pressure_waits = 0;   // allocations that had to wait for events or release slabs
+};
+nlohmann::json to_json(const SlabStats& stats);
+
+class SlabAllocator final : public BlockFinder {
+ public:
+  static constexpr uint64_t kAlignment = 512;
+  static constexpr uint64_t kSmallLimit = uint64_t{1} << 20;
+  static constexpr uint64_t kSmallSlab = uint64_t{2} << 20;
+  static constexpr uint64_t kLargeSlab = uint64_t{64} << 20;
+  static constexpr uint64_t kSlabGranule = uint64_t{2} << 20;
+
+  SlabAllocator(const SlabDriver& driver, SlabSource source);
+  ~SlabAllocator();
+  SlabAllocator(const SlabAllocator&) = delete;
+  SlabAllocator& operator=(const SlabAllocator&) = delete;
+
+  // bytes > 0. `stream` is a stream handle, 0, CU_STREAM_LEGACY or CU_STREAM_PER_THREAD.
+  // `context` is called (under the lock) only if a slab must be made; empty gives 0.
+  using Context = std::function<uint64_t()>;
+  CUresult allocate(uint64_t bytes, CUstream stream, CUdeviceptr* out, const Context& context = {});
+  // nullopt when `ptr` is not the start of a block in use (not this allocator's).
+  std::optional<CUresult> free(CUdeviceptr ptr, CUstream stream);
+  std::optional<CUresult> free_sync(CUdeviceptr ptr);
+  void stream_ends(CUstream stream);
+
+  // The block in use that holds `address`: [first, second). nullopt for free space and for
+  // addresses outside every slab.
+  std::optional<std::pair<uint64_t, uint64_t>> live_block(uint64_t address) const override;
+  bool owns(uint64_t address) const;  // inside some slab
+
+  SlabStats stats() const;
+
+ private:
+  using EventRef = std::shared_ptr<CUevent_st>;
+  struct Block {
+    uint64_t size = 0;
+    uint64_t slab = 0;  // base of the slab it lies in
+    bool free = false;
+    uint64_t stream = 0;  // free blocks: the stream that freed it, or kAnyStream
+    uint64_t seq = 0;     // free blocks: order of the free (later frees cover earlier ones)
+    EventRef event;       // free blocks of another stream: completes once reuse is safe
+  };
+  struct Slab {
+    uint64_t size = 0;
+    bool small = false;
+  };
+  static constexpr uint64_t kAnyStream = UINT64_MAX;
+
+  uint64_t stream_tag(CUstream stream) const;
+  std::optional<CUresult> release(CUdeviceptr ptr, uint64_t tag, bool record_now);
+  std::map<uint64_t, Block>::iterator find_fit(uint64_t size, bool small, uint64_t tag);
+  CUresult new_slab(uint64_t size, bool small, const Context& context);
+  void place(std::map<uint64_t, Block>::iterator it, uint64_t size);
+  void mark_free(std::map<uint64_t, Block>::iterator it);
+  std::map<uint64_t, Block>::iterator coalesce(std::map<uint64_t, Block>::iterator it);
+  bool merge_into(Block& into, const Block& other) const;
+  void settle_events();
+  void record_events_for_other_streams(uint64_t tag);
+  void wait_for_all_events();
+  void release_free_slabs();
+  EventRef record_event(CUstream stream);
+  void index_free(uint64_t address, const Block& b);
+  void unindex_free(uint64_t address, const Block& b);
+
+  const SlabDriver driver_;
+  const SlabSource source_;
+  mutable std::mutex mutex_;
+  std::vector<CUevent> spare_events_;  // declared before the blocks: outlives every EventRef
+  std::map<uint64_t, Slab> slabs_;     // by base
+  std::map<uint64_t, Block> blocks_;   // by address, every slab's blocks
+  std::set<std::pair<uint64_t, uint64_t>> free_by_size_[2];  // (size, address); [small]
+  uint64_t seq_ = 0;
+  uint64_t retired_ = 0;         // streams that ended
+  uint64_t pending_events_ = 0;  // free blocks that carry an event
+  SlabStats stats_;
+};
+
+}  // namespace umswap

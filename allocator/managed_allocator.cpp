@@ -35,6 +35,7 @@ nlohmann::json to_json(const AllocatorStats& s) {
       {"driver_allocation_failures", s.driver_failures},
       {"unmanaged_vmm_allocations", s.unmanaged_vmm},
       {"escaped_allocations", s.escaped},
+      {"captured_allocations", s.captured},
       {"async_pool_fallback", s.pool_fallback},
       {"async_slabs", s.slabs ? to_json(*s.slabs) : nlohmann::json(nullptr)},
   };
@@ -50,7 +51,7 @@ ManagedAllocator::ManagedAllocator(const DriverApi& driver, Registry& registry,
                       .event_synchronize = driver.event_synchronize,
                       .event_destroy = driver.event_destroy,
                       .ctx_synchronize = driver.ctx_synchronize};
-  if (!sd.complete() || driver.stream_is_capturing == nullptr) {
+  if (!sd.complete()) {
     log_warning(
         "the CUDA driver lacks event functions; stream-ordered allocations use the "
         "managed memory pool, not slabs");
@@ -82,13 +83,6 @@ void ManagedAllocator::destroy_slab(CUdeviceptr base) {
     return;
   }
   release(record->size);
-}
-
-bool ManagedAllocator::capturing(CUstream stream) const {
-  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  // A stream the driver cannot ask about is treated as captured: the pool path is always safe.
-  if (driver_.stream_is_capturing(stream, &status) != CUDA_SUCCESS) return true;
-  return status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
 bool ManagedAllocator::reserve(size_t bytes) {
@@ -214,7 +208,7 @@ CUmemoryPool ManagedAllocator::managed_pool() {
 CUresult ManagedAllocator::allocate_async(AllocApi api, size_t bytes, CUstream stream,
                                           const std::function<CallSiteId()>& site,
                                           CUdeviceptr* out) {
-  if (slabs_ && !capturing(stream)) {
+  if (slabs_) {
     const CUresult status = slabs_->allocate(bytes, stream, out, site);
     if (status == CUDA_SUCCESS) {
       allocations_[static_cast<int>(api)].fetch_add(1, std::memory_order_relaxed);
@@ -297,6 +291,7 @@ AllocatorStats ManagedAllocator::stats() const {
   s.driver_failures = driver_failures_.load(std::memory_order_relaxed);
   s.unmanaged_vmm = unmanaged_vmm_.load(std::memory_order_relaxed);
   s.escaped = escaped_.load(std::memory_order_relaxed);
+  s.captured = captured_.load(std::memory_order_relaxed);
   s.pool_fallback = pool_.load(std::memory_order_acquire) == nullptr &&
                     managed_bytes_peak_.load() > 0 &&
                     allocations_[static_cast<int>(AllocApi::cudaMallocAsync)].load() +

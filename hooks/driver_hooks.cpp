@@ -102,10 +102,26 @@ UMSWAP_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t 
 
 namespace {
 
+// A stream-ordered allocation made while its stream is captured becomes a graph memory node: the
+// graph owns that memory (device memory; managed memory cannot back one), so it stays the
+// driver's. A stream the driver cannot ask about is treated as captured: passing on is safe.
+bool captured(Preload& p, CUstream stream) {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  const auto is_capturing = p.driver()->cuStreamIsCapturing;
+  if (is_capturing && is_capturing(stream, &status) == CUDA_SUCCESS &&
+      status == CU_STREAM_CAPTURE_STATUS_NONE) {
+    return false;
+  }
+  p.allocator().note_captured();
+  return true;
+}
+
 CUresult alloc_async(CUdeviceptr* dptr, size_t bytesize, CUstream stream,
                      PFN_cuMemAllocAsync_v11020 real) {
   Preload& p = preload();
-  if (skip(p) || !dptr || bytesize == 0) return real(dptr, bytesize, stream);
+  if (skip(p) || !dptr || bytesize == 0 || captured(p, stream)) {
+    return real(dptr, bytesize, stream);
+  }
   ReentryGuard guard;
   return p.allocator().allocate_async(
       Preload::api_or(AllocApi::cuMemAllocAsync), bytesize, stream, [&p] { return p.call_site(); },
@@ -133,7 +149,7 @@ CUresult alloc_from_pool_async(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool 
   const bool is_default = d.cuCtxGetDevice(&device) == CUDA_SUCCESS &&
                           d.cuDeviceGetDefaultMemPool(&default_pool, device) == CUDA_SUCCESS &&
                           default_pool == pool;
-  if (!is_default) return real(dptr, bytesize, pool, stream);
+  if (!is_default || captured(p, stream)) return real(dptr, bytesize, pool, stream);
   ReentryGuard guard;
   return p.allocator().allocate_async(
       Preload::api_or(AllocApi::cuMemAllocAsync), bytesize, stream, [&p] { return p.call_site(); },

@@ -156,7 +156,6 @@ void Preload::create_allocator_once() {
     api.stream_synchronize = d.cuStreamSynchronize;
     api.ctx_get_device = d.cuCtxGetDevice;
     api.device_total_mem = d.cuDeviceTotalMem_v2;
-    api.stream_is_capturing = d.cuStreamIsCapturing;
     api.event_create = d.cuEventCreate;
     api.event_record = d.cuEventRecord;
     api.event_query = d.cuEventQuery;

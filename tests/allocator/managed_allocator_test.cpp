@@ -51,7 +51,6 @@ struct FakeDriver {
   size_t pitch_alignment = 512;
   size_t info_free = 70 * GiB;
   size_t info_total = 80 * GiB;
-  CUstream capturing = nullptr;  // this stream reports an active graph capture
   int events = 0;
 
   CUdeviceptr hand_out(size_t bytes) {
@@ -163,12 +162,6 @@ CUresult CUDAAPI fake_device_total_mem(size_t* bytes, CUdevice) {
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI fake_is_capturing(CUstream stream, CUstreamCaptureStatus* status) {
-  std::lock_guard lock(g_fake->mutex);
-  *status =
-      stream == g_fake->capturing ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
-  return CUDA_SUCCESS;
-}
 CUresult CUDAAPI fake_event_create(CUevent* e, unsigned) {
   static int events[64];
   std::lock_guard lock(g_fake->mutex);
@@ -213,7 +206,6 @@ DriverApi fake_driver_api() {
 // With the functions stream-ordered allocations from slabs need.
 DriverApi fake_driver_api_with_events() {
   DriverApi api = fake_driver_api();
-  api.stream_is_capturing = &fake_is_capturing;
   api.event_create = &fake_event_create;
   api.event_record = &fake_event_record;
   api.event_query = &fake_event_query;
@@ -842,11 +834,11 @@ TEST_F(ManagedAllocatorTest, ToJsonHasEveryKeyAndTheTotals) {
   std::set<std::string> keys;
   for (const auto& [key, value] : j.items()) keys.insert(key);
   EXPECT_EQ(keys,
-            (std::set<std::string>{"allocations", "allocations_by_api", "frees", "live_buffers",
-                                   "managed_bytes", "managed_bytes_peak", "managed_limit_bytes",
-                                   "cap_hits", "largest_refused_bytes",
-                                   "driver_allocation_failures", "unmanaged_vmm_allocations",
-                                   "async_slabs", "escaped_allocations", "async_pool_fallback"}));
+            (std::set<std::string>{
+                "allocations", "allocations_by_api", "frees", "live_buffers", "managed_bytes",
+                "managed_bytes_peak", "managed_limit_bytes", "cap_hits", "largest_refused_bytes",
+                "driver_allocation_failures", "unmanaged_vmm_allocations", "async_slabs",
+                "escaped_allocations", "async_pool_fallback", "captured_allocations"}));
   EXPECT_EQ(j["allocations"], 3);
   EXPECT_EQ(j["frees"], 1);
   EXPECT_EQ(j["live_buffers"], 2);
@@ -950,20 +942,6 @@ TEST_F(SlabbedAllocatorTest, CudaFreeOfABlockWaitsForTheContext) {
   ASSERT_EQ(a.allocate_async(AllocApi::cudaMallocAsync, 4096, kStream, 9, &p), CUDA_SUCCESS);
   EXPECT_EQ(a.free(p), std::optional<CUresult>(CUDA_SUCCESS));
   EXPECT_EQ(calls().back(), "ctx_synchronize");
-}
-
-TEST_F(SlabbedAllocatorTest, ACapturedStreamUsesThePoolSoTheGraphOwnsItsMemory) {
-  g_fake->capturing = kOtherStream;
-  ManagedAllocator a(fake_driver_api_with_events(), registry_, 0, true);
-  CUdeviceptr p = 0;
-  ASSERT_EQ(a.allocate_async(AllocApi::cudaMallocAsync, 4096, kOtherStream, 9, &p), CUDA_SUCCESS);
-  EXPECT_TRUE(calls().back().starts_with("alloc_from_pool 4096")) << calls().back();
-  const auto r = registry_.find(p);
-  ASSERT_TRUE(r);
-  EXPECT_TRUE(r->from_pool);
-  EXPECT_FALSE(r->slab);
-  EXPECT_EQ(a.free_async(p, kOtherStream), std::optional<CUresult>(CUDA_SUCCESS));
-  EXPECT_TRUE(calls().back().starts_with("free_async")) << calls().back();
 }
 
 TEST_F(SlabbedAllocatorTest, SlabsCountAgainstTheLimit) {

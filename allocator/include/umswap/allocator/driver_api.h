@@ -23,7 +23,6 @@ struct DriverApi {
   PFN_cuDeviceTotalMem_v3020 device_total_mem = nullptr;
   // Stream-ordered allocations from slabs (slab_allocator.h); optional: without them,
   // stream-ordered allocations use the managed pool.
-  PFN_cuStreamIsCapturing_v10000 stream_is_capturing = nullptr;
   PFN_cuEventCreate_v2000 event_create = nullptr;
   PFN_cuEventRecord_v2000 event_record = nullptr;
   PFN_cuEventQuery_v2000 event_query = nullptr;

@@ -9,8 +9,9 @@
 //     counted; the program can free memory and try again.
 //   * Stream-ordered allocations, with `slabs` on, come from managed slabs (slab_allocator.h):
 //     the slabs are the registered buffers (marked `slab`), each allocation a block in one, and
-//     the registry's BlockFinder says where a block begins and ends. A stream being captured
-//     into a graph, or `slabs` off, takes the driver's managed memory pool
+//     the registry's BlockFinder says where a block begins and ends. (Allocations on a stream
+//     being captured into a graph never reach the allocator: the hooks leave them to the driver.)
+//     With `slabs` off they take the driver's managed memory pool
 //     (cuMemGetDefaultMemPool(MANAGED)), so frees happen in stream order; if the pool is
 //     unavailable, they fall back (once, with a warning) to plain managed memory, and a
 //     stream-ordered free synchronizes its stream before freeing.
@@ -45,6 +46,7 @@ struct AllocatorStats {
   uint64_t driver_failures = 0;    // allocations the driver itself refused
   uint64_t unmanaged_vmm = 0;      // cuMemCreate calls seen (left alone)
   uint64_t escaped = 0;            // runtime allocations that did not reach the driver hooks
+  uint64_t captured = 0;           // stream-ordered allocations during graph capture (left alone)
   bool pool_fallback = false;      // stream-ordered allocations fell back to plain managed
   std::optional<SlabStats> slabs;  // when stream-ordered allocations come from slabs
 
@@ -101,6 +103,7 @@ class ManagedAllocator {
 
   void note_unmanaged_vmm() { unmanaged_vmm_.fetch_add(1, std::memory_order_relaxed); }
   void note_escape() { escaped_.fetch_add(1, std::memory_order_relaxed); }
+  void note_captured() { captured_.fetch_add(1, std::memory_order_relaxed); }
   uint64_t limit() const { return limit_; }
   AllocatorStats stats() const;
 
@@ -111,7 +114,6 @@ class ManagedAllocator {
                   bool from_pool, bool app_managed, CUdeviceptr* out, bool slab = false);
   CUresult create_slab(uint64_t bytes, CallSiteId site, CUdeviceptr* out);
   void destroy_slab(CUdeviceptr base);
-  bool capturing(CUstream stream) const;
   size_t pitch_alignment();
   CUmemoryPool managed_pool();  // nullptr when unavailable
 
@@ -129,6 +131,7 @@ class ManagedAllocator {
   std::atomic<uint64_t> driver_failures_{0};
   std::atomic<uint64_t> unmanaged_vmm_{0};
   std::atomic<uint64_t> escaped_{0};
+  std::atomic<uint64_t> captured_{0};
   std::atomic<size_t> pitch_alignment_{0};
 
   std::unique_ptr<SlabAllocator> slabs_;

@@ -13,8 +13,6 @@ namespace {
 
 constexpr std::string_view kExpandableKey = "expandable_segments";
 constexpr std::string_view kExpandableOff = "expandable_segments:False";
-constexpr std::string_view kBackendKey = "backend";
-constexpr std::string_view kAsyncBackend = "backend:cudaMallocAsync";
 
 bool is_blank(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r';
@@ -55,15 +53,7 @@ std::vector<std::string_view> split_entries(std::string_view text) {
 
 }  // namespace
 
-bool names_backend(std::optional<std::string_view> conf) {
-  for (const std::string_view entry : split_entries(conf.value_or(""))) {
-    if (without_blanks(entry.substr(0, entry.find(':'))) == kBackendKey) return true;
-  }
-  return false;
-}
-
-AllocConfMerge merge_pytorch_alloc_conf(std::optional<std::string_view> current,
-                                        bool add_async_backend) {
+AllocConfMerge merge_pytorch_alloc_conf(std::optional<std::string_view> current) {
   AllocConfMerge merge;
   bool placed = false;
   std::vector<std::string> out;
@@ -85,7 +75,6 @@ AllocConfMerge merge_pytorch_alloc_conf(std::optional<std::string_view> current,
     }
   }
   if (!placed) out.emplace_back(kExpandableOff);
-  if (add_async_backend && !names_backend(current)) out.emplace_back(kAsyncBackend);
   merge.value = fmt::format("{}", fmt::join(out, ","));
   return merge;
 }
@@ -111,11 +100,9 @@ ChildEnvironment plan_child_environment(const RunFlags& flags, const CurrentEnv&
   env.set.push_back({"LD_PRELOAD", prepend_ld_preload(library_path, current.ld_preload)});
 
   // `source` names the variable the text came from, for the warning.
-  const bool add_backend =
-      !names_backend(current.pytorch_cuda_alloc_conf) && !names_backend(current.pytorch_alloc_conf);
   auto merge_into = [&](const char* name, const char* source,
                         const std::optional<std::string>& base) {
-    const AllocConfMerge merge = merge_pytorch_alloc_conf(base, add_backend);
+    const AllocConfMerge merge = merge_pytorch_alloc_conf(base);
     if (!merge.replaced.empty()) {
       env.warnings.push_back(fmt::format(
           "{} has expandable_segments:{}; umswap sets expandable_segments:False because it "

@@ -166,10 +166,10 @@ std::string help_text() {
                  "<bindir>/libumswap.so]");
   out +=
       "\numswap puts libumswap.so first in LD_PRELOAD and adds expandable_segments:False to\n"
-      "PYTORCH_CUDA_ALLOC_CONF (memory mapped with cuMemCreate/cuMemMap cannot be managed),\n"
-      "and backend:cudaMallocAsync unless it names a backend: every tensor is then one\n"
-      "allocation, so umswap knows where each begins and ends (set backend:native to keep\n"
-      "PyTorch's caching allocator).\n\n";
+      "PYTORCH_CUDA_ALLOC_CONF (memory mapped with cuMemCreate/cuMemMap cannot be managed).\n"
+      "With PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync every tensor is one allocation and\n"
+      "umswap knows where each begins and ends (docs/advisor.md says what that gains and what\n"
+      "PyTorch then no longer supports).\n\n";
   out += "Exit codes of run:\n";
   append_wrapped(out, "  N", 10, "the command's own exit code");
   append_wrapped(out, "  128+N", 10, "the command was killed by signal N (143: SIGTERM)");

@@ -113,6 +113,7 @@ bool captured(Preload& p, CUstream stream) {
     return false;
   }
   p.allocator().note_captured();
+  umswap::RuntimeApiScope::note_left_to_driver();  // not an escape: left to the driver on purpose
   return true;
 }
 

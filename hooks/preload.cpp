@@ -19,6 +19,7 @@ namespace umswap {
 namespace {
 
 thread_local int t_runtime_api __attribute__((tls_model("initial-exec"))) = -1;
+thread_local bool t_left_to_driver __attribute__((tls_model("initial-exec"))) = false;
 
 // pid of the process that loaded the library; a forked child has another and writes nothing.
 pid_t g_owner_pid = 0;
@@ -28,11 +29,20 @@ advisor::Advisor* g_advisor = nullptr;
 
 }  // namespace
 
-RuntimeApiScope::RuntimeApiScope(AllocApi api) : previous_(t_runtime_api) {
+RuntimeApiScope::RuntimeApiScope(AllocApi api)
+    : previous_(t_runtime_api), previous_left_(t_left_to_driver) {
   t_runtime_api = static_cast<int>(api);
+  t_left_to_driver = false;
 }
 RuntimeApiScope::~RuntimeApiScope() {
   t_runtime_api = previous_;
+  t_left_to_driver = previous_left_;
+}
+void RuntimeApiScope::note_left_to_driver() {
+  t_left_to_driver = true;
+}
+bool RuntimeApiScope::left_to_driver() const {
+  return t_left_to_driver;
 }
 
 AllocApi Preload::api_or(AllocApi fallback) {

@@ -82,8 +82,14 @@ class RuntimeApiScope {
   RuntimeApiScope(const RuntimeApiScope&) = delete;
   RuntimeApiScope& operator=(const RuntimeApiScope&) = delete;
 
+  // A driver hook below left the allocation to the driver on purpose (graph capture).
+  static void note_left_to_driver();
+  // Whether note_left_to_driver() was called within this scope.
+  bool left_to_driver() const;
+
  private:
   int previous_;
+  bool previous_left_;
 };
 
 }  // namespace umswap

@@ -53,7 +53,7 @@ cudaError_t tagged_allocation(Fn real, AllocApi api, const char* name, void** pt
   if (!real) return kNoRuntime;
   RuntimeApiScope scope(api);
   const cudaError_t status = real(ptr, args...);
-  check_reached_driver(status, ptr ? *ptr : nullptr, name);
+  if (!scope.left_to_driver()) check_reached_driver(status, ptr ? *ptr : nullptr, name);
   return status;
 }
 

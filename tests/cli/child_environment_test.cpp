@@ -92,8 +92,7 @@ TEST(ChildEnv, NoFlagsSetsOnlyPreloadAndAllocConf) {
   const ChildEnvironment env = plan_child_environment(flags, {}, "/u/libumswap.so");
   ASSERT_EQ(env.set.size(), 2u);
   EXPECT_EQ(env.set[0], (EnvVar{"LD_PRELOAD", "/u/libumswap.so"}));
-  EXPECT_EQ(env.set[1], (EnvVar{"PYTORCH_CUDA_ALLOC_CONF",
-                                "expandable_segments:False,backend:cudaMallocAsync"}));
+  EXPECT_EQ(env.set[1], (EnvVar{"PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:False"}));
   EXPECT_TRUE(env.warnings.empty());
 }
 
@@ -134,8 +133,7 @@ TEST(ChildEnv, ExpandableSegmentsTrueWarnsOnceAndIsOverridden) {
                            .pytorch_alloc_conf = std::nullopt};
   const ChildEnvironment env = plan_child_environment(flags, current, "/u/libumswap.so");
   EXPECT_EQ(find_var(env, "LD_PRELOAD"), "/u/libumswap.so:/a/liba.so");
-  EXPECT_EQ(find_var(env, "PYTORCH_CUDA_ALLOC_CONF"),
-            "expandable_segments:False,backend:cudaMallocAsync");
+  EXPECT_EQ(find_var(env, "PYTORCH_CUDA_ALLOC_CONF"), "expandable_segments:False");
   ASSERT_EQ(env.warnings.size(), 1u);
   EXPECT_NE(env.warnings[0].find("expandable segments"), std::string::npos);
   EXPECT_NE(env.warnings[0].find("cuMemCreate"), std::string::npos);
@@ -148,7 +146,6 @@ TEST(ChildEnv, BothAllocConfsAreMergedSeparately) {
                            .pytorch_cuda_alloc_conf = "backend:native",
                            .pytorch_alloc_conf = "max_split_size_mb:64"};
   const ChildEnvironment env = plan_child_environment(flags, current, "/u/libumswap.so");
-  // A backend named in either keeps both without one of umswap's.
   EXPECT_EQ(find_var(env, "PYTORCH_CUDA_ALLOC_CONF"), "backend:native,expandable_segments:False");
   EXPECT_EQ(find_var(env, "PYTORCH_ALLOC_CONF"), "max_split_size_mb:64,expandable_segments:False");
   EXPECT_TRUE(env.warnings.empty());
@@ -162,36 +159,11 @@ TEST(ChildEnv, PytorchAllocConfAloneIsCarriedIntoBoth) {
                            .pytorch_alloc_conf = "max_split_size_mb:64,expandable_segments:True"};
   const ChildEnvironment env = plan_child_environment(flags, current, "/u/libumswap.so");
   EXPECT_EQ(find_var(env, "PYTORCH_CUDA_ALLOC_CONF"),
-            "max_split_size_mb:64,expandable_segments:False,backend:cudaMallocAsync");
-  EXPECT_EQ(find_var(env, "PYTORCH_ALLOC_CONF"),
-            "max_split_size_mb:64,expandable_segments:False,backend:cudaMallocAsync");
+            "max_split_size_mb:64,expandable_segments:False");
+  EXPECT_EQ(find_var(env, "PYTORCH_ALLOC_CONF"), "max_split_size_mb:64,expandable_segments:False");
   ASSERT_EQ(env.warnings.size(), 1u);
   EXPECT_EQ(env.warnings[0].rfind("PYTORCH_ALLOC_CONF has expandable_segments:True", 0), 0u)
       << env.warnings[0];
-}
-
-TEST(AllocConf, TheAsyncBackendIsAddedUnlessABackendIsNamed) {
-  EXPECT_EQ(merge_pytorch_alloc_conf(std::nullopt, true).value,
-            "expandable_segments:False,backend:cudaMallocAsync");
-  EXPECT_EQ(merge_pytorch_alloc_conf("max_split_size_mb:128", true).value,
-            "max_split_size_mb:128,expandable_segments:False,backend:cudaMallocAsync");
-  EXPECT_EQ(merge_pytorch_alloc_conf(" backend : native ", true).value,
-            "backend : native,expandable_segments:False");
-  EXPECT_EQ(merge_pytorch_alloc_conf("backend:cudaMallocAsync", true).value,
-            "backend:cudaMallocAsync,expandable_segments:False");
-  EXPECT_TRUE(names_backend("a:[1,2],backend:native"));
-  EXPECT_FALSE(names_backend("backends_x:1"));
-  EXPECT_FALSE(names_backend(std::nullopt));
-}
-
-TEST(ChildEnv, ABackendInPytorchAllocConfAloneIsKept) {
-  RunFlags flags;
-  flags.command = {"true"};
-  const CurrentEnv current{.ld_preload = std::nullopt,
-                           .pytorch_cuda_alloc_conf = std::nullopt,
-                           .pytorch_alloc_conf = "backend:native"};
-  const ChildEnvironment env = plan_child_environment(flags, current, "/u/libumswap.so");
-  EXPECT_EQ(find_var(env, "PYTORCH_CUDA_ALLOC_CONF"), "backend:native,expandable_segments:False");
 }
 
 TEST(ChildEnv, RecordSetsTraceVariablesWithAnAbsolutePath) {

@@ -28,17 +28,10 @@ struct AllocConfMerge {
 // Puts `expandable_segments:False` into a PyTorch allocator setting (PYTORCH_CUDA_ALLOC_CONF:
 // comma-separated `key:value` entries; a value may be a bracketed list holding commas). Other
 // entries keep their text (trimmed) and their order; an existing expandable_segments entry is
-// rewritten in place, or the entry is appended. With `add_async_backend`, `backend:cudaMallocAsync`
-// is appended too. Unset or blank input gives just the entries.
+// rewritten in place, or the entry is appended. Unset or blank input gives just the entry.
 // Why: expandable segments are mapped with cuMemCreate/cuMemMap, which managed memory cannot
-// back, so umswap could not manage them. The cudaMallocAsync backend makes every tensor one
-// stream-ordered allocation, which umswap serves from slabs and so knows exactly where each
-// tensor begins and ends (the caching allocator's segments hide that; docs/advisor.md).
-AllocConfMerge merge_pytorch_alloc_conf(std::optional<std::string_view> current,
-                                        bool add_async_backend = false);
-
-// Whether a PyTorch allocator setting chooses a backend itself (a `backend` entry).
-bool names_backend(std::optional<std::string_view> conf);
+// back, so umswap could not manage them.
+AllocConfMerge merge_pytorch_alloc_conf(std::optional<std::string_view> current);
 
 // `library` first, then the entries of `current` (split at ':' and blanks, as ld.so does) in
 // their order, without empty entries or other copies of `library`; joined with ':'.
@@ -61,8 +54,7 @@ struct ChildEnvironment {
 // is always set (in every mode, so passthrough stays a like-for-like baseline); it starts from the
 // user's PYTORCH_CUDA_ALLOC_CONF, or from PYTORCH_ALLOC_CONF when only that is set, so the user's
 // other keys survive whichever of the two PyTorch reads. PYTORCH_ALLOC_CONF is rewritten only
-// when the user set it. Unless either names a backend (`backend:native` keeps PyTorch's caching
-// allocator), both get `backend:cudaMallocAsync`.
+// when the user set it.
 // `umswap replay` sets UMSWAP_MODE=replay and UMSWAP_REPLAY=<flags.replay_trace, made absolute>.
 ChildEnvironment plan_child_environment(const RunFlags& flags, const CurrentEnv& current,
                                         std::string_view library_path);

@@ -50,7 +50,10 @@ ManagedAllocator::ManagedAllocator(const DriverApi& driver, Registry& registry,
                       .event_query = driver.event_query,
                       .event_synchronize = driver.event_synchronize,
                       .event_destroy = driver.event_destroy,
-                      .ctx_synchronize = driver.ctx_synchronize};
+                      .ctx_synchronize = driver.ctx_synchronize,
+                      .mem_discard_batch_async = driver.mem_discard_batch_async,
+                      .mem_prefetch_async = driver.mem_prefetch_async,
+                      .ctx_get_device = driver.ctx_get_device};
   if (!sd.complete()) {
     log_warning(
         "the CUDA driver lacks event functions; stream-ordered allocations use the "
@@ -60,8 +63,19 @@ ManagedAllocator::ManagedAllocator(const DriverApi& driver, Registry& registry,
   slabs_ = std::make_unique<SlabAllocator>(
       sd, SlabSource{.create = [this](uint64_t bytes, uint64_t site,
                                       CUdeviceptr* out) { return create_slab(bytes, site, out); },
-                     .destroy = [this](CUdeviceptr base) { destroy_slab(base); }});
+                     .destroy = [this](CUdeviceptr base) { destroy_slab(base); },
+                     .residency =
+                         [this](uint64_t address, uint64_t bytes, bool on_gpu) {
+                           if (residency_) residency_(address, bytes, on_gpu);
+                         }});
   registry_.set_block_finder(slabs_.get());
+}
+
+bool ManagedAllocator::configure_slabs(bool discard_freed,
+                                       std::function<void(uint64_t, uint64_t, bool)> residency) {
+  if (!slabs_) return !discard_freed;
+  residency_ = std::move(residency);
+  return slabs_->set_discard_freed(discard_freed);
 }
 
 ManagedAllocator::~ManagedAllocator() {

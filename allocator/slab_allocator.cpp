@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 
+#include "umswap/core/log.h"
+
 namespace umswap {
 namespace {
 
@@ -23,6 +25,24 @@ uint64_t round_up(uint64_t value, uint64_t granule) {
   return (value + granule - 1) / granule * granule;
 }
 
+// The whole 2 MiB pages inside [address, address + size): discarding a page that also holds a
+// live neighbour would lose the neighbour's data.
+std::pair<uint64_t, uint64_t> whole_pages(uint64_t address, uint64_t size) {
+  constexpr uint64_t kPage = uint64_t{2} << 20;
+  const uint64_t first = round_up(address, kPage);
+  const uint64_t last = (address + size) / kPage * kPage;
+  return first < last ? std::pair{first, last - first} : std::pair{uint64_t{0}, uint64_t{0}};
+}
+
+// The stream a stream-ordered discard may go on: not the legacy default stream (the API
+// refuses it); the per-thread stream is ordered with it.
+CUstream discard_stream(CUstream stream) {
+  const auto handle = reinterpret_cast<uintptr_t>(stream);
+  return handle == 0 || handle == reinterpret_cast<uintptr_t>(CU_STREAM_LEGACY)
+             ? CU_STREAM_PER_THREAD
+             : stream;
+}
+
 }  // namespace
 
 nlohmann::json to_json(const SlabStats& s) {
@@ -37,6 +57,8 @@ nlohmann::json to_json(const SlabStats& s) {
       {"bytes_in_use_peak", s.bytes_in_use_peak},
       {"events_recorded", s.events_recorded},
       {"pressure_waits", s.pressure_waits},
+      {"discarded_bytes", s.discarded_bytes},
+      {"populated_bytes", s.populated_bytes},
   };
 }
 
@@ -73,6 +95,45 @@ SlabAllocator::EventRef SlabAllocator::record_event(CUstream stream) {
   ++stats_.events_recorded;
   // The last block to drop the event hands it back for reuse (under mutex_, as every change).
   return EventRef(e, [this](CUevent done) { spare_events_.push_back(done); });
+}
+
+bool SlabAllocator::set_discard_freed(bool on) {
+  std::lock_guard lock(mutex_);
+  if (on && (!driver_.mem_discard_batch_async || !driver_.mem_prefetch_async ||
+             !driver_.ctx_get_device)) {
+    return false;
+  }
+  discard_freed_ = on;
+  return true;
+}
+
+void SlabAllocator::discard(uint64_t address, uint64_t size, CUstream stream) {
+  const auto [first, bytes] = whole_pages(address, size);
+  if (bytes == 0) return;
+  CUdeviceptr ptr = first;
+  size_t length = bytes;
+  const CUresult r = driver_.mem_discard_batch_async(&ptr, &length, 1, 0, discard_stream(stream));
+  if (r != CUDA_SUCCESS) {
+    discard_freed_ = false;
+    log_warning("cuMemDiscardBatchAsync failed (error {}); freed blocks are no longer discarded",
+                static_cast<int>(r));
+    return;
+  }
+  stats_.discarded_bytes += bytes;
+  if (source_.residency) source_.residency(first, bytes, false);
+}
+
+void SlabAllocator::populate(uint64_t address, uint64_t size, CUstream stream) {
+  const auto [first, bytes] = whole_pages(address, size);
+  if (bytes == 0) return;
+  CUdevice device = 0;
+  if (driver_.ctx_get_device(&device) != CUDA_SUCCESS) return;
+  CUmemLocation where{};
+  where.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  where.id = device;
+  if (driver_.mem_prefetch_async(first, bytes, where, 0, stream) != CUDA_SUCCESS) return;
+  stats_.populated_bytes += bytes;
+  if (source_.residency) source_.residency(first, bytes, true);
 }
 
 void SlabAllocator::index_free(uint64_t address, const Block& b) {
@@ -291,14 +352,18 @@ CUresult SlabAllocator::allocate(uint64_t bytes, CUstream stream, CUdeviceptr* o
   if (it == blocks_.end()) return CUDA_ERROR_OUT_OF_MEMORY;  // a fresh slab always fits
   place(it, size);
   *out = it->first;
+  if (discard_freed_) populate(it->first, size, stream);
   return CUDA_SUCCESS;
 }
 
-std::optional<CUresult> SlabAllocator::release(CUdeviceptr ptr, uint64_t tag, bool record_now) {
+std::optional<CUresult> SlabAllocator::release(CUdeviceptr ptr, uint64_t tag, CUstream stream,
+                                               bool record_now) {
   std::lock_guard lock(mutex_);
   const auto it = blocks_.find(ptr);
   if (it == blocks_.end() || it->second.free) return std::nullopt;
   Block& b = it->second;
+  // Before any event: an event recorded after the free must cover the discard too.
+  if (discard_freed_ && stream != nullptr) discard(it->first, b.size, stream);
   // Without an event (record failed) only the freeing thread's stream may take it again.
   if (record_now) b.event = record_event(CU_STREAM_PER_THREAD);
   --stats_.blocks_in_use;
@@ -311,7 +376,8 @@ std::optional<CUresult> SlabAllocator::release(CUdeviceptr ptr, uint64_t tag, bo
 
 std::optional<CUresult> SlabAllocator::free(CUdeviceptr ptr, CUstream stream) {
   const uint64_t tag = stream_tag(stream);
-  return release(ptr, tag, (tag & kPerThreadTag) != 0);
+  // The legacy stream is passed as CU_STREAM_LEGACY so that "no stream" (free_sync) stays null.
+  return release(ptr, tag, stream ? stream : CU_STREAM_LEGACY, (tag & kPerThreadTag) != 0);
 }
 
 std::optional<CUresult> SlabAllocator::free_sync(CUdeviceptr ptr) {
@@ -324,7 +390,7 @@ std::optional<CUresult> SlabAllocator::free_sync(CUdeviceptr ptr) {
     if (it == blocks_.end() || it->second.free) return std::nullopt;
     return status;
   }
-  return release(ptr, kAnyStream, false);
+  return release(ptr, kAnyStream, nullptr, false);
 }
 
 void SlabAllocator::stream_ends(CUstream stream) {

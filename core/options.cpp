@@ -58,6 +58,9 @@ constexpr std::array kOptionTable = {
     OptionInfo{"UMSWAP_ASYNC_SLABS", "1",
                "1: cudaMallocAsync allocations are blocks of umswap's managed slabs (exact "
                "extents for the advisor); 0: the driver's managed memory pool"},
+    OptionInfo{"UMSWAP_DISCARD_FREED", "0",
+               "1 (experiment, slow: docs/advisor.md): a freed slab block's whole 2 MiB pages "
+               "are discarded and an allocation prefetches its pages to the GPU"},
 };
 
 }  // namespace
@@ -246,6 +249,13 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
       warn("UMSWAP_ASYNC_SLABS", v, "is not a boolean (1/0, on/off)", "1");
     }
   }
+  if (const char* v = read("UMSWAP_DISCARD_FREED")) {
+    if (auto b = parse_bool(trim(v))) {
+      options.discard_freed = *b;
+    } else {
+      warn("UMSWAP_DISCARD_FREED", v, "is not a boolean (1/0, on/off)", "0");
+    }
+  }
   if (options.mode == Mode::replay && options.replay_path.empty() && warnings) {
     warnings->push_back(
         "UMSWAP_MODE=replay needs UMSWAP_REPLAY (a trace file); learning online instead");
@@ -269,6 +279,7 @@ std::vector<std::string> describe(const Options& options) {
       fmt::format("UMSWAP_REPLAY={}", options.replay_path),
       fmt::format("UMSWAP_PREFETCH_WAIT={}", options.prefetch_wait ? 1 : 0),
       fmt::format("UMSWAP_ASYNC_SLABS={}", options.async_slabs ? 1 : 0),
+      fmt::format("UMSWAP_DISCARD_FREED={}", options.discard_freed ? 1 : 0),
   };
 }
 

@@ -51,6 +51,7 @@ struct UmRecord {
   CUpti_ActivityUnifiedMemoryCounterKind kind;
   uint64_t value, start, end, address;
   uint32_t flags;
+  bool own = false;  // not the driver's record: umswap discarded or populated the range
 };
 
 class Tracer {
@@ -59,6 +60,7 @@ class Tracer {
              std::string* reason);
   void finish(bool used_cuda = true);
   void yield_cupti(const std::string& what);
+  void note_residency(uint64_t address, uint64_t bytes, bool on_gpu);
   std::string yielded_to() {
     std::lock_guard lock(owner_mutex_);
     return yielded_to_;
@@ -501,6 +503,18 @@ void Tracer::parse_activity(uint8_t* buffer, size_t valid_size) {
   }
 }
 
+// Counted at the time of the call: the discard or populating prefetch itself runs later, in its
+// stream's order, so the count moves a little early.
+void Tracer::note_residency(uint64_t address, uint64_t bytes, bool on_gpu) {
+  if (!running() || !um_counters_ || !cupti_.get_timestamp) return;
+  uint64_t now = 0;
+  if (cupti_.get_timestamp(&now) != CUPTI_SUCCESS) return;
+  std::lock_guard lock(activity_mutex_);
+  um_records_.push_back({on_gpu ? CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_HTOD
+                                : CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_DTOH,
+                         bytes, now, now, address, 0, true});
+}
+
 bool Tracer::start(const TracerConfig& config, const TracerDriver& driver, Registry& registry,
                    std::string* reason) {
   std::lock_guard owner(owner_mutex_);
@@ -662,6 +676,7 @@ trace::Trace Tracer::assemble(StepRecorder::Recording recording) {
       t.totals.*field += u.value;
       if (it) it->counters.*field += u.value;
     };
+    if (u.own) continue;  // moved no bytes
     switch (u.kind) {
       case CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_HTOD:
         add(&trace::Counters::bytes_htod);
@@ -739,8 +754,9 @@ void Tracer::finish(bool used_cuda) {
 
 // GPU-resident bytes from the unified-memory records alone, in time order: a page set at 64 KiB
 // granularity (the smallest unit the driver migrates). Transfers to the GPU add their pages, to
-// the host remove them; a GPU fault adds the 2 MiB chunk around it (within its allocation).
-// Not seen: pages umswap's own prefetch populates on the GPU without a transfer (never-touched
+// the host remove them; a GPU fault adds the 2 MiB chunk around it (within its allocation);
+// umswap's own discards and populating prefetches (note_residency) remove and add theirs.
+// Not seen: pages the advisor's prefetch populates on the GPU without a transfer (never-touched
 // memory), until they first move.
 void Tracer::summarize(trace::Trace t) {
   constexpr uint64_t kPage = 64 << 10;
@@ -833,6 +849,10 @@ void finish_tracer(bool used_cuda) {
 
 void yield_cupti(const std::string& what) {
   tracer_instance().yield_cupti(what);
+}
+
+void note_residency(uint64_t address, uint64_t bytes, bool on_gpu) {
+  tracer_instance().note_residency(address, bytes, on_gpu);
 }
 
 std::string yielded_cupti_to() {

@@ -172,6 +172,8 @@ void Preload::create_allocator_once() {
     api.event_synchronize = d.cuEventSynchronize;
     api.event_destroy = d.cuEventDestroy_v2;
     api.ctx_synchronize = d.cuCtxSynchronize;
+    api.mem_discard_batch_async = d.cuMemDiscardBatchAsync;
+    api.mem_prefetch_async = d.cuMemPrefetchAsync_v2;
     if (!api.complete()) {
       log_warning("the CUDA driver lacks functions umswap needs; allocations are not redirected");
       return;
@@ -191,6 +193,20 @@ void Preload::create_allocator_once() {
       limit = options_.managed_limit.resolve(total);
     }
     allocator_ = new ManagedAllocator(api, registry_, limit, options_.async_slabs);
+    if (options_.discard_freed) {
+      if (allocator_->configure_slabs(true, [](uint64_t address, uint64_t bytes, bool on_gpu) {
+            tracer::note_residency(address, bytes, on_gpu);
+          })) {
+        log_warning(
+            "UMSWAP_DISCARD_FREED is an experiment: freed cudaMallocAsync blocks are discarded and "
+            "new ones prefetched; it made PyTorch VGG-16 58-80x slower where measured "
+            "(docs/advisor.md)");
+      } else {
+        log_warning(
+            "UMSWAP_DISCARD_FREED needs cudaMallocAsync slabs (UMSWAP_ASYNC_SLABS=1) and a driver "
+            "with cuMemDiscardBatchAsync; it is off");
+      }
+    }
     if (options_.verbose >= 1 && limit != 0) {
       log_info("managed memory capped at {}", format_bytes(limit));
     }

@@ -13,6 +13,7 @@
 #include <random>
 #include <set>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 namespace umswap {
@@ -46,6 +47,10 @@ struct Fakes {
   std::vector<uint64_t> created;  // sizes, in order
   std::vector<uint64_t> contexts;
   int destroys = 0;
+  // Discards and populating prefetches: (address, bytes, stream) and what residency heard.
+  std::vector<std::tuple<uint64_t, uint64_t, CUstream>> discards, prefetches;
+  std::vector<std::tuple<uint64_t, uint64_t, bool>> residency;
+  bool discard_fails = false;
 };
 Fakes* g = nullptr;
 
@@ -80,13 +85,34 @@ CUresult CUDAAPI fake_ctx_synchronize() {
   return CUDA_SUCCESS;
 }
 
+CUresult CUDAAPI fake_discard(CUdeviceptr* ptrs, size_t* sizes, size_t count, unsigned long long,
+                              CUstream stream) {
+  if (g->discard_fails) return CUDA_ERROR_NOT_SUPPORTED;
+  for (size_t i = 0; i < count; ++i) g->discards.emplace_back(ptrs[i], sizes[i], stream);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI fake_prefetch(CUdeviceptr ptr, size_t bytes, CUmemLocation where, unsigned,
+                               CUstream stream) {
+  EXPECT_EQ(where.type, CU_MEM_LOCATION_TYPE_DEVICE);
+  EXPECT_EQ(where.id, 3);
+  g->prefetches.emplace_back(ptr, bytes, stream);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI fake_ctx_get_device(CUdevice* device) {
+  *device = 3;
+  return CUDA_SUCCESS;
+}
+
 SlabDriver fake_driver() {
   return {.event_create = &fake_event_create,
           .event_record = &fake_event_record,
           .event_query = &fake_event_query,
           .event_synchronize = &fake_event_synchronize,
           .event_destroy = &fake_event_destroy,
-          .ctx_synchronize = &fake_ctx_synchronize};
+          .ctx_synchronize = &fake_ctx_synchronize,
+          .mem_discard_batch_async = &fake_discard,
+          .mem_prefetch_async = &fake_prefetch,
+          .ctx_get_device = &fake_ctx_get_device};
 }
 
 SlabSource fake_source() {
@@ -108,7 +134,9 @@ SlabSource fake_source() {
                 g->live -= g->slabs.at(base);
                 g->slabs.erase(base);
                 ++g->destroys;
-              }};
+              },
+          .residency = [](uint64_t address, uint64_t bytes,
+                          bool on_gpu) { g->residency.emplace_back(address, bytes, on_gpu); }};
 }
 
 void complete_all_events() {
@@ -338,6 +366,66 @@ TEST_F(SlabAllocatorTest, AnEndedStreamIsNeverNamedAgainAndItsHandleMayComeBack)
   EXPECT_NE(c, a);
   complete_all_events();
   EXPECT_EQ(alloc(64 * MiB, kS), a);
+}
+
+// --- UMSWAP_DISCARD_FREED ------------------------------------------------------------------------
+
+TEST_F(SlabAllocatorTest, DiscardIsOffByDefault) {
+  release(alloc(8 * MiB));
+  EXPECT_TRUE(g->discards.empty());
+  EXPECT_TRUE(g->prefetches.empty());
+}
+
+TEST_F(SlabAllocatorTest, AFreeDiscardsOnlyTheWhole2MiBPagesInsideTheBlock) {
+  ASSERT_TRUE(slabs_->set_discard_freed(true));
+  const CUdeviceptr a = alloc(MiB + 512, kS);  // [base, base + 1 MiB + 512): no whole page
+  const CUdeviceptr b = alloc(7 * MiB, kS);    // [base + 1 MiB + 512, ...): pages 2..8 MiB
+  ASSERT_EQ(g->slabs.count(a), 1u);            // a starts the (2 MiB aligned) slab
+  g->prefetches.clear();
+  release(a, kS);
+  EXPECT_TRUE(g->discards.empty());
+  release(b, kS);
+  ASSERT_EQ(g->discards.size(), 1u);
+  EXPECT_EQ(g->discards[0], std::make_tuple(a + 2 * MiB, 6 * MiB, kS));
+  EXPECT_EQ(g->residency.back(), std::make_tuple(a + 2 * MiB, 6 * MiB, false));
+  EXPECT_EQ(slabs_->stats().discarded_bytes, 6 * MiB);
+}
+
+TEST_F(SlabAllocatorTest, TheLegacyStreamDiscardsOnThePerThreadStream) {
+  ASSERT_TRUE(slabs_->set_discard_freed(true));
+  const CUdeviceptr a = alloc(64 * MiB, nullptr);
+  release(a, nullptr);
+  ASSERT_EQ(g->discards.size(), 1u);
+  EXPECT_EQ(std::get<2>(g->discards[0]), CU_STREAM_PER_THREAD);
+}
+
+TEST_F(SlabAllocatorTest, AnAllocationPopulatesItsWholePagesInItsStream) {
+  ASSERT_TRUE(slabs_->set_discard_freed(true));
+  const CUdeviceptr a = alloc(5 * MiB, kT);
+  ASSERT_EQ(g->prefetches.size(), 1u);
+  EXPECT_EQ(g->prefetches[0], std::make_tuple(a, 4 * MiB, kT));
+  EXPECT_EQ(g->residency.back(), std::make_tuple(a, 4 * MiB, true));
+  alloc(4096, kT);  // a small block has no whole page
+  EXPECT_EQ(g->prefetches.size(), 1u);
+}
+
+TEST_F(SlabAllocatorTest, AFailingDiscardTurnsDiscardingOff) {
+  ASSERT_TRUE(slabs_->set_discard_freed(true));
+  g->discard_fails = true;
+  release(alloc(8 * MiB));
+  g->discard_fails = false;
+  g->prefetches.clear();
+  release(alloc(8 * MiB));
+  EXPECT_TRUE(g->discards.empty());
+  EXPECT_TRUE(g->prefetches.empty());
+}
+
+TEST_F(SlabAllocatorTest, DiscardNeedsItsDriverFunctions) {
+  SlabDriver d = fake_driver();
+  d.mem_discard_batch_async = nullptr;
+  SlabAllocator without(d, fake_source());
+  EXPECT_FALSE(without.set_discard_freed(true));
+  EXPECT_TRUE(without.set_discard_freed(false));
 }
 
 TEST_F(SlabAllocatorTest, TheLegacyStreamHandleIsTheNullStream) {

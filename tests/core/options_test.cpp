@@ -255,6 +255,7 @@ void expect_defaults(const Options& o) {
   EXPECT_EQ(o.callsite_depth, d.callsite_depth);
   EXPECT_EQ(o.prefetch_wait, d.prefetch_wait);
   EXPECT_EQ(o.async_slabs, d.async_slabs);
+  EXPECT_EQ(o.discard_freed, d.discard_freed);
 }
 
 TEST(ParseOptions, DefaultsWhenNothingIsSet) {
@@ -434,13 +435,13 @@ TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
   FakeEnv env({});
   parse_options(env.lookup(), nullptr);
   EXPECT_EQ(table_names(), env.asked());
-  EXPECT_EQ(table_names(),
-            (std::set<std::string>{"UMSWAP_MODE", "UMSWAP_BUDGET", "UMSWAP_MANAGED_LIMIT",
-                                   "UMSWAP_STATS", "UMSWAP_VERBOSE", "UMSWAP_CALLSITE_DEPTH",
-                                   "UMSWAP_TRACE", "UMSWAP_TRACE_ITERATIONS",
-                                   "UMSWAP_ITERATION_MARKER", "UMSWAP_CUPTI_LIBRARY",
-                                   "UMSWAP_REPLAY", "UMSWAP_PREFETCH_WAIT", "UMSWAP_ASYNC_SLABS"}));
-  EXPECT_EQ(option_table().size(), 13u);  // no duplicates
+  EXPECT_EQ(table_names(), (std::set<std::string>{
+                               "UMSWAP_MODE", "UMSWAP_BUDGET", "UMSWAP_MANAGED_LIMIT",
+                               "UMSWAP_STATS", "UMSWAP_VERBOSE", "UMSWAP_CALLSITE_DEPTH",
+                               "UMSWAP_TRACE", "UMSWAP_TRACE_ITERATIONS", "UMSWAP_ITERATION_MARKER",
+                               "UMSWAP_CUPTI_LIBRARY", "UMSWAP_REPLAY", "UMSWAP_PREFETCH_WAIT",
+                               "UMSWAP_ASYNC_SLABS", "UMSWAP_DISCARD_FREED"}));
+  EXPECT_EQ(option_table().size(), 14u);  // no duplicates
 }
 
 TEST(OptionTable, EveryEntryHasAMeaning) {
@@ -475,14 +476,16 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
   o.replay_path = "/tmp/r.umtrace";
   o.prefetch_wait = true;
   o.async_slabs = false;
+  o.discard_freed = true;
   const std::vector<std::string> lines = describe(o);
-  EXPECT_EQ(lines, (std::vector<std::string>{
-                       "UMSWAP_MODE=passthrough", "UMSWAP_BUDGET=40G", "UMSWAP_MANAGED_LIMIT=90%",
-                       "UMSWAP_STATS=/tmp/s.json", "UMSWAP_VERBOSE=2", "UMSWAP_CALLSITE_DEPTH=0",
-                       "UMSWAP_TRACE=/tmp/t.umtrace", "UMSWAP_TRACE_ITERATIONS=5",
-                       "UMSWAP_ITERATION_MARKER=step",
-                       "UMSWAP_CUPTI_LIBRARY=", "UMSWAP_REPLAY=/tmp/r.umtrace",
-                       "UMSWAP_PREFETCH_WAIT=1", "UMSWAP_ASYNC_SLABS=0"}));
+  EXPECT_EQ(
+      lines,
+      (std::vector<std::string>{
+          "UMSWAP_MODE=passthrough", "UMSWAP_BUDGET=40G", "UMSWAP_MANAGED_LIMIT=90%",
+          "UMSWAP_STATS=/tmp/s.json", "UMSWAP_VERBOSE=2", "UMSWAP_CALLSITE_DEPTH=0",
+          "UMSWAP_TRACE=/tmp/t.umtrace", "UMSWAP_TRACE_ITERATIONS=5",
+          "UMSWAP_ITERATION_MARKER=step", "UMSWAP_CUPTI_LIBRARY=", "UMSWAP_REPLAY=/tmp/r.umtrace",
+          "UMSWAP_PREFETCH_WAIT=1", "UMSWAP_ASYNC_SLABS=0", "UMSWAP_DISCARD_FREED=1"}));
   std::set<std::string> names;
   for (const auto& line : lines) names.insert(line.substr(0, line.find('=')));
   EXPECT_EQ(names, table_names());

@@ -92,6 +92,11 @@ class ManagedAllocator {
   std::optional<CUresult> free(CUdeviceptr ptr);
   std::optional<CUresult> free_async(CUdeviceptr ptr, CUstream stream);
 
+  // Slabs only, before the first allocation: UMSWAP_DISCARD_FREED (slab_allocator.h), and who
+  // hears of the ranges it discards or populates. False (and nothing changes) when the driver
+  // lacks the functions or there are no slabs.
+  bool configure_slabs(bool discard_freed, std::function<void(uint64_t, uint64_t, bool)> residency);
+
   // The program destroys `stream` (before the real call).
   void stream_ends(CUstream stream) {
     if (slabs_) slabs_->stream_ends(stream);
@@ -135,6 +140,7 @@ class ManagedAllocator {
   std::atomic<size_t> pitch_alignment_{0};
 
   std::unique_ptr<SlabAllocator> slabs_;
+  std::function<void(uint64_t, uint64_t, bool)> residency_;
   std::once_flag pool_once_;
   std::atomic<CUmemoryPool> pool_{nullptr};
 };

@@ -26,6 +26,13 @@
 //   * When no slab can be created (the cap, or the driver), allocate() waits for every pending
 //     event, gives wholly free slabs back through `SlabSource::destroy`, and tries again before it
 //     returns the error.
+//   * set_discard_freed(true) (UMSWAP_DISCARD_FREED, experimental): a free discards the whole
+//     2 MiB pages inside the block (cuMemDiscardBatchAsync, in the freeing stream's order; on the
+//     per-thread stream when the program frees on the legacy stream, which that API refuses,
+//     and which the legacy stream waits for), so dead tensors leave the GPU without a transfer;
+//     an allocation prefetches its whole 2 MiB pages to the GPU in its stream's order, which
+//     populates discarded pages without a transfer rather than by faults. A failing discard
+//     turns it off with one warning.
 //   * Errors come back as CUresult; nothing throws except std::bad_alloc.
 // Thread safety: every member may be called from any thread; one mutex guards everything.
 #pragma once
@@ -57,6 +64,10 @@ struct SlabDriver {
   PFN_cuEventSynchronize_v2000 event_synchronize = nullptr;
   PFN_cuEventDestroy_v4000 event_destroy = nullptr;
   PFN_cuCtxSynchronize_v2000 ctx_synchronize = nullptr;
+  // Only for discard_freed (set_discard_freed); may be null otherwise.
+  PFN_cuMemDiscardBatchAsync_v13000 mem_discard_batch_async = nullptr;
+  PFN_cuMemPrefetchAsync_v12020 mem_prefetch_async = nullptr;
+  PFN_cuCtxGetDevice_v2000 ctx_get_device = nullptr;
 
   bool complete() const {
     return event_create && event_record && event_query && event_synchronize && event_destroy &&
@@ -70,6 +81,9 @@ struct SlabSource {
   // identity), asked only when a slab is made.
   std::function<CUresult(uint64_t bytes, uint64_t context, CUdeviceptr* out)> create;
   std::function<void(CUdeviceptr base)> destroy;
+  // With discard_freed: a range was discarded (false) or populated on the GPU (true). May be
+  // empty.
+  std::function<void(uint64_t address, uint64_t bytes, bool on_gpu)> residency;
 };
 
 struct SlabStats {
@@ -83,6 +97,8 @@ struct SlabStats {
   uint64_t bytes_in_use_peak = 0;
   uint64_t events_recorded = 0;  // cross-stream reuse and per-thread-stream frees
   uint64_t pressure_waits = 0;   // allocations that had to wait for events or release slabs
+  uint64_t discarded_bytes = 0;  // discard_freed: dead bytes dropped from the GPU at frees
+  uint64_t populated_bytes = 0;  // discard_freed: bytes prefetched to the GPU at allocations
 };
 nlohmann::json to_json(const SlabStats& stats);
 
@@ -107,6 +123,8 @@ class SlabAllocator final : public BlockFinder {
   std::optional<CUresult> free(CUdeviceptr ptr, CUstream stream);
   std::optional<CUresult> free_sync(CUdeviceptr ptr);
   void stream_ends(CUstream stream);
+  // Needs mem_discard_batch_async, mem_prefetch_async and ctx_get_device; false without them.
+  bool set_discard_freed(bool on);
 
   // The block in use that holds `address`: [first, second). nullopt for free space and for
   // addresses outside every slab.
@@ -132,7 +150,9 @@ class SlabAllocator final : public BlockFinder {
   static constexpr uint64_t kAnyStream = UINT64_MAX;
 
   uint64_t stream_tag(CUstream stream) const;
-  std::optional<CUresult> release(CUdeviceptr ptr, uint64_t tag, bool record_now);
+  std::optional<CUresult> release(CUdeviceptr ptr, uint64_t tag, CUstream stream, bool record_now);
+  void discard(uint64_t address, uint64_t size, CUstream stream);
+  void populate(uint64_t address, uint64_t size, CUstream stream);
   std::map<uint64_t, Block>::iterator find_fit(uint64_t size, bool small, uint64_t tag);
   CUresult new_slab(uint64_t size, bool small, const Context& context);
   void place(std::map<uint64_t, Block>::iterator it, uint64_t size);
@@ -155,7 +175,8 @@ class SlabAllocator final : public BlockFinder {
   std::map<uint64_t, Block> blocks_;   // by address, every slab's blocks
   std::set<std::pair<uint64_t, uint64_t>> free_by_size_[2];  // (size, address); [small]
   uint64_t seq_ = 0;
-  uint64_t retired_ = 0;         // streams that ended
+  uint64_t retired_ = 0;  // streams that ended
+  bool discard_freed_ = false;
   uint64_t pending_events_ = 0;  // free blocks that carry an event
   SlabStats stats_;
 };

@@ -76,6 +76,7 @@ struct Options {
   std::string replay_path;        // trace the replay mode plans from
   bool prefetch_wait = false;     // a launch waits for its late prefetch rather than fault
   bool async_slabs = true;        // stream-ordered allocations from slabs, not the managed pool
+  bool discard_freed = false;     // slabs: discard freed blocks, populate new ones (experimental)
 };
 
 // One entry of the option table, for help texts and `UMSWAP_VERBOSE` output.

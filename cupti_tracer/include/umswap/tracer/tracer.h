@@ -103,6 +103,10 @@ bool tracer_saw_calls();
 // trace so far written, as finish_tracer() does. `what` names the call and its caller. Later
 // calls do nothing.
 void yield_cupti(const std::string& what);
+// umswap discarded [address, address + bytes) of managed memory (on_gpu false) or populated it
+// on the GPU without a transfer (on_gpu true; UMSWAP_DISCARD_FREED): the residency count removes
+// or adds its pages as a transfer would, without counting bytes moved.
+void note_residency(uint64_t address, uint64_t bytes, bool on_gpu);
 // What yield_cupti() was told, or empty.
 std::string yielded_cupti_to();
 // `name` from the libcupti the tracer loaded, or null (not loaded, no such symbol).

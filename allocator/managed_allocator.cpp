@@ -45,29 +45,21 @@ ManagedAllocator::ManagedAllocator(const DriverApi& driver, Registry& registry,
                                    uint64_t managed_limit, bool slabs)
     : driver_(driver), registry_(registry), limit_(managed_limit) {
   if (!slabs) return;
-  const SlabDriver sd{.event_create = driver.event_create,
-                      .event_record = driver.event_record,
-                      .event_query = driver.event_query,
-                      .event_synchronize = driver.event_synchronize,
-                      .event_destroy = driver.event_destroy,
-                      .ctx_synchronize = driver.ctx_synchronize,
-                      .mem_discard_batch_async = driver.mem_discard_batch_async,
-                      .mem_prefetch_async = driver.mem_prefetch_async,
-                      .ctx_get_device = driver.ctx_get_device};
-  if (!sd.complete()) {
+  if (!driver.has_slab_functions()) {
     log_warning(
         "the CUDA driver lacks event functions; stream-ordered allocations use the "
         "managed memory pool, not slabs");
     return;
   }
   slabs_ = std::make_unique<SlabAllocator>(
-      sd, SlabSource{.create = [this](uint64_t bytes, uint64_t site,
-                                      CUdeviceptr* out) { return create_slab(bytes, site, out); },
-                     .destroy = [this](CUdeviceptr base) { destroy_slab(base); },
-                     .residency =
-                         [this](uint64_t address, uint64_t bytes, bool on_gpu) {
-                           if (residency_) residency_(address, bytes, on_gpu);
-                         }});
+      driver,
+      SlabSource{.create = [this](uint64_t bytes, uint64_t site,
+                                  CUdeviceptr* out) { return create_slab(bytes, site, out); },
+                 .destroy = [this](CUdeviceptr base) { destroy_slab(base); },
+                 .residency =
+                     [this](uint64_t address, uint64_t bytes, bool on_gpu) {
+                       if (residency_) residency_(address, bytes, on_gpu);
+                     }});
   registry_.set_block_finder(slabs_.get());
 }
 

@@ -62,7 +62,7 @@ nlohmann::json to_json(const SlabStats& s) {
   };
 }
 
-SlabAllocator::SlabAllocator(const SlabDriver& driver, SlabSource source)
+SlabAllocator::SlabAllocator(const DriverApi& driver, SlabSource source)
     : driver_(driver), source_(std::move(source)) {}
 
 SlabAllocator::~SlabAllocator() {

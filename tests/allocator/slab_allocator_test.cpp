@@ -103,16 +103,19 @@ CUresult CUDAAPI fake_ctx_get_device(CUdevice* device) {
   return CUDA_SUCCESS;
 }
 
-SlabDriver fake_driver() {
-  return {.event_create = &fake_event_create,
-          .event_record = &fake_event_record,
-          .event_query = &fake_event_query,
-          .event_synchronize = &fake_event_synchronize,
-          .event_destroy = &fake_event_destroy,
-          .ctx_synchronize = &fake_ctx_synchronize,
-          .mem_discard_batch_async = &fake_discard,
-          .mem_prefetch_async = &fake_prefetch,
-          .ctx_get_device = &fake_ctx_get_device};
+// Only what the slab allocator calls; the rest of the table stays null.
+DriverApi fake_driver() {
+  DriverApi d;
+  d.event_create = &fake_event_create;
+  d.event_record = &fake_event_record;
+  d.event_query = &fake_event_query;
+  d.event_synchronize = &fake_event_synchronize;
+  d.event_destroy = &fake_event_destroy;
+  d.ctx_synchronize = &fake_ctx_synchronize;
+  d.mem_discard_batch_async = &fake_discard;
+  d.mem_prefetch_async = &fake_prefetch;
+  d.ctx_get_device = &fake_ctx_get_device;
+  return d;
 }
 
 SlabSource fake_source() {
@@ -421,7 +424,7 @@ TEST_F(SlabAllocatorTest, AFailingDiscardTurnsDiscardingOff) {
 }
 
 TEST_F(SlabAllocatorTest, DiscardNeedsItsDriverFunctions) {
-  SlabDriver d = fake_driver();
+  DriverApi d = fake_driver();
   d.mem_discard_batch_async = nullptr;
   SlabAllocator without(d, fake_source());
   EXPECT_FALSE(without.set_discard_freed(true));

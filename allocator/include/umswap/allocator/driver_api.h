@@ -38,6 +38,11 @@ struct DriverApi {
            mem_get_default_mem_pool && mem_alloc_from_pool_async && mem_free_async &&
            stream_synchronize && ctx_get_device && device_total_mem;
   }
+  // What SlabAllocator needs (UMSWAP_DISCARD_FREED needs the two after them and ctx_get_device).
+  bool has_slab_functions() const {
+    return event_create && event_record && event_query && event_synchronize && event_destroy &&
+           ctx_synchronize;
+  }
 };
 
 }  // namespace umswap

@@ -52,28 +52,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "umswap/allocator/driver_api.h"
 #include "umswap/allocator/registry.h"
 
 namespace umswap {
-
-// The driver functions the slab allocator calls (the real ones, or fakes in tests).
-struct SlabDriver {
-  PFN_cuEventCreate_v2000 event_create = nullptr;
-  PFN_cuEventRecord_v2000 event_record = nullptr;
-  PFN_cuEventQuery_v2000 event_query = nullptr;
-  PFN_cuEventSynchronize_v2000 event_synchronize = nullptr;
-  PFN_cuEventDestroy_v4000 event_destroy = nullptr;
-  PFN_cuCtxSynchronize_v2000 ctx_synchronize = nullptr;
-  // Only for discard_freed (set_discard_freed); may be null otherwise.
-  PFN_cuMemDiscardBatchAsync_v13000 mem_discard_batch_async = nullptr;
-  PFN_cuMemPrefetchAsync_v12020 mem_prefetch_async = nullptr;
-  PFN_cuCtxGetDevice_v2000 ctx_get_device = nullptr;
-
-  bool complete() const {
-    return event_create && event_record && event_query && event_synchronize && event_destroy &&
-           ctx_synchronize;
-  }
-};
 
 // Where slabs come from and go back to.
 struct SlabSource {
@@ -110,7 +92,8 @@ class SlabAllocator final : public BlockFinder {
   static constexpr uint64_t kLargeSlab = uint64_t{64} << 20;
   static constexpr uint64_t kSlabGranule = uint64_t{2} << 20;
 
-  SlabAllocator(const SlabDriver& driver, SlabSource source);
+  // `driver` must have has_slab_functions(); the table is copied.
+  SlabAllocator(const DriverApi& driver, SlabSource source);
   ~SlabAllocator();
   SlabAllocator(const SlabAllocator&) = delete;
   SlabAllocator& operator=(const SlabAllocator&) = delete;
@@ -167,7 +150,7 @@ class SlabAllocator final : public BlockFinder {
   void index_free(uint64_t address, const Block& b);
   void unindex_free(uint64_t address, const Block& b);
 
-  const SlabDriver driver_;
+  const DriverApi driver_;
   const SlabSource source_;
   mutable std::mutex mutex_;
   std::vector<CUevent> spare_events_;  // declared before the blocks: outlives every EventRef

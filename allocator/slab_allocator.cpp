@@ -99,7 +99,7 @@ SlabAllocator::EventRef SlabAllocator::record_event(CUstream stream) {
 
 bool SlabAllocator::set_discard_freed(bool on) {
   std::lock_guard lock(mutex_);
-  if (on && (!driver_.mem_discard_batch_async || !driver_.mem_prefetch_async ||
+  if (on && (!driver_.mem_discard_batch_async || !driver_.mem_discard_and_prefetch_batch_async ||
              !driver_.ctx_get_device)) {
     return false;
   }
@@ -131,7 +131,19 @@ void SlabAllocator::populate(uint64_t address, uint64_t size, CUstream stream) {
   CUmemLocation where{};
   where.type = CU_MEM_LOCATION_TYPE_DEVICE;
   where.id = device;
-  if (driver_.mem_prefetch_async(first, bytes, where, 0, stream) != CUDA_SUCCESS) return;
+  CUdeviceptr ptr = first;
+  size_t length = bytes;
+  size_t where_from = 0;
+  const CUresult r = driver_.mem_discard_and_prefetch_batch_async(
+      &ptr, &length, 1, &where, &where_from, 1, 0, discard_stream(stream));
+  if (r != CUDA_SUCCESS) {
+    discard_freed_ = false;
+    log_warning(
+        "cuMemDiscardAndPrefetchBatchAsync failed (error {}); freed blocks are no longer "
+        "discarded",
+        static_cast<int>(r));
+    return;
+  }
   stats_.populated_bytes += bytes;
   if (source_.residency) source_.residency(first, bytes, true);
 }

@@ -60,7 +60,7 @@ constexpr std::array kOptionTable = {
                "extents for the advisor); 0: the driver's managed memory pool"},
     OptionInfo{"UMSWAP_DISCARD_FREED", "0",
                "1 (experiment, slow: docs/advisor.md): a freed slab block's whole 2 MiB pages "
-               "are discarded and an allocation prefetches its pages to the GPU"},
+               "are discarded and an allocation populates its pages on the GPU"},
 };
 
 }  // namespace

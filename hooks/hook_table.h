@@ -51,6 +51,8 @@
   X(cuCtxSynchronize, cuCtxSynchronize, 2000, PFN_cuCtxSynchronize_v2000)                     \
   X(cuStreamIsCapturing, cuStreamIsCapturing, 10000, PFN_cuStreamIsCapturing_v10000)          \
   X(cuMemDiscardBatchAsync, cuMemDiscardBatchAsync, 13000, PFN_cuMemDiscardBatchAsync_v13000) \
+  X(cuMemDiscardAndPrefetchBatchAsync, cuMemDiscardAndPrefetchBatchAsync, 13000,              \
+    PFN_cuMemDiscardAndPrefetchBatchAsync_v13000)                                             \
   X(cuStreamWaitEvent, cuStreamWaitEvent, 3020, PFN_cuStreamWaitEvent_v3020)                  \
   X(cuMemPrefetchAsync_v2, cuMemPrefetchAsync, 12020, PFN_cuMemPrefetchAsync_v12020)          \
   X(cuMemHostAlloc, cuMemHostAlloc, 2020, PFN_cuMemHostAlloc_v2020)                           \

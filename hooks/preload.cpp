@@ -173,7 +173,7 @@ void Preload::create_allocator_once() {
     api.event_destroy = d.cuEventDestroy_v2;
     api.ctx_synchronize = d.cuCtxSynchronize;
     api.mem_discard_batch_async = d.cuMemDiscardBatchAsync;
-    api.mem_prefetch_async = d.cuMemPrefetchAsync_v2;
+    api.mem_discard_and_prefetch_batch_async = d.cuMemDiscardAndPrefetchBatchAsync;
     if (!api.complete()) {
       log_warning("the CUDA driver lacks functions umswap needs; allocations are not redirected");
       return;
@@ -199,7 +199,7 @@ void Preload::create_allocator_once() {
           })) {
         log_warning(
             "UMSWAP_DISCARD_FREED is an experiment: freed cudaMallocAsync blocks are discarded and "
-            "new ones prefetched; it made PyTorch VGG-16 58-80x slower where measured "
+            "new ones populated; it made PyTorch VGG-16 4-80x slower where measured "
             "(docs/advisor.md)");
       } else {
         log_warning(

@@ -91,11 +91,15 @@ CUresult CUDAAPI fake_discard(CUdeviceptr* ptrs, size_t* sizes, size_t count, un
   for (size_t i = 0; i < count; ++i) g->discards.emplace_back(ptrs[i], sizes[i], stream);
   return CUDA_SUCCESS;
 }
-CUresult CUDAAPI fake_prefetch(CUdeviceptr ptr, size_t bytes, CUmemLocation where, unsigned,
-                               CUstream stream) {
-  EXPECT_EQ(where.type, CU_MEM_LOCATION_TYPE_DEVICE);
-  EXPECT_EQ(where.id, 3);
-  g->prefetches.emplace_back(ptr, bytes, stream);
+CUresult CUDAAPI fake_discard_and_prefetch(CUdeviceptr* ptrs, size_t* sizes, size_t count,
+                                           CUmemLocation* where, size_t* where_from,
+                                           size_t where_count, unsigned long long,
+                                           CUstream stream) {
+  EXPECT_EQ(where_count, 1u);
+  EXPECT_EQ(where_from[0], 0u);
+  EXPECT_EQ(where[0].type, CU_MEM_LOCATION_TYPE_DEVICE);
+  EXPECT_EQ(where[0].id, 3);
+  for (size_t i = 0; i < count; ++i) g->prefetches.emplace_back(ptrs[i], sizes[i], stream);
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI fake_ctx_get_device(CUdevice* device) {
@@ -113,7 +117,7 @@ DriverApi fake_driver() {
   d.event_destroy = &fake_event_destroy;
   d.ctx_synchronize = &fake_ctx_synchronize;
   d.mem_discard_batch_async = &fake_discard;
-  d.mem_prefetch_async = &fake_prefetch;
+  d.mem_discard_and_prefetch_batch_async = &fake_discard_and_prefetch;
   d.ctx_get_device = &fake_ctx_get_device;
   return d;
 }
@@ -408,8 +412,10 @@ TEST_F(SlabAllocatorTest, AnAllocationPopulatesItsWholePagesInItsStream) {
   ASSERT_EQ(g->prefetches.size(), 1u);
   EXPECT_EQ(g->prefetches[0], std::make_tuple(a, 4 * MiB, kT));
   EXPECT_EQ(g->residency.back(), std::make_tuple(a, 4 * MiB, true));
+  alloc(64 * MiB, nullptr);  // the legacy stream: on the per-thread stream
+  EXPECT_EQ(std::get<2>(g->prefetches.back()), CU_STREAM_PER_THREAD);
   alloc(4096, kT);  // a small block has no whole page
-  EXPECT_EQ(g->prefetches.size(), 1u);
+  EXPECT_EQ(g->prefetches.size(), 2u);
 }
 
 TEST_F(SlabAllocatorTest, AFailingDiscardTurnsDiscardingOff) {

@@ -31,7 +31,7 @@ struct DriverApi {
   PFN_cuCtxSynchronize_v2000 ctx_synchronize = nullptr;
   // UMSWAP_DISCARD_FREED only.
   PFN_cuMemDiscardBatchAsync_v13000 mem_discard_batch_async = nullptr;
-  PFN_cuMemPrefetchAsync_v12020 mem_prefetch_async = nullptr;
+  PFN_cuMemDiscardAndPrefetchBatchAsync_v13000 mem_discard_and_prefetch_batch_async = nullptr;
 
   bool complete() const {
     return mem_alloc_managed && mem_free && mem_alloc_pitch && mem_get_info &&

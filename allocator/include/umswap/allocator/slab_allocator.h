@@ -30,8 +30,9 @@
 //     2 MiB pages inside the block (cuMemDiscardBatchAsync, in the freeing stream's order; on the
 //     per-thread stream when the program frees on the legacy stream, which that API refuses,
 //     and which the legacy stream waits for), so dead tensors leave the GPU without a transfer;
-//     an allocation prefetches its whole 2 MiB pages to the GPU in its stream's order, which
-//     populates discarded pages without a transfer rather than by faults. A failing discard
+//     an allocation discards-and-prefetches its whole 2 MiB pages to the GPU
+//     (cuMemDiscardAndPrefetchBatchAsync, same streams: a new block's content is undefined
+//     anyway), which populates them without a transfer rather than by faults. A failing call
 //     turns it off with one warning.
 //   * Errors come back as CUresult; nothing throws except std::bad_alloc.
 // Thread safety: every member may be called from any thread; one mutex guards everything.
@@ -106,7 +107,8 @@ class SlabAllocator final : public BlockFinder {
   std::optional<CUresult> free(CUdeviceptr ptr, CUstream stream);
   std::optional<CUresult> free_sync(CUdeviceptr ptr);
   void stream_ends(CUstream stream);
-  // Needs mem_discard_batch_async, mem_prefetch_async and ctx_get_device; false without them.
+  // Needs mem_discard_batch_async, mem_discard_and_prefetch_batch_async and ctx_get_device;
+  // false without them.
   bool set_discard_freed(bool on);
 
   // The block in use that holds `address`: [first, second). nullopt for free space and for

@@ -150,12 +150,12 @@ void SlabAllocator::populate(uint64_t address, uint64_t size, CUstream stream) {
 
 void SlabAllocator::index_free(uint64_t address, const Block& b) {
   free_by_size_[slabs_.at(b.slab).small ? 1 : 0].emplace(b.size, address);
-  if (b.event) ++pending_events_;
+  if (b.event) pending_.insert(address);
 }
 
 void SlabAllocator::unindex_free(uint64_t address, const Block& b) {
   free_by_size_[slabs_.at(b.slab).small ? 1 : 0].erase({b.size, address});
-  if (b.event) --pending_events_;
+  if (b.event) pending_.erase(address);
 }
 
 bool SlabAllocator::merge_into(Block& into, const Block& other) const {
@@ -218,18 +218,19 @@ void SlabAllocator::mark_free(std::map<uint64_t, Block>::iterator it) {
 }
 
 void SlabAllocator::settle_events() {
-  if (pending_events_ == 0) return;
-  for (auto it = blocks_.begin(); it != blocks_.end();) {
+  if (pending_.empty()) return;
+  // Merging changes pending_: walk a copy, skipping blocks merged away meanwhile.
+  const std::vector<uint64_t> addresses(pending_.begin(), pending_.end());
+  for (const uint64_t address : addresses) {
+    if (!pending_.contains(address)) continue;
+    const auto it = blocks_.find(address);
     Block& b = it->second;
-    if (b.free && b.event && driver_.event_query(b.event.get()) == CUDA_SUCCESS) {
-      unindex_free(it->first, b);
-      b.event.reset();
-      b.stream = kAnyStream;
-      index_free(it->first, b);
-      it = std::next(coalesce(it));
-    } else {
-      ++it;
-    }
+    if (driver_.event_query(b.event.get()) != CUDA_SUCCESS) continue;
+    unindex_free(it->first, b);
+    b.event.reset();
+    b.stream = kAnyStream;
+    index_free(it->first, b);
+    coalesce(it);
   }
 }
 

@@ -162,7 +162,7 @@ class SlabAllocator final : public BlockFinder {
   uint64_t seq_ = 0;
   uint64_t retired_ = 0;  // streams that ended
   bool discard_freed_ = false;
-  uint64_t pending_events_ = 0;  // free blocks that carry an event
+  std::set<uint64_t> pending_;  // addresses of the free blocks that carry an event
   SlabStats stats_;
 };
 

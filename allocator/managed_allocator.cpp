@@ -75,10 +75,7 @@ ManagedAllocator::~ManagedAllocator() {
 }
 
 CUresult ManagedAllocator::create_slab(uint64_t bytes, CallSiteId site, CUdeviceptr* out) {
-  if (!reserve(bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
-  CUdeviceptr ptr = 0;
-  const CUresult status = driver_.mem_alloc_managed(&ptr, bytes, CU_MEM_ATTACH_GLOBAL);
-  return finish(status, AllocApi::cudaMallocAsync, bytes, site, ptr, false, false, out, true);
+  return managed(AllocApi::cudaMallocAsync, bytes, CU_MEM_ATTACH_GLOBAL, site, out, true);
 }
 
 void ManagedAllocator::destroy_slab(CUdeviceptr base) {
@@ -158,11 +155,16 @@ CUresult ManagedAllocator::allocate(AllocApi api, size_t bytes, CallSiteId site,
 
 CUresult ManagedAllocator::allocate_managed(AllocApi api, size_t bytes, unsigned flags,
                                             CallSiteId site, CUdeviceptr* out) {
+  return managed(api, bytes, flags, site, out, false);
+}
+
+CUresult ManagedAllocator::managed(AllocApi api, size_t bytes, unsigned flags, CallSiteId site,
+                                   CUdeviceptr* out, bool slab) {
   if (!reserve(bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
   CUdeviceptr ptr = 0;
   const CUresult status = driver_.mem_alloc_managed(&ptr, bytes, flags);
   const bool app_managed = api == AllocApi::cudaMallocManaged || api == AllocApi::cuMemAllocManaged;
-  return finish(status, api, bytes, site, ptr, false, app_managed, out);
+  return finish(status, api, bytes, site, ptr, false, app_managed, out, slab);
 }
 
 size_t ManagedAllocator::pitch_alignment() {

@@ -177,36 +177,27 @@ bool SlabAllocator::merge_into(Block& into, const Block& other) const {
   return false;  // two different streams: reuse conditions differ, keep them apart
 }
 
+bool SlabAllocator::absorb(std::map<uint64_t, Block>::iterator left,
+                           std::map<uint64_t, Block>::iterator right) {
+  if (!left->second.free || !right->second.free || left->second.slab != right->second.slab) {
+    return false;
+  }
+  Block merged = left->second;
+  if (!merge_into(merged, right->second)) return false;
+  unindex_free(left->first, left->second);
+  unindex_free(right->first, right->second);
+  merged.size += right->second.size;
+  blocks_.erase(right);
+  left->second = std::move(merged);
+  index_free(left->first, left->second);
+  return true;
+}
+
 std::map<uint64_t, SlabAllocator::Block>::iterator SlabAllocator::coalesce(
     std::map<uint64_t, Block>::iterator it) {
-  // With the next block.
-  auto next = std::next(it);
-  if (next != blocks_.end() && next->second.free && next->second.slab == it->second.slab) {
-    Block merged = it->second;
-    if (merge_into(merged, next->second)) {
-      unindex_free(it->first, it->second);
-      unindex_free(next->first, next->second);
-      merged.size += next->second.size;
-      blocks_.erase(next);
-      it->second = std::move(merged);
-      index_free(it->first, it->second);
-    }
-  }
-  // With the previous block.
+  if (auto next = std::next(it); next != blocks_.end()) absorb(it, next);
   if (it != blocks_.begin()) {
-    auto prev = std::prev(it);
-    if (prev->second.free && prev->second.slab == it->second.slab) {
-      Block merged = prev->second;
-      if (merge_into(merged, it->second)) {
-        unindex_free(prev->first, prev->second);
-        unindex_free(it->first, it->second);
-        merged.size += it->second.size;
-        blocks_.erase(it);
-        prev->second = std::move(merged);
-        index_free(prev->first, prev->second);
-        return prev;
-      }
-    }
+    if (auto prev = std::prev(it); absorb(prev, it)) return prev;
   }
   return it;
 }

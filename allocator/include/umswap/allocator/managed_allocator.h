@@ -117,6 +117,9 @@ class ManagedAllocator {
   void release(size_t bytes);
   CUresult finish(CUresult status, AllocApi api, size_t bytes, CallSiteId site, CUdeviceptr ptr,
                   bool from_pool, bool app_managed, CUdeviceptr* out, bool slab = false);
+  // cuMemAllocManaged under the limit, registered (as a slab when `slab`).
+  CUresult managed(AllocApi api, size_t bytes, unsigned flags, CallSiteId site, CUdeviceptr* out,
+                   bool slab);
   CUresult create_slab(uint64_t bytes, CallSiteId site, CUdeviceptr* out);
   void destroy_slab(CUdeviceptr base);
   size_t pitch_alignment();

@@ -143,6 +143,9 @@ class SlabAllocator final : public BlockFinder {
   void place(std::map<uint64_t, Block>::iterator it, uint64_t size);
   void mark_free(std::map<uint64_t, Block>::iterator it);
   std::map<uint64_t, Block>::iterator coalesce(std::map<uint64_t, Block>::iterator it);
+  // Merges `right` (the block after `left`) into `left` when both are free, in one slab, and
+  // merge_into allows it.
+  bool absorb(std::map<uint64_t, Block>::iterator left, std::map<uint64_t, Block>::iterator right);
   bool merge_into(Block& into, const Block& other) const;
   void settle_events();
   void record_events_for_other_streams(uint64_t tag);

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -25,6 +26,10 @@ constexpr size_t kCycleCandidates = 4;  // boundary states tried when MIN cycles
 // Trials (one MIN iteration each) when MIN cycles: at least 4, else ~4M block-uses of work.
 constexpr uint64_t kMinTrials = 4;
 constexpr uint64_t kTrialWork = uint64_t{1} << 22;
+// A block named by more lifetimes than this is treated as never empty (bounds the work per block).
+constexpr uint32_t kMaxLifetimesPerBlock = 256;
+// MIN's priority bit for a block entering a dead gap: evicted before every live one.
+constexpr uint64_t kDeadKey = uint64_t{1} << 62;
 
 [[noreturn]] void bad_input(const char* who, const std::string& what) {
   throw std::invalid_argument(std::string("umswap planner: ") + who + ": " + what);
@@ -54,6 +59,10 @@ struct Trace {
   std::vector<uint64_t> step_bytes;
   // Steps from the block's previous use to this one, and from this one to its next (1..S).
   std::vector<uint32_t> prev_dist, next_dist;
+  // The block's next use after use j (cyclically), and whether the gap ending at use j is dead
+  // (the whole block unallocated at some moment of it; all 0 without lifetimes).
+  std::vector<uint64_t> next_use;
+  std::vector<uint8_t> dead;
   // Uses grouped by block, by step: block b's uses are block_uses[block_begin[b] .. [b + 1]).
   std::vector<uint64_t> block_begin;
   std::vector<uint64_t> block_uses;
@@ -67,6 +76,15 @@ struct Trace {
   }
   uint32_t first_use_step(uint32_t b) const { return use_step[block_uses[block_begin[b]]]; }
   uint32_t last_use_step(uint32_t b) const { return use_step[block_uses[block_begin[b + 1] - 1]]; }
+  bool dead_after(uint64_t j) const { return dead[next_use[j]] != 0; }
+  // The use of block b at step `step`, or UINT64_MAX.
+  uint64_t use_at(uint32_t b, uint64_t step) const {
+    const auto first = block_uses.begin() + static_cast<ptrdiff_t>(block_begin[b]);
+    const auto last = block_uses.begin() + static_cast<ptrdiff_t>(block_begin[b + 1]);
+    const auto it = std::lower_bound(first, last, step,
+                                     [&](uint64_t j, uint64_t t) { return use_step[j] < t; });
+    return it != last && use_step[*it] == step ? *it : UINT64_MAX;
+  }
 };
 
 void validate(const PlanInput& in, const char* who) {
@@ -97,6 +115,127 @@ void validate(const PlanInput& in, const char* who) {
     if (!(s.seconds >= 0) || !std::isfinite(s.seconds))
       bad_input(who, "step " + std::to_string(t) + " has seconds " + std::to_string(s.seconds) +
                          ": must be a finite number >= 0");
+  }
+  for (size_t i = 0; i < in.lifetimes.size(); ++i) {
+    const PlanLifetime& l = in.lifetimes[i];
+    const std::string name = "lifetime " + std::to_string(i);
+    if (l.after_step >= in.steps.size())
+      bad_input(who, name + " is after step " + std::to_string(l.after_step) +
+                         ", but the iteration has " + std::to_string(in.steps.size()) + " steps");
+    if (i > 0 && l.after_step < in.lifetimes[i - 1].after_step)
+      bad_input(who, name + " is out of order (after step " + std::to_string(l.after_step) +
+                         ", the one before it after step " +
+                         std::to_string(in.lifetimes[i - 1].after_step) + ")");
+    if (l.range.buffer >= in.buffer_sizes.size())
+      bad_input(who, name + " names buffer " + std::to_string(l.range.buffer) + ", but there are " +
+                         std::to_string(in.buffer_sizes.size()) + " buffers");
+    const uint64_t size = in.buffer_sizes[l.range.buffer];
+    if (l.range.length == 0 || l.range.offset > size || l.range.length > size - l.range.offset)
+      bad_input(who, name + " [" + std::to_string(l.range.offset) + ", +" +
+                         std::to_string(l.range.length) + ") is empty or outside buffer " +
+                         std::to_string(l.range.buffer) + " of " + std::to_string(size) + " bytes");
+  }
+}
+
+// Byte intervals [first, second) of one block, disjoint and sorted.
+using Intervals = std::map<uint64_t, uint64_t>;
+
+void add_interval(Intervals& set, uint64_t a, uint64_t b) {
+  auto it = set.upper_bound(a);
+  if (it != set.begin() && std::prev(it)->second >= a) {
+    --it;
+    a = it->first;
+  }
+  while (it != set.end() && it->first <= b) {
+    b = std::max(b, it->second);
+    it = set.erase(it);
+  }
+  set.emplace(a, b);
+}
+
+void remove_interval(Intervals& set, uint64_t a, uint64_t b) {
+  auto it = set.upper_bound(a);
+  if (it != set.begin()) --it;
+  while (it != set.end() && it->first < b) {
+    const uint64_t first = it->first, second = it->second;
+    if (second <= a) {
+      ++it;
+      continue;
+    }
+    it = set.erase(it);
+    if (first < a) set.emplace(first, a);
+    if (second > b) it = set.emplace(b, second).first;
+  }
+}
+
+// tr.dead: per use, whether the block is wholly unallocated at some position of the gap ending
+// there. The block's state at the iteration's start is its state at the end: running its
+// lifetimes twice from "all allocated" reaches it (bytes no lifetime names stay allocated).
+void mark_dead_gaps(const PlanInput& in, Trace& tr) {
+  tr.dead.assign(tr.uses(), 0);
+  if (in.lifetimes.empty()) return;
+  const uint64_t g = tr.granularity;
+  const uint32_t blocks = tr.blocks();
+  auto for_each_block = [&](const PlanLifetime& l, auto&& fn) {
+    const uint64_t last = (l.range.offset + l.range.length - 1) / g;
+    for (uint64_t k = l.range.offset / g; k <= last; ++k) {
+      const uint32_t b = tr.find(l.range.buffer, k);
+      if (b != kNoBlock) fn(b, k);
+    }
+  };
+  // Lifetimes by block (CSR), in program order.
+  std::vector<uint64_t> begin(blocks + 1, 0);
+  for (const PlanLifetime& l : in.lifetimes) {
+    for_each_block(l, [&](uint32_t b, uint64_t) { ++begin[b + 1]; });
+  }
+  for (uint32_t b = 0; b < blocks; ++b) begin[b + 1] += begin[b];
+  std::vector<uint32_t> of_block(begin[blocks]);
+  {
+    std::vector<uint64_t> fill(begin.begin(), begin.end() - 1);
+    for (size_t i = 0; i < in.lifetimes.size(); ++i) {
+      for_each_block(in.lifetimes[i],
+                     [&](uint32_t b, uint64_t) { of_block[fill[b]++] = static_cast<uint32_t>(i); });
+    }
+  }
+  const auto S = static_cast<int64_t>(tr.steps);
+  std::vector<int64_t> empty_at;  // positions after which the block is wholly unallocated
+  Intervals allocated;
+  for (uint32_t b = 0; b < blocks; ++b) {
+    const uint64_t count = begin[b + 1] - begin[b];
+    if (count == 0 || count > kMaxLifetimesPerBlock) continue;
+    const uint64_t start = tr.block_index[b] * g, end = start + tr.block_bytes[b];
+    allocated.clear();
+    allocated.emplace(start, end);
+    empty_at.clear();
+    for (int pass = 0; pass < 2; ++pass) {
+      for (uint64_t i = begin[b]; i < begin[b + 1]; ++i) {
+        const PlanLifetime& l = in.lifetimes[of_block[i]];
+        const uint64_t lo = std::max(start, l.range.offset);
+        const uint64_t hi = std::min(end, l.range.offset + l.range.length);
+        if (!l.freed) {
+          add_interval(allocated, lo, hi);
+        } else {
+          remove_interval(allocated, lo, hi);
+          if (pass == 1 && allocated.empty()) empty_at.push_back(l.after_step);
+        }
+      }
+    }
+    if (empty_at.empty()) continue;
+    for (uint64_t i = tr.block_begin[b]; i < tr.block_begin[b + 1]; ++i) {
+      const uint64_t j = tr.block_uses[i];
+      const auto u2 = static_cast<int64_t>(tr.use_step[j]);
+      const int64_t u1 = u2 - static_cast<int64_t>(tr.prev_dist[j]);
+      bool dead;
+      if (u1 <= u2 - S) {
+        dead = true;  // the gap is the whole iteration
+      } else if (u1 >= 0) {
+        const auto it = std::lower_bound(empty_at.begin(), empty_at.end(), u1);
+        dead = it != empty_at.end() && *it < u2;
+      } else {
+        dead = empty_at.back() >= u1 + S || empty_at.front() < u2;
+      }
+      tr.dead[j] = dead;
+    }
   }
 }
 
@@ -178,6 +317,7 @@ Trace build_trace(const PlanInput& in, const char* who) {
   }
   tr.prev_dist.resize(n);
   tr.next_dist.resize(n);
+  tr.next_use.resize(n);
   const auto S = static_cast<uint32_t>(tr.steps);
   for (uint32_t b = 0; b < blocks; ++b) {
     const uint64_t lo = tr.block_begin[b], hi = tr.block_begin[b + 1];
@@ -186,9 +326,11 @@ Trace build_trace(const PlanInput& in, const char* who) {
       const uint64_t next = tr.block_uses[i + 1 < hi ? i + 1 : lo];
       const uint32_t d = tr.use_step[next] - tr.use_step[j] + (i + 1 < hi ? 0 : S);
       tr.next_dist[j] = d;
+      tr.next_use[j] = next;
       tr.prev_dist[next] = d;
     }
   }
+  mark_dead_gaps(in, tr);
   return tr;
 }
 
@@ -233,7 +375,14 @@ class Belady {
       const uint64_t lo = tr_.step_begin[t], hi = tr_.step_begin[t + 1];
       uint64_t need = 0;
       for (uint64_t j = lo; j < hi; ++j) {
-        if (!resident_[tr_.use_block[j]]) need += tr_.block_bytes[tr_.use_block[j]];
+        const uint32_t b = tr_.use_block[j];
+        if (!resident_[b]) {
+          need += tr_.block_bytes[b];
+        } else if (key_[b] >= kDeadKey) {  // needed now: no longer a dead block to evict first
+          key_[b] = 2 * now;
+          heap_.push_back({key_[b], b});
+          std::push_heap(heap_.begin(), heap_.end());
+        }
       }
       // Also trims back to the budget after a step that did not fit.
       make_room(need, 2 * now, now);
@@ -245,7 +394,11 @@ class Belady {
           resident_bytes_ += tr_.block_bytes[b];
         }
         const uint64_t next = now + tr_.next_dist[j];
-        key_[b] = constrained_ && in_end_[b] && next >= base + S ? 2 * (base + S) - 1 : 2 * next;
+        if (constrained_ && in_end_[b] && next >= base + S) {
+          key_[b] = 2 * (base + S) - 1;
+        } else {
+          key_[b] = (tr_.dead_after(j) ? kDeadKey : 0) | (2 * next);
+        }
         heap_.push_back({key_[b], b});
         std::push_heap(heap_.begin(), heap_.end());
       }
@@ -338,7 +491,7 @@ class Belady {
 uint64_t nonkept_bytes(const Trace& tr, const std::vector<uint8_t>& nonkept) {
   uint64_t bytes = 0;
   for (uint64_t j = 0; j < tr.uses(); ++j) {
-    if (nonkept[j] && tr.prev_dist[j] >= 2) bytes += tr.block_bytes[tr.use_block[j]];
+    if (nonkept[j] && !tr.dead[j] && tr.prev_dist[j] >= 2) bytes += tr.block_bytes[tr.use_block[j]];
   }
   return bytes;
 }
@@ -592,13 +745,17 @@ Plan make_plan(const PlanInput& input) {
   const uint64_t lookahead = input.lookahead_bytes ? input.lookahead_bytes : C;
   CyclicRoom tree(free_room, static_cast<int64_t>(std::min(lookahead, C)));
 
-  // Gaps that still fit: keep them too, shortest first (only unequal block sizes leave any).
+  // Gaps that still fit: keep them too, live ones first (a dead gap costs no transfer), shortest
+  // first (without lifetimes, only unequal block sizes leave any).
   std::vector<uint64_t> moved;  // uses whose gap is not kept
   for (uint64_t j = 0; j < tr.uses(); ++j) {
     if (nonkept[j] && tr.prev_dist[j] >= 2) moved.push_back(j);
+    if (tr.dead[j] && tr.prev_dist[j] >= 2) plan.dead_gap_bytes += tr.block_bytes[tr.use_block[j]];
   }
-  std::stable_sort(moved.begin(), moved.end(),
-                   [&](uint64_t x, uint64_t y) { return tr.prev_dist[x] < tr.prev_dist[y]; });
+  std::stable_sort(moved.begin(), moved.end(), [&](uint64_t x, uint64_t y) {
+    if (tr.dead[x] != tr.dead[y]) return tr.dead[x] < tr.dead[y];
+    return tr.prev_dist[x] < tr.prev_dist[y];
+  });
   std::erase_if(moved, [&](uint64_t j) {
     const uint64_t u2 = tr.use_step[j] + S;
     const auto bytes = static_cast<int64_t>(tr.block_bytes[tr.use_block[j]]);
@@ -647,6 +804,10 @@ Plan make_plan(const PlanInput& input) {
   for (uint32_t t : plan.unfit_steps) unfit[t] = 1;
   std::vector<RawAction> raw;
   raw.reserve(2 * moved.size());
+  struct RawDrop {
+    uint32_t block, last_use, next_use;
+  };
+  std::vector<RawDrop> dropped;
   std::vector<uint8_t> resident_at_start(tr.blocks(), 0);
   for (uint64_t j = tr.step_begin[S - 1]; j < tr.step_begin[S]; ++j) {
     resident_at_start[tr.use_block[j]] = 1;
@@ -661,6 +822,10 @@ Plan make_plan(const PlanInput& input) {
     const auto bytes = static_cast<int64_t>(tr.block_bytes[b]);
     const uint64_t u2 = tr.use_step[j] + S;  // unrolled use, in [S, 2S)
     const uint64_t u1 = u2 - tr.prev_dist[j];
+    if (tr.dead[j]) {  // discarded at a free, populated when handed out again
+      dropped.push_back({b, static_cast<uint32_t>(u1 % S), static_cast<uint32_t>(u2 % S)});
+      continue;
+    }
     // Evicted at the launch after the last use; back at p in [u1 + 2, u2].
     raw.push_back({static_cast<uint32_t>((u1 + 1) % S), ActionKind::evict, 1, b});
     const uint64_t ahead = std::min<uint64_t>(tr.prev_dist[j] - 2, max_ahead[tr.use_step[j]]);
@@ -740,6 +905,33 @@ Plan make_plan(const PlanInput& input) {
       ++plan.prefetch_calls;
     }
   }
+
+  // Drops, coalesced: adjacent blocks of one buffer with the same window.
+  std::sort(dropped.begin(), dropped.end(), [&](const RawDrop& x, const RawDrop& y) {
+    if (tr.block_buffer[x.block] != tr.block_buffer[y.block])
+      return tr.block_buffer[x.block] < tr.block_buffer[y.block];
+    if (x.last_use != y.last_use) return x.last_use < y.last_use;
+    if (x.next_use != y.next_use) return x.next_use < y.next_use;
+    return tr.block_index[x.block] < tr.block_index[y.block];
+  });
+  for (const RawDrop& d : dropped) {
+    const uint32_t buffer = tr.block_buffer[d.block];
+    const uint64_t offset = tr.block_index[d.block] * g;
+    plan.bytes_dropped_per_iteration += tr.block_bytes[d.block];
+    if (!plan.drops.empty()) {
+      Drop& prev = plan.drops.back();
+      if (prev.range.buffer == buffer && prev.last_use == d.last_use &&
+          prev.next_use == d.next_use && prev.range.offset + prev.range.length == offset) {
+        prev.range.length += tr.block_bytes[d.block];
+        continue;
+      }
+    }
+    plan.drops.push_back({{buffer, offset, tr.block_bytes[d.block]}, d.last_use, d.next_use});
+  }
+  std::sort(plan.drops.begin(), plan.drops.end(), [](const Drop& x, const Drop& y) {
+    if (x.range.buffer != y.range.buffer) return x.range.buffer < y.range.buffer;
+    return x.range.offset < y.range.offset;
+  });
 
   // Resident at the start, coalesced by buffer and offset.
   std::vector<uint32_t> start;
@@ -823,8 +1015,37 @@ Simulation simulate(const PlanInput& input, const Plan& plan, int iterations) {
     return i - tr.use_step[*(it - 1)];
   };
 
+  // Drops: at the launch after last_use, of blocks whose gap from last_use to next_use is dead.
+  std::vector<std::vector<uint32_t>> drops_at(S);
+  std::vector<uint8_t> dropped(tr.blocks(), 0);  // not resident because dropped
+  for (const Drop& d : plan.drops) {
+    if (d.last_use >= S || d.next_use >= S)
+      bad_input("simulate", "a drop names step " +
+                                std::to_string(std::max(d.last_use, d.next_use)) +
+                                ", but the iteration has " + std::to_string(S) + " steps");
+    for_blocks(d.range, "dropped", [&](uint32_t buffer, uint64_t k, uint64_t) {
+      const uint32_t b = tr.find(buffer, k);
+      const uint64_t j = b == kNoBlock ? UINT64_MAX : tr.use_at(b, d.last_use);
+      if (j == UINT64_MAX || tr.use_step[tr.next_use[j]] != d.next_use || !tr.dead_after(j)) {
+        sim.drop_of_live = true;
+        return;
+      }
+      drops_at[(d.last_use + 1) % S].push_back(b);
+      // Dropped across the iteration boundary and not resident at the start: dropped already.
+      if (!resident[b] && d.last_use == tr.last_use_step(b) && d.next_use == tr.first_use_step(b))
+        dropped[b] = 1;
+    });
+  }
+
   for (int iteration = 0; iteration < iterations; ++iteration) {
     for (uint64_t i = 0; i < S; ++i) {
+      for (const uint32_t b : drops_at[i]) {
+        if (!resident[b]) continue;
+        resident[b] = 0;
+        dropped[b] = 1;
+        resident_bytes -= tr.block_bytes[b];
+        sim.bytes_dropped += tr.block_bytes[b];
+      }
       for (const bool evict : {true, false}) {
         for (const Action* a : at[i]) {
           if ((a->kind == ActionKind::evict) != evict) continue;
@@ -842,6 +1063,8 @@ Simulation simulate(const PlanInput& input, const Plan& plan, int iterations) {
                        } else if (set_resident(buffer, k, bytes, true)) {
                          sim.prefetch_of_resident = true;
                        } else {
+                         const uint32_t b = tr.find(buffer, k);
+                         if (b != kNoBlock) dropped[b] = 0;
                          sim.bytes_in += bytes;
                        }
                      });
@@ -851,8 +1074,13 @@ Simulation simulate(const PlanInput& input, const Plan& plan, int iterations) {
       for (uint64_t j = tr.step_begin[i]; j < tr.step_begin[i + 1]; ++j) {
         const uint32_t b = tr.use_block[j];
         if (!resident[b]) {
-          ++sim.misses;
-          sim.bytes_in += tr.block_bytes[b];
+          if (dropped[b] && tr.dead[j]) {
+            sim.bytes_populated += tr.block_bytes[b];
+          } else {
+            ++sim.misses;
+            sim.bytes_in += tr.block_bytes[b];
+          }
+          dropped[b] = 0;
           resident[b] = 1;
           resident_bytes += tr.block_bytes[b];
         }

@@ -1,7 +1,8 @@
 // Planner: no actions when everything fits, bytes moved equal to a brute-force optimum on small
-// cyclic traces, self-consistent plans on random traces (no misses, peak under the budget, no
-// eviction of live data, no wasted transfers), coalescing, lookahead limits, unfit steps, bad
-// input, block widening, and the simulator's own checks.
+// cyclic traces (with and without lifetimes), self-consistent plans on random traces (no misses,
+// peak under the budget, no eviction of live data, no wasted transfers, no drop of live data),
+// dead data dropped rather than moved, coalescing, lookahead limits, unfit steps, bad input, block
+// widening, and the simulator's own checks.
 #include "umswap/advisor/planner.h"
 
 #include <gtest/gtest.h>
@@ -106,6 +107,9 @@ void expect_clean(const PlanInput& in, const Plan& plan, int iterations) {
   EXPECT_FALSE(sim.eviction_before_last_use);
   EXPECT_FALSE(sim.prefetch_of_resident);
   EXPECT_FALSE(sim.evict_of_absent);
+  EXPECT_FALSE(sim.drop_of_live);
+  EXPECT_EQ(sim.bytes_dropped, plan.bytes_dropped_per_iteration * uint64_t(iterations));
+  EXPECT_EQ(sim.bytes_populated, sim.bytes_dropped);
   EXPECT_EQ(sim.bytes_in, plan.bytes_prefetched_per_iteration * uint64_t(iterations));
   EXPECT_EQ(sim.bytes_out, plan.bytes_evicted_per_iteration * uint64_t(iterations));
   EXPECT_EQ(plan.bytes_prefetched_per_iteration, plan.bytes_evicted_per_iteration);
@@ -183,6 +187,104 @@ int brute_force_loads(const std::vector<uint32_t>& need, int blocks, int capacit
     }
   }
   return best;
+}
+
+// The same with lifetimes: fresh[t] = the blocks whose use at step t ends a dead gap; loading
+// those costs nothing (they are populated, not transferred).
+int brute_force_loads_dead(const std::vector<uint32_t>& need, const std::vector<uint32_t>& fresh,
+                           int blocks, int capacity) {
+  const uint32_t all = (1u << blocks) - 1;
+  constexpr int kInf = 1 << 20;
+  int best = kInf;
+  for (uint32_t start = 0; start <= all; ++start) {
+    if (std::popcount(start) > capacity) continue;
+    std::vector<int> cost(all + 1, kInf);
+    cost[start] = 0;
+    for (size_t t = 0; t < need.size(); ++t) {
+      const uint32_t r = need[t];
+      std::vector<int> next(all + 1, kInf);
+      for (uint32_t x = 0; x <= all; ++x) {
+        if (cost[x] == kInf) continue;
+        const int loads = cost[x] + std::popcount(r & ~x & ~fresh[t]);
+        const uint32_t optional = x & ~r;
+        for (uint32_t keep = optional;; keep = (keep - 1) & optional) {
+          const uint32_t y = r | keep;
+          if (std::popcount(y) <= capacity) next[y] = std::min(next[y], loads);
+          if (keep == 0) break;
+        }
+      }
+      cost.swap(next);
+    }
+    for (uint32_t x = 0; x <= all; ++x) {
+      if ((x & start) == start) best = std::min(best, cost[x]);
+    }
+  }
+  return best;
+}
+
+// A trace with a stream-ordered allocator: `persistent` buffers used at random, plus one slab in
+// which tensors are allocated just before their first use (which writes them), used at random
+// steps of their life and freed after their last use, at addresses no tensor alive at the same
+// time holds. Budget = `fraction` of the footprint, at least the largest step.
+PlanInput random_lifetime_trace(uint32_t seed, int steps, int persistent, int slab_blocks,
+                                double fraction) {
+  std::mt19937 rng(seed);
+  Builder t;
+  for (int b = 0; b < persistent; ++b) {
+    t.buffer(std::uniform_int_distribution<uint64_t>(1, 3)(rng) * kBlock);
+  }
+  const uint32_t slab = t.buffer(slab_blocks * kBlock);
+  struct Tensor {
+    int born, dies;  // allocated after step born, freed after step dies (born < dies)
+    uint64_t offset, length;
+  };
+  std::vector<Tensor> tensors;
+  for (int tries = 0; tries < steps * 4; ++tries) {
+    const int born = static_cast<int>(rng() % (steps - 1));
+    const int dies = born + 1 + static_cast<int>(rng() % std::min(steps - 1 - born, 8));
+    const uint64_t length =
+        std::uniform_int_distribution<uint64_t>(kBlock / 4, 3 * kBlock)(rng) / 512 * 512;
+    const uint64_t offset = (rng() % (slab_blocks * kBlock - length)) / 512 * 512;
+    bool clash = false;
+    for (const Tensor& o : tensors) {
+      clash |= o.born < dies && born < o.dies && o.offset < offset + length &&
+               offset < o.offset + o.length;
+    }
+    if (!clash) tensors.push_back({born, dies, offset, length});
+  }
+  std::vector<std::vector<PlanRange>> uses(steps);
+  for (const Tensor& x : tensors) {
+    uses[x.born + 1].push_back({slab, x.offset, x.length});
+    for (int s = x.born + 2; s <= x.dies; ++s) {
+      if (rng() % 3 == 0 || s == x.dies) uses[s].push_back({slab, x.offset, x.length});
+    }
+  }
+  for (int s = 0; s < steps; ++s) {
+    if (rng() % 2 == 0) {
+      const auto b = static_cast<uint32_t>(rng() % persistent);
+      uses[s].push_back(whole(t.in, b));
+    }
+    t.step(uses[s], (rng() % 4) * 1e-4);
+  }
+  for (int s = 0; s < steps; ++s) {
+    for (const Tensor& x : tensors) {
+      if (x.born == s)
+        t.in.lifetimes.push_back({static_cast<uint32_t>(s), false, {slab, x.offset, x.length}});
+      if (x.dies == s)
+        t.in.lifetimes.push_back({static_cast<uint32_t>(s), true, {slab, x.offset, x.length}});
+    }
+  }
+  t.in.budget_bytes = std::numeric_limits<uint64_t>::max() / 8;
+  const Plan all = make_plan(t.in);
+  uint64_t largest = 0;
+  for (size_t s = 0; s < t.in.steps.size(); ++s) {
+    PlanInput one = t.in;
+    one.steps = {t.in.steps[s]};
+    one.lifetimes.clear();
+    largest = std::max(largest, make_plan(one).footprint_bytes);
+  }
+  t.in.budget_bytes = std::max(largest, static_cast<uint64_t>(all.footprint_bytes * fraction));
+  return t.in;
 }
 
 // ---- Tests ------------------------------------------------------------------------------------
@@ -531,6 +633,205 @@ TEST(Simulate, FlagsBrokenPlans) {
     const Simulation sim = simulate(t.in, bad, 2);
     EXPECT_EQ(sim.misses, 1u);  // A at the first step, then everything stays
   }
+}
+
+}  // namespace
+}  // namespace umswap::advisor
+
+namespace umswap::advisor {
+namespace {
+
+// Weights W (one block) are used at steps 0 and 3; tensors X, Y and Z (one slab block each) live
+// from just before their first use to just after their last: X at steps 0-1, Y at 1-2, Z at 2-3.
+// Room for three blocks of the four. Without lifetimes every block looks live all along and
+// something must move; with them each tensor's block is dead between its lives, so nothing crosses
+// the link.
+TEST(PlannerLifetimes, DeadDataIsDroppedNotMoved) {
+  Builder t;
+  const uint32_t w = t.buffer(kBlock);
+  const uint32_t slab = t.buffer(3 * kBlock);
+  const PlanRange x{slab, 0, kBlock}, y{slab, kBlock, kBlock}, z{slab, 2 * kBlock, kBlock};
+  t.step({whole(t.in, w), x}).step({x, y}).step({y, z}).step({whole(t.in, w), z});
+  t.in.budget_bytes = 3 * kBlock;
+  const Plan blind = make_plan(t.in);
+  EXPECT_GT(blind.bytes_prefetched_per_iteration, 0u);
+  expect_clean(t.in, blind, 3);
+  EXPECT_TRUE(blind.drops.empty());
+
+  t.in.lifetimes = {{0, false, y}, {1, true, x}, {1, false, z},
+                    {2, true, y},  {3, true, z}, {3, false, x}};
+  const Plan plan = make_plan(t.in);
+  EXPECT_EQ(plan.bytes_prefetched_per_iteration, 0u);
+  EXPECT_EQ(plan.bytes_evicted_per_iteration, 0u);
+  EXPECT_EQ(plan.dead_gap_bytes, 3 * kBlock);
+  ASSERT_FALSE(plan.drops.empty());
+  EXPECT_LE(plan.peak_resident_bytes, t.in.budget_bytes);
+  expect_clean(t.in, plan, 4);
+  const Simulation sim = simulate(t.in, plan, 4);
+  EXPECT_GT(sim.bytes_populated, 0u);
+  EXPECT_EQ(sim.bytes_in, 0u);
+
+  // With room for everything, dead gaps are kept: nothing is dropped either.
+  t.in.budget_bytes = 4 * kBlock;
+  const Plan roomy = make_plan(t.in);
+  EXPECT_TRUE(roomy.drops.empty());
+  EXPECT_TRUE(roomy.actions.empty());
+  expect_clean(t.in, roomy, 2);
+}
+
+// A block holding two tensors is dead only once both are freed; a byte no lifetime names (the
+// rest of the block) keeps it live.
+TEST(PlannerLifetimes, BlockIsDeadOnlyWhenWhollyUnallocated) {
+  Builder t;
+  const uint32_t w = t.buffer(kBlock);
+  const uint32_t slab = t.buffer(kBlock);
+  const PlanRange a{slab, 0, kBlock / 2}, b{slab, kBlock / 2, kBlock / 2};
+  t.step({a, b}).step({whole(t.in, w)}).step({whole(t.in, w)}).step({a});
+  t.in.budget_bytes = kBlock;  // W always moves; the slab block only when its data is live
+  // a and b freed after step 0, a allocated again after step 2: dead gap 0 -> 3.
+  t.in.lifetimes = {{0, true, a}, {0, true, b}, {2, false, a}, {3, false, b}};
+  Plan plan = make_plan(t.in);
+  EXPECT_EQ(plan.bytes_prefetched_per_iteration, kBlock);
+  EXPECT_EQ(plan.bytes_dropped_per_iteration, kBlock);
+  expect_clean(t.in, plan, 3);
+
+  // Only a is freed: b's bytes stay live, so the slab block moves.
+  t.in.lifetimes = {{0, true, a}, {2, false, a}};
+  plan = make_plan(t.in);
+  EXPECT_EQ(plan.bytes_dropped_per_iteration, 0u);
+  EXPECT_EQ(plan.bytes_prefetched_per_iteration, 2 * kBlock);
+  expect_clean(t.in, plan, 3);
+
+  // a is freed and allocated again before b is freed: never wholly unallocated.
+  t.in.lifetimes = {{0, true, a}, {1, false, a}, {1, true, b}, {2, false, b}};
+  plan = make_plan(t.in);
+  EXPECT_EQ(plan.bytes_dropped_per_iteration, 0u);
+  expect_clean(t.in, plan, 3);
+
+  // The same block, but free space (never named) in its second half: not dead either.
+  t.in.lifetimes = {{0, true, a}, {2, false, a}};
+  t.in.ranges[1] = a;  // step 0 touches only a
+  plan = make_plan(t.in);
+  EXPECT_EQ(plan.bytes_dropped_per_iteration, 0u);
+}
+
+TEST(PlannerLifetimes, MatchesBruteForceOptimum) {
+  std::mt19937 rng(77);
+  int cases_with_dead = 0, cases_with_moves = 0;
+  for (int c = 0; c < 150; ++c) {
+    const int blocks = std::uniform_int_distribution<int>(4, 6)(rng);
+    const int steps = std::uniform_int_distribution<int>(6, 10)(rng);
+    const int capacity = std::uniform_int_distribution<int>(2, std::min(4, blocks - 1))(rng);
+    Builder t;
+    const uint32_t slab = t.buffer(blocks * kBlock);  // one block per "buffer" of the brute force
+    std::vector<uint32_t> need(steps), fresh(steps, 0);
+    for (int s = 0; s < steps; ++s) {
+      const int per_step = std::uniform_int_distribution<int>(1, std::min(2, capacity))(rng);
+      std::vector<PlanRange> ranges;
+      while (std::popcount(need[s]) < per_step) {
+        const int b = static_cast<int>(rng() % blocks);
+        if (need[s] & (1u << b)) continue;
+        need[s] |= 1u << b;
+        ranges.push_back({slab, b * kBlock, kBlock});
+      }
+      t.step(ranges);
+    }
+    // Some blocks are freed after a use and allocated again before their next use.
+    for (int s = 0; s < steps; ++s) {
+      for (int b = 0; b < blocks; ++b) {
+        if (!(need[s] & (1u << b)) || rng() % 3 != 0) continue;
+        int next = s + 1;
+        while (!(need[next % steps] & (1u << b))) ++next;
+        const uint32_t realloc = static_cast<uint32_t>((next - 1) % steps);
+        t.in.lifetimes.push_back({static_cast<uint32_t>(s), true, {slab, b * kBlock, kBlock}});
+        t.in.lifetimes.push_back({realloc, false, {slab, b * kBlock, kBlock}});
+        fresh[next % steps] |= 1u << b;
+      }
+    }
+    // A block freed twice without an allocation in between cannot happen: keep the first life.
+    std::stable_sort(
+        t.in.lifetimes.begin(), t.in.lifetimes.end(),
+        [](const PlanLifetime& a, const PlanLifetime& b) { return a.after_step < b.after_step; });
+    t.in.budget_bytes = capacity * kBlock + kBlock / 2;
+    SCOPED_TRACE("case " + std::to_string(c));
+    const Plan plan = make_plan(t.in);
+    const int optimum = brute_force_loads_dead(need, fresh, blocks, capacity);
+    EXPECT_EQ(plan.bytes_prefetched_per_iteration, optimum * kBlock);
+    expect_clean(t.in, plan, 3);
+    cases_with_dead += plan.dead_gap_bytes > 0;
+    cases_with_moves += optimum > 0;
+  }
+  EXPECT_GT(cases_with_dead, 100);
+  EXPECT_GT(cases_with_moves, 50);
+}
+
+TEST(PlannerLifetimes, RandomTracesReplayCleanlyAndMoveLess) {
+  uint64_t with = 0, without = 0, dropped = 0;
+  for (uint32_t seed = 1; seed <= 12; ++seed) {
+    for (const double fraction : {0.3, 0.6, 0.9}) {
+      SCOPED_TRACE("seed " + std::to_string(seed) + " fraction " + std::to_string(fraction));
+      PlanInput in = random_lifetime_trace(seed, 200, 6, 24, fraction);
+      in.lookahead_seconds = seed % 4 == 0 ? 5e-4 : 0.0;
+      const Plan plan = make_plan(in);
+      ASSERT_TRUE(plan.unfit_steps.empty());
+      expect_clean(in, plan, 4);
+      PlanInput blind_in = in;
+      blind_in.lifetimes.clear();
+      const Plan blind = make_plan(blind_in);
+      EXPECT_LE(plan.bytes_prefetched_per_iteration, blind.bytes_prefetched_per_iteration);
+      with += plan.bytes_prefetched_per_iteration;
+      without += blind.bytes_prefetched_per_iteration;
+      dropped += plan.bytes_dropped_per_iteration;
+    }
+  }
+  EXPECT_LT(with * 2, without);  // dead data was most of what moved
+  EXPECT_GT(dropped, 0u);
+}
+
+TEST(PlannerLifetimes, BadLifetimesThrowNamingTheProblem) {
+  Builder t;
+  t.buffer(8 * MiB);
+  t.step({{0, 0, MiB}}).step({{0, 0, MiB}});
+  t.in.budget_bytes = 4 * MiB;
+  t.in.lifetimes = {{0, true, {0, 0, MiB}}, {1, false, {0, 0, MiB}}};
+  ASSERT_NO_THROW(make_plan(t.in));
+  {
+    PlanInput in = t.in;
+    in.lifetimes[1].after_step = 2;
+    expect_invalid(in, "lifetime 1 is after step 2, but the iteration has 2 steps");
+  }
+  {
+    PlanInput in = t.in;
+    std::swap(in.lifetimes[0], in.lifetimes[1]);
+    expect_invalid(in, "lifetime 1 is out of order");
+  }
+  {
+    PlanInput in = t.in;
+    in.lifetimes[0].range.buffer = 4;
+    expect_invalid(in, "lifetime 0 names buffer 4");
+  }
+  {
+    PlanInput in = t.in;
+    in.lifetimes[0].range = {0, 7 * MiB, 2 * MiB};
+    expect_invalid(in, "lifetime 0 [7340032, +2097152) is empty or outside buffer 0");
+  }
+  {
+    PlanInput in = t.in;
+    in.lifetimes[0].range.length = 0;
+    expect_invalid(in, "is empty or outside");
+  }
+}
+
+TEST(Simulate, FlagsDropOfLiveData) {
+  Builder t;
+  const uint32_t a = t.buffer(kBlock);
+  t.step({whole(t.in, a)}).step({}).step({whole(t.in, a)});
+  t.in.budget_bytes = kBlock;
+  Plan plan;
+  plan.resident_at_start = {whole(t.in, a)};
+  plan.drops.push_back({whole(t.in, a), 0, 2});  // no lifetime says a is ever free
+  const Simulation sim = simulate(t.in, plan, 2);
+  EXPECT_TRUE(sim.drop_of_live);
 }
 
 }  // namespace

@@ -39,6 +39,16 @@
 //      where this block does not fit" in O(log S).
 //   3. Coalescing. Adjacent blocks of one buffer with the same launch and kind become one action
 //      (one 4 GiB prefetch runs at 48.6 GB/s where 2 MiB calls run at 17.3 GB/s, DESIGN.md).
+// Lifetimes (optional). With the allocations and frees of the iteration (PlanInput::lifetimes: a
+// stream-ordered allocator's blocks inside a buffer), a gap between two uses of a block is "dead"
+// when the whole block is unallocated at some moment of it (right after a free): its data is not
+// needed by the next use, which writes a new tensor. A dead gap costs no transfer whether it is
+// kept or not, so MIN evicts blocks entering a dead gap first, only dead gaps still cost nothing
+// when not kept, and the gaps that fit in the room left are kept live ones first. A dead gap that
+// is not kept is a Drop, not an eviction and a prefetch: the allocator discards the block at the
+// free that empties it (no transfer) and populates it on the GPU when it hands it out again.
+// Bytes no lifetime names stay allocated throughout; a block named by more than 256 lifetimes is
+// treated as never empty. Cost: O(L log L) more for L lifetime-blocks.
 // Steps whose own blocks exceed the budget ("unfit") cannot be served. No prefetch ever takes the
 // GPU past the budget: whatever of their data is not resident by then faults in, everything else
 // is evicted before they launch, and the plan is valid for all other steps.
@@ -74,6 +84,15 @@ struct PlanStep {
   double seconds = 0.0;  // estimated GPU duration; 0 = unknown (counted as 10 us)
 };
 
+// A block of a buffer handed out (freed false) or given back (freed true) by a stream-ordered
+// allocator, after step `after_step` was launched and before the next step (after the last step:
+// before the first step of the next iteration).
+struct PlanLifetime {
+  uint32_t after_step = 0;
+  bool freed = false;
+  PlanRange range;  // length > 0
+};
+
 struct PlanInput {
   std::vector<uint64_t> buffer_sizes;  // bytes, by buffer index
   std::vector<PlanRange> ranges;       // grouped by step; each within its buffer; length 0 = none
@@ -86,7 +105,10 @@ struct PlanInput {
   uint64_t lookahead_bytes = 0;        // most bytes in flight ahead of use; 0 = the budget
   double lookahead_seconds = 0.0;  // prefetch at most this far (estimated GPU time: the seconds of
                                    // the steps from at_step to the use, use excluded) before use;
-                                   // 0 = unbounded
+                                   // 0 = unbounded  // In program order (after_step
+                                   // non-decreasing); the state at the iteration's end is the state
+  // at its start. Empty: all data is live throughout.
+  std::vector<PlanLifetime> lifetimes;
 };
 
 enum class ActionKind : uint8_t { evict = 0, prefetch = 1 };
@@ -105,6 +127,16 @@ struct Action {
   PlanRange range;  // block-aligned (granularity), coalesced
 };
 
+// A block range whose data is dead between a use and the next one, and which the plan does not
+// keep: the allocator discards it when a free leaves it wholly unallocated at a position p with
+// last_use <= p < next_use (cyclic; last_use == next_use: any position), and populates it on the
+// GPU when it hands it out again. No bytes cross the link.
+struct Drop {
+  PlanRange range;  // block-aligned, coalesced (same buffer, adjacent, same window)
+  uint32_t last_use = 0;
+  uint32_t next_use = 0;
+};
+
 struct Plan {
   // Sorted by at_step; within one step all evictions (by buffer, offset) before prefetches (most
   // urgent first: by use_ahead, then buffer, offset).
@@ -119,11 +151,15 @@ struct Plan {
   // Steps whose own blocks exceed the budget (they fault; the plan is still valid for the rest).
   std::vector<uint32_t> unfit_steps;
   uint64_t prefetch_calls = 0, evict_calls = 0;  // actions per iteration
+  std::vector<Drop> drops;                       // by buffer, offset
+  uint64_t bytes_dropped_per_iteration = 0;
+  uint64_t dead_gap_bytes = 0;  // bytes of all dead gaps (kept or dropped) per iteration
 };
 
 // Throws std::invalid_argument with a clear message for bad input (no steps, budget 0,
 // granularity 0, a range outside its buffer or naming no buffer, a step's ranges out of bounds,
-// negative or non-finite seconds).
+// negative or non-finite seconds, a lifetime of length 0, outside its buffer, after a step past
+// the iteration or out of order).
 Plan make_plan(const PlanInput& input);
 
 // Replays a plan over `iterations` consecutive iterations from the resident_at_start state, block
@@ -144,6 +180,10 @@ struct Simulation {
   bool eviction_before_last_use = false;
   bool prefetch_of_resident = false;  // wasted prefetch (block already resident)
   bool evict_of_absent = false;
+  // Drops: applied at the launch after last_use, before evictions; a block dropped and not
+  // resident at its next use is populated there (not a miss, no bytes in).
+  uint64_t bytes_dropped = 0, bytes_populated = 0;
+  bool drop_of_live = false;  // a drop whose window is not a dead gap of its block
 };
 // Throws std::invalid_argument for bad input (as make_plan) or an action outside the iteration or
 // its buffer.

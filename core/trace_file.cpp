@@ -45,6 +45,7 @@ enum class Kind : uint32_t {
   detection = 8,
   program = 9,
   totals = 10,
+  lifetimes = 11,
 };
 
 struct SectionInfo {
@@ -52,6 +53,9 @@ struct SectionInfo {
   std::string_view name;
   uint32_t record_size;  // bytes of a version 1 record; a later writer may append fields
   bool single;           // exactly one record
+  // May be absent, read as no records: a section added within version 1 (files written before it
+  // lack it), which the writer leaves out when empty so such files stay as they were.
+  bool optional = false;
 };
 
 constexpr size_t kCountersSize = 40;
@@ -66,6 +70,7 @@ constexpr std::array kSections = {
     SectionInfo{Kind::detection, "detection", 40, true},
     SectionInfo{Kind::program, "program", 32, true},
     SectionInfo{Kind::totals, "totals", kCountersSize, true},
+    SectionInfo{Kind::lifetimes, "lifetimes", 29, false, true},
 };
 
 const SectionInfo* find_section(uint32_t kind) {
@@ -260,6 +265,34 @@ std::optional<std::string> check_trace(const Trace& t) {
                          buffers);
     }
   }
+  uint64_t previous_before_step = 0;
+  for (uint64_t i = 0; i < t.lifetimes.size(); ++i) {
+    const trace::Lifetime& l = t.lifetimes[i];
+    if (l.buffer >= buffers) {
+      return fmt::format("lifetime {} refers to buffer {}, but the trace has {} buffers", i,
+                         l.buffer, buffers);
+    }
+    if (l.length == 0) return fmt::format("lifetime {} has length 0", i);
+    const trace::Buffer& b = t.buffers[l.buffer];
+    if (!fits(l.offset, l.length, b.size)) {
+      return fmt::format(
+          "lifetime {} covers {} bytes at offset {} of buffer {} (id {}), which has only {} bytes",
+          i, l.length, l.offset, l.buffer, b.id, b.size);
+    }
+    if (l.before_step > steps) {
+      return fmt::format(
+          "lifetime {} is before step {}, but the trace has {} steps (before step {} is after the "
+          "last)",
+          i, l.before_step, steps, steps);
+    }
+    if (l.before_step < previous_before_step) {
+      return fmt::format(
+          "lifetime {} is before step {}, earlier than lifetime {} (before step {}): lifetimes "
+          "must be in program order",
+          i, l.before_step, i - 1, previous_before_step);
+    }
+    previous_before_step = l.before_step;
+  }
   const double c = t.detection.confidence;
   if (!(c >= 0.0 && c <= 1.0)) {
     return fmt::format("the detection confidence is {} (expected 0 to 1)", c);
@@ -347,12 +380,31 @@ std::vector<uint8_t> encode_trace(const Trace& t) {
   }
   count[section_index(Kind::faults)] = t.faults.size();
 
+  std::vector<uint8_t>& lifetimes = body[section_index(Kind::lifetimes)];
+  for (const trace::Lifetime& l : t.lifetimes) {
+    put_u64(lifetimes, l.before_step);
+    put_u32(lifetimes, l.buffer);
+    put_u64(lifetimes, l.offset);
+    put_u64(lifetimes, l.length);
+    put_u8(lifetimes, l.freed ? 1 : 0);
+  }
+  count[section_index(Kind::lifetimes)] = t.lifetimes.size();
+
   put_counters(body[section_index(Kind::totals)], t.totals);
   count[section_index(Kind::totals)] = 1;
 
   count[section_index(Kind::strings)] = strings.size();
 
-  uint64_t total = kHeaderSize + kSections.size() * kSectionEntrySize;
+  // An optional section with no records is left out: a trace without lifetimes gives the same
+  // bytes as before they existed.
+  std::array<bool, kSections.size()> written{};
+  uint32_t written_count = 0;
+  for (size_t i = 0; i < kSections.size(); ++i) {
+    written[i] = !kSections[i].optional || count[i] > 0;
+    if (written[i]) ++written_count;
+  }
+  const uint64_t table_end = kHeaderSize + uint64_t{written_count} * kSectionEntrySize;
+  uint64_t total = table_end;
   for (const std::vector<uint8_t>& b : body) total += b.size();
   std::vector<uint8_t> out;
   out.reserve(total);
@@ -362,10 +414,11 @@ std::vector<uint8_t> encode_trace(const Trace& t) {
   put_u32(out, 0);  // flags
   put_u32(out, 0);  // checksum, set below
   put_u64(out, 0);  // file size, set below
-  put_u32(out, static_cast<uint32_t>(kSections.size()));
+  put_u32(out, written_count);
   put_u32(out, kSectionEntrySize);
-  uint64_t offset = kHeaderSize + kSections.size() * kSectionEntrySize;
+  uint64_t offset = table_end;
   for (size_t i = 0; i < kSections.size(); ++i) {
+    if (!written[i]) continue;  // empty, so its body is too
     put_u32(out, static_cast<uint32_t>(kSections[i].kind));
     put_u32(out, kSections[i].record_size);
     put_u64(out, count[i]);
@@ -580,9 +633,9 @@ class Parser {
     }
     std::vector<const Located*> by_offset;
     for (const Located& s : sections_) {
-      if (!s.info) {
-        return fail("corrupt: section '{}' is missing",
-                    kSections[static_cast<size_t>(&s - sections_.data())].name);
+      const SectionInfo& expected = kSections[static_cast<size_t>(&s - sections_.data())];
+      if (!s.info && !expected.optional) {
+        return fail("corrupt: section '{}' is missing", expected.name);
       }
       if (s.length > 0) by_offset.push_back(&s);
     }
@@ -717,7 +770,25 @@ class Parser {
       fault.access = f.u8();
       trace_.faults.push_back(fault);
     });
-    return true;
+
+    // Absent in files written before lifetimes were recorded: then its count is 0.
+    trace_.lifetimes.reserve(section(Kind::lifetimes).count);
+    for_each_record(Kind::lifetimes, [&](Fields& f) {
+      trace::Lifetime l;
+      l.before_step = f.u64();
+      l.buffer = f.u32();
+      l.offset = f.u64();
+      l.length = f.u64();
+      const uint8_t freed = f.u8();
+      if (freed > 1 && ok) {
+        fail("corrupt: lifetime {} has 'freed' {} (expected 0 or 1)", trace_.lifetimes.size(),
+             freed);
+        ok = false;
+      }
+      l.freed = freed == 1;
+      trace_.lifetimes.push_back(l);
+    });
+    return ok;
   }
 
   std::span<const uint8_t> bytes_;

@@ -1,5 +1,7 @@
 // Writes a seed corpus for trace_reader_fuzz: a few small valid traces, from empty to one with
-// every field set. Usage: trace_fuzz_seeds DIR (DIR must exist or be creatable).
+// every field set (only that one has lifetimes, so both a file with the optional lifetimes
+// section and files without it are seeds). Usage: trace_fuzz_seeds DIR (DIR must exist or be
+// creatable).
 #include "umswap/core/trace_file.h"
 
 #include <cstdio>
@@ -64,6 +66,14 @@ Trace full_trace() {
                    .counters = {6, 7, 8, 9, 10}}};
   t.faults = {{.time_ns = 1210, .address = 0x7f0000000040, .buffer = 0, .access = 1},
               {.time_ns = 1220, .address = 0x10, .buffer = UINT32_MAX, .access = 2}};
+  // Blocks carved out of buffer 0 (a slab): handed out before the first step, one given back and
+  // its bytes handed out again between two launches, the rest given back after the last step.
+  t.lifetimes = {{.before_step = 0, .buffer = 0, .offset = 0, .length = 4096},
+                 {.before_step = 0, .buffer = 0, .offset = 4096, .length = 8192},
+                 {.before_step = 3, .buffer = 0, .offset = 4096, .length = 8192, .freed = true},
+                 {.before_step = 3, .buffer = 0, .offset = 4096, .length = 512},
+                 {.before_step = 7, .buffer = 0, .offset = 0, .length = 4096, .freed = true},
+                 {.before_step = 7, .buffer = 0, .offset = 4096, .length = 512, .freed = true}};
   t.totals = {11, 12, 13, 14, 15};
   return t;
 }

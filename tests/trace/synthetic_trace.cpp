@@ -29,15 +29,19 @@ bool operator==(const Fault& a, const Fault& b) {
   return std::tie(a.time_ns, a.address, a.buffer, a.access) ==
          std::tie(b.time_ns, b.address, b.buffer, b.access);
 }
+bool operator==(const Lifetime& a, const Lifetime& b) {
+  return std::tie(a.before_step, a.buffer, a.offset, a.length, a.freed) ==
+         std::tie(b.before_step, b.buffer, b.offset, b.length, b.freed);
+}
 bool operator==(const Detection& a, const Detection& b) {
   return std::tie(a.period, a.confidence, a.warmup_steps, a.source) ==
          std::tie(b.period, b.confidence, b.warmup_steps, b.source);
 }
 bool operator==(const Trace& a, const Trace& b) {
   return std::tie(a.program, a.pid, a.dropped_records, a.names, a.buffers, a.steps, a.accesses,
-                  a.iterations, a.faults) == std::tie(b.program, b.pid, b.dropped_records, b.names,
-                                                      b.buffers, b.steps, b.accesses, b.iterations,
-                                                      b.faults) &&
+                  a.iterations, a.faults, a.lifetimes) ==
+             std::tie(b.program, b.pid, b.dropped_records, b.names, b.buffers, b.steps, b.accesses,
+                      b.iterations, b.faults, b.lifetimes) &&
          a.detection == b.detection && a.totals == b.totals;
 }
 
@@ -137,6 +141,22 @@ Trace full_trace() {
   t.faults = {
       {.time_ns = 350, .address = 0x7f1300000010, .buffer = 1, .access = 2},
       {.time_ns = 360, .address = 0x10, .buffer = UINT32_MAX, .access = 4},
+  };
+  // Blocks of buffers 0 and 1 handed out and given back; two events between the same launches,
+  // and one after the last step (before_step == steps.size()).
+  t.lifetimes = {
+      {.before_step = 0, .buffer = 0, .offset = 0, .length = 4096, .freed = false},
+      {.before_step = 2,
+       .buffer = 1,
+       .offset = 1ULL << 32,
+       .length = (1ULL << 32) + 5,
+       .freed = false},
+      {.before_step = 2, .buffer = 0, .offset = 0, .length = 4096, .freed = true},
+      {.before_step = 5,
+       .buffer = 1,
+       .offset = 1ULL << 32,
+       .length = (1ULL << 32) + 5,
+       .freed = true},
   };
   t.totals = {.gpu_page_faults = 11,
               .bytes_htod = 12,

@@ -79,7 +79,8 @@ enum Kind : uint32_t {
   kFaults,
   kDetection,
   kProgram,
-  kTotals
+  kTotals,
+  kLifetimes  // optional: absent when the trace has no lifetimes
 };
 
 uint64_t get(const Bytes& b, size_t at, size_t n) {
@@ -89,6 +90,14 @@ uint64_t get(const Bytes& b, size_t at, size_t n) {
 }
 void put(Bytes& b, size_t at, size_t n, uint64_t v) {
   for (size_t i = 0; i < n; ++i) b[at + i] = static_cast<uint8_t>(v >> (8 * i));
+}
+// Whether an encoding from encode_trace() has a section of `kind`.
+bool has_section(const Bytes& b, uint32_t kind) {
+  const size_t count = get(b, 32, 4);
+  for (size_t e = 0; e < count; ++e) {
+    if (get(b, kHeaderSize + e * kEntrySize, 4) == kind) return true;
+  }
+  return false;
 }
 // Offset of the section table entry of `kind` in an encoding from encode_trace().
 size_t entry_of(const Bytes& b, uint32_t kind) {
@@ -137,6 +146,9 @@ struct RawFile {
       if (s.kind == kind) return s;
     }
     throw std::runtime_error("no such section");
+  }
+  void remove(uint32_t kind) {
+    std::erase_if(sections, [kind](const RawSection& s) { return s.kind == kind; });
   }
   Bytes join() const {
     Bytes b = header;
@@ -227,6 +239,7 @@ TEST_F(TraceFileTest, EveryFieldSurvivesARoundTripThroughAFile) {
   EXPECT_TRUE(read->accesses == original.accesses);
   EXPECT_TRUE(read->iterations == original.iterations);
   EXPECT_TRUE(read->faults == original.faults);
+  EXPECT_TRUE(read->lifetimes == original.lifetimes);
   EXPECT_TRUE(read->totals == original.totals);
   EXPECT_EQ(entries(), std::vector<std::string>{"run.umtrace"});  // no temporary file left
 }
@@ -258,10 +271,25 @@ TEST(TraceFile, HeaderLayout) {
   EXPECT_EQ(get(b, 16, 4), 0u);                         // flags
   EXPECT_EQ(get(b, 20, 4), detail::trace_checksum(b));  // CRC-32
   EXPECT_EQ(get(b, 24, 8), b.size());                   // file size
-  EXPECT_EQ(get(b, 32, 4), 10u);                        // sections
+  EXPECT_EQ(get(b, 32, 4), 11u);                        // sections, lifetimes included
   EXPECT_EQ(get(b, 36, 4), kEntrySize);
   EXPECT_EQ(get(b, entry_of(b, kSteps) + 4, 4), 41u);  // step record size
   EXPECT_EQ(get(b, entry_of(b, kSteps) + 8, 8), test::full_trace().steps.size());
+}
+
+TEST(TraceFile, LifetimeRecordLayout) {
+  const Trace t = test::full_trace();
+  const Bytes b = encode_trace(t);
+  ASSERT_TRUE(has_section(b, kLifetimes));
+  EXPECT_EQ(get(b, entry_of(b, kLifetimes) + 4, 4), 29u);  // record size
+  EXPECT_EQ(get(b, entry_of(b, kLifetimes) + 8, 8), t.lifetimes.size());
+  const trace::Lifetime& l = t.lifetimes[3];
+  EXPECT_EQ(get(b, record_field(b, kLifetimes, 3, 0), 8), l.before_step);
+  EXPECT_EQ(get(b, record_field(b, kLifetimes, 3, 8), 4), l.buffer);
+  EXPECT_EQ(get(b, record_field(b, kLifetimes, 3, 12), 8), l.offset);
+  EXPECT_EQ(get(b, record_field(b, kLifetimes, 3, 20), 8), l.length);
+  EXPECT_EQ(get(b, record_field(b, kLifetimes, 3, 28), 1), 1u);  // freed
+  EXPECT_EQ(get(b, record_field(b, kLifetimes, 1, 28), 1), 0u);
 }
 
 TEST(TraceFile, ChecksumIsZlibsCrc32) {
@@ -302,6 +330,53 @@ TEST(TraceFile, LongerRecordsAndHeaderAreRead) {
   const auto parsed = parse_trace(f.join(), &error);
   ASSERT_TRUE(parsed) << error;
   EXPECT_TRUE(*parsed == test::full_trace());
+}
+
+// Lifetimes came within version 1: files before them have no such section, and readers before them
+// do not know its kind.
+
+TEST(TraceFile, ATraceWithoutLifetimesIsWrittenAsBeforeThem) {
+  Trace t = test::full_trace();
+  t.lifetimes.clear();
+  const Bytes b = encode_trace(t);
+  // The ten sections of the first version 1 files and nothing else: the bytes an older writer
+  // wrote, which an older reader reads.
+  EXPECT_EQ(get(b, 32, 4), 10u);
+  EXPECT_FALSE(has_section(b, kLifetimes));
+  for (uint32_t kind = kStrings; kind <= kTotals; ++kind) EXPECT_TRUE(has_section(b, kind)) << kind;
+  // The same bytes as the file with lifetimes, their section taken out.
+  RawFile f = RawFile::split(encode_trace(test::full_trace()));
+  f.remove(kLifetimes);
+  EXPECT_EQ(f.join(), b);
+  std::string error;
+  const auto parsed = parse_trace(b, &error);
+  ASSERT_TRUE(parsed) << error;
+  EXPECT_TRUE(*parsed == t);
+  EXPECT_TRUE(parsed->lifetimes.empty());
+}
+
+TEST(TraceFile, AFileWithAnEmptyLifetimesSectionReads) {
+  // Another writer may write the section with no records.
+  Trace t = test::full_trace();
+  t.lifetimes.clear();
+  RawFile f = RawFile::split(encode_trace(t));
+  f.sections.push_back(RawSection{kLifetimes, 29, 0, {}});
+  std::string error;
+  const auto parsed = parse_trace(f.join(), &error);
+  ASSERT_TRUE(parsed) << error;
+  EXPECT_TRUE(*parsed == t);
+}
+
+TEST(TraceFile, AReaderThatDoesNotKnowLifetimesReadsTheRest) {
+  // What a reader without kind 11 sees: a section of a kind it does not know, skipped.
+  RawFile f = RawFile::split(encode_trace(test::full_trace()));
+  f.section(kLifetimes).kind = 1011;
+  std::string error;
+  const auto parsed = parse_trace(f.join(), &error);
+  ASSERT_TRUE(parsed) << error;
+  Trace expected = test::full_trace();
+  expected.lifetimes.clear();
+  EXPECT_TRUE(*parsed == expected);
 }
 
 TEST(TraceFile, OptionalFlagBitsAreIgnoredRequiredOnesRefused) {
@@ -429,11 +504,21 @@ TEST(TraceFile, SectionTableChecks) {
   expect_rejected(patched(kSteps, 0, 4, kAccesses), "section 'accesses' appears twice");
   expect_rejected(patched(kFaults, 0, 4, 77), "section 'faults' is missing");
   expect_rejected(patched(kTotals, 8, 8, 2), "section 'totals' has 2 records (expected 1)");
+  expect_rejected(patched(kLifetimes, 4, 4, 28),
+                  "section 'lifetimes' has 28-byte records, but version 1 records are at least 29 "
+                  "bytes");
+  expect_rejected(patched(kLifetimes, 8, 8, 5),
+                  fmt::format("corrupt: section 'lifetimes' needs 145 bytes at offset {} but the "
+                              "file ends at {}",
+                              get(good, entry_of(good, kLifetimes) + 16, 8), good.size()));
   expect_rejected(patched(kAccesses, 16, 8, get(good, entry_of(good, kSteps) + 16, 8) + 1),
                   "overlap");
   expect_rejected(patched(kSteps, 8, 8, UINT64_MAX / 8),
                   "section 'steps' claims 2305843009213693951 records of 41 bytes, more than any "
                   "file can hold");
+  RawFile twice = RawFile::split(good);
+  twice.sections.push_back(twice.section(kLifetimes));
+  expect_rejected(twice.join(), "section 'lifetimes' appears twice");
   Bytes b = good;
   put(b, 36, 4, 16);
   detail::reseal_trace_bytes(b);
@@ -449,9 +534,11 @@ TEST(TraceFile, HugeCountFailsFastWithoutAllocating) {
   Trace small;
   small.names = {"k"};
   small.steps.resize(3);
+  small.buffers = {{.size = 4096}};
+  small.lifetimes = {{.before_step = 1, .buffer = 0, .length = 64}};
   Bytes b = encode_trace(small);
   ASSERT_LT(b.size(), 1024u);
-  for (uint32_t kind : {kSteps, kNames, kAccesses, kStrings}) {
+  for (uint32_t kind : {kSteps, kNames, kAccesses, kStrings, kLifetimes}) {
     Bytes huge = b;
     put(huge, entry_of(huge, kind) + 8, 8, 1ULL << 40);
     detail::reseal_trace_bytes(huge);
@@ -583,6 +670,76 @@ TEST(TraceFile, InconsistentIndicesAreRejected) {
   put(b, record_field(b, kBuffers, 1, 33), 1, 2);  // 'freed'
   detail::reseal_trace_bytes(b);
   expect_rejected(b, "corrupt: buffer 1 has 'freed' 2 (expected 0 or 1)");
+}
+
+TEST(TraceFile, InconsistentLifetimesAreRejected) {
+  {
+    Trace t = test::full_trace();
+    t.lifetimes[1].buffer = 3;
+    expect_inconsistent(t, "lifetime 1 refers to buffer 3, but the trace has 3 buffers");
+  }
+  {
+    Trace t = test::full_trace();
+    t.lifetimes[2].length = 0;
+    expect_inconsistent(t, "lifetime 2 has length 0");
+  }
+  {
+    Trace t = test::full_trace();
+    t.lifetimes[0].offset = (1 << 20) - 100;  // 4096 bytes from there pass the 1 MiB end
+    expect_inconsistent(t,
+                        "lifetime 0 covers 4096 bytes at offset 1048476 of buffer 0 (id 0), which "
+                        "has only 1048576 bytes");
+  }
+  {
+    Trace t = test::full_trace();
+    t.lifetimes[3].offset = UINT64_MAX - 1;  // offset + length would wrap to a small number
+    expect_inconsistent(t,
+                        "lifetime 3 covers 4294967301 bytes at offset 18446744073709551614 of "
+                        "buffer 1 (id 3), which has only 8589934597 bytes");
+  }
+  {
+    Trace t = test::full_trace();
+    t.lifetimes[3].before_step = 6;  // 5 steps: 5 is after the last, 6 is past it
+    expect_inconsistent(t,
+                        "lifetime 3 is before step 6, but the trace has 5 steps (before step 5 is "
+                        "after the last)");
+  }
+  {
+    Trace t = test::full_trace();
+    t.lifetimes[2].before_step = 1;  // lifetime 1 is before step 2
+    expect_inconsistent(t,
+                        "lifetime 2 is before step 1, earlier than lifetime 1 (before step 2): "
+                        "lifetimes must be in program order");
+  }
+  {
+    // The bounds are inclusive: before the first step, after the last, a block to the buffer's
+    // last byte, and two events between the same launches.
+    Trace t = test::full_trace();
+    t.lifetimes = {{.before_step = 0, .buffer = 2, .offset = 4095, .length = 1},
+                   {.before_step = 0, .buffer = 2, .offset = 4095, .length = 1, .freed = true},
+                   {.before_step = 5, .buffer = 2, .offset = 0, .length = 4096}};
+    EXPECT_EQ(check_trace(t), std::nullopt);
+  }
+}
+
+TEST(TraceFile, CorruptLifetimeRecordsAreRejected) {
+  // Bytes no Trace can make, and indices patched in the file: an error, never a crash.
+  const Bytes good = encode_trace(test::full_trace());
+  auto patched = [&](uint64_t record, size_t field, size_t n, uint64_t value) {
+    Bytes b = good;
+    put(b, record_field(b, kLifetimes, record, field), n, value);
+    detail::reseal_trace_bytes(b);
+    return b;
+  };
+  expect_rejected(patched(1, 28, 1, 2), "corrupt: lifetime 1 has 'freed' 2 (expected 0 or 1)");
+  expect_rejected(patched(3, 28, 1, 0xff), "corrupt: lifetime 3 has 'freed' 255 (expected 0 or 1)");
+  expect_rejected(patched(0, 8, 4, 7),
+                  "corrupt: lifetime 0 refers to buffer 7, but the trace has 3 buffers");
+  expect_rejected(patched(0, 8, 4, UINT32_MAX),
+                  "corrupt: lifetime 0 refers to buffer 4294967295, but the trace has 3 buffers");
+  expect_rejected(patched(2, 0, 8, UINT64_MAX), "corrupt: lifetime 2 is before step");
+  expect_rejected(patched(1, 20, 8, 0), "corrupt: lifetime 1 has length 0");
+  expect_rejected(patched(1, 12, 8, UINT64_MAX), "corrupt: lifetime 1 covers");
 }
 
 TEST(TraceFile, UnusedBufferIndexMarksAFaultOutsideEveryBuffer) {

@@ -65,6 +65,18 @@ struct Fault {
   uint8_t access = 0;            // CUPTI access type: 1 read, 2 write, 3 atomic, 4 prefetch
 };
 
+// A block of a buffer handed to the program (freed false) or given back (freed true), between two
+// launches: after step before_step - 1 was launched and before step before_step (0 = before the
+// first step; steps.size() = after the last). Only stream-ordered allocations carved out of
+// umswap's slabs have them; the buffer is the slab.
+struct Lifetime {
+  uint64_t before_step = 0;
+  uint32_t buffer = 0;  // index into Trace::buffers
+  uint64_t offset = 0;  // from the buffer's base
+  uint64_t length = 0;  // > 0, offset + length <= buffer size
+  bool freed = false;
+};
+
 struct Detection {
   uint64_t period = 0;        // steps per iteration; 0 = none found
   double confidence = 0.0;    // 0..1: share of the steady part that repeats exactly
@@ -83,6 +95,7 @@ struct Trace {
   std::vector<Access> accesses;
   std::vector<Iteration> iterations;
   std::vector<Fault> faults;
+  std::vector<Lifetime> lifetimes;  // in program order (before_step non-decreasing)
   Counters totals;
 };
 

@@ -53,21 +53,27 @@ ManagedAllocator::ManagedAllocator(const DriverApi& driver, Registry& registry,
   }
   slabs_ = std::make_unique<SlabAllocator>(
       driver,
-      SlabSource{.create = [this](uint64_t bytes, uint64_t site,
-                                  CUdeviceptr* out) { return create_slab(bytes, site, out); },
-                 .destroy = [this](CUdeviceptr base) { destroy_slab(base); },
-                 .residency =
-                     [this](uint64_t address, uint64_t bytes, bool on_gpu) {
-                       if (residency_) residency_(address, bytes, on_gpu);
-                     }});
+      SlabSource{
+          .create = [this](uint64_t bytes, uint64_t site,
+                           CUdeviceptr* out) { return create_slab(bytes, site, out); },
+          .destroy = [this](CUdeviceptr base) { destroy_slab(base); },
+          .residency =
+              [this](uint64_t address, uint64_t bytes, bool on_gpu) {
+                if (hooks_.residency) hooks_.residency(address, bytes, on_gpu);
+              },
+          .lifetime =
+              [this](uint64_t address, uint64_t bytes, bool freed) {
+                if (hooks_.lifetime) hooks_.lifetime(address, bytes, freed);
+              },
+          .discard_page =
+              [this](uint64_t page) { return hooks_.discard_page && hooks_.discard_page(page); }});
   registry_.set_block_finder(slabs_.get());
 }
 
-bool ManagedAllocator::configure_slabs(bool discard_freed,
-                                       std::function<void(uint64_t, uint64_t, bool)> residency) {
-  if (!slabs_) return !discard_freed;
-  residency_ = std::move(residency);
-  return slabs_->set_discard_freed(discard_freed);
+bool ManagedAllocator::configure_slabs(SlabHooks hooks) {
+  if (!slabs_ || !slabs_->set_discard_mode(hooks.discards)) return false;
+  hooks_ = std::move(hooks);
+  return true;
 }
 
 ManagedAllocator::~ManagedAllocator() {

@@ -25,13 +25,25 @@ uint64_t round_up(uint64_t value, uint64_t granule) {
   return (value + granule - 1) / granule * granule;
 }
 
+// The unit of discarding: the driver's large page for managed memory.
+constexpr uint64_t kPage = uint64_t{2} << 20;
+
 // The whole 2 MiB pages inside [address, address + size): discarding a page that also holds a
 // live neighbour would lose the neighbour's data.
 std::pair<uint64_t, uint64_t> whole_pages(uint64_t address, uint64_t size) {
-  constexpr uint64_t kPage = uint64_t{2} << 20;
   const uint64_t first = round_up(address, kPage);
   const uint64_t last = (address + size) / kPage * kPage;
   return first < last ? std::pair{first, last - first} : std::pair{uint64_t{0}, uint64_t{0}};
+}
+
+// Adds one page to a list of ranges, extending the last range when the page follows it.
+void add_page(std::vector<CUdeviceptr>& starts, std::vector<size_t>& sizes, uint64_t page) {
+  if (!starts.empty() && starts.back() + sizes.back() == page) {
+    sizes.back() += kPage;
+  } else {
+    starts.push_back(page);
+    sizes.push_back(kPage);
+  }
 }
 
 // The stream a stream-ordered discard may go on: not the legacy default stream (the API
@@ -59,6 +71,8 @@ nlohmann::json to_json(const SlabStats& s) {
       {"pressure_waits", s.pressure_waits},
       {"discarded_bytes", s.discarded_bytes},
       {"populated_bytes", s.populated_bytes},
+      {"discard_calls", s.discard_calls},
+      {"populate_calls", s.populate_calls},
   };
 }
 
@@ -97,55 +111,95 @@ SlabAllocator::EventRef SlabAllocator::record_event(CUstream stream) {
   return EventRef(e, [this](CUevent done) { spare_events_.push_back(done); });
 }
 
-bool SlabAllocator::set_discard_freed(bool on) {
+bool SlabAllocator::set_discard_mode(DiscardMode mode) {
   std::lock_guard lock(mutex_);
-  if (on && (!driver_.mem_discard_batch_async || !driver_.mem_discard_and_prefetch_batch_async ||
-             !driver_.ctx_get_device)) {
+  if (mode != DiscardMode::off &&
+      (!driver_.mem_discard_batch_async || !driver_.mem_discard_and_prefetch_batch_async ||
+       !driver_.ctx_get_device)) {
     return false;
   }
-  discard_freed_ = on;
+  discard_mode_ = mode;
+  if (mode == DiscardMode::off) discarded_.clear();  // the driver populates them on first touch
   return true;
 }
 
-void SlabAllocator::discard(uint64_t address, uint64_t size, CUstream stream) {
-  const auto [first, bytes] = whole_pages(address, size);
-  if (bytes == 0) return;
-  CUdeviceptr ptr = first;
-  size_t length = bytes;
-  const CUresult r = driver_.mem_discard_batch_async(&ptr, &length, 1, 0, discard_stream(stream));
-  if (r != CUDA_SUCCESS) {
-    discard_freed_ = false;
-    log_warning("cuMemDiscardBatchAsync failed (error {}); freed blocks are no longer discarded",
-                static_cast<int>(r));
-    return;
-  }
-  stats_.discarded_bytes += bytes;
-  if (source_.residency) source_.residency(first, bytes, false);
+void SlabAllocator::stop_discarding(const char* call, CUresult status) {
+  discard_mode_ = DiscardMode::off;
+  // Safe to forget: a discarded page nobody populates is populated by the driver when it is
+  // first touched, like any managed memory.
+  discarded_.clear();
+  log_warning("{} failed (error {}); freed blocks are no longer discarded", call,
+              static_cast<int>(status));
 }
 
-void SlabAllocator::populate(uint64_t address, uint64_t size, CUstream stream) {
-  const auto [first, bytes] = whole_pages(address, size);
-  if (bytes == 0) return;
+void SlabAllocator::discard_dead_pages(uint64_t address, uint64_t size,
+                                       std::map<uint64_t, Block>::iterator merged,
+                                       CUstream stream) {
+  const auto [inside, inside_bytes] = whole_pages(merged->first, merged->second.size);
+  const uint64_t first = std::max(inside, address / kPage * kPage);
+  const uint64_t last = std::min(inside + inside_bytes, round_up(address + size, kPage));
+  const bool all = discard_mode_ == DiscardMode::all;
+  range_starts_.clear();
+  range_sizes_.clear();
+  for (uint64_t page = first; page < last; page += kPage) {
+    if (discarded_.contains(page)) continue;
+    if (!all && !(source_.discard_page && source_.discard_page(page))) continue;
+    add_page(range_starts_, range_sizes_, page);
+  }
+  if (range_starts_.empty()) return;
+  const CUresult r = driver_.mem_discard_batch_async(
+      range_starts_.data(), range_sizes_.data(), range_starts_.size(), 0, discard_stream(stream));
+  if (r != CUDA_SUCCESS) {
+    stop_discarding("cuMemDiscardBatchAsync", r);
+    return;
+  }
+  ++stats_.discard_calls;
+  for (size_t i = 0; i < range_starts_.size(); ++i) {
+    // No remembered page lies inside the range: each one goes just before the next remembered.
+    const auto next = discarded_.lower_bound(range_starts_[i]);
+    for (uint64_t page = range_starts_[i]; page < range_starts_[i] + range_sizes_[i];
+         page += kPage) {
+      discarded_.insert(next, page);
+    }
+    stats_.discarded_bytes += range_sizes_[i];
+    if (source_.residency) source_.residency(range_starts_[i], range_sizes_[i], false);
+  }
+}
+
+void SlabAllocator::populate_discarded(uint64_t address, uint64_t size, CUstream stream) {
+  // Every page that overlaps the block, the partly covered edge pages too.
+  const auto from = discarded_.lower_bound(address / kPage * kPage);
+  const auto to = discarded_.lower_bound(address + size);
+  if (from == to) return;
+  range_starts_.clear();
+  range_sizes_.clear();
+  for (auto page = from; page != to; ++page) add_page(range_starts_, range_sizes_, *page);
+  // Forgotten whatever happens next: once a live block overlaps a page, discarding-and-
+  // prefetching it again would destroy that block's data.
+  discarded_.erase(from, to);
+  if (discard_mode_ == DiscardMode::off) return;
   CUdevice device = 0;
-  if (driver_.ctx_get_device(&device) != CUDA_SUCCESS) return;
+  CUresult r = driver_.ctx_get_device(&device);
+  if (r != CUDA_SUCCESS) {
+    stop_discarding("cuCtxGetDevice", r);
+    return;
+  }
   CUmemLocation where{};
   where.type = CU_MEM_LOCATION_TYPE_DEVICE;
   where.id = device;
-  CUdeviceptr ptr = first;
-  size_t length = bytes;
-  size_t where_from = 0;
-  const CUresult r = driver_.mem_discard_and_prefetch_batch_async(
-      &ptr, &length, 1, &where, &where_from, 1, 0, discard_stream(stream));
+  size_t where_from = 0;  // the one location applies to every range
+  r = driver_.mem_discard_and_prefetch_batch_async(range_starts_.data(), range_sizes_.data(),
+                                                   range_starts_.size(), &where, &where_from, 1, 0,
+                                                   discard_stream(stream));
   if (r != CUDA_SUCCESS) {
-    discard_freed_ = false;
-    log_warning(
-        "cuMemDiscardAndPrefetchBatchAsync failed (error {}); freed blocks are no longer "
-        "discarded",
-        static_cast<int>(r));
+    stop_discarding("cuMemDiscardAndPrefetchBatchAsync", r);
     return;
   }
-  stats_.populated_bytes += bytes;
-  if (source_.residency) source_.residency(first, bytes, true);
+  ++stats_.populate_calls;
+  for (size_t i = 0; i < range_starts_.size(); ++i) {
+    stats_.populated_bytes += range_sizes_[i];
+    if (source_.residency) source_.residency(range_starts_[i], range_sizes_[i], true);
+  }
 }
 
 void SlabAllocator::index_free(uint64_t address, const Block& b) {
@@ -202,10 +256,11 @@ std::map<uint64_t, SlabAllocator::Block>::iterator SlabAllocator::coalesce(
   return it;
 }
 
-void SlabAllocator::mark_free(std::map<uint64_t, Block>::iterator it) {
+std::map<uint64_t, SlabAllocator::Block>::iterator SlabAllocator::mark_free(
+    std::map<uint64_t, Block>::iterator it) {
   it->second.free = true;
   index_free(it->first, it->second);
-  coalesce(it);
+  return coalesce(it);
 }
 
 void SlabAllocator::settle_events() {
@@ -313,6 +368,8 @@ void SlabAllocator::release_free_slabs() {
         it->second.stream == kAnyStream) {
       unindex_free(it->first, it->second);
       blocks_.erase(it);
+      discarded_.erase(discarded_.lower_bound(s->first),
+                       discarded_.lower_bound(s->first + s->second.size));
       source_.destroy(s->first);
       --stats_.slabs;
       ++stats_.slabs_released;
@@ -356,7 +413,8 @@ CUresult SlabAllocator::allocate(uint64_t bytes, CUstream stream, CUdeviceptr* o
   if (it == blocks_.end()) return CUDA_ERROR_OUT_OF_MEMORY;  // a fresh slab always fits
   place(it, size);
   *out = it->first;
-  if (discard_freed_) populate(it->first, size, stream);
+  if (source_.lifetime) source_.lifetime(it->first, it->second.size, false);
+  populate_discarded(it->first, it->second.size, stream);
   return CUDA_SUCCESS;
 }
 
@@ -365,16 +423,28 @@ std::optional<CUresult> SlabAllocator::release(CUdeviceptr ptr, uint64_t tag, CU
   std::lock_guard lock(mutex_);
   const auto it = blocks_.find(ptr);
   if (it == blocks_.end() || it->second.free) return std::nullopt;
-  Block& b = it->second;
-  // Before any event: an event recorded after the free must cover the discard too.
-  if (discard_freed_ && stream != nullptr) discard(it->first, b.size, stream);
-  // Without an event (record failed) only the freeing thread's stream may take it again.
-  if (record_now) b.event = record_event(CU_STREAM_PER_THREAD);
+  const uint64_t size = it->second.size;
+  if (source_.lifetime) source_.lifetime(ptr, size, true);
   --stats_.blocks_in_use;
-  stats_.bytes_in_use -= b.size;
-  b.stream = tag;
-  b.seq = ++seq_;
-  mark_free(it);
+  stats_.bytes_in_use -= size;
+  it->second.stream = tag;
+  it->second.seq = ++seq_;
+  // After a stream-ordered free the merged block carries this free's stream, order and (still
+  // no) event: it is the latest free of its stream, and merging only joins blocks of the same
+  // stream or free for all.
+  const auto merged = mark_free(it);
+  // Before any event: an event recorded after the free must cover the discard too.
+  if (discard_mode_ != DiscardMode::off && stream != nullptr) {
+    discard_dead_pages(ptr, size, merged, stream);
+  }
+  if (record_now) {
+    // Without an event (record failed) only the freeing thread's stream may take it again.
+    if (EventRef event = record_event(CU_STREAM_PER_THREAD)) {
+      unindex_free(merged->first, merged->second);
+      merged->second.event = std::move(event);
+      index_free(merged->first, merged->second);
+    }
+  }
   return CUDA_SUCCESS;
 }
 

@@ -1,5 +1,6 @@
 // ManagedAllocator over a fake driver: registration, the managed limit, driver failures, pitch,
-// stream-ordered allocations with and without the managed pool, cuMemGetInfo and the stats.
+// stream-ordered allocations with and without the managed pool, cuMemGetInfo, the stats, and the
+// slab hooks configure_slabs() installs.
 #include "umswap/allocator/managed_allocator.h"
 
 #include <fmt/format.h>
@@ -15,6 +16,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 namespace umswap {
@@ -188,6 +190,26 @@ CUresult CUDAAPI fake_ctx_synchronize() {
   return CUDA_SUCCESS;
 }
 
+CUresult CUDAAPI fake_discard(CUdeviceptr* ptrs, size_t* sizes, size_t count, unsigned long long,
+                              CUstream stream) {
+  std::lock_guard lock(g_fake->mutex);
+  for (size_t i = 0; i < count; ++i) {
+    g_fake->calls.push_back(
+        fmt::format("discard {:#x} {} stream={:#x}", ptrs[i], sizes[i], as_int(stream)));
+  }
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI fake_discard_and_prefetch(CUdeviceptr* ptrs, size_t* sizes, size_t count,
+                                           CUmemLocation*, size_t*, size_t, unsigned long long,
+                                           CUstream stream) {
+  std::lock_guard lock(g_fake->mutex);
+  for (size_t i = 0; i < count; ++i) {
+    g_fake->calls.push_back(
+        fmt::format("populate {:#x} {} stream={:#x}", ptrs[i], sizes[i], as_int(stream)));
+  }
+  return CUDA_SUCCESS;
+}
+
 DriverApi fake_driver_api() {
   DriverApi api;
   api.mem_alloc_managed = &fake_alloc_managed;
@@ -212,6 +234,14 @@ DriverApi fake_driver_api_with_events() {
   api.event_synchronize = &fake_event_synchronize;
   api.event_destroy = &fake_event_destroy;
   api.ctx_synchronize = &fake_ctx_synchronize;
+  return api;
+}
+
+// With the discard functions too (DiscardMode).
+DriverApi fake_driver_api_with_discards() {
+  DriverApi api = fake_driver_api_with_events();
+  api.mem_discard_batch_async = &fake_discard;
+  api.mem_discard_and_prefetch_batch_async = &fake_discard_and_prefetch;
   return api;
 }
 
@@ -968,6 +998,102 @@ TEST_F(SlabbedAllocatorTest, WithoutEventFunctionsItWarnsAndUsesThePool) {
   ASSERT_EQ(a.allocate_async(AllocApi::cudaMallocAsync, 4096, kStream, 9, &p), CUDA_SUCCESS);
   EXPECT_TRUE(calls().back().starts_with("alloc_from_pool")) << calls().back();
   EXPECT_FALSE(a.stats().slabs);
+}
+
+// --- configure_slabs ----------------------------------------------------------------------------
+
+// What the hooks heard, in order.
+struct Heard {
+  std::vector<std::string> lines;
+  SlabHooks hooks(DiscardMode mode, bool accept) {
+    return SlabHooks{
+        .discards = mode,
+        .residency =
+            [this](uint64_t address, uint64_t bytes, bool on_gpu) {
+              lines.push_back(fmt::format("residency {:#x} {} {}", address, bytes, on_gpu));
+            },
+        .lifetime =
+            [this](uint64_t address, uint64_t bytes, bool freed) {
+              lines.push_back(fmt::format("lifetime {:#x} {} {}", address, bytes, freed));
+            },
+        .discard_page =
+            [this, accept](uint64_t page) {
+              lines.push_back(fmt::format("page {:#x}", page));
+              return accept;
+            }};
+  }
+};
+
+std::vector<std::string> starting_with(const std::vector<std::string>& lines,
+                                       std::string_view prefix) {
+  std::vector<std::string> out;
+  for (const auto& line : lines) {
+    if (line.starts_with(prefix)) out.push_back(line);
+  }
+  return out;
+}
+
+TEST_F(SlabbedAllocatorTest, ConfiguredHooksHearTheSlabAllocator) {
+  ManagedAllocator a(fake_driver_api_with_discards(), registry_, 0, true);
+  Heard heard;
+  ASSERT_TRUE(a.configure_slabs(heard.hooks(DiscardMode::planned, true)));
+  CUdeviceptr p = 0;
+  ASSERT_EQ(a.allocate_async(AllocApi::cudaMallocAsync, 3 * MiB, kStream, 9, &p), CUDA_SUCCESS);
+  CUdeviceptr q = 0;
+  ASSERT_EQ(a.allocate_async(AllocApi::cudaMallocAsync, 61 * MiB, kStream, 9, &q), CUDA_SUCCESS);
+  EXPECT_EQ(a.free_async(p, kStream), std::optional<CUresult>(CUDA_SUCCESS));
+  // p = [0, 3 MiB): its one whole page is asked about, accepted and discarded.
+  EXPECT_EQ(heard.lines, (std::vector<std::string>{
+                             fmt::format("lifetime {:#x} {} false", p, 3 * MiB),
+                             fmt::format("lifetime {:#x} {} false", q, 61 * MiB),
+                             fmt::format("lifetime {:#x} {} true", p, 3 * MiB),
+                             fmt::format("page {:#x}", p),
+                             fmt::format("residency {:#x} {} false", p, 2 * MiB),
+                         }));
+  EXPECT_EQ(starting_with(calls(), "discard"),
+            std::vector<std::string>{
+                fmt::format("discard {:#x} {} stream={:#x}", p, 2 * MiB, as_int(kStream))});
+  // Allocated again: the discarded page is populated on the allocating stream.
+  CUdeviceptr again = 0;
+  ASSERT_EQ(a.allocate_async(AllocApi::cudaMallocAsync, MiB + 1, kStream, 9, &again), CUDA_SUCCESS);
+  EXPECT_EQ(again, p);
+  EXPECT_EQ(starting_with(calls(), "populate"),
+            std::vector<std::string>{
+                fmt::format("populate {:#x} {} stream={:#x}", p, 2 * MiB, as_int(kStream))});
+  EXPECT_EQ(heard.lines.back(), fmt::format("residency {:#x} {} true", p, 2 * MiB));
+  const nlohmann::json j = to_json(a.stats())["async_slabs"];
+  EXPECT_EQ(j["discard_calls"], 1);
+  EXPECT_EQ(j["populate_calls"], 1);
+}
+
+TEST_F(SlabbedAllocatorTest, ADiscardModeWithoutTheDriverFunctionsChangesNothing) {
+  {
+    ManagedAllocator a(fake_driver_api_with_events(), registry_, 0, true);
+    Heard refused;
+    EXPECT_FALSE(a.configure_slabs(refused.hooks(DiscardMode::all, true)));
+    CUdeviceptr p = 0;
+    ASSERT_EQ(a.allocate_async(AllocApi::cudaMallocAsync, 64 * MiB, kStream, 9, &p), CUDA_SUCCESS);
+    EXPECT_EQ(a.free_async(p, kStream), std::optional<CUresult>(CUDA_SUCCESS));
+    EXPECT_TRUE(refused.lines.empty());  // its hooks were not installed either
+  }
+  // Without discards the other hooks work with this driver.
+  ManagedAllocator a(fake_driver_api_with_events(), registry_, 0, true);
+  Heard heard;
+  EXPECT_TRUE(a.configure_slabs(heard.hooks(DiscardMode::off, true)));
+  CUdeviceptr p = 0;
+  ASSERT_EQ(a.allocate_async(AllocApi::cudaMallocAsync, 64 * MiB, kStream, 9, &p), CUDA_SUCCESS);
+  EXPECT_EQ(a.free_async(p, kStream), std::optional<CUresult>(CUDA_SUCCESS));
+  EXPECT_EQ(heard.lines, (std::vector<std::string>{
+                             fmt::format("lifetime {:#x} {} false", p, 64 * MiB),
+                             fmt::format("lifetime {:#x} {} true", p, 64 * MiB),
+                         }));
+}
+
+TEST_F(SlabbedAllocatorTest, ConfigureSlabsWithoutSlabsIsFalse) {
+  ManagedAllocator pool(fake_driver_api_with_discards(), registry_, 0, false);
+  Heard heard;
+  EXPECT_FALSE(pool.configure_slabs(heard.hooks(DiscardMode::off, true)));
+  EXPECT_FALSE(pool.configure_slabs(heard.hooks(DiscardMode::planned, true)));
 }
 
 }  // namespace

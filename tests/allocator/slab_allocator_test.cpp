@@ -1,19 +1,25 @@
 // SlabAllocator over fake events and a fake slab source: sizes, alignment and exact blocks,
 // stream-ordered reuse (same stream at once, another stream only after an event), merging,
-// pressure (waiting for events, giving slabs back), the per-thread stream, cudaFree, and a random
-// workload checked against a model of what each stream may reuse.
+// pressure (waiting for events, giving slabs back), the per-thread stream, cudaFree, a random
+// workload checked against a model of what each stream may reuse, the lifetime callback, and the
+// discard modes (which dead pages are discarded, which are populated again, on which streams, in
+// how many driver calls, and in what order with events).
 #include "umswap/allocator/slab_allocator.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <ostream>
 #include <random>
 #include <set>
+#include <string>
 #include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 namespace umswap {
@@ -23,6 +29,22 @@ constexpr uint64_t KiB = uint64_t{1} << 10;
 constexpr uint64_t MiB = uint64_t{1} << 20;
 const CUstream kS = reinterpret_cast<CUstream>(uintptr_t{0x5a});
 const CUstream kT = reinterpret_cast<CUstream>(uintptr_t{0x5b});
+
+using DriverRange = std::pair<uint64_t, uint64_t>;  // (address, bytes)
+
+// One batched discard or discard-and-prefetch call.
+struct DriverCall {
+  std::vector<DriverRange> ranges;
+  CUstream stream = nullptr;
+  bool operator==(const DriverCall&) const = default;
+};
+void PrintTo(const DriverCall& c, std::ostream* os) {
+  *os << "{stream " << c.stream << ":";
+  for (const auto& [address, bytes] : c.ranges) {
+    *os << " [" << std::hex << address << ", +" << std::dec << bytes / MiB << " MiB)";
+  }
+  *os << "}";
+}
 
 struct FakeEvent {
   CUstream stream = nullptr;
@@ -47,10 +69,20 @@ struct Fakes {
   std::vector<uint64_t> created;  // sizes, in order
   std::vector<uint64_t> contexts;
   int destroys = 0;
-  // Discards and populating prefetches: (address, bytes, stream) and what residency heard.
-  std::vector<std::tuple<uint64_t, uint64_t, CUstream>> discards, prefetches;
+  bool reuse_bases = false;              // create() hands out destroyed slabs' bases again
+  std::vector<CUdeviceptr> freed_bases;  // destroyed slabs' bases
+  // Discards and populating prefetches, one entry per driver call, and what residency heard.
+  std::vector<DriverCall> discards, prefetches;
   std::vector<std::tuple<uint64_t, uint64_t, bool>> residency;
   bool discard_fails = false;
+  bool prefetch_fails = false;
+  // What lifetime heard: (address, bytes, freed).
+  std::vector<std::tuple<uint64_t, uint64_t, bool>> lifetimes;
+  // The discard policy: the pages it was asked about, and its answer (none: refuse).
+  std::vector<uint64_t> asked;
+  std::function<bool(uint64_t)> accept;
+  // "alloc", "free", "ask", "discard", "prefetch" and "record", in the order they happened.
+  std::vector<std::string> order;
 };
 Fakes* g = nullptr;
 
@@ -65,6 +97,7 @@ CUresult CUDAAPI fake_event_record(CUevent e, CUstream stream) {
   f->recorded = true;
   f->complete = g->events_complete_at_once;
   f->serial = g->records++;
+  g->order.push_back("record");
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI fake_event_query(CUevent e) {
@@ -88,7 +121,10 @@ CUresult CUDAAPI fake_ctx_synchronize() {
 CUresult CUDAAPI fake_discard(CUdeviceptr* ptrs, size_t* sizes, size_t count, unsigned long long,
                               CUstream stream) {
   if (g->discard_fails) return CUDA_ERROR_NOT_SUPPORTED;
-  for (size_t i = 0; i < count; ++i) g->discards.emplace_back(ptrs[i], sizes[i], stream);
+  DriverCall call{.ranges = {}, .stream = stream};
+  for (size_t i = 0; i < count; ++i) call.ranges.emplace_back(ptrs[i], sizes[i]);
+  g->discards.push_back(call);
+  g->order.push_back("discard");
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI fake_discard_and_prefetch(CUdeviceptr* ptrs, size_t* sizes, size_t count,
@@ -99,7 +135,11 @@ CUresult CUDAAPI fake_discard_and_prefetch(CUdeviceptr* ptrs, size_t* sizes, siz
   EXPECT_EQ(where_from[0], 0u);
   EXPECT_EQ(where[0].type, CU_MEM_LOCATION_TYPE_DEVICE);
   EXPECT_EQ(where[0].id, 3);
-  for (size_t i = 0; i < count; ++i) g->prefetches.emplace_back(ptrs[i], sizes[i], stream);
+  if (g->prefetch_fails) return CUDA_ERROR_NOT_SUPPORTED;
+  DriverCall call{.ranges = {}, .stream = stream};
+  for (size_t i = 0; i < count; ++i) call.ranges.emplace_back(ptrs[i], sizes[i]);
+  g->prefetches.push_back(call);
+  g->order.push_back("prefetch");
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI fake_ctx_get_device(CUdevice* device) {
@@ -128,8 +168,13 @@ SlabSource fake_source() {
                 if (bytes > g->source_limit - std::min(g->live, g->source_limit)) {
                   return CUDA_ERROR_OUT_OF_MEMORY;
                 }
-                *out = g->next;
-                g->next += bytes + 64 * MiB;  // gaps: slabs are never adjacent
+                if (g->reuse_bases && !g->freed_bases.empty()) {
+                  *out = g->freed_bases.back();
+                  g->freed_bases.pop_back();
+                } else {
+                  *out = g->next;
+                  g->next += bytes + 64 * MiB;  // gaps: slabs are never adjacent
+                }
                 g->live += bytes;
                 g->slabs[*out] = bytes;
                 g->created.push_back(bytes);
@@ -140,10 +185,22 @@ SlabSource fake_source() {
               [](CUdeviceptr base) {
                 g->live -= g->slabs.at(base);
                 g->slabs.erase(base);
+                g->freed_bases.push_back(base);
                 ++g->destroys;
               },
           .residency = [](uint64_t address, uint64_t bytes,
-                          bool on_gpu) { g->residency.emplace_back(address, bytes, on_gpu); }};
+                          bool on_gpu) { g->residency.emplace_back(address, bytes, on_gpu); },
+          .lifetime =
+              [](uint64_t address, uint64_t bytes, bool freed) {
+                g->lifetimes.emplace_back(address, bytes, freed);
+                g->order.push_back(freed ? "free" : "alloc");
+              },
+          .discard_page =
+              [](uint64_t page) {
+                g->asked.push_back(page);
+                g->order.push_back("ask");
+                return g->accept && g->accept(page);
+              }};
 }
 
 void complete_all_events() {
@@ -375,66 +432,305 @@ TEST_F(SlabAllocatorTest, AnEndedStreamIsNeverNamedAgainAndItsHandleMayComeBack)
   EXPECT_EQ(alloc(64 * MiB, kS), a);
 }
 
-// --- UMSWAP_DISCARD_FREED ------------------------------------------------------------------------
+// --- lifetime ------------------------------------------------------------------------------------
+
+TEST_F(SlabAllocatorTest, LifetimeHearsEveryBlockHandedOutAndTakenBackInOrder) {
+  const CUdeviceptr a = alloc(100, kS);
+  const CUdeviceptr b = alloc(3 * MiB + 1, kT);
+  release(a, kS);
+  EXPECT_EQ(slabs_->free(a, kS), std::nullopt);  // not a block in use: not heard
+  EXPECT_EQ(slabs_->free_sync(b), std::optional<CUresult>(CUDA_SUCCESS));
+  const CUdeviceptr c = alloc(4 * MiB, kS);
+  using L = std::tuple<uint64_t, uint64_t, bool>;
+  EXPECT_EQ(g->lifetimes, (std::vector<L>{{a, 512, false},
+                                          {b, 3 * MiB + 512, false},
+                                          {a, 512, true},
+                                          {b, 3 * MiB + 512, true},
+                                          {c, 4 * MiB, false}}));
+  g->source_limit = 0;  // a failed allocation hands nothing out
+  CUdeviceptr p = 0;
+  EXPECT_EQ(slabs_->allocate(200 * MiB, kS, &p), CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(g->lifetimes.size(), 5u);
+}
+
+// --- discard modes (UMSWAP_DISCARD_FREED) --------------------------------------------------------
+
+// The 2 MiB pages at `base` + each offset (in MiB).
+std::vector<uint64_t> pages_at(uint64_t base, std::initializer_list<uint64_t> offsets_mib) {
+  std::vector<uint64_t> out;
+  for (uint64_t offset : offsets_mib) out.push_back(base + offset * MiB);
+  return out;
+}
 
 TEST_F(SlabAllocatorTest, DiscardIsOffByDefault) {
+  g->accept = [](uint64_t) { return true; };
   release(alloc(8 * MiB));
+  EXPECT_TRUE(g->asked.empty());
   EXPECT_TRUE(g->discards.empty());
   EXPECT_TRUE(g->prefetches.empty());
 }
 
-TEST_F(SlabAllocatorTest, AFreeDiscardsOnlyTheWhole2MiBPagesInsideTheBlock) {
-  ASSERT_TRUE(slabs_->set_discard_freed(true));
-  const CUdeviceptr a = alloc(MiB + 512, kS);  // [base, base + 1 MiB + 512): no whole page
-  const CUdeviceptr b = alloc(7 * MiB, kS);    // [base + 1 MiB + 512, ...): pages 2..8 MiB
-  ASSERT_EQ(g->slabs.count(a), 1u);            // a starts the (2 MiB aligned) slab
-  g->prefetches.clear();
-  release(a, kS);
-  EXPECT_TRUE(g->discards.empty());
-  release(b, kS);
-  ASSERT_EQ(g->discards.size(), 1u);
-  EXPECT_EQ(g->discards[0], std::make_tuple(a + 2 * MiB, 6 * MiB, kS));
-  EXPECT_EQ(g->residency.back(), std::make_tuple(a + 2 * MiB, 6 * MiB, false));
-  EXPECT_EQ(slabs_->stats().discarded_bytes, 6 * MiB);
-}
-
-TEST_F(SlabAllocatorTest, TheLegacyStreamDiscardsOnThePerThreadStream) {
-  ASSERT_TRUE(slabs_->set_discard_freed(true));
-  const CUdeviceptr a = alloc(64 * MiB, nullptr);
-  release(a, nullptr);
-  ASSERT_EQ(g->discards.size(), 1u);
-  EXPECT_EQ(std::get<2>(g->discards[0]), CU_STREAM_PER_THREAD);
-}
-
-TEST_F(SlabAllocatorTest, AnAllocationPopulatesItsWholePagesInItsStream) {
-  ASSERT_TRUE(slabs_->set_discard_freed(true));
-  const CUdeviceptr a = alloc(5 * MiB, kT);
-  ASSERT_EQ(g->prefetches.size(), 1u);
-  EXPECT_EQ(g->prefetches[0], std::make_tuple(a, 4 * MiB, kT));
-  EXPECT_EQ(g->residency.back(), std::make_tuple(a, 4 * MiB, true));
-  alloc(64 * MiB, nullptr);  // the legacy stream: on the per-thread stream
-  EXPECT_EQ(std::get<2>(g->prefetches.back()), CU_STREAM_PER_THREAD);
-  alloc(4096, kT);  // a small block has no whole page
-  EXPECT_EQ(g->prefetches.size(), 2u);
-}
-
-TEST_F(SlabAllocatorTest, AFailingDiscardTurnsDiscardingOff) {
-  ASSERT_TRUE(slabs_->set_discard_freed(true));
-  g->discard_fails = true;
-  release(alloc(8 * MiB));
-  g->discard_fails = false;
-  g->prefetches.clear();
-  release(alloc(8 * MiB));
-  EXPECT_TRUE(g->discards.empty());
-  EXPECT_TRUE(g->prefetches.empty());
-}
-
-TEST_F(SlabAllocatorTest, DiscardNeedsItsDriverFunctions) {
+TEST_F(SlabAllocatorTest, DiscardModesNeedTheirDriverFunctions) {
   DriverApi d = fake_driver();
   d.mem_discard_batch_async = nullptr;
   SlabAllocator without(d, fake_source());
-  EXPECT_FALSE(without.set_discard_freed(true));
-  EXPECT_TRUE(without.set_discard_freed(false));
+  EXPECT_FALSE(without.set_discard_mode(DiscardMode::planned));
+  EXPECT_FALSE(without.set_discard_mode(DiscardMode::all));
+  EXPECT_TRUE(without.set_discard_mode(DiscardMode::off));
+  DriverApi no_device = fake_driver();
+  no_device.ctx_get_device = nullptr;
+  EXPECT_FALSE(SlabAllocator(no_device, fake_source()).set_discard_mode(DiscardMode::all));
+  EXPECT_TRUE(slabs_->set_discard_mode(DiscardMode::planned));
+  EXPECT_TRUE(slabs_->set_discard_mode(DiscardMode::all));
+}
+
+TEST_F(SlabAllocatorTest, PlannedDiscardsExactlyTheAcceptedPagesInOneCallOnTheFreeingStream) {
+  ASSERT_TRUE(slabs_->set_discard_mode(DiscardMode::planned));
+  const CUdeviceptr a = alloc(MiB + 512, kS);  // [base, base + 1 MiB + 512)
+  const CUdeviceptr b = alloc(7 * MiB, kT);    // [base + 1 MiB + 512, base + 8 MiB + 1024)
+  ASSERT_EQ(g->slabs.count(a), 1u);            // a starts the (2 MiB aligned) slab
+  g->accept = [a](uint64_t page) { return page != a + 4 * MiB; };
+  release(b, kT);
+  // b overlaps the pages at 0..8 MiB. The one at 0 holds live a; the one at 8 MiB lies in the
+  // free rest of the slab, which b merged with.
+  EXPECT_EQ(g->asked, pages_at(a, {2, 4, 6, 8}));
+  ASSERT_EQ(g->discards.size(), 1u);
+  EXPECT_EQ(g->discards[0],
+            (DriverCall{.ranges = {{a + 2 * MiB, 2 * MiB}, {a + 6 * MiB, 4 * MiB}}, .stream = kT}));
+  using R = std::tuple<uint64_t, uint64_t, bool>;
+  EXPECT_EQ(g->residency,
+            (std::vector<R>{{a + 2 * MiB, 2 * MiB, false}, {a + 6 * MiB, 4 * MiB, false}}));
+  // The policy is asked after lifetime heard the free.
+  EXPECT_EQ(g->order, (std::vector<std::string>{"alloc", "alloc", "free", "ask", "ask", "ask",
+                                                "ask", "discard"}));
+  const SlabStats s = slabs_->stats();
+  EXPECT_EQ(s.discarded_bytes, 6 * MiB);
+  EXPECT_EQ(s.discard_calls, 1u);
+  EXPECT_EQ(s.populated_bytes, 0u);
+  EXPECT_EQ(s.populate_calls, 0u);
+  const nlohmann::json j = to_json(s);
+  EXPECT_EQ(j["discard_calls"], 1);
+  EXPECT_EQ(j["populate_calls"], 0);
+  EXPECT_EQ(j["discarded_bytes"], 6 * MiB);
+}
+
+TEST_F(SlabAllocatorTest, TheLegacyStreamDiscardsAndPopulatesOnThePerThreadStream) {
+  ASSERT_TRUE(slabs_->set_discard_mode(DiscardMode::all));
+  const CUdeviceptr a = alloc(64 * MiB, nullptr);
+  release(a, nullptr);
+  ASSERT_EQ(g->discards.size(), 1u);
+  EXPECT_EQ(g->discards[0],
+            (DriverCall{.ranges = {{a, 64 * MiB}}, .stream = CU_STREAM_PER_THREAD}));
+  EXPECT_EQ(alloc(4 * MiB, CU_STREAM_LEGACY), a);
+  ASSERT_EQ(g->prefetches.size(), 1u);
+  EXPECT_EQ(g->prefetches[0],
+            (DriverCall{.ranges = {{a, 4 * MiB}}, .stream = CU_STREAM_PER_THREAD}));
+}
+
+TEST_F(SlabAllocatorTest, APageSharedByTwoBlocksIsACandidateOnlyAtTheSecondFree) {
+  ASSERT_TRUE(slabs_->set_discard_mode(DiscardMode::all));
+  const CUdeviceptr a = alloc(3 * MiB);  // [0, 3 MiB)
+  const CUdeviceptr b = alloc(3 * MiB);  // [3, 6 MiB): shares the page at 2 MiB with a
+  alloc(58 * MiB);                       // fills the slab
+  release(a);
+  ASSERT_EQ(g->discards.size(), 1u);
+  EXPECT_EQ(g->discards[0], (DriverCall{.ranges = {{a, 2 * MiB}}, .stream = kS}));
+  release(b);
+  ASSERT_EQ(g->discards.size(), 2u);
+  EXPECT_EQ(g->discards[1], (DriverCall{.ranges = {{a + 2 * MiB, 4 * MiB}}, .stream = kS}));
+  EXPECT_TRUE(g->asked.empty());  // mode all asks no policy
+  EXPECT_EQ(slabs_->stats().discarded_bytes, 6 * MiB);
+}
+
+TEST_F(SlabAllocatorTest, APageDiscardedAlreadyIsNeitherAskedAboutNorDiscardedAgain) {
+  ASSERT_TRUE(slabs_->set_discard_mode(DiscardMode::planned));
+  g->accept = [](uint64_t) { return true; };
+  const CUdeviceptr a = alloc(4 * MiB);
+  alloc(4 * MiB);
+  release(a);
+  EXPECT_EQ(g->asked, pages_at(a, {0, 2}));
+  g->asked.clear();
+  release(a + 4 * MiB);  // merges with a's discarded pages and the rest of the slab
+  EXPECT_EQ(g->asked, pages_at(a, {4, 6}));
+  ASSERT_EQ(g->discards.size(), 2u);
+  EXPECT_EQ(g->discards[1], (DriverCall{.ranges = {{a + 4 * MiB, 4 * MiB}}, .stream = kS}));
+}
+
+TEST_F(SlabAllocatorTest, ANeighbourFreedByAnotherStreamAndStillPendingKeepsItsPagesOut) {
+  ASSERT_TRUE(slabs_->set_discard_mode(DiscardMode::all));
+  const CUdeviceptr a = alloc(3 * MiB, kS);  // [0, 3 MiB)
+  const CUdeviceptr b = alloc(3 * MiB, kS);  // [3, 6 MiB)
+  alloc(58 * MiB, kS);                       // fills the slab
+  release(a, kT);
+  alloc(4 * MiB, kS);  // finds no room on s: records t's event for a, which stays pending
+  ASSERT_EQ(g->records, 1);
+  ASSERT_EQ(g->events[0]->stream, kT);
+  ASSERT_FALSE(g->events[0]->complete);
+  release(b, kS);  // a is not safe for s: no merge, so the shared page is no candidate
+  ASSERT_EQ(g->discards.size(), 2u);
+  EXPECT_EQ(g->discards[0], (DriverCall{.ranges = {{a, 2 * MiB}}, .stream = kT}));
+  EXPECT_EQ(g->discards[1], (DriverCall{.ranges = {{a + 4 * MiB, 2 * MiB}}, .stream = kS}));
+}
+
+TEST_F(SlabAllocatorTest, AnAllocationPopulatesExactlyTheDiscardedPagesItOverlapsInOneCall) {
+  ASSERT_TRUE(slabs_->set_discard_mode(DiscardMode::planned));
+  const CUdeviceptr a = alloc(64 * MiB);
+  const auto chosen = pages_at(a, {0, 2, 6, 10});
+  g->accept = [&](uint64_t page) { return std::ranges::find(chosen, page) != chosen.end(); };
+  release(a);
+  ASSERT_EQ(g->discards.size(), 1u);
+  g->residency.clear();
+  // [0, 7 MiB + 512) on t (once s passed the free): the pages at 0, 2 and 6 MiB, the last one
+  // only partly covered.
+  g->events_complete_at_once = true;
+  const CUdeviceptr b = alloc(7 * MiB + 1, kT);
+  ASSERT_EQ(b, a);
+  ASSERT_EQ(g->prefetches.size(), 1u);
+  EXPECT_EQ(g->prefetches[0],
+            (DriverCall{.ranges = {{a, 4 * MiB}, {a + 6 * MiB, 2 * MiB}}, .stream = kT}));
+  using R = std::tuple<uint64_t, uint64_t, bool>;
+  EXPECT_EQ(g->residency, (std::vector<R>{{a, 4 * MiB, true}, {a + 6 * MiB, 2 * MiB, true}}));
+  EXPECT_EQ(slabs_->stats().populated_bytes, 6 * MiB);
+  EXPECT_EQ(slabs_->stats().populate_calls, 1u);
+  // The next block, [7 MiB + 512, 12 MiB + 512), overlaps the page at 6 MiB (populated already)
+  // and the one at 10 MiB.
+  const CUdeviceptr c = alloc(5 * MiB, kT);
+  ASSERT_EQ(c, a + 7 * MiB + 512);
+  ASSERT_EQ(g->prefetches.size(), 2u);
+  EXPECT_EQ(g->prefetches[1], (DriverCall{.ranges = {{a + 10 * MiB, 2 * MiB}}, .stream = kT}));
+  // Freed and allocated again with the policy refusing: nothing left to populate.
+  g->accept = {};
+  release(b, kT);
+  release(c, kT);
+  EXPECT_EQ(alloc(12 * MiB, kT), a);
+  EXPECT_EQ(g->prefetches.size(), 2u);
+  EXPECT_EQ(g->discards.size(), 1u);
+}
+
+TEST_F(SlabAllocatorTest, AnotherStreamsAllocationOverDiscardedPagesWaitsLikeAnyOther) {
+  ASSERT_TRUE(slabs_->set_discard_mode(DiscardMode::all));
+  const CUdeviceptr a = alloc(64 * MiB, kS);
+  release(a, kS);
+  const CUdeviceptr b = alloc(64 * MiB, kT);  // s's event pending: a new slab, never discarded
+  EXPECT_NE(b, a);
+  EXPECT_TRUE(g->prefetches.empty());
+  complete_all_events();
+  release(b, kT);
+  EXPECT_EQ(alloc(64 * MiB, kT), a);    // the lower of the two free slabs
+  ASSERT_EQ(g->prefetches.size(), 1u);  // 32 contiguous pages: one range
+  EXPECT_EQ(g->prefetches[0], (DriverCall{.ranges = {{a, 64 * MiB}}, .stream = kT}));
+}
+
+TEST_F(SlabAllocatorTest, APolicyRefusingEverythingMakesNoDriverCalls) {
+  ASSERT_TRUE(slabs_->set_discard_mode(DiscardMode::planned));
+  g->accept = [](uint64_t) { return false; };
+  const CUdeviceptr a = alloc(20 * MiB);
+  const CUdeviceptr b = alloc(30 * MiB, kT);
+  release(a);
+  release(b, kT);
+  release(alloc(40 * MiB, kS));
+  EXPECT_FALSE(g->asked.empty());
+  EXPECT_TRUE(g->discards.empty());
+  EXPECT_TRUE(g->prefetches.empty());
+  EXPECT_TRUE(g->residency.empty());
+  EXPECT_EQ(slabs_->stats().discard_calls, 0u);
+}
+
+TEST_F(SlabAllocatorTest, FreeSyncDiscardsNothing) {
+  ASSERT_TRUE(slabs_->set_discard_mode(DiscardMode::all));
+  EXPECT_EQ(slabs_->free_sync(alloc(64 * MiB)), std::optional<CUresult>(CUDA_SUCCESS));
+  EXPECT_TRUE(g->discards.empty());
+}
+
+TEST_F(SlabAllocatorTest, TheDiscardIsEnqueuedBeforeTheFreesEvent) {
+  ASSERT_TRUE(slabs_->set_discard_mode(DiscardMode::all));
+  // The per-thread stream records its event at the free itself.
+  const CUdeviceptr a = alloc(64 * MiB, CU_STREAM_PER_THREAD);
+  release(a, CU_STREAM_PER_THREAD);
+  EXPECT_EQ(g->order, (std::vector<std::string>{"alloc", "free", "discard", "record"}));
+  ASSERT_EQ(g->discards.size(), 1u);
+  EXPECT_EQ(g->discards[0].stream, CU_STREAM_PER_THREAD);
+  // The event covers the merged block: another thread's stream waits for it.
+  CUdeviceptr other = 0;
+  std::thread([&] {
+    ASSERT_EQ(slabs_->allocate(64 * MiB, CU_STREAM_PER_THREAD, &other), CUDA_SUCCESS);
+  }).join();
+  EXPECT_NE(other, a);
+  // Another stream's event is recorded later, when a stream finds no room: after the discard.
+  g->order.clear();
+  const CUdeviceptr b = alloc(64 * MiB, kS);
+  release(b, kS);
+  alloc(64 * MiB, kT);
+  EXPECT_EQ(g->order, (std::vector<std::string>{"alloc", "free", "discard", "record", "alloc"}));
+}
+
+TEST_F(SlabAllocatorTest, AFailingDiscardTurnsDiscardingOffWithOneWarning) {
+  ASSERT_TRUE(slabs_->set_discard_mode(DiscardMode::all));
+  const CUdeviceptr a = alloc(4 * MiB);
+  alloc(4 * MiB);
+  alloc(56 * MiB);  // fills the slab
+  release(a);       // discards the pages at 0 and 2 MiB
+  ASSERT_EQ(g->discards.size(), 1u);
+  testing::internal::CaptureStderr();
+  g->discard_fails = true;
+  release(a + 4 * MiB);
+  g->discard_fails = false;
+  release(alloc(8 * MiB, kT));  // another slab: would be discarded
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(g->discards.size(), 1u);
+  // The pages discarded before are forgotten: an allocation over them populates nothing.
+  EXPECT_EQ(alloc(8 * MiB, kS), a);
+  EXPECT_TRUE(g->prefetches.empty());
+  size_t warnings = 0;
+  for (size_t at = err.find("cuMemDiscardBatchAsync failed"); at != std::string::npos;
+       at = err.find("cuMemDiscardBatchAsync failed", at + 1)) {
+    ++warnings;
+  }
+  EXPECT_EQ(warnings, 1u) << err;
+  EXPECT_EQ(slabs_->stats().discard_calls, 1u);
+}
+
+TEST_F(SlabAllocatorTest, AFailingPopulateTurnsDiscardingOff) {
+  ASSERT_TRUE(slabs_->set_discard_mode(DiscardMode::all));
+  const CUdeviceptr a = alloc(64 * MiB);
+  release(a);
+  testing::internal::CaptureStderr();
+  g->prefetch_fails = true;
+  EXPECT_EQ(alloc(4 * MiB), a);  // the block is still handed out
+  g->prefetch_fails = false;
+  EXPECT_EQ(alloc(4 * MiB), a + 4 * MiB);  // discarded once, but forgotten now
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("cuMemDiscardAndPrefetchBatchAsync failed"), std::string::npos) << err;
+  EXPECT_TRUE(g->prefetches.empty());
+  release(a);
+  EXPECT_EQ(g->discards.size(), 1u);
+  EXPECT_EQ(slabs_->stats().populate_calls, 0u);
+}
+
+TEST_F(SlabAllocatorTest, TurningDiscardsOffForgetsTheDiscardedPages) {
+  ASSERT_TRUE(slabs_->set_discard_mode(DiscardMode::all));
+  const CUdeviceptr a = alloc(64 * MiB);
+  release(a);
+  ASSERT_TRUE(slabs_->set_discard_mode(DiscardMode::off));
+  ASSERT_TRUE(slabs_->set_discard_mode(DiscardMode::all));
+  EXPECT_EQ(alloc(64 * MiB), a);
+  EXPECT_TRUE(g->prefetches.empty());
+}
+
+TEST_F(SlabAllocatorTest, AGivenBackSlabForgetsItsDiscardedPages) {
+  ASSERT_TRUE(slabs_->set_discard_mode(DiscardMode::all));
+  g->source_limit = 128 * MiB;
+  g->reuse_bases = true;
+  const CUdeviceptr a = alloc(64 * MiB);
+  const CUdeviceptr b = alloc(64 * MiB);
+  release(a);
+  release(b);
+  ASSERT_EQ(g->discards.size(), 2u);
+  // 100 MiB fits in neither slab: both go back, and the new slab starts where one of them did.
+  const CUdeviceptr c = alloc(100 * MiB);
+  ASSERT_EQ(g->destroys, 2);
+  ASSERT_TRUE(c == a || c == b);
+  EXPECT_TRUE(g->prefetches.empty());
 }
 
 TEST_F(SlabAllocatorTest, TheLegacyStreamHandleIsTheNullStream) {
@@ -520,6 +816,103 @@ TEST_F(SlabAllocatorTest, RandomWorkloadNeverHandsOutMemoryAStreamMayStillUse) {
   const SlabStats s = slabs_->stats();
   EXPECT_EQ(s.blocks_in_use, live.size());
   EXPECT_LE(s.slab_bytes, s.slab_bytes_peak);
+}
+
+// Random allocations and frees on two streams, a random policy, slabs given back and made again
+// at the same bases. A model of the discarded pages checks that a discard never touches a live
+// block nor a page discarded already, and that an allocation populates exactly the discarded
+// pages it overlaps (none of which overlaps another live block), in at most one call each.
+TEST_F(SlabAllocatorTest, RandomWorkloadNeverDiscardsOrPopulatesLiveData) {
+  ASSERT_TRUE(slabs_->set_discard_mode(DiscardMode::planned));
+  std::mt19937_64 rng(7);
+  g->accept = [&rng](uint64_t) { return rng() % 3 != 0; };
+  g->source_limit = 256 * MiB;
+  g->reuse_bases = true;
+  std::map<CUdeviceptr, uint64_t> live;  // address -> rounded size
+  uint64_t live_bytes = 0;
+  int refused = 0;
+  std::set<uint64_t> discarded;
+  const auto overlaps_live = [&](uint64_t address, uint64_t bytes, CUdeviceptr except) {
+    for (const auto& [p, size] : live) {
+      if (p != except && p < address + bytes && address < p + size) return true;
+    }
+    return false;
+  };
+  const auto pages_of = [](const DriverCall& call) {
+    std::vector<uint64_t> out;
+    for (const auto& [address, bytes] : call.ranges) {
+      EXPECT_EQ(address % (2 * MiB), 0u);
+      EXPECT_EQ(bytes % (2 * MiB), 0u);
+      for (uint64_t page = address; page < address + bytes; page += 2 * MiB) out.push_back(page);
+    }
+    return out;
+  };
+  const CUstream streams[2] = {kS, kT};
+  for (int step = 0; step < 4000; ++step) {
+    if (rng() % 7 == 0) complete_all_events();
+    const size_t discards_before = g->discards.size();
+    const size_t prefetches_before = g->prefetches.size();
+    if (!live.empty() && (live_bytes > 128 * MiB || rng() % 2 == 0)) {
+      auto it = live.begin();
+      std::advance(it, static_cast<long>(rng() % live.size()));
+      const CUdeviceptr p = it->first;
+      live_bytes -= it->second;
+      live.erase(it);
+      if (rng() % 50 == 0) {
+        ASSERT_EQ(slabs_->free_sync(p), std::optional<CUresult>(CUDA_SUCCESS));
+        ASSERT_EQ(g->discards.size(), discards_before) << "step " << step;
+      } else {
+        release(p, streams[rng() % 2]);
+      }
+      ASSERT_LE(g->discards.size(), discards_before + 1) << "step " << step;
+      ASSERT_EQ(g->prefetches.size(), prefetches_before) << "step " << step;
+      for (size_t i = discards_before; i < g->discards.size(); ++i) {
+        for (uint64_t page : pages_of(g->discards[i])) {
+          ASSERT_FALSE(overlaps_live(page, 2 * MiB, 0)) << "step " << step;
+          ASSERT_TRUE(discarded.insert(page).second) << "discarded twice, step " << step;
+        }
+      }
+      continue;
+    }
+    const uint64_t size = rng() % 3 == 0 ? 1 + rng() % (64 * KiB) : 1 + rng() % (24 * MiB);
+    CUdeviceptr p = 0;
+    const CUresult status = slabs_->allocate(size, streams[rng() % 2], &p);
+    if (status == CUDA_ERROR_OUT_OF_MEMORY) {  // the limit, with fragmentation: nothing happens
+      ++refused;
+      ASSERT_EQ(g->discards.size(), discards_before);
+      ASSERT_EQ(g->prefetches.size(), prefetches_before);
+      continue;
+    }
+    ASSERT_EQ(status, CUDA_SUCCESS);
+    const uint64_t rounded = (size + 511) / 512 * 512;
+    live[p] = rounded;
+    live_bytes += rounded;
+    // Slabs given back forget their pages.
+    std::erase_if(discarded, [](uint64_t page) {
+      auto slab = g->slabs.upper_bound(page);
+      return slab == g->slabs.begin() || page - std::prev(slab)->first >= std::prev(slab)->second;
+    });
+    ASSERT_EQ(g->discards.size(), discards_before) << "step " << step;
+    ASSERT_LE(g->prefetches.size(), prefetches_before + 1) << "step " << step;
+    for (size_t i = prefetches_before; i < g->prefetches.size(); ++i) {
+      for (uint64_t page : pages_of(g->prefetches[i])) {
+        ASSERT_EQ(discarded.erase(page), 1u) << "populated a page never discarded, step " << step;
+        ASSERT_TRUE(page < p + rounded && p < page + 2 * MiB) << "step " << step;
+        ASSERT_FALSE(overlaps_live(page, 2 * MiB, p)) << "step " << step;
+      }
+    }
+    for (uint64_t page : discarded) {
+      ASSERT_FALSE(page < p + rounded && p < page + 2 * MiB)
+          << "a discarded page left unpopulated under a new block, step " << step;
+    }
+  }
+  const SlabStats s = slabs_->stats();
+  EXPECT_GT(s.discard_calls, 100u);
+  EXPECT_GT(s.populate_calls, 100u);
+  EXPECT_GT(s.slabs_released, 0u);
+  EXPECT_LT(refused, 400);
+  EXPECT_EQ(s.discard_calls, g->discards.size());
+  EXPECT_EQ(s.populate_calls, g->prefetches.size());
 }
 
 }  // namespace

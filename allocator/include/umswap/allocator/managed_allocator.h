@@ -58,6 +58,17 @@ struct AllocatorStats {
 };
 nlohmann::json to_json(const AllocatorStats& stats);
 
+// What stream-ordered allocations from slabs do beyond allocating (slab_allocator.h): the
+// discard mode, and who hears of residency changes and block lifetimes, and decides which dead
+// pages to discard (DiscardMode::planned). The functions may be empty; they are called under the
+// slab allocator's mutex, so they must be cheap and must not call back into the allocator.
+struct SlabHooks {
+  DiscardMode discards = DiscardMode::off;
+  std::function<void(uint64_t address, uint64_t bytes, bool on_gpu)> residency;
+  std::function<void(uint64_t address, uint64_t bytes, bool freed)> lifetime;
+  std::function<bool(uint64_t page)> discard_page;
+};
+
 class ManagedAllocator {
  public:
   // `slabs`: serve stream-ordered allocations from slabs (needs the driver's event functions;
@@ -92,10 +103,10 @@ class ManagedAllocator {
   std::optional<CUresult> free(CUdeviceptr ptr);
   std::optional<CUresult> free_async(CUdeviceptr ptr, CUstream stream);
 
-  // Slabs only, before the first allocation: UMSWAP_DISCARD_FREED (slab_allocator.h), and who
-  // hears of the ranges it discards or populates. False (and nothing changes) when the driver
-  // lacks the functions or there are no slabs.
-  bool configure_slabs(bool discard_freed, std::function<void(uint64_t, uint64_t, bool)> residency);
+  // Slabs only, before the first allocation (the hooks are not guarded against allocations
+  // running meanwhile). False (and nothing changes) when there are no slabs, or when the driver
+  // lacks the discard functions for a mode other than off.
+  bool configure_slabs(SlabHooks hooks);
 
   // The program destroys `stream` (before the real call).
   void stream_ends(CUstream stream) {
@@ -143,7 +154,7 @@ class ManagedAllocator {
   std::atomic<size_t> pitch_alignment_{0};
 
   std::unique_ptr<SlabAllocator> slabs_;
-  std::function<void(uint64_t, uint64_t, bool)> residency_;
+  SlabHooks hooks_;  // what the SlabSource made in the constructor forwards to
   std::once_flag pool_once_;
   std::atomic<CUmemoryPool> pool_{nullptr};
 };

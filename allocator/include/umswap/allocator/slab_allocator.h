@@ -26,14 +26,27 @@
 //   * When no slab can be created (the cap, or the driver), allocate() waits for every pending
 //     event, gives wholly free slabs back through `SlabSource::destroy`, and tries again before it
 //     returns the error.
-//   * set_discard_freed(true) (UMSWAP_DISCARD_FREED, experimental): a free discards the whole
-//     2 MiB pages inside the block (cuMemDiscardBatchAsync, in the freeing stream's order; on the
-//     per-thread stream when the program frees on the legacy stream, which that API refuses,
-//     and which the legacy stream waits for), so dead tensors leave the GPU without a transfer;
-//     an allocation discards-and-prefetches its whole 2 MiB pages to the GPU
-//     (cuMemDiscardAndPrefetchBatchAsync, same streams: a new block's content is undefined
-//     anyway), which populates them without a transfer rather than by faults. A failing call
-//     turns it off with one warning.
+//   * set_discard_mode(): `planned` (UMSWAP_LIFETIMES=1, the default when an advisor runs) or
+//     `all` (UMSWAP_DISCARD_FREED, an experiment) drops dead 2 MiB pages from the GPU without a
+//     transfer. At a stream-ordered free (free(), not free_sync()) of [a, a + size),
+//     once the block is marked free and merged with its neighbours, the candidates are the whole
+//     2 MiB pages (aligned in absolute addresses) that lie inside the merged free block, overlap
+//     [a, a + size) and are not discarded already: a page shared by two blocks becomes one when
+//     the second is freed, and a neighbour another stream freed, not yet safe to merge, keeps its
+//     pages out. `planned` discards the candidates `SlabSource::discard_page` accepts (none
+//     without it), `all` every candidate. The chosen pages go in one cuMemDiscardBatchAsync on
+//     the freeing stream (on the per-thread stream when the program frees on the legacy stream,
+//     which that API refuses, and which the legacy stream waits for), before any event recorded
+//     for the free, so the event covers the discard too.
+//     Discarded pages are remembered while they stay free (a slab given back forgets its own).
+//     An allocation on stream t populates the remembered pages it overlaps, edge pages included
+//     (they hold no live data: nothing touched them since), with one
+//     cuMemDiscardAndPrefetchBatchAsync to the current device on t (same stream rule), and
+//     forgets them. Pages never discarded are left to the driver.
+//     A failing call turns the mode off with one warning. Turning the mode off (a call or a
+//     failure) forgets every discarded page: none is populated after that, and a forgotten page
+//     is populated by the driver on its first touch, as managed memory always is (only the
+//     transfer-free population is lost; `residency` hears nothing of it).
 //   * Errors come back as CUresult; nothing throws except std::bad_alloc.
 // Thread safety: every member may be called from any thread; one mutex guards everything.
 #pragma once
@@ -58,15 +71,27 @@
 
 namespace umswap {
 
-// Where slabs come from and go back to.
+// Which dead pages a free discards (contract above): none, those SlabSource::discard_page
+// accepts, or every candidate.
+enum class DiscardMode { off, planned, all };
+
+// Where slabs come from and go back to, and who hears what happens in them.
 struct SlabSource {
   // `context`: what allocate()'s context function gave (the caller's call site, for the slab's
   // identity), asked only when a slab is made.
   std::function<CUresult(uint64_t bytes, uint64_t context, CUdeviceptr* out)> create;
   std::function<void(CUdeviceptr base)> destroy;
-  // With discard_freed: a range was discarded (false) or populated on the GPU (true). May be
-  // empty.
+  // With a discard mode: a range was discarded (false) or populated on the GPU (true).
   std::function<void(uint64_t address, uint64_t bytes, bool on_gpu)> residency;
+  // Every block allocate() hands out (freed false) and free() or free_sync() takes back (freed
+  // true): its start and its rounded size (what live_block() gives).
+  std::function<void(uint64_t address, uint64_t bytes, bool freed)> lifetime;
+  // DiscardMode::planned: whether to discard the candidate 2 MiB page at `page` (see the
+  // contract above); asked at stream-ordered frees, after `lifetime` heard the free.
+  std::function<bool(uint64_t page)> discard_page;
+  // `residency`, `lifetime` and `discard_page` may be empty. They are called under the
+  // allocator's mutex, on the thread that allocates or frees: they must be cheap and must not
+  // call back into the allocator (it would deadlock).
 };
 
 struct SlabStats {
@@ -80,8 +105,10 @@ struct SlabStats {
   uint64_t bytes_in_use_peak = 0;
   uint64_t events_recorded = 0;  // cross-stream reuse and per-thread-stream frees
   uint64_t pressure_waits = 0;   // allocations that had to wait for events or release slabs
-  uint64_t discarded_bytes = 0;  // discard_freed: dead bytes dropped from the GPU at frees
-  uint64_t populated_bytes = 0;  // discard_freed: bytes prefetched to the GPU at allocations
+  uint64_t discarded_bytes = 0;  // discard mode: dead bytes dropped from the GPU at frees
+  uint64_t populated_bytes = 0;  // discard mode: discarded bytes populated at allocations
+  uint64_t discard_calls = 0;    // cuMemDiscardBatchAsync calls that succeeded
+  uint64_t populate_calls = 0;   // cuMemDiscardAndPrefetchBatchAsync calls that succeeded
 };
 nlohmann::json to_json(const SlabStats& stats);
 
@@ -107,9 +134,10 @@ class SlabAllocator final : public BlockFinder {
   std::optional<CUresult> free(CUdeviceptr ptr, CUstream stream);
   std::optional<CUresult> free_sync(CUdeviceptr ptr);
   void stream_ends(CUstream stream);
-  // Needs mem_discard_batch_async, mem_discard_and_prefetch_batch_async and ctx_get_device;
-  // false without them.
-  bool set_discard_freed(bool on);
+  // A mode other than off needs mem_discard_batch_async, mem_discard_and_prefetch_batch_async
+  // and ctx_get_device: false (and nothing changes) without them. Off forgets the discarded
+  // pages.
+  bool set_discard_mode(DiscardMode mode);
 
   // The block in use that holds `address`: [first, second). nullopt for free space and for
   // addresses outside every slab.
@@ -136,12 +164,16 @@ class SlabAllocator final : public BlockFinder {
 
   uint64_t stream_tag(CUstream stream) const;
   std::optional<CUresult> release(CUdeviceptr ptr, uint64_t tag, CUstream stream, bool record_now);
-  void discard(uint64_t address, uint64_t size, CUstream stream);
-  void populate(uint64_t address, uint64_t size, CUstream stream);
+  // The candidate pages of a free of [address, address + size) inside the free block `merged`.
+  void discard_dead_pages(uint64_t address, uint64_t size,
+                          std::map<uint64_t, Block>::iterator merged, CUstream stream);
+  void populate_discarded(uint64_t address, uint64_t size, CUstream stream);
+  void stop_discarding(const char* call, CUresult status);
   std::map<uint64_t, Block>::iterator find_fit(uint64_t size, bool small, uint64_t tag);
   CUresult new_slab(uint64_t size, bool small, const Context& context);
   void place(std::map<uint64_t, Block>::iterator it, uint64_t size);
-  void mark_free(std::map<uint64_t, Block>::iterator it);
+  // Returns the free block `it` ended up in.
+  std::map<uint64_t, Block>::iterator mark_free(std::map<uint64_t, Block>::iterator it);
   std::map<uint64_t, Block>::iterator coalesce(std::map<uint64_t, Block>::iterator it);
   // Merges `right` (the block after `left`) into `left` when both are free, in one slab, and
   // merge_into allows it.
@@ -164,7 +196,10 @@ class SlabAllocator final : public BlockFinder {
   std::set<std::pair<uint64_t, uint64_t>> free_by_size_[2];  // (size, address); [small]
   uint64_t seq_ = 0;
   uint64_t retired_ = 0;  // streams that ended
-  bool discard_freed_ = false;
+  DiscardMode discard_mode_ = DiscardMode::off;
+  std::set<uint64_t> discarded_;           // discarded pages (2 MiB aligned) not handed out since
+  std::vector<CUdeviceptr> range_starts_;  // scratch for the batched driver calls
+  std::vector<size_t> range_sizes_;
   std::set<uint64_t> pending_;  // addresses of the free blocks that carry an event
   SlabStats stats_;
 };

@@ -20,8 +20,8 @@ void sort_unique(std::vector<Seen>& seen) {
   seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
 }
 
-// End of the extent starting at `hit`: the next larger pointer into its buffer, or the end of
-// the allocation it lies in (the buffer's, or its block's in a slab).
+// End of the extent starting at `hit`: the next larger pointer into its buffer in `seen`, or the
+// end of the allocation it lies in (the buffer's, or its block's in a slab).
 uint64_t extent_end(const PointerHit& hit, const std::vector<Seen>& seen) {
   const uint64_t buffer_end = hit.base + hit.size;
   const uint64_t end = hit.limit > hit.pointer && hit.limit < buffer_end ? hit.limit : buffer_end;
@@ -39,21 +39,23 @@ void compute_extents(std::span<const std::span<const PointerHit>> steps,
   accesses.clear();
   step_first.clear();
   step_first.reserve(steps.size() + 1);
-  std::vector<Seen> seen;
+  std::vector<Seen> in_iteration, in_step;
   if (scope == ExtentScope::iteration) {
-    for (const auto& hits : steps) collect(hits, seen);
-    sort_unique(seen);
+    for (const auto& hits : steps) collect(hits, in_iteration);
+    sort_unique(in_iteration);
   }
   for (const auto& hits : steps) {
     step_first.push_back(accesses.size());
-    if (scope == ExtentScope::step) {
-      seen.clear();
-      collect(hits, seen);
-      sort_unique(seen);
-    }
+    in_step.clear();
+    collect(hits, in_step);
+    sort_unique(in_step);
     for (const PointerHit& h : hits) {
       if (h.pointer < h.base || h.pointer - h.base >= h.size) continue;  // not a hit at all
-      const uint64_t end = extent_end(h, seen);
+      // A slab block's own end is known; other steps' pointers into the slab are other tensors'
+      // (its space holds different tensors at different times): only this step's may end it.
+      const bool in_block = h.limit != 0;
+      const uint64_t end =
+          extent_end(h, scope == ExtentScope::step || in_block ? in_step : in_iteration);
       accesses.push_back(trace::Access{.buffer = buffer_index(h.buffer),
                                        .offset = h.pointer - h.base,
                                        .length = end - h.pointer});

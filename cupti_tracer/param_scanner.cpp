@@ -17,8 +17,11 @@ void scan_bytes(const std::byte* bytes, size_t size, const Registry::Snapshot& s
       // In a slab, a value in free space is no allocation of the program's: not a pointer.
       const std::optional<uint64_t> end = snapshot.allocation_end(*r, value);
       if (!end) continue;
-      hits.push_back(
-          {.buffer = r->id, .base = r->base, .size = r->size, .pointer = value, .limit = *end});
+      hits.push_back({.buffer = r->id,
+                      .base = r->base,
+                      .size = r->size,
+                      .pointer = value,
+                      .limit = r->slab ? *end : 0});
     }
   }
 }

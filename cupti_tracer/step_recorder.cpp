@@ -55,8 +55,11 @@ uint64_t StepRecorder::record_copy(trace::StepKind kind, uint32_t key, CUstream 
       const std::optional<uint64_t> end = r ? snapshot.allocation_end(*r, ptr) : std::nullopt;
       if (end && (scratch_.empty() || scratch_.front().buffer != r->id ||
                   scratch_.front().pointer != ptr)) {
-        scratch_.push_back(
-            {.buffer = r->id, .base = r->base, .size = r->size, .pointer = ptr, .limit = *end});
+        scratch_.push_back({.buffer = r->id,
+                            .base = r->base,
+                            .size = r->size,
+                            .pointer = ptr,
+                            .limit = r->slab ? *end : 0});
       }
     }
   }

@@ -86,6 +86,16 @@ TEST(Extents, ANextPointerInsideTheBlockStillEndsTheExtent) {
   EXPECT_EQ(r.per_step[0], (std::vector<Range>{{0, 0, 2048}, {0, 2048, 6144}}));
 }
 
+TEST(Extents, InASlabOnlyTheSameStepsPointersEndAnExtent) {
+  // The slab holds a 8192-byte tensor at 0 in step 0, later a tensor at 2048 (after the first was
+  // freed): the later pointer must not cut the first tensor's extent, though it would in a
+  // caching allocator's segment (PointersPackedInOneSegment, NextPointerAcrossTheIteration).
+  const Result r = extents({{block(0, 8192)}, {block(2048, 4096)}, {block(0, 8192)}});
+  EXPECT_EQ(r.per_step[0], (std::vector<Range>{{0, 0, 8192}}));
+  EXPECT_EQ(r.per_step[1], (std::vector<Range>{{0, 2048, 2048}}));
+  EXPECT_EQ(r.per_step[2], (std::vector<Range>{{0, 0, 8192}}));
+}
+
 TEST(Extents, ALimitOutsideTheBufferIsIgnored) {
   PointerHit h = seg(100);
   h.limit = kSeg + kSegSize + 4096;  // past the buffer: the buffer's end counts

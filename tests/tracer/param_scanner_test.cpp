@@ -62,7 +62,7 @@ std::vector<std::byte> packed_with(size_t size, size_t offset, uint64_t value) {
 }
 
 PointerHit hit(BufferId id, uint64_t base, uint64_t size, uint64_t pointer) {
-  return {.buffer = id, .base = base, .size = size, .pointer = pointer, .limit = base + size};
+  return {.buffer = id, .base = base, .size = size, .pointer = pointer, .limit = 0};
 }
 
 TEST_F(ParamScanner, DirectPointerParameters) {

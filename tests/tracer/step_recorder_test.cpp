@@ -85,7 +85,7 @@ class StepRecorderTest : public ::testing::Test {
 };
 
 PointerHit hit(BufferId id, uint64_t base, uint64_t size, uint64_t pointer) {
-  return {.buffer = id, .base = base, .size = size, .pointer = pointer, .limit = base + size};
+  return {.buffer = id, .base = base, .size = size, .pointer = pointer, .limit = 0};
 }
 
 TEST_F(StepRecorderTest, KernelsAndCopiesAreScannedLoggedAndObserved) {

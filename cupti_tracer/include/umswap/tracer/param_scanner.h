@@ -58,8 +58,8 @@ struct PointerHit {
   uint64_t base = 0;     // the buffer's base address
   uint64_t size = 0;     // the buffer's size in bytes
   uint64_t pointer = 0;  // the value found: base <= pointer < base + size
-  // End of the program's allocation around `pointer`: base + size, or inside a slab of
-  // sub-allocated memory the end of the live block (Registry::Snapshot::allocation_end).
+  // Inside a slab of sub-allocated memory: the end of the program's live block around `pointer`
+  // (Registry::Snapshot::allocation_end). 0 for any other buffer (its end is base + size).
   uint64_t limit = 0;
 
   friend bool operator==(const PointerHit&, const PointerHit&) = default;

@@ -36,10 +36,39 @@ constexpr uint32_t kDivergeRun = 8;  // consecutive launches off the plan that e
 // cudnn_vgg16); 2^62 is ahead of every launch index and within the comparison's half range.
 constexpr uint64_t kReleased = uint64_t{1} << 62;
 
+// The iteration's slab lifetimes for the planner: the events logged after launch `first` up to
+// the iteration's last launch, inside the plan's buffers (by base address; others are skipped).
+void append_lifetimes(const std::vector<tracer::LifetimeEvent>& events, uint64_t first,
+                      const std::vector<uint64_t>& bases, PlanInput& in) {
+  std::vector<std::pair<uint64_t, uint32_t>> by_base;
+  for (size_t b = 0; b < bases.size(); ++b) by_base.emplace_back(bases[b], b);
+  std::sort(by_base.begin(), by_base.end());
+  for (const tracer::LifetimeEvent& e : events) {
+    if (e.before_step <= first || e.bytes == 0) continue;
+    auto it = std::upper_bound(by_base.begin(), by_base.end(), std::pair{e.address, UINT32_MAX});
+    if (it == by_base.begin()) continue;
+    --it;
+    const uint64_t size = in.buffer_sizes[it->second];
+    const uint64_t offset = e.address - it->first;
+    if (offset >= size || e.bytes > size - offset) continue;
+    in.lifetimes.push_back(
+        {static_cast<uint32_t>(e.before_step - first - 1), e.freed, {it->second, offset, e.bytes}});
+  }
+}
+
 void sleep_us(long us) {
   timespec ts{0, us * 1000};
   nanosleep(&ts, nullptr);
 }
+
+constexpr uint64_t kPage = uint64_t{2} << 20;  // the slab allocator's discard unit
+
+// The plan's drops by 2 MiB page of this process: the windows [last_use, next_use) of phases
+// (cyclic; equal = the whole iteration) in which a free that empties the page should discard it.
+struct DropTable {
+  std::unordered_map<uint64_t, std::vector<std::pair<uint32_t, uint32_t>>> windows;
+  uint64_t unresolved = 0;  // drops whose buffer was not found in this process (yet)
+};
 
 // A plan in force: the planner's actions indexed by phase, and where its buffers live now.
 struct LivePlan {
@@ -60,6 +89,8 @@ struct LivePlan {
   std::vector<uint64_t> streams;     // application streams seen in the planned iteration
   std::string source;                // "online" or "replay"
   ReplayMatcher* matcher = nullptr;  // replay: resolves trace buffers to live ones
+  // Read by the allocator's free path (Advisor::discard_page); built by the advisor thread.
+  std::atomic<std::shared_ptr<const DropTable>> drops;
 };
 
 struct Transfer {
@@ -113,6 +144,7 @@ class AdvisorImpl {
   std::vector<Transfer> prefetched, evicted;
   uint64_t prefetched_bytes = 0, evicted_bytes = 0, prefetch_calls = 0, evict_calls = 0;
   uint64_t failed_calls = 0, stale_actions = 0, divergences = 0, late_events = 0;
+  std::atomic<uint64_t> discards_approved{0};  // pages the allocator was told to discard
   std::string state = "starting";
   std::string fallback;  // why replay fell back to online, or why advice is off
   OnceFlag warned_call_failure;
@@ -131,6 +163,7 @@ class AdvisorImpl {
   void drop_plan(uint64_t at, const char* why);
   void release_waits();
   void watch_waits();
+  void build_drops(LivePlan& p);
 
   // Prefetch-wait watchdog: its own thread, because the advisor thread itself can be the one
   // stuck (inside the driver, measured on cudnn_vgg16).
@@ -202,6 +235,29 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream) {
       }
     }
   }
+}
+
+bool Advisor::discard_page(uint64_t page) {
+  AdvisorImpl& a = *impl_;
+  LivePlan* p = a.plan.load(std::memory_order_acquire);
+  if (!p) return false;
+  const uint64_t n = a.launched.load(std::memory_order_acquire);
+  if (n == 0 || n - 1 < p->applied_from) return false;
+  const std::shared_ptr<const DropTable> table = p->drops.load(std::memory_order_acquire);
+  if (!table) return false;
+  const auto it = table->windows.find(page);
+  if (it == table->windows.end()) return false;
+  const uint64_t phase = (n - 1 - p->base) % p->period;  // the free came after launch n - 1
+  for (const auto& [last, next] : it->second) {
+    const bool inside = last == next  ? true
+                        : last < next ? last <= phase && phase < next
+                                      : phase >= last || phase < next;
+    if (inside) {
+      a.discards_approved.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    }
+  }
+  return false;
 }
 
 void Advisor::after_step(uint64_t index, CUstream stream) {
@@ -283,7 +339,8 @@ void AdvisorImpl::run() {
     std::string why;
     auto p = std::make_unique<LivePlan>();
     if (make_replay_plan(*matcher, budget, config.prefetch_bytes_per_s, config.evict_bytes_per_s,
-                         &p->plan, &p->base, &p->period, &why)) {
+                         &p->plan, &p->base, &p->period, &why,
+                         config.lifetimes && config.lifetimes())) {
       p->applied_from = p->base;
       p->source = "replay";
       p->matcher = matcher.get();
@@ -427,6 +484,10 @@ void AdvisorImpl::learn() {
   in.budget_bytes = budget;
   in.prefetch_bytes_per_s = config.prefetch_bytes_per_s;
   in.evict_bytes_per_s = config.evict_bytes_per_s;
+  if (config.lifetimes && config.lifetimes()) {
+    append_lifetimes(tracer::copy_lifetimes(first + 1, first + choice->period), first, p->address,
+                     in);
+  }
   try {
     p->plan = make_plan(in);
   } catch (const std::exception& ex) {
@@ -446,11 +507,13 @@ void AdvisorImpl::learn() {
       e + ((std::max(n, e) - e + choice->period - 1) / choice->period) * choice->period;
   log_info(
       "advisor: learned an iteration of {} steps (launches {}..{}), footprint {}, {} prefetched "
-      "and {} evicted per iteration in {} calls; applying from launch {}",
+      "and {} evicted per iteration in {} calls, {} of dead data dropped; applying from launch "
+      "{}",
       choice->period, first, first + choice->period, format_bytes(p->plan.footprint_bytes),
       format_bytes(p->plan.bytes_prefetched_per_iteration),
       format_bytes(p->plan.bytes_evicted_per_iteration),
-      p->plan.prefetch_calls + p->plan.evict_calls, p->applied_from);
+      p->plan.prefetch_calls + p->plan.evict_calls,
+      format_bytes(p->plan.bytes_dropped_per_iteration), p->applied_from);
   activate(std::move(p));
 }
 
@@ -470,6 +533,7 @@ void AdvisorImpl::activate(std::unique_ptr<LivePlan> p) {
     }
   }
   for (uint64_t i = 0; i < p->period; ++i) p->first_action[i + 1] += p->first_action[i];
+  build_drops(*p);
   cursor = p->applied_from;
   state = "applied";
   plans.push_back(std::move(p));
@@ -607,6 +671,11 @@ void AdvisorImpl::apply(uint64_t n) {
     }
     bool prefetched_here = false;
     const uint64_t phase = (g - p.base) % p.period;
+    // Replay: buffers appear as the program allocates them; look again once an iteration.
+    if (phase == 0 && g > p.applied_from) {
+      const std::shared_ptr<const DropTable> table = p.drops.load(std::memory_order_acquire);
+      if (table && table->unresolved > 0) build_drops(p);
+    }
     uint64_t waited = UINT64_MAX;
     for (uint32_t i = p.first_action[phase]; i < p.first_action[phase + 1]; ++i) {
       const Action& a = p.plan.actions[i];
@@ -635,6 +704,25 @@ void AdvisorImpl::apply(uint64_t n) {
     d.stream_write_value64(stream, progress_device, n - 1, 0);
   }
   cursor = std::max(cursor, n);
+}
+
+// The drops by page of this process, for the allocator's free path: only whole 2 MiB pages (the
+// allocator discards no other), of the buffers found.
+void AdvisorImpl::build_drops(LivePlan& p) {
+  auto table = std::make_shared<DropTable>();
+  for (const Drop& drop : p.plan.drops) {
+    if (!resolve(p, drop.range.buffer)) {
+      ++table->unresolved;
+      continue;
+    }
+    const uint64_t address = p.address[drop.range.buffer] + drop.range.offset;
+    const uint64_t first = (address + kPage - 1) / kPage * kPage;
+    const uint64_t end = (address + drop.range.length) / kPage * kPage;
+    for (uint64_t page = first; page < end; page += kPage) {
+      table->windows[page].emplace_back(drop.last_use, drop.next_use);
+    }
+  }
+  p.drops.store(std::move(table), std::memory_order_release);
 }
 
 // Replay: the launches must keep naming the trace's kernels at the trace's positions.
@@ -708,7 +796,11 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
         {"footprint_bytes", last->plan.footprint_bytes},
         {"bytes_prefetched_per_iteration", last->plan.bytes_prefetched_per_iteration},
         {"bytes_evicted_per_iteration", last->plan.bytes_evicted_per_iteration},
-        {"unfit_steps", last->plan.unfit_steps.size()}};
+        {"unfit_steps", last->plan.unfit_steps.size()},
+        {"dead_gap_bytes_per_iteration", last->plan.dead_gap_bytes},
+        {"bytes_dropped_per_iteration", last->plan.bytes_dropped_per_iteration},
+        {"drops", last->plan.drops.size()}};
+    advisor["discards_approved"] = a.discards_approved.load();
     advisor["peak_resident_plan_bytes"] = last->plan.peak_resident_bytes;
   }
   if (summary && summary->has_unified_memory_counters) {

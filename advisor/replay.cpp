@@ -88,7 +88,8 @@ std::unique_ptr<ReplayMatcher> load_replay(const std::string& path, std::string*
   return std::make_unique<ReplayMatcher>(std::move(*t));
 }
 
-PlanInput plan_input_from_trace(const trace::Trace& t, size_t iteration, uint64_t budget) {
+PlanInput plan_input_from_trace(const trace::Trace& t, size_t iteration, uint64_t budget,
+                                bool lifetimes) {
   const trace::Iteration& it = t.iterations.at(iteration);
   PlanInput in;
   for (const trace::Buffer& b : t.buffers) in.buffer_sizes.push_back(b.size);
@@ -104,13 +105,24 @@ PlanInput plan_input_from_trace(const trace::Trace& t, size_t iteration, uint64_
     }
     in.steps.push_back(ps);
   }
+  // Lifetimes logged after the iteration's first launch up to its last one.
+  const auto first = std::lower_bound(
+      t.lifetimes.begin(), t.lifetimes.end(), it.first_step + 1,
+      [](const trace::Lifetime& l, uint64_t step) { return l.before_step < step; });
+  for (auto l = first;
+       lifetimes && l != t.lifetimes.end() && l->before_step <= it.first_step + it.step_count;
+       ++l) {
+    in.lifetimes.push_back({static_cast<uint32_t>(l->before_step - it.first_step - 1),
+                            l->freed,
+                            {l->buffer, l->offset, l->length}});
+  }
   in.budget_bytes = budget;
   return in;
 }
 
 bool make_replay_plan(const ReplayMatcher& matcher, uint64_t budget, double prefetch_bytes_per_s,
                       double evict_bytes_per_s, Plan* plan, uint64_t* base, uint64_t* period,
-                      std::string* why) {
+                      std::string* why, bool lifetimes) {
   const trace::Trace& t = matcher.trace();
   const uint64_t p = t.detection.period;
   const uint64_t first = t.iterations.front().first_step;
@@ -118,7 +130,7 @@ bool make_replay_plan(const ReplayMatcher& matcher, uint64_t budget, double pref
   for (size_t i = t.iterations.size(); i-- > 0;) {
     const trace::Iteration& it = t.iterations[i];
     if (it.step_count != p || it.first_step < first || (it.first_step - first) % p != 0) continue;
-    PlanInput in = plan_input_from_trace(t, i, budget);
+    PlanInput in = plan_input_from_trace(t, i, budget, lifetimes);
     in.prefetch_bytes_per_s = prefetch_bytes_per_s;
     in.evict_bytes_per_s = evict_bytes_per_s;
     try {

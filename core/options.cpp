@@ -61,6 +61,9 @@ constexpr std::array kOptionTable = {
     OptionInfo{"UMSWAP_DISCARD_FREED", "0",
                "1 (experiment, slow: docs/advisor.md): a freed slab block's whole 2 MiB pages "
                "are discarded and an allocation populates its pages on the GPU"},
+    OptionInfo{"UMSWAP_LIFETIMES", "1",
+               "1: the advisor plans with the allocations and frees of slab blocks: dead data "
+               "is discarded at its free, not moved; 0: every byte a kernel touched is live"},
 };
 
 }  // namespace
@@ -256,6 +259,13 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
       warn("UMSWAP_DISCARD_FREED", v, "is not a boolean (1/0, on/off)", "0");
     }
   }
+  if (const char* v = read("UMSWAP_LIFETIMES")) {
+    if (auto b = parse_bool(trim(v))) {
+      options.lifetimes = *b;
+    } else {
+      warn("UMSWAP_LIFETIMES", v, "is not a boolean (1/0, on/off)", "1");
+    }
+  }
   if (options.mode == Mode::replay && options.replay_path.empty() && warnings) {
     warnings->push_back(
         "UMSWAP_MODE=replay needs UMSWAP_REPLAY (a trace file); learning online instead");
@@ -280,6 +290,7 @@ std::vector<std::string> describe(const Options& options) {
       fmt::format("UMSWAP_PREFETCH_WAIT={}", options.prefetch_wait ? 1 : 0),
       fmt::format("UMSWAP_ASYNC_SLABS={}", options.async_slabs ? 1 : 0),
       fmt::format("UMSWAP_DISCARD_FREED={}", options.discard_freed ? 1 : 0),
+      fmt::format("UMSWAP_LIFETIMES={}", options.lifetimes ? 1 : 0),
   };
 }
 

@@ -39,6 +39,8 @@ constexpr size_t kMaxActivityBuffers = 64;        // past this, records are drop
 constexpr size_t kMaxFunctions = 16384;           // layouts cached; past this, read per launch
 // How often the flush thread looks for a finished iteration: at most this many flushes a second.
 constexpr auto kFlushPoll = std::chrono::milliseconds(100);
+// Slab lifetimes kept for the advisor and the trace (32 bytes each).
+constexpr size_t kMaxLifetimes = size_t{1} << 20;
 
 // The copies the tracer logs, each with its step name.
 enum class Copy : uint8_t { memcpy, htod, dtoh, dtod, memset, count };
@@ -52,6 +54,9 @@ struct UmRecord {
   uint64_t value, start, end, address;
   uint32_t flags;
   bool own = false;  // not the driver's record: umswap discarded or populated the range
+  // own: the steps logged before the call; the GPU runs it before that step (stream order), so
+  // the count places it at that step's GPU start (the host runs far ahead of the GPU).
+  uint64_t before_step = UINT64_MAX;
 };
 
 class Tracer {
@@ -61,6 +66,8 @@ class Tracer {
   void finish(bool used_cuda = true);
   void yield_cupti(const std::string& what);
   void note_residency(uint64_t address, uint64_t bytes, bool on_gpu);
+  void note_lifetime(uint64_t address, uint64_t bytes, bool freed);
+  std::vector<LifetimeEvent> copy_lifetimes(uint64_t from_step, uint64_t to_step);
   std::string yielded_to() {
     std::lock_guard lock(owner_mutex_);
     return yielded_to_;
@@ -137,6 +144,11 @@ class Tracer {
   std::condition_variable flush_wake_;
   bool flush_stop_ = false;  // guarded by flush_mutex_
   std::atomic<uint64_t> flushes_{0};
+
+  // Lifetimes of slab blocks (note_lifetime), in program order; the oldest half goes when full.
+  std::mutex lifetime_mutex_;
+  std::vector<LifetimeEvent> lifetimes_;  // guarded by lifetime_mutex_
+  uint64_t lifetimes_dropped_ = 0;        // guarded by lifetime_mutex_
 };
 
 Tracer* g_tracer = nullptr;
@@ -503,16 +515,44 @@ void Tracer::parse_activity(uint8_t* buffer, size_t valid_size) {
   }
 }
 
-// Counted at the time of the call: the discard or populating prefetch itself runs later, in its
-// stream's order, so the count moves a little early.
+// Placed at the GPU start of the next step launched (summarize()); at the time of the call when
+// that step has no GPU time.
 void Tracer::note_residency(uint64_t address, uint64_t bytes, bool on_gpu) {
   if (!running() || !um_counters_ || !cupti_.get_timestamp) return;
   uint64_t now = 0;
   if (cupti_.get_timestamp(&now) != CUPTI_SUCCESS) return;
+  const StepRecorder* r = recorder();
+  const uint64_t step = r && r->recording() ? r->log().size() : UINT64_MAX;
   std::lock_guard lock(activity_mutex_);
   um_records_.push_back({on_gpu ? CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_HTOD
                                 : CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_DTOH,
-                         bytes, now, now, address, 0, true});
+                         bytes, now, now, address, 0, true, step});
+}
+
+void Tracer::note_lifetime(uint64_t address, uint64_t bytes, bool freed) {
+  const StepRecorder* r = recorder();
+  if (!running() || !r || !r->recording()) return;
+  const uint64_t before = r->log().size();
+  std::lock_guard lock(lifetime_mutex_);
+  if (lifetimes_.size() >= kMaxLifetimes) {
+    const auto half = static_cast<ptrdiff_t>(kMaxLifetimes / 2);
+    lifetimes_.erase(lifetimes_.begin(), lifetimes_.begin() + half);
+    lifetimes_dropped_ += kMaxLifetimes / 2;
+  }
+  // Threads race between reading the log's size and taking the lock: keep the order monotone.
+  const uint64_t at = lifetimes_.empty() ? before : std::max(before, lifetimes_.back().before_step);
+  lifetimes_.push_back({at, address, bytes, freed});
+}
+
+std::vector<LifetimeEvent> Tracer::copy_lifetimes(uint64_t from_step, uint64_t to_step) {
+  std::lock_guard lock(lifetime_mutex_);
+  const auto first =
+      std::lower_bound(lifetimes_.begin(), lifetimes_.end(), from_step,
+                       [](const LifetimeEvent& e, uint64_t step) { return e.before_step < step; });
+  const auto last =
+      std::upper_bound(first, lifetimes_.end(), to_step,
+                       [](uint64_t step, const LifetimeEvent& e) { return step < e.before_step; });
+  return {first, last};
 }
 
 bool Tracer::start(const TracerConfig& config, const TracerDriver& driver, Registry& registry,
@@ -701,6 +741,23 @@ trace::Trace Tracer::assemble(StepRecorder::Recording recording) {
         break;
     }
   }
+  // Lifetimes inside the traced buffers (slabs), up to the last logged step.
+  {
+    std::vector<std::pair<uint64_t, uint32_t>> by_base;  // (base, buffer index)
+    for (size_t b = 0; b < t.buffers.size(); ++b) by_base.emplace_back(t.buffers[b].base, b);
+    std::sort(by_base.begin(), by_base.end());
+    std::lock_guard lifetimes(lifetime_mutex_);
+    for (const LifetimeEvent& e : lifetimes_) {
+      if (e.before_step > steps || e.bytes == 0) continue;
+      auto it = std::upper_bound(by_base.begin(), by_base.end(), std::pair{e.address, UINT32_MAX});
+      if (it == by_base.begin()) continue;
+      --it;
+      const trace::Buffer& buf = t.buffers[it->second];
+      const uint64_t offset = e.address - buf.base;
+      if (offset >= buf.size || e.bytes > buf.size - offset) continue;
+      t.lifetimes.push_back({e.before_step, it->second, offset, e.bytes, e.freed});
+    }
+  }
   t.dropped_records = dropped_records_.load() + recording.dropped_steps;
   return t;
 }
@@ -764,12 +821,18 @@ void Tracer::summarize(trace::Trace t) {
   auto summary = std::make_unique<RunSummary>();
   summary->has_unified_memory_counters = um_counters_;
   summary->iteration_peak_resident.assign(t.iterations.size(), 0);
-  std::vector<const UmRecord*> order;
+  std::vector<std::pair<uint64_t, const UmRecord*>> order;  // (when, record)
   {
     std::lock_guard lock(activity_mutex_);
-    for (const UmRecord& u : um_records_) order.push_back(&u);
-    std::sort(order.begin(), order.end(),
-              [](const UmRecord* a, const UmRecord* b) { return a->start < b->start; });
+    for (const UmRecord& u : um_records_) {
+      uint64_t when = u.start;
+      if (u.own && u.before_step < t.steps.size() && t.steps[u.before_step].start_ns != 0) {
+        when = t.steps[u.before_step].start_ns;
+      }
+      order.emplace_back(when, &u);
+    }
+    std::stable_sort(order.begin(), order.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
     std::vector<std::pair<uint64_t, uint64_t>> bases;  // (base, size) of traced buffers
     for (const trace::Buffer& buf : t.buffers) bases.emplace_back(buf.base, buf.size);
     std::sort(bases.begin(), bases.end());
@@ -777,17 +840,17 @@ void Tracer::summarize(trace::Trace t) {
     auto& peaks = summary->iteration_peak_resident;
     const auto& its = t.iterations;
     size_t it = 0;
-    for (const UmRecord* u : order) {
+    for (const auto& [when, u] : order) {
       const bool in = u->kind == CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_HTOD;
       const bool out = u->kind == CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_DTOH;
       const bool fault = u->kind == CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_GPU_PAGE_FAULT;
       if (!in && !out && !fault) continue;
       // Iterations that ended before this record held what was resident when they ended.
-      while (it < its.size() && its[it].end_ns < u->start) {
+      while (it < its.size() && its[it].end_ns < when) {
         peaks[it] = std::max(peaks[it], pages.size() * kPage);
         ++it;
       }
-      const bool inside = it < its.size() && its[it].start_ns <= u->start;
+      const bool inside = it < its.size() && its[it].start_ns <= when;
       if (inside) peaks[it] = std::max(peaks[it], pages.size() * kPage);
       uint64_t first = u->address / kPage;
       uint64_t last = (u->address + std::max<uint64_t>(u->value, 1) - 1) / kPage;
@@ -853,6 +916,14 @@ void yield_cupti(const std::string& what) {
 
 void note_residency(uint64_t address, uint64_t bytes, bool on_gpu) {
   tracer_instance().note_residency(address, bytes, on_gpu);
+}
+
+void note_lifetime(uint64_t address, uint64_t bytes, bool freed) {
+  tracer_instance().note_lifetime(address, bytes, freed);
+}
+
+std::vector<LifetimeEvent> copy_lifetimes(uint64_t from_step, uint64_t to_step) {
+  return tracer_instance().copy_lifetimes(from_step, to_step);
 }
 
 std::string yielded_cupti_to() {

@@ -25,7 +25,7 @@ thread_local bool t_left_to_driver __attribute__((tls_model("initial-exec"))) = 
 pid_t g_owner_pid = 0;
 
 // The advisor, when the mode asks for one and the tracer runs. Never destroyed (exit paths).
-advisor::Advisor* g_advisor = nullptr;
+std::atomic<advisor::Advisor*> g_advisor{nullptr};
 
 }  // namespace
 
@@ -129,6 +129,7 @@ void Preload::start_advisor(advisor::Advisor* advisor) {
   config.budget = options_.budget;
   config.replay_path = options_.replay_path;
   config.prefetch_wait = options_.prefetch_wait;
+  config.lifetimes = [this] { return planned_discards_.load(); };
   advisor::AdvisorDriver d;
   d.ctx_get_current = driver_.cuCtxGetCurrent;
   d.ctx_set_current = driver_.cuCtxSetCurrent;
@@ -146,7 +147,7 @@ void Preload::start_advisor(advisor::Advisor* advisor) {
   d.stream_write_value64 = driver_.cuStreamWriteValue64;
   std::string reason;
   if (advisor->start(config, d, registry_, &reason)) {
-    g_advisor = advisor;
+    g_advisor.store(advisor);
   } else {
     log_warning("advisor off: {}; the program runs on plain managed memory", reason);
   }
@@ -193,24 +194,57 @@ void Preload::create_allocator_once() {
       limit = options_.managed_limit.resolve(total);
     }
     allocator_ = new ManagedAllocator(api, registry_, limit, options_.async_slabs);
-    if (options_.discard_freed) {
-      if (allocator_->configure_slabs(true, [](uint64_t address, uint64_t bytes, bool on_gpu) {
-            tracer::note_residency(address, bytes, on_gpu);
-          })) {
-        log_warning(
-            "UMSWAP_DISCARD_FREED is an experiment: freed cudaMallocAsync blocks are discarded and "
-            "new ones populated; it made PyTorch VGG-16 4-80x slower where measured "
-            "(docs/advisor.md)");
-      } else {
-        log_warning(
-            "UMSWAP_DISCARD_FREED needs cudaMallocAsync slabs (UMSWAP_ASYNC_SLABS=1) and a driver "
-            "with cuMemDiscardBatchAsync; it is off");
-      }
-    }
+    configure_slabs();
     if (options_.verbose >= 1 && limit != 0) {
       log_info("managed memory capped at {}", format_bytes(limit));
     }
   });
+}
+
+// What slab blocks do beyond allocating: the UMSWAP_DISCARD_FREED experiment discards every
+// wholly free page; with UMSWAP_LIFETIMES (the default) the tracer logs every block's allocation
+// and free, and a free discards the pages the advisor's plan drops.
+void Preload::configure_slabs() {
+  SlabHooks hooks;
+  hooks.residency = [](uint64_t address, uint64_t bytes, bool on_gpu) {
+    tracer::note_residency(address, bytes, on_gpu);
+  };
+  if (options_.lifetimes) {
+    hooks.lifetime = [](uint64_t address, uint64_t bytes, bool freed) {
+      tracer::note_lifetime(address, bytes, freed);
+    };
+    hooks.discard_page = [](uint64_t page) {
+      advisor::Advisor* advisor = g_advisor.load(std::memory_order_acquire);
+      return advisor != nullptr && advisor->discard_page(page);
+    };
+  }
+  if (options_.discard_freed) {
+    hooks.discards = DiscardMode::all;
+  } else if (options_.lifetimes && advises(options_.mode)) {
+    hooks.discards = DiscardMode::planned;
+  }
+  if (allocator_->configure_slabs(hooks)) {
+    planned_discards_.store(hooks.discards == DiscardMode::planned);
+    if (options_.discard_freed) {
+      log_warning(
+          "UMSWAP_DISCARD_FREED is an experiment: freed cudaMallocAsync blocks are discarded and "
+          "new ones populated; it made PyTorch VGG-16 4-80x slower where measured "
+          "(docs/advisor.md)");
+    }
+    return;
+  }
+  if (hooks.discards == DiscardMode::all) {
+    log_warning(
+        "UMSWAP_DISCARD_FREED needs cudaMallocAsync slabs (UMSWAP_ASYNC_SLABS=1) and a driver "
+        "with cuMemDiscardBatchAsync; it is off");
+  } else if (hooks.discards == DiscardMode::planned && options_.verbose >= 1) {
+    log_info(
+        "the driver cannot discard managed memory (cuMemDiscardBatchAsync) or there are no "
+        "slabs: the advisor plans without allocation lifetimes");
+  }
+  hooks.discards = DiscardMode::off;
+  hooks.discard_page = nullptr;
+  allocator_->configure_slabs(hooks);
 }
 
 bool Preload::redirecting() {
@@ -276,8 +310,8 @@ void Preload::write_stats_at_exit() {
       j["peak_resident_bytes"] = summary->peak_resident;
     }
   }
-  if (g_advisor) {
-    j.update(g_advisor->stats(summary));
+  if (advisor::Advisor* advisor = g_advisor.load()) {
+    j.update(advisor->stats(summary));
   } else if (summary) {
     j["iterations"] = advisor::iterations_json(*summary);
   }

@@ -49,6 +49,7 @@ class Preload {
  private:
   void load_driver_once();
   void create_allocator_once();
+  void configure_slabs();
   void start_tracer_once();
   void start_advisor(advisor::Advisor* advisor);
 
@@ -59,7 +60,8 @@ class Preload {
   RealDriver driver_;
   bool driver_ok_ = false;
   std::once_flag allocator_once_;
-  ManagedAllocator* allocator_ = nullptr;  // never freed: hooks may run during exit
+  std::atomic<bool> planned_discards_{false};  // slab frees discard what the advisor drops
+  ManagedAllocator* allocator_ = nullptr;      // never freed: hooks may run during exit
   std::atomic<bool> forked_child_{false};
   std::atomic<bool> allocated_{false};  // an allocation hook ran (the process uses CUDA memory)
   bool wants_tracer_ = false;           // decided once from the options

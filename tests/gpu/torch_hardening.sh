@@ -145,7 +145,11 @@ async-alloc)
     fail "no cudaMallocAsync blocks from slabs (blocks $blocks, slabs $slabs)"
   moved=$(stats "$work/stats.json" 's["advisor"]["prefetched_bytes"] + s["advisor"]["evicted_bytes"]')
   echo "eager, budget 2M: identical over 30 steps; $blocks allocations from $slabs slabs;" \
-    "advisor $(stats "$work/stats.json" 's["advisor"]["state"]'), $moved bytes moved"
+    "advisor $(stats "$work/stats.json" 's["advisor"]["state"]'), $moved bytes moved;" \
+    "dead data dropped per iteration" \
+    "$(stats "$work/stats.json" 's["advisor"].get("plan", {}).get("bytes_dropped_per_iteration")'),"\
+    "discarded $(stats "$work/stats.json" 's["allocator"]["async_slabs"]["discarded_bytes"]')" \
+    "populated $(stats "$work/stats.json" 's["allocator"]["async_slabs"]["populated_bytes"]')"
   same_as_native graph --steps 8
   echo "graph under backend:cudaMallocAsync: identical over $(grep -c '^step' "$work/run.out") steps"
   ;;

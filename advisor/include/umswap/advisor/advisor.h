@@ -77,6 +77,10 @@ struct AdvisorConfig {
   SizeSpec budget;             // 0 = the GPU's memory
   std::string replay_path;     // replay: the trace
   bool prefetch_wait = false;  // a launch waits for its late prefetch (UMSWAP_PREFETCH_WAIT)
+  // Asked when a plan is made: plan with slab lifetimes (UMSWAP_LIFETIMES)? True only when the
+  // allocator discards what discard_page() approves; empty or false: every byte a kernel touched
+  // is live.
+  std::function<bool()> lifetimes;
   double prefetch_bytes_per_s = 40e9;
   double evict_bytes_per_s = 12e9;
 };
@@ -98,6 +102,11 @@ class Advisor final : public tracer::LaunchObserver {
   void on_step(uint64_t index, uint32_t key, CUstream stream) override;
   void after_step(uint64_t index, CUstream stream) override;
   void on_finish() override;
+
+  // The slab allocator's question at a free (any thread, under its lock; cheap, no CUDA): should
+  // the wholly free 2 MiB page at `page` be discarded now? Yes when the plan in force drops that
+  // page (its data is dead and not kept) at the current launch's phase.
+  bool discard_page(uint64_t page);
 
   // The "advisor" object of the stats file, and per-iteration figures merged into `iterations`
   // (one object per iteration of `summary`, which may be null).

@@ -66,9 +66,12 @@ std::unique_ptr<ReplayMatcher> load_replay(const std::string& path, std::string*
 // usable iteration or planning fails.
 bool make_replay_plan(const ReplayMatcher& matcher, uint64_t budget, double prefetch_bytes_per_s,
                       double evict_bytes_per_s, Plan* plan, uint64_t* base, uint64_t* period,
-                      std::string* why);
+                      std::string* why, bool lifetimes = true);
 
-// The planner's input for iteration `iteration` of a trace (accesses as recorded).
-PlanInput plan_input_from_trace(const trace::Trace& trace, size_t iteration, uint64_t budget);
+// The planner's input for iteration `iteration` of a trace (accesses as recorded; with
+// `lifetimes`, the trace's slab lifetimes logged after the iteration's first launch up to its
+// last).
+PlanInput plan_input_from_trace(const trace::Trace& trace, size_t iteration, uint64_t budget,
+                                bool lifetimes = true);
 
 }  // namespace umswap::advisor

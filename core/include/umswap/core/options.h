@@ -77,6 +77,7 @@ struct Options {
   bool prefetch_wait = false;     // a launch waits for its late prefetch rather than fault
   bool async_slabs = true;        // stream-ordered allocations from slabs, not the managed pool
   bool discard_freed = false;     // slabs: discard freed blocks, populate new ones (experimental)
+  bool lifetimes = true;          // slabs: plan with block lifetimes; drop dead data at frees
 };
 
 // One entry of the option table, for help texts and `UMSWAP_VERBOSE` output.

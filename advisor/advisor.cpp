@@ -249,10 +249,7 @@ bool Advisor::discard_page(uint64_t page) {
   if (it == table->windows.end()) return false;
   const uint64_t phase = (n - 1 - p->base) % p->period;  // the free came after launch n - 1
   for (const auto& [last, next] : it->second) {
-    const bool inside = last == next  ? true
-                        : last < next ? last <= phase && phase < next
-                                      : phase >= last || phase < next;
-    if (inside) {
+    if (Drop{{}, last, next}.covers(phase)) {
       a.discards_approved.fetch_add(1, std::memory_order_relaxed);
       return true;
     }

@@ -822,6 +822,21 @@ TEST(PlannerLifetimes, BadLifetimesThrowNamingTheProblem) {
   }
 }
 
+TEST(PlannerLifetimes, DropWindowsAreCyclic) {
+  const Drop inside{{}, 3, 7};
+  EXPECT_FALSE(inside.covers(2));
+  EXPECT_TRUE(inside.covers(3));  // a free right after the last use
+  EXPECT_TRUE(inside.covers(6));
+  EXPECT_FALSE(inside.covers(7));  // after the next use's launch: too late
+  const Drop across{{}, 8, 2};     // from step 8 over the iteration boundary to step 2
+  EXPECT_TRUE(across.covers(9));
+  EXPECT_TRUE(across.covers(0));
+  EXPECT_TRUE(across.covers(1));
+  EXPECT_FALSE(across.covers(2));
+  EXPECT_FALSE(across.covers(5));
+  EXPECT_TRUE((Drop{{}, 4, 4}).covers(123));  // the block's only use: the whole iteration
+}
+
 TEST(Simulate, FlagsDropOfLiveData) {
   Builder t;
   const uint32_t a = t.buffer(kBlock);

@@ -125,5 +125,21 @@ TEST(ReplayLoad, UnreadableOrIterationlessTracesAreRefusedWithTheReason) {
   EXPECT_NE(error.find("no complete iteration"), std::string::npos) << error;
 }
 
+TEST(ReplayPlan, LifetimesComeFromTheIterationsWindow) {
+  trace::Trace t = two_step_trace();
+  // Iteration 2 is steps 5 and 6: events before step 6 (after its first launch) up to before
+  // step 7 (after its last) belong to it, at iteration-relative positions 0 and 1.
+  t.lifetimes = {{5, 1, 0, 64, true},
+                 {6, 1, 0, 32, false},
+                 {6, 1, 0, 32, true},
+                 {7, 1, 40, 8, false},
+                 {8, 1, 0, 64, true}};
+  const PlanInput in = plan_input_from_trace(t, 2, 1 << 30);
+  EXPECT_EQ(in.lifetimes,
+            (std::vector<PlanLifetime>{
+                {0, false, {1, 0, 32}}, {0, true, {1, 0, 32}}, {1, false, {1, 40, 8}}}));
+  EXPECT_TRUE(plan_input_from_trace(t, 2, 1 << 30, false).lifetimes.empty());
+}
+
 }  // namespace
 }  // namespace umswap::advisor

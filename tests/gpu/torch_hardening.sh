@@ -11,8 +11,9 @@
 #   compile        torch.compile(mode="reduce-overhead"): losses and weights bit-identical to native
 #   async-alloc    PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync (every tensor a cudaMallocAsync):
 #                  eager training with a budget below its footprint (the advisor moves blocks of
-#                  umswap's slabs) and a captured CUDA graph (allocations during capture take the
-#                  driver's pool): bit-identical to native, and the stats show the slabs in use
+#                  umswap's slabs, frees discard the dead pages its plan drops) and a captured
+#                  CUDA graph (allocations during capture take the driver's pool): bit-identical
+#                  to native; the stats show the slabs in use and dead pages discarded
 # usage: torch_hardening.sh UMSWAP CASE       (exit 77: no PyTorch with CUDA here)
 # UMSWAP_MANAGED_LIMIT comes from CTest (tests/gpu/CMakeLists.txt); it is passed through.
 set -uo pipefail
@@ -147,9 +148,11 @@ async-alloc)
   echo "eager, budget 2M: identical over 30 steps; $blocks allocations from $slabs slabs;" \
     "advisor $(stats "$work/stats.json" 's["advisor"]["state"]'), $moved bytes moved;" \
     "dead data dropped per iteration" \
-    "$(stats "$work/stats.json" 's["advisor"].get("plan", {}).get("bytes_dropped_per_iteration")'),"\
+    "$(stats "$work/stats.json" 's["advisor"].get("plan", {}).get("bytes_dropped_per_iteration")')," \
     "discarded $(stats "$work/stats.json" 's["allocator"]["async_slabs"]["discarded_bytes"]')" \
     "populated $(stats "$work/stats.json" 's["allocator"]["async_slabs"]["populated_bytes"]')"
+  discarded=$(stats "$work/stats.json" 's["allocator"]["async_slabs"]["discarded_bytes"]')
+  [ "$discarded" -gt 0 ] || fail "the plan dropped no dead data (UMSWAP_LIFETIMES=1): nothing discarded"
   same_as_native graph --steps 8
   echo "graph under backend:cudaMallocAsync: identical over $(grep -c '^step' "$work/run.out") steps"
   ;;

@@ -91,6 +91,7 @@ struct PlanLifetime {
   uint32_t after_step = 0;
   bool freed = false;
   PlanRange range;  // length > 0
+  bool operator==(const PlanLifetime&) const = default;
 };
 
 struct PlanInput {
@@ -135,6 +136,12 @@ struct Drop {
   PlanRange range;  // block-aligned, coalesced (same buffer, adjacent, same window)
   uint32_t last_use = 0;
   uint32_t next_use = 0;
+  // Whether a free after the launch at iteration phase `phase` falls in the window.
+  bool covers(uint64_t phase) const {
+    if (last_use == next_use) return true;
+    if (last_use < next_use) return last_use <= phase && phase < next_use;
+    return phase >= last_use || phase < next_use;
+  }
 };
 
 struct Plan {

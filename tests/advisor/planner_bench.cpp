@@ -1,6 +1,6 @@
 // Planner cost: make_plan() on synthetic training iterations.
 //
-//   planner_bench                                  both sizes
+//   planner_bench                                  both sizes, without and with lifetimes
 //   planner_bench --benchmark_filter=MakePlan/50000
 //
 // The iteration is a forward pass over the buffers in order and a backward pass in reverse: each
@@ -8,7 +8,8 @@
 // state); ranges are 1 to 3 blocks of 2 MiB. The budget is half the footprint. Arguments: steps,
 // buffers (10 blocks each on average). Counters: block_uses (after widening), moved (bytes
 // prefetched per iteration / footprint), calls (prefetch + evict actions per iteration), blocks
-// (footprint / 2 MiB).
+// (footprint / 2 MiB), dropped (bytes dropped per iteration / footprint). With lifetimes, every
+// other buffer is a tensor allocated just before its first use and freed just after its last.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -17,7 +18,9 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <tuple>
 #include <utility>
+#include <vector>
 
 #include "umswap/advisor/planner.h"
 
@@ -62,18 +65,43 @@ PlanInput training_iteration(uint32_t steps, uint32_t buffers) {
   return in;
 }
 
-const PlanInput& input_for(uint32_t steps, uint32_t buffers) {
+// Every other buffer lives from just before its first use to just after its last.
+void add_lifetimes(PlanInput& in) {
+  const auto S = static_cast<uint32_t>(in.steps.size());
+  std::vector<uint32_t> first(in.buffer_sizes.size(), UINT32_MAX), last(in.buffer_sizes.size(), 0);
+  for (uint32_t s = 0; s < S; ++s) {
+    const PlanStep& step = in.steps[s];
+    for (uint64_t r = step.first_range; r < step.first_range + step.range_count; ++r) {
+      const uint32_t b = in.ranges[r].buffer;
+      first[b] = std::min(first[b], s);
+      last[b] = std::max(last[b], s);
+    }
+  }
+  for (uint32_t b = 1; b < in.buffer_sizes.size(); b += 2) {
+    if (first[b] == UINT32_MAX || first[b] == last[b]) continue;
+    const umswap::advisor::PlanRange whole{b, 0, in.buffer_sizes[b]};
+    in.lifetimes.push_back({first[b] == 0 ? S - 1 : first[b] - 1, false, whole});
+    in.lifetimes.push_back({last[b], true, whole});
+  }
+  std::stable_sort(in.lifetimes.begin(), in.lifetimes.end(),
+                   [](const auto& x, const auto& y) { return x.after_step < y.after_step; });
+}
+
+const PlanInput& input_for(uint32_t steps, uint32_t buffers, bool lifetimes) {
   static std::mutex mutex;
-  static std::map<std::pair<uint32_t, uint32_t>, std::unique_ptr<PlanInput>> inputs;
+  static std::map<std::tuple<uint32_t, uint32_t, bool>, std::unique_ptr<PlanInput>> inputs;
   std::lock_guard lock(mutex);
-  auto& in = inputs[{steps, buffers}];
-  if (!in) in = std::make_unique<PlanInput>(training_iteration(steps, buffers));
+  auto& in = inputs[{steps, buffers, lifetimes}];
+  if (!in) {
+    in = std::make_unique<PlanInput>(training_iteration(steps, buffers));
+    if (lifetimes) add_lifetimes(*in);
+  }
   return *in;
 }
 
 void BM_MakePlan(benchmark::State& state) {
-  const PlanInput& in =
-      input_for(static_cast<uint32_t>(state.range(0)), static_cast<uint32_t>(state.range(1)));
+  const PlanInput& in = input_for(static_cast<uint32_t>(state.range(0)),
+                                  static_cast<uint32_t>(state.range(1)), state.range(2) != 0);
   Plan plan;
   for (auto _ : state) {
     plan = make_plan(in);
@@ -88,13 +116,17 @@ void BM_MakePlan(benchmark::State& state) {
   state.counters["moved"] =
       double(plan.bytes_prefetched_per_iteration) / double(plan.footprint_bytes);
   state.counters["calls"] = double(plan.prefetch_calls + plan.evict_calls);
+  state.counters["dropped"] =
+      double(plan.bytes_dropped_per_iteration) / double(plan.footprint_bytes);
 }
 
 }  // namespace
 
 BENCHMARK(BM_MakePlan)
-    ->Args({5000, 300})
-    ->Args({50000, 3000})
+    ->Args({5000, 300, 0})
+    ->Args({50000, 3000, 0})
+    ->Args({5000, 300, 1})
+    ->Args({50000, 3000, 1})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -66,8 +66,16 @@ constexpr uint64_t kPage = uint64_t{2} << 20;  // the slab allocator's discard u
 // The plan's drops by 2 MiB page of this process: the windows [last_use, next_use) of phases
 // (cyclic; equal = the whole iteration) in which a free that empties the page should discard it.
 struct DropTable {
-  std::unordered_map<uint64_t, std::vector<std::pair<uint32_t, uint32_t>>> windows;
+  struct Window {
+    uint32_t last_use, next_use;
+    uint32_t slot;  // index into `discarded`
+  };
+  std::unordered_map<uint64_t, std::vector<Window>> windows;
   uint64_t unresolved = 0;  // drops whose buffer was not found in this process (yet)
+  // Diagnostics, by window: how often a free discarded the page in it; and how often a free asked
+  // about a page of the table at a phase outside all of its windows.
+  mutable std::vector<std::atomic<uint32_t>> discarded;
+  mutable std::atomic<uint64_t> asked_outside{0};
 };
 
 // A plan in force: the planner's actions indexed by phase, and where its buffers live now.
@@ -248,12 +256,14 @@ bool Advisor::discard_page(uint64_t page) {
   const auto it = table->windows.find(page);
   if (it == table->windows.end()) return false;
   const uint64_t phase = (n - 1 - p->base) % p->period;  // the free came after launch n - 1
-  for (const auto& [last, next] : it->second) {
-    if (Drop{{}, last, next}.covers(phase)) {
+  for (const DropTable::Window& w : it->second) {
+    if (Drop{{}, w.last_use, w.next_use}.covers(phase)) {
       a.discards_approved.fetch_add(1, std::memory_order_relaxed);
+      table->discarded[w.slot].fetch_add(1, std::memory_order_relaxed);
       return true;
     }
   }
+  table->asked_outside.fetch_add(1, std::memory_order_relaxed);
   return false;
 }
 
@@ -707,6 +717,7 @@ void AdvisorImpl::apply(uint64_t n) {
 // allocator discards no other), of the buffers found.
 void AdvisorImpl::build_drops(LivePlan& p) {
   auto table = std::make_shared<DropTable>();
+  uint64_t slots = 0;
   for (const Drop& drop : p.plan.drops) {
     if (!resolve(p, drop.range.buffer)) {
       ++table->unresolved;
@@ -716,9 +727,11 @@ void AdvisorImpl::build_drops(LivePlan& p) {
     const uint64_t first = (address + kPage - 1) / kPage * kPage;
     const uint64_t end = (address + drop.range.length) / kPage * kPage;
     for (uint64_t page = first; page < end; page += kPage) {
-      table->windows[page].emplace_back(drop.last_use, drop.next_use);
+      table->windows[page].push_back(
+          {drop.last_use, drop.next_use, static_cast<uint32_t>(slots++)});
     }
   }
+  table->discarded = std::vector<std::atomic<uint32_t>>(slots);
   p.drops.store(std::move(table), std::memory_order_release);
 }
 
@@ -798,6 +811,16 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
         {"bytes_dropped_per_iteration", last->plan.bytes_dropped_per_iteration},
         {"drops", last->plan.drops.size()}};
     advisor["discards_approved"] = a.discards_approved.load();
+    if (const std::shared_ptr<const DropTable> table = last->drops.load()) {
+      // How the last plan's drops fared: page windows never discarded (their pages stay
+      // resident), and frees that came outside every window of a page the plan drops.
+      uint64_t never = 0;
+      for (const auto& d : table->discarded) never += d.load() == 0;
+      advisor["drop_windows"] = {{"pages", table->discarded.size()},
+                                 {"never_discarded", never},
+                                 {"asked_outside_window", table->asked_outside.load()},
+                                 {"unresolved_drops", table->unresolved}};
+    }
     advisor["peak_resident_plan_bytes"] = last->plan.peak_resident_bytes;
   }
   if (summary && summary->has_unified_memory_counters) {

@@ -158,39 +158,8 @@ PlanInput random_trace(uint32_t seed, int steps, int buffers, int max_blocks, in
 // Fewest block loads per iteration of a cyclic schedule: the GPU holds at most `capacity` blocks,
 // step t needs the blocks of mask need[t], a block is loaded only when a step needs it and may be
 // dropped at any time, and the iteration ends with the blocks it started with. Exhaustive: every
-// start set, every set of blocks kept after every step.
-int brute_force_loads(const std::vector<uint32_t>& need, int blocks, int capacity) {
-  const uint32_t all = (1u << blocks) - 1;
-  constexpr int kInf = 1 << 20;
-  int best = kInf;
-  for (uint32_t start = 0; start <= all; ++start) {
-    if (std::popcount(start) > capacity) continue;
-    std::vector<int> cost(all + 1, kInf);
-    cost[start] = 0;
-    for (uint32_t r : need) {
-      std::vector<int> next(all + 1, kInf);
-      for (uint32_t x = 0; x <= all; ++x) {
-        if (cost[x] == kInf) continue;
-        const int loads = cost[x] + std::popcount(r & ~x);
-        // Keep r plus any subset of what was there.
-        const uint32_t optional = x & ~r;
-        for (uint32_t keep = optional;; keep = (keep - 1) & optional) {
-          const uint32_t y = r | keep;
-          if (std::popcount(y) <= capacity) next[y] = std::min(next[y], loads);
-          if (keep == 0) break;
-        }
-      }
-      cost.swap(next);
-    }
-    for (uint32_t x = 0; x <= all; ++x) {
-      if ((x & start) == start) best = std::min(best, cost[x]);
-    }
-  }
-  return best;
-}
-
-// The same with lifetimes: fresh[t] = the blocks whose use at step t ends a dead gap; loading
-// those costs nothing (they are populated, not transferred).
+// start set, every set of blocks kept after every step. With lifetimes, fresh[t] = the blocks
+// whose use at step t ends a dead gap: loading those costs nothing (populated, not transferred).
 int brute_force_loads_dead(const std::vector<uint32_t>& need, const std::vector<uint32_t>& fresh,
                            int blocks, int capacity) {
   const uint32_t all = (1u << blocks) - 1;
@@ -220,6 +189,10 @@ int brute_force_loads_dead(const std::vector<uint32_t>& need, const std::vector<
     }
   }
   return best;
+}
+
+int brute_force_loads(const std::vector<uint32_t>& need, int blocks, int capacity) {
+  return brute_force_loads_dead(need, std::vector<uint32_t>(need.size(), 0), blocks, capacity);
 }
 
 // A trace with a stream-ordered allocator: `persistent` buffers used at random, plus one slab in

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <random>
 #include <stdexcept>
@@ -191,6 +192,25 @@ int brute_force_loads_dead(const std::vector<uint32_t>& need, const std::vector<
   return best;
 }
 
+// Steps for the brute-force comparisons: each uses 1 or 2 (at most `capacity`) distinct random
+// blocks of `blocks`, block b given by range_of(b). Returns the blocks each step needs, as masks.
+std::vector<uint32_t> random_steps(std::mt19937& rng, Builder& t, int steps, int blocks,
+                                   int capacity, const std::function<PlanRange(int)>& range_of) {
+  std::vector<uint32_t> need(steps);
+  for (int s = 0; s < steps; ++s) {
+    const int per_step = std::uniform_int_distribution<int>(1, std::min(2, capacity))(rng);
+    std::vector<PlanRange> ranges;
+    while (std::popcount(need[s]) < per_step) {
+      const int b = static_cast<int>(rng() % blocks);
+      if (need[s] & (1u << b)) continue;
+      need[s] |= 1u << b;
+      ranges.push_back(range_of(b));
+    }
+    t.step(ranges);
+  }
+  return need;
+}
+
 int brute_force_loads(const std::vector<uint32_t>& need, int blocks, int capacity) {
   return brute_force_loads_dead(need, std::vector<uint32_t>(need.size(), 0), blocks, capacity);
 }
@@ -305,18 +325,8 @@ TEST(Planner, MatchesBruteForceOptimumOnSmallCyclicTraces) {
         block_range.push_back({t.buffer(kBlock), 0, kBlock});
       }
     }
-    std::vector<uint32_t> need(steps);
-    for (int s = 0; s < steps; ++s) {
-      const int per_step = std::uniform_int_distribution<int>(1, std::min(2, capacity))(rng);
-      std::vector<PlanRange> ranges;
-      while (std::popcount(need[s]) < per_step) {
-        const int b = static_cast<int>(rng() % blocks);
-        if (need[s] & (1u << b)) continue;
-        need[s] |= 1u << b;
-        ranges.push_back(block_range[b]);
-      }
-      t.step(ranges);
-    }
+    const std::vector<uint32_t> need =
+        random_steps(rng, t, steps, blocks, capacity, [&](int b) { return block_range[b]; });
     t.in.budget_bytes = capacity * kBlock + kBlock / 2;  // a half block more fits nothing more
     SCOPED_TRACE("case " + std::to_string(c));
     const Plan plan = make_plan(t.in);
@@ -697,18 +707,10 @@ TEST(PlannerLifetimes, MatchesBruteForceOptimum) {
     const int capacity = std::uniform_int_distribution<int>(2, std::min(4, blocks - 1))(rng);
     Builder t;
     const uint32_t slab = t.buffer(blocks * kBlock);  // one block per "buffer" of the brute force
-    std::vector<uint32_t> need(steps), fresh(steps, 0);
-    for (int s = 0; s < steps; ++s) {
-      const int per_step = std::uniform_int_distribution<int>(1, std::min(2, capacity))(rng);
-      std::vector<PlanRange> ranges;
-      while (std::popcount(need[s]) < per_step) {
-        const int b = static_cast<int>(rng() % blocks);
-        if (need[s] & (1u << b)) continue;
-        need[s] |= 1u << b;
-        ranges.push_back({slab, b * kBlock, kBlock});
-      }
-      t.step(ranges);
-    }
+    const std::vector<uint32_t> need = random_steps(rng, t, steps, blocks, capacity, [&](int b) {
+      return PlanRange{slab, b * kBlock, kBlock};
+    });
+    std::vector<uint32_t> fresh(steps, 0);
     // Some blocks are freed after a use and allocated again before their next use.
     for (int s = 0; s < steps; ++s) {
       for (int b = 0; b < blocks; ++b) {

@@ -36,26 +36,6 @@ constexpr uint32_t kDivergeRun = 8;  // consecutive launches off the plan that e
 // cudnn_vgg16); 2^62 is ahead of every launch index and within the comparison's half range.
 constexpr uint64_t kReleased = uint64_t{1} << 62;
 
-// The iteration's slab lifetimes for the planner: the events logged after launch `first` up to
-// the iteration's last launch, inside the plan's buffers (by base address; others are skipped).
-void append_lifetimes(const std::vector<tracer::LifetimeEvent>& events, uint64_t first,
-                      const std::vector<uint64_t>& bases, PlanInput& in) {
-  std::vector<std::pair<uint64_t, uint32_t>> by_base;
-  for (size_t b = 0; b < bases.size(); ++b) by_base.emplace_back(bases[b], b);
-  std::sort(by_base.begin(), by_base.end());
-  for (const tracer::LifetimeEvent& e : events) {
-    if (e.before_step <= first || e.bytes == 0) continue;
-    auto it = std::upper_bound(by_base.begin(), by_base.end(), std::pair{e.address, UINT32_MAX});
-    if (it == by_base.begin()) continue;
-    --it;
-    const uint64_t size = in.buffer_sizes[it->second];
-    const uint64_t offset = e.address - it->first;
-    if (offset >= size || e.bytes > size - offset) continue;
-    in.lifetimes.push_back(
-        {static_cast<uint32_t>(e.before_step - first - 1), e.freed, {it->second, offset, e.bytes}});
-  }
-}
-
 void sleep_us(long us) {
   timespec ts{0, us * 1000};
   nanosleep(&ts, nullptr);
@@ -172,6 +152,7 @@ class AdvisorImpl {
   void release_waits();
   void watch_waits();
   void build_drops(LivePlan& p);
+  bool use_lifetimes() const { return config.lifetimes && config.lifetimes(); }
 
   // Prefetch-wait watchdog: its own thread, because the advisor thread itself can be the one
   // stuck (inside the driver, measured on cudnn_vgg16).
@@ -346,8 +327,7 @@ void AdvisorImpl::run() {
     std::string why;
     auto p = std::make_unique<LivePlan>();
     if (make_replay_plan(*matcher, budget, config.prefetch_bytes_per_s, config.evict_bytes_per_s,
-                         &p->plan, &p->base, &p->period, &why,
-                         config.lifetimes && config.lifetimes())) {
+                         &p->plan, &p->base, &p->period, &why, use_lifetimes())) {
       p->applied_from = p->base;
       p->source = "replay";
       p->matcher = matcher.get();
@@ -491,9 +471,14 @@ void AdvisorImpl::learn() {
   in.budget_bytes = budget;
   in.prefetch_bytes_per_s = config.prefetch_bytes_per_s;
   in.evict_bytes_per_s = config.evict_bytes_per_s;
-  if (config.lifetimes && config.lifetimes()) {
-    append_lifetimes(tracer::copy_lifetimes(first + 1, first + choice->period), first, p->address,
-                     in);
+  if (use_lifetimes()) {
+    std::vector<std::pair<uint64_t, uint64_t>> buffers;  // (base, size) by plan buffer
+    for (size_t b = 0; b < p->address.size(); ++b) {
+      buffers.emplace_back(p->address[b], in.buffer_sizes[b]);
+    }
+    append_lifetimes(
+        tracer::lifetimes_in(tracer::copy_lifetimes(first + 1, first + choice->period), buffers),
+        first, choice->period, in);
   }
   try {
     p->plan = make_plan(in);

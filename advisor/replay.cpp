@@ -105,19 +105,21 @@ PlanInput plan_input_from_trace(const trace::Trace& t, size_t iteration, uint64_
     }
     in.steps.push_back(ps);
   }
-  // Lifetimes logged after the iteration's first launch up to its last one.
+  if (lifetimes) append_lifetimes(t.lifetimes, it.first_step, it.step_count, in);
+  in.budget_bytes = budget;
+  return in;
+}
+
+void append_lifetimes(std::span<const trace::Lifetime> lifetimes, uint64_t first_step,
+                      uint64_t step_count, PlanInput& in) {
   const auto first = std::lower_bound(
-      t.lifetimes.begin(), t.lifetimes.end(), it.first_step + 1,
+      lifetimes.begin(), lifetimes.end(), first_step + 1,
       [](const trace::Lifetime& l, uint64_t step) { return l.before_step < step; });
-  for (auto l = first;
-       lifetimes && l != t.lifetimes.end() && l->before_step <= it.first_step + it.step_count;
-       ++l) {
-    in.lifetimes.push_back({static_cast<uint32_t>(l->before_step - it.first_step - 1),
+  for (auto l = first; l != lifetimes.end() && l->before_step <= first_step + step_count; ++l) {
+    in.lifetimes.push_back({static_cast<uint32_t>(l->before_step - first_step - 1),
                             l->freed,
                             {l->buffer, l->offset, l->length}});
   }
-  in.budget_bytes = budget;
-  return in;
 }
 
 bool make_replay_plan(const ReplayMatcher& matcher, uint64_t budget, double prefetch_bytes_per_s,

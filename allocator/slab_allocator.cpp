@@ -141,8 +141,9 @@ void SlabAllocator::discard_dead_pages(uint64_t address, uint64_t size,
   const bool all = discard_mode_ == DiscardMode::all;
   range_starts_.clear();
   range_sizes_.clear();
+  // None of these pages is in discarded_: the freed block overlaps each, and its allocation
+  // populated and forgot every discarded page it overlapped.
   for (uint64_t page = first; page < last; page += kPage) {
-    if (discarded_.contains(page)) continue;
     if (!all && !(source_.discard_page && source_.discard_page(page))) continue;
     add_page(range_starts_, range_sizes_, page);
   }

@@ -148,7 +148,6 @@ class Tracer {
   // Lifetimes of slab blocks (note_lifetime), in program order; the oldest half goes when full.
   std::mutex lifetime_mutex_;
   std::vector<LifetimeEvent> lifetimes_;  // guarded by lifetime_mutex_
-  uint64_t lifetimes_dropped_ = 0;        // guarded by lifetime_mutex_
 };
 
 Tracer* g_tracer = nullptr;
@@ -537,7 +536,6 @@ void Tracer::note_lifetime(uint64_t address, uint64_t bytes, bool freed) {
   if (lifetimes_.size() >= kMaxLifetimes) {
     const auto half = static_cast<ptrdiff_t>(kMaxLifetimes / 2);
     lifetimes_.erase(lifetimes_.begin(), lifetimes_.begin() + half);
-    lifetimes_dropped_ += kMaxLifetimes / 2;
   }
   // Threads race between reading the log's size and taking the lock: keep the order monotone.
   const uint64_t at = lifetimes_.empty() ? before : std::max(before, lifetimes_.back().before_step);
@@ -741,22 +739,13 @@ trace::Trace Tracer::assemble(StepRecorder::Recording recording) {
         break;
     }
   }
-  // Lifetimes inside the traced buffers (slabs), up to the last logged step.
+  // Lifetimes inside the traced buffers (slabs); all logged while recording, so none is past
+  // the last step.
   {
-    std::vector<std::pair<uint64_t, uint32_t>> by_base;  // (base, buffer index)
-    for (size_t b = 0; b < t.buffers.size(); ++b) by_base.emplace_back(t.buffers[b].base, b);
-    std::sort(by_base.begin(), by_base.end());
+    std::vector<std::pair<uint64_t, uint64_t>> buffers;
+    for (const trace::Buffer& b : t.buffers) buffers.emplace_back(b.base, b.size);
     std::lock_guard lifetimes(lifetime_mutex_);
-    for (const LifetimeEvent& e : lifetimes_) {
-      if (e.before_step > steps || e.bytes == 0) continue;
-      auto it = std::upper_bound(by_base.begin(), by_base.end(), std::pair{e.address, UINT32_MAX});
-      if (it == by_base.begin()) continue;
-      --it;
-      const trace::Buffer& buf = t.buffers[it->second];
-      const uint64_t offset = e.address - buf.base;
-      if (offset >= buf.size || e.bytes > buf.size - offset) continue;
-      t.lifetimes.push_back({e.before_step, it->second, offset, e.bytes, e.freed});
-    }
+    t.lifetimes = lifetimes_in(lifetimes_, buffers);
   }
   t.dropped_records = dropped_records_.load() + recording.dropped_steps;
   return t;

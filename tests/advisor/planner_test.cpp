@@ -116,6 +116,21 @@ void expect_clean(const PlanInput& in, const Plan& plan, int iterations) {
   EXPECT_EQ(plan.bytes_prefetched_per_iteration, plan.bytes_evicted_per_iteration);
 }
 
+// Budget = `fraction` of the footprint, but at least the largest step (footprint and steps from
+// plans with an unlimited budget).
+void set_budget(PlanInput& in, double fraction) {
+  in.budget_bytes = std::numeric_limits<uint64_t>::max() / 8;
+  const Plan all = make_plan(in);
+  uint64_t largest = 0;
+  for (size_t s = 0; s < in.steps.size(); ++s) {
+    PlanInput one = in;
+    one.steps = {in.steps[s]};
+    one.lifetimes.clear();  // positions of the whole iteration: not for one step
+    largest = std::max(largest, make_plan(one).footprint_bytes);
+  }
+  in.budget_bytes = std::max(largest, static_cast<uint64_t>(all.footprint_bytes * fraction));
+}
+
 // Random trace: `buffers` buffers of 1..max_blocks blocks (some with a short last block), steps
 // touching 1..max_ranges random ranges, budget = `fraction` of the footprint but at least the
 // largest step.
@@ -141,16 +156,7 @@ PlanInput random_trace(uint32_t seed, int steps, int buffers, int max_blocks, in
     }
     t.step(ranges, (rng() % 4) * 1e-4);
   }
-  // Footprint and largest step, from a plan with an unlimited budget.
-  t.in.budget_bytes = std::numeric_limits<uint64_t>::max() / 8;
-  const Plan all = make_plan(t.in);
-  uint64_t largest = 0;
-  for (size_t s = 0; s < t.in.steps.size(); ++s) {
-    PlanInput one = t.in;
-    one.steps = {t.in.steps[s]};
-    largest = std::max(largest, make_plan(one).footprint_bytes);
-  }
-  t.in.budget_bytes = std::max(largest, static_cast<uint64_t>(all.footprint_bytes * fraction));
+  set_budget(t.in, fraction);
   return t.in;
 }
 
@@ -267,16 +273,7 @@ PlanInput random_lifetime_trace(uint32_t seed, int steps, int persistent, int sl
         t.in.lifetimes.push_back({static_cast<uint32_t>(s), true, {slab, x.offset, x.length}});
     }
   }
-  t.in.budget_bytes = std::numeric_limits<uint64_t>::max() / 8;
-  const Plan all = make_plan(t.in);
-  uint64_t largest = 0;
-  for (size_t s = 0; s < t.in.steps.size(); ++s) {
-    PlanInput one = t.in;
-    one.steps = {t.in.steps[s]};
-    one.lifetimes.clear();
-    largest = std::max(largest, make_plan(one).footprint_bytes);
-  }
-  t.in.budget_bytes = std::max(largest, static_cast<uint64_t>(all.footprint_bytes * fraction));
+  set_budget(t.in, fraction);
   return t.in;
 }
 

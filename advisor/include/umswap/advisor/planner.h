@@ -57,8 +57,8 @@
 // when MIN cycles, trials of one iteration each, at least 4 and no more than ~4M block-uses of
 // work. ~15 ms for 5,000 steps and ~0.2 s for 50,000 steps, 30,000 blocks and 530,000 block-uses
 // on one core (tests/advisor/planner_bench.cpp); ~0.28 s for the same with half the buffers
-// given lifetimes (2026-11-22, this machine's 2 cores). prefetch_bytes_per_s and evict_bytes_per_s are
-// not used yet: placement is bounded by room and lookahead, not by transfer time.
+// given lifetimes (2026-11-22, this machine's 2 cores). prefetch_bytes_per_s and evict_bytes_per_s
+// are not used yet: placement is bounded by room and lookahead, not by transfer time.
 //
 // Errors: make_plan() and simulate() throw std::invalid_argument naming the problem (budget 0,
 // granularity 0, a range outside its buffer, a step's ranges out of bounds, ...).

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -67,6 +68,11 @@ std::unique_ptr<ReplayMatcher> load_replay(const std::string& path, std::string*
 bool make_replay_plan(const ReplayMatcher& matcher, uint64_t budget, double prefetch_bytes_per_s,
                       double evict_bytes_per_s, Plan* plan, uint64_t* base, uint64_t* period,
                       std::string* why, bool lifetimes = true);
+
+// Appends to in.lifetimes, at iteration-relative positions, the lifetimes (program order) logged
+// after launch `first_step` up to the iteration's last launch (first_step + step_count - 1).
+void append_lifetimes(std::span<const trace::Lifetime> lifetimes, uint64_t first_step,
+                      uint64_t step_count, PlanInput& in);
 
 // The planner's input for iteration `iteration` of a trace (accesses as recorded; with
 // `lifetimes`, the trace's slab lifetimes logged after the iteration's first launch up to its

@@ -31,7 +31,8 @@
 //     transfer. At a stream-ordered free (free(), not free_sync()) of [a, a + size),
 //     once the block is marked free and merged with its neighbours, the candidates are the whole
 //     2 MiB pages (aligned in absolute addresses) that lie inside the merged free block, overlap
-//     [a, a + size) and are not discarded already: a page shared by two blocks becomes one when
+//     [a, a + size) (none is discarded already: the block's allocation populated them): a page
+//     shared by two blocks becomes one when
 //     the second is freed, and a neighbour another stream freed, not yet safe to merge, keeps its
 //     pages out. `planned` discards the candidates `SlabSource::discard_page` accepts (none
 //     without it), `all` every candidate. The chosen pages go in one cuMemDiscardBatchAsync on

@@ -34,6 +34,7 @@
 #include "umswap/allocator/registry.h"
 #include "umswap/core/trace.h"
 #include "umswap/tracer/launch_log.h"
+#include "umswap/tracer/lifetimes.h"
 #include "umswap/tracer/param_scanner.h"
 #include "umswap/tracer/step_recorder.h"
 
@@ -107,17 +108,10 @@ void yield_cupti(const std::string& what);
 // on the GPU without a transfer (on_gpu true; UMSWAP_DISCARD_FREED): the residency count removes
 // or adds its pages as a transfer would, without counting bytes moved.
 void note_residency(uint64_t address, uint64_t bytes, bool on_gpu);
-// A block of umswap's cudaMallocAsync slabs handed to the program (freed false) or given back
-// (freed true), between two launches: before_step = the steps logged before it.
-struct LifetimeEvent {
-  uint64_t before_step = 0;
-  uint64_t address = 0;
-  uint64_t bytes = 0;
-  bool freed = false;
-};
-// The slab allocator's lifetime callback (called under its lock): logged while the tracer
-// records, under a mutex no launch takes. The log keeps the last 1 Mi events (older ones are
-// dropped and counted); the trace gets those that fall inside buffers it lists.
+// The slab allocator's lifetime callback (called under its lock): logged (LifetimeEvent, in
+// lifetimes.h) while the tracer records, under a mutex no launch takes. The log keeps the last
+// 1 Mi events (plans need only recent iterations); the trace gets those that fall inside buffers
+// it lists.
 void note_lifetime(uint64_t address, uint64_t bytes, bool freed);
 // The logged events with from_step <= before_step <= to_step, in program order.
 std::vector<LifetimeEvent> copy_lifetimes(uint64_t from_step, uint64_t to_step);

@@ -76,6 +76,10 @@ bool ManagedAllocator::configure_slabs(SlabHooks hooks) {
   return true;
 }
 
+bool ManagedAllocator::place(Placement placement) {
+  return slabs_ && slabs_->set_placement(std::move(placement), [] { return kArenaSite; });
+}
+
 ManagedAllocator::~ManagedAllocator() {
   if (slabs_) registry_.set_block_finder(nullptr);
 }

@@ -72,7 +72,12 @@ nlohmann::json to_json(const SlabStats& s) {
       {"discarded_bytes", s.discarded_bytes},
       {"populated_bytes", s.populated_bytes},
       {"discard_calls", s.discard_calls},
+      {"swept_bytes", s.swept_bytes},
       {"populate_calls", s.populate_calls},
+      {"arena_bytes", s.arena_bytes},
+      {"placed", s.placed},
+      {"placement_taken", s.placement_taken},
+      {"placement_unmatched", s.placement_unmatched},
   };
 }
 
@@ -167,6 +172,45 @@ void SlabAllocator::discard_dead_pages(uint64_t address, uint64_t size,
   }
 }
 
+uint64_t SlabAllocator::sweep_free_pages(const std::function<bool(uint64_t page)>& discard) {
+  std::lock_guard lock(mutex_);
+  if (discard_mode_ == DiscardMode::off) return 0;
+  settle_events();
+  record_events_for_other_streams(kAnyStream);
+  range_starts_.clear();
+  range_sizes_.clear();
+  for (const auto& [address, b] : blocks_) {
+    if (!b.free || b.stream != kAnyStream) continue;
+    const auto [first, bytes] = whole_pages(address, b.size);
+    for (uint64_t page = first; page < first + bytes; page += kPage) {
+      if (!discarded_.contains(page) && discard(page)) add_page(range_starts_, range_sizes_, page);
+    }
+  }
+  if (range_starts_.empty()) return 0;
+  CUresult r = driver_.mem_discard_batch_async(range_starts_.data(), range_sizes_.data(),
+                                               range_starts_.size(), 0, CU_STREAM_PER_THREAD);
+  if (r == CUDA_SUCCESS && driver_.stream_synchronize) {
+    r = driver_.stream_synchronize(CU_STREAM_PER_THREAD);
+  }
+  if (r != CUDA_SUCCESS) {
+    stop_discarding("cuMemDiscardBatchAsync", r);
+    return 0;
+  }
+  ++stats_.discard_calls;
+  uint64_t swept = 0;
+  for (size_t i = 0; i < range_starts_.size(); ++i) {
+    for (uint64_t page = range_starts_[i]; page < range_starts_[i] + range_sizes_[i];
+         page += kPage) {
+      discarded_.insert(page);
+    }
+    swept += range_sizes_[i];
+    if (source_.residency) source_.residency(range_starts_[i], range_sizes_[i], false);
+  }
+  stats_.discarded_bytes += swept;
+  stats_.swept_bytes += swept;
+  return swept;
+}
+
 void SlabAllocator::populate_discarded(uint64_t address, uint64_t size, CUstream stream) {
   // Every page that overlaps the block, the partly covered edge pages too.
   const auto from = discarded_.lower_bound(address / kPage * kPage);
@@ -204,12 +248,14 @@ void SlabAllocator::populate_discarded(uint64_t address, uint64_t size, CUstream
 }
 
 void SlabAllocator::index_free(uint64_t address, const Block& b) {
-  free_by_size_[slabs_.at(b.slab).small ? 1 : 0].emplace(b.size, address);
+  const Slab& slab = slabs_.at(b.slab);
+  if (!slab.arena) free_by_size_[slab.small ? 1 : 0].emplace(b.size, address);
   if (b.event) pending_.insert(address);
 }
 
 void SlabAllocator::unindex_free(uint64_t address, const Block& b) {
-  free_by_size_[slabs_.at(b.slab).small ? 1 : 0].erase({b.size, address});
+  const Slab& slab = slabs_.at(b.slab);
+  if (!slab.arena) free_by_size_[slab.small ? 1 : 0].erase({b.size, address});
   if (b.event) pending_.erase(address);
 }
 
@@ -265,19 +311,24 @@ std::map<uint64_t, SlabAllocator::Block>::iterator SlabAllocator::mark_free(
 }
 
 void SlabAllocator::settle_events() {
-  if (pending_.empty()) return;
-  // Merging changes pending_: walk a copy, skipping blocks merged away meanwhile.
-  const std::vector<uint64_t> addresses(pending_.begin(), pending_.end());
-  for (const uint64_t address : addresses) {
-    if (!pending_.contains(address)) continue;
-    const auto it = blocks_.find(address);
-    Block& b = it->second;
-    if (driver_.event_query(b.event.get()) != CUDA_SUCCESS) continue;
-    unindex_free(it->first, b);
-    b.event.reset();
-    b.stream = kAnyStream;
-    index_free(it->first, b);
-    coalesce(it);
+  // Merging changes pending_: walk a copy, skipping blocks merged away meanwhile. A block free
+  // for all that merges with a pending neighbour takes the neighbour's event (and address), so
+  // walk again while anything settled.
+  for (bool settled = true; settled && !pending_.empty();) {
+    settled = false;
+    const std::vector<uint64_t> addresses(pending_.begin(), pending_.end());
+    for (const uint64_t address : addresses) {
+      if (!pending_.contains(address)) continue;
+      const auto it = blocks_.find(address);
+      Block& b = it->second;
+      if (driver_.event_query(b.event.get()) != CUDA_SUCCESS) continue;
+      unindex_free(it->first, b);
+      b.event.reset();
+      b.stream = kAnyStream;
+      index_free(it->first, b);
+      coalesce(it);
+      settled = true;
+    }
   }
 }
 
@@ -317,6 +368,75 @@ std::map<uint64_t, SlabAllocator::Block>::iterator SlabAllocator::find_fit(uint6
     if (b.stream == kAnyStream || b.stream == tag) return it;
   }
   return blocks_.end();
+}
+
+std::map<uint64_t, SlabAllocator::Block>::iterator SlabAllocator::placed_fit(uint64_t size,
+                                                                             uint64_t tag) {
+  const size_t entries = placement_.sizes.size();
+  for (size_t look = 0; look < std::min(entries, kPlacementLookahead); ++look) {
+    const size_t j = (next_entry_ + look) % entries;
+    if (placement_.sizes[j] != size) continue;
+    next_entry_ = (j + 1) % entries;
+    const uint64_t offset = placement_.offsets[j];
+    const uint64_t address = arena_ + offset;
+    auto it = blocks_.upper_bound(address);
+    if (offset == Placement::kUnplaced || it == blocks_.begin()) {
+      ++stats_.placement_taken;
+      return blocks_.end();
+    }
+    --it;
+    Block& b = it->second;
+    if (!b.free || b.slab != arena_ || it->first + b.size < address + size ||
+        (b.stream != kAnyStream && b.stream != tag)) {
+      ++stats_.placement_taken;
+      return blocks_.end();
+    }
+    if (address > it->first) {  // split off the free space in front
+      unindex_free(it->first, b);
+      Block back = b;
+      back.size = it->first + b.size - address;
+      b.size = address - it->first;
+      index_free(it->first, b);
+      it = blocks_.emplace(address, std::move(back)).first;
+      index_free(it->first, it->second);
+    }
+    ++stats_.placed;
+    return it;
+  }
+  ++stats_.placement_unmatched;
+  return blocks_.end();
+}
+
+bool SlabAllocator::set_placement(Placement placement, const Context& context) {
+  std::lock_guard lock(mutex_);
+  if (arena_ != 0 || placement.arena_bytes == 0 || placement.sizes.empty() ||
+      placement.offsets.size() != placement.sizes.size()) {
+    return false;
+  }
+  const uint64_t bytes = round_up(placement.arena_bytes, kSlabGranule);
+  CUdeviceptr base = 0;
+  const uint64_t site = context ? context() : 0;
+  if (source_.create(bytes, site, &base) != CUDA_SUCCESS) {
+    wait_for_all_events();
+    release_free_slabs();
+    if (source_.create(bytes, site, &base) != CUDA_SUCCESS) return false;
+  }
+  for (const auto& [slab_base, slab] : slabs_) {
+    if (!slab.small) retiring_.insert(slab_base);
+  }
+  slabs_.emplace(base, Slab{.size = bytes, .small = false, .arena = true});
+  Block b{.size = bytes, .slab = base, .free = true, .stream = kAnyStream, .seq = 0, .event = {}};
+  blocks_.emplace(base, b);
+  index_free(base, b);
+  ++stats_.slabs;
+  ++stats_.slabs_created;
+  stats_.slab_bytes += bytes;
+  stats_.slab_bytes_peak = std::max(stats_.slab_bytes_peak, stats_.slab_bytes);
+  stats_.arena_bytes = bytes;
+  arena_ = base;
+  placement_ = std::move(placement);
+  next_entry_ = 0;
+  return true;
 }
 
 void SlabAllocator::place(std::map<uint64_t, Block>::iterator it, uint64_t size) {
@@ -362,23 +482,67 @@ CUresult SlabAllocator::new_slab(uint64_t size, bool small, const Context& conte
   return CUDA_SUCCESS;
 }
 
+// True when the slab was one free block free for every stream, and is given back now.
+bool SlabAllocator::give_back_if_free(std::map<uint64_t, Slab>::iterator s) {
+  const auto it = blocks_.find(s->first);
+  if (s->second.arena || it == blocks_.end() || !it->second.free ||
+      it->second.size != s->second.size || it->second.stream != kAnyStream) {
+    return false;
+  }
+  unindex_free(it->first, it->second);
+  blocks_.erase(it);
+  discarded_.erase(discarded_.lower_bound(s->first),
+                   discarded_.lower_bound(s->first + s->second.size));
+  source_.destroy(s->first);
+  // Freed memory holds no GPU pages any more.
+  if (source_.residency) source_.residency(s->first, s->second.size, false);
+  --stats_.slabs;
+  ++stats_.slabs_released;
+  stats_.slab_bytes -= s->second.size;
+  slabs_.erase(s);
+  return true;
+}
+
 void SlabAllocator::release_free_slabs() {
   for (auto s = slabs_.begin(); s != slabs_.end();) {
-    const auto it = blocks_.find(s->first);
-    if (it != blocks_.end() && it->second.free && it->second.size == s->second.size &&
-        it->second.stream == kAnyStream) {
-      unindex_free(it->first, it->second);
-      blocks_.erase(it);
-      discarded_.erase(discarded_.lower_bound(s->first),
-                       discarded_.lower_bound(s->first + s->second.size));
-      source_.destroy(s->first);
-      --stats_.slabs;
-      ++stats_.slabs_released;
-      stats_.slab_bytes -= s->second.size;
-      s = slabs_.erase(s);
-    } else {
-      ++s;
+    const auto next = std::next(s);
+    give_back_if_free(s);
+    s = next;
+  }
+}
+
+void SlabAllocator::retire_replaced_slabs() {
+  for (auto r = retiring_.begin(); r != retiring_.end();) {
+    const auto s = slabs_.find(*r);
+    if (s == slabs_.end()) {  // given back under pressure meanwhile
+      r = retiring_.erase(r);
+      continue;
     }
+    const uint64_t end = s->first + s->second.size;
+    bool all_free = true;
+    for (auto b = blocks_.find(s->first); b != blocks_.end() && b->first < end; ++b) {
+      all_free = all_free && b->second.free;
+    }
+    if (!all_free) {
+      ++r;
+      continue;
+    }
+    if (give_back_if_free(s)) {
+      r = retiring_.erase(r);
+      continue;
+    }
+    // Wholly free, but parts still answer to the streams that freed them: an event on each such
+    // stream; once they complete, settle_events() merges the parts and the slab goes.
+    for (auto b = blocks_.find(s->first); b != blocks_.end() && b->first < end; ++b) {
+      Block& block = b->second;
+      if (block.event || block.stream == kAnyStream || (block.stream & kNotAHandle) != 0) continue;
+      if (EventRef event = record_event(reinterpret_cast<CUstream>(block.stream))) {
+        unindex_free(b->first, block);
+        block.event = std::move(event);
+        index_free(b->first, block);
+      }
+    }
+    ++r;
   }
 }
 
@@ -390,7 +554,10 @@ CUresult SlabAllocator::allocate(uint64_t bytes, CUstream stream, CUdeviceptr* o
   const uint64_t tag = stream_tag(stream);
   std::lock_guard lock(mutex_);
   settle_events();
-  auto it = find_fit(size, small, tag);
+  // With a placement, the large slabs it replaced go once they are wholly free and idle.
+  if (!retiring_.empty()) retire_replaced_slabs();
+  auto it = !small && arena_ != 0 ? placed_fit(size, tag) : blocks_.end();
+  if (it == blocks_.end()) it = find_fit(size, small, tag);
   if (it == blocks_.end()) {
     // Blocks other streams freed become usable once those streams pass the free.
     record_events_for_other_streams(tag);

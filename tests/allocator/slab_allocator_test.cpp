@@ -3,7 +3,8 @@
 // pressure (waiting for events, giving slabs back), the per-thread stream, cudaFree, a random
 // workload checked against a model of what each stream may reuse, the lifetime callback, and the
 // discard modes (which dead pages are discarded, which are populated again, on which streams, in
-// how many driver calls, and in what order with events).
+// how many driver calls, and in what order with events), and placement (the arena, requests
+// following the planned sequence or going elsewhere, slabs the arena replaces given back).
 #include "umswap/allocator/slab_allocator.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <random>
 #include <set>
@@ -71,6 +73,7 @@ struct Fakes {
   int destroys = 0;
   bool reuse_bases = false;              // create() hands out destroyed slabs' bases again
   std::vector<CUdeviceptr> freed_bases;  // destroyed slabs' bases
+  std::vector<std::pair<CUdeviceptr, uint64_t>> destroyed_slabs;  // (base, bytes), in order
   // Discards and populating prefetches, one entry per driver call, and what residency heard.
   std::vector<DriverCall> discards, prefetches;
   std::vector<std::tuple<uint64_t, uint64_t, bool>> residency;
@@ -184,6 +187,7 @@ SlabSource fake_source() {
           .destroy =
               [](CUdeviceptr base) {
                 g->live -= g->slabs.at(base);
+                g->destroyed_slabs.emplace_back(base, g->slabs.at(base));
                 g->slabs.erase(base);
                 g->freed_bases.push_back(base);
                 ++g->destroys;
@@ -514,6 +518,57 @@ TEST_F(SlabAllocatorTest, PlannedDiscardsExactlyTheAcceptedPagesInOneCallOnTheFr
   EXPECT_EQ(j["discarded_bytes"], 6 * MiB);
 }
 
+// A sweep discards the accepted whole pages of free blocks every stream may take, on the per-thread
+// stream, and only once; a free block still answering to its stream gets an event instead and is
+// swept once that event completed; the pages are populated when an allocation overlaps them.
+TEST_F(SlabAllocatorTest, ASweepDiscardsAcceptedFreePagesOnceTheirStreamPassedTheFree) {
+  ASSERT_TRUE(slabs_->set_discard_mode(DiscardMode::planned));
+  g->accept = [](uint64_t) { return false; };  // frees discard nothing
+  const CUdeviceptr a = alloc(8 * MiB, kS);    // a 64 MiB slab: [a, a + 8 MiB) ...
+  const CUdeviceptr b = alloc(8 * MiB, kS);    // ... [a + 8, a + 16 MiB) ...
+  const CUdeviceptr c = alloc(8 * MiB, kS);    // ... [a + 16, a + 24 MiB), the rest free for all
+  ASSERT_EQ(b, a + 8 * MiB);
+  ASSERT_EQ(c, a + 16 * MiB);
+  release(b, kS);  // free, but only for s
+  std::vector<uint64_t> asked;
+  const auto policy = [&](uint64_t page) {
+    asked.push_back(page);
+    return page != a + 30 * MiB;
+  };
+  EXPECT_EQ(slabs_->sweep_free_pages(policy), (64 - 24 - 2) * MiB);
+  // Only the free-for-all rest was asked about; b got an event on s.
+  EXPECT_EQ(asked.front(), a + 24 * MiB);
+  EXPECT_EQ(asked.size(), 20u);
+  ASSERT_EQ(g->discards.size(), 1u);
+  EXPECT_EQ(g->discards[0].stream, CU_STREAM_PER_THREAD);
+  EXPECT_EQ(g->discards[0].ranges,
+            (std::vector<DriverRange>{{a + 24 * MiB, 6 * MiB}, {a + 32 * MiB, 32 * MiB}}));
+  ASSERT_EQ(g->records, 1);
+  EXPECT_EQ(g->events[0]->stream, kS);
+  // Nothing new until s passes the free; pages swept already are not asked about again.
+  asked.clear();
+  EXPECT_EQ(slabs_->sweep_free_pages(policy), 0u);
+  EXPECT_EQ(asked, pages_at(a, {30}));
+  complete_all_events();
+  asked.clear();
+  EXPECT_EQ(slabs_->sweep_free_pages(policy), 8 * MiB);  // b's pages, now free for all
+  EXPECT_EQ(g->discards.back().ranges, (std::vector<DriverRange>{{a + 8 * MiB, 8 * MiB}}));
+  const SlabStats s = slabs_->stats();
+  EXPECT_EQ(s.swept_bytes, 46 * MiB);
+  EXPECT_EQ(s.discarded_bytes, 46 * MiB);
+  // An allocation over swept pages populates them.
+  const CUdeviceptr d = alloc(8 * MiB, kT);
+  EXPECT_EQ(d, a + 8 * MiB);  // best fit: b's old block, lowest address
+  ASSERT_EQ(g->prefetches.size(), 1u);
+  EXPECT_EQ(g->prefetches[0].ranges, (std::vector<DriverRange>{{a + 8 * MiB, 8 * MiB}}));
+}
+
+TEST_F(SlabAllocatorTest, ASweepDoesNothingWithoutADiscardMode) {
+  alloc(8 * MiB);
+  EXPECT_EQ(slabs_->sweep_free_pages([](uint64_t) { return true; }), 0u);
+  EXPECT_TRUE(g->discards.empty());
+}
+
 TEST_F(SlabAllocatorTest, TheLegacyStreamDiscardsAndPopulatesOnThePerThreadStream) {
   ASSERT_TRUE(slabs_->set_discard_mode(DiscardMode::all));
   const CUdeviceptr a = alloc(64 * MiB, nullptr);
@@ -832,6 +887,7 @@ TEST_F(SlabAllocatorTest, RandomWorkloadNeverDiscardsOrPopulatesLiveData) {
   uint64_t live_bytes = 0;
   int refused = 0;
   std::set<uint64_t> discarded;
+  size_t destroyed_seen = 0;
   const auto overlaps_live = [&](uint64_t address, uint64_t bytes, CUdeviceptr except) {
     for (const auto& [p, size] : live) {
       if (p != except && p < address + bytes && address < p + size) return true;
@@ -887,11 +943,12 @@ TEST_F(SlabAllocatorTest, RandomWorkloadNeverDiscardsOrPopulatesLiveData) {
     const uint64_t rounded = (size + 511) / 512 * 512;
     live[p] = rounded;
     live_bytes += rounded;
-    // Slabs given back forget their pages.
-    std::erase_if(discarded, [](uint64_t page) {
-      auto slab = g->slabs.upper_bound(page);
-      return slab == g->slabs.begin() || page - std::prev(slab)->first >= std::prev(slab)->second;
-    });
+    // Slabs given back forget their pages (also those made again at the same base since).
+    for (size_t i = destroyed_seen; i < g->destroyed_slabs.size(); ++i) {
+      const auto& [base, bytes] = g->destroyed_slabs[i];
+      std::erase_if(discarded, [&](uint64_t page) { return page >= base && page < base + bytes; });
+    }
+    destroyed_seen = g->destroyed_slabs.size();
     ASSERT_EQ(g->discards.size(), discards_before) << "step " << step;
     ASSERT_LE(g->prefetches.size(), prefetches_before + 1) << "step " << step;
     for (size_t i = prefetches_before; i < g->prefetches.size(); ++i) {
@@ -913,6 +970,443 @@ TEST_F(SlabAllocatorTest, RandomWorkloadNeverDiscardsOrPopulatesLiveData) {
   EXPECT_LT(refused, 400);
   EXPECT_EQ(s.discard_calls, g->discards.size());
   EXPECT_EQ(s.populate_calls, g->prefetches.size());
+}
+
+// --- placement (set_placement) -------------------------------------------------------------------
+
+Placement placement_of(std::vector<uint64_t> sizes, std::vector<uint64_t> offsets,
+                       uint64_t arena_bytes) {
+  Placement p;
+  p.arena_bytes = arena_bytes;
+  p.sizes = std::move(sizes);
+  p.offsets = std::move(offsets);
+  for (uint64_t offset : p.offsets) p.placed += offset != Placement::kUnplaced ? 1 : 0;
+  return p;
+}
+
+// Sets `p` on `slabs` and returns the arena's base: the slab the source made for it.
+CUdeviceptr set_arena(SlabAllocator& slabs, Placement p) {
+  const std::map<CUdeviceptr, uint64_t> before = g->slabs;
+  EXPECT_TRUE(slabs.set_placement(std::move(p), [] { return uint64_t{9}; }));
+  for (const auto& [base, bytes] : g->slabs) {
+    if (!before.contains(base)) return base;
+  }
+  ADD_FAILURE() << "set_placement made no slab";
+  return 0;
+}
+
+bool inside(uint64_t address, uint64_t base, uint64_t bytes) {
+  return address >= base && address < base + bytes;
+}
+
+bool meet(uint64_t a, uint64_t a_bytes, uint64_t b, uint64_t b_bytes) {
+  return a < b + b_bytes && b < a + a_bytes;
+}
+
+TEST_F(SlabAllocatorTest, SetPlacementMakesOneArenaOfTheSizeRoundedTo2MiBOnce) {
+  const Placement p = placement_of({8 * MiB, 4 * MiB, 8 * MiB}, {0, 8 * MiB, 0}, 12 * MiB + 1000);
+  const CUdeviceptr arena = set_arena(*slabs_, p);
+  EXPECT_EQ(g->created, std::vector<uint64_t>{14 * MiB});
+  EXPECT_EQ(g->contexts, std::vector<uint64_t>{9});
+  EXPECT_TRUE(slabs_->owns(arena + 14 * MiB - 1));
+  EXPECT_FALSE(slabs_->owns(arena + 14 * MiB));
+  SlabStats s = slabs_->stats();
+  EXPECT_EQ(s.arena_bytes, 14 * MiB);
+  EXPECT_EQ(s.slabs, 1u);
+  EXPECT_EQ(s.slab_bytes, 14 * MiB);
+  EXPECT_EQ(s.slabs_created, 1u);
+  // Once only.
+  EXPECT_FALSE(slabs_->set_placement(placement_of({4 * MiB}, {0}, 4 * MiB)));
+  EXPECT_EQ(g->created.size(), 1u);
+  s = slabs_->stats();
+  EXPECT_EQ(s.arena_bytes, 14 * MiB);
+  EXPECT_EQ(s.slabs, 1u);
+  // The first placement is the one followed.
+  EXPECT_EQ(alloc(8 * MiB), arena);
+  EXPECT_EQ(to_json(slabs_->stats()).at("arena_bytes"), 14 * MiB);
+}
+
+TEST_F(SlabAllocatorTest, AnEmptyPlacementOrOneWithoutAnArenaIsRefused) {
+  EXPECT_FALSE(slabs_->set_placement(Placement{}));
+  EXPECT_FALSE(slabs_->set_placement(placement_of({}, {}, 8 * MiB)));
+  EXPECT_FALSE(slabs_->set_placement(placement_of({8 * MiB}, {0}, 0)));
+  EXPECT_TRUE(g->created.empty());
+  EXPECT_EQ(slabs_->stats().arena_bytes, 0u);
+  // The source refuses the arena: refused, and large requests are served as before.
+  g->source_limit = 8 * MiB;
+  EXPECT_FALSE(slabs_->set_placement(placement_of({8 * MiB}, {0}, 16 * MiB)));
+  EXPECT_EQ(slabs_->stats().arena_bytes, 0u);
+  g->source_limit = UINT64_MAX;
+  alloc(8 * MiB);
+  EXPECT_EQ(g->created.back(), 64 * MiB);
+  EXPECT_EQ(slabs_->stats().placement_unmatched, 0u);
+  // Nothing was changed by the refusals: a good placement still takes.
+  set_arena(*slabs_, placement_of({8 * MiB}, {0}, 8 * MiB));
+  EXPECT_EQ(slabs_->stats().arena_bytes, 8 * MiB);
+}
+
+TEST_F(SlabAllocatorTest, PlannedAllocationsLandAtTheirOffsetsEveryIteration) {
+  // a, b; a freed; c where a was; d; all freed.
+  const CUdeviceptr arena = set_arena(*slabs_, placement_of({8 * MiB, 4 * MiB, 8 * MiB, 2 * MiB},
+                                                            {0, 8 * MiB, 0, 12 * MiB}, 14 * MiB));
+  std::vector<std::vector<CUdeviceptr>> rounds;
+  for (int round = 0; round < 3; ++round) {
+    const CUdeviceptr a = alloc(8 * MiB);
+    const CUdeviceptr b = alloc(4 * MiB);
+    release(a);
+    const CUdeviceptr c = alloc(8 * MiB);
+    const CUdeviceptr d = alloc(2 * MiB);
+    release(b);
+    release(c);
+    release(d);
+    rounds.push_back({a, b, c, d});
+  }
+  EXPECT_EQ(rounds[0], (std::vector<CUdeviceptr>{arena, arena + 8 * MiB, arena, arena + 12 * MiB}));
+  EXPECT_EQ(rounds[1], rounds[0]);
+  EXPECT_EQ(rounds[2], rounds[0]);
+  const SlabStats s = slabs_->stats();
+  EXPECT_EQ(s.placed, 12u);
+  EXPECT_EQ(s.placement_taken, 0u);
+  EXPECT_EQ(s.placement_unmatched, 0u);
+  EXPECT_EQ(g->created.size(), 1u);  // the arena held everything
+  EXPECT_EQ(g->records, 0);          // one stream, and the arena's frees record nothing
+}
+
+TEST_F(SlabAllocatorTest, ARequestTakesTheNextEntryOfItsSize) {
+  const CUdeviceptr arena = set_arena(*slabs_, placement_of({8 * MiB, 4 * MiB, 8 * MiB, 2 * MiB},
+                                                            {0, 8 * MiB, 0, 12 * MiB}, 14 * MiB));
+  const CUdeviceptr a = alloc(8 * MiB);
+  EXPECT_EQ(a, arena);
+  // The program skips b and c this time: d's entry is the next 2 MiB one.
+  EXPECT_EQ(alloc(2 * MiB), arena + 12 * MiB);
+  release(a);
+  // The sequence goes on after d's entry, wrapping round to a's.
+  EXPECT_EQ(alloc(8 * MiB), arena);
+  EXPECT_EQ(slabs_->stats().placed, 3u);
+}
+
+TEST_F(SlabAllocatorTest, TheSequenceIsSearchedOnlyWithinTheLookahead) {
+  // 70 entries of 2 MiB, but the 65th is 8 MiB; each has a range of its own.
+  std::vector<uint64_t> sizes(70, 2 * MiB);
+  std::vector<uint64_t> offsets;
+  for (uint64_t i = 0; i < 70; ++i) offsets.push_back(i * 8 * MiB);
+  const size_t far = SlabAllocator::kPlacementLookahead;
+  sizes[far] = 8 * MiB;
+  const CUdeviceptr arena = set_arena(*slabs_, placement_of(sizes, offsets, 70 * 8 * MiB));
+  const CUdeviceptr early = alloc(8 * MiB);  // entries 0 to 63 looked at: no match
+  EXPECT_FALSE(inside(early, arena, 70 * 8 * MiB));
+  EXPECT_EQ(slabs_->stats().placement_unmatched, 1u);
+  EXPECT_EQ(alloc(2 * MiB), arena);  // entry 0
+  EXPECT_EQ(alloc(8 * MiB), arena + far * 8 * MiB);
+  EXPECT_EQ(slabs_->stats().placed, 2u);
+}
+
+TEST_F(SlabAllocatorTest, AnUnmatchedSizeGoesToAnOrdinarySlab) {
+  const CUdeviceptr arena = set_arena(*slabs_, placement_of({8 * MiB}, {0}, 8 * MiB));
+  const CUdeviceptr p = alloc(6 * MiB);
+  EXPECT_FALSE(inside(p, arena, 8 * MiB));
+  EXPECT_EQ(g->created, (std::vector<uint64_t>{8 * MiB, 64 * MiB}));
+  SlabStats s = slabs_->stats();
+  EXPECT_EQ(s.placement_unmatched, 1u);
+  EXPECT_EQ(s.placed, 0u);
+  EXPECT_EQ(alloc(8 * MiB), arena);  // the expected size still follows the placement
+  s = slabs_->stats();
+  EXPECT_EQ(s.placed, 1u);
+  EXPECT_EQ(s.placement_unmatched, 1u);
+}
+
+TEST_F(SlabAllocatorTest, ATakenRangeSendsTheAllocationElsewhereWithoutOverlap) {
+  // Two entries whose ranges overlap, as a stale placement's might.
+  const CUdeviceptr arena =
+      set_arena(*slabs_, placement_of({8 * MiB, 8 * MiB}, {0, 4 * MiB}, 12 * MiB));
+  const CUdeviceptr a = alloc(8 * MiB);
+  ASSERT_EQ(a, arena);
+  const CUdeviceptr b = alloc(8 * MiB);  // [4, 12) MiB holds a's second half
+  EXPECT_FALSE(meet(b, 8 * MiB, a, 8 * MiB));
+  EXPECT_FALSE(inside(b, arena, 12 * MiB));
+  EXPECT_EQ(slabs_->stats().placement_taken, 1u);
+  const CUdeviceptr c = alloc(8 * MiB);  // entry 0 again: a, the previous instance, still lives
+  EXPECT_FALSE(meet(c, 8 * MiB, a, 8 * MiB));
+  EXPECT_FALSE(meet(c, 8 * MiB, b, 8 * MiB));
+  EXPECT_EQ(slabs_->stats().placement_taken, 2u);
+  release(a);
+  EXPECT_EQ(alloc(8 * MiB), arena + 4 * MiB);  // entry 1, free now
+  const SlabStats s = slabs_->stats();
+  EXPECT_EQ(s.placed, 2u);
+  EXPECT_EQ(s.placement_taken, 2u);
+  EXPECT_EQ(s.placement_unmatched, 0u);
+}
+
+TEST_F(SlabAllocatorTest, APlannedRangeReachingIntoALiveBlockIsTaken) {
+  const CUdeviceptr arena =
+      set_arena(*slabs_, placement_of({4 * MiB, 8 * MiB}, {4 * MiB, 0}, 8 * MiB));
+  const CUdeviceptr a = alloc(4 * MiB);
+  ASSERT_EQ(a, arena + 4 * MiB);  // the free space in front stays free
+  EXPECT_EQ(slabs_->live_block(arena), std::nullopt);
+  const CUdeviceptr b = alloc(8 * MiB);  // [0, 8) MiB: only [0, 4) is free
+  EXPECT_FALSE(meet(b, 8 * MiB, a, 4 * MiB));
+  EXPECT_FALSE(inside(b, arena, 8 * MiB));
+  EXPECT_EQ(slabs_->stats().placement_taken, 1u);
+  using Range = std::pair<uint64_t, uint64_t>;
+  EXPECT_EQ(slabs_->live_block(a), Range(a, a + 4 * MiB));
+}
+
+TEST_F(SlabAllocatorTest, AnUnplacedEntryGoesWhereItWouldHaveGone) {
+  const CUdeviceptr arena =
+      set_arena(*slabs_, placement_of({16 * MiB, 8 * MiB}, {Placement::kUnplaced, 0}, 8 * MiB));
+  const CUdeviceptr a = alloc(16 * MiB);
+  EXPECT_FALSE(inside(a, arena, 8 * MiB));
+  EXPECT_EQ(slabs_->stats().placement_taken, 1u);
+  EXPECT_EQ(alloc(8 * MiB), arena);  // the sequence moved on past the unplaced entry
+  EXPECT_EQ(slabs_->stats().placed, 1u);
+}
+
+TEST_F(SlabAllocatorTest, SmallRequestsNeverGoToTheArena) {
+  // A placement that (wrongly) plans small sizes too, with free arena space for them.
+  const CUdeviceptr arena = set_arena(
+      *slabs_,
+      placement_of({512 * KiB, SlabAllocator::kSmallLimit, 8 * MiB}, {0, 0, 2 * MiB}, 10 * MiB));
+  const CUdeviceptr s1 = alloc(512 * KiB);
+  const CUdeviceptr s2 = alloc(SlabAllocator::kSmallLimit);
+  EXPECT_FALSE(inside(s1, arena, 10 * MiB));
+  EXPECT_FALSE(inside(s2, arena, 10 * MiB));
+  EXPECT_EQ(g->created.back(), SlabAllocator::kSmallSlab);
+  SlabStats s = slabs_->stats();
+  EXPECT_EQ(s.placed, 0u);
+  EXPECT_EQ(s.placement_taken, 0u);
+  EXPECT_EQ(s.placement_unmatched, 0u);
+  EXPECT_EQ(alloc(8 * MiB), arena + 2 * MiB);
+  EXPECT_EQ(slabs_->stats().placed, 1u);
+}
+
+TEST_F(SlabAllocatorTest, AnOffsetPastTheArenasEndIsTakenNeverSpillingOver) {
+  // A wrong placement: the second entry's range ends beyond the arena.
+  const CUdeviceptr arena =
+      set_arena(*slabs_, placement_of({4 * MiB, 8 * MiB}, {0, 6 * MiB}, 8 * MiB));
+  EXPECT_EQ(alloc(4 * MiB), arena);
+  const CUdeviceptr b = alloc(8 * MiB);
+  EXPECT_FALSE(meet(b, 8 * MiB, arena, 8 * MiB));
+  EXPECT_TRUE(slabs_->owns(b));
+  EXPECT_EQ(slabs_->stats().placement_taken, 1u);
+  using Range = std::pair<uint64_t, uint64_t>;
+  EXPECT_EQ(slabs_->live_block(b), Range(b, b + 8 * MiB));
+}
+
+TEST_F(SlabAllocatorTest, FindBySizeNeverUsesTheArena) {
+  const CUdeviceptr arena = set_arena(*slabs_, placement_of({8 * MiB}, {0}, 64 * MiB));
+  const CUdeviceptr a = alloc(4 * MiB);  // unmatched; the arena is empty but not looked at
+  EXPECT_FALSE(inside(a, arena, 64 * MiB));
+  EXPECT_EQ(g->created, (std::vector<uint64_t>{64 * MiB, 64 * MiB}));
+  const CUdeviceptr b = alloc(8 * MiB);
+  ASSERT_EQ(b, arena);
+  const CUdeviceptr c = alloc(8 * MiB);  // matched but taken: 56 MiB free in the arena, unused
+  EXPECT_FALSE(inside(c, arena, 64 * MiB));
+  const CUdeviceptr d = alloc(52 * MiB);  // fills the second slab
+  EXPECT_FALSE(inside(d, arena, 64 * MiB));
+  EXPECT_EQ(g->created.size(), 2u);
+  const CUdeviceptr e = alloc(20 * MiB);  // a third slab rather than the arena's free space
+  EXPECT_FALSE(inside(e, arena, 64 * MiB));
+  EXPECT_EQ(g->created.size(), 3u);
+  // Nothing but b in the arena.
+  for (uint64_t at = arena + 8 * MiB; at < arena + 64 * MiB; at += MiB) {
+    EXPECT_EQ(slabs_->live_block(at), std::nullopt);
+  }
+}
+
+TEST_F(SlabAllocatorTest, AnOldLargeSlabWhollyFreedIsGivenBackOnceItsEventCompleted) {
+  const CUdeviceptr x = alloc(8 * MiB);  // a 64 MiB slab, from before the placement
+  const CUdeviceptr y = alloc(8 * MiB);
+  ASSERT_EQ(y, x + 8 * MiB);
+  const CUdeviceptr small = alloc(4 * KiB);
+  const CUdeviceptr arena = set_arena(*slabs_, placement_of({16 * MiB}, {0}, 16 * MiB));
+  release(x);  // half free: nothing to give back
+  release(alloc(4 * KiB));
+  EXPECT_EQ(g->records, 0);
+  release(y, kS);  // wholly free: the next allocation records an event on the freeing stream
+  EXPECT_EQ(g->records, 0);
+  release(alloc(4 * KiB));
+  ASSERT_EQ(g->records, 1);
+  EXPECT_EQ(g->events[0]->stream, kS);
+  release(alloc(4 * KiB));  // the event has not completed: kept, and no second event
+  EXPECT_EQ(g->records, 1);
+  EXPECT_EQ(g->destroys, 0);
+  EXPECT_TRUE(slabs_->owns(x));
+  complete_all_events();
+  g->residency.clear();
+  EXPECT_EQ(g->destroys, 0);  // only an allocation gives it back
+  alloc(4 * KiB);
+  EXPECT_EQ(g->destroys, 1);
+  EXPECT_FALSE(slabs_->owns(x));
+  EXPECT_EQ(g->slabs.count(x), 0u);
+  using R = std::tuple<uint64_t, uint64_t, bool>;
+  EXPECT_EQ(g->residency, (std::vector<R>{{x, 64 * MiB, false}}));
+  const SlabStats s = slabs_->stats();
+  EXPECT_EQ(s.slabs_released, 1u);
+  EXPECT_EQ(s.slabs, 2u);  // the small slab and the (wholly free) arena stay
+  EXPECT_EQ(s.slab_bytes, SlabAllocator::kSmallSlab + 16 * MiB);
+  EXPECT_TRUE(slabs_->owns(arena));
+  EXPECT_TRUE(slabs_->owns(small));
+}
+
+TEST_F(SlabAllocatorTest, AnOldSlabIsGivenBackAtTheNextAllocationWhenItsEventCompletesAtOnce) {
+  g->events_complete_at_once = true;
+  const CUdeviceptr x = alloc(100 * MiB);  // a slab of its size
+  set_arena(*slabs_, placement_of({8 * MiB}, {0}, 8 * MiB));
+  release(x, kT);
+  EXPECT_EQ(g->records, 0);
+  alloc(8 * MiB);  // records the event on t, which completes at once
+  ASSERT_EQ(g->records, 1);
+  EXPECT_EQ(g->events[0]->stream, kT);
+  EXPECT_EQ(g->destroys, 0);
+  alloc(4 * KiB);
+  EXPECT_EQ(g->destroys, 1);
+  using R = std::tuple<uint64_t, uint64_t, bool>;
+  EXPECT_EQ(g->residency, (std::vector<R>{{x, 100 * MiB, false}}));
+  EXPECT_EQ(slabs_->stats().slab_bytes, 8 * MiB + SlabAllocator::kSmallSlab);
+}
+
+TEST_F(SlabAllocatorTest, OnlyTheSlabsThePlacementReplacedAreGivenBack) {
+  const CUdeviceptr arena = set_arena(*slabs_, placement_of({8 * MiB}, {0}, 8 * MiB));
+  // Unmatched, every iteration: its slab, made after the placement, stays (no churn).
+  for (int i = 0; i < 4; ++i) {
+    const CUdeviceptr a = alloc(20 * MiB);
+    release(a);
+    complete_all_events();
+    release(alloc(8 * MiB));
+    EXPECT_TRUE(slabs_->owns(a));
+  }
+  EXPECT_EQ(g->destroys, 0);
+  EXPECT_EQ(g->created.size(), 2u);  // the arena and one 64 MiB slab
+  EXPECT_TRUE(slabs_->owns(arena));
+}
+
+TEST_F(SlabAllocatorTest, AnOldSlabFreedOnTwoStreamsIsGivenBackOnceBothPassedTheirFrees) {
+  const CUdeviceptr x = alloc(32 * MiB, kS);
+  const CUdeviceptr y = alloc(32 * MiB, kT);  // the 64 MiB slab is full
+  ASSERT_EQ(y, x + 32 * MiB);
+  const CUdeviceptr arena = set_arena(*slabs_, placement_of({8 * MiB}, {0}, 8 * MiB));
+  release(x, kS);
+  release(y, kT);               // the slab is wholly free now, in two blocks of two streams
+  release(alloc(8 * MiB, kS));  // an event on each stream
+  std::set<CUstream> recorded_on;
+  for (const auto& e : g->events) {
+    if (e->recorded) recorded_on.insert(e->stream);
+  }
+  EXPECT_EQ(recorded_on, (std::set<CUstream>{kS, kT}));
+  EXPECT_EQ(g->destroys, 0);
+  complete_all_events();
+  release(alloc(8 * MiB, kS));
+  EXPECT_EQ(g->destroys, 1);
+  EXPECT_FALSE(slabs_->owns(x));
+  EXPECT_TRUE(slabs_->owns(arena));
+}
+
+TEST_F(SlabAllocatorTest, TheArenaIsNeverGivenBackUnderPressure) {
+  g->source_limit = 8 * MiB + 64 * MiB + 2 * MiB;
+  const CUdeviceptr arena = set_arena(*slabs_, placement_of({8 * MiB}, {0}, 8 * MiB));
+  const CUdeviceptr big = alloc(64 * MiB);  // unmatched: 2 MiB left in the source
+  EXPECT_FALSE(inside(big, arena, 8 * MiB));
+  // No room for 4 MiB outside the (wholly free) arena: the arena stays, the request fails.
+  CUdeviceptr p = 0;
+  EXPECT_EQ(slabs_->allocate(4 * MiB, kS, &p), CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(g->destroys, 0);
+  EXPECT_EQ(g->slabs.count(arena), 1u);
+  EXPECT_TRUE(slabs_->owns(arena));
+  EXPECT_EQ(slabs_->stats().pressure_waits, 1u);
+  // The arena still serves its sequence.
+  EXPECT_EQ(alloc(8 * MiB), arena);
+  // Under pressure a wholly free ordinary slab goes back, the arena does not.
+  release(big);
+  release(arena);
+  EXPECT_NE(alloc(66 * MiB), 0u);  // fits in no slab: `big` goes, then it fits
+  EXPECT_EQ(g->destroys, 1);
+  EXPECT_EQ(g->slabs.count(big), 0u);
+  EXPECT_EQ(g->slabs.count(arena), 1u);
+}
+
+TEST_F(SlabAllocatorTest, APlannedRangeAnotherStreamFreedWaitsForItsEvent) {
+  const CUdeviceptr arena = set_arena(*slabs_, placement_of({8 * MiB}, {0}, 8 * MiB));
+  const CUdeviceptr a = alloc(8 * MiB, kS);
+  ASSERT_EQ(a, arena);
+  release(a, kS);
+  const CUdeviceptr b = alloc(8 * MiB, kT);  // s may still use the range
+  EXPECT_NE(b, arena);
+  EXPECT_FALSE(inside(b, arena, 8 * MiB));
+  EXPECT_EQ(slabs_->stats().placement_taken, 1u);
+  // t found no room: an event was recorded on s for the arena's free block.
+  ASSERT_GE(g->records, 1);
+  EXPECT_EQ(g->events[0]->stream, kS);
+  const CUdeviceptr c = alloc(8 * MiB, kT);  // still pending: elsewhere again
+  EXPECT_FALSE(inside(c, arena, 8 * MiB));
+  EXPECT_EQ(slabs_->stats().placement_taken, 2u);
+  complete_all_events();
+  EXPECT_EQ(alloc(8 * MiB, kT), arena);  // s passed the free
+  const SlabStats s = slabs_->stats();
+  EXPECT_EQ(s.placed, 2u);
+  EXPECT_EQ(s.placement_taken, 2u);
+}
+
+// Three iterations recorded through `lifetime` without a placement, planned with
+// plan_placement, then followed: every large allocation lands at its planned address, the same
+// in every iteration, and the slabs used before go back.
+TEST_F(SlabAllocatorTest, APlanFromRecordedIterationsIsFollowedExactly) {
+  alloc(40 * MiB);  // a weight, live throughout
+  CUdeviceptr gradient = 0;
+  std::vector<BlockEvent> events;
+  uint64_t iteration = 0;
+  const auto run = [&] {
+    const size_t from = g->lifetimes.size();
+    std::vector<CUdeviceptr> got;
+    if (gradient != 0) release(gradient);  // the previous iteration's
+    const CUdeviceptr a1 = alloc(24 * MiB);
+    const CUdeviceptr a2 = alloc(24 * MiB);
+    const CUdeviceptr a3 = alloc(10 * MiB);
+    const CUdeviceptr tiny = alloc(100 * KiB);
+    release(a3);
+    gradient = alloc(30 * MiB);
+    release(a2);
+    const CUdeviceptr a4 = alloc(12 * MiB);
+    release(a1);
+    release(a4);
+    release(tiny);
+    for (size_t i = from; i < g->lifetimes.size(); ++i) {
+      const auto& [address, bytes, freed] = g->lifetimes[i];
+      events.push_back({.when = iteration * 1000 + (i - from),
+                        .address = address,
+                        .bytes = bytes,
+                        .freed = freed});
+    }
+    ++iteration;
+    return std::vector<CUdeviceptr>{a1, a2, a3, gradient, a4};
+  };
+  for (int i = 0; i < 3; ++i) run();
+  std::string why;
+  auto plan = plan_placement(events, 2000, 1000, SlabAllocator::kSmallLimit,
+                             SlabAllocator::kAlignment, &why);
+  ASSERT_TRUE(plan.has_value()) << why;
+  ASSERT_EQ(plan->placed, 5u);
+  const std::vector<uint64_t> offsets = plan->offsets;
+  const uint64_t arena_bytes = plan->arena_bytes;
+  const uint64_t bytes_before = slabs_->stats().slab_bytes;
+  const CUdeviceptr arena = set_arena(*slabs_, std::move(*plan));
+  const std::vector<CUdeviceptr> first = run();
+  const std::vector<CUdeviceptr> second = run();
+  for (size_t j = 0; j < first.size(); ++j) EXPECT_EQ(first[j], arena + offsets[j]) << j;
+  EXPECT_EQ(second, first);
+  SlabStats s = slabs_->stats();
+  EXPECT_EQ(s.placed, 10u);
+  EXPECT_EQ(s.placement_taken, 0u);
+  EXPECT_EQ(s.placement_unmatched, 0u);
+  // The weight keeps its slab; the activations' slabs, wholly free, go at the next allocation.
+  complete_all_events();
+  alloc(4 * KiB);
+  s = slabs_->stats();
+  EXPECT_GE(s.slabs_released, 1u);
+  EXPECT_EQ(g->destroys, static_cast<int>(s.slabs_released));
+  // What stays: the weight's slab, the small slab, the arena.
+  EXPECT_EQ(s.slab_bytes, 64 * MiB + SlabAllocator::kSmallSlab +
+                              (arena_bytes + 2 * MiB - 1) / (2 * MiB) * (2 * MiB));
+  EXPECT_LT(s.slab_bytes, bytes_before + arena_bytes);
 }
 
 }  // namespace

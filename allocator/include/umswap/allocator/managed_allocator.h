@@ -108,6 +108,16 @@ class ManagedAllocator {
   // lacks the discard functions for a mode other than off.
   bool configure_slabs(SlabHooks hooks);
 
+  // Large stream-ordered allocations follow `placement` from now on, in an arena slab whose
+  // call site is kArenaSite (so that a trace's arena matches the replaying process's). False
+  // without slabs or when the slab allocator refuses (SlabAllocator::set_placement). Any thread.
+  static constexpr CallSiteId kArenaSite = 0x756d737761702d61;  // "umswap-a"
+  bool place(Placement placement);
+  // SlabAllocator::sweep_free_pages; 0 without slabs.
+  uint64_t sweep_free_pages(const std::function<bool(uint64_t page)>& discard) {
+    return slabs_ ? slabs_->sweep_free_pages(discard) : 0;
+  }
+
   // The program destroys `stream` (before the real call).
   void stream_ends(CUstream stream) {
     if (slabs_) slabs_->stream_ends(stream);

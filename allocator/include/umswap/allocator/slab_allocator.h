@@ -48,6 +48,18 @@
 //     failure) forgets every discarded page: none is populated after that, and a forgotten page
 //     is populated by the driver on its first touch, as managed memory always is (only the
 //     transfer-free population is lost; `residency` hears nothing of it).
+//   * set_placement() (once): large allocations follow a Placement (placement.h) in a slab of
+//     their own, the arena, made then through `SlabSource::create`. The arena's free space is
+//     never found by size: a large request goes there only when it matches the placement's
+//     sequence (the next entry of its size within kPlacementLookahead entries of where the last
+//     match left off, wrapping round the iteration) and the planned range is one free block's
+//     part usable on the request's stream (same rule as above); anything else (no match, no
+//     offset, the range taken or not yet safe for this stream) goes where it would have without
+//     a placement. The placement only chooses addresses: every block still comes from free space,
+//     so a wrong or stale placement costs room, never data. The large slabs that exist when the
+//     placement is set are given back by allocate() once wholly free and idle (an event is
+//     recorded on each stream that freed a part of one, and it goes once they completed); large
+//     slabs made later stay, as without a placement.
 //   * Errors come back as CUresult; nothing throws except std::bad_alloc.
 // Thread safety: every member may be called from any thread; one mutex guards everything.
 #pragma once
@@ -68,6 +80,7 @@
 #include <nlohmann/json.hpp>
 
 #include "umswap/allocator/driver_api.h"
+#include "umswap/allocator/placement.h"
 #include "umswap/allocator/registry.h"
 
 namespace umswap {
@@ -104,12 +117,17 @@ struct SlabStats {
   uint64_t blocks_in_use = 0;
   uint64_t bytes_in_use = 0;  // rounded block sizes
   uint64_t bytes_in_use_peak = 0;
-  uint64_t events_recorded = 0;  // cross-stream reuse and per-thread-stream frees
-  uint64_t pressure_waits = 0;   // allocations that had to wait for events or release slabs
-  uint64_t discarded_bytes = 0;  // discard mode: dead bytes dropped from the GPU at frees
-  uint64_t populated_bytes = 0;  // discard mode: discarded bytes populated at allocations
-  uint64_t discard_calls = 0;    // cuMemDiscardBatchAsync calls that succeeded
-  uint64_t populate_calls = 0;   // cuMemDiscardAndPrefetchBatchAsync calls that succeeded
+  uint64_t events_recorded = 0;      // cross-stream reuse and per-thread-stream frees
+  uint64_t pressure_waits = 0;       // allocations that had to wait for events or release slabs
+  uint64_t discarded_bytes = 0;      // discard mode: dead bytes dropped from the GPU at frees
+  uint64_t populated_bytes = 0;      // discard mode: discarded bytes populated at allocations
+  uint64_t discard_calls = 0;        // cuMemDiscardBatchAsync calls that succeeded
+  uint64_t swept_bytes = 0;          // of discarded_bytes: by sweep_free_pages()
+  uint64_t populate_calls = 0;       // cuMemDiscardAndPrefetchBatchAsync calls that succeeded
+  uint64_t arena_bytes = 0;          // set_placement(): the arena's size
+  uint64_t placed = 0;               // large allocations served at their planned offset
+  uint64_t placement_taken = 0;      // matched, but the planned range was not free (or unplanned)
+  uint64_t placement_unmatched = 0;  // large allocations the sequence did not expect
 };
 nlohmann::json to_json(const SlabStats& stats);
 
@@ -120,6 +138,7 @@ class SlabAllocator final : public BlockFinder {
   static constexpr uint64_t kSmallSlab = uint64_t{2} << 20;
   static constexpr uint64_t kLargeSlab = uint64_t{64} << 20;
   static constexpr uint64_t kSlabGranule = uint64_t{2} << 20;
+  static constexpr size_t kPlacementLookahead = 64;
 
   // `driver` must have has_slab_functions(); the table is copied.
   SlabAllocator(const DriverApi& driver, SlabSource source);
@@ -139,6 +158,20 @@ class SlabAllocator final : public BlockFinder {
   // and ctx_get_device: false (and nothing changes) without them. Off forgets the discarded
   // pages.
   bool set_discard_mode(DiscardMode mode);
+  // With a discard mode other than off: discards the whole 2 MiB pages of free blocks, not
+  // discarded yet, that `discard` accepts, but only in blocks every stream may take (their frees
+  // are behind the GPU); blocks still answering to the stream that freed them get an event on it,
+  // so that a later sweep finds them free for all. The discards go in one cuMemDiscardBatchAsync
+  // on the calling thread's per-thread stream, which is then synchronized: an allocation's
+  // populating prefetch, on any stream, comes after it. For pages freed before a plan knew which
+  // are dead (the advisor sweeps when a plan takes effect). Returns the bytes discarded.
+  // `discard` is called under the lock (same rules as SlabSource's functions).
+  uint64_t sweep_free_pages(const std::function<bool(uint64_t page)>& discard);
+
+  // Large allocations follow `placement` from now on (contract above). False, with nothing
+  // changed, when a placement is already set, the placement is empty, or the arena cannot be
+  // made. `context` as for allocate().
+  bool set_placement(Placement placement, const Context& context = {});
 
   // The block in use that holds `address`: [first, second). nullopt for free space and for
   // addresses outside every slab.
@@ -160,6 +193,7 @@ class SlabAllocator final : public BlockFinder {
   struct Slab {
     uint64_t size = 0;
     bool small = false;
+    bool arena = false;  // set_placement()'s: its free space is never found by size
   };
   static constexpr uint64_t kAnyStream = UINT64_MAX;
 
@@ -171,6 +205,9 @@ class SlabAllocator final : public BlockFinder {
   void populate_discarded(uint64_t address, uint64_t size, CUstream stream);
   void stop_discarding(const char* call, CUresult status);
   std::map<uint64_t, Block>::iterator find_fit(uint64_t size, bool small, uint64_t tag);
+  // The free arena block that starts at the planned offset of this request, split off its free
+  // block; blocks_.end() when the placement does not give one.
+  std::map<uint64_t, Block>::iterator placed_fit(uint64_t size, uint64_t tag);
   CUresult new_slab(uint64_t size, bool small, const Context& context);
   void place(std::map<uint64_t, Block>::iterator it, uint64_t size);
   // Returns the free block `it` ended up in.
@@ -184,6 +221,9 @@ class SlabAllocator final : public BlockFinder {
   void record_events_for_other_streams(uint64_t tag);
   void wait_for_all_events();
   void release_free_slabs();
+  bool give_back_if_free(std::map<uint64_t, Slab>::iterator s);
+  // With a placement: the large slabs that existed when it was set go once wholly free.
+  void retire_replaced_slabs();
   EventRef record_event(CUstream stream);
   void index_free(uint64_t address, const Block& b);
   void unindex_free(uint64_t address, const Block& b);
@@ -202,6 +242,10 @@ class SlabAllocator final : public BlockFinder {
   std::vector<CUdeviceptr> range_starts_;  // scratch for the batched driver calls
   std::vector<size_t> range_sizes_;
   std::set<uint64_t> pending_;  // addresses of the free blocks that carry an event
+  Placement placement_;
+  uint64_t arena_ = 0;           // the arena's base; 0 without a placement
+  size_t next_entry_ = 0;        // where the placement's sequence is expected to go on
+  std::set<uint64_t> retiring_;  // bases of the large slabs the arena replaces, until given back
   SlabStats stats_;
 };
 

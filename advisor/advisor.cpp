@@ -7,14 +7,18 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <span>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "umswap/advisor/online_learning.h"
 #include "umswap/advisor/planner.h"
 #include "umswap/advisor/replay.h"
+#include "umswap/allocator/managed_allocator.h"
+#include "umswap/allocator/placement.h"
 #include "umswap/core/log.h"
 #include "umswap/tracer/extents.h"
 #include "umswap/tracer/iteration_detector.h"
@@ -51,11 +55,13 @@ struct DropTable {
     uint32_t slot;  // index into `discarded`
   };
   std::unordered_map<uint64_t, std::vector<Window>> windows;
-  uint64_t unresolved = 0;  // drops whose buffer was not found in this process (yet)
+  std::unordered_set<uint64_t> planned;  // every page a range of the plan touches
+  uint64_t unresolved = 0;               // drops whose buffer was not found in this process (yet)
   // Diagnostics, by window: how often a free discarded the page in it; and how often a free asked
   // about a page of the table at a phase outside all of its windows.
   mutable std::vector<std::atomic<uint32_t>> discarded;
   mutable std::atomic<uint64_t> asked_outside{0};
+  mutable std::atomic<uint64_t> unplanned{0};  // pages discarded because no range touches them
 };
 
 // A plan in force: the planner's actions indexed by phase, and where its buffers live now.
@@ -124,6 +130,16 @@ class AdvisorImpl {
   uint64_t next_check = 0;
   OnlineLearning online;  // which iteration to plan from; remembers diverged plans
   bool learning_failed = false;
+  bool placement_tried = false;
+  std::optional<Placement> placement;          // the one handed to the allocator
+  std::string placement_note;                  // why there is none
+  std::optional<Placement> pending_placement;  // to hand over at place_at
+  uint64_t place_base = 0, place_period = 1;   // its iteration boundaries
+  uint64_t place_at = UINT64_MAX;
+  int sweeps_left = 0;
+  uint64_t sweep_at = 0;
+  uint64_t swept_bytes = 0;
+  Advisor* self = nullptr;                       // for discard_page() in sweeps
   std::vector<std::unique_ptr<LivePlan>> plans;  // every plan ever made; never freed while running
   std::unique_ptr<ReplayMatcher> matcher;
   uint64_t replay_checked = 0;  // replay: launches whose keys were compared with the trace
@@ -152,6 +168,12 @@ class AdvisorImpl {
   void release_waits();
   void watch_waits();
   void build_drops(LivePlan& p);
+  std::optional<Placement> make_placement(std::span<const BlockEvent> blocks, uint64_t start,
+                                          uint64_t period, uint64_t arena_must_be);
+  bool hand_placement(Placement p);
+  bool tend_placement(uint64_t n);
+  void place_from_trace();
+  void tend(LivePlan& p, uint64_t n);
   bool use_lifetimes() const { return config.lifetimes && config.lifetimes(); }
 
   // Prefetch-wait watchdog: its own thread, because the advisor thread itself can be the one
@@ -181,6 +203,7 @@ bool Advisor::start(const AdvisorConfig& config, const AdvisorDriver& driver, Re
     return false;
   }
   impl_->config = config;
+  impl_->self = this;
   impl_->d = driver;
   impl_->registry = &registry;
   if (config.mode == Mode::replay) {
@@ -235,7 +258,12 @@ bool Advisor::discard_page(uint64_t page) {
   const std::shared_ptr<const DropTable> table = p->drops.load(std::memory_order_acquire);
   if (!table) return false;
   const auto it = table->windows.find(page);
-  if (it == table->windows.end()) return false;
+  if (it == table->windows.end()) {
+    if (table->planned.contains(page)) return false;
+    table->unplanned.fetch_add(1, std::memory_order_relaxed);
+    a.discards_approved.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
   const uint64_t phase = (n - 1 - p->base) % p->period;  // the free came after launch n - 1
   for (const DropTable::Window& w : it->second) {
     if (Drop{{}, w.last_use, w.next_use}.covers(phase)) {
@@ -328,6 +356,11 @@ void AdvisorImpl::run() {
     auto p = std::make_unique<LivePlan>();
     if (make_replay_plan(*matcher, budget, config.prefetch_bytes_per_s, config.evict_bytes_per_s,
                          &p->plan, &p->base, &p->period, &why, use_lifetimes())) {
+      if (config.place && use_lifetimes()) {
+        place_from_trace();
+        place_base = p->base;
+        place_period = p->period;
+      }
       p->applied_from = p->base;
       p->source = "replay";
       p->matcher = matcher.get();
@@ -350,6 +383,15 @@ void AdvisorImpl::run() {
     p = plan.load(std::memory_order_relaxed);
     if (p) {
       apply(n);
+      tend(*p, n);
+      sleep_us(50);
+    } else if (pending_placement) {
+      if (tend_placement(n)) {
+        // Learn again from the iteration after the first placed one (whose first blocks may
+        // have been missed).
+        learn_from = place_at + place_period;
+        next_check = 0;
+      }
       sleep_us(50);
     } else {
       if (!learning_failed) learn();
@@ -436,6 +478,23 @@ void AdvisorImpl::learn() {
   if (!choice) return;
   const uint64_t e = learn_from + choice->region_start;
   const uint64_t first = learn_from + choice->first;
+  if (!placement_tried && config.place && use_lifetimes() && first >= choice->period) {
+    // Place the iteration's blocks first, then learn it again at its new addresses.
+    placement_tried = true;
+    std::vector<BlockEvent> blocks;
+    for (const tracer::LifetimeEvent& l :
+         tracer::copy_lifetimes(first - choice->period, first + choice->period - 1)) {
+      blocks.push_back({l.before_step, l.address, l.bytes, l.freed});
+    }
+    pending_placement = make_placement(blocks, first, choice->period, 0);
+    if (pending_placement) {
+      // Handed over at the next iteration boundary; learning goes on after it (run()).
+      place_base = e;
+      place_period = choice->period;
+      place_at = UINT64_MAX;
+      return;
+    }
+  }
   tracer::StepLog log;
   if (!tracer::copy_steps(first, choice->period, &log)) return;
 
@@ -528,8 +587,101 @@ void AdvisorImpl::activate(std::unique_ptr<LivePlan> p) {
   build_drops(*p);
   cursor = p->applied_from;
   state = "applied";
+  sweeps_left = 3;
+  sweep_at = p->applied_from;
   plans.push_back(std::move(p));
   plan.store(plans.back().get(), std::memory_order_release);
+}
+
+// A placement from two iterations' block events, or nullopt (placement_note says why). With
+// `arena_must_be` (replay), only a placement whose arena has that size: the trace's plan names
+// addresses in the trace's arena, and another arena would make them wrong.
+std::optional<Placement> AdvisorImpl::make_placement(std::span<const BlockEvent> blocks,
+                                                     uint64_t start, uint64_t period,
+                                                     uint64_t arena_must_be) {
+  std::string why;
+  std::optional<Placement> p = plan_placement(blocks, start, period, SlabAllocator::kSmallLimit,
+                                              SlabAllocator::kAlignment, &why);
+  if (p && arena_must_be != 0 &&
+      (p->arena_bytes + SlabAllocator::kSlabGranule - 1) / SlabAllocator::kSlabGranule *
+              SlabAllocator::kSlabGranule !=
+          arena_must_be) {
+    p.reset();
+    why = "the trace's arena does not match the placement its iteration gives";
+  }
+  if (!p) {
+    placement_note = why;
+    log_info("advisor: no placement: {}", why);
+  }
+  return p;
+}
+
+// Hands a placement to the allocator; false (placement_note says why) when it refuses.
+bool AdvisorImpl::hand_placement(Placement p) {
+  if (!config.place(p)) {
+    placement_note = "the allocator could not make the arena (UMSWAP_MANAGED_LIMIT?)";
+    log_info("advisor: no placement: {}", placement_note);
+    return false;
+  }
+  log_info(
+      "advisor: placement: {} of {} large blocks of the iteration go to planned addresses in an "
+      "arena of {} (their live peak {}; {})",
+      p.placed, p.sizes.size(), format_bytes(p.arena_bytes), format_bytes(p.live_peak), p.order);
+  placement = std::move(p);
+  return true;
+}
+
+// Replay: the trace's arena (a buffer of ManagedAllocator::kArenaSite), reproduced from the
+// block events of the iteration the plan comes from and the one before it. Handed over at an
+// iteration boundary of the plan (run()): from the first of the trace's iterations on, the
+// program allocates the sequence the placement expects; its first steps (warm-up, the
+// optimizer's state) would take planned ranges for good.
+void AdvisorImpl::place_from_trace() {
+  placement_tried = true;
+  const trace::Trace& t = matcher->trace();
+  uint64_t arena = 0;
+  for (const trace::Buffer& b : t.buffers) {
+    if (b.call_site == ManagedAllocator::kArenaSite) arena = b.size;
+  }
+  const std::optional<size_t> i = replay_iteration(t);
+  if (arena == 0 || !i) {
+    placement_note = "the trace was recorded without a placement";
+    return;
+  }
+  std::vector<BlockEvent> blocks;
+  for (const trace::Lifetime& l : t.lifetimes) {
+    blocks.push_back({l.before_step, t.buffers[l.buffer].base + l.offset, l.length, l.freed});
+  }
+  pending_placement =
+      make_placement(blocks, t.iterations[*i].first_step, t.iterations[*i].step_count, arena);
+}
+
+// What runs beside a plan in force, at launch `n`: a pending placement handed over at its
+// iteration boundary (and the drop table rebuilt, the arena being new), and the sweeps.
+// A pending placement goes to the allocator once the program reaches the first iteration boundary
+// (place_base + k place_period) after it was made: the allocator expects the sequence from its
+// start. The advisor notices the boundary a little late, so the first blocks of that iteration
+// may be missed; the sequence picks them up in the next one. Returns true when it was handed.
+bool AdvisorImpl::tend_placement(uint64_t n) {
+  if (!pending_placement) return false;
+  if (place_at == UINT64_MAX) {
+    place_at = n <= place_base ? place_base
+                               : place_base + ((n - place_base) / place_period + 1) * place_period;
+    return false;
+  }
+  if (n < place_at) return false;
+  Placement handed = std::move(*pending_placement);
+  pending_placement.reset();
+  return hand_placement(std::move(handed));
+}
+
+void AdvisorImpl::tend(LivePlan& p, uint64_t n) {
+  if (tend_placement(n)) build_drops(p);  // replay: the arena is new
+  if (sweeps_left > 0 && n > sweep_at && config.sweep) {
+    swept_bytes += config.sweep([this](uint64_t page) { return self->discard_page(page); });
+    sweep_at += p.period;
+    --sweeps_left;
+  }
 }
 
 // Where a plan buffer lives in this process now (online: the address it was learned at, if the
@@ -717,6 +869,16 @@ void AdvisorImpl::build_drops(LivePlan& p) {
     }
   }
   table->discarded = std::vector<std::atomic<uint32_t>>(slots);
+  const auto touch = [&](const PlanRange& r) {
+    if (!resolve(p, r.buffer) || r.length == 0) return;
+    const uint64_t address = p.address[r.buffer] + r.offset;
+    for (uint64_t page = address / kPage * kPage; page < address + r.length; page += kPage) {
+      table->planned.insert(page);
+    }
+  };
+  for (const PlanRange& r : p.plan.resident_at_start) touch(r);
+  for (const Action& a : p.plan.actions) touch(a.range);
+  for (const Drop& drop : p.plan.drops) touch(drop.range);
   p.drops.store(std::move(table), std::memory_order_release);
 }
 
@@ -780,6 +942,16 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
       {"plan_buffers_found", a.plan_buffers_found},
       {"prefetch_wait", a.config.prefetch_wait},
   };
+  if (a.placement) {
+    advisor["placement"] = {{"arena_bytes", a.placement->arena_bytes},
+                            {"live_peak_bytes", a.placement->live_peak},
+                            {"blocks", a.placement->sizes.size()},
+                            {"placed_blocks", a.placement->placed},
+                            {"order", a.placement->order}};
+  } else {
+    advisor["placement"] =
+        a.placement_note.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.placement_note);
+  }
   if (last) {
     advisor["plan"] = {
         {"source", last->source},
@@ -796,6 +968,7 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
         {"bytes_dropped_per_iteration", last->plan.bytes_dropped_per_iteration},
         {"drops", last->plan.drops.size()}};
     advisor["discards_approved"] = a.discards_approved.load();
+    advisor["swept_bytes"] = a.swept_bytes;
     if (const std::shared_ptr<const DropTable> table = last->drops.load()) {
       // How the last plan's drops fared: page windows never discarded (their pages stay
       // resident), and frees that came outside every window of a page the plan drops.
@@ -804,6 +977,7 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
       advisor["drop_windows"] = {{"pages", table->discarded.size()},
                                  {"never_discarded", never},
                                  {"asked_outside_window", table->asked_outside.load()},
+                                 {"unplanned_pages_discarded", table->unplanned.load()},
                                  {"unresolved_drops", table->unresolved}};
     }
     advisor["peak_resident_plan_bytes"] = last->plan.peak_resident_bytes;

@@ -103,8 +103,9 @@ json text_or_null(const std::string& s) {
 
 // Mean of `get(iteration)` over the steady iterations that have the figure; nullopt when none do.
 template <typename Get>
-std::optional<double> steady_mean(const std::vector<StatsIteration>& iterations, Get get) {
-  const auto [first, end] = steady_range(iterations.size());
+std::optional<double> steady_mean(const StatsFigures& stats, Get get) {
+  const std::vector<StatsIteration>& iterations = stats.iterations;
+  const auto [first, end] = planned_steady_range(iterations.size(), &stats);
   double sum = 0;
   size_t n = 0;
   for (size_t i = first; i < end; ++i) {
@@ -129,7 +130,8 @@ Timing timing_of(const ModeOutcome& outcome) {
   Timing t;
   const std::vector<IterationLine>& lines = outcome.output.iterations;
   if (!lines.empty()) {
-    const auto [first, end] = steady_range(lines.size());
+    const auto [first, end] =
+        planned_steady_range(lines.size(), outcome.stats ? &*outcome.stats : nullptr);
     std::vector<double> steady;
     for (size_t i = first; i < end; ++i) steady.push_back(lines[i].ms);
     t.steady_median_ms = median(steady);
@@ -147,7 +149,7 @@ Timing timing_of(const ModeOutcome& outcome) {
   }
   if (outcome.stats) {
     const std::vector<StatsIteration>& its = outcome.stats->iterations;
-    const auto [first, end] = steady_range(its.size());
+    const auto [first, end] = planned_steady_range(its.size(), &*outcome.stats);
     std::vector<double> steady;
     for (size_t i = first; i < end; ++i) {
       if (its[i].wall_ms) steady.push_back(*its[i].wall_ms);
@@ -173,6 +175,7 @@ json stats_json(const StatsFigures& s) {
   json iterations = json::array();
   for (const StatsIteration& it : s.iterations) {
     iterations.push_back({{"index", opt(it.index)},
+                          {"first_step", opt(it.first_step)},
                           {"wall_ms", opt(it.wall_ms)},
                           {"gpu_page_faults", opt(it.gpu_page_faults)},
                           {"bytes_htod", opt(it.bytes_htod)},
@@ -190,7 +193,8 @@ json stats_json(const StatsFigures& s) {
             {"prefetched_bytes", opt(s.prefetched_bytes)},
             {"evicted_bytes", opt(s.evicted_bytes)},
             {"peak_resident_bytes", opt(s.peak_resident_bytes)},
-            {"peak_resident_plan_bytes", opt(s.peak_resident_plan_bytes)}}},
+            {"peak_resident_plan_bytes", opt(s.peak_resident_plan_bytes)},
+            {"plan_applied_from_launch", opt(s.plan_applied_from)}}},
           {"iterations", std::move(iterations)}};
 }
 
@@ -411,11 +415,15 @@ StatsFigures parse_stats_figures(const json& stats) {
     s.evicted_bytes = get_u64(*advisor, "evicted_bytes");
     s.peak_resident_bytes = get_u64(*advisor, "peak_resident_bytes");
     s.peak_resident_plan_bytes = get_u64(*advisor, "peak_resident_plan_bytes");
+    if (const json* plan = field(*advisor, "plan")) {
+      s.plan_applied_from = get_u64(*plan, "applied_from_launch");
+    }
   }
   if (const json* iterations = field(stats, "iterations"); iterations && iterations->is_array()) {
     for (const json& it : *iterations) {
       if (!it.is_object()) continue;
       s.iterations.push_back({.index = get_u64(it, "index"),
+                              .first_step = get_u64(it, "first_step"),
                               .wall_ms = get_double(it, "wall_ms"),
                               .gpu_page_faults = get_u64(it, "gpu_page_faults"),
                               .bytes_htod = get_u64(it, "bytes_htod"),
@@ -472,6 +480,22 @@ std::pair<size_t, size_t> steady_range(size_t count) {
   return {2, count};
 }
 
+std::pair<size_t, size_t> planned_steady_range(size_t count, const StatsFigures* stats) {
+  const std::pair<size_t, size_t> plain = steady_range(count);
+  if (!stats || !stats->plan_applied_from) return plain;
+  const std::vector<StatsIteration>& its = stats->iterations;
+  size_t planned = its.size();  // the first iteration that began under the plan
+  for (size_t i = 0; i < its.size(); ++i) {
+    if (its[i].first_step && *its[i].first_step >= *stats->plan_applied_from) {
+      planned = i;
+      break;
+    }
+  }
+  if (planned + 1 >= its.size() || count < its.size()) return plain;
+  const size_t first = planned + 1 + (count - its.size());
+  return {std::max(first, plain.first), count};
+}
+
 std::vector<ModeRow> compute_rows(const std::vector<ModeOutcome>& outcomes, const LinkRates& rates,
                                   double loss_tolerance) {
   const ModeOutcome* native = ok_native(outcomes);
@@ -498,9 +522,12 @@ std::vector<ModeRow> compute_rows(const std::vector<ModeOutcome>& outcomes, cons
 
     if (o.stats) {
       const std::vector<StatsIteration>& its = o.stats->iterations;
-      row.faults_per_iteration = steady_mean(its, [](const auto& i) { return i.gpu_page_faults; });
-      row.bytes_in_per_iteration = steady_mean(its, [](const auto& i) { return i.bytes_htod; });
-      row.bytes_out_per_iteration = steady_mean(its, [](const auto& i) { return i.bytes_dtoh; });
+      row.faults_per_iteration =
+          steady_mean(*o.stats, [](const auto& i) { return i.gpu_page_faults; });
+      row.bytes_in_per_iteration =
+          steady_mean(*o.stats, [](const auto& i) { return i.bytes_htod; });
+      row.bytes_out_per_iteration =
+          steady_mean(*o.stats, [](const auto& i) { return i.bytes_dtoh; });
       row.peak_resident_bytes = o.stats->peak_resident_bytes;
       if (!row.peak_resident_bytes) {
         for (const StatsIteration& i : its) {

@@ -64,6 +64,9 @@ constexpr std::array kOptionTable = {
     OptionInfo{"UMSWAP_LIFETIMES", "1",
                "1: the advisor plans with the allocations and frees of slab blocks: dead data "
                "is discarded at its free, not moved; 0: every byte a kernel touched is live"},
+    OptionInfo{"UMSWAP_PLACEMENT", "1",
+               "1 (with UMSWAP_LIFETIMES): once an iteration repeats, its large slab blocks go "
+               "to planned addresses packed in one arena; 0: first fit in slabs"},
 };
 
 }  // namespace
@@ -266,6 +269,13 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
       warn("UMSWAP_LIFETIMES", v, "is not a boolean (1/0, on/off)", "1");
     }
   }
+  if (const char* v = read("UMSWAP_PLACEMENT")) {
+    if (auto b = parse_bool(trim(v))) {
+      options.placement = *b;
+    } else {
+      warn("UMSWAP_PLACEMENT", v, "is not a boolean (1/0, on/off)", "1");
+    }
+  }
   if (options.mode == Mode::replay && options.replay_path.empty() && warnings) {
     warnings->push_back(
         "UMSWAP_MODE=replay needs UMSWAP_REPLAY (a trace file); learning online instead");
@@ -291,6 +301,7 @@ std::vector<std::string> describe(const Options& options) {
       fmt::format("UMSWAP_ASYNC_SLABS={}", options.async_slabs ? 1 : 0),
       fmt::format("UMSWAP_DISCARD_FREED={}", options.discard_freed ? 1 : 0),
       fmt::format("UMSWAP_LIFETIMES={}", options.lifetimes ? 1 : 0),
+      fmt::format("UMSWAP_PLACEMENT={}", options.placement ? 1 : 0),
   };
 }
 

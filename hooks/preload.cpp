@@ -130,6 +130,12 @@ void Preload::start_advisor(advisor::Advisor* advisor) {
   config.replay_path = options_.replay_path;
   config.prefetch_wait = options_.prefetch_wait;
   config.lifetimes = [this] { return planned_discards_.load(); };
+  if (options_.placement) {
+    config.place = [this](Placement placement) { return allocator_->place(std::move(placement)); };
+  }
+  config.sweep = [this](const std::function<bool(uint64_t)>& discard) {
+    return planned_discards_.load() ? allocator_->sweep_free_pages(discard) : 0;
+  };
   advisor::AdvisorDriver d;
   d.ctx_get_current = driver_.cuCtxGetCurrent;
   d.ctx_set_current = driver_.cuCtxSetCurrent;

@@ -291,6 +291,31 @@ TEST(CompareMath, MedianAndSteadyRange) {
   EXPECT_EQ(steady_range(10), (std::pair<size_t, size_t>{2, 10}));
 }
 
+// Online plans take effect late in short runs: the steady part starts at the second iteration
+// that began under the plan, counted from the end when the program printed more iterations than
+// were detected.
+TEST(Compare, PlannedSteadyRangeStartsAfterThePlansFirstIteration) {
+  StatsFigures s;
+  for (uint64_t i = 0; i < 11; ++i) {
+    StatsIteration it;
+    it.index = i;
+    it.first_step = 374 + 326 * i;
+    s.iterations.push_back(it);
+  }
+  using R = std::pair<size_t, size_t>;
+  EXPECT_EQ(planned_steady_range(11, &s), (R{2, 11}));  // no plan
+  s.plan_applied_from = 2173;                           // iteration 6 (launch 2330) is the first
+  EXPECT_EQ(planned_steady_range(11, &s), (R{7, 11}));
+  EXPECT_EQ(planned_steady_range(12, &s), (R{8, 12}));  // one more program line, at the start
+  s.plan_applied_from = 374;                            // replay: from the first iteration
+  EXPECT_EQ(planned_steady_range(11, &s), (R{2, 11}));  // never before the plain range
+  s.plan_applied_from = 3634;                           // only the last iteration is planned
+  EXPECT_EQ(planned_steady_range(11, &s), (R{2, 11}));
+  s.plan_applied_from = 2173;
+  EXPECT_EQ(planned_steady_range(5, &s), (R{2, 5}));  // fewer lines than iterations: plain
+  EXPECT_EQ(planned_steady_range(11, nullptr), (R{2, 11}));
+}
+
 TEST(CompareMath, LinkLimit) {
   const LinkRates rates{.htod_bytes_per_s = 50e9,
                         .dtoh_bytes_per_s = 25e9,

@@ -257,6 +257,7 @@ void expect_defaults(const Options& o) {
   EXPECT_EQ(o.async_slabs, d.async_slabs);
   EXPECT_EQ(o.discard_freed, d.discard_freed);
   EXPECT_EQ(o.lifetimes, d.lifetimes);
+  EXPECT_EQ(o.placement, d.placement);
 }
 
 TEST(ParseOptions, DefaultsWhenNothingIsSet) {
@@ -369,8 +370,8 @@ INSTANTIATE_TEST_SUITE_P(
     testing::Values(
         BadValue{"UMSWAP_MODE", "turbo", "online"}, BadValue{"UMSWAP_PREFETCH_WAIT", "maybe", "0"},
         BadValue{"UMSWAP_ASYNC_SLABS", "some", "1"}, BadValue{"UMSWAP_LIFETIMES", "maybe", "1"},
-        BadValue{"UMSWAP_BUDGET", "12Q", "0"}, BadValue{"UMSWAP_BUDGET", "-1G", "0"},
-        BadValue{"UMSWAP_MANAGED_LIMIT", "lots", "0"},
+        BadValue{"UMSWAP_PLACEMENT", "perhaps", "1"}, BadValue{"UMSWAP_BUDGET", "12Q", "0"},
+        BadValue{"UMSWAP_BUDGET", "-1G", "0"}, BadValue{"UMSWAP_MANAGED_LIMIT", "lots", "0"},
         BadValue{"UMSWAP_MANAGED_LIMIT", "2000%", "0"}, BadValue{"UMSWAP_VERBOSE", "3", "0"},
         BadValue{"UMSWAP_VERBOSE", "loud", "0"}, BadValue{"UMSWAP_CALLSITE_DEPTH", "33", "8"},
         BadValue{"UMSWAP_CALLSITE_DEPTH", "-1", "8"}, BadValue{"UMSWAP_CALLSITE_DEPTH", "+4", "8"},
@@ -437,13 +438,14 @@ TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
   FakeEnv env({});
   parse_options(env.lookup(), nullptr);
   EXPECT_EQ(table_names(), env.asked());
-  EXPECT_EQ(table_names(), (std::set<std::string>{
-                               "UMSWAP_MODE", "UMSWAP_BUDGET", "UMSWAP_MANAGED_LIMIT",
-                               "UMSWAP_STATS", "UMSWAP_VERBOSE", "UMSWAP_CALLSITE_DEPTH",
-                               "UMSWAP_TRACE", "UMSWAP_TRACE_ITERATIONS", "UMSWAP_ITERATION_MARKER",
-                               "UMSWAP_CUPTI_LIBRARY", "UMSWAP_REPLAY", "UMSWAP_PREFETCH_WAIT",
-                               "UMSWAP_ASYNC_SLABS", "UMSWAP_DISCARD_FREED", "UMSWAP_LIFETIMES"}));
-  EXPECT_EQ(option_table().size(), 15u);  // no duplicates
+  EXPECT_EQ(table_names(),
+            (std::set<std::string>{
+                "UMSWAP_MODE", "UMSWAP_BUDGET", "UMSWAP_MANAGED_LIMIT", "UMSWAP_STATS",
+                "UMSWAP_VERBOSE", "UMSWAP_CALLSITE_DEPTH", "UMSWAP_TRACE",
+                "UMSWAP_TRACE_ITERATIONS", "UMSWAP_ITERATION_MARKER", "UMSWAP_CUPTI_LIBRARY",
+                "UMSWAP_REPLAY", "UMSWAP_PREFETCH_WAIT", "UMSWAP_ASYNC_SLABS",
+                "UMSWAP_DISCARD_FREED", "UMSWAP_LIFETIMES", "UMSWAP_PLACEMENT"}));
+  EXPECT_EQ(option_table().size(), 16u);  // no duplicates
 }
 
 TEST(OptionTable, EveryEntryHasAMeaning) {
@@ -480,14 +482,16 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
   o.async_slabs = false;
   o.discard_freed = true;
   o.lifetimes = false;
+  o.placement = false;
   const std::vector<std::string> lines = describe(o);
   EXPECT_EQ(lines, (std::vector<std::string>{
                        "UMSWAP_MODE=passthrough", "UMSWAP_BUDGET=40G", "UMSWAP_MANAGED_LIMIT=90%",
                        "UMSWAP_STATS=/tmp/s.json", "UMSWAP_VERBOSE=2", "UMSWAP_CALLSITE_DEPTH=0",
                        "UMSWAP_TRACE=/tmp/t.umtrace", "UMSWAP_TRACE_ITERATIONS=5",
-                       "UMSWAP_ITERATION_MARKER=step", "UMSWAP_CUPTI_LIBRARY=",
-                       "UMSWAP_REPLAY=/tmp/r.umtrace", "UMSWAP_PREFETCH_WAIT=1",
-                       "UMSWAP_ASYNC_SLABS=0", "UMSWAP_DISCARD_FREED=1", "UMSWAP_LIFETIMES=0"}));
+                       "UMSWAP_ITERATION_MARKER=step",
+                       "UMSWAP_CUPTI_LIBRARY=", "UMSWAP_REPLAY=/tmp/r.umtrace",
+                       "UMSWAP_PREFETCH_WAIT=1", "UMSWAP_ASYNC_SLABS=0", "UMSWAP_DISCARD_FREED=1",
+                       "UMSWAP_LIFETIMES=0", "UMSWAP_PLACEMENT=0"}));
   std::set<std::string> names;
   for (const auto& line : lines) names.insert(line.substr(0, line.find('=')));
   EXPECT_EQ(names, table_names());

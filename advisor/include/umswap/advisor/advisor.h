@@ -47,6 +47,7 @@
 #include <string>
 #include <utility>
 
+#include "umswap/allocator/placement.h"
 #include "umswap/allocator/registry.h"
 #include "umswap/core/options.h"
 #include "umswap/tracer/tracer.h"
@@ -81,6 +82,16 @@ struct AdvisorConfig {
   // allocator discards what discard_page() approves; empty or false: every byte a kernel touched
   // is live.
   std::function<bool()> lifetimes;
+  // Hands a placement to the slab allocator (ManagedAllocator::place); empty: no placement
+  // (UMSWAP_PLACEMENT=0, or no lifetimes). Online, the first iteration learned with lifetimes is
+  // placed and learned again; replay places what the trace's iteration gives when the trace holds
+  // that placement's arena (docs/advisor.md, "Placement").
+  std::function<bool(umswap::Placement)> place;
+  // Discards the wholly free slab pages `discard` accepts (ManagedAllocator::sweep_free_pages);
+  // called when a plan takes effect and at its next two iteration boundaries, with
+  // discard_page() as `discard`: pages freed before the plan knew they were dead, or that no plan
+  // uses (an earlier iteration's addresses). Empty: no sweeps.
+  std::function<uint64_t(const std::function<bool(uint64_t)>&)> sweep;
   double prefetch_bytes_per_s = 40e9;
   double evict_bytes_per_s = 12e9;
 };
@@ -105,7 +116,8 @@ class Advisor final : public tracer::LaunchObserver {
 
   // The slab allocator's question at a free (any thread, under its lock; cheap, no CUDA): should
   // the wholly free 2 MiB page at `page` be discarded now? Yes when the plan in force drops that
-  // page (its data is dead and not kept) at the current launch's phase.
+  // page (its data is dead and not kept) at the current launch's phase, or uses it nowhere (no
+  // range of the plan touches it: a free page nobody plans to touch is dead).
   bool discard_page(uint64_t page);
 
   // The "advisor" object of the stats file, and per-iteration figures merged into `iterations`

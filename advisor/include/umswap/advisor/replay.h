@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -62,9 +63,13 @@ class ReplayMatcher {
 // (unreadable, no iterations found in it).
 std::unique_ptr<ReplayMatcher> load_replay(const std::string& path, std::string* error);
 
-// Plans from the trace's last complete iteration. `base` = the trace's first iteration's first
-// step (phase 0), `period` its steps per iteration. False with `why` when the trace has no
-// usable iteration or planning fails.
+// The iteration replay plans from: the trace's last of its detected period, in phase with the
+// first; nullopt when there is none.
+std::optional<size_t> replay_iteration(const trace::Trace& t);
+
+// Plans from the trace's last complete iteration (replay_iteration). `base` = the trace's first
+// iteration's first step (phase 0), `period` its steps per iteration. False with `why` when the
+// trace has no usable iteration or planning fails.
 bool make_replay_plan(const ReplayMatcher& matcher, uint64_t budget, double prefetch_bytes_per_s,
                       double evict_bytes_per_s, Plan* plan, uint64_t* base, uint64_t* period,
                       std::string* why, bool lifetimes = true);

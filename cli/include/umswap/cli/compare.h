@@ -52,6 +52,7 @@ std::optional<uint64_t> parse_footprint_output(std::string_view text);
 
 struct StatsIteration {
   std::optional<uint64_t> index;
+  std::optional<uint64_t> first_step;  // the launch it begins with
   std::optional<double> wall_ms;
   std::optional<uint64_t> gpu_page_faults;
   std::optional<uint64_t> bytes_htod;
@@ -72,7 +73,8 @@ struct StatsFigures {
   std::optional<uint64_t> evicted_bytes;
   std::optional<uint64_t> peak_resident_bytes;  // counted from CUPTI records
   std::optional<uint64_t> peak_resident_plan_bytes;
-  std::vector<StatsIteration> iterations;  // iterations[], sorted by index when they have one
+  std::optional<uint64_t> plan_applied_from;  // advisor.plan.applied_from_launch
+  std::vector<StatsIteration> iterations;     // iterations[], sorted by index when they have one
 };
 StatsFigures parse_stats_figures(const nlohmann::json& stats);
 
@@ -121,6 +123,12 @@ std::optional<double> median(std::vector<double> values);
 // The steady part of `count` iterations as [first, count): all but the first two; when there are
 // at most two, the last one; {0, 0} when there are none.
 std::pair<size_t, size_t> steady_range(size_t count);
+// The steady part of `count` timings (program lines or stats iterations, aligned by their ends:
+// a program's first iterations may come before the first one detected) of a run with an advisor
+// plan: from the second iteration that began after the plan took effect (the first one moves the
+// data to where the plan wants it), and never before steady_range(count). steady_range(count)
+// when the stats show no plan or no such iteration.
+std::pair<size_t, size_t> planned_steady_range(size_t count, const StatsFigures* stats);
 
 // --- Rows of the table
 // ------------------------------------------------------------------------------

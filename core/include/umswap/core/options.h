@@ -78,6 +78,7 @@ struct Options {
   bool async_slabs = true;        // stream-ordered allocations from slabs, not the managed pool
   bool discard_freed = false;     // slabs: discard freed blocks, populate new ones (experimental)
   bool lifetimes = true;          // slabs: plan with block lifetimes; drop dead data at frees
+  bool placement = true;          // slabs with lifetimes: pack an iteration's blocks in an arena
 };
 
 // One entry of the option table, for help texts and `UMSWAP_VERBOSE` output.

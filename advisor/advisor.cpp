@@ -131,6 +131,9 @@ class AdvisorImpl {
   OnlineLearning online;  // which iteration to plan from; remembers diverged plans
   bool learning_failed = false;
   bool placement_tried = false;
+  int placement_attempts = 0;
+  uint64_t placement_period = 0;  // of the iteration the online placement came from
+  static constexpr int kPlacementAttempts = 4;
   std::optional<Placement> placement;          // the one handed to the allocator
   std::string placement_note;                  // why there is none
   std::optional<Placement> pending_placement;  // to hand over at place_at
@@ -453,7 +456,13 @@ void AdvisorImpl::drop_plan(uint64_t at, const char* why) {
   LivePlan* p = plan.load();
   plan.store(nullptr, std::memory_order_release);
   if (p && !p->matcher) online.diverged(p->keys);  // maybe an inner loop (online_learning.h)
-  release_waits();                                 // every launch waiting for this plan
+  if (p && !p->matcher && placement && p->period == placement_period &&
+      placement_attempts < kPlacementAttempts) {
+    // The placement came from this inner loop's blocks: the next iteration learned places again
+    // (the allocator replaces the arena).
+    placement_tried = false;
+  }
+  release_waits();  // every launch waiting for this plan
   diverged.store(false);
   mismatch_run = 0;  // read by the launch path only while a plan is in force
   ++divergences;
@@ -479,8 +488,9 @@ void AdvisorImpl::learn() {
   const uint64_t e = learn_from + choice->region_start;
   const uint64_t first = learn_from + choice->first;
   if (!placement_tried && config.place && use_lifetimes() && first >= choice->period) {
-    // Place the iteration's blocks first, then learn it again at its new addresses.
-    placement_tried = true;
+    // Place the iteration's blocks first (at its next boundary), then learn it again at their
+    // new addresses (run()).
+    placement_tried = ++placement_attempts >= kPlacementAttempts;
     std::vector<BlockEvent> blocks;
     for (const tracer::LifetimeEvent& l :
          tracer::copy_lifetimes(first - choice->period, first + choice->period - 1)) {
@@ -488,7 +498,8 @@ void AdvisorImpl::learn() {
     }
     pending_placement = make_placement(blocks, first, choice->period, 0);
     if (pending_placement) {
-      // Handed over at the next iteration boundary; learning goes on after it (run()).
+      placement_tried = true;
+      placement_period = choice->period;
       place_base = e;
       place_period = choice->period;
       place_at = UINT64_MAX;
@@ -602,6 +613,27 @@ std::optional<Placement> AdvisorImpl::make_placement(std::span<const BlockEvent>
   std::string why;
   std::optional<Placement> p = plan_placement(blocks, start, period, SlabAllocator::kSmallLimit,
                                               SlabAllocator::kAlignment, &why);
+  if (!p) {
+    why += fmt::format(" ({} block events logged for launches {} to {})", blocks.size(),
+                       start - std::min(start, period), start + period);
+  }
+  if (p) {
+    // A training iteration frees what it allocates (gradients early in the next one); an inner
+    // loop taken for the iteration (one layer's forward) keeps its activations for the backward
+    // pass, beyond its period. Its placement would be wrong for the real iteration.
+    uint64_t all = 0, placed = 0;
+    for (size_t i = 0; i < p->sizes.size(); ++i) {
+      all += p->sizes[i];
+      if (p->offsets[i] != Placement::kUnplaced) placed += p->sizes[i];
+    }
+    if (placed < all / 10 * 9) {
+      why = fmt::format(
+          "only {} of the {} of large blocks allocated in the iteration are freed within an "
+          "iteration (an inner loop?)",
+          format_bytes(placed), format_bytes(all));
+      p.reset();
+    }
+  }
   if (p && arena_must_be != 0 &&
       (p->arena_bytes + SlabAllocator::kSlabGranule - 1) / SlabAllocator::kSlabGranule *
               SlabAllocator::kSlabGranule !=

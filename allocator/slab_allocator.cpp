@@ -182,8 +182,21 @@ uint64_t SlabAllocator::sweep_free_pages(const std::function<bool(uint64_t page)
   for (const auto& [address, b] : blocks_) {
     if (!b.free || b.stream != kAnyStream) continue;
     const auto [first, bytes] = whole_pages(address, b.size);
+    // A range never runs into the next block: two slabs can be adjacent, and a range over two
+    // allocations is refused (the likely cause of a CUDA_ERROR_INVALID_VALUE seen on GPT-2).
+    bool extends = false;
     for (uint64_t page = first; page < first + bytes; page += kPage) {
-      if (!discarded_.contains(page) && discard(page)) add_page(range_starts_, range_sizes_, page);
+      if (discarded_.contains(page) || !discard(page)) {
+        extends = false;
+        continue;
+      }
+      if (extends) {
+        range_sizes_.back() += kPage;
+      } else {
+        range_starts_.push_back(page);
+        range_sizes_.push_back(kPage);
+      }
+      extends = true;
     }
   }
   if (range_starts_.empty()) return 0;
@@ -409,7 +422,7 @@ std::map<uint64_t, SlabAllocator::Block>::iterator SlabAllocator::placed_fit(uin
 
 bool SlabAllocator::set_placement(Placement placement, const Context& context) {
   std::lock_guard lock(mutex_);
-  if (arena_ != 0 || placement.arena_bytes == 0 || placement.sizes.empty() ||
+  if (placement.arena_bytes == 0 || placement.sizes.empty() ||
       placement.offsets.size() != placement.sizes.size()) {
     return false;
   }
@@ -421,6 +434,8 @@ bool SlabAllocator::set_placement(Placement placement, const Context& context) {
     release_free_slabs();
     if (source_.create(bytes, site, &base) != CUDA_SUCCESS) return false;
   }
+  // Every large slab, a replaced arena too (it takes no new blocks: still an arena, no longer
+  // the one placed_fit() serves).
   for (const auto& [slab_base, slab] : slabs_) {
     if (!slab.small) retiring_.insert(slab_base);
   }
@@ -485,7 +500,7 @@ CUresult SlabAllocator::new_slab(uint64_t size, bool small, const Context& conte
 // True when the slab was one free block free for every stream, and is given back now.
 bool SlabAllocator::give_back_if_free(std::map<uint64_t, Slab>::iterator s) {
   const auto it = blocks_.find(s->first);
-  if (s->second.arena || it == blocks_.end() || !it->second.free ||
+  if (s->first == arena_ || it == blocks_.end() || !it->second.free ||
       it->second.size != s->second.size || it->second.stream != kAnyStream) {
     return false;
   }

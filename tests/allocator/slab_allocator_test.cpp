@@ -1003,7 +1003,7 @@ bool meet(uint64_t a, uint64_t a_bytes, uint64_t b, uint64_t b_bytes) {
   return a < b + b_bytes && b < a + a_bytes;
 }
 
-TEST_F(SlabAllocatorTest, SetPlacementMakesOneArenaOfTheSizeRoundedTo2MiBOnce) {
+TEST_F(SlabAllocatorTest, SetPlacementMakesOneArenaOfTheSizeRoundedTo2MiB) {
   const Placement p = placement_of({8 * MiB, 4 * MiB, 8 * MiB}, {0, 8 * MiB, 0}, 12 * MiB + 1000);
   const CUdeviceptr arena = set_arena(*slabs_, p);
   EXPECT_EQ(g->created, std::vector<uint64_t>{14 * MiB});
@@ -1015,15 +1015,31 @@ TEST_F(SlabAllocatorTest, SetPlacementMakesOneArenaOfTheSizeRoundedTo2MiBOnce) {
   EXPECT_EQ(s.slabs, 1u);
   EXPECT_EQ(s.slab_bytes, 14 * MiB);
   EXPECT_EQ(s.slabs_created, 1u);
-  // Once only.
-  EXPECT_FALSE(slabs_->set_placement(placement_of({4 * MiB}, {0}, 4 * MiB)));
-  EXPECT_EQ(g->created.size(), 1u);
-  s = slabs_->stats();
-  EXPECT_EQ(s.arena_bytes, 14 * MiB);
-  EXPECT_EQ(s.slabs, 1u);
-  // The first placement is the one followed.
   EXPECT_EQ(alloc(8 * MiB), arena);
   EXPECT_EQ(to_json(slabs_->stats()).at("arena_bytes"), 14 * MiB);
+}
+
+// A second placement replaces the first: its arena serves the sequence, the old one takes no new
+// block and goes back once wholly free.
+TEST_F(SlabAllocatorTest, ASecondPlacementReplacesTheFirstAndItsArenaGoesBack) {
+  const CUdeviceptr old_arena = set_arena(*slabs_, placement_of({8 * MiB}, {0}, 8 * MiB));
+  const CUdeviceptr a = alloc(8 * MiB);
+  ASSERT_EQ(a, old_arena);
+  const CUdeviceptr arena = set_arena(*slabs_, placement_of({4 * MiB}, {0}, 4 * MiB));
+  ASSERT_NE(arena, old_arena);
+  EXPECT_EQ(slabs_->stats().arena_bytes, 4 * MiB);
+  EXPECT_EQ(alloc(4 * MiB), arena);
+  const CUdeviceptr b = alloc(8 * MiB);  // unmatched now: an ordinary slab, not the old arena
+  EXPECT_FALSE(inside(b, old_arena, 8 * MiB));
+  EXPECT_EQ(g->destroys, 0);
+  release(a);
+  complete_all_events();
+  alloc(4 * KiB);  // records the event for the old arena's free block
+  complete_all_events();
+  alloc(4 * KiB);
+  EXPECT_EQ(g->destroys, 1);
+  EXPECT_EQ(g->slabs.count(old_arena), 0u);
+  EXPECT_TRUE(slabs_->owns(arena));
 }
 
 TEST_F(SlabAllocatorTest, AnEmptyPlacementOrOneWithoutAnArenaIsRefused) {

@@ -48,8 +48,9 @@
 //     failure) forgets every discarded page: none is populated after that, and a forgotten page
 //     is populated by the driver on its first touch, as managed memory always is (only the
 //     transfer-free population is lost; `residency` hears nothing of it).
-//   * set_placement() (once): large allocations follow a Placement (placement.h) in a slab of
-//     their own, the arena, made then through `SlabSource::create`. The arena's free space is
+//   * set_placement(): large allocations follow a Placement (placement.h) in a slab of
+//     their own, the arena, made then through `SlabSource::create`. A later call replaces it:
+//     the old arena takes no new blocks and is given back like the large slabs below. The arena's free space is
 //     never found by size: a large request goes there only when it matches the placement's
 //     sequence (the next entry of its size within kPlacementLookahead entries of where the last
 //     match left off, wrapping round the iteration) and the planned range is one free block's
@@ -169,8 +170,8 @@ class SlabAllocator final : public BlockFinder {
   uint64_t sweep_free_pages(const std::function<bool(uint64_t page)>& discard);
 
   // Large allocations follow `placement` from now on (contract above). False, with nothing
-  // changed, when a placement is already set, the placement is empty, or the arena cannot be
-  // made. `context` as for allocate().
+  // changed, when the placement is empty or the arena cannot be made. `context` as for
+  // allocate().
   bool set_placement(Placement placement, const Context& context = {});
 
   // The block in use that holds `address`: [first, second). nullopt for free space and for

@@ -48,19 +48,19 @@
 //     failure) forgets every discarded page: none is populated after that, and a forgotten page
 //     is populated by the driver on its first touch, as managed memory always is (only the
 //     transfer-free population is lost; `residency` hears nothing of it).
-//   * set_placement(): large allocations follow a Placement (placement.h) in a slab of
-//     their own, the arena, made then through `SlabSource::create`. A later call replaces it:
-//     the old arena takes no new blocks and is given back like the large slabs below. The arena's free space is
-//     never found by size: a large request goes there only when it matches the placement's
-//     sequence (the next entry of its size within kPlacementLookahead entries of where the last
-//     match left off, wrapping round the iteration) and the planned range is one free block's
-//     part usable on the request's stream (same rule as above); anything else (no match, no
-//     offset, the range taken or not yet safe for this stream) goes where it would have without
-//     a placement. The placement only chooses addresses: every block still comes from free space,
+//   * set_placement(): large allocations follow a Placement (placement.h) in a slab of their
+//     own, the arena, made then through `SlabSource::create`. The arena's free space is never
+//     found by size: a large request goes there only when it matches the placement's sequence
+//     (the next entry of its size within kPlacementLookahead entries of where the last match
+//     left off, wrapping round the iteration) and the planned range is one free block's part
+//     usable on the request's stream (same rule as above); anything else (no match, no offset,
+//     the range taken or not yet safe for this stream) goes where it would have without a
+//     placement. The placement only chooses addresses: every block still comes from free space,
 //     so a wrong or stale placement costs room, never data. The large slabs that exist when the
-//     placement is set are given back by allocate() once wholly free and idle (an event is
-//     recorded on each stream that freed a part of one, and it goes once they completed); large
-//     slabs made later stay, as without a placement.
+//     placement is set (a replaced arena among them: a later call replaces the placement, and
+//     the old arena takes no new blocks) are given back by allocate() once wholly free and idle
+//     (an event is recorded on each stream that freed a part of one, and it goes once they
+//     completed); large slabs made later stay, as without a placement.
 //   * Errors come back as CUresult; nothing throws except std::bad_alloc.
 // Thread safety: every member may be called from any thread; one mutex guards everything.
 #pragma once

@@ -439,14 +439,7 @@ bool SlabAllocator::set_placement(Placement placement, const Context& context) {
   for (const auto& [slab_base, slab] : slabs_) {
     if (!slab.small) retiring_.insert(slab_base);
   }
-  slabs_.emplace(base, Slab{.size = bytes, .small = false, .arena = true});
-  Block b{.size = bytes, .slab = base, .free = true, .stream = kAnyStream, .seq = 0, .event = {}};
-  blocks_.emplace(base, b);
-  index_free(base, b);
-  ++stats_.slabs;
-  ++stats_.slabs_created;
-  stats_.slab_bytes += bytes;
-  stats_.slab_bytes_peak = std::max(stats_.slab_bytes_peak, stats_.slab_bytes);
+  add_slab(base, Slab{.size = bytes, .small = false, .arena = true});
   stats_.arena_bytes = bytes;
   arena_ = base;
   placement_ = std::move(placement);
@@ -486,15 +479,20 @@ CUresult SlabAllocator::new_slab(uint64_t size, bool small, const Context& conte
     status = source_.create(exact, site, &base);
   }
   if (status != CUDA_SUCCESS) return status;
-  slabs_.emplace(base, Slab{.size = got, .small = small});
-  Block b{.size = got, .slab = base, .free = true, .stream = kAnyStream, .seq = 0, .event = {}};
+  add_slab(base, Slab{.size = got, .small = small});
+  return CUDA_SUCCESS;
+}
+
+void SlabAllocator::add_slab(uint64_t base, Slab slab) {
+  const uint64_t bytes = slab.size;
+  slabs_.emplace(base, slab);
+  Block b{.size = bytes, .slab = base, .free = true, .stream = kAnyStream, .seq = 0, .event = {}};
   blocks_.emplace(base, b);
   index_free(base, b);
   ++stats_.slabs;
   ++stats_.slabs_created;
-  stats_.slab_bytes += got;
+  stats_.slab_bytes += bytes;
   stats_.slab_bytes_peak = std::max(stats_.slab_bytes_peak, stats_.slab_bytes);
-  return CUDA_SUCCESS;
 }
 
 // True when the slab was one free block free for every stream, and is given back now.

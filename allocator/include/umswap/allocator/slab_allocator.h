@@ -210,6 +210,8 @@ class SlabAllocator final : public BlockFinder {
   // block; blocks_.end() when the placement does not give one.
   std::map<uint64_t, Block>::iterator placed_fit(uint64_t size, uint64_t tag);
   CUresult new_slab(uint64_t size, bool small, const Context& context);
+  // A slab the source made: one free block, free for every stream.
+  void add_slab(uint64_t base, Slab slab);
   void place(std::map<uint64_t, Block>::iterator it, uint64_t size);
   // Returns the free block `it` ended up in.
   std::map<uint64_t, Block>::iterator mark_free(std::map<uint64_t, Block>::iterator it);

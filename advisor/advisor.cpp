@@ -47,6 +47,11 @@ void sleep_us(long us) {
 
 constexpr uint64_t kPage = uint64_t{2} << 20;  // the slab allocator's discard unit
 
+// The first launch at or after `n` that begins an iteration (base + k period).
+uint64_t boundary_at_or_after(uint64_t base, uint64_t period, uint64_t n) {
+  return n <= base ? base : base + (n - base + period - 1) / period * period;
+}
+
 // The plan's drops by 2 MiB page of this process: the windows [last_use, next_use) of phases
 // (cyclic; equal = the whole iteration) in which a free that empties the page should discard it.
 struct DropTable {
@@ -132,17 +137,15 @@ class AdvisorImpl {
   bool learning_failed = false;
   bool placement_tried = false;
   int placement_attempts = 0;
-  uint64_t placement_period = 0;  // of the iteration the online placement came from
+  uint64_t placement_period = 0;  // of the iteration the placement came from
   static constexpr int kPlacementAttempts = 4;
   std::optional<Placement> placement;          // the one handed to the allocator
   std::string placement_note;                  // why there is none
-  std::optional<Placement> pending_placement;  // to hand over at place_at
-  uint64_t place_base = 0, place_period = 1;   // its iteration boundaries
-  uint64_t place_at = UINT64_MAX;
+  std::optional<Placement> pending_placement;  // to hand over at launch place_at
+  uint64_t place_at = 0;                       // an iteration boundary
   int sweeps_left = 0;
   uint64_t sweep_at = 0;
   uint64_t swept_bytes = 0;
-  Advisor* self = nullptr;                       // for discard_page() in sweeps
   std::vector<std::unique_ptr<LivePlan>> plans;  // every plan ever made; never freed while running
   std::unique_ptr<ReplayMatcher> matcher;
   uint64_t replay_checked = 0;  // replay: launches whose keys were compared with the trace
@@ -177,6 +180,7 @@ class AdvisorImpl {
   bool tend_placement(uint64_t n);
   void place_from_trace();
   void tend(LivePlan& p, uint64_t n);
+  bool discard_page(uint64_t page);
   bool use_lifetimes() const { return config.lifetimes && config.lifetimes(); }
 
   // Prefetch-wait watchdog: its own thread, because the advisor thread itself can be the one
@@ -206,7 +210,6 @@ bool Advisor::start(const AdvisorConfig& config, const AdvisorDriver& driver, Re
     return false;
   }
   impl_->config = config;
-  impl_->self = this;
   impl_->d = driver;
   impl_->registry = &registry;
   if (config.mode == Mode::replay) {
@@ -253,10 +256,13 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream) {
 }
 
 bool Advisor::discard_page(uint64_t page) {
-  AdvisorImpl& a = *impl_;
-  LivePlan* p = a.plan.load(std::memory_order_acquire);
+  return impl_->discard_page(page);
+}
+
+bool AdvisorImpl::discard_page(uint64_t page) {
+  LivePlan* p = plan.load(std::memory_order_acquire);
   if (!p) return false;
-  const uint64_t n = a.launched.load(std::memory_order_acquire);
+  const uint64_t n = launched.load(std::memory_order_acquire);
   if (n == 0 || n - 1 < p->applied_from) return false;
   const std::shared_ptr<const DropTable> table = p->drops.load(std::memory_order_acquire);
   if (!table) return false;
@@ -264,13 +270,13 @@ bool Advisor::discard_page(uint64_t page) {
   if (it == table->windows.end()) {
     if (table->planned.contains(page)) return false;
     table->unplanned.fetch_add(1, std::memory_order_relaxed);
-    a.discards_approved.fetch_add(1, std::memory_order_relaxed);
+    discards_approved.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
   const uint64_t phase = (n - 1 - p->base) % p->period;  // the free came after launch n - 1
   for (const DropTable::Window& w : it->second) {
     if (Drop{{}, w.last_use, w.next_use}.covers(phase)) {
-      a.discards_approved.fetch_add(1, std::memory_order_relaxed);
+      discards_approved.fetch_add(1, std::memory_order_relaxed);
       table->discarded[w.slot].fetch_add(1, std::memory_order_relaxed);
       return true;
     }
@@ -361,8 +367,7 @@ void AdvisorImpl::run() {
                          &p->plan, &p->base, &p->period, &why, use_lifetimes())) {
       if (config.place && use_lifetimes()) {
         place_from_trace();
-        place_base = p->base;
-        place_period = p->period;
+        place_at = boundary_at_or_after(p->base, p->period, launched.load());
       }
       p->applied_from = p->base;
       p->source = "replay";
@@ -392,7 +397,7 @@ void AdvisorImpl::run() {
       if (tend_placement(n)) {
         // Learn again from the iteration after the first placed one (whose first blocks may
         // have been missed).
-        learn_from = place_at + place_period;
+        learn_from = place_at + placement_period;
         next_check = 0;
       }
       sleep_us(50);
@@ -491,18 +496,13 @@ void AdvisorImpl::learn() {
     // Place the iteration's blocks first (at its next boundary), then learn it again at their
     // new addresses (run()).
     placement_tried = ++placement_attempts >= kPlacementAttempts;
-    std::vector<BlockEvent> blocks;
-    for (const tracer::LifetimeEvent& l :
-         tracer::copy_lifetimes(first - choice->period, first + choice->period - 1)) {
-      blocks.push_back({l.before_step, l.address, l.bytes, l.freed});
-    }
-    pending_placement = make_placement(blocks, first, choice->period, 0);
+    pending_placement =
+        make_placement(tracer::copy_lifetimes(first - choice->period, first + choice->period - 1),
+                       first, choice->period, 0);
     if (pending_placement) {
       placement_tried = true;
       placement_period = choice->period;
-      place_base = e;
-      place_period = choice->period;
-      place_at = UINT64_MAX;
+      place_at = boundary_at_or_after(e, choice->period, launched.load(std::memory_order_acquire));
       return;
     }
   }
@@ -565,8 +565,7 @@ void AdvisorImpl::learn() {
   p->streams = streams;
   // From the next iteration boundary on (launch indices below `n` may already be running).
   const uint64_t n = launched.load(std::memory_order_acquire);
-  p->applied_from =
-      e + ((std::max(n, e) - e + choice->period - 1) / choice->period) * choice->period;
+  p->applied_from = boundary_at_or_after(e, choice->period, n);
   log_info(
       "advisor: learned an iteration of {} steps (launches {}..{}), footprint {}, {} prefetched "
       "and {} evicted per iteration in {} calls, {} of dead data dropped; applying from launch "
@@ -616,8 +615,7 @@ std::optional<Placement> AdvisorImpl::make_placement(std::span<const BlockEvent>
   if (!p) {
     why += fmt::format(" ({} block events logged for launches {} to {})", blocks.size(),
                        start - std::min(start, period), start + period);
-  }
-  if (p) {
+  } else {
     // A training iteration frees what it allocates (gradients early in the next one); an inner
     // loop taken for the iteration (one layer's forward) keeps its activations for the backward
     // pass, beyond its period. Its placement would be wrong for the real iteration.
@@ -686,31 +684,27 @@ void AdvisorImpl::place_from_trace() {
   }
   pending_placement =
       make_placement(blocks, t.iterations[*i].first_step, t.iterations[*i].step_count, arena);
+  placement_period = t.iterations[*i].step_count;
 }
 
-// What runs beside a plan in force, at launch `n`: a pending placement handed over at its
-// iteration boundary (and the drop table rebuilt, the arena being new), and the sweeps.
-// A pending placement goes to the allocator once the program reaches the first iteration boundary
-// (place_base + k place_period) after it was made: the allocator expects the sequence from its
-// start. The advisor notices the boundary a little late, so the first blocks of that iteration
-// may be missed; the sequence picks them up in the next one. Returns true when it was handed.
+// A pending placement goes to the allocator once the program reaches place_at, the first
+// iteration boundary at or after the launch it was made at: the allocator expects the sequence
+// from its start. The advisor notices the boundary a little late, so the first blocks of that
+// iteration may be missed; the sequence picks them up in the next one. Returns true when it was
+// handed.
 bool AdvisorImpl::tend_placement(uint64_t n) {
-  if (!pending_placement) return false;
-  if (place_at == UINT64_MAX) {
-    place_at = n <= place_base ? place_base
-                               : place_base + ((n - place_base) / place_period + 1) * place_period;
-    return false;
-  }
-  if (n < place_at) return false;
+  if (!pending_placement || n < place_at) return false;
   Placement handed = std::move(*pending_placement);
   pending_placement.reset();
   return hand_placement(std::move(handed));
 }
 
+// What runs beside a plan in force, at launch `n`: a pending placement handed over at its
+// iteration boundary (and the drop table rebuilt, the arena being new), and the sweeps.
 void AdvisorImpl::tend(LivePlan& p, uint64_t n) {
   if (tend_placement(n)) build_drops(p);  // replay: the arena is new
-  if (sweeps_left > 0 && n > sweep_at && config.sweep) {
-    swept_bytes += config.sweep([this](uint64_t page) { return self->discard_page(page); });
+  if (sweeps_left > 0 && n > sweep_at && config.sweep && use_lifetimes()) {
+    swept_bytes += config.sweep([this](uint64_t page) { return discard_page(page); });
     sweep_at += p.period;
     --sweeps_left;
   }

@@ -36,9 +36,11 @@ std::pair<uint64_t, uint64_t> whole_pages(uint64_t address, uint64_t size) {
   return first < last ? std::pair{first, last - first} : std::pair{uint64_t{0}, uint64_t{0}};
 }
 
-// Adds one page to a list of ranges, extending the last range when the page follows it.
-void add_page(std::vector<CUdeviceptr>& starts, std::vector<size_t>& sizes, uint64_t page) {
-  if (!starts.empty() && starts.back() + sizes.back() == page) {
+// Adds one page to a list of ranges, extending the last range when the page follows it (and
+// `may_extend`: a range must not run from one slab into the next, a separate allocation).
+void add_page(std::vector<CUdeviceptr>& starts, std::vector<size_t>& sizes, uint64_t page,
+              bool may_extend = true) {
+  if (may_extend && !starts.empty() && starts.back() + sizes.back() == page) {
     sizes.back() += kPage;
   } else {
     starts.push_back(page);
@@ -152,14 +154,22 @@ void SlabAllocator::discard_dead_pages(uint64_t address, uint64_t size,
     if (!all && !(source_.discard_page && source_.discard_page(page))) continue;
     add_page(range_starts_, range_sizes_, page);
   }
-  if (range_starts_.empty()) return;
-  const CUresult r = driver_.mem_discard_batch_async(
-      range_starts_.data(), range_sizes_.data(), range_starts_.size(), 0, discard_stream(stream));
+  discard_ranges(discard_stream(stream), false);
+}
+
+uint64_t SlabAllocator::discard_ranges(CUstream stream, bool synchronize) {
+  if (range_starts_.empty()) return 0;
+  CUresult r = driver_.mem_discard_batch_async(range_starts_.data(), range_sizes_.data(),
+                                               range_starts_.size(), 0, stream);
+  if (r == CUDA_SUCCESS && synchronize && driver_.stream_synchronize) {
+    r = driver_.stream_synchronize(stream);
+  }
   if (r != CUDA_SUCCESS) {
     stop_discarding("cuMemDiscardBatchAsync", r);
-    return;
+    return 0;
   }
   ++stats_.discard_calls;
+  uint64_t bytes = 0;
   for (size_t i = 0; i < range_starts_.size(); ++i) {
     // No remembered page lies inside the range: each one goes just before the next remembered.
     const auto next = discarded_.lower_bound(range_starts_[i]);
@@ -167,9 +177,11 @@ void SlabAllocator::discard_dead_pages(uint64_t address, uint64_t size,
          page += kPage) {
       discarded_.insert(next, page);
     }
-    stats_.discarded_bytes += range_sizes_[i];
+    bytes += range_sizes_[i];
     if (source_.residency) source_.residency(range_starts_[i], range_sizes_[i], false);
   }
+  stats_.discarded_bytes += bytes;
+  return bytes;
 }
 
 uint64_t SlabAllocator::sweep_free_pages(const std::function<bool(uint64_t page)>& discard) {
@@ -184,42 +196,14 @@ uint64_t SlabAllocator::sweep_free_pages(const std::function<bool(uint64_t page)
     const auto [first, bytes] = whole_pages(address, b.size);
     // A range never runs into the next block: two slabs can be adjacent, and a range over two
     // allocations is refused (the likely cause of a CUDA_ERROR_INVALID_VALUE seen on GPT-2).
-    bool extends = false;
+    bool first_in_block = true;
     for (uint64_t page = first; page < first + bytes; page += kPage) {
-      if (discarded_.contains(page) || !discard(page)) {
-        extends = false;
-        continue;
-      }
-      if (extends) {
-        range_sizes_.back() += kPage;
-      } else {
-        range_starts_.push_back(page);
-        range_sizes_.push_back(kPage);
-      }
-      extends = true;
+      if (discarded_.contains(page) || !discard(page)) continue;
+      add_page(range_starts_, range_sizes_, page, !first_in_block);
+      first_in_block = false;
     }
   }
-  if (range_starts_.empty()) return 0;
-  CUresult r = driver_.mem_discard_batch_async(range_starts_.data(), range_sizes_.data(),
-                                               range_starts_.size(), 0, CU_STREAM_PER_THREAD);
-  if (r == CUDA_SUCCESS && driver_.stream_synchronize) {
-    r = driver_.stream_synchronize(CU_STREAM_PER_THREAD);
-  }
-  if (r != CUDA_SUCCESS) {
-    stop_discarding("cuMemDiscardBatchAsync", r);
-    return 0;
-  }
-  ++stats_.discard_calls;
-  uint64_t swept = 0;
-  for (size_t i = 0; i < range_starts_.size(); ++i) {
-    for (uint64_t page = range_starts_[i]; page < range_starts_[i] + range_sizes_[i];
-         page += kPage) {
-      discarded_.insert(page);
-    }
-    swept += range_sizes_[i];
-    if (source_.residency) source_.residency(range_starts_[i], range_sizes_[i], false);
-  }
-  stats_.discarded_bytes += swept;
+  const uint64_t swept = discard_ranges(CU_STREAM_PER_THREAD, true);
   stats_.swept_bytes += swept;
   return swept;
 }
@@ -533,8 +517,8 @@ void SlabAllocator::retire_replaced_slabs() {
     }
     const uint64_t end = s->first + s->second.size;
     bool all_free = true;
-    for (auto b = blocks_.find(s->first); b != blocks_.end() && b->first < end; ++b) {
-      all_free = all_free && b->second.free;
+    for (auto b = blocks_.find(s->first); all_free && b != blocks_.end() && b->first < end; ++b) {
+      all_free = b->second.free;
     }
     if (!all_free) {
       ++r;

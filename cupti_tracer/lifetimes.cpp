@@ -21,7 +21,7 @@ std::vector<trace::Lifetime> lifetimes_in(std::span<const LifetimeEvent> events,
     const uint64_t size = buffers[it->second].second;
     const uint64_t offset = e.address - it->first;
     if (offset >= size || e.bytes > size - offset) continue;
-    out.push_back({e.before_step, it->second, offset, e.bytes, e.freed});
+    out.push_back({e.when, it->second, offset, e.bytes, e.freed});
   }
   return out;
 }

@@ -538,7 +538,7 @@ void Tracer::note_lifetime(uint64_t address, uint64_t bytes, bool freed) {
     lifetimes_.erase(lifetimes_.begin(), lifetimes_.begin() + half);
   }
   // Threads race between reading the log's size and taking the lock: keep the order monotone.
-  const uint64_t at = lifetimes_.empty() ? before : std::max(before, lifetimes_.back().before_step);
+  const uint64_t at = lifetimes_.empty() ? before : std::max(before, lifetimes_.back().when);
   lifetimes_.push_back({at, address, bytes, freed});
 }
 
@@ -546,10 +546,10 @@ std::vector<LifetimeEvent> Tracer::copy_lifetimes(uint64_t from_step, uint64_t t
   std::lock_guard lock(lifetime_mutex_);
   const auto first =
       std::lower_bound(lifetimes_.begin(), lifetimes_.end(), from_step,
-                       [](const LifetimeEvent& e, uint64_t step) { return e.before_step < step; });
+                       [](const LifetimeEvent& e, uint64_t step) { return e.when < step; });
   const auto last =
       std::upper_bound(first, lifetimes_.end(), to_step,
-                       [](uint64_t step, const LifetimeEvent& e) { return step < e.before_step; });
+                       [](uint64_t step, const LifetimeEvent& e) { return step < e.when; });
   return {first, last};
 }
 

@@ -134,7 +134,7 @@ void Preload::start_advisor(advisor::Advisor* advisor) {
     config.place = [this](Placement placement) { return allocator_->place(std::move(placement)); };
   }
   config.sweep = [this](const std::function<bool(uint64_t)>& discard) {
-    return planned_discards_.load() ? allocator_->sweep_free_pages(discard) : 0;
+    return allocator_->sweep_free_pages(discard);
   };
   advisor::AdvisorDriver d;
   d.ctx_get_current = driver_.cuCtxGetCurrent;

@@ -204,6 +204,10 @@ class SlabAllocator final : public BlockFinder {
   void discard_dead_pages(uint64_t address, uint64_t size,
                           std::map<uint64_t, Block>::iterator merged, CUstream stream);
   void populate_discarded(uint64_t address, uint64_t size, CUstream stream);
+  // Discards the ranges gathered in range_starts_/range_sizes_ on `stream` (then synchronized, if
+  // asked), remembers their pages and tells `residency`; returns the bytes (0 on failure, which
+  // turns discarding off).
+  uint64_t discard_ranges(CUstream stream, bool synchronize);
   void stop_discarding(const char* call, CUresult status);
   std::map<uint64_t, Block>::iterator find_fit(uint64_t size, bool small, uint64_t tag);
   // The free arena block that starts at the planned offset of this request, split off its free

@@ -9,18 +9,15 @@
 #include <utility>
 #include <vector>
 
+#include "umswap/allocator/placement.h"
 #include "umswap/core/trace.h"
 
 namespace umswap::tracer {
 
 // A block of umswap's cudaMallocAsync slabs handed to the program (freed false) or given back
-// (freed true), between two launches: before_step = the steps logged before it.
-struct LifetimeEvent {
-  uint64_t before_step = 0;
-  uint64_t address = 0;
-  uint64_t bytes = 0;
-  bool freed = false;
-};
+// (freed true), between two launches: `when` = the steps logged before it. The allocator's own
+// type, so that the log feeds plan_placement() as it is.
+using LifetimeEvent = BlockEvent;
 
 // The events that lie inside one of `buffers` ((base, size) by buffer index, disjoint), as
 // lifetimes of that buffer, in the events' order. Events outside every buffer, running past the

@@ -113,7 +113,7 @@ void note_residency(uint64_t address, uint64_t bytes, bool on_gpu);
 // 1 Mi events (plans need only recent iterations); the trace gets those that fall inside buffers
 // it lists.
 void note_lifetime(uint64_t address, uint64_t bytes, bool freed);
-// The logged events with from_step <= before_step <= to_step, in program order.
+// The logged events with from_step <= when <= to_step, in program order.
 std::vector<LifetimeEvent> copy_lifetimes(uint64_t from_step, uint64_t to_step);
 // What yield_cupti() was told, or empty.
 std::string yielded_cupti_to();

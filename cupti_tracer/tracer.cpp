@@ -29,6 +29,7 @@
 #include "umswap/tracer/extents.h"
 #include "umswap/tracer/iteration_detector.h"
 #include "umswap/tracer/param_scanner.h"
+#include "umswap/tracer/residency.h"
 #include "umswap/tracer/step_recorder.h"
 
 namespace umswap::tracer {
@@ -798,83 +799,122 @@ void Tracer::finish(bool used_cuda) {
   summarize(std::move(t));
 }
 
-// GPU-resident bytes from the unified-memory records alone, in time order: a page set at 64 KiB
-// granularity (the smallest unit the driver migrates). Transfers to the GPU add their pages, to
-// the host remove them; a GPU fault adds the 2 MiB chunk around it (within its allocation);
-// umswap's own discards and populating prefetches (note_residency) remove and add theirs.
-// Not seen: pages the advisor's prefetch populates on the GPU without a transfer (never-touched
-// memory), until they first move.
+// GPU-resident bytes counted from what the tracer saw, in time order (residency.h): transfers
+// each way, the 2 MiB chunk around a GPU fault (within its allocation), umswap's own discards
+// and populating prefetches (note_residency), and the extents each launched step touches, from
+// its GPU start. Ranges are rounded out to 64 KiB, the smallest unit the driver migrates. The
+// blocks' lifetimes say how much of each iteration's peak lay in freed memory.
 void Tracer::summarize(trace::Trace t) {
   constexpr uint64_t kPage = 64 << 10;
   constexpr uint64_t kChunk = 2 << 20;
   auto summary = std::make_unique<RunSummary>();
   summary->has_unified_memory_counters = um_counters_;
-  summary->iteration_peak_resident.assign(t.iterations.size(), 0);
-  std::vector<std::pair<uint64_t, const UmRecord*>> order;  // (when, record)
+  std::vector<ResidencyEvent> events;
+  auto push = [&](uint64_t when, uint64_t lo, uint64_t hi, bool on_gpu) {
+    events.push_back({when, lo / kPage * kPage, (hi + kPage - 1) / kPage * kPage, on_gpu});
+  };
+  // Live blocks first, so that at equal times a block is allocated before the step that touches
+  // it: slab blocks between allocation and free (placed at the GPU start of the next step with
+  // one); a buffer without blocks is live throughout.
+  std::vector<uint64_t> step_time(t.steps.size() + 1, UINT64_MAX);
+  for (size_t i = t.steps.size(); i-- > 0;) {
+    step_time[i] = t.steps[i].start_ns ? t.steps[i].start_ns : step_time[i + 1];
+  }
+  std::vector<bool> has_blocks(t.buffers.size(), false);
+  for (const trace::Lifetime& l : t.lifetimes) {
+    if (l.buffer >= t.buffers.size()) continue;
+    has_blocks[l.buffer] = true;
+    const uint64_t lo = t.buffers[l.buffer].base + l.offset;
+    events.push_back({step_time[std::min<uint64_t>(l.before_step, t.steps.size())], lo,
+                      lo + l.length, !l.freed, true});
+  }
+  for (size_t b = 0; b < t.buffers.size(); ++b) {
+    if (!has_blocks[b]) {
+      events.push_back({0, t.buffers[b].base, t.buffers[b].base + t.buffers[b].size, true, true});
+    }
+  }
   {
+    std::vector<std::pair<uint64_t, uint64_t>> bases;  // (base, size) of traced buffers
+    for (const trace::Buffer& buf : t.buffers) bases.emplace_back(buf.base, buf.size);
+    std::sort(bases.begin(), bases.end());
     std::lock_guard lock(activity_mutex_);
     for (const UmRecord& u : um_records_) {
+      const bool in = u.kind == CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_HTOD;
+      const bool out = u.kind == CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_DTOH;
+      const bool fault = u.kind == CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_GPU_PAGE_FAULT;
+      if (!in && !out && !fault) continue;
       uint64_t when = u.start;
       if (u.own && u.before_step < t.steps.size() && t.steps[u.before_step].start_ns != 0) {
         when = t.steps[u.before_step].start_ns;
       }
-      order.emplace_back(when, &u);
+      if (!fault) {
+        push(when, u.address, u.address + std::max<uint64_t>(u.value, 1), in);
+        continue;
+      }
+      // A fault populates or migrates up to a 2 MiB chunk (the driver's large page), within the
+      // allocation it falls in.
+      auto b = std::upper_bound(
+          bases.begin(), bases.end(), u.address,
+          [](uint64_t a, const std::pair<uint64_t, uint64_t>& r) { return a < r.first; });
+      if (b != bases.begin() && u.address - std::prev(b)->first < std::prev(b)->second) {
+        --b;
+        const uint64_t chunk = u.address & ~(kChunk - 1);
+        push(when, std::max(chunk, b->first), std::min(chunk + kChunk, b->first + b->second),
+             true);
+      } else {
+        push(when, u.address, u.address + 1, true);
+      }
     }
-    std::stable_sort(order.begin(), order.end(),
-                     [](const auto& a, const auto& b) { return a.first < b.first; });
-    std::vector<std::pair<uint64_t, uint64_t>> bases;  // (base, size) of traced buffers
-    for (const trace::Buffer& buf : t.buffers) bases.emplace_back(buf.base, buf.size);
-    std::sort(bases.begin(), bases.end());
-    std::unordered_set<uint64_t> pages;
-    auto& peaks = summary->iteration_peak_resident;
-    const auto& its = t.iterations;
-    size_t it = 0;
-    for (const auto& [when, u] : order) {
-      const bool in = u->kind == CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_HTOD;
-      const bool out = u->kind == CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_DTOH;
-      const bool fault = u->kind == CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_GPU_PAGE_FAULT;
-      if (!in && !out && !fault) continue;
-      // Iterations that ended before this record held what was resident when they ended.
-      while (it < its.size() && its[it].end_ns < when) {
-        peaks[it] = std::max(peaks[it], pages.size() * kPage);
-        ++it;
-      }
-      const bool inside = it < its.size() && its[it].start_ns <= when;
-      if (inside) peaks[it] = std::max(peaks[it], pages.size() * kPage);
-      uint64_t first = u->address / kPage;
-      uint64_t last = (u->address + std::max<uint64_t>(u->value, 1) - 1) / kPage;
-      if (fault) {
-        // A fault populates or migrates up to a 2 MiB chunk (the driver's large page), within
-        // the allocation it falls in.
-        const uint64_t chunk = u->address & ~(kChunk - 1);
-        uint64_t lo = chunk, hi = chunk + kChunk;
-        auto b = std::upper_bound(
-            bases.begin(), bases.end(), u->address,
-            [](uint64_t a, const std::pair<uint64_t, uint64_t>& r) { return a < r.first; });
-        if (b != bases.begin() && u->address - std::prev(b)->first < std::prev(b)->second) {
-          --b;
-          lo = std::max(lo, b->first);
-          hi = std::min(hi, b->first + b->second);
-        } else {
-          lo = u->address;
-          hi = u->address + 1;
-        }
-        first = lo / kPage;
-        last = (hi - 1) / kPage;
-      }
-      for (uint64_t p = first; p <= last; ++p) {
-        if (out) {
-          pages.erase(p);
-        } else {
-          pages.insert(p);
-        }
-      }
-      const uint64_t resident = pages.size() * kPage;
-      summary->peak_resident = std::max(summary->peak_resident, resident);
-      if (inside) peaks[it] = std::max(peaks[it], resident);
-    }
-    for (; it < its.size(); ++it) peaks[it] = std::max(peaks[it], pages.size() * kPage);
   }
+  for (const trace::Step& s : t.steps) {
+    if (s.start_ns == 0) continue;
+    for (uint64_t a = s.first_access; a < s.first_access + s.access_count; ++a) {
+      const trace::Access& x = t.accesses[a];
+      const uint64_t lo = t.buffers[x.buffer].base + x.offset;
+      push(s.start_ns, lo, lo + x.length, true);
+    }
+  }
+  std::vector<std::pair<uint64_t, uint64_t>> windows;
+  for (const trace::Iteration& it : t.iterations) windows.emplace_back(it.start_ns, it.end_ns);
+  constexpr size_t kTopBuffers = 6;
+  summary->iteration_peak_buffers.resize(windows.size());
+  const auto at_peak = [&](size_t w, const ResidentSet& resident, const ResidentSet& live) {
+    std::vector<RunSummary::BufferShare> shares;
+    for (uint32_t b = 0; b < t.buffers.size(); ++b) {
+      const uint64_t lo = t.buffers[b].base, hi = lo + t.buffers[b].size;
+      if (const uint64_t r = resident.bytes_within(lo, hi)) {
+        shares.push_back({b, r, live.bytes_within(lo, hi), {}, {}});
+      }
+    }
+    const size_t top = std::min(kTopBuffers, shares.size());
+    std::partial_sort(shares.begin(), shares.begin() + static_cast<ptrdiff_t>(top), shares.end(),
+                      [](const auto& a, const auto& b) { return a.resident > b.resident; });
+    shares.resize(top);
+    if (!shares.empty()) {
+      const uint64_t lo = t.buffers[shares[0].buffer].base;
+      const uint64_t hi = lo + t.buffers[shares[0].buffer].size;
+      for (auto [set, out] : {std::pair{&resident, &shares[0].resident_ranges},
+                              std::pair{&live, &shares[0].live_ranges}}) {
+        for (const auto& [a, b] : set->ranges_within(lo, hi, 64)) out->emplace_back(a - lo, b - a);
+      }
+    }
+    summary->iteration_peak_buffers[w] = std::move(shares);
+  };
+  ResidencyPeaks peaks = count_residency(std::move(events), windows, at_peak);
+  for (const uint64_t when : peaks.when_by_window) {
+    // The last step that began at or before the peak.
+    uint64_t step = UINT64_MAX;
+    for (size_t i = 0; i < t.steps.size(); ++i) {
+      if (t.steps[i].start_ns != 0 && t.steps[i].start_ns <= when &&
+          (step == UINT64_MAX || t.steps[i].start_ns >= t.steps[step].start_ns)) {
+        step = i;
+      }
+    }
+    summary->iteration_peak_step.push_back(when ? step : UINT64_MAX);
+  }
+  summary->peak_resident = peaks.overall;
+  summary->iteration_peak_resident = std::move(peaks.by_window);
+  summary->iteration_peak_resident_free = std::move(peaks.free_by_window);
   summary->trace = std::move(t);
   summary_ = std::move(summary);
 }

@@ -78,6 +78,17 @@ std::string key_name(uint32_t key);
 struct RunSummary {
   trace::Trace trace;
   std::vector<uint64_t> iteration_peak_resident;  // by trace.iterations index
+  std::vector<uint64_t> iteration_peak_resident_free;  // of it, in no live block (residency.h)
+  // At each iteration's peak: the step running (launch index; UINT64_MAX: unknown) and the
+  // buffers holding the most resident bytes.
+  struct BufferShare {
+    uint32_t buffer = 0;  // index into trace.buffers
+    uint64_t resident = 0, live = 0;
+    // The first one's resident and live ranges as (offset, length), 64 at most each.
+    std::vector<std::pair<uint64_t, uint64_t>> resident_ranges, live_ranges;
+  };
+  std::vector<uint64_t> iteration_peak_step;
+  std::vector<std::vector<BufferShare>> iteration_peak_buffers;
   uint64_t peak_resident = 0;
   bool has_unified_memory_counters = false;
 };

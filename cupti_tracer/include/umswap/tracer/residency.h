@@ -1,0 +1,73 @@
+// Counted residency: the GPU-resident bytes of managed memory, replayed in time order from what
+// the tracer saw, independently of the advisor's plan.
+//
+// What arrives on the GPU: transfers to it (CUPTI), the 2 MiB chunk around a GPU fault, umswap's
+// populating prefetches, and every byte range a launched step's parameters point at (its access
+// extents), from the step's GPU start: a kernel runs with what it touches on the GPU, whether it
+// got there by a prefetch, a fault, or first touch (which CUPTI reports as one fault record per
+// group of faults, so counting faults alone undercounts by an order of magnitude). What leaves:
+// transfers to the host (CUPTI) and umswap's discards.
+//
+// The count can be too high where an extent is longer than what the kernel reads (a view at the
+// start of its block), and too low where a kernel reaches memory through a pointer its
+// parameters do not hold.
+//
+// At each window's peak it also says how much of what was resident lay outside every live block
+// (freed memory not yet discarded or evicted), given the blocks' allocations and frees.
+// Pure; reentrant.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <span>
+#include <vector>
+
+namespace umswap::tracer {
+
+// Disjoint byte ranges and their total.
+class ResidentSet {
+ public:
+  void add(uint64_t lo, uint64_t hi);
+  void remove(uint64_t lo, uint64_t hi);
+  uint64_t bytes() const { return bytes_; }
+  size_t ranges() const { return ranges_.size(); }
+  // Bytes of this set that lie in no range of `other`.
+  uint64_t bytes_outside(const ResidentSet& other) const;
+  // Bytes of this set within [lo, hi).
+  uint64_t bytes_within(uint64_t lo, uint64_t hi) const;
+  // The ranges within [lo, hi), clipped to it, at most `most` of them.
+  std::vector<std::pair<uint64_t, uint64_t>> ranges_within(uint64_t lo, uint64_t hi,
+                                                          size_t most) const;
+
+ private:
+  std::map<uint64_t, uint64_t> ranges_;  // begin -> end
+  uint64_t bytes_ = 0;
+};
+
+struct ResidencyEvent {
+  uint64_t when = 0;  // ns
+  uint64_t lo = 0, hi = 0;
+  bool on_gpu = true;  // arrives (true) or leaves (false); a block: allocated or freed
+  bool block = false;  // a live block's allocation or free, not a residency change
+};
+
+struct ResidencyPeaks {
+  uint64_t overall = 0;
+  std::vector<uint64_t> by_window;       // one per window
+  std::vector<uint64_t> free_by_window;  // of by_window[w], the bytes in no live block
+  std::vector<uint64_t> when_by_window;  // the time of the event that reached it (0: none did)
+};
+
+// Applies `events` in order of `when` (stable: equal times keep their order) and returns the
+// largest total overall and within each window [start, end] (ns, sorted, disjoint). A window's
+// peak includes what was resident when it began and, for a window no event falls in, what was
+// resident through it. Its free bytes are taken at the first moment it reached its peak.
+// `at_peak`, when given, sees each window's resident and live sets at that moment.
+using PeakVisitor =
+    std::function<void(size_t window, const ResidentSet& resident, const ResidentSet& live)>;
+ResidencyPeaks count_residency(std::vector<ResidencyEvent> events,
+                               std::span<const std::pair<uint64_t, uint64_t>> windows,
+                               const PeakVisitor& at_peak = {});
+
+}  // namespace umswap::tracer

@@ -528,15 +528,15 @@ std::vector<ModeRow> compute_rows(const std::vector<ModeOutcome>& outcomes, cons
           steady_mean(*o.stats, [](const auto& i) { return i.bytes_htod; });
       row.bytes_out_per_iteration =
           steady_mean(*o.stats, [](const auto& i) { return i.bytes_dtoh; });
-      row.peak_resident_bytes = o.stats->peak_resident_bytes;
-      if (!row.peak_resident_bytes) {
-        for (const StatsIteration& i : its) {
-          if (i.peak_resident_bytes) {
-            row.peak_resident_bytes =
-                std::max(row.peak_resident_bytes.value_or(0), *i.peak_resident_bytes);
-          }
+      // Over the steady iterations: the learning ones hold the whole footprint on purpose.
+      const auto [first, end] = planned_steady_range(its.size(), &*o.stats);
+      for (size_t i = first; i < end; ++i) {
+        if (its[i].peak_resident_bytes) {
+          row.peak_resident_bytes =
+              std::max(row.peak_resident_bytes.value_or(0), *its[i].peak_resident_bytes);
         }
       }
+      if (!row.peak_resident_bytes) row.peak_resident_bytes = o.stats->peak_resident_bytes;
     }
     // Passthrough moves no managed memory: unknown counts as none for the limits (only).
     const bool is_native = o.mode == CompareMode::native;

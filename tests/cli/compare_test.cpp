@@ -602,6 +602,26 @@ TEST(CompareRows, BudgetHeldWithinFivePercent) {
   EXPECT_FALSE(compute_rows(outcomes, kRates)[0].budget_held);
 }
 
+TEST(CompareRows, PeakResidentIsTheSteadyIterationsPeak) {
+  // The learning iterations (0, 1) hold the whole footprint; the steady ones (2-4) are judged.
+  json stats = online_stats();
+  const uint64_t peaks[] = {15000, 20000, 980, 1000, 1040};  // as listed: "index" 1, 0, 2, 3, 4
+  for (size_t i = 0; i < stats["iterations"].size(); ++i) {
+    stats["iterations"][i]["peak_resident_bytes"] = peaks[i];
+  }
+  std::vector<ModeOutcome> outcomes = {outcome(CompareMode::online, "iter 0 ms 1\n", stats)};
+  outcomes[0].budget_bytes = 1000;
+  ModeRow row = compute_rows(outcomes, kRates)[0];
+  EXPECT_EQ(row.peak_resident_bytes, 1040u);  // not the run's 10200547328
+  EXPECT_EQ(row.budget_held, true);           // 1040 <= 1050
+  stats["iterations"][4]["peak_resident_bytes"] = 1100;
+  outcomes = {outcome(CompareMode::online, "iter 0 ms 1\n", stats)};
+  outcomes[0].budget_bytes = 1000;
+  row = compute_rows(outcomes, kRates)[0];
+  EXPECT_EQ(row.peak_resident_bytes, 1100u);
+  EXPECT_EQ(row.budget_held, false);
+}
+
 TEST(CompareRows, LossIsComparedWithinAToleranceWhenThereIsNoChecksum) {
   std::vector<ModeOutcome> outcomes = {
       outcome(CompareMode::native, "iter 0 ms 10 loss 2.5\niter 1 ms 10 loss 2.25\n"),

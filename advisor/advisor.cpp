@@ -39,6 +39,9 @@ constexpr uint32_t kDivergeRun = 8;  // consecutive launches off the plan that e
 // comparison, (int64_t)(*addr - value) >= 0, so UINT64_MAX would release nothing (it hung
 // cudnn_vgg16); 2^62 is ahead of every launch index and within the comparison's half range.
 constexpr uint64_t kReleased = uint64_t{1} << 62;
+// The counter's values: launch g's evictions done (2g), all of launch g's actions done (2g + 1).
+constexpr uint64_t evictions_done(uint64_t g) { return 2 * g; }
+constexpr uint64_t actions_done(uint64_t g) { return 2 * g + 1; }
 
 void sleep_us(long us) {
   timespec ts{0, us * 1000};
@@ -67,6 +70,9 @@ struct DropTable {
   mutable std::vector<std::atomic<uint32_t>> discarded;
   mutable std::atomic<uint64_t> asked_outside{0};
   mutable std::atomic<uint64_t> unplanned{0};  // pages discarded because no range touches them
+  // By phase: the whole pages of the drops whose next use is at that launch, (address, bytes),
+  // which the launch path populates on the GPU just before it (the allocator leaves them).
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> populate_at;
 };
 
 // A plan in force: the planner's actions indexed by phase, and where its buffers live now.
@@ -81,6 +87,7 @@ struct LivePlan {
   std::vector<uint32_t> keys;          // expected step key per phase; empty = not checked here
   std::vector<uint8_t> needs_event;    // per phase: a later eviction waits for this launch
   std::vector<uint32_t> wait_ahead;    // per phase: launches back to its last prefetch's issue
+  std::vector<uint8_t> evicts;         // per phase: the plan evicts at this launch
   std::vector<uint32_t> first_action;  // per phase, CSR into plan.actions (size period + 1)
   Plan plan;
   std::vector<uint64_t> address;  // by plan buffer index; 0 = not (yet) known
@@ -90,6 +97,10 @@ struct LivePlan {
   ReplayMatcher* matcher = nullptr;  // replay: resolves trace buffers to live ones
   // Read by the allocator's free path (Advisor::discard_page); built by the advisor thread.
   std::atomic<std::shared_ptr<const DropTable>> drops;
+  // The same table for the launch path, without shared_ptr's lock; every table stays alive in
+  // `tables` while the advisor runs.
+  std::atomic<const DropTable*> drops_now{nullptr};
+  std::vector<std::shared_ptr<const DropTable>> tables;
 };
 
 struct Transfer {
@@ -122,6 +133,9 @@ class AdvisorImpl {
   std::atomic<bool> waits_off{false};            // the watchdog turned the waits off for good
   std::atomic<uint64_t> highest_wait{0};  // largest counter value a launch waits for, plus one
   std::atomic<uint64_t> waits_placed{0};
+  std::atomic<uint64_t> evict_waits_placed{0};
+  std::atomic<uint64_t> launch_populates{0}, launch_populated_bytes{0};
+  std::atomic<CUdevice> device_for_launches{0};
 
   // Advisor thread.
   std::thread thread;
@@ -181,12 +195,14 @@ class AdvisorImpl {
   void place_from_trace();
   void tend(LivePlan& p, uint64_t n);
   bool discard_page(uint64_t page);
+  bool populate_later(uint64_t page);
   bool use_lifetimes() const { return config.lifetimes && config.lifetimes(); }
 
   // Prefetch-wait watchdog: its own thread, because the advisor thread itself can be the one
   // stuck (inside the driver, measured on cudnn_vgg16).
   std::thread watchdog;
   std::atomic<uint64_t> wait_stalls{0};
+  std::atomic<uint64_t> issued_calls{0};  // migrations issued, for the watchdog
   uint64_t plan_buffers = 0, plan_buffers_found = 0;  // at the last plan's first applied launch
   // Host time the advisor thread spends inside cuMemPrefetchAsync, and how far it trails the
   // launches (a thread blocked in the driver falls behind, and its prefetches come late).
@@ -230,6 +246,20 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream) {
   LivePlan* p = a.plan.load(std::memory_order_acquire);
   if (!p || index < p->base) return;
   const uint64_t phase = (index - p->base) % p->period;
+  // Dropped pages this launch is the next user of: populated on the GPU now, on its stream, so
+  // it neither faults them in (0.6 GB/s measured) nor had them from their allocation on.
+  if (const DropTable* table = p->drops_now.load(std::memory_order_acquire);
+      table && index >= p->applied_from && phase < table->populate_at.size()) {
+    CUmemLocation gpu{};
+    gpu.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    gpu.id = a.device_for_launches.load(std::memory_order_relaxed);
+    for (const auto& [address, bytes] : table->populate_at[phase]) {
+      if (a.d.mem_prefetch_async(address, bytes, gpu, 0, stream) == CUDA_SUCCESS) {
+        a.launch_populates.fetch_add(1, std::memory_order_relaxed);
+        a.launch_populated_bytes.fetch_add(bytes, std::memory_order_relaxed);
+      }
+    }
+  }
   if (!p->keys.empty()) {
     if (p->keys[phase] != key) {
       if (++a.mismatch_run == kDivergeRun && !a.diverged.load(std::memory_order_relaxed)) {
@@ -240,23 +270,46 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream) {
       a.mismatch_run = 0;
     }
   }
-  if (a.progress_device && p->wait_ahead[phase] != UINT32_MAX && index >= p->wait_ahead[phase]) {
+  if (!a.progress_device) return;
+  // A launch waits for the counter to reach `value` (at most once: the larger of its waits).
+  uint64_t value = 0;
+  bool evict_wait = false;
+  if (a.config.prefetch_wait && p->wait_ahead[phase] != UINT32_MAX &&
+      index >= p->wait_ahead[phase]) {
     const uint64_t issued_at = index - p->wait_ahead[phase];
-    if (issued_at >= a.waits_from.load(std::memory_order_acquire)) {
-      if (a.d.stream_wait_value64(stream, a.progress_device, issued_at, CU_STREAM_WAIT_VALUE_GEQ) ==
-          CUDA_SUCCESS) {
-        a.waits_placed.fetch_add(1, std::memory_order_relaxed);
-        uint64_t seen = a.highest_wait.load(std::memory_order_relaxed);
-        while (seen < issued_at + 1 && !a.highest_wait.compare_exchange_weak(
-                                           seen, issued_at + 1, std::memory_order_relaxed)) {
-        }
-      }
+    if (issued_at >= a.waits_from.load(std::memory_order_acquire)) value = actions_done(issued_at);
+  }
+  if (a.config.evict_wait && p->evicts[phase] && index >= a.waits_from.load() &&
+      evictions_done(index) > value) {
+    value = evictions_done(index);
+    evict_wait = true;
+  }
+  if (value == 0) return;
+  if (a.d.stream_wait_value64(stream, a.progress_device, value, CU_STREAM_WAIT_VALUE_GEQ) ==
+      CUDA_SUCCESS) {
+    (evict_wait ? a.evict_waits_placed : a.waits_placed).fetch_add(1, std::memory_order_relaxed);
+    uint64_t seen = a.highest_wait.load(std::memory_order_relaxed);
+    while (seen < value + 1 &&
+           !a.highest_wait.compare_exchange_weak(seen, value + 1, std::memory_order_relaxed)) {
     }
   }
 }
 
 bool Advisor::discard_page(uint64_t page) {
   return impl_->discard_page(page);
+}
+
+bool Advisor::populate_later(uint64_t page) {
+  return impl_->populate_later(page);
+}
+
+bool AdvisorImpl::populate_later(uint64_t page) {
+  LivePlan* p = plan.load(std::memory_order_acquire);
+  if (!p) return false;
+  const uint64_t n = launched.load(std::memory_order_acquire);
+  if (n == 0 || n - 1 < p->applied_from) return false;
+  const DropTable* table = p->drops_now.load(std::memory_order_acquire);
+  return table != nullptr && table->windows.contains(page);
 }
 
 bool AdvisorImpl::discard_page(uint64_t page) {
@@ -322,6 +375,7 @@ bool AdvisorImpl::set_up() {
     log_warning("advisor off: {}", fallback);
     return false;
   }
+  device_for_launches.store(device, std::memory_order_relaxed);
   for (size_t i = 0; i < kEventRing; ++i) {
     if (d.event_create(&events[i], CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
       state = "off";
@@ -331,7 +385,7 @@ bool AdvisorImpl::set_up() {
     }
   }
   events_ready.store(true, std::memory_order_release);
-  if (config.prefetch_wait) {
+  if (config.prefetch_wait || config.evict_wait) {
     void* host = nullptr;
     if (d.mem_host_alloc && d.mem_host_get_device_pointer && d.stream_wait_value64 &&
         d.stream_write_value64 &&
@@ -340,13 +394,15 @@ bool AdvisorImpl::set_up() {
         d.mem_host_get_device_pointer(&progress_device, host, 0) == CUDA_SUCCESS) {
       progress_host = static_cast<volatile uint64_t*>(host);
       *progress_host = 0;
-      log_warning(
-          "UMSWAP_PREFETCH_WAIT is experimental: launches wait for the advisor's prefetches; a "
-          "watchdog turns the waits off after a 2 s stall (docs/advisor.md)");
+      if (config.prefetch_wait) {
+        log_warning(
+            "UMSWAP_PREFETCH_WAIT is experimental: launches wait for the advisor's prefetches; a "
+            "watchdog turns the waits off after a stall (docs/advisor.md)");
+      }
     } else {
       progress_device = 0;
-      log_warning(
-          "UMSWAP_PREFETCH_WAIT: stream memory operations unavailable; launches do not wait");
+      log_warning("{}: stream memory operations unavailable; launches do not wait",
+                  config.prefetch_wait ? "UMSWAP_PREFETCH_WAIT" : "UMSWAP_EVICT_WAIT");
     }
   }
   size_t total = 0;
@@ -422,13 +478,13 @@ void AdvisorImpl::release_waits() {
 }
 
 // A launch must never wait for ever on the advisor. If launches wait for a counter value that
-// has not moved for 2 s, the waits are turned off for the rest of the run, with one warning:
+// has not moved for 2 s (while the advisor thread issues nothing either; 10 s at most), the waits are turned off for the rest of the run, with one warning:
 // the counter is released from the host (no driver call: the driver may be where the advisor
 // thread is stuck), and released again if a counter write still queued on the advisor's stream
 // takes it back. Costs faults, never results.
 void AdvisorImpl::watch_waits() {
-  uint64_t watched = UINT64_MAX;
-  auto since = std::chrono::steady_clock::now();
+  uint64_t watched = UINT64_MAX, issued = 0;
+  auto since = std::chrono::steady_clock::now(), issued_since = since;
   while (!stop.load(std::memory_order_acquire)) {
     sleep_us(100000);
     const uint64_t value = *progress_host;
@@ -443,12 +499,20 @@ void AdvisorImpl::watch_waits() {
       since = now;
       continue;
     }
-    if (now - since < std::chrono::seconds(2)) continue;
+    // A long migration queued ahead (the first planned launch moves the whole footprint) keeps
+    // the counter still while the advisor thread goes on issuing: that is progress, up to 10 s.
+    if (const uint64_t i = issued_calls.load(std::memory_order_relaxed); i != issued) {
+      issued = i;
+      issued_since = now;
+    }
+    const auto still = now - std::max(since, issued_since);
+    if (still < std::chrono::seconds(2) && now - since < std::chrono::seconds(10)) continue;
     if (wait_stalls.fetch_add(1) == 0) {
       log_warning(
-          "UMSWAP_PREFETCH_WAIT: launches waited 2 s for the prefetches of launch {} (counter at "
-          "{}); waits are off for the rest of the run",
-          wanted - 1, value);
+          "advisor: launches waited {} s for the advisor's stream (launch {}'s {}; its counter at "
+          "launch {}); waits are off for the rest of the run",
+          std::chrono::duration_cast<std::chrono::seconds>(now - since).count(),
+          (wanted - 1) / 2, (wanted - 1) % 2 ? "prefetches" : "evictions", value / 2);
     }
     waits_off.store(true);  // the advisor thread writes the counter no more
     waits_from.store(UINT64_MAX, std::memory_order_release);
@@ -582,10 +646,12 @@ void AdvisorImpl::activate(std::unique_ptr<LivePlan> p) {
   const Plan& plan_data = p->plan;
   p->needs_event.assign(p->period, 0);
   p->wait_ahead.assign(p->period, UINT32_MAX);
+  p->evicts.assign(p->period, 0);
   p->first_action.assign(p->period + 1, 0);
   for (const Action& a : plan_data.actions) {
     ++p->first_action[a.at_step + 1];
     if (a.kind == ActionKind::evict) {
+      p->evicts[a.at_step] = 1;
       const uint64_t back = a.wait_back % p->period;
       p->needs_event[(a.at_step + p->period - back) % p->period] = 1;
     } else {
@@ -729,6 +795,7 @@ void AdvisorImpl::migrate(uint64_t address, uint64_t length, bool to_gpu, uint64
   where.id = to_gpu ? device : 0;
   const auto t0 = std::chrono::steady_clock::now();
   const CUresult r = d.mem_prefetch_async(address, length, where, 0, stream);
+  issued_calls.fetch_add(1, std::memory_order_relaxed);
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   (to_gpu ? prefetch_call_s : evict_call_s) += took;
   longest_call_s = std::max(longest_call_s, took);
@@ -835,7 +902,7 @@ void AdvisorImpl::apply(uint64_t n) {
                          std::memory_order_relaxed);
       reset_to_start(p);
       if (progress_device && !waits_off.load()) {
-        d.stream_write_value64(stream, progress_device, g, 0);
+        d.stream_write_value64(stream, progress_device, actions_done(g), 0);
         waits_from.store(std::max(n, g + 1), std::memory_order_release);
       }
     }
@@ -847,8 +914,17 @@ void AdvisorImpl::apply(uint64_t n) {
       if (table && table->unresolved > 0) build_drops(p);
     }
     uint64_t waited = UINT64_MAX;
+    bool evicted_here = false;
+    // Evictions come first: once they are issued, the counter says so (UMSWAP_EVICT_WAIT).
+    const auto evictions_issued = [&] {
+      if (evicted_here && progress_device && !waits_off.load()) {
+        d.stream_write_value64(stream, progress_device, evictions_done(g), 0);
+      }
+      evicted_here = false;
+    };
     for (uint32_t i = p.first_action[phase]; i < p.first_action[phase + 1]; ++i) {
       const Action& a = p.plan.actions[i];
+      if (a.kind != ActionKind::evict) evictions_issued();
       if (!resolve(p, a.range.buffer)) {
         ++stale_actions;
         continue;
@@ -859,19 +935,21 @@ void AdvisorImpl::apply(uint64_t n) {
         if (j != waited) wait_for_launch(p, j);
         waited = j;
         migrate(address, a.range.length, false, g);
+        evicted_here = true;
       } else {
         migrate(address, a.range.length, true, g);
         prefetched_here = true;
       }
     }
+    evictions_issued();
     if (progress_device && !waits_off.load() && prefetched_here) {
-      d.stream_write_value64(stream, progress_device, g, 0);
+      d.stream_write_value64(stream, progress_device, actions_done(g), 0);
     }
   }
   // Every launch seen is handled: a launch waiting on one whose actions were skipped (a buffer
   // gone) must not wait for a later prefetch that may never come.
   if (progress_device && !waits_off.load() && n > std::max(cursor, p.applied_from)) {
-    d.stream_write_value64(stream, progress_device, n - 1, 0);
+    d.stream_write_value64(stream, progress_device, actions_done(n - 1), 0);
   }
   cursor = std::max(cursor, n);
 }
@@ -895,6 +973,14 @@ void AdvisorImpl::build_drops(LivePlan& p) {
     }
   }
   table->discarded = std::vector<std::atomic<uint32_t>>(slots);
+  table->populate_at.resize(p.period);
+  for (const Drop& drop : p.plan.drops) {
+    if (!resolve(p, drop.range.buffer) || drop.next_use >= p.period) continue;
+    const uint64_t address = p.address[drop.range.buffer] + drop.range.offset;
+    const uint64_t first = (address + kPage - 1) / kPage * kPage;
+    const uint64_t end = (address + drop.range.length) / kPage * kPage;
+    if (first < end) table->populate_at[drop.next_use].emplace_back(first, end - first);
+  }
   const auto touch = [&](const PlanRange& r) {
     if (!resolve(p, r.buffer) || r.length == 0) return;
     const uint64_t address = p.address[r.buffer] + r.offset;
@@ -905,6 +991,8 @@ void AdvisorImpl::build_drops(LivePlan& p) {
   for (const PlanRange& r : p.plan.resident_at_start) touch(r);
   for (const Action& a : p.plan.actions) touch(a.range);
   for (const Drop& drop : p.plan.drops) touch(drop.range);
+  p.tables.push_back(table);
+  p.drops_now.store(table.get(), std::memory_order_release);
   p.drops.store(std::move(table), std::memory_order_release);
 }
 
@@ -960,6 +1048,9 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
       {"late_events", a.late_events},
       {"wait_stalls", a.wait_stalls.load()},
       {"waits_placed", a.waits_placed.load()},
+      {"evict_waits_placed", a.evict_waits_placed.load()},
+      {"launch_populates", a.launch_populates.load()},
+      {"launch_populated_bytes", a.launch_populated_bytes.load()},
       {"prefetch_call_seconds", a.prefetch_call_s},
       {"evict_call_seconds", a.evict_call_s},
       {"longest_call_seconds", a.longest_call_s},
@@ -967,6 +1058,7 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
       {"plan_buffers", a.plan_buffers},
       {"plan_buffers_found", a.plan_buffers_found},
       {"prefetch_wait", a.config.prefetch_wait},
+      {"evict_wait", a.config.evict_wait},
   };
   if (a.placement) {
     advisor["placement"] = {{"arena_bytes", a.placement->arena_bytes},
@@ -1059,6 +1151,32 @@ nlohmann::json iterations_json(
     };
     if (summary.has_unified_memory_counters && i < summary.iteration_peak_resident.size()) {
       o["peak_resident_bytes"] = summary.iteration_peak_resident[i];
+      if (i < summary.iteration_peak_resident_free.size()) {
+        o["peak_resident_free_bytes"] = summary.iteration_peak_resident_free[i];
+      }
+      if (i < summary.iteration_peak_step.size() &&
+          summary.iteration_peak_step[i] != UINT64_MAX) {
+        const uint64_t step = summary.iteration_peak_step[i];
+        o["peak_resident_step"] = step;
+        const trace::Step& st = summary.trace.steps[step];
+        if (st.name < summary.trace.names.size()) {
+          o["peak_resident_step_name"] = summary.trace.names[st.name].substr(0, 120);
+        }
+      }
+      if (i < summary.iteration_peak_buffers.size()) {
+        nlohmann::json shares = nlohmann::json::array();
+        for (const auto& share : summary.iteration_peak_buffers[i]) {
+          const trace::Buffer& b = summary.trace.buffers[share.buffer];
+          shares.push_back({{"buffer", share.buffer},
+                            {"size", b.size},
+                            {"call_site", b.call_site},
+                            {"resident_bytes", share.resident},
+                            {"live_bytes", share.live}});
+          if (!share.resident_ranges.empty()) shares.back()["resident_ranges"] = share.resident_ranges;
+          if (!share.live_ranges.empty()) shares.back()["live_ranges"] = share.live_ranges;
+        }
+        o["peak_resident_buffers"] = std::move(shares);
+      }
     }
     if (transfers) {
       const auto [in, out_bytes] = transfers(it.first_step, it.first_step + it.step_count);

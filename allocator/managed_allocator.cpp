@@ -66,7 +66,11 @@ ManagedAllocator::ManagedAllocator(const DriverApi& driver, Registry& registry,
                 if (hooks_.lifetime) hooks_.lifetime(address, bytes, freed);
               },
           .discard_page =
-              [this](uint64_t page) { return hooks_.discard_page && hooks_.discard_page(page); }});
+              [this](uint64_t page) { return hooks_.discard_page && hooks_.discard_page(page); },
+          .populate_later =
+              [this](uint64_t page) {
+                return hooks_.populate_later && hooks_.populate_later(page);
+              }});
   registry_.set_block_finder(slabs_.get());
 }
 

@@ -76,6 +76,7 @@ nlohmann::json to_json(const SlabStats& s) {
       {"discard_calls", s.discard_calls},
       {"swept_bytes", s.swept_bytes},
       {"populate_calls", s.populate_calls},
+      {"populate_deferred_bytes", s.populate_deferred_bytes},
       {"arena_bytes", s.arena_bytes},
       {"placed", s.placed},
       {"placement_taken", s.placement_taken},
@@ -215,11 +216,18 @@ void SlabAllocator::populate_discarded(uint64_t address, uint64_t size, CUstream
   if (from == to) return;
   range_starts_.clear();
   range_sizes_.clear();
-  for (auto page = from; page != to; ++page) add_page(range_starts_, range_sizes_, *page);
+  const bool planned = discard_mode_ == DiscardMode::planned && source_.populate_later;
+  for (auto page = from; page != to; ++page) {
+    if (planned && source_.populate_later(*page)) {
+      stats_.populate_deferred_bytes += kPage;
+      continue;
+    }
+    add_page(range_starts_, range_sizes_, *page);
+  }
   // Forgotten whatever happens next: once a live block overlaps a page, discarding-and-
   // prefetching it again would destroy that block's data.
   discarded_.erase(from, to);
-  if (discard_mode_ == DiscardMode::off) return;
+  if (discard_mode_ == DiscardMode::off || range_starts_.empty()) return;
   CUdevice device = 0;
   CUresult r = driver_.ctx_get_device(&device);
   if (r != CUDA_SUCCESS) {

@@ -55,6 +55,9 @@ constexpr std::array kOptionTable = {
     OptionInfo{"UMSWAP_PREFETCH_WAIT", "0",
                "1 (experimental): a launch waits for its late prefetch instead of taking page "
                "faults; a 2 s stall turns the waits off"},
+    OptionInfo{"UMSWAP_EVICT_WAIT", "0",
+               "1: a launch at which the plan evicts waits for those evictions, so that the GPU "
+               "holds the budget (docs/advisor.md); 0: evictions run beside the program"},
     OptionInfo{"UMSWAP_ASYNC_SLABS", "1",
                "1: cudaMallocAsync allocations are blocks of umswap's managed slabs (exact "
                "extents for the advisor); 0: the driver's managed memory pool"},
@@ -248,6 +251,13 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
       warn("UMSWAP_PREFETCH_WAIT", v, "is not a boolean (1/0, on/off)", "0");
     }
   }
+  if (const char* v = read("UMSWAP_EVICT_WAIT")) {
+    if (auto b = parse_bool(trim(v))) {
+      options.evict_wait = *b;
+    } else {
+      warn("UMSWAP_EVICT_WAIT", v, "is not a boolean (1/0, on/off)", "0");
+    }
+  }
   if (const char* v = read("UMSWAP_ASYNC_SLABS")) {
     if (auto b = parse_bool(trim(v))) {
       options.async_slabs = *b;
@@ -298,6 +308,7 @@ std::vector<std::string> describe(const Options& options) {
       fmt::format("UMSWAP_CUPTI_LIBRARY={}", options.cupti_library),
       fmt::format("UMSWAP_REPLAY={}", options.replay_path),
       fmt::format("UMSWAP_PREFETCH_WAIT={}", options.prefetch_wait ? 1 : 0),
+      fmt::format("UMSWAP_EVICT_WAIT={}", options.evict_wait ? 1 : 0),
       fmt::format("UMSWAP_ASYNC_SLABS={}", options.async_slabs ? 1 : 0),
       fmt::format("UMSWAP_DISCARD_FREED={}", options.discard_freed ? 1 : 0),
       fmt::format("UMSWAP_LIFETIMES={}", options.lifetimes ? 1 : 0),

@@ -129,6 +129,7 @@ void Preload::start_advisor(advisor::Advisor* advisor) {
   config.budget = options_.budget;
   config.replay_path = options_.replay_path;
   config.prefetch_wait = options_.prefetch_wait;
+  config.evict_wait = options_.evict_wait;
   config.lifetimes = [this] { return planned_discards_.load(); };
   if (options_.placement) {
     config.place = [this](Placement placement) { return allocator_->place(std::move(placement)); };
@@ -223,6 +224,10 @@ void Preload::configure_slabs() {
       advisor::Advisor* advisor = g_advisor.load(std::memory_order_acquire);
       return advisor != nullptr && advisor->discard_page(page);
     };
+    hooks.populate_later = [](uint64_t page) {
+      advisor::Advisor* advisor = g_advisor.load(std::memory_order_acquire);
+      return advisor != nullptr && advisor->populate_later(page);
+    };
   }
   if (options_.discard_freed) {
     hooks.discards = DiscardMode::all;
@@ -250,6 +255,7 @@ void Preload::configure_slabs() {
   }
   hooks.discards = DiscardMode::off;
   hooks.discard_page = nullptr;
+  hooks.populate_later = nullptr;
   allocator_->configure_slabs(hooks);
 }
 

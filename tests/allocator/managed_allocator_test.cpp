@@ -1020,7 +1020,8 @@ struct Heard {
             [this, accept](uint64_t page) {
               lines.push_back(fmt::format("page {:#x}", page));
               return accept;
-            }};
+            },
+        .populate_later = {}};
   }
 };
 

@@ -84,6 +84,7 @@ struct Fakes {
   // The discard policy: the pages it was asked about, and its answer (none: refuse).
   std::vector<uint64_t> asked;
   std::function<bool(uint64_t)> accept;
+  std::function<bool(uint64_t)> later;  // populate_later's answer; empty: no
   // "alloc", "free", "ask", "discard", "prefetch" and "record", in the order they happened.
   std::vector<std::string> order;
 };
@@ -204,7 +205,8 @@ SlabSource fake_source() {
                 g->asked.push_back(page);
                 g->order.push_back("ask");
                 return g->accept && g->accept(page);
-              }};
+              },
+          .populate_later = [](uint64_t page) { return g->later && g->later(page); }};
 }
 
 void complete_all_events() {
@@ -660,6 +662,39 @@ TEST_F(SlabAllocatorTest, AnAllocationPopulatesExactlyTheDiscardedPagesItOverlap
   EXPECT_EQ(alloc(12 * MiB, kT), a);
   EXPECT_EQ(g->prefetches.size(), 2u);
   EXPECT_EQ(g->discards.size(), 1u);
+}
+
+TEST_F(SlabAllocatorTest, PagesLeftToPopulateLaterAreForgottenNotPopulated) {
+  ASSERT_TRUE(slabs_->set_discard_mode(DiscardMode::planned));
+  const CUdeviceptr a = alloc(64 * MiB);
+  const auto chosen = pages_at(a, {0, 2, 6, 10});
+  g->accept = [&](uint64_t page) { return std::ranges::find(chosen, page) != chosen.end(); };
+  release(a);
+  ASSERT_EQ(g->discards.size(), 1u);
+  g->residency.clear();
+  // The pages at 2 and 10 MiB are someone else's to populate: the allocation over [0, 12 MiB)
+  // populates 0 and 6 only.
+  g->later = [&](uint64_t page) { return page == a + 2 * MiB || page == a + 10 * MiB; };
+  g->events_complete_at_once = true;
+  const CUdeviceptr b = alloc(12 * MiB, kT);
+  ASSERT_EQ(b, a);
+  ASSERT_EQ(g->prefetches.size(), 1u);
+  EXPECT_EQ(g->prefetches[0],
+            (DriverCall{.ranges = {{a, 2 * MiB}, {a + 6 * MiB, 2 * MiB}}, .stream = kT}));
+  EXPECT_EQ(slabs_->stats().populated_bytes, 4 * MiB);
+  EXPECT_EQ(slabs_->stats().populate_deferred_bytes, 4 * MiB);
+  // Forgotten: freed (not discarded again) and allocated again, nothing is populated.
+  g->accept = {};
+  release(b, kT);
+  EXPECT_EQ(alloc(12 * MiB, kT), a);
+  EXPECT_EQ(g->prefetches.size(), 1u);
+  // Every page left for later: no call at all.
+  g->later = [](uint64_t) { return true; };
+  g->accept = [&](uint64_t page) { return std::ranges::find(chosen, page) != chosen.end(); };
+  release(a, kT);
+  EXPECT_EQ(alloc(12 * MiB, kT), a);
+  EXPECT_EQ(g->prefetches.size(), 1u);
+  EXPECT_EQ(slabs_->stats().populate_deferred_bytes, 4 * MiB + 8 * MiB);  // all four pages
 }
 
 TEST_F(SlabAllocatorTest, AnotherStreamsAllocationOverDiscardedPagesWaitsLikeAnyOther) {

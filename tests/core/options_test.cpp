@@ -254,6 +254,7 @@ void expect_defaults(const Options& o) {
   EXPECT_EQ(o.verbose, d.verbose);
   EXPECT_EQ(o.callsite_depth, d.callsite_depth);
   EXPECT_EQ(o.prefetch_wait, d.prefetch_wait);
+  EXPECT_EQ(o.evict_wait, d.evict_wait);
   EXPECT_EQ(o.async_slabs, d.async_slabs);
   EXPECT_EQ(o.discard_freed, d.discard_freed);
   EXPECT_EQ(o.lifetimes, d.lifetimes);
@@ -266,6 +267,7 @@ TEST(ParseOptions, DefaultsWhenNothingIsSet) {
   EXPECT_TRUE(warnings.empty());
   EXPECT_EQ(o.mode, Mode::online);
   EXPECT_FALSE(o.prefetch_wait);
+  EXPECT_FALSE(o.evict_wait);
   EXPECT_TRUE(o.async_slabs);
   EXPECT_EQ(o.replay_path, "");
   EXPECT_TRUE(o.budget.is_zero());
@@ -369,6 +371,7 @@ INSTANTIATE_TEST_SUITE_P(
     All, ParseOptionsBadValue,
     testing::Values(
         BadValue{"UMSWAP_MODE", "turbo", "online"}, BadValue{"UMSWAP_PREFETCH_WAIT", "maybe", "0"},
+        BadValue{"UMSWAP_EVICT_WAIT", "sometimes", "0"},
         BadValue{"UMSWAP_ASYNC_SLABS", "some", "1"}, BadValue{"UMSWAP_LIFETIMES", "maybe", "1"},
         BadValue{"UMSWAP_PLACEMENT", "perhaps", "1"}, BadValue{"UMSWAP_BUDGET", "12Q", "0"},
         BadValue{"UMSWAP_BUDGET", "-1G", "0"}, BadValue{"UMSWAP_MANAGED_LIMIT", "lots", "0"},
@@ -412,11 +415,15 @@ TEST(ParseOptions, ReplayWithoutTraceFallsBackToOnlineWithAWarning) {
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find("UMSWAP_REPLAY"), std::string::npos) << warnings[0];
   const Options r = parse(
-      {{"UMSWAP_MODE", "replay"}, {"UMSWAP_REPLAY", "/t.umtrace"}, {"UMSWAP_PREFETCH_WAIT", "on"}},
+      {{"UMSWAP_MODE", "replay"},
+       {"UMSWAP_REPLAY", "/t.umtrace"},
+       {"UMSWAP_PREFETCH_WAIT", "on"},
+       {"UMSWAP_EVICT_WAIT", "1"}},
       &warnings);
   EXPECT_EQ(r.mode, Mode::replay);
   EXPECT_EQ(r.replay_path, "/t.umtrace");
   EXPECT_TRUE(r.prefetch_wait);
+  EXPECT_TRUE(r.evict_wait);
 }
 
 TEST(ParseOptions, WarningsAreAppended) {
@@ -443,9 +450,9 @@ TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
                 "UMSWAP_MODE", "UMSWAP_BUDGET", "UMSWAP_MANAGED_LIMIT", "UMSWAP_STATS",
                 "UMSWAP_VERBOSE", "UMSWAP_CALLSITE_DEPTH", "UMSWAP_TRACE",
                 "UMSWAP_TRACE_ITERATIONS", "UMSWAP_ITERATION_MARKER", "UMSWAP_CUPTI_LIBRARY",
-                "UMSWAP_REPLAY", "UMSWAP_PREFETCH_WAIT", "UMSWAP_ASYNC_SLABS",
+                "UMSWAP_REPLAY", "UMSWAP_PREFETCH_WAIT", "UMSWAP_EVICT_WAIT", "UMSWAP_ASYNC_SLABS",
                 "UMSWAP_DISCARD_FREED", "UMSWAP_LIFETIMES", "UMSWAP_PLACEMENT"}));
-  EXPECT_EQ(option_table().size(), 16u);  // no duplicates
+  EXPECT_EQ(option_table().size(), 17u);  // no duplicates
 }
 
 TEST(OptionTable, EveryEntryHasAMeaning) {
@@ -479,6 +486,7 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
   o.iteration_marker = "step";
   o.replay_path = "/tmp/r.umtrace";
   o.prefetch_wait = true;
+  o.evict_wait = true;
   o.async_slabs = false;
   o.discard_freed = true;
   o.lifetimes = false;
@@ -490,7 +498,8 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
                        "UMSWAP_TRACE=/tmp/t.umtrace", "UMSWAP_TRACE_ITERATIONS=5",
                        "UMSWAP_ITERATION_MARKER=step",
                        "UMSWAP_CUPTI_LIBRARY=", "UMSWAP_REPLAY=/tmp/r.umtrace",
-                       "UMSWAP_PREFETCH_WAIT=1", "UMSWAP_ASYNC_SLABS=0", "UMSWAP_DISCARD_FREED=1",
+                       "UMSWAP_PREFETCH_WAIT=1", "UMSWAP_EVICT_WAIT=1", "UMSWAP_ASYNC_SLABS=0",
+                       "UMSWAP_DISCARD_FREED=1",
                        "UMSWAP_LIFETIMES=0", "UMSWAP_PLACEMENT=0"}));
   std::set<std::string> names;
   for (const auto& line : lines) names.insert(line.substr(0, line.find('=')));

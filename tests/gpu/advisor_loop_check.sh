@@ -1,7 +1,7 @@
 #!/bin/sh
 # The advisor's GPU test: advisor_loop over 24 x 128 MiB (3 GiB) natively and under
-# `umswap run --budget 1G` (a third of the footprint) with UMSWAP_PREFETCH_WAIT=1, online (checked);
-# then, printed but not checked, replayed from a trace recorded by another process and online
+# `umswap run --budget 1G` (a third of the footprint) with UMSWAP_PREFETCH_WAIT=1, online, alone and
+# with UMSWAP_EVICT_WAIT=1 (both checked); then, printed but not checked, replayed from a trace recorded by another process and online
 # without the wait (their kernels outrun the prefetches and fault). Checks: same checksum; after the plan took over, zero GPU
 # page faults per iteration and peak GPU-resident bytes (counted from CUPTI) <= budget + 5%.
 # usage: advisor_loop_check.sh UMSWAP ADVISOR_LOOP
@@ -15,6 +15,8 @@ args="--buffers 24 --mib 128 --iterations 12"
 # A hang (UMSWAP_PREFETCH_WAIT is experimental) fails the test instead of blocking it.
 UMSWAP_PREFETCH_WAIT=1 timeout -s KILL 120 \
   "$umswap" run --budget 1G --stats "$dir/online.json" -- "$loop" $args > "$dir/online.out"
+UMSWAP_PREFETCH_WAIT=1 UMSWAP_EVICT_WAIT=1 timeout -s KILL 120 \
+  "$umswap" run --budget 1G --stats "$dir/evictwait.json" -- "$loop" $args > "$dir/evictwait.out"
 timeout -s KILL 120 \
   "$umswap" run --budget 1G --stats "$dir/nowait.json" -- "$loop" $args > "$dir/nowait.out"
 timeout -s KILL 120 "$umswap" record -o "$dir/loop.umtrace" -- "$loop" $args > "$dir/record.out"
@@ -29,7 +31,7 @@ def checksum(name):
 native = checksum("native")
 ok = True
 budget = 1 << 30
-for mode in ("online", "replay", "nowait"):
+for mode in ("online", "evictwait", "replay", "nowait"):
     s = json.load(open(f"{d}/{mode}.json"))
     a = s.get("advisor", {})
     its = s.get("iterations", [])
@@ -52,7 +54,10 @@ for mode in ("online", "replay", "nowait"):
             and peak is not None and peak <= budget * 1.05 and same)
     if mode == "replay":
         good = good and a.get("plan", {}).get("source") == "replay"
-    if mode != "online":  # without UMSWAP_PREFETCH_WAIT: reported, not checked
+    if mode == "evictwait":
+        print(f"  launches that waited for evictions: {a.get('evict_waits_placed')}")
+        good = good and a.get("evict_waits_placed", 0) > 0
+    if mode not in ("online", "evictwait"):  # without UMSWAP_PREFETCH_WAIT: reported, not checked
         print("  (not checked: without UMSWAP_PREFETCH_WAIT late prefetches fault)")
         continue
     print(f"  {'PASS' if good else 'FAIL'}")

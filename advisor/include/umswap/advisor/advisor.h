@@ -27,6 +27,12 @@
 // wait, or the two streams would wait for each other), and the counter is set to its maximum
 // when a plan is dropped and at exit, so no wait outlives the advisor.
 //
+// UMSWAP_EVICT_WAIT: a launch at which the plan evicts does not start before those evictions are
+// done, so that what it brings to the GPU (its outputs, populated as it writes them) never joins
+// data on its way out: the budget holds on the GPU, not only in the plan. The same counter: the
+// advisor's stream writes 2g once launch g's evictions are done and 2g + 1 once all its actions
+// are; a launch waits for the larger value it needs.
+//
 // Contract:
 //   * start() once, from the first CUDA-using thread, outside any lock; on failure the program
 //     runs on plain managed memory and the caller says so once.
@@ -65,7 +71,8 @@ struct AdvisorDriver {
   PFN_cuEventRecord_v2000 event_record = nullptr;
   PFN_cuStreamWaitEvent_v3020 stream_wait_event = nullptr;
   PFN_cuMemPrefetchAsync_v12020 mem_prefetch_async = nullptr;
-  // For UMSWAP_PREFETCH_WAIT only (a launch waits on a counter the advisor's stream writes).
+  // For UMSWAP_PREFETCH_WAIT and UMSWAP_EVICT_WAIT only (a launch waits on a counter the
+  // advisor's stream writes).
   PFN_cuMemHostAlloc_v2020 mem_host_alloc = nullptr;
   PFN_cuMemHostGetDevicePointer_v3020 mem_host_get_device_pointer = nullptr;
   PFN_cuStreamWaitValue64_v11070 stream_wait_value64 = nullptr;
@@ -78,6 +85,7 @@ struct AdvisorConfig {
   SizeSpec budget;             // 0 = the GPU's memory
   std::string replay_path;     // replay: the trace
   bool prefetch_wait = false;  // a launch waits for its late prefetch (UMSWAP_PREFETCH_WAIT)
+  bool evict_wait = false;     // a launch waits for the evictions planned at it (UMSWAP_EVICT_WAIT)
   // Asked when a plan is made: plan with slab lifetimes (UMSWAP_LIFETIMES)? True only when the
   // allocator discards what discard_page() approves; empty or false: every byte a kernel touched
   // is live.
@@ -119,6 +127,12 @@ class Advisor final : public tracer::LaunchObserver {
   // page (its data is dead and not kept) at the current launch's phase, or uses it nowhere (no
   // range of the plan touches it: a free page nobody plans to touch is dead).
   bool discard_page(uint64_t page);
+
+  // The slab allocator's question when an allocation overlaps discarded pages (same rules): may
+  // the 2 MiB page at `page` stay unpopulated? Yes when the plan in force drops it: the launch
+  // path populates it (cuMemPrefetchAsync to the GPU on the launch's stream, no transfer) just
+  // before the launch the plan says uses it next.
+  bool populate_later(uint64_t page);
 
   // The "advisor" object of the stats file, and per-iteration figures merged into `iterations`
   // (one object per iteration of `summary`, which may be null).

@@ -67,6 +67,7 @@ struct SlabHooks {
   std::function<void(uint64_t address, uint64_t bytes, bool on_gpu)> residency;
   std::function<void(uint64_t address, uint64_t bytes, bool freed)> lifetime;
   std::function<bool(uint64_t page)> discard_page;
+  std::function<bool(uint64_t page)> populate_later;
 };
 
 class ManagedAllocator {

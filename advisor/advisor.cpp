@@ -40,8 +40,12 @@ constexpr uint32_t kDivergeRun = 8;  // consecutive launches off the plan that e
 // cudnn_vgg16); 2^62 is ahead of every launch index and within the comparison's half range.
 constexpr uint64_t kReleased = uint64_t{1} << 62;
 // The counter's values: launch g's evictions done (2g), all of launch g's actions done (2g + 1).
-constexpr uint64_t evictions_done(uint64_t g) { return 2 * g; }
-constexpr uint64_t actions_done(uint64_t g) { return 2 * g + 1; }
+constexpr uint64_t evictions_done(uint64_t g) {
+  return 2 * g;
+}
+constexpr uint64_t actions_done(uint64_t g) {
+  return 2 * g + 1;
+}
 
 void sleep_us(long us) {
   timespec ts{0, us * 1000};
@@ -202,7 +206,7 @@ class AdvisorImpl {
   // stuck (inside the driver, measured on cudnn_vgg16).
   std::thread watchdog;
   std::atomic<uint64_t> wait_stalls{0};
-  std::atomic<uint64_t> issued_calls{0};  // migrations issued, for the watchdog
+  std::atomic<uint64_t> issued_calls{0};              // migrations issued, for the watchdog
   uint64_t plan_buffers = 0, plan_buffers_found = 0;  // at the last plan's first applied launch
   // Host time the advisor thread spends inside cuMemPrefetchAsync, and how far it trails the
   // launches (a thread blocked in the driver falls behind, and its prefetches come late).
@@ -478,10 +482,10 @@ void AdvisorImpl::release_waits() {
 }
 
 // A launch must never wait for ever on the advisor. If launches wait for a counter value that
-// has not moved for 2 s (while the advisor thread issues nothing either; 10 s at most), the waits are turned off for the rest of the run, with one warning:
-// the counter is released from the host (no driver call: the driver may be where the advisor
-// thread is stuck), and released again if a counter write still queued on the advisor's stream
-// takes it back. Costs faults, never results.
+// has not moved for 2 s (while the advisor thread issues nothing either; 10 s at most), the waits
+// are turned off for the rest of the run, with one warning: the counter is released from the host
+// (no driver call: the driver may be where the advisor thread is stuck), and released again if a
+// counter write still queued on the advisor's stream takes it back. Costs faults, never results.
 void AdvisorImpl::watch_waits() {
   uint64_t watched = UINT64_MAX, issued = 0;
   auto since = std::chrono::steady_clock::now(), issued_since = since;
@@ -511,8 +515,8 @@ void AdvisorImpl::watch_waits() {
       log_warning(
           "advisor: launches waited {} s for the advisor's stream (launch {}'s {}; its counter at "
           "launch {}); waits are off for the rest of the run",
-          std::chrono::duration_cast<std::chrono::seconds>(now - since).count(),
-          (wanted - 1) / 2, (wanted - 1) % 2 ? "prefetches" : "evictions", value / 2);
+          std::chrono::duration_cast<std::chrono::seconds>(now - since).count(), (wanted - 1) / 2,
+          (wanted - 1) % 2 ? "prefetches" : "evictions", value / 2);
     }
     waits_off.store(true);  // the advisor thread writes the counter no more
     waits_from.store(UINT64_MAX, std::memory_order_release);
@@ -1154,8 +1158,7 @@ nlohmann::json iterations_json(
       if (i < summary.iteration_peak_resident_free.size()) {
         o["peak_resident_free_bytes"] = summary.iteration_peak_resident_free[i];
       }
-      if (i < summary.iteration_peak_step.size() &&
-          summary.iteration_peak_step[i] != UINT64_MAX) {
+      if (i < summary.iteration_peak_step.size() && summary.iteration_peak_step[i] != UINT64_MAX) {
         const uint64_t step = summary.iteration_peak_step[i];
         o["peak_resident_step"] = step;
         const trace::Step& st = summary.trace.steps[step];
@@ -1172,7 +1175,8 @@ nlohmann::json iterations_json(
                             {"call_site", b.call_site},
                             {"resident_bytes", share.resident},
                             {"live_bytes", share.live}});
-          if (!share.resident_ranges.empty()) shares.back()["resident_ranges"] = share.resident_ranges;
+          if (!share.resident_ranges.empty())
+            shares.back()["resident_ranges"] = share.resident_ranges;
           if (!share.live_ranges.empty()) shares.back()["live_ranges"] = share.live_ranges;
         }
         o["peak_resident_buffers"] = std::move(shares);

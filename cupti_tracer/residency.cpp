@@ -67,7 +67,7 @@ uint64_t ResidentSet::bytes_within(uint64_t lo, uint64_t hi) const {
 }
 
 std::vector<std::pair<uint64_t, uint64_t>> ResidentSet::ranges_within(uint64_t lo, uint64_t hi,
-                                                                     size_t most) const {
+                                                                      size_t most) const {
   std::vector<std::pair<uint64_t, uint64_t>> out;
   auto it = ranges_.upper_bound(lo);
   if (it != ranges_.begin()) --it;
@@ -81,8 +81,9 @@ std::vector<std::pair<uint64_t, uint64_t>> ResidentSet::ranges_within(uint64_t l
 ResidencyPeaks count_residency(std::vector<ResidencyEvent> events,
                                std::span<const std::pair<uint64_t, uint64_t>> windows,
                                const PeakVisitor& at_peak) {
-  std::stable_sort(events.begin(), events.end(),
-                   [](const ResidencyEvent& a, const ResidencyEvent& b) { return a.when < b.when; });
+  std::stable_sort(
+      events.begin(), events.end(),
+      [](const ResidencyEvent& a, const ResidencyEvent& b) { return a.when < b.when; });
   ResidencyPeaks peaks;
   peaks.by_window.assign(windows.size(), 0);
   peaks.free_by_window.assign(windows.size(), 0);

@@ -859,8 +859,7 @@ void Tracer::summarize(trace::Trace t) {
       if (b != bases.begin() && u.address - std::prev(b)->first < std::prev(b)->second) {
         --b;
         const uint64_t chunk = u.address & ~(kChunk - 1);
-        push(when, std::max(chunk, b->first), std::min(chunk + kChunk, b->first + b->second),
-             true);
+        push(when, std::max(chunk, b->first), std::min(chunk + kChunk, b->first + b->second), true);
       } else {
         push(when, u.address, u.address + 1, true);
       }

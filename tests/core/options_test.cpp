@@ -414,12 +414,11 @@ TEST(ParseOptions, ReplayWithoutTraceFallsBackToOnlineWithAWarning) {
   EXPECT_EQ(o.mode, Mode::online);
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find("UMSWAP_REPLAY"), std::string::npos) << warnings[0];
-  const Options r = parse(
-      {{"UMSWAP_MODE", "replay"},
-       {"UMSWAP_REPLAY", "/t.umtrace"},
-       {"UMSWAP_PREFETCH_WAIT", "on"},
-       {"UMSWAP_EVICT_WAIT", "1"}},
-      &warnings);
+  const Options r = parse({{"UMSWAP_MODE", "replay"},
+                           {"UMSWAP_REPLAY", "/t.umtrace"},
+                           {"UMSWAP_PREFETCH_WAIT", "on"},
+                           {"UMSWAP_EVICT_WAIT", "1"}},
+                          &warnings);
   EXPECT_EQ(r.mode, Mode::replay);
   EXPECT_EQ(r.replay_path, "/t.umtrace");
   EXPECT_TRUE(r.prefetch_wait);
@@ -499,8 +498,7 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
                        "UMSWAP_ITERATION_MARKER=step",
                        "UMSWAP_CUPTI_LIBRARY=", "UMSWAP_REPLAY=/tmp/r.umtrace",
                        "UMSWAP_PREFETCH_WAIT=1", "UMSWAP_EVICT_WAIT=1", "UMSWAP_ASYNC_SLABS=0",
-                       "UMSWAP_DISCARD_FREED=1",
-                       "UMSWAP_LIFETIMES=0", "UMSWAP_PLACEMENT=0"}));
+                       "UMSWAP_DISCARD_FREED=1", "UMSWAP_LIFETIMES=0", "UMSWAP_PLACEMENT=0"}));
   std::set<std::string> names;
   for (const auto& line : lines) names.insert(line.substr(0, line.find('=')));
   EXPECT_EQ(names, table_names());

@@ -124,8 +124,8 @@ TEST(CountResidency, SaysWhatOfEachPeakLayInNoLiveBlock) {
   // from 45. Window [0, 42]: peak 100 at 10, all in the live block. Window [43, 60]: peak 200
   // from 46 to 50 ([0, 100) freed, [200, 300) live): 100 free. Blocks change no peak.
   const std::vector<ResidencyEvent> events = {
-      {1, 0, 100, true, true},   {10, 0, 100, true},         {40, 0, 100, false, true},
-      {45, 200, 300, true, true}, {46, 200, 300, true},      {50, 0, 100, false},
+      {1, 0, 100, true, true},    {10, 0, 100, true},   {40, 0, 100, false, true},
+      {45, 200, 300, true, true}, {46, 200, 300, true}, {50, 0, 100, false},
       {55, 200, 300, false, true}};
   const std::vector<std::pair<uint64_t, uint64_t>> windows = {{0, 42}, {43, 60}};
   std::vector<std::pair<uint64_t, uint64_t>> seen;  // (resident, live) bytes at each peak

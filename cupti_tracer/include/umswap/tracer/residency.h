@@ -38,7 +38,7 @@ class ResidentSet {
   uint64_t bytes_within(uint64_t lo, uint64_t hi) const;
   // The ranges within [lo, hi), clipped to it, at most `most` of them.
   std::vector<std::pair<uint64_t, uint64_t>> ranges_within(uint64_t lo, uint64_t hi,
-                                                          size_t most) const;
+                                                           size_t most) const;
 
  private:
   std::map<uint64_t, uint64_t> ranges_;  // begin -> end

@@ -99,12 +99,9 @@ struct LivePlan {
   std::vector<uint64_t> streams;     // application streams seen in the planned iteration
   std::string source;                // "online" or "replay"
   ReplayMatcher* matcher = nullptr;  // replay: resolves trace buffers to live ones
-  // Read by the allocator's free path (Advisor::discard_page); built by the advisor thread.
+  // Read by the allocator (Advisor::discard_page, populate_later) and the launch path; built by
+  // the advisor thread.
   std::atomic<std::shared_ptr<const DropTable>> drops;
-  // The same table for the launch path, without shared_ptr's lock; every table stays alive in
-  // `tables` while the advisor runs.
-  std::atomic<const DropTable*> drops_now{nullptr};
-  std::vector<std::shared_ptr<const DropTable>> tables;
 };
 
 struct Transfer {
@@ -252,8 +249,9 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream) {
   const uint64_t phase = (index - p->base) % p->period;
   // Dropped pages this launch is the next user of: populated on the GPU now, on its stream, so
   // it neither faults them in (0.6 GB/s measured) nor had them from their allocation on.
-  if (const DropTable* table = p->drops_now.load(std::memory_order_acquire);
-      table && index >= p->applied_from && phase < table->populate_at.size()) {
+  if (const std::shared_ptr<const DropTable> table =
+          index >= p->applied_from ? p->drops.load(std::memory_order_acquire) : nullptr;
+      table && phase < table->populate_at.size()) {
     CUmemLocation gpu{};
     gpu.type = CU_MEM_LOCATION_TYPE_DEVICE;
     gpu.id = a.device_for_launches.load(std::memory_order_relaxed);
@@ -312,8 +310,8 @@ bool AdvisorImpl::populate_later(uint64_t page) {
   if (!p) return false;
   const uint64_t n = launched.load(std::memory_order_acquire);
   if (n == 0 || n - 1 < p->applied_from) return false;
-  const DropTable* table = p->drops_now.load(std::memory_order_acquire);
-  return table != nullptr && table->windows.contains(page);
+  const std::shared_ptr<const DropTable> table = p->drops.load(std::memory_order_acquire);
+  return table && table->windows.contains(page);
 }
 
 bool AdvisorImpl::discard_page(uint64_t page) {
@@ -995,8 +993,6 @@ void AdvisorImpl::build_drops(LivePlan& p) {
   for (const PlanRange& r : p.plan.resident_at_start) touch(r);
   for (const Action& a : p.plan.actions) touch(a.range);
   for (const Drop& drop : p.plan.drops) touch(drop.range);
-  p.tables.push_back(table);
-  p.drops_now.store(table.get(), std::memory_order_release);
   p.drops.store(std::move(table), std::memory_order_release);
 }
 

@@ -197,6 +197,9 @@ class AdvisorImpl {
   void tend(LivePlan& p, uint64_t n);
   bool discard_page(uint64_t page);
   bool populate_later(uint64_t page);
+  // The plan in force's drop table once the program has reached the plan's first applied launch
+  // (else null), with the plan and the launches seen.
+  std::shared_ptr<const DropTable> applied_drops(LivePlan** plan_out, uint64_t* launched_out) const;
   bool use_lifetimes() const { return config.lifetimes && config.lifetimes(); }
 
   // Prefetch-wait watchdog: its own thread, because the advisor thread itself can be the one
@@ -305,21 +308,26 @@ bool Advisor::populate_later(uint64_t page) {
   return impl_->populate_later(page);
 }
 
-bool AdvisorImpl::populate_later(uint64_t page) {
+std::shared_ptr<const DropTable> AdvisorImpl::applied_drops(LivePlan** plan_out,
+                                                            uint64_t* launched_out) const {
   LivePlan* p = plan.load(std::memory_order_acquire);
-  if (!p) return false;
+  if (!p) return nullptr;
   const uint64_t n = launched.load(std::memory_order_acquire);
-  if (n == 0 || n - 1 < p->applied_from) return false;
-  const std::shared_ptr<const DropTable> table = p->drops.load(std::memory_order_acquire);
+  if (n == 0 || n - 1 < p->applied_from) return nullptr;
+  if (plan_out) *plan_out = p;
+  if (launched_out) *launched_out = n;
+  return p->drops.load(std::memory_order_acquire);
+}
+
+bool AdvisorImpl::populate_later(uint64_t page) {
+  const std::shared_ptr<const DropTable> table = applied_drops(nullptr, nullptr);
   return table && table->windows.contains(page);
 }
 
 bool AdvisorImpl::discard_page(uint64_t page) {
-  LivePlan* p = plan.load(std::memory_order_acquire);
-  if (!p) return false;
-  const uint64_t n = launched.load(std::memory_order_acquire);
-  if (n == 0 || n - 1 < p->applied_from) return false;
-  const std::shared_ptr<const DropTable> table = p->drops.load(std::memory_order_acquire);
+  LivePlan* p = nullptr;
+  uint64_t n = 0;
+  const std::shared_ptr<const DropTable> table = applied_drops(&p, &n);
   if (!table) return false;
   const auto it = table->windows.find(page);
   if (it == table->windows.end()) {

@@ -234,6 +234,9 @@ class SlabAllocatorTest : public testing::Test {
   void release(CUdeviceptr p, CUstream stream = kS) {
     EXPECT_EQ(slabs_->free(p, stream), std::optional<CUresult>(CUDA_SUCCESS));
   }
+  // Planned mode; a 64 MiB block allocated and freed with the pages at 0, 2, 6 and 10 MiB of it
+  // discarded (the policy keeps accepting them: `chosen` must outlive it). Returns the block.
+  CUdeviceptr discard_four_pages(std::vector<uint64_t>& chosen);
 
   std::unique_ptr<Fakes> fakes_;
   std::unique_ptr<SlabAllocator> slabs_;
@@ -468,6 +471,17 @@ std::vector<uint64_t> pages_at(uint64_t base, std::initializer_list<uint64_t> of
   return out;
 }
 
+CUdeviceptr SlabAllocatorTest::discard_four_pages(std::vector<uint64_t>& chosen) {
+  EXPECT_TRUE(slabs_->set_discard_mode(DiscardMode::planned));
+  const CUdeviceptr a = alloc(64 * MiB);
+  chosen = pages_at(a, {0, 2, 6, 10});
+  g->accept = [&chosen](uint64_t page) { return std::ranges::find(chosen, page) != chosen.end(); };
+  release(a);
+  EXPECT_EQ(g->discards.size(), 1u);
+  g->residency.clear();
+  return a;
+}
+
 TEST_F(SlabAllocatorTest, DiscardIsOffByDefault) {
   g->accept = [](uint64_t) { return true; };
   release(alloc(8 * MiB));
@@ -630,13 +644,8 @@ TEST_F(SlabAllocatorTest, ANeighbourFreedByAnotherStreamAndStillPendingKeepsItsP
 }
 
 TEST_F(SlabAllocatorTest, AnAllocationPopulatesExactlyTheDiscardedPagesItOverlapsInOneCall) {
-  ASSERT_TRUE(slabs_->set_discard_mode(DiscardMode::planned));
-  const CUdeviceptr a = alloc(64 * MiB);
-  const auto chosen = pages_at(a, {0, 2, 6, 10});
-  g->accept = [&](uint64_t page) { return std::ranges::find(chosen, page) != chosen.end(); };
-  release(a);
-  ASSERT_EQ(g->discards.size(), 1u);
-  g->residency.clear();
+  std::vector<uint64_t> chosen;
+  const CUdeviceptr a = discard_four_pages(chosen);
   // [0, 7 MiB + 512) on t (once s passed the free): the pages at 0, 2 and 6 MiB, the last one
   // only partly covered.
   g->events_complete_at_once = true;
@@ -665,13 +674,8 @@ TEST_F(SlabAllocatorTest, AnAllocationPopulatesExactlyTheDiscardedPagesItOverlap
 }
 
 TEST_F(SlabAllocatorTest, PagesLeftToPopulateLaterAreForgottenNotPopulated) {
-  ASSERT_TRUE(slabs_->set_discard_mode(DiscardMode::planned));
-  const CUdeviceptr a = alloc(64 * MiB);
-  const auto chosen = pages_at(a, {0, 2, 6, 10});
-  g->accept = [&](uint64_t page) { return std::ranges::find(chosen, page) != chosen.end(); };
-  release(a);
-  ASSERT_EQ(g->discards.size(), 1u);
-  g->residency.clear();
+  std::vector<uint64_t> chosen;
+  const CUdeviceptr a = discard_four_pages(chosen);
   // The pages at 2 and 10 MiB are someone else's to populate: the allocation over [0, 12 MiB)
   // populates 0 and 6 only.
   g->later = [&](uint64_t page) { return page == a + 2 * MiB || page == a + 10 * MiB; };

@@ -1092,6 +1092,7 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
         {"unfit_steps", last->plan.unfit_steps.size()},
         {"dead_gap_bytes_per_iteration", last->plan.dead_gap_bytes},
         {"bytes_dropped_per_iteration", last->plan.bytes_dropped_per_iteration},
+        {"peak_resident_at_frees_bytes", last->plan.peak_resident_at_frees_bytes},
         {"drops", last->plan.drops.size()}};
     advisor["discards_approved"] = a.discards_approved.load();
     advisor["swept_bytes"] = a.swept_bytes;

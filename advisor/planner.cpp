@@ -63,6 +63,9 @@ struct Trace {
   // (the whole block unallocated at some moment of it; all 0 without lifetimes).
   std::vector<uint64_t> next_use;
   std::vector<uint8_t> dead;
+  // Of a dead gap ending at use j: launches from the previous use to the first one after the
+  // block's free (>= 1). Until then the block is allocated, and the allocator cannot discard it.
+  std::vector<uint32_t> dead_hold;
   // Uses grouped by block, by step: block b's uses are block_uses[block_begin[b] .. [b + 1]).
   std::vector<uint64_t> block_begin;
   std::vector<uint64_t> block_uses;
@@ -173,6 +176,7 @@ void remove_interval(Intervals& set, uint64_t a, uint64_t b) {
 // lifetimes twice from "all allocated" reaches it (bytes no lifetime names stay allocated).
 void mark_dead_gaps(const PlanInput& in, Trace& tr) {
   tr.dead.assign(tr.uses(), 0);
+  tr.dead_hold.assign(tr.uses(), 1);
   if (in.lifetimes.empty()) return;
   const uint64_t g = tr.granularity;
   const uint32_t blocks = tr.blocks();
@@ -226,15 +230,27 @@ void mark_dead_gaps(const PlanInput& in, Trace& tr) {
       const auto u2 = static_cast<int64_t>(tr.use_step[j]);
       const int64_t u1 = u2 - static_cast<int64_t>(tr.prev_dist[j]);
       bool dead;
+      int64_t freed = 0;  // the first position at or after u1 after which it is unallocated
+      // empty_at is sorted: the first entry at or after `from`, else the first one a lap later.
+      const auto first_from = [&](int64_t from) {
+        const auto it = std::lower_bound(empty_at.begin(), empty_at.end(), from);
+        return it != empty_at.end() ? *it : empty_at.front() + S;
+      };
       if (u1 <= u2 - S) {
-        dead = true;  // the gap is the whole iteration
+        dead = true;  // the gap is the whole iteration (u1 < 0)
+        freed = first_from(u1 + S) - S;
       } else if (u1 >= 0) {
         const auto it = std::lower_bound(empty_at.begin(), empty_at.end(), u1);
         dead = it != empty_at.end() && *it < u2;
+        freed = dead ? *it : u1;
       } else {
         dead = empty_at.back() >= u1 + S || empty_at.front() < u2;
+        freed = empty_at.back() >= u1 + S ? first_from(u1 + S) - S : empty_at.front();
       }
       tr.dead[j] = dead;
+      if (dead) {
+        tr.dead_hold[j] = static_cast<uint32_t>(std::clamp<int64_t>(freed + 1 - u1, 1, u2 - u1));
+      }
     }
   }
 }
@@ -805,7 +821,7 @@ Plan make_plan(const PlanInput& input) {
   std::vector<RawAction> raw;
   raw.reserve(2 * moved.size());
   struct RawDrop {
-    uint32_t block, last_use, next_use;
+    uint32_t block, last_use, next_use, room_at;
   };
   std::vector<RawDrop> dropped;
   std::vector<uint8_t> resident_at_start(tr.blocks(), 0);
@@ -823,7 +839,8 @@ Plan make_plan(const PlanInput& input) {
     const uint64_t u2 = tr.use_step[j] + S;  // unrolled use, in [S, 2S)
     const uint64_t u1 = u2 - tr.prev_dist[j];
     if (tr.dead[j]) {  // discarded at a free, populated when handed out again
-      dropped.push_back({b, static_cast<uint32_t>(u1 % S), static_cast<uint32_t>(u2 % S)});
+      dropped.push_back({b, static_cast<uint32_t>(u1 % S), static_cast<uint32_t>(u2 % S),
+                         static_cast<uint32_t>((u1 + tr.dead_hold[j]) % S)});
       continue;
     }
     // Evicted at the launch after the last use; back at p in [u1 + 2, u2].
@@ -912,6 +929,7 @@ Plan make_plan(const PlanInput& input) {
       return tr.block_buffer[x.block] < tr.block_buffer[y.block];
     if (x.last_use != y.last_use) return x.last_use < y.last_use;
     if (x.next_use != y.next_use) return x.next_use < y.next_use;
+    if (x.room_at != y.room_at) return x.room_at < y.room_at;
     return tr.block_index[x.block] < tr.block_index[y.block];
   });
   for (const RawDrop& d : dropped) {
@@ -921,12 +939,14 @@ Plan make_plan(const PlanInput& input) {
     if (!plan.drops.empty()) {
       Drop& prev = plan.drops.back();
       if (prev.range.buffer == buffer && prev.last_use == d.last_use &&
-          prev.next_use == d.next_use && prev.range.offset + prev.range.length == offset) {
+          prev.next_use == d.next_use && prev.room_at == d.room_at &&
+          prev.range.offset + prev.range.length == offset) {
         prev.range.length += tr.block_bytes[d.block];
         continue;
       }
     }
-    plan.drops.push_back({{buffer, offset, tr.block_bytes[d.block]}, d.last_use, d.next_use});
+    plan.drops.push_back(
+        {{buffer, offset, tr.block_bytes[d.block]}, d.last_use, d.next_use, d.room_at});
   }
   std::sort(plan.drops.begin(), plan.drops.end(), [](const Drop& x, const Drop& y) {
     if (x.range.buffer != y.range.buffer) return x.range.buffer < y.range.buffer;
@@ -953,10 +973,16 @@ Plan make_plan(const PlanInput& input) {
     }
     plan.resident_at_start.push_back({tr.block_buffer[b], offset, tr.block_bytes[b]});
   }
+  // What the GPU holds when each drop happens where the allocator can make it: at the free.
+  plan.peak_resident_at_frees_bytes = plan.peak_resident_bytes;
+  if (!plan.drops.empty()) {
+    plan.peak_resident_at_frees_bytes =
+        std::max(plan.peak_resident_bytes, simulate(input, plan, 2, true).peak_resident_bytes);
+  }
   return plan;
 }
 
-Simulation simulate(const PlanInput& input, const Plan& plan, int iterations) {
+Simulation simulate(const PlanInput& input, const Plan& plan, int iterations, bool drops_at_frees) {
   const Trace tr = build_trace(input, "simulate");
   const uint64_t S = tr.steps;
   const uint64_t g = tr.granularity;
@@ -1015,7 +1041,8 @@ Simulation simulate(const PlanInput& input, const Plan& plan, int iterations) {
     return i - tr.use_step[*(it - 1)];
   };
 
-  // Drops: at the launch after last_use, of blocks whose gap from last_use to next_use is dead.
+  // Drops: at the launch after last_use (with drops_at_frees, at room_at), of blocks whose gap
+  // from last_use to next_use is dead.
   std::vector<std::vector<uint32_t>> drops_at(S);
   std::vector<uint8_t> dropped(tr.blocks(), 0);  // not resident because dropped
   for (const Drop& d : plan.drops) {
@@ -1030,7 +1057,11 @@ Simulation simulate(const PlanInput& input, const Plan& plan, int iterations) {
         sim.drop_of_live = true;
         return;
       }
-      drops_at[(d.last_use + 1) % S].push_back(b);
+      const bool at_free = drops_at_frees && d.room_at != Drop::kAfterLastUse;
+      if (at_free && d.room_at >= S)
+        bad_input("simulate", "a drop's room_at names step " + std::to_string(d.room_at) +
+                                  ", but the iteration has " + std::to_string(S) + " steps");
+      drops_at[at_free ? d.room_at : (d.last_use + 1) % S].push_back(b);
       // Dropped across the iteration boundary and not resident at the start: dropped already.
       if (!resident[b] && d.last_use == tr.last_use_step(b) && d.next_use == tr.first_use_step(b))
         dropped[b] = 1;

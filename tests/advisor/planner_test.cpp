@@ -661,6 +661,36 @@ TEST(PlannerLifetimes, DeadDataIsDroppedNotMoved) {
 
 // A block holding two tensors is dead only once both are freed; a byte no lifetime names (the
 // rest of the block) keeps it live.
+// W is used at every step, X at steps 0 and 2, Z at 1 and 3; room for two blocks. X is freed
+// (and allocated again) only after step 1, though step 0 was its last use: the plan drops it
+// from step 1 and gives its room to Z there, but the allocator can discard it only at step 2.
+TEST(PlannerLifetimes, PeakAtFreesCountsBlocksUntilTheirFree) {
+  Builder t;
+  const uint32_t w = t.buffer(kBlock);
+  const uint32_t slab = t.buffer(2 * kBlock);
+  const PlanRange x{slab, 0, kBlock}, z{slab, kBlock, kBlock};
+  t.step({whole(t.in, w), x}).step({whole(t.in, w), z}).step({whole(t.in, w), x});
+  t.step({whole(t.in, w), z});
+  t.in.budget_bytes = 2 * kBlock;
+  t.in.lifetimes = {{1, true, x}, {1, false, x}};
+  const Plan plan = make_plan(t.in);
+  ASSERT_FALSE(plan.drops.empty());
+  EXPECT_EQ(plan.drops[0].last_use, 0u);
+  EXPECT_EQ(plan.drops[0].next_use, 2u);
+  EXPECT_EQ(plan.drops[0].room_at, 2u);  // the launch after the free
+  EXPECT_LE(plan.peak_resident_bytes, t.in.budget_bytes);
+  expect_clean(t.in, plan, 3);
+  EXPECT_EQ(plan.peak_resident_at_frees_bytes, 3 * kBlock);  // W, X and Z at step 1
+  EXPECT_EQ(simulate(t.in, plan, 2, true).peak_resident_bytes, 3 * kBlock);
+
+  // Freed right after its last use: the two peaks agree.
+  t.in.lifetimes = {{0, true, x}, {1, false, x}};
+  const Plan early = make_plan(t.in);
+  ASSERT_FALSE(early.drops.empty());
+  EXPECT_EQ(early.drops[0].room_at, 1u);
+  EXPECT_EQ(early.peak_resident_at_frees_bytes, early.peak_resident_bytes);
+}
+
 TEST(PlannerLifetimes, BlockIsDeadOnlyWhenWhollyUnallocated) {
   Builder t;
   const uint32_t w = t.buffer(kBlock);

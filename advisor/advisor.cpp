@@ -92,6 +92,7 @@ struct LivePlan {
   std::vector<uint8_t> needs_event;    // per phase: a later eviction waits for this launch
   std::vector<uint32_t> wait_ahead;    // per phase: launches back to its last prefetch's issue
   std::vector<uint8_t> evicts;         // per phase: the plan evicts at this launch
+  std::vector<uint8_t> populates;      // per phase: a drop's next use (the launch path populates)
   std::vector<uint32_t> first_action;  // per phase, CSR into plan.actions (size period + 1)
   Plan plan;
   std::vector<uint64_t> address;  // by plan buffer index; 0 = not (yet) known
@@ -252,8 +253,9 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream) {
   const uint64_t phase = (index - p->base) % p->period;
   // Dropped pages this launch is the next user of: populated on the GPU now, on its stream, so
   // it neither faults them in (0.6 GB/s measured) nor had them from their allocation on.
+  const bool populates = index >= p->applied_from && p->populates[phase];
   if (const std::shared_ptr<const DropTable> table =
-          index >= p->applied_from ? p->drops.load(std::memory_order_acquire) : nullptr;
+          populates ? p->drops.load(std::memory_order_acquire) : nullptr;
       table && phase < table->populate_at.size()) {
     CUmemLocation gpu{};
     gpu.type = CU_MEM_LOCATION_TYPE_DEVICE;
@@ -657,6 +659,10 @@ void AdvisorImpl::activate(std::unique_ptr<LivePlan> p) {
   p->needs_event.assign(p->period, 0);
   p->wait_ahead.assign(p->period, UINT32_MAX);
   p->evicts.assign(p->period, 0);
+  p->populates.assign(p->period, 0);
+  for (const Drop& drop : plan_data.drops) {
+    if (drop.next_use < p->period) p->populates[drop.next_use] = 1;
+  }
   p->first_action.assign(p->period + 1, 0);
   for (const Action& a : plan_data.actions) {
     ++p->first_action[a.at_step + 1];

@@ -900,16 +900,17 @@ void Tracer::summarize(trace::Trace t) {
     summary->iteration_peak_buffers[w] = std::move(shares);
   };
   ResidencyPeaks peaks = count_residency(std::move(events), windows, at_peak);
+  // At each peak, the step that began last at or before it (steps by GPU start).
+  std::vector<std::pair<uint64_t, uint64_t>> by_start;  // (start_ns, step)
+  for (size_t i = 0; i < t.steps.size(); ++i) {
+    if (t.steps[i].start_ns != 0) by_start.emplace_back(t.steps[i].start_ns, i);
+  }
+  std::sort(by_start.begin(), by_start.end());
   for (const uint64_t when : peaks.when_by_window) {
-    // The last step that began at or before the peak.
-    uint64_t step = UINT64_MAX;
-    for (size_t i = 0; i < t.steps.size(); ++i) {
-      if (t.steps[i].start_ns != 0 && t.steps[i].start_ns <= when &&
-          (step == UINT64_MAX || t.steps[i].start_ns >= t.steps[step].start_ns)) {
-        step = i;
-      }
-    }
-    summary->iteration_peak_step.push_back(when ? step : UINT64_MAX);
+    const auto after =
+        std::upper_bound(by_start.begin(), by_start.end(), std::pair{when, uint64_t{UINT64_MAX}});
+    summary->iteration_peak_step.push_back(
+        when != 0 && after != by_start.begin() ? std::prev(after)->second : UINT64_MAX);
   }
   summary->peak_resident = peaks.overall;
   summary->iteration_peak_resident = std::move(peaks.by_window);

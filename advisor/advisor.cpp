@@ -974,6 +974,7 @@ void AdvisorImpl::apply(uint64_t n) {
 // allocator discards no other), of the buffers found.
 void AdvisorImpl::build_drops(LivePlan& p) {
   auto table = std::make_shared<DropTable>();
+  table->populate_at.resize(p.period);
   uint64_t slots = 0;
   for (const Drop& drop : p.plan.drops) {
     if (!resolve(p, drop.range.buffer)) {
@@ -987,16 +988,11 @@ void AdvisorImpl::build_drops(LivePlan& p) {
       table->windows[page].push_back(
           {drop.last_use, drop.next_use, static_cast<uint32_t>(slots++)});
     }
+    if (first < end && drop.next_use < p.period) {
+      table->populate_at[drop.next_use].emplace_back(first, end - first);
+    }
   }
   table->discarded = std::vector<std::atomic<uint32_t>>(slots);
-  table->populate_at.resize(p.period);
-  for (const Drop& drop : p.plan.drops) {
-    if (!resolve(p, drop.range.buffer) || drop.next_use >= p.period) continue;
-    const uint64_t address = p.address[drop.range.buffer] + drop.range.offset;
-    const uint64_t first = (address + kPage - 1) / kPage * kPage;
-    const uint64_t end = (address + drop.range.length) / kPage * kPage;
-    if (first < end) table->populate_at[drop.next_use].emplace_back(first, end - first);
-  }
   const auto touch = [&](const PlanRange& r) {
     if (!resolve(p, r.buffer) || r.length == 0) return;
     const uint64_t address = p.address[r.buffer] + r.offset;

@@ -26,6 +26,8 @@ constexpr size_t kCycleCandidates = 4;  // boundary states tried when MIN cycles
 // Trials (one MIN iteration each) when MIN cycles: at least 4, else ~4M block-uses of work.
 constexpr uint64_t kMinTrials = 4;
 constexpr uint64_t kTrialWork = uint64_t{1} << 22;
+// Room waits look back over at most this many launches with actions (Plan::room_wait_back).
+constexpr size_t kRoomWaitScan = 4096;
 // A block named by more lifetimes than this is treated as never empty (bounds the work per block).
 constexpr uint32_t kMaxLifetimesPerBlock = 256;
 // MIN's priority bit for a block entering a dead gap: evicted before every live one.
@@ -255,8 +257,7 @@ void mark_dead_gaps(const PlanInput& in, Trace& tr) {
   }
 }
 
-Trace build_trace(const PlanInput& in, const char* who) {
-  validate(in, who);
+Trace build_trace_once(const PlanInput& in, const char* who) {
   Trace tr;
   const uint64_t g = in.granularity;
   tr.steps = in.steps.size();
@@ -348,6 +349,47 @@ Trace build_trace(const PlanInput& in, const char* who) {
   }
   mark_dead_gaps(in, tr);
   return tr;
+}
+
+// With PlanInput::hold_until_free, a block stays resident from its last use to its free: each
+// dead gap whose block is freed launches after its last use gets a use at the launch after which
+// the free comes (where the block is last allocated). Its gap then splits into a live one up to
+// that use and a dead one from it, which the allocator can discard at once.
+Trace build_trace(const PlanInput& in, const char* who) {
+  validate(in, who);
+  Trace tr = build_trace_once(in, who);
+  if (!in.hold_until_free || in.lifetimes.empty()) return tr;
+  const uint64_t S = tr.steps;
+  std::vector<std::vector<uint32_t>> held(S);  // by step: blocks used there to hold them
+  bool any = false;
+  for (uint64_t j = 0; j < tr.uses(); ++j) {
+    if (!tr.dead[j] || tr.dead_hold[j] < 2) continue;
+    const uint64_t u1 = tr.use_step[j] + S - tr.prev_dist[j];
+    held[(u1 + tr.dead_hold[j] - 1) % S].push_back(tr.use_block[j]);
+    any = true;
+  }
+  if (!any) return tr;
+  PlanInput with_holds;
+  with_holds.buffer_sizes = in.buffer_sizes;
+  with_holds.granularity = in.granularity;
+  with_holds.lifetimes = in.lifetimes;
+  with_holds.steps = in.steps;
+  with_holds.ranges.reserve(in.ranges.size() + tr.uses());
+  const uint64_t g = tr.granularity;
+  for (uint64_t t = 0; t < S; ++t) {
+    const PlanStep& s = in.steps[t];
+    with_holds.steps[t].first_range = with_holds.ranges.size();
+    with_holds.ranges.insert(
+        with_holds.ranges.end(), in.ranges.begin() + static_cast<ptrdiff_t>(s.first_range),
+        in.ranges.begin() + static_cast<ptrdiff_t>(s.first_range + s.range_count));
+    for (const uint32_t b : held[t]) {
+      with_holds.ranges.push_back({tr.block_buffer[b], tr.block_index[b] * g, tr.block_bytes[b]});
+    }
+    const uint64_t count = with_holds.ranges.size() - with_holds.steps[t].first_range;
+    if (count > UINT32_MAX) bad_input(who, "a step holds more than 2^32 ranges");
+    with_holds.steps[t].range_count = static_cast<uint32_t>(count);
+  }
+  return build_trace_once(with_holds, who);
 }
 
 // ---- Phase 1: which gaps stay resident (Belady's MIN on the repeating sequence) ---------------
@@ -973,6 +1015,40 @@ Plan make_plan(const PlanInput& input) {
     }
     plan.resident_at_start.push_back({tr.block_buffer[b], offset, tr.block_bytes[b]});
   }
+  // Room waits: how far back a launch must find the advisor's evictions done so that the GPU
+  // holds no more than the budget while it runs. The advisor's stream runs each launch's
+  // evictions, then its prefetches, in launch order; where it is behind, what it has not done
+  // yet changes what the GPU holds by the evictions' bytes (still there) less the prefetches'
+  // (not arrived). Whatever point the stream has reached, that excess must fit in the room the
+  // plan leaves at the launch: scanning the actions back from the launch, the first eviction
+  // whose suffix of pending actions does not fit must be done.
+  {
+    std::vector<int64_t> out_at(S, 0), in_at(S, 0);
+    std::vector<uint32_t> busy;  // steps with actions, ascending
+    for (const Action& a : plan.actions) {
+      (a.kind == ActionKind::evict ? out_at : in_at)[a.at_step] +=
+          static_cast<int64_t>(a.range.length);
+      if (busy.empty() || busy.back() != a.at_step) busy.push_back(a.at_step);
+    }
+    plan.room_wait_back.assign(S, Plan::kNoRoomWait);
+    for (uint64_t t = 0; t < S && !busy.empty(); ++t) {
+      const int64_t left = std::max<int64_t>(0, tree.min_free(t, t));
+      // Busy steps at or before t, newest first, over one period at most.
+      size_t i = static_cast<size_t>(std::upper_bound(busy.begin(), busy.end(), t) - busy.begin());
+      int64_t pending = 0;
+      for (size_t seen = 0; seen < std::min(busy.size(), kRoomWaitScan); ++seen) {
+        i = (i == 0 ? busy.size() : i) - 1;
+        const uint32_t k = busy[i];
+        pending -= in_at[k];
+        pending += out_at[k];
+        if (out_at[k] > 0 && pending > left) {
+          plan.room_wait_back[t] = static_cast<uint32_t>((t + S - k) % S);
+          break;
+        }
+      }
+    }
+  }
+
   // What the GPU holds when each drop happens where the allocator can make it: at the free.
   plan.peak_resident_at_frees_bytes = plan.peak_resident_bytes;
   if (!plan.drops.empty()) {

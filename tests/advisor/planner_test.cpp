@@ -224,9 +224,11 @@ int brute_force_loads(const std::vector<uint32_t>& need, int blocks, int capacit
 // A trace with a stream-ordered allocator: `persistent` buffers used at random, plus one slab in
 // which tensors are allocated just before their first use (which writes them), used at random
 // steps of their life and freed after their last use, at addresses no tensor alive at the same
-// time holds. Budget = `fraction` of the footprint, at least the largest step.
+// time holds. Budget = `fraction` of the footprint, at least the largest step. With `late_free`,
+// a tensor is freed up to that many steps after its last use (as a program frees a tensor when it
+// goes out of scope, launches after the kernel that read it last).
 PlanInput random_lifetime_trace(uint32_t seed, int steps, int persistent, int slab_blocks,
-                                double fraction) {
+                                double fraction, int late_free = 0) {
   std::mt19937 rng(seed);
   Builder t;
   for (int b = 0; b < persistent; ++b) {
@@ -253,9 +255,11 @@ PlanInput random_lifetime_trace(uint32_t seed, int steps, int persistent, int sl
   }
   std::vector<std::vector<PlanRange>> uses(steps);
   for (const Tensor& x : tensors) {
+    const int late = late_free > 0 ? static_cast<int>(rng() % (late_free + 1)) : 0;
+    const int last = std::max(x.born + 1, x.dies - late);
     uses[x.born + 1].push_back({slab, x.offset, x.length});
-    for (int s = x.born + 2; s <= x.dies; ++s) {
-      if (rng() % 3 == 0 || s == x.dies) uses[s].push_back({slab, x.offset, x.length});
+    for (int s = x.born + 2; s <= last; ++s) {
+      if (rng() % 3 == 0 || s == last) uses[s].push_back({slab, x.offset, x.length});
     }
   }
   for (int s = 0; s < steps; ++s) {
@@ -673,6 +677,7 @@ TEST(PlannerLifetimes, PeakAtFreesCountsBlocksUntilTheirFree) {
   t.step({whole(t.in, w), z});
   t.in.budget_bytes = 2 * kBlock;
   t.in.lifetimes = {{1, true, x}, {1, false, x}};
+  t.in.hold_until_free = false;  // held (the default), step 1 would need three blocks
   const Plan plan = make_plan(t.in);
   ASSERT_FALSE(plan.drops.empty());
   EXPECT_EQ(plan.drops[0].last_use, 0u);
@@ -689,6 +694,17 @@ TEST(PlannerLifetimes, PeakAtFreesCountsBlocksUntilTheirFree) {
   ASSERT_FALSE(early.drops.empty());
   EXPECT_EQ(early.drops[0].room_at, 1u);
   EXPECT_EQ(early.peak_resident_at_frees_bytes, early.peak_resident_bytes);
+
+  // Held until the free (the default): step 1 holds W, X and Z, more than the budget, and the
+  // plan says so instead of counting X's room free.
+  t.in.lifetimes = {{1, true, x}, {1, false, x}};
+  t.in.hold_until_free = true;
+  t.in.budget_bytes = 3 * kBlock;
+  const Plan held = make_plan(t.in);
+  EXPECT_EQ(held.peak_resident_bytes, 3 * kBlock);
+  EXPECT_EQ(held.peak_resident_at_frees_bytes, held.peak_resident_bytes);
+  t.in.budget_bytes = 2 * kBlock;
+  EXPECT_EQ(make_plan(t.in).unfit_steps, std::vector<uint32_t>{1});
 }
 
 TEST(PlannerLifetimes, BlockIsDeadOnlyWhenWhollyUnallocated) {
@@ -788,6 +804,71 @@ TEST(PlannerLifetimes, RandomTracesReplayCleanlyAndMoveLess) {
   }
   EXPECT_LT(with * 2, without);  // dead data was most of what moved
   EXPECT_GT(dropped, 0u);
+}
+
+// Freed launches after their last use: the plan holds each block until its free, so its budget
+// holds where the allocator drops (at the free); planned without the holds it does not.
+TEST(PlannerLifetimes, BlocksHeldUntilTheirFreeKeepTheBudgetAtTheFrees) {
+  int checked = 0, over_without = 0, moved_more = 0;
+  for (uint32_t seed = 1; seed <= 10; ++seed) {
+    for (const double fraction : {0.4, 0.7}) {
+      SCOPED_TRACE("seed " + std::to_string(seed) + " fraction " + std::to_string(fraction));
+      PlanInput in = random_lifetime_trace(seed, 120, 4, 24, fraction, 4);
+      const Plan plan = make_plan(in);
+      PlanInput blind_in = in;
+      blind_in.hold_until_free = false;
+      const Plan blind = make_plan(blind_in);
+      over_without += blind.peak_resident_at_frees_bytes > in.budget_bytes;
+      if (!plan.unfit_steps.empty()) continue;  // a held block made a step too big: it faults
+      ++checked;
+      expect_clean(in, plan, 4);
+      EXPECT_EQ(plan.peak_resident_at_frees_bytes, plan.peak_resident_bytes);
+      EXPECT_EQ(simulate(in, plan, 3, true).peak_resident_bytes, plan.peak_resident_bytes);
+      const auto S = static_cast<uint32_t>(in.steps.size());
+      for (const Drop& d : plan.drops) EXPECT_EQ(d.room_at, (d.last_use + 1) % S);
+      moved_more += plan.bytes_prefetched_per_iteration > blind.bytes_prefetched_per_iteration;
+    }
+  }
+  EXPECT_GT(checked, 10);
+  EXPECT_GT(over_without, 5);  // the holds matter on these traces
+  EXPECT_GT(moved_more, 0);    // and cost transfers where room was counted too early
+}
+
+// UMSWAP_EVICT_WAIT waits only where an eviction's room is taken by something that does not
+// queue behind it on the advisor's stream.
+TEST(PlannerRoomWaits, OnlyWhereAStepsOwnDataTakesAnEvictionsRoom) {
+  {
+    // A B C round robin with room for two: each launch evicts one block and prefetches the
+    // next; the prefetch runs after the eviction, so no launch needs to wait.
+    Builder t;
+    const uint32_t a = t.buffer(kBlock), b = t.buffer(kBlock), c = t.buffer(kBlock);
+    t.step({whole(t.in, a)}).step({whole(t.in, b)}).step({whole(t.in, c)});
+    t.in.budget_bytes = 2 * kBlock;
+    const Plan plan = make_plan(t.in);
+    expect_clean(t.in, plan, 3);
+    ASSERT_GT(plan.bytes_evicted_per_iteration, 0u);
+    EXPECT_EQ(plan.room_wait_back, std::vector<uint32_t>(3, Plan::kNoRoomWait));
+  }
+  {
+    // P and Q at steps 0 and 2; step 1 writes X, a new block (allocated after step 0, freed after
+    // step 1, populated by its launch). Room for two: step 1 evicts P or Q for X, which arrives
+    // with the launch, not behind the eviction: step 1 waits for its own evictions.
+    Builder t;
+    const uint32_t pb = t.buffer(kBlock), qb = t.buffer(kBlock), slab = t.buffer(kBlock);
+    const PlanRange x{slab, 0, kBlock};
+    t.step({whole(t.in, pb), whole(t.in, qb)}).step({x}).step({whole(t.in, pb), whole(t.in, qb)});
+    t.in.lifetimes = {{0, false, x}, {1, true, x}};
+    t.in.budget_bytes = 2 * kBlock;
+    const Plan plan = make_plan(t.in);
+    expect_clean(t.in, plan, 3);
+    ASSERT_EQ(plan.bytes_evicted_per_iteration, kBlock);
+    ASSERT_EQ(plan.bytes_dropped_per_iteration, kBlock);
+    EXPECT_EQ(plan.room_wait_back,
+              (std::vector<uint32_t>{Plan::kNoRoomWait, 0, Plan::kNoRoomWait}));
+    // With room for three nothing moves, and nothing waits.
+    t.in.budget_bytes = 3 * kBlock;
+    EXPECT_EQ(make_plan(t.in).room_wait_back, std::vector<uint32_t>(3, Plan::kNoRoomWait));
+  }
 }
 
 TEST(PlannerLifetimes, BadLifetimesThrowNamingTheProblem) {

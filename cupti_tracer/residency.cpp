@@ -140,4 +140,14 @@ ResidencyPeaks count_residency(std::vector<ResidencyEvent> events,
   return peaks;
 }
 
+uint64_t own_record_time(std::span<const StepTime> steps, uint64_t before, bool discard,
+                         uint64_t noted) {
+  const uint64_t after_previous =
+      before > 0 && before <= steps.size() ? steps[before - 1].end_ns : 0;
+  const uint64_t at_next = before < steps.size() ? steps[before].start_ns : 0;
+  const uint64_t first = discard ? after_previous : at_next;
+  const uint64_t second = discard ? at_next : after_previous;
+  return first ? first : second ? second : noted;
+}
+
 }  // namespace umswap::tracer

@@ -514,8 +514,8 @@ void Tracer::parse_activity(uint8_t* buffer, size_t valid_size) {
   }
 }
 
-// Placed at the GPU start of the next step launched (summarize()); at the time of the call when
-// that step has no GPU time.
+// Placed where the program's stream runs it (summarize(), own_record_time()): a discard at the
+// GPU end of the step launched before it, a populate at the GPU start of the next one.
 void Tracer::note_residency(uint64_t address, uint64_t bytes, bool on_gpu) {
   if (!running() || !um_counters_ || !cupti_.get_timestamp) return;
   uint64_t now = 0;
@@ -836,16 +836,15 @@ void Tracer::summarize(trace::Trace t) {
     std::vector<std::pair<uint64_t, uint64_t>> bases;  // (base, size) of traced buffers
     for (const trace::Buffer& buf : t.buffers) bases.emplace_back(buf.base, buf.size);
     std::sort(bases.begin(), bases.end());
+    std::vector<StepTime> times(t.steps.size());
+    for (size_t i = 0; i < t.steps.size(); ++i) times[i] = {t.steps[i].start_ns, t.steps[i].end_ns};
     std::lock_guard lock(activity_mutex_);
     for (const UmRecord& u : um_records_) {
       const bool in = u.kind == CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_HTOD;
       const bool out = u.kind == CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_DTOH;
       const bool fault = u.kind == CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_GPU_PAGE_FAULT;
       if (!in && !out && !fault) continue;
-      uint64_t when = u.start;
-      if (u.own && u.before_step < t.steps.size() && t.steps[u.before_step].start_ns != 0) {
-        when = t.steps[u.before_step].start_ns;
-      }
+      const uint64_t when = u.own ? own_record_time(times, u.before_step, out, u.start) : u.start;
       if (!fault) {
         push(when, u.address, u.address + std::max<uint64_t>(u.value, 1), in);
         continue;

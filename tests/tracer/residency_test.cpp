@@ -140,5 +140,24 @@ TEST(CountResidency, SaysWhatOfEachPeakLayInNoLiveBlock) {
   EXPECT_EQ(p.when_by_window, (std::vector<uint64_t>{10, 46}));
 }
 
+TEST(OwnRecordTime, DiscardsAfterTheStepBeforePopulatesAtTheStepAfter) {
+  const std::vector<StepTime> steps{{100, 200}, {250, 400}, {0, 0}, {700, 800}};
+  // Noted after two launches: between step 1 (ends 400) and step 2.
+  EXPECT_EQ(own_record_time(steps, 2, true, 5), 400u);
+  // Step 2 has no GPU time: a populate falls back to the end of step 1.
+  EXPECT_EQ(own_record_time(steps, 2, false, 5), 400u);
+  EXPECT_EQ(own_record_time(steps, 1, true, 5), 200u);
+  EXPECT_EQ(own_record_time(steps, 1, false, 5), 250u);
+  // Before any launch: a discard has no step before it, so the next step's start.
+  EXPECT_EQ(own_record_time(steps, 0, true, 5), 100u);
+  // Step 2 unknown and the record noted before step 3: the discard falls back to step 3's start.
+  EXPECT_EQ(own_record_time(steps, 3, true, 5), 700u);
+  // After the last launch, and outside the log (not recording): the host clock.
+  EXPECT_EQ(own_record_time(steps, 4, false, 5), 800u);
+  EXPECT_EQ(own_record_time(steps, 4, true, 5), 800u);
+  EXPECT_EQ(own_record_time(steps, UINT64_MAX, true, 5), 5u);
+  EXPECT_EQ(own_record_time({}, 0, false, 9), 9u);
+}
+
 }  // namespace
 }  // namespace umswap::tracer

@@ -70,4 +70,20 @@ ResidencyPeaks count_residency(std::vector<ResidencyEvent> events,
                                std::span<const std::pair<uint64_t, uint64_t>> windows,
                                const PeakVisitor& at_peak = {});
 
+// A launched step's GPU times; 0 = not known.
+struct StepTime {
+  uint64_t start_ns = 0;
+  uint64_t end_ns = 0;
+};
+
+// When one of umswap's own records, noted while `before` steps had been launched, takes effect on
+// the GPU. The allocator's discards and populates go on the program's stream between the step
+// launched before them and the next one. A discard counts from the end of the step before: it
+// runs as soon as that step is done, and a prefetch that waited for the next launch to be reached
+// comes after it (counted from the next step's start, a freed 6 GiB block stayed resident beside
+// such a prefetch). A populate counts from the start of the step after. Where that time is not
+// known, the other one; where neither is, `noted` (the host clock when it was noted).
+uint64_t own_record_time(std::span<const StepTime> steps, uint64_t before, bool discard,
+                         uint64_t noted);
+
 }  // namespace umswap::tracer

@@ -90,8 +90,8 @@ struct LivePlan {
   std::atomic<uint64_t> started_at{UINT64_MAX};
   std::vector<uint32_t> keys;          // expected step key per phase; empty = not checked here
   std::vector<uint8_t> needs_event;    // per phase: a later eviction waits for this launch
+  std::vector<uint8_t> prefetches;     // per phase: the plan prefetches at this launch
   std::vector<uint32_t> wait_ahead;    // per phase: launches back to its last prefetch's issue
-  std::vector<uint8_t> evicts;         // per phase: the plan evicts at this launch
   std::vector<uint8_t> populates;      // per phase: a drop's next use (the launch path populates)
   std::vector<uint32_t> first_action;  // per phase, CSR into plan.actions (size period + 1)
   Plan plan;
@@ -110,6 +110,22 @@ struct Transfer {
   uint64_t bytes;
 };
 
+// Events recorded on the application's streams at chosen launches, which the advisor's stream
+// waits for: slot = launch index modulo kEventRing; index[slot] says which launch it holds now.
+struct EventRing {
+  std::array<CUevent, kEventRing> events{};
+  std::array<std::atomic<uint64_t>, kEventRing> index{};
+  void record(const AdvisorDriver& d, uint64_t launch, CUstream stream) {
+    const size_t slot = launch % kEventRing;
+    if (d.event_record(events[slot], stream) == CUDA_SUCCESS) {
+      index[slot].store(launch, std::memory_order_release);
+    }
+  }
+  // Makes `waiter` wait for launch j's event; false when it is not recorded within 20 ms or was
+  // already reused.
+  bool wait(const AdvisorDriver& d, uint64_t j, CUstream waiter) const;
+};
+
 }  // namespace
 
 class AdvisorImpl {
@@ -126,8 +142,9 @@ class AdvisorImpl {
   std::atomic<uint64_t> diverged_at{0};
   std::atomic<CUcontext> context{nullptr};
   std::atomic<bool> events_ready{false};
-  std::array<CUevent, kEventRing> events{};
-  std::array<std::atomic<uint64_t>, kEventRing> event_index{};
+  // Launches that finished on the GPU (recorded at API exit, for evictions), and launches the
+  // GPU reached (recorded before the launch, for prefetches), by launch index modulo the ring.
+  EventRing done, reached;
   volatile uint64_t* progress_host =
       nullptr;  // prefetch wait: last launch whose prefetches are done
   CUdeviceptr progress_device = 0;
@@ -170,6 +187,7 @@ class AdvisorImpl {
   std::vector<Transfer> prefetched, evicted;
   uint64_t prefetched_bytes = 0, evicted_bytes = 0, prefetch_calls = 0, evict_calls = 0;
   uint64_t failed_calls = 0, stale_actions = 0, divergences = 0, late_events = 0;
+  uint64_t late_start_events = 0;
   std::atomic<uint64_t> discards_approved{0};  // pages the allocator was told to discard
   std::string state = "starting";
   std::string fallback;  // why replay fell back to online, or why advice is off
@@ -216,7 +234,9 @@ class AdvisorImpl {
 };
 
 Advisor::Advisor() : impl_(new AdvisorImpl) {
-  for (auto& e : impl_->event_index) e.store(UINT64_MAX);
+  for (EventRing* ring : {&impl_->done, &impl_->reached}) {
+    for (auto& e : ring->index) e.store(UINT64_MAX);
+  }
 }
 
 Advisor::~Advisor() {
@@ -251,6 +271,12 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream) {
   LivePlan* p = a.plan.load(std::memory_order_acquire);
   if (!p || index < p->base) return;
   const uint64_t phase = (index - p->base) % p->period;
+  // Before anything this launch adds to its stream (its populates, its waits: a prefetch that
+  // waited behind a wait for itself would never come).
+  if (index > p->applied_from && p->prefetches[phase] &&
+      a.events_ready.load(std::memory_order_acquire)) {
+    a.reached.record(a.d, index, stream);
+  }
   // Dropped pages this launch is the next user of: populated on the GPU now, on its stream, so
   // it neither faults them in (0.6 GB/s measured) nor had them from their allocation on.
   const bool populates = index >= p->applied_from && p->populates[phase];
@@ -286,9 +312,13 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream) {
     const uint64_t issued_at = index - p->wait_ahead[phase];
     if (issued_at >= a.waits_from.load(std::memory_order_acquire)) value = actions_done(issued_at);
   }
-  if (a.config.evict_wait && p->evicts[phase] && index >= a.waits_from.load() &&
-      evictions_done(index) > value) {
-    value = evictions_done(index);
+  // UMSWAP_EVICT_WAIT: the evictions that must be done for this launch to run within the budget
+  // (Plan::room_wait_back), not before the advisor has waits on.
+  const std::vector<uint32_t>& room_wait = p->plan.room_wait_back;
+  if (a.config.evict_wait && phase < room_wait.size() && room_wait[phase] != Plan::kNoRoomWait &&
+      index >= room_wait[phase] && index >= a.waits_from.load() &&
+      evictions_done(index - room_wait[phase]) > value) {
+    value = evictions_done(index - room_wait[phase]);
     evict_wait = true;
   }
   if (value == 0) return;
@@ -358,11 +388,7 @@ void Advisor::after_step(uint64_t index, CUstream stream) {
   }
   LivePlan* p = a.plan.load(std::memory_order_acquire);
   if (!p || index < p->base || !a.events_ready.load(std::memory_order_acquire)) return;
-  if (!p->needs_event[(index - p->base) % p->period]) return;
-  const size_t slot = index % kEventRing;
-  if (a.d.event_record(a.events[slot], stream) == CUDA_SUCCESS) {
-    a.event_index[slot].store(index, std::memory_order_release);
-  }
+  if (p->needs_event[(index - p->base) % p->period]) a.done.record(a.d, index, stream);
 }
 
 void Advisor::on_finish() {
@@ -388,12 +414,14 @@ bool AdvisorImpl::set_up() {
     return false;
   }
   device_for_launches.store(device, std::memory_order_relaxed);
-  for (size_t i = 0; i < kEventRing; ++i) {
-    if (d.event_create(&events[i], CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
-      state = "off";
-      fallback = "could not create events";
-      log_warning("advisor off: {}", fallback);
-      return false;
+  for (EventRing* ring : {&done, &reached}) {
+    for (size_t i = 0; i < kEventRing; ++i) {
+      if (d.event_create(&ring->events[i], CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+        state = "off";
+        fallback = "could not create events";
+        log_warning("advisor off: {}", fallback);
+        return false;
+      }
     }
   }
   events_ready.store(true, std::memory_order_release);
@@ -657,8 +685,8 @@ void AdvisorImpl::learn() {
 void AdvisorImpl::activate(std::unique_ptr<LivePlan> p) {
   const Plan& plan_data = p->plan;
   p->needs_event.assign(p->period, 0);
+  p->prefetches.assign(p->period, 0);
   p->wait_ahead.assign(p->period, UINT32_MAX);
-  p->evicts.assign(p->period, 0);
   p->populates.assign(p->period, 0);
   for (const Drop& drop : plan_data.drops) {
     if (drop.next_use < p->period) p->populates[drop.next_use] = 1;
@@ -667,10 +695,10 @@ void AdvisorImpl::activate(std::unique_ptr<LivePlan> p) {
   for (const Action& a : plan_data.actions) {
     ++p->first_action[a.at_step + 1];
     if (a.kind == ActionKind::evict) {
-      p->evicts[a.at_step] = 1;
       const uint64_t back = a.wait_back % p->period;
       p->needs_event[(a.at_step + p->period - back) % p->period] = 1;
     } else {
+      p->prefetches[a.at_step] = 1;
       uint32_t& w = p->wait_ahead[(a.at_step + a.use_ahead) % p->period];
       w = std::min(w, a.use_ahead);
     }
@@ -837,19 +865,21 @@ void AdvisorImpl::barrier_all(const LivePlan& p) {
   }
 }
 
+bool EventRing::wait(const AdvisorDriver& d, uint64_t j, CUstream waiter) const {
+  const size_t slot = j % kEventRing;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+  uint64_t seen = index[slot].load(std::memory_order_acquire);
+  while ((seen < j || seen == UINT64_MAX) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+    seen = index[slot].load(std::memory_order_acquire);
+  }
+  return seen == j && d.stream_wait_event(waiter, events[slot], 0) == CUDA_SUCCESS;
+}
+
 // The advisor's stream waits until launch j has finished on the GPU.
 void AdvisorImpl::wait_for_launch(const LivePlan& p, uint64_t j) {
   if (j < p.applied_from) return;  // covered by the barrier taken at applied_from
-  const size_t slot = j % kEventRing;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
-  uint64_t seen = event_index[slot].load(std::memory_order_acquire);
-  while ((seen < j || seen == UINT64_MAX) && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::yield();
-    seen = event_index[slot].load(std::memory_order_acquire);
-  }
-  if (seen == j) {
-    d.stream_wait_event(stream, events[slot], 0);
-  } else {
+  if (!done.wait(d, j, stream)) {
     // Not recorded (yet) or already reused: wait for everything instead; not while launches may
     // wait for this stream (a barrier would then wait for itself), the eviction goes unordered
     // (managed memory stays correct; the range may fault back).
@@ -953,6 +983,11 @@ void AdvisorImpl::apply(uint64_t n) {
         migrate(address, a.range.length, false, g);
         evicted_here = true;
       } else {
+        // Not before the GPU reaches launch g: the room the plan gives this prefetch may be a
+        // block freed just before it (discarded on the program's stream, not before then).
+        if (!prefetched_here && g > p.applied_from && !reached.wait(d, g, stream)) {
+          ++late_start_events;
+        }
         migrate(address, a.range.length, true, g);
         prefetched_here = true;
       }
@@ -1056,6 +1091,7 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
       {"failed_calls", a.failed_calls},
       {"stale_actions", a.stale_actions},
       {"late_events", a.late_events},
+      {"late_start_events", a.late_start_events},
       {"wait_stalls", a.wait_stalls.load()},
       {"waits_placed", a.waits_placed.load()},
       {"evict_waits_placed", a.evict_waits_placed.load()},

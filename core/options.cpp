@@ -56,8 +56,9 @@ constexpr std::array kOptionTable = {
                "1 (experimental): a launch waits for its late prefetch instead of taking page "
                "faults; a 2 s stall turns the waits off"},
     OptionInfo{"UMSWAP_EVICT_WAIT", "0",
-               "1: a launch at which the plan evicts waits for those evictions, so that the GPU "
-               "holds the budget (docs/advisor.md); 0: evictions run beside the program"},
+               "1 (experimental): a launch waits for the evictions whose room it needs, so that "
+               "the GPU holds the budget (with UMSWAP_PREFETCH_WAIT=1; docs/advisor.md); 0: "
+               "evictions run beside the program"},
     OptionInfo{"UMSWAP_ASYNC_SLABS", "1",
                "1: cudaMallocAsync allocations are blocks of umswap's managed slabs (exact "
                "extents for the advisor); 0: the driver's managed memory pool"},

@@ -15,8 +15,12 @@
 // yet, evictions before prefetches. The two directions of migration never overlap because they
 // share the one stream (measured on an H200: together they fall to 7.8 GB/s). Each eviction
 // waits, through an event the launch path records at API exit of the step that last uses the
-// range, for that use to finish on the GPU. If the launches diverge from the plan (a different
-// kernel at a position, 8 in a row), the plan is dropped and learning starts again.
+// range, for that use to finish on the GPU; the prefetches of launch g wait, through an event the
+// launch path records just before launch g, for the GPU to reach it (the plan gives a prefetch
+// room that a free before launch g makes, and the program's stream discards the freed block only
+// there: the application's launches run far ahead of the GPU). If the launches diverge from the
+// plan (a different kernel at a position, 8 in a row), the plan is dropped and learning starts
+// again.
 //
 // UMSWAP_PREFETCH_WAIT: a kernel that needs a range the plan prefetches must not start before the
 // prefetch is done, even when the advisor has not issued it yet (the application's launches run
@@ -27,11 +31,13 @@
 // wait, or the two streams would wait for each other), and the counter is set to its maximum
 // when a plan is dropped and at exit, so no wait outlives the advisor.
 //
-// UMSWAP_EVICT_WAIT: a launch at which the plan evicts does not start before those evictions are
-// done, so that what it brings to the GPU (its outputs, populated as it writes them) never joins
-// data on its way out: the budget holds on the GPU, not only in the plan. The same counter: the
-// advisor's stream writes 2g once launch g's evictions are done and 2g + 1 once all its actions
-// are; a launch waits for the larger value it needs.
+// UMSWAP_EVICT_WAIT: a launch does not start before the evictions whose room it needs are done
+// (Plan::room_wait_back: what the advisor's stream has not done yet must fit in the room the
+// plan leaves at the launch; an eviction whose room goes to a prefetch needs no wait, as the
+// prefetch runs after it), so that what the launch brings to the GPU (its outputs, populated as
+// it writes them) never joins data on its way out: the budget holds on the GPU, not only in the
+// plan. The same counter: the advisor's stream writes 2g once launch g's evictions are done and
+// 2g + 1 once all its actions are; a launch waits for the larger value it needs.
 //
 // Contract:
 //   * start() once, from the first CUDA-using thread, outside any lock; on failure the program

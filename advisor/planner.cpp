@@ -26,8 +26,6 @@ constexpr size_t kCycleCandidates = 4;  // boundary states tried when MIN cycles
 // Trials (one MIN iteration each) when MIN cycles: at least 4, else ~4M block-uses of work.
 constexpr uint64_t kMinTrials = 4;
 constexpr uint64_t kTrialWork = uint64_t{1} << 22;
-// Room waits look back over at most this many launches with actions (Plan::room_wait_back).
-constexpr size_t kRoomWaitScan = 4096;
 // A block named by more lifetimes than this is treated as never empty (bounds the work per block).
 constexpr uint32_t kMaxLifetimesPerBlock = 256;
 // MIN's priority bit for a block entering a dead gap: evicted before every live one.
@@ -752,6 +750,33 @@ class CyclicRoom {
   RoomTree tree_;
 };
 
+// Minimum segment tree over fixed keys: the rightmost index in [l, r] whose key is below x.
+class RightmostBelow {
+ public:
+  static constexpr size_t npos = std::numeric_limits<size_t>::max();
+  explicit RightmostBelow(const std::vector<int64_t>& keys) : n_(keys.size()) {
+    size_ = 1;
+    while (size_ < n_) size_ *= 2;
+    min_.assign(2 * size_, std::numeric_limits<int64_t>::max());
+    std::copy(keys.begin(), keys.end(), min_.begin() + static_cast<ptrdiff_t>(size_));
+    for (size_t i = size_; i-- > 1;) min_[i] = std::min(min_[2 * i], min_[2 * i + 1]);
+  }
+  size_t query(size_t l, size_t r, int64_t x) const {
+    return l > r || r >= n_ ? npos : descend(1, 0, size_ - 1, l, r, x);
+  }
+
+ private:
+  size_t descend(size_t node, size_t lo, size_t hi, size_t l, size_t r, int64_t x) const {
+    if (hi < l || lo > r || min_[node] >= x) return npos;
+    if (lo == hi) return lo;
+    const size_t mid = lo + (hi - lo) / 2;
+    const size_t right = descend(2 * node + 1, mid + 1, hi, l, r, x);
+    return right != npos ? right : descend(2 * node, lo, mid, l, r, x);
+  }
+  size_t n_, size_ = 1;
+  std::vector<int64_t> min_;
+};
+
 struct RawAction {
   uint32_t at_step;
   ActionKind kind;
@@ -760,6 +785,9 @@ struct RawAction {
 };
 
 }  // namespace
+
+Simulation simulate_on(const Trace& tr, const PlanInput& input, const Plan& plan, int iterations,
+                       bool drops_at_frees);
 
 Plan make_plan(const PlanInput& input) {
   const Trace tr = build_trace(input, "make_plan");
@@ -1015,6 +1043,9 @@ Plan make_plan(const PlanInput& input) {
     }
     plan.resident_at_start.push_back({tr.block_buffer[b], offset, tr.block_bytes[b]});
   }
+  // The plan replayed with each drop where the allocator can make it, at the free (with
+  // hold_until_free, the launch after the last use): peak_resident_at_frees_bytes and the room
+  // below.
   // Room waits: how far back a launch must find the advisor's evictions done so that the GPU
   // holds no more than the budget while it runs. The advisor's stream runs each launch's
   // evictions, then its prefetches, in launch order; where it is behind, what it has not done
@@ -1024,42 +1055,43 @@ Plan make_plan(const PlanInput& input) {
   // whose suffix of pending actions does not fit must be done.
   {
     std::vector<int64_t> out_at(S, 0), in_at(S, 0);
-    std::vector<uint32_t> busy;  // steps with actions, ascending
     for (const Action& a : plan.actions) {
       (a.kind == ActionKind::evict ? out_at : in_at)[a.at_step] +=
           static_cast<int64_t>(a.range.length);
-      if (busy.empty() || busy.back() != a.at_step) busy.push_back(a.at_step);
     }
+    // Over the unrolled steps u in [0, 2S): before[u] = the bytes evicted less the bytes
+    // prefetched at steps before u. What is pending from the eviction at step k through step t
+    // is before[t + 1] - before[k]; the eviction to wait for at t is the last k in (t - S, t]
+    // whose before[k] is below before[t + 1] - room.
+    std::vector<int64_t> before(2 * S + 1, 0);
+    for (uint64_t u = 0; u < 2 * S; ++u) before[u + 1] = before[u] + out_at[u % S] - in_at[u % S];
+    std::vector<int64_t> key(2 * S, std::numeric_limits<int64_t>::max());
+    for (uint64_t u = 0; u < 2 * S; ++u) {
+      if (out_at[u % S] > 0) key[u] = before[u];
+    }
+    const RightmostBelow find(key);
+    // The room left at each step as the plan's simulation counts it (none at a step over the
+    // budget: an unfit one).
+    const Simulation sim = simulate_on(tr, input, plan, 2, true);
+    plan.peak_resident_at_frees_bytes = std::max(plan.peak_resident_bytes, sim.peak_resident_bytes);
+    const std::vector<uint64_t>& held = sim.resident_by_step;
     plan.room_wait_back.assign(S, Plan::kNoRoomWait);
-    for (uint64_t t = 0; t < S && !busy.empty(); ++t) {
-      const int64_t left = std::max<int64_t>(0, tree.min_free(t, t));
-      // Busy steps at or before t, newest first, over one period at most.
-      size_t i = static_cast<size_t>(std::upper_bound(busy.begin(), busy.end(), t) - busy.begin());
-      int64_t pending = 0;
-      for (size_t seen = 0; seen < std::min(busy.size(), kRoomWaitScan); ++seen) {
-        i = (i == 0 ? busy.size() : i) - 1;
-        const uint32_t k = busy[i];
-        pending -= in_at[k];
-        pending += out_at[k];
-        if (out_at[k] > 0 && pending > left) {
-          plan.room_wait_back[t] = static_cast<uint32_t>((t + S - k) % S);
-          break;
-        }
-      }
+    for (uint64_t t = S; t < 2 * S; ++t) {
+      const int64_t left =
+          std::max<int64_t>(0, static_cast<int64_t>(C) - static_cast<int64_t>(held[t - S]));
+      const size_t k = find.query(t - S + 1, t, before[t + 1] - left);
+      if (k != RightmostBelow::npos) plan.room_wait_back[t - S] = static_cast<uint32_t>(t - k);
     }
-  }
-
-  // What the GPU holds when each drop happens where the allocator can make it: at the free.
-  plan.peak_resident_at_frees_bytes = plan.peak_resident_bytes;
-  if (!plan.drops.empty()) {
-    plan.peak_resident_at_frees_bytes =
-        std::max(plan.peak_resident_bytes, simulate(input, plan, 2, true).peak_resident_bytes);
   }
   return plan;
 }
 
 Simulation simulate(const PlanInput& input, const Plan& plan, int iterations, bool drops_at_frees) {
-  const Trace tr = build_trace(input, "simulate");
+  return simulate_on(build_trace(input, "simulate"), input, plan, iterations, drops_at_frees);
+}
+
+Simulation simulate_on(const Trace& tr, const PlanInput& input, const Plan& plan, int iterations,
+                       bool drops_at_frees) {
   const uint64_t S = tr.steps;
   const uint64_t g = tr.granularity;
   Simulation sim;
@@ -1193,6 +1225,7 @@ Simulation simulate(const PlanInput& input, const Plan& plan, int iterations, bo
         }
       }
       sim.peak_resident_bytes = std::max(sim.peak_resident_bytes, resident_bytes);
+      if (iteration + 1 == iterations) sim.resident_by_step.push_back(resident_bytes);
     }
   }
   return sim;

@@ -871,6 +871,52 @@ TEST(PlannerRoomWaits, OnlyWhereAStepsOwnDataTakesAnEvictionsRoom) {
   }
 }
 
+// The plan's room waits against a direct scan: for each launch, walk its own and earlier launches'
+// actions back over one iteration, newest first, adding what would still be pending (evictions'
+// bytes in, prefetches' bytes out); the first eviction at which that exceeds the room left at the
+// launch (the budget less what the plan's simulation holds there) is the one to wait for.
+TEST(PlannerRoomWaits, MatchADirectScanOnRandomTraces) {
+  int waits = 0, free_launches = 0;
+  for (uint32_t seed = 1; seed <= 8; ++seed) {
+    for (const double fraction : {0.3, 0.6}) {
+      SCOPED_TRACE("seed " + std::to_string(seed) + " fraction " + std::to_string(fraction));
+      const PlanInput in = random_lifetime_trace(seed, 150, 5, 20, fraction, 3);
+      const Plan plan = make_plan(in);
+      const auto S = static_cast<uint32_t>(in.steps.size());
+      ASSERT_EQ(plan.room_wait_back.size(), S);
+      // The room left at each step, from the plan's own simulation of one steady iteration.
+      std::vector<int64_t> out_at(S, 0), in_at(S, 0);
+      for (const Action& a : plan.actions) {
+        (a.kind == ActionKind::evict ? out_at : in_at)[a.at_step] +=
+            static_cast<int64_t>(a.range.length);
+      }
+      const Simulation sim = simulate(in, plan, 2);
+      ASSERT_EQ(sim.resident_by_step.size(), S);
+      for (uint32_t t = 0; t < S; ++t) {
+        // None left where the plan itself is over the budget (a held block made a step unfit).
+        const int64_t left =
+            std::max<int64_t>(0, static_cast<int64_t>(in.budget_bytes) -
+                                     static_cast<int64_t>(sim.resident_by_step[t]));
+        int64_t pending = 0;
+        uint32_t expected = Plan::kNoRoomWait;
+        for (uint32_t back = 0; back < S; ++back) {
+          const uint32_t k = (t + S - back) % S;
+          pending += out_at[k] - in_at[k];
+          if (out_at[k] > 0 && pending > left) {
+            expected = back;
+            break;
+          }
+        }
+        EXPECT_EQ(plan.room_wait_back[t], expected) << "launch " << t;
+        waits += expected != Plan::kNoRoomWait;
+        free_launches += expected == Plan::kNoRoomWait;
+      }
+    }
+  }
+  EXPECT_GT(waits, 100);
+  EXPECT_GT(free_launches, 100);
+}
+
 TEST(PlannerLifetimes, BadLifetimesThrowNamingTheProblem) {
   Builder t;
   t.buffer(8 * MiB);

@@ -55,10 +55,12 @@
 //
 // Cost: O(n log n) time, O(n + S + F) memory: usually 2 to 4 MIN iterations; at most 8, plus,
 // when MIN cycles, trials of one iteration each, at least 4 and no more than ~4M block-uses of
-// work. ~15 ms for 5,000 steps and ~0.2 s for 50,000 steps, 30,000 blocks and 530,000 block-uses
-// on one core (tests/advisor/planner_bench.cpp); ~0.28 s for the same with half the buffers
-// given lifetimes (2026-11-22, this machine's 2 cores). prefetch_bytes_per_s and evict_bytes_per_s
-// are not used yet: placement is bounded by room and lookahead, not by transfer time.
+// work. ~17 ms for 5,000 steps and ~0.28 s for 50,000 steps, 30,000 blocks and 530,000
+// block-uses on one core (tests/advisor/planner_bench.cpp); ~0.31 s for the same with half the
+// buffers given lifetimes (2026-11-22 17:30 UTC, this machine's 2 cores; with the holds until
+// the free, the room waits and one simulation of the plan). prefetch_bytes_per_s and
+// evict_bytes_per_s are not used yet: placement is bounded by room and lookahead, not by transfer
+// time.
 //
 // Errors: make_plan() and simulate() throw std::invalid_argument naming the problem (budget 0,
 // granularity 0, a range outside its buffer, a step's ranges out of bounds, ...).
@@ -181,8 +183,8 @@ struct Plan {
   // of the step launched this many launches before it (0: its own; cyclic) must be done, and
   // with them everything the advisor issued before. kNoRoomWait: whatever the advisor has not
   // done yet fits in the room the plan leaves there (an eviction whose room only a later
-  // prefetch uses needs no wait: that prefetch runs after it). Counted over the last 4096
-  // launches with actions. For UMSWAP_EVICT_WAIT.
+  // prefetch uses needs no wait: that prefetch runs after it). Looks back one iteration;
+  // O(S log S). For UMSWAP_EVICT_WAIT.
   static constexpr uint32_t kNoRoomWait = UINT32_MAX;
   std::vector<uint32_t> room_wait_back;
 };
@@ -216,6 +218,9 @@ struct Simulation {
   // no bytes in).
   uint64_t bytes_dropped = 0, bytes_populated = 0;
   bool drop_of_live = false;  // a drop whose window is not a dead gap of its block
+  // Of the last iteration simulated: the bytes resident at each step, after its actions and its
+  // misses.
+  std::vector<uint64_t> resident_by_step;
 };
 // Throws std::invalid_argument for bad input (as make_plan) or an action outside the iteration or
 // its buffer.

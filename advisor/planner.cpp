@@ -750,33 +750,6 @@ class CyclicRoom {
   RoomTree tree_;
 };
 
-// Minimum segment tree over fixed keys: the rightmost index in [l, r] whose key is below x.
-class RightmostBelow {
- public:
-  static constexpr size_t npos = std::numeric_limits<size_t>::max();
-  explicit RightmostBelow(const std::vector<int64_t>& keys) : n_(keys.size()) {
-    size_ = 1;
-    while (size_ < n_) size_ *= 2;
-    min_.assign(2 * size_, std::numeric_limits<int64_t>::max());
-    std::copy(keys.begin(), keys.end(), min_.begin() + static_cast<ptrdiff_t>(size_));
-    for (size_t i = size_; i-- > 1;) min_[i] = std::min(min_[2 * i], min_[2 * i + 1]);
-  }
-  size_t query(size_t l, size_t r, int64_t x) const {
-    return l > r || r >= n_ ? npos : descend(1, 0, size_ - 1, l, r, x);
-  }
-
- private:
-  size_t descend(size_t node, size_t lo, size_t hi, size_t l, size_t r, int64_t x) const {
-    if (hi < l || lo > r || min_[node] >= x) return npos;
-    if (lo == hi) return lo;
-    const size_t mid = lo + (hi - lo) / 2;
-    const size_t right = descend(2 * node + 1, mid + 1, hi, l, r, x);
-    return right != npos ? right : descend(2 * node, lo, mid, l, r, x);
-  }
-  size_t n_, size_ = 1;
-  std::vector<int64_t> min_;
-};
-
 struct RawAction {
   uint32_t at_step;
   ActionKind kind;
@@ -1043,9 +1016,6 @@ Plan make_plan(const PlanInput& input) {
     }
     plan.resident_at_start.push_back({tr.block_buffer[b], offset, tr.block_bytes[b]});
   }
-  // The plan replayed with each drop where the allocator can make it, at the free (with
-  // hold_until_free, the launch after the last use): peak_resident_at_frees_bytes and the room
-  // below.
   // Room waits: how far back a launch must find the advisor's evictions done so that the GPU
   // holds no more than the budget while it runs. The advisor's stream runs each launch's
   // evictions, then its prefetches, in launch order; where it is behind, what it has not done
@@ -1065,13 +1035,14 @@ Plan make_plan(const PlanInput& input) {
     // whose before[k] is below before[t + 1] - room.
     std::vector<int64_t> before(2 * S + 1, 0);
     for (uint64_t u = 0; u < 2 * S; ++u) before[u + 1] = before[u] + out_at[u % S] - in_at[u % S];
-    std::vector<int64_t> key(2 * S, std::numeric_limits<int64_t>::max());
+    std::vector<int64_t> key(2 * S, std::numeric_limits<int64_t>::max() / 4);  // no eviction
     for (uint64_t u = 0; u < 2 * S; ++u) {
       if (out_at[u % S] > 0) key[u] = before[u];
     }
-    const RightmostBelow find(key);
-    // The room left at each step as the plan's simulation counts it (none at a step over the
-    // budget: an unfit one).
+    const RoomTree find(key, 0);  // only its first values: the rightmost key below a bound
+    // The room left at each step as the plan's simulation counts it with each drop where the
+    // allocator can make it, at the free (none at a step over the budget: an unfit one); the same
+    // simulation gives peak_resident_at_frees_bytes.
     const Simulation sim = simulate_on(tr, input, plan, 2, true);
     plan.peak_resident_at_frees_bytes = std::max(plan.peak_resident_bytes, sim.peak_resident_bytes);
     const std::vector<uint64_t>& held = sim.resident_by_step;
@@ -1079,8 +1050,9 @@ Plan make_plan(const PlanInput& input) {
     for (uint64_t t = S; t < 2 * S; ++t) {
       const int64_t left =
           std::max<int64_t>(0, static_cast<int64_t>(C) - static_cast<int64_t>(held[t - S]));
-      const size_t k = find.query(t - S + 1, t, before[t + 1] - left);
-      if (k != RightmostBelow::npos) plan.room_wait_back[t - S] = static_cast<uint32_t>(t - k);
+      const size_t k = find.rightmost_below(t - S + 1, t, before[t + 1] - left,
+                                            std::numeric_limits<int64_t>::min());
+      if (k != RoomTree::npos) plan.room_wait_back[t - S] = static_cast<uint32_t>(t - k);
     }
   }
   return plan;

@@ -6,6 +6,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <memory>
 #include <optional>
 #include <span>
@@ -35,6 +36,10 @@ namespace {
 
 constexpr size_t kEventRing = 4096;  // last-use events, by launch index modulo this
 constexpr uint32_t kDivergeRun = 8;  // consecutive launches off the plan that end it
+// Launches that may be between on_step() and their submission at once (several launching
+// threads): a launch this far behind the launch count is on its stream, and its events (if any)
+// are recorded.
+constexpr uint64_t kEventSlack = 8;
 // The prefetch-wait counter's "nobody waits" value. cuStreamWaitValue64's GEQ is a cyclic
 // comparison, (int64_t)(*addr - value) >= 0, so UINT64_MAX would release nothing (it hung
 // cudnn_vgg16); 2^62 is ahead of every launch index and within the comparison's half range.
@@ -88,6 +93,9 @@ struct LivePlan {
   // issued the plan's first actions: the advisor trails the launches, so with short iterations
   // the program can run whole iterations past applied_from before the plan moves anything.
   std::atomic<uint64_t> started_at{UINT64_MAX};
+  // Launches below this were on their streams when the advisor's barrier at applied_from was
+  // taken: the GPU has run them once the barrier has passed (no event needed). 0: no barrier.
+  uint64_t barrier_covers = 0;
   std::vector<uint32_t> keys;          // expected step key per phase; empty = not checked here
   std::vector<uint8_t> needs_event;    // per phase: a later eviction waits for this launch
   std::vector<uint8_t> prefetches;     // per phase: the plan prefetches at this launch
@@ -121,9 +129,11 @@ struct EventRing {
       index[slot].store(launch, std::memory_order_release);
     }
   }
-  // Makes `waiter` wait for launch j's event; false when it is not recorded within 20 ms or was
-  // already reused.
-  bool wait(const AdvisorDriver& d, uint64_t j, CUstream waiter) const;
+  // Makes `waiter` wait for launch j's event; false when it was already reused, or is not
+  // recorded within 20 ms while launch j may still be on its way (`launched`, the launches the
+  // launch path has seen, is at most kEventSlack past it; further past, an event not there was
+  // never recorded, and waiting for it would only hold the advisor back).
+  bool wait(const AdvisorDriver& d, uint64_t j, CUstream waiter, uint64_t launched) const;
 };
 
 }  // namespace
@@ -136,6 +146,9 @@ class AdvisorImpl {
 
   // Launch path.
   std::atomic<LivePlan*> plan{nullptr};
+  // A plan learned while `plan` runs (replay relearning): the launch path takes it from its
+  // applied_from on; the advisor thread makes it `plan` once its cursor gets there.
+  std::atomic<LivePlan*> next_plan{nullptr};
   std::atomic<uint64_t> launched{0};
   uint32_t mismatch_run = 0;
   std::atomic<bool> diverged{false};
@@ -160,6 +173,7 @@ class AdvisorImpl {
   std::thread thread;
   std::atomic<bool> stop{false};
   CUstream stream = nullptr;
+  CUstream sweep_stream = nullptr;  // non-blocking, for the sweeps' discards (waits on nothing)
   CUevent barrier = nullptr;
   CUdevice device = 0;
   uint64_t budget = 0;
@@ -182,6 +196,15 @@ class AdvisorImpl {
   std::vector<std::unique_ptr<LivePlan>> plans;  // every plan ever made; never freed while running
   std::unique_ptr<ReplayMatcher> matcher;
   uint64_t replay_checked = 0;  // replay: launches whose keys were compared with the trace
+  // Replay relearning (replay_should_relearn): the bytes of the iteration being applied whose
+  // actions were skipped, and once relearning started, from where and why.
+  uint64_t skipped_bytes = 0;
+  bool relearning = false;
+  std::optional<uint64_t> relearn_from;
+  uint64_t relearn_skipped_bytes = 0;
+  std::future<std::unique_ptr<LivePlan>> relearn_task;  // the plan being built, off this thread
+  uint64_t relearned_at = 0;  // applied_from of the plan that replaced the replay's; 0 = none
+  std::pair<uint64_t, uint64_t> replay_found{0, 0};  // the replay plan's buffers, found of them
 
   // Accounting (advisor thread; read after join).
   std::vector<Transfer> prefetched, evicted;
@@ -196,7 +219,14 @@ class AdvisorImpl {
   void run();
   bool set_up();
   void learn();
+  void relearn(const LivePlan& replayed);
+  std::unique_ptr<LivePlan> build_plan(uint64_t e, uint64_t first, uint64_t period) const;
+  void log_learned(const LivePlan& p, uint64_t first) const;
   void activate(std::unique_ptr<LivePlan> p);
+  void index_plan(LivePlan& p);
+  void stage(std::unique_ptr<LivePlan> p);
+  void switch_to_next();
+  void check_relearn(const LivePlan& p, uint64_t g);
   void apply(uint64_t n);
   void reset_to_start(LivePlan& p);
   void barrier_all(const LivePlan& p);
@@ -269,6 +299,9 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream) {
   AdvisorImpl& a = *impl_;
   a.launched.store(index + 1, std::memory_order_release);
   LivePlan* p = a.plan.load(std::memory_order_acquire);
+  if (LivePlan* q = a.next_plan.load(std::memory_order_acquire); q && index >= q->applied_from) {
+    p = q;
+  }
   if (!p || index < p->base) return;
   const uint64_t phase = (index - p->base) % p->period;
   // Before anything this launch adds to its stream (its populates, its waits: a prefetch that
@@ -387,6 +420,9 @@ void Advisor::after_step(uint64_t index, CUstream stream) {
     if (a.d.ctx_get_current(&c) == CUDA_SUCCESS && c) a.context.store(c);
   }
   LivePlan* p = a.plan.load(std::memory_order_acquire);
+  if (LivePlan* q = a.next_plan.load(std::memory_order_acquire); q && index >= q->applied_from) {
+    p = q;
+  }
   if (!p || index < p->base || !a.events_ready.load(std::memory_order_acquire)) return;
   if (p->needs_event[(index - p->base) % p->period]) a.done.record(a.d, index, stream);
 }
@@ -407,6 +443,7 @@ bool AdvisorImpl::set_up() {
   d.ctx_set_current(context.load());
   if (d.ctx_get_device(&device) != CUDA_SUCCESS ||
       d.stream_create(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
+      d.stream_create(&sweep_stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
       d.event_create(&barrier, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
     state = "off";
     fallback = "could not create the advisor's stream";
@@ -486,8 +523,12 @@ void AdvisorImpl::run() {
     if (p && p->matcher) check_replay_keys(*p);
     p = plan.load(std::memory_order_relaxed);
     if (p) {
-      apply(n);
+      const LivePlan* q = next_plan.load(std::memory_order_relaxed);
+      apply(q ? std::min(n, q->applied_from) : n);
+      if (q && cursor >= q->applied_from) switch_to_next();
+      p = plan.load(std::memory_order_relaxed);
       tend(*p, n);
+      if (relearning && !next_plan.load(std::memory_order_relaxed)) relearn(*p);
       sleep_us(50);
     } else if (pending_placement) {
       if (tend_placement(n)) {
@@ -503,6 +544,7 @@ void AdvisorImpl::run() {
     }
   }
   release_waits();
+  if (relearn_task.valid()) relearn_task.wait();  // reads the tracer's log: not past the exit
   if (stream) d.stream_synchronize(stream);
   if (progress_host) *progress_host = kReleased;
 }
@@ -564,6 +606,8 @@ void AdvisorImpl::watch_waits() {
 void AdvisorImpl::drop_plan(uint64_t at, const char* why) {
   LivePlan* p = plan.load();
   plan.store(nullptr, std::memory_order_release);
+  next_plan.store(nullptr, std::memory_order_release);  // a relearned plan not yet in force
+  relearning = false;
   if (p && !p->matcher) online.diverged(p->keys);  // maybe an inner loop (online_learning.h)
   if (p && !p->matcher && placement && p->period == placement_period &&
       placement_attempts < kPlacementAttempts) {
@@ -610,12 +654,68 @@ void AdvisorImpl::learn() {
       return;
     }
   }
+  std::unique_ptr<LivePlan> p;
+  try {
+    p = build_plan(e, first, choice->period);
+  } catch (const std::exception& ex) {
+    learning_failed = true;
+    state = "off";
+    fallback = std::string("planning failed: ") + ex.what();
+    log_warning("advisor off: {}", fallback);
+    return;
+  }
+  if (!p) return;
+  // From the next iteration boundary on (launch indices below it may already be running).
+  p->applied_from = boundary_at_or_after(e, p->period, launched.load(std::memory_order_acquire));
+  log_learned(*p, first);
+  activate(std::move(p));
+}
+
+// Replay relearning: this process's iteration from relearn_from (a boundary of the replay plan,
+// whose period it keeps: no inner loop can be taken for the iteration), once it is all logged.
+// Planned on a thread of its own: the advisor thread goes on applying the replay plan meanwhile.
+// Planned on the advisor thread (0.08-0.10 s for GPT-2 medium), every such run with both waits
+// stalled right after it (2 s, until the watchdog turned the waits off; 4 of 4 runs on an H200,
+// 2026-11-22); planned here, the one run checked did not.
+void AdvisorImpl::relearn(const LivePlan& replayed) {
+  const uint64_t first = *relearn_from;
+  if (!relearn_task.valid()) {
+    // + 1: the block events after the iteration's last launch are logged before the next launch.
+    if (tracer::logged_steps() < first + replayed.period + 1) return;
+    relearn_task = std::async(std::launch::async, [this, first, period = replayed.period] {
+      return build_plan(first, first, period);
+    });
+    return;
+  }
+  if (relearn_task.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
+  std::unique_ptr<LivePlan> p;
+  try {
+    p = relearn_task.get();
+  } catch (const std::exception& ex) {
+    relearning = false;  // the replay plan goes on
+    log_warning("replay: relearning this process's iteration failed ({}); the replay plan stays",
+                ex.what());
+    return;
+  }
+  if (!p) {  // the log no longer holds it: the next one
+    relearn_from = first + replayed.period;
+    return;
+  }
+  log_learned(*p, first);
+  stage(std::move(p));
+}
+
+// The plan of the iteration of `period` launches from `first` (step 0 at launch `e`), from the
+// tracer's log; null when the log no longer holds it. Throws what make_plan throws. Reads only
+// the log (lock-free for readers), the config and the budget: any thread may call it.
+std::unique_ptr<LivePlan> AdvisorImpl::build_plan(uint64_t e, uint64_t first,
+                                                  uint64_t period) const {
   tracer::StepLog log;
-  if (!tracer::copy_steps(first, choice->period, &log)) return;
+  if (!tracer::copy_steps(first, period, &log)) return nullptr;
 
   auto p = std::make_unique<LivePlan>();
   p->base = e;
-  p->period = choice->period;
+  p->period = period;
   p->source = "online";
   p->keys = log.keys;
   // Buffers by first appearance; extents from the next pointer seen in the iteration.
@@ -651,38 +751,90 @@ void AdvisorImpl::learn() {
       buffers.emplace_back(p->address[b], in.buffer_sizes[b]);
     }
     append_lifetimes(
-        tracer::lifetimes_in(tracer::copy_lifetimes(first + 1, first + choice->period), buffers),
-        first, choice->period, in);
+        tracer::lifetimes_in(tracer::copy_lifetimes(first + 1, first + period), buffers), first,
+        period, in);
   }
-  try {
-    p->plan = make_plan(in);
-  } catch (const std::exception& ex) {
-    learning_failed = true;
-    state = "off";
-    fallback = std::string("planning failed: ") + ex.what();
-    log_warning("advisor off: {}", fallback);
-    return;
-  }
+  p->plan = make_plan(in);
   std::vector<uint64_t> streams = log.streams;
   std::sort(streams.begin(), streams.end());
   streams.erase(std::unique(streams.begin(), streams.end()), streams.end());
   p->streams = streams;
-  // From the next iteration boundary on (launch indices below `n` may already be running).
-  const uint64_t n = launched.load(std::memory_order_acquire);
-  p->applied_from = boundary_at_or_after(e, choice->period, n);
+  return p;
+}
+
+void AdvisorImpl::log_learned(const LivePlan& p, uint64_t first) const {
   log_info(
       "advisor: learned an iteration of {} steps (launches {}..{}), footprint {}, {} prefetched "
-      "and {} evicted per iteration in {} calls, {} of dead data dropped; applying from launch "
-      "{}",
-      choice->period, first, first + choice->period, format_bytes(p->plan.footprint_bytes),
-      format_bytes(p->plan.bytes_prefetched_per_iteration),
-      format_bytes(p->plan.bytes_evicted_per_iteration),
-      p->plan.prefetch_calls + p->plan.evict_calls,
-      format_bytes(p->plan.bytes_dropped_per_iteration), p->applied_from);
-  activate(std::move(p));
+      "and {} evicted per iteration in {} calls, {} of dead data dropped",
+      p.period, first, first + p.period, format_bytes(p.plan.footprint_bytes),
+      format_bytes(p.plan.bytes_prefetched_per_iteration),
+      format_bytes(p.plan.bytes_evicted_per_iteration), p.plan.prefetch_calls + p.plan.evict_calls,
+      format_bytes(p.plan.bytes_dropped_per_iteration));
 }
 
 void AdvisorImpl::activate(std::unique_ptr<LivePlan> p) {
+  log_info("advisor: applying the {} plan from launch {}", p->source, p->applied_from);
+  index_plan(*p);
+  cursor = p->applied_from;
+  state = "applied";
+  sweeps_left = 3;
+  sweep_at = p->applied_from;
+  plans.push_back(std::move(p));
+  plan.store(plans.back().get(), std::memory_order_release);
+}
+
+// A relearned plan waits in next_plan until the plan in force has run up to its applied_from.
+// It joins `plans` now: the launch path may hold it from then on, so it is never freed.
+void AdvisorImpl::stage(std::unique_ptr<LivePlan> p) {
+  index_plan(*p);
+  p->source = "online (relearned in replay)";
+  // The launch path must not have reached applied_from before it can see the plan: the boundary
+  // is taken again now, 16 launches clear of the last one (the store below follows at once).
+  p->applied_from =
+      boundary_at_or_after(p->base, p->period, launched.load(std::memory_order_acquire) + 16);
+  plans.push_back(std::move(p));
+  next_plan.store(plans.back().get(), std::memory_order_release);
+  log_info("advisor: the plan learned from this process applies from launch {}",
+           plans.back()->applied_from);
+}
+
+// The advisor's cursor reached next_plan's applied_from: the launch path already takes it from
+// there (on_step), and the plan before it has handled every launch below.
+void AdvisorImpl::switch_to_next() {
+  LivePlan* q = next_plan.load(std::memory_order_relaxed);
+  plan.store(q, std::memory_order_release);
+  next_plan.store(nullptr, std::memory_order_release);
+  relearning = false;
+  relearned_at = q->applied_from;
+  cursor = q->applied_from;
+  sweeps_left = 3;
+  sweep_at = q->applied_from;
+}
+
+// Replay, at each iteration boundary g after the first applied iteration: if the iteration that
+// ended skipped a noticeable share of its bytes (buffers not found in this process), learn this
+// process's iteration while the replay plan runs on (once).
+void AdvisorImpl::check_relearn(const LivePlan& p, uint64_t g) {
+  const uint64_t skipped = std::exchange(skipped_bytes, 0);
+  if (!p.matcher || relearn_from || g < p.applied_from + p.period ||
+      !replay_should_relearn(skipped, p.plan)) {
+    return;
+  }
+  relearning = true;
+  relearn_from = g;
+  relearn_skipped_bytes = skipped;
+  replay_found = {plan_buffers, plan_buffers_found};
+  placement_tried = true;  // the arena came from the trace
+  log_info(
+      "replay: the iteration before launch {} skipped {} of actions on buffers not found in this "
+      "process (the plan moves {} per iteration); learning this process's iteration to replace "
+      "the plan",
+      g, format_bytes(skipped),
+      format_bytes(p.plan.bytes_prefetched_per_iteration + p.plan.bytes_evicted_per_iteration));
+}
+
+void AdvisorImpl::index_plan(LivePlan& plan_ref) {
+  LivePlan* p = &plan_ref;
   const Plan& plan_data = p->plan;
   p->needs_event.assign(p->period, 0);
   p->prefetches.assign(p->period, 0);
@@ -705,12 +857,6 @@ void AdvisorImpl::activate(std::unique_ptr<LivePlan> p) {
   }
   for (uint64_t i = 0; i < p->period; ++i) p->first_action[i + 1] += p->first_action[i];
   build_drops(*p);
-  cursor = p->applied_from;
-  state = "applied";
-  sweeps_left = 3;
-  sweep_at = p->applied_from;
-  plans.push_back(std::move(p));
-  plan.store(plans.back().get(), std::memory_order_release);
 }
 
 // A placement from two iterations' block events, or nullopt (placement_note says why). With
@@ -814,7 +960,7 @@ bool AdvisorImpl::tend_placement(uint64_t n) {
 void AdvisorImpl::tend(LivePlan& p, uint64_t n) {
   if (tend_placement(n)) build_drops(p);  // replay: the arena is new
   if (sweeps_left > 0 && n > sweep_at && config.sweep && use_lifetimes()) {
-    swept_bytes += config.sweep([this](uint64_t page) { return discard_page(page); });
+    swept_bytes += config.sweep([this](uint64_t page) { return discard_page(page); }, sweep_stream);
     sweep_at += p.period;
     --sweeps_left;
   }
@@ -865,9 +1011,10 @@ void AdvisorImpl::barrier_all(const LivePlan& p) {
   }
 }
 
-bool EventRing::wait(const AdvisorDriver& d, uint64_t j, CUstream waiter) const {
+bool EventRing::wait(const AdvisorDriver& d, uint64_t j, CUstream waiter, uint64_t launched) const {
   const size_t slot = j % kEventRing;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(launched > j + kEventSlack ? 0 : 20);
   uint64_t seen = index[slot].load(std::memory_order_acquire);
   while ((seen < j || seen == UINT64_MAX) && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::yield();
@@ -878,8 +1025,10 @@ bool EventRing::wait(const AdvisorDriver& d, uint64_t j, CUstream waiter) const 
 
 // The advisor's stream waits until launch j has finished on the GPU.
 void AdvisorImpl::wait_for_launch(const LivePlan& p, uint64_t j) {
-  if (j < p.applied_from) return;  // covered by the barrier taken at applied_from
-  if (!done.wait(d, j, stream)) {
+  // Covered by the barrier taken at applied_from (the program may have run past it: a replay plan
+  // applies from the start, before the advisor could record events).
+  if (j < std::max(p.applied_from, p.barrier_covers)) return;
+  if (!done.wait(d, j, stream, launched.load(std::memory_order_acquire))) {
     // Not recorded (yet) or already reused: wait for everything instead; not while launches may
     // wait for this stream (a barrier would then wait for itself), the eviction goes unordered
     // (managed memory stays correct; the range may fault back).
@@ -890,7 +1039,14 @@ void AdvisorImpl::wait_for_launch(const LivePlan& p, uint64_t j) {
 
 // At the first applied launch: the GPU holds what the plan expects at an iteration start.
 void AdvisorImpl::reset_to_start(LivePlan& p) {
-  barrier_all(p);
+  // Not while launches wait for this stream (a plan that replaced another: launches from its
+  // applied_from on may wait for counter values written after this barrier, which would wait for
+  // them); the migrations below then go unordered, which costs faults, never data.
+  if (!progress_device || waits_from.load(std::memory_order_acquire) == UINT64_MAX) {
+    const uint64_t seen = launched.load(std::memory_order_acquire);
+    barrier_all(p);
+    p.barrier_covers = seen > kEventSlack ? seen - kEventSlack : 0;
+  }
   // Buffers outside the plan: not used by the loop, so they leave the GPU.
   std::vector<uint64_t> planned;
   for (uint32_t b = 0; b < p.address.size(); ++b) {
@@ -958,6 +1114,7 @@ void AdvisorImpl::apply(uint64_t n) {
     if (phase == 0 && g > p.applied_from) {
       const std::shared_ptr<const DropTable> table = p.drops.load(std::memory_order_acquire);
       if (table && table->unresolved > 0) build_drops(p);
+      check_relearn(p, g);
     }
     uint64_t waited = UINT64_MAX;
     bool evicted_here = false;
@@ -973,6 +1130,7 @@ void AdvisorImpl::apply(uint64_t n) {
       if (a.kind != ActionKind::evict) evictions_issued();
       if (!resolve(p, a.range.buffer)) {
         ++stale_actions;
+        skipped_bytes += a.range.length;
         continue;
       }
       const uint64_t address = p.address[a.range.buffer] + a.range.offset;
@@ -985,7 +1143,8 @@ void AdvisorImpl::apply(uint64_t n) {
       } else {
         // Not before the GPU reaches launch g: the room the plan gives this prefetch may be a
         // block freed just before it (discarded on the program's stream, not before then).
-        if (!prefetched_here && g > p.applied_from && !reached.wait(d, g, stream)) {
+        if (!prefetched_here && g > p.applied_from && g >= p.barrier_covers &&
+            !reached.wait(d, g, stream, launched.load(std::memory_order_acquire))) {
           ++late_start_events;
         }
         migrate(address, a.range.length, true, g);
@@ -1103,6 +1262,15 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
       {"most_launches_behind", a.most_behind},
       {"plan_buffers", a.plan_buffers},
       {"plan_buffers_found", a.plan_buffers_found},
+      {"replay_relearned",
+       a.relearn_from
+           ? nlohmann::json{{"from_launch", *a.relearn_from},
+                            {"skipped_bytes", a.relearn_skipped_bytes},
+                            {"replay_plan_buffers", a.replay_found.first},
+                            {"replay_plan_buffers_found", a.replay_found.second},
+                            {"applied_from_launch", a.relearned_at ? nlohmann::json(a.relearned_at)
+                                                                   : nlohmann::json(nullptr)}}
+           : nlohmann::json(nullptr)},
       {"prefetch_wait", a.config.prefetch_wait},
       {"evict_wait", a.config.evict_wait},
   };

@@ -50,6 +50,11 @@ uint64_t ReplayMatcher::live_address(uint32_t buffer, const Registry& registry) 
   return it->second[rank_[buffer]];
 }
 
+bool replay_should_relearn(uint64_t skipped_bytes, const Plan& plan) {
+  const uint64_t moved = plan.bytes_prefetched_per_iteration + plan.bytes_evicted_per_iteration;
+  return skipped_bytes > 0 && skipped_bytes >= moved / 100;
+}
+
 bool ReplayMatcher::matches(uint64_t index, uint32_t key,
                             const std::function<std::string(uint32_t)>& name_of) {
   const auto& steps = trace_.steps;

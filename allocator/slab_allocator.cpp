@@ -185,7 +185,8 @@ uint64_t SlabAllocator::discard_ranges(CUstream stream, bool synchronize) {
   return bytes;
 }
 
-uint64_t SlabAllocator::sweep_free_pages(const std::function<bool(uint64_t page)>& discard) {
+uint64_t SlabAllocator::sweep_free_pages(const std::function<bool(uint64_t page)>& discard,
+                                         CUstream stream) {
   std::lock_guard lock(mutex_);
   if (discard_mode_ == DiscardMode::off) return 0;
   settle_events();
@@ -204,7 +205,7 @@ uint64_t SlabAllocator::sweep_free_pages(const std::function<bool(uint64_t page)
       first_in_block = false;
     }
   }
-  const uint64_t swept = discard_ranges(CU_STREAM_PER_THREAD, true);
+  const uint64_t swept = discard_ranges(stream, true);
   stats_.swept_bytes += swept;
   return swept;
 }

@@ -134,8 +134,8 @@ void Preload::start_advisor(advisor::Advisor* advisor) {
   if (options_.placement) {
     config.place = [this](Placement placement) { return allocator_->place(std::move(placement)); };
   }
-  config.sweep = [this](const std::function<bool(uint64_t)>& discard) {
-    return allocator_->sweep_free_pages(discard);
+  config.sweep = [this](const std::function<bool(uint64_t)>& discard, CUstream stream) {
+    return allocator_->sweep_free_pages(discard, stream);
   };
   advisor::AdvisorDriver d;
   d.ctx_get_current = driver_.cuCtxGetCurrent;

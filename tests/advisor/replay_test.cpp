@@ -141,5 +141,18 @@ TEST(ReplayPlan, LifetimesComeFromTheIterationsWindow) {
   EXPECT_TRUE(plan_input_from_trace(t, 2, 1 << 30, false).lifetimes.empty());
 }
 
+TEST(ReplayRelearn, OnlyANoticeableShareOfSkippedBytesRelearns) {
+  Plan plan;
+  plan.bytes_prefetched_per_iteration = 600 << 20;
+  plan.bytes_evicted_per_iteration = 400 << 20;  // 1000 MiB moved: 1% is 10 MiB
+  EXPECT_FALSE(replay_should_relearn(0, plan));
+  EXPECT_FALSE(replay_should_relearn((10 << 20) - 2048, plan));
+  EXPECT_TRUE(replay_should_relearn(10 << 20, plan));
+  EXPECT_TRUE(replay_should_relearn(uint64_t{3} << 30, plan));
+  Plan still;  // moves nothing: any skipped byte is a buffer the plan lost
+  EXPECT_FALSE(replay_should_relearn(0, still));
+  EXPECT_TRUE(replay_should_relearn(1, still));
+}
+
 }  // namespace
 }  // namespace umswap::advisor

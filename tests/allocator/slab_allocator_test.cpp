@@ -62,6 +62,7 @@ struct Fakes {
   int records = 0;
   int synchronizes = 0;
   int ctx_synchronizes = 0;
+  std::vector<CUstream> stream_synchronizes;
   int destroyed = 0;
   // The slab source.
   uint64_t next = 0x7f0000000000;
@@ -116,6 +117,11 @@ CUresult CUDAAPI fake_event_destroy(CUevent) {
   ++g->destroyed;
   return CUDA_SUCCESS;
 }
+CUresult CUDAAPI fake_stream_synchronize(CUstream stream) {
+  g->stream_synchronizes.push_back(stream);
+  return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI fake_ctx_synchronize() {
   ++g->ctx_synchronizes;
   for (auto& e : g->events) e->complete = e->recorded;
@@ -160,6 +166,7 @@ DriverApi fake_driver() {
   d.event_synchronize = &fake_event_synchronize;
   d.event_destroy = &fake_event_destroy;
   d.ctx_synchronize = &fake_ctx_synchronize;
+  d.stream_synchronize = &fake_stream_synchronize;
   d.mem_discard_batch_async = &fake_discard;
   d.mem_discard_and_prefetch_batch_async = &fake_discard_and_prefetch;
   d.ctx_get_device = &fake_ctx_get_device;
@@ -551,23 +558,24 @@ TEST_F(SlabAllocatorTest, ASweepDiscardsAcceptedFreePagesOnceTheirStreamPassedTh
     asked.push_back(page);
     return page != a + 30 * MiB;
   };
-  EXPECT_EQ(slabs_->sweep_free_pages(policy), (64 - 24 - 2) * MiB);
+  EXPECT_EQ(slabs_->sweep_free_pages(policy, kT), (64 - 24 - 2) * MiB);
   // Only the free-for-all rest was asked about; b got an event on s.
   EXPECT_EQ(asked.front(), a + 24 * MiB);
   EXPECT_EQ(asked.size(), 20u);
   ASSERT_EQ(g->discards.size(), 1u);
-  EXPECT_EQ(g->discards[0].stream, CU_STREAM_PER_THREAD);
+  EXPECT_EQ(g->discards[0].stream, kT);  // the caller's stream, then synchronized
+  EXPECT_EQ(g->stream_synchronizes, std::vector<CUstream>{kT});
   EXPECT_EQ(g->discards[0].ranges,
             (std::vector<DriverRange>{{a + 24 * MiB, 6 * MiB}, {a + 32 * MiB, 32 * MiB}}));
   ASSERT_EQ(g->records, 1);
   EXPECT_EQ(g->events[0]->stream, kS);
   // Nothing new until s passes the free; pages swept already are not asked about again.
   asked.clear();
-  EXPECT_EQ(slabs_->sweep_free_pages(policy), 0u);
+  EXPECT_EQ(slabs_->sweep_free_pages(policy, kT), 0u);
   EXPECT_EQ(asked, pages_at(a, {30}));
   complete_all_events();
   asked.clear();
-  EXPECT_EQ(slabs_->sweep_free_pages(policy), 8 * MiB);  // b's pages, now free for all
+  EXPECT_EQ(slabs_->sweep_free_pages(policy, kT), 8 * MiB);  // b's pages, now free for all
   EXPECT_EQ(g->discards.back().ranges, (std::vector<DriverRange>{{a + 8 * MiB, 8 * MiB}}));
   const SlabStats s = slabs_->stats();
   EXPECT_EQ(s.swept_bytes, 46 * MiB);
@@ -581,7 +589,7 @@ TEST_F(SlabAllocatorTest, ASweepDiscardsAcceptedFreePagesOnceTheirStreamPassedTh
 
 TEST_F(SlabAllocatorTest, ASweepDoesNothingWithoutADiscardMode) {
   alloc(8 * MiB);
-  EXPECT_EQ(slabs_->sweep_free_pages([](uint64_t) { return true; }), 0u);
+  EXPECT_EQ(slabs_->sweep_free_pages([](uint64_t) { return true; }, kT), 0u);
   EXPECT_TRUE(g->discards.empty());
 }
 

@@ -4,7 +4,9 @@
 // with a budget of a third of the footprint, the advisor must evict behind the walk and prefetch
 // ahead of it.
 //
-//   advisor_loop [--buffers N] [--mib M] [--iterations I]
+//   advisor_loop [--buffers N] [--mib M] [--iterations I] [--alt-sites]
+// --alt-sites allocates the second half of the buffers from another call site: a trace recorded
+// without it finds only the first half in a run with it (the replay relearning test).
 // prints `iter <i> ms <float>` per iteration and `checksum <hex>` (FNV-1a of every buffer) at the
 // end; the checksum is the same natively and under umswap, whatever it prefetched or evicted.
 #include <cuda_runtime.h>
@@ -38,18 +40,33 @@ __global__ void backward(float* x, const float* y, size_t n) {
   }
 }
 
+// Two call sites for the same allocation (not inlined: each keeps its own return address).
+__attribute__((noinline)) cudaError_t allocate_here(float** p, size_t bytes) {
+  return cudaMalloc(p, bytes);
+}
+__attribute__((noinline)) cudaError_t allocate_there(float** p, size_t bytes) {
+  const cudaError_t e = cudaMalloc(p, bytes);
+  asm volatile("" ::: "memory");  // not merged with allocate_here
+  return e;
+}
+
 int main(int argc, char** argv) {
   int buffers = 24, iterations = 8;
   size_t mib = 256;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--buffers"))
-      buffers = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--mib"))
-      mib = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (!std::strcmp(argv[i], "--iterations"))
-      iterations = std::atoi(argv[i + 1]);
-    else {
-      std::fprintf(stderr, "usage: advisor_loop [--buffers N] [--mib M] [--iterations I]\n");
+  bool alt_sites = false;
+  for (int i = 1; i < argc; ++i) {
+    const bool has_value = i + 1 < argc;
+    if (!std::strcmp(argv[i], "--alt-sites")) {
+      alt_sites = true;
+    } else if (has_value && !std::strcmp(argv[i], "--buffers")) {
+      buffers = std::atoi(argv[++i]);
+    } else if (has_value && !std::strcmp(argv[i], "--mib")) {
+      mib = std::strtoull(argv[++i], nullptr, 10);
+    } else if (has_value && !std::strcmp(argv[i], "--iterations")) {
+      iterations = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr,
+                   "usage: advisor_loop [--buffers N] [--mib M] [--iterations I] [--alt-sites]\n");
       return 2;
     }
   }
@@ -59,8 +76,10 @@ int main(int argc, char** argv) {
   }
   const size_t n = mib * (1 << 20) / sizeof(float);
   std::vector<float*> buf(buffers);
-  for (auto& b : buf) {
-    CHECK(cudaMalloc(&b, n * sizeof(float)));
+  for (size_t i = 0; i < buf.size(); ++i) {
+    float*& b = buf[i];
+    CHECK(alt_sites && 2 * i >= buf.size() ? allocate_there(&b, n * sizeof(float))
+                                           : allocate_here(&b, n * sizeof(float)));
     CHECK(cudaMemset(b, 0, n * sizeof(float)));
   }
   cudaStream_t stream;

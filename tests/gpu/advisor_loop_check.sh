@@ -1,16 +1,23 @@
 #!/bin/sh
 # The advisor's GPU test: advisor_loop over 24 x 128 MiB (3 GiB) natively and under
 # `umswap run --budget 1G` (a third of the footprint) with UMSWAP_PREFETCH_WAIT=1, online, alone and
-# with UMSWAP_EVICT_WAIT=1 (both checked); then, printed but not checked, replayed from a trace recorded by another process and online
-# without the wait (their kernels outrun the prefetches and fault). Checks: same checksum; after the plan took over, zero GPU
-# page faults per iteration and peak GPU-resident bytes (counted from CUPTI) <= budget + 5%.
+# with UMSWAP_EVICT_WAIT=1 (both checked). Checks: same checksum; after the last plan took over,
+# zero GPU page faults per iteration and peak GPU-resident bytes (counted from CUPTI) <= budget +
+# 5%.
+# Then replayed with both waits by a run whose second half of buffers comes from another call
+# site, so the trace's plan finds only half of them. Checked: the advisor relearns this process's
+# iteration and switches to that plan, same checksum; faults and budget as above only when no
+# stall turned the waits off (replayed with the waits, this loop sometimes stalls in its second
+# iteration, before relearning matters, with the trace's own call sites too).
+# Then, printed but not checked, replayed from a trace recorded by another process and online
+# without the wait (their kernels outrun the prefetches and fault).
 # usage: advisor_loop_check.sh UMSWAP ADVISOR_LOOP
 set -eu
 umswap=$1
 loop=$2
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-args="--buffers 24 --mib 128 --iterations 12"
+args="--buffers 24 --mib 128 --iterations 16"
 "$umswap" run --mode passthrough -- "$loop" $args > "$dir/native.out"
 # A hang (UMSWAP_PREFETCH_WAIT is experimental) fails the test instead of blocking it.
 UMSWAP_PREFETCH_WAIT=1 timeout -s KILL 120 \
@@ -22,6 +29,9 @@ timeout -s KILL 120 \
 timeout -s KILL 120 "$umswap" record -o "$dir/loop.umtrace" -- "$loop" $args > "$dir/record.out"
 timeout -s KILL 120 "$umswap" replay "$dir/loop.umtrace" --budget 1G --stats "$dir/replay.json" \
   -- "$loop" $args > "$dir/replay.out"
+UMSWAP_PREFETCH_WAIT=1 UMSWAP_EVICT_WAIT=1 timeout -s KILL 180 \
+  "$umswap" replay "$dir/loop.umtrace" --budget 1G --stats "$dir/relearn.json" \
+  -- "$loop" $args --alt-sites > "$dir/relearn.out"
 python3 - "$dir" <<'PY'
 import json, re, sys
 d = sys.argv[1]
@@ -31,7 +41,7 @@ def checksum(name):
 native = checksum("native")
 ok = True
 budget = 1 << 30
-for mode in ("online", "evictwait", "replay", "nowait"):
+for mode in ("online", "evictwait", "relearn", "replay", "nowait"):
     s = json.load(open(f"{d}/{mode}.json"))
     a = s.get("advisor", {})
     its = s.get("iterations", [])
@@ -57,12 +67,26 @@ for mode in ("online", "evictwait", "replay", "nowait"):
     good = good and a.get("late_start_events") == 0
     if mode == "replay":
         good = good and a.get("plan", {}).get("source") == "replay"
+    if mode == "relearn":
+        r = a.get("replay_relearned") or {}
+        print(f"  relearned: {r}; last plan from {a.get('plan', {}).get('source')}")
+        relearned = (r.get("applied_from_launch") is not None and r.get("replay_plan_buffers") == 24
+                     and r.get("replay_plan_buffers_found") == 12
+                     and a.get("plan", {}).get("source", "").startswith("online (relearned"))
+        # Not the start events: the replay plan applies from the first launches, before the
+        # advisor can record them.
+        if a.get("wait_stalls"):
+            print("  the watchdog turned the waits off (a stall): faults and budget not checked")
+            good = relearned and same and len(steady) >= 2
+        else:
+            good = (relearned and same and len(steady) >= 2 and all(f == 0 for f in faults)
+                    and peak is not None and peak <= budget * 1.05)
     if mode == "evictwait":
         # Only launches whose room an eviction makes for something that does not queue behind it
         # wait (Plan::room_wait_back); here every eviction's room goes to a prefetch, so the
         # count is reported, and the budget and the faults above are what is checked.
         print(f"  launches that waited for evictions: {a.get('evict_waits_placed')}")
-    if mode not in ("online", "evictwait"):  # without UMSWAP_PREFETCH_WAIT: reported, not checked
+    if mode not in ("online", "evictwait", "relearn"):  # without UMSWAP_PREFETCH_WAIT: reported, not checked
         print("  (not checked: without UMSWAP_PREFETCH_WAIT late prefetches fault)")
         continue
     print(f"  {'PASS' if good else 'FAIL'}")

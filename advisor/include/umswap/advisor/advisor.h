@@ -8,6 +8,11 @@
 //   * replay: the plan comes from a recorded trace at start (replay.h matches the trace's buffers
 //     to this process's allocations by identity); it applies from the trace's first iteration.
 //     If the launches stop matching the trace, the advisor says so once and learns online.
+//     If they match but an applied iteration skipped 1% or more of the plan's bytes because their
+//     buffers were not found here (replay_should_relearn), the advisor learns this process's own
+//     iteration while the replay plan runs on, and switches to that plan at an iteration boundary
+//     (stats: advisor.replay_relearned). The launch path takes the new plan from its first launch
+//     (next_plan), the advisor thread once it has applied the old one up to there.
 //
 // Execution: one non-blocking stream of the advisor's own. At each launch the tracer calls
 // on_step() (serialized, cheap: compares the key with the plan, publishes the launch count);
@@ -104,8 +109,9 @@ struct AdvisorConfig {
   // Discards the wholly free slab pages `discard` accepts (ManagedAllocator::sweep_free_pages);
   // called when a plan takes effect and at its next two iteration boundaries, with
   // discard_page() as `discard`: pages freed before the plan knew they were dead, or that no plan
-  // uses (an earlier iteration's addresses). Empty: no sweeps.
-  std::function<uint64_t(const std::function<bool(uint64_t)>&)> sweep;
+  // uses (an earlier iteration's addresses); on a non-blocking stream of the advisor's own.
+  // Empty: no sweeps.
+  std::function<uint64_t(const std::function<bool(uint64_t)>&, CUstream)> sweep;
   double prefetch_bytes_per_s = 40e9;
   double evict_bytes_per_s = 12e9;
 };

@@ -115,8 +115,8 @@ class ManagedAllocator {
   static constexpr CallSiteId kArenaSite = 0x756d737761702d61;  // "umswap-a"
   bool place(Placement placement);
   // SlabAllocator::sweep_free_pages; 0 without slabs.
-  uint64_t sweep_free_pages(const std::function<bool(uint64_t page)>& discard) {
-    return slabs_ ? slabs_->sweep_free_pages(discard) : 0;
+  uint64_t sweep_free_pages(const std::function<bool(uint64_t page)>& discard, CUstream stream) {
+    return slabs_ ? slabs_->sweep_free_pages(discard, stream) : 0;
   }
 
   // The program destroys `stream` (before the real call).

@@ -126,16 +126,16 @@ struct SlabStats {
   uint64_t blocks_in_use = 0;
   uint64_t bytes_in_use = 0;  // rounded block sizes
   uint64_t bytes_in_use_peak = 0;
-  uint64_t events_recorded = 0;      // cross-stream reuse and per-thread-stream frees
-  uint64_t pressure_waits = 0;       // allocations that had to wait for events or release slabs
-  uint64_t discarded_bytes = 0;      // discard mode: dead bytes dropped from the GPU at frees
-  uint64_t populated_bytes = 0;      // discard mode: discarded bytes populated at allocations
-  uint64_t discard_calls = 0;        // cuMemDiscardBatchAsync calls that succeeded
-  uint64_t swept_bytes = 0;          // of discarded_bytes: by sweep_free_pages()
-  uint64_t populate_calls = 0;       // cuMemDiscardAndPrefetchBatchAsync calls that succeeded
+  uint64_t events_recorded = 0;          // cross-stream reuse and per-thread-stream frees
+  uint64_t pressure_waits = 0;           // allocations that had to wait for events or release slabs
+  uint64_t discarded_bytes = 0;          // discard mode: dead bytes dropped from the GPU at frees
+  uint64_t populated_bytes = 0;          // discard mode: discarded bytes populated at allocations
+  uint64_t discard_calls = 0;            // cuMemDiscardBatchAsync calls that succeeded
+  uint64_t swept_bytes = 0;              // of discarded_bytes: by sweep_free_pages()
+  uint64_t populate_calls = 0;           // cuMemDiscardAndPrefetchBatchAsync calls that succeeded
   uint64_t populate_deferred_bytes = 0;  // discarded bytes left to populate_later's taker
-  uint64_t arena_bytes = 0;          // set_placement(): the arena's size
-  uint64_t placed = 0;               // large allocations served at their planned offset
+  uint64_t arena_bytes = 0;              // set_placement(): the arena's size
+  uint64_t placed = 0;                   // large allocations served at their planned offset
   uint64_t placement_taken = 0;      // matched, but the planned range was not free (or unplanned)
   uint64_t placement_unmatched = 0;  // large allocations the sequence did not expect
 };
@@ -172,11 +172,14 @@ class SlabAllocator final : public BlockFinder {
   // discarded yet, that `discard` accepts, but only in blocks every stream may take (their frees
   // are behind the GPU); blocks still answering to the stream that freed them get an event on it,
   // so that a later sweep finds them free for all. The discards go in one cuMemDiscardBatchAsync
-  // on the calling thread's per-thread stream, which is then synchronized: an allocation's
-  // populating prefetch, on any stream, comes after it. For pages freed before a plan knew which
-  // are dead (the advisor sweeps when a plan takes effect). Returns the bytes discarded.
-  // `discard` is called under the lock (same rules as SlabSource's functions).
-  uint64_t sweep_free_pages(const std::function<bool(uint64_t page)>& discard);
+  // on `stream`, which is then synchronized: an allocation's populating prefetch, on any stream,
+  // comes after it. Nothing on the GPU uses those blocks any more, so `stream` should be a
+  // non-blocking stream that nothing else waits on: the per-thread stream would wait for the
+  // legacy stream's work, which under UMSWAP_PREFETCH_WAIT may be waiting for the sweeping
+  // advisor thread (a cycle the watchdog would have to break). For pages freed before a plan
+  // knew which are dead (the advisor sweeps when a plan takes effect). Returns the bytes
+  // discarded. `discard` is called under the lock (same rules as SlabSource's functions).
+  uint64_t sweep_free_pages(const std::function<bool(uint64_t page)>& discard, CUstream stream);
 
   // Large allocations follow `placement` from now on (contract above). False, with nothing
   // changed, when the placement is empty or the arena cannot be made. `context` as for

@@ -675,8 +675,8 @@ void AdvisorImpl::learn() {
 // whose period it keeps: no inner loop can be taken for the iteration), once it is all logged.
 // Planned on a thread of its own: the advisor thread goes on applying the replay plan meanwhile.
 // Planned on the advisor thread (0.08-0.10 s for GPT-2 medium), every such run with both waits
-// stalled right after it (2 s, until the watchdog turned the waits off; 4 of 4 runs on an H200,
-// 2026-11-22); planned here, the one run checked did not.
+// stalled right after it (2 s, until the watchdog turned the waits off; 5 of 5 runs on an H200,
+// 2026-11-22); planned here, neither of the 2 runs checked did.
 void AdvisorImpl::relearn(const LivePlan& replayed) {
   const uint64_t first = *relearn_from;
   if (!relearn_task.valid()) {

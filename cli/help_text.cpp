@@ -143,7 +143,8 @@ std::string help_text() {
                  "ahead of each kernel to keep GPU-resident memory under --budget (the default)");
   append_wrapped(out, "  replay", 18,
                  "as online, but planned from a recorded trace from the first iteration (set by "
-                 "`umswap replay`)");
+                 "`umswap replay`); relearned from the program itself where the trace's buffers "
+                 "are not found");
   append_wrapped(out, "  managed", 18,
                  "every device allocation becomes CUDA managed memory, moved by the driver's page "
                  "faults only (no advice)");

@@ -970,7 +970,7 @@ void AdvisorImpl::tend(LivePlan& p, uint64_t n) {
 // same allocation is still registered; replay: found by identity).
 bool AdvisorImpl::resolve(LivePlan& p, uint32_t buffer) {
   if (p.matcher) {
-    if (p.address[buffer] == 0 || !registry->contains(p.address[buffer])) {
+    if (p.address[buffer] == 0 || !p.matcher->still_there(buffer, p.address[buffer], *registry)) {
       p.address[buffer] = p.matcher->live_address(buffer, *registry);
     }
     return p.address[buffer] != 0;

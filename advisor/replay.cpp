@@ -50,6 +50,12 @@ uint64_t ReplayMatcher::live_address(uint32_t buffer, const Registry& registry) 
   return it->second[rank_[buffer]];
 }
 
+bool ReplayMatcher::still_there(uint32_t buffer, uint64_t address, const Registry& registry) const {
+  const std::optional<BufferRecord> r = registry.find(address);
+  const trace::Buffer& b = trace_.buffers.at(buffer);
+  return r && r->base == address && r->size == b.size && r->call_site == b.call_site;
+}
+
 bool replay_should_relearn(uint64_t skipped_bytes, const Plan& plan) {
   const uint64_t moved = plan.bytes_prefetched_per_iteration + plan.bytes_evicted_per_iteration;
   return skipped_bytes > 0 && skipped_bytes >= moved / 100;

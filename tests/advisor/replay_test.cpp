@@ -81,6 +81,22 @@ TEST(ReplayMatcher, LiveAddressFollowsTheRegistry) {
   EXPECT_EQ(m.live_address(2, registry), 0x5000u);
 }
 
+TEST(ReplayMatcher, AnAddressFoundEarlierMustStillHoldThatIdentity) {
+  ReplayMatcher m(two_step_trace());
+  Registry registry;
+  registry.insert(live(1, 0x5000, 64, 8));
+  ASSERT_EQ(m.live_address(2, registry), 0x5000u);
+  EXPECT_TRUE(m.still_there(2, 0x5000, registry));
+  EXPECT_FALSE(m.still_there(2, 0x5008, registry));  // inside, not at its start
+  registry.remove(0x5000);
+  EXPECT_FALSE(m.still_there(2, 0x5000, registry));
+  registry.insert(live(2, 0x5000, 32, 8));  // made again smaller at the same address
+  EXPECT_FALSE(m.still_there(2, 0x5000, registry));
+  registry.remove(0x5000);
+  registry.insert(live(3, 0x5000, 64, 9));  // same size, another call site
+  EXPECT_FALSE(m.still_there(2, 0x5000, registry));
+}
+
 TEST(ReplayMatcher, LaunchesMatchByPositionAndPeriodBeyondTheTrace) {
   ReplayMatcher m(two_step_trace());
   // This process interns names in another order: key 0 = "a", 1 = "w", 2 = "b", 3 = "z".

@@ -46,6 +46,10 @@ class ReplayMatcher {
   uint64_t live_address(uint32_t buffer, const Registry& registry);
   // The same against an explicit list of live records (any order): pure, for tests.
   uint64_t live_address(uint32_t buffer, std::span<const BufferRecord> live);
+  // Whether `address`, found for trace buffer `buffer` earlier, still holds a live allocation of
+  // that identity starting there (not freed, nor replaced by another allocation at or around the
+  // same address, which would take a range of the plan past its end).
+  bool still_there(uint32_t buffer, uint64_t address, const Registry& registry) const;
 
   // Whether launch `index` of this process, with step key `key`, runs the kernel the trace
   // expects there. `name_of` gives the kernel name of a key of this process.

@@ -41,7 +41,7 @@ using LinkProber = std::function<LinkProbeResult()>;
 
 // Measures device 0 through its primary context: cuMemGetInfo; 256 MiB pinned host->device and
 // device->host copies (best of 3, timed with events); a 512 MiB managed buffer, touched on the
-// host, prefetched to the GPU and back twice (the second round trip is timed). Never holds more
+// host, prefetched to the GPU and back 7 times (the best of the last 6 each way). Never holds more
 // than 256 MiB of device memory plus 256 MiB pinned, then 512 MiB managed; skips the copies when
 // less than 1 GiB is free. Everything it allocates is freed and the primary context released,
 // on every path. Takes about a second on a GPU. Not thread-safe (it uses the calling thread's

@@ -149,6 +149,12 @@ class AdvisorImpl {
   // A plan learned while `plan` runs (replay relearning): the launch path takes it from its
   // applied_from on; the advisor thread makes it `plan` once its cursor gets there.
   std::atomic<LivePlan*> next_plan{nullptr};
+  // The plan launch `index` runs under (launch path). next_plan is read first: the advisor stores
+  // `plan` before it clears next_plan, so a launch never sees neither.
+  LivePlan* plan_at(uint64_t index) const {
+    LivePlan* q = next_plan.load(std::memory_order_acquire);
+    return q && index >= q->applied_from ? q : plan.load(std::memory_order_acquire);
+  }
   std::atomic<uint64_t> launched{0};
   uint32_t mismatch_run = 0;
   std::atomic<bool> diverged{false};
@@ -298,10 +304,7 @@ bool Advisor::start(const AdvisorConfig& config, const AdvisorDriver& driver, Re
 void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream) {
   AdvisorImpl& a = *impl_;
   a.launched.store(index + 1, std::memory_order_release);
-  LivePlan* p = a.plan.load(std::memory_order_acquire);
-  if (LivePlan* q = a.next_plan.load(std::memory_order_acquire); q && index >= q->applied_from) {
-    p = q;
-  }
+  LivePlan* p = a.plan_at(index);
   if (!p || index < p->base) return;
   const uint64_t phase = (index - p->base) % p->period;
   // Before anything this launch adds to its stream (its populates, its waits: a prefetch that
@@ -419,10 +422,7 @@ void Advisor::after_step(uint64_t index, CUstream stream) {
     CUcontext c = nullptr;
     if (a.d.ctx_get_current(&c) == CUDA_SUCCESS && c) a.context.store(c);
   }
-  LivePlan* p = a.plan.load(std::memory_order_acquire);
-  if (LivePlan* q = a.next_plan.load(std::memory_order_acquire); q && index >= q->applied_from) {
-    p = q;
-  }
+  LivePlan* p = a.plan_at(index);
   if (!p || index < p->base || !a.events_ready.load(std::memory_order_acquire)) return;
   if (p->needs_event[(index - p->base) % p->period]) a.done.record(a.d, index, stream);
 }

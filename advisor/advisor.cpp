@@ -1109,6 +1109,12 @@ void AdvisorImpl::apply(uint64_t n) {
       }
     }
     bool prefetched_here = false;
+    // The plan prefetches at g (issued or skipped): launches wait for actions_done(g), which must
+    // be written right after g's actions. Left to the write at the end of apply(), it would queue
+    // behind the prefetches of later launches, which wait for the GPU to reach them, while those
+    // launches wait for it: the stall gpu_advisor_loop's replays hit (a skipped prefetch, a buffer
+    // not found; the watchdog broke it after 2 s).
+    bool prefetch_planned = false;
     const uint64_t phase = (g - p.base) % p.period;
     // Replay: buffers appear as the program allocates them; look again once an iteration.
     if (phase == 0 && g > p.applied_from) {
@@ -1131,6 +1137,8 @@ void AdvisorImpl::apply(uint64_t n) {
       if (!resolve(p, a.range.buffer)) {
         ++stale_actions;
         skipped_bytes += a.range.length;
+        // Still counted done here (the same reasoning for UMSWAP_EVICT_WAIT's evictions_done).
+        (a.kind == ActionKind::evict ? evicted_here : prefetch_planned) = true;
         continue;
       }
       const uint64_t address = p.address[a.range.buffer] + a.range.offset;
@@ -1148,11 +1156,11 @@ void AdvisorImpl::apply(uint64_t n) {
           ++late_start_events;
         }
         migrate(address, a.range.length, true, g);
-        prefetched_here = true;
+        prefetched_here = prefetch_planned = true;
       }
     }
     evictions_issued();
-    if (progress_device && !waits_off.load() && prefetched_here) {
+    if (progress_device && !waits_off.load() && prefetch_planned) {
       d.stream_write_value64(stream, progress_device, actions_done(g), 0);
     }
   }

@@ -7,8 +7,8 @@
 # Then replayed with both waits by a run whose second half of buffers comes from another call
 # site, so the trace's plan finds only half of them. Checked: the advisor relearns this process's
 # iteration and switches to that plan, same checksum; faults and budget as above only when no
-# stall turned the waits off (replayed with the waits, this loop sometimes stalls in its second
-# iteration, before relearning matters, with the trace's own call sites too).
+# stall turned the waits off (replayed with the waits, this loop sometimes stalls early, before
+# relearning matters, with the trace's own call sites too: docs/advisor.md).
 # Then, printed but not checked, replayed from a trace recorded by another process and online
 # without the wait (their kernels outrun the prefetches and fault).
 # usage: advisor_loop_check.sh UMSWAP ADVISOR_LOOP

@@ -232,6 +232,7 @@ class AdvisorImpl {
   void index_plan(LivePlan& p);
   void stage(std::unique_ptr<LivePlan> p);
   void switch_to_next();
+  void take_effect(const LivePlan& p);
   void check_relearn(const LivePlan& p, uint64_t g);
   void apply(uint64_t n);
   void reset_to_start(LivePlan& p);
@@ -775,12 +776,18 @@ void AdvisorImpl::log_learned(const LivePlan& p, uint64_t first) const {
 void AdvisorImpl::activate(std::unique_ptr<LivePlan> p) {
   log_info("advisor: applying the {} plan from launch {}", p->source, p->applied_from);
   index_plan(*p);
-  cursor = p->applied_from;
-  state = "applied";
-  sweeps_left = 3;
-  sweep_at = p->applied_from;
+  take_effect(*p);
   plans.push_back(std::move(p));
   plan.store(plans.back().get(), std::memory_order_release);
+}
+
+// The advisor thread's side of a plan coming into force: applied from its applied_from on, and
+// swept then and at its next two iteration boundaries.
+void AdvisorImpl::take_effect(const LivePlan& p) {
+  cursor = p.applied_from;
+  state = "applied";
+  sweeps_left = 3;
+  sweep_at = p.applied_from;
 }
 
 // A relearned plan waits in next_plan until the plan in force has run up to its applied_from.
@@ -806,9 +813,7 @@ void AdvisorImpl::switch_to_next() {
   next_plan.store(nullptr, std::memory_order_release);
   relearning = false;
   relearned_at = q->applied_from;
-  cursor = q->applied_from;
-  sweeps_left = 3;
-  sweep_at = q->applied_from;
+  take_effect(*q);
 }
 
 // Replay, at each iteration boundary g after the first applied iteration: if the iteration that
@@ -816,8 +821,7 @@ void AdvisorImpl::switch_to_next() {
 // process's iteration while the replay plan runs on (once).
 void AdvisorImpl::check_relearn(const LivePlan& p, uint64_t g) {
   const uint64_t skipped = std::exchange(skipped_bytes, 0);
-  if (!p.matcher || relearn_from || g < p.applied_from + p.period ||
-      !replay_should_relearn(skipped, p.plan)) {
+  if (!p.matcher || relearn_from || !replay_should_relearn(skipped, p.plan)) {
     return;
   }
   relearning = true;

@@ -1,11 +1,13 @@
 #include "umswap/advisor/advisor.h"
 
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <future>
 #include <memory>
 #include <optional>
@@ -15,6 +17,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "umswap/advisor/host_copies.h"
 #include "umswap/advisor/online_learning.h"
 #include "umswap/advisor/planner.h"
 #include "umswap/advisor/replay.h"
@@ -25,6 +28,12 @@
 #include "umswap/tracer/iteration_detector.h"
 
 namespace umswap::advisor {
+
+bool AdvisorDriver::can_copy() const {
+  return event_query && mem_host_alloc && mem_free_host && memcpy_dtoh_async && memcpy_htod_async &&
+         mem_discard_batch_async && stream_wait_value64 && stream_write_value64 &&
+         mem_host_get_device_pointer;
+}
 
 bool AdvisorDriver::complete() const {
   return ctx_get_current && ctx_set_current && ctx_get_device && device_total_mem &&
@@ -237,7 +246,7 @@ class AdvisorImpl {
   void apply(uint64_t n);
   void reset_to_start(LivePlan& p);
   void barrier_all(const LivePlan& p);
-  void wait_for_launch(const LivePlan& p, uint64_t j);
+  bool wait_for_launch(const LivePlan& p, uint64_t j);
   bool resolve(LivePlan& p, uint32_t buffer);
   void migrate(uint64_t address, uint64_t length, bool to_gpu, uint64_t launch);
   void check_replay_keys(LivePlan& p);
@@ -268,6 +277,79 @@ class AdvisorImpl {
   // launches (a thread blocked in the driver falls behind, and its prefetches come late).
   double prefetch_call_s = 0, evict_call_s = 0, longest_call_s = 0;
   uint64_t most_behind = 0;
+
+  // UMSWAP_EVICT_COPY (host_copies.h, docs/advisor.md "Evictions umswap copies"). An eviction is
+  // a copy to pinned host memory on `stream`, then, once the advisor sees it done, a discard of
+  // the GPU pages on discard_stream (which waits for nothing); a prefetch of such a range is a
+  // populate and a copy back on restore_stream (which waits only for discards), issued once the
+  // GPU has reached the launch that brings it back. Nothing that destroys data is ever queued
+  // behind a wait that can stall. Two more words of mapped host memory: `restored` (g + 1 once
+  // launch g's copies back are done, written on restore_stream; a launch waits for the launch
+  // that issues its prefetches, as with the other counter) and `approved` (L + 1 once the advisor
+  // has checked launch L: a launch runs only after the advisor saw that nothing it points at is
+  // held on the host; written from the host).
+  std::unique_ptr<HostCopies> copies;    // null: off
+  std::atomic<bool> copies_live{false};  // the launch path places the approval and restore waits
+  uint64_t copies_from = UINT64_MAX;     // launches below may lack the approval wait
+  CUstream discard_stream = nullptr, restore_stream = nullptr;
+  volatile uint64_t* copy_words = nullptr;  // [0] restored, [1] approved
+  CUdeviceptr restored_device = 0, approved_device = 0;
+  struct TicketEvent {
+    uint64_t ticket;
+    CUevent event;
+  };
+  std::deque<TicketEvent> out_events, in_events;
+  std::vector<CUevent> spare_events;
+  uint64_t out_ticket = 0, in_ticket = 0, out_done = 0, in_done = 0;
+  CUevent discarded_event = nullptr;  // after the last discard batch on discard_stream
+  bool discards_issued = false;
+  struct Restore {
+    uint64_t g;  // the launch that issues it; restored value g + 1
+    uint64_t ticket = 0;
+    std::vector<HostCopies::Segment> segments;
+  };
+  std::deque<Restore> restores;   // in launch order, each once the GPU reached its launch
+  uint64_t restored_written = 0;  // the highest restored value queued
+  uint64_t approved_to = 0;       // launches below are approved
+  // Launches whose approval waits for a copy back they reach: (launch, restored value needed),
+  // in launch order; approvals stop before the first one until the word reaches its value.
+  std::deque<std::pair<uint64_t, uint64_t>> approval_holds;
+  void hold_approval(uint64_t launch, uint64_t value) {
+    if (!approval_holds.empty() && approval_holds.back().first == launch) {
+      approval_holds.back().second = std::max(approval_holds.back().second, value);
+    } else {
+      approval_holds.emplace_back(launch, value);
+    }
+  }
+  std::atomic<bool> rescue_asked{false};  // the watchdog's request
+  std::vector<Transfer> copied_out, copied_in;
+  uint64_t copied_out_bytes = 0, copied_in_bytes = 0, copy_discarded_bytes = 0;
+  uint64_t copy_forgotten_bytes = 0, copy_calls = 0, copy_fallbacks = 0, copy_rescues = 0;
+  uint64_t copy_guard_hits = 0, copy_failures = 0;
+  std::string copy_off_reason;  // why copies stopped (empty: they did not)
+  OnceFlag warned_copy_failure;
+  void set_up_copies();
+  void go_live_copies(uint64_t waits_start);
+  bool evict_by_copy(uint64_t address, uint64_t length, uint64_t g, uint64_t j);
+  bool restore_by_copy(uint64_t address, uint64_t length, uint64_t g);
+  void push_restore(uint64_t g, std::vector<HostCopies::Segment> segments, uint64_t ticket);
+  void tend_copies(bool ignore_reached);
+  void issue_restore(Restore& r);
+  bool check_launch(const tracer::StepLog& log, uint64_t first, uint64_t g);
+  // Writes the approved word: launches the guard checked, up to the first whose copy back is
+  // not done.
+  void approve() {
+    if (!copies_live.load(std::memory_order_relaxed)) return;
+    while (!approval_holds.empty() && copy_words[0] >= approval_holds.front().second) {
+      approval_holds.pop_front();
+    }
+    const uint64_t to = approval_holds.empty() ? approved_to : approval_holds.front().first;
+    if (copy_words[1] < to) copy_words[1] = to;
+  }
+  void rescue(const std::string& why, bool freeze);
+  bool launch_reached(uint64_t g) const;
+  CUevent take_event();
+  uint64_t poll(std::deque<TicketEvent>& q, uint64_t seen);
 };
 
 Advisor::Advisor() : impl_(new AdvisorImpl) {
@@ -357,6 +439,17 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream) {
       evictions_done(index - room_wait[phase]) > value) {
     value = evictions_done(index - room_wait[phase]);
     evict_wait = true;
+  }
+  // UMSWAP_EVICT_COPY: the launch runs once the advisor has checked it, and once the copies back
+  // of the launch that issues its prefetches are done.
+  if (a.copies_live.load(std::memory_order_acquire) &&
+      index >= a.waits_from.load(std::memory_order_acquire)) {
+    a.d.stream_wait_value64(stream, a.approved_device, index + 1, CU_STREAM_WAIT_VALUE_GEQ);
+    if (p->wait_ahead[phase] != UINT32_MAX && index >= p->wait_ahead[phase] &&
+        index - p->wait_ahead[phase] >= a.waits_from.load(std::memory_order_acquire)) {
+      a.d.stream_wait_value64(stream, a.restored_device, index - p->wait_ahead[phase] + 1,
+                              CU_STREAM_WAIT_VALUE_GEQ);
+    }
   }
   if (value == 0) return;
   if (a.d.stream_wait_value64(stream, a.progress_device, value, CU_STREAM_WAIT_VALUE_GEQ) ==
@@ -463,6 +556,10 @@ bool AdvisorImpl::set_up() {
     }
   }
   events_ready.store(true, std::memory_order_release);
+  if (config.evict_copy && (!config.prefetch_wait || !config.evict_wait)) {
+    log_info("UMSWAP_EVICT_COPY: UMSWAP_PREFETCH_WAIT and UMSWAP_EVICT_WAIT are on with it");
+    config.prefetch_wait = config.evict_wait = true;
+  }
   if (config.prefetch_wait || config.evict_wait) {
     void* host = nullptr;
     if (d.mem_host_alloc && d.mem_host_get_device_pointer && d.stream_wait_value64 &&
@@ -483,6 +580,7 @@ bool AdvisorImpl::set_up() {
                   config.prefetch_wait ? "UMSWAP_PREFETCH_WAIT" : "UMSWAP_EVICT_WAIT");
     }
   }
+  set_up_copies();
   size_t total = 0;
   d.device_total_mem(&total, device);
   budget = config.budget.is_zero() ? total : config.budget.resolve(total);
@@ -491,6 +589,7 @@ bool AdvisorImpl::set_up() {
 }
 
 void AdvisorImpl::run() {
+  tracer::untrace_this_thread();  // its copies are not the program's steps
   if (!set_up()) return;
   if (progress_device) watchdog = std::thread([this] { watch_waits(); });
   state = "learning";
@@ -530,6 +629,9 @@ void AdvisorImpl::run() {
       p = plan.load(std::memory_order_relaxed);
       tend(*p, n);
       if (relearning && !next_plan.load(std::memory_order_relaxed)) relearn(*p);
+      tend_copies(false);
+      if (rescue_asked.load()) rescue("launches waited 2 s for the advisor", true);
+      approve();
       sleep_us(50);
     } else if (pending_placement) {
       if (tend_placement(n)) {
@@ -544,6 +646,7 @@ void AdvisorImpl::run() {
       sleep_us(500);
     }
   }
+  rescue("the program ends", true);
   release_waits();
   if (relearn_task.valid()) relearn_task.wait();  // reads the tracer's log: not past the exit
   if (stream) d.stream_synchronize(stream);
@@ -590,6 +693,12 @@ void AdvisorImpl::watch_waits() {
     }
     const auto still = now - std::max(since, issued_since);
     if (still < std::chrono::seconds(2) && now - since < std::chrono::seconds(10)) continue;
+    // Ranges copied to the host must be back before launches run unchecked: the advisor thread
+    // brings them back first (rescue), then the waits go.
+    if (copies_live.load()) {
+      rescue_asked.store(true);
+      continue;
+    }
     if (wait_stalls.fetch_add(1) == 0) {
       log_warning(
           "advisor: launches waited {} s for the advisor's stream (launch {}'s {}; its counter at "
@@ -609,6 +718,7 @@ void AdvisorImpl::drop_plan(uint64_t at, const char* why) {
   plan.store(nullptr, std::memory_order_release);
   next_plan.store(nullptr, std::memory_order_release);  // a relearned plan not yet in force
   relearning = false;
+  rescue(std::string("the plan ends: ") + why, true);
   if (p && !p->matcher) online.diverged(p->keys);  // maybe an inner loop (online_learning.h)
   if (p && !p->matcher && placement && p->period == placement_period &&
       placement_attempts < kPlacementAttempts) {
@@ -808,6 +918,7 @@ void AdvisorImpl::stage(std::unique_ptr<LivePlan> p) {
 // The advisor's cursor reached next_plan's applied_from: the launch path already takes it from
 // there (on_step), and the plan before it has handled every launch below.
 void AdvisorImpl::switch_to_next() {
+  rescue("a relearned plan takes over", false);  // the new plan knows nothing of them
   LivePlan* q = next_plan.load(std::memory_order_relaxed);
   plan.store(q, std::memory_order_release);
   next_plan.store(nullptr, std::memory_order_release);
@@ -1027,18 +1138,21 @@ bool EventRing::wait(const AdvisorDriver& d, uint64_t j, CUstream waiter, uint64
   return seen == j && d.stream_wait_event(waiter, events[slot], 0) == CUDA_SUCCESS;
 }
 
-// The advisor's stream waits until launch j has finished on the GPU.
-void AdvisorImpl::wait_for_launch(const LivePlan& p, uint64_t j) {
+// The advisor's stream waits until launch j has finished on the GPU. False: it could not (the
+// eviction goes unordered).
+bool AdvisorImpl::wait_for_launch(const LivePlan& p, uint64_t j) {
   // Covered by the barrier taken at applied_from (the program may have run past it: a replay plan
   // applies from the start, before the advisor could record events).
-  if (j < std::max(p.applied_from, p.barrier_covers)) return;
+  if (j < std::max(p.applied_from, p.barrier_covers)) return true;
   if (!done.wait(d, j, stream, launched.load(std::memory_order_acquire))) {
     // Not recorded (yet) or already reused: wait for everything instead; not while launches may
     // wait for this stream (a barrier would then wait for itself), the eviction goes unordered
     // (managed memory stays correct; the range may fault back).
     ++late_events;
-    if (!progress_device) barrier_all(p);
+    if (progress_device) return false;
+    barrier_all(p);
   }
+  return true;
 }
 
 // At the first applied launch: the GPU holds what the plan expects at an iteration start.
@@ -1096,6 +1210,9 @@ void AdvisorImpl::reset_to_start(LivePlan& p) {
 
 void AdvisorImpl::apply(uint64_t n) {
   LivePlan& p = *plan.load(std::memory_order_relaxed);
+  // UMSWAP_EVICT_COPY's guard reads the launches' pointers from the tracer's log.
+  tracer::StepLog log;
+  uint64_t log_first = UINT64_MAX;
   for (uint64_t g = std::max(cursor, p.applied_from); g < n; ++g) {
     most_behind = std::max(most_behind, launched.load(std::memory_order_relaxed) - g);
     if (stop.load(std::memory_order_relaxed) || diverged.load(std::memory_order_relaxed)) {
@@ -1110,6 +1227,21 @@ void AdvisorImpl::apply(uint64_t n) {
       if (progress_device && !waits_off.load()) {
         d.stream_write_value64(stream, progress_device, actions_done(g), 0);
         waits_from.store(std::max(n, g + 1), std::memory_order_release);
+        go_live_copies(std::max(n, g + 1));
+      }
+    }
+    if (copies_live.load(std::memory_order_relaxed) && g >= approved_to) {
+      if (log_first == UINT64_MAX) {
+        log_first = g;
+        if (!tracer::copy_steps(g, n - g, &log)) {
+          rescue("the launch log lost launches the advisor must check", true);
+        }
+      }
+      if (copies_live.load(std::memory_order_relaxed) && check_launch(log, log_first, g)) {
+        approved_to = g + 1;
+        // At once, before g's driver calls: a synchronous copy of the program's may hold the
+        // driver until launch g runs.
+        approve();
       }
     }
     bool prefetched_here = false;
@@ -1127,6 +1259,7 @@ void AdvisorImpl::apply(uint64_t n) {
       check_relearn(p, g);
     }
     uint64_t waited = UINT64_MAX;
+    bool ordered = true;  // the last wait_for_launch could order its eviction
     bool evicted_here = false;
     // Evictions come first: once they are issued, the counter says so (UMSWAP_EVICT_WAIT).
     const auto evictions_issued = [&] {
@@ -1148,9 +1281,12 @@ void AdvisorImpl::apply(uint64_t n) {
       const uint64_t address = p.address[a.range.buffer] + a.range.offset;
       if (a.kind == ActionKind::evict) {
         const uint64_t j = g >= a.wait_back ? g - a.wait_back : 0;
-        if (j != waited) wait_for_launch(p, j);
+        if (j != waited) ordered = wait_for_launch(p, j);
         waited = j;
-        migrate(address, a.range.length, false, g);
+        // A copy out is followed by a discard: only after the last use is known done.
+        if (!ordered || !evict_by_copy(address, a.range.length, g, j)) {
+          migrate(address, a.range.length, false, g);
+        }
         evicted_here = true;
       } else {
         // Not before the GPU reaches launch g: the room the plan gives this prefetch may be a
@@ -1159,7 +1295,9 @@ void AdvisorImpl::apply(uint64_t n) {
             !reached.wait(d, g, stream, launched.load(std::memory_order_acquire))) {
           ++late_start_events;
         }
-        migrate(address, a.range.length, true, g);
+        if (!restore_by_copy(address, a.range.length, g)) {
+          migrate(address, a.range.length, true, g);
+        }
         prefetched_here = prefetch_planned = true;
       }
     }
@@ -1167,6 +1305,8 @@ void AdvisorImpl::apply(uint64_t n) {
     if (progress_device && !waits_off.load() && prefetch_planned) {
       d.stream_write_value64(stream, progress_device, actions_done(g), 0);
     }
+    // Launches that wait for g's prefetches wait for its copies back too (none: the value only).
+    if (prefetch_planned && copies_live.load(std::memory_order_relaxed)) push_restore(g, {}, 0);
   }
   // Every launch seen is handled: a launch waiting on one whose actions were skipped (a buffer
   // gone) must not wait for a later prefetch that may never come.
@@ -1174,6 +1314,328 @@ void AdvisorImpl::apply(uint64_t n) {
     d.stream_write_value64(stream, progress_device, actions_done(n - 1), 0);
   }
   cursor = std::max(cursor, n);
+}
+
+// ---- UMSWAP_EVICT_COPY (host_copies.h; docs/advisor.md "Evictions umswap copies") ----
+
+void AdvisorImpl::set_up_copies() {
+  if (!config.evict_copy) return;
+  const auto off = [this](const char* why) {
+    copy_off_reason = why;
+    log_warning("UMSWAP_EVICT_COPY: {}; evictions go through the driver", why);
+  };
+  if (!progress_device || !config.prefetch_wait) {
+    return off("needs the prefetch wait's counter (UMSWAP_PREFETCH_WAIT)");
+  }
+  if (!d.can_copy()) return off("the CUDA driver lacks the copy, discard or event functions");
+  void* words = nullptr;
+  if (d.stream_create(&discard_stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
+      d.stream_create(&restore_stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
+      d.event_create(&discarded_event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
+      d.mem_host_alloc(&words, 2 * sizeof(uint64_t),
+                       CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE) != CUDA_SUCCESS ||
+      d.mem_host_get_device_pointer(&restored_device, words, 0) != CUDA_SUCCESS) {
+    return off("could not create its streams, event or counters");
+  }
+  copy_words = static_cast<volatile uint64_t*>(words);
+  copy_words[0] = 0;
+  copy_words[1] = 0;
+  approved_device = restored_device + sizeof(uint64_t);
+  // Pinned host memory: at most half of the machine's memory.
+  const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
+  const uint64_t limit = pages > 0 && page_size > 0
+                             ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size) / 2
+                             : uint64_t{16} << 30;
+  copies = std::make_unique<HostCopies>(
+      [this](uint64_t bytes) -> uint64_t {
+        void* host = nullptr;
+        return d.mem_host_alloc(&host, bytes, CU_MEMHOSTALLOC_PORTABLE) == CUDA_SUCCESS
+                   ? reinterpret_cast<uint64_t>(host)
+                   : 0;
+      },
+      [this](uint64_t host, uint64_t) { d.mem_free_host(reinterpret_cast<void*>(host)); }, limit);
+  log_warning(
+      "UMSWAP_EVICT_COPY is experimental: evictions are copied to pinned host memory (up to {}) "
+      "and their GPU pages discarded; every launch waits until the advisor has checked it",
+      format_bytes(limit));
+}
+
+// From the plan's first applied launch on (its waits in place): launches from `waits_start` on
+// carry the approval wait once the launch path sees copies_live; those before it may not.
+void AdvisorImpl::go_live_copies(uint64_t waits_start) {
+  if (!copies || copies->frozen() || copies_live.load()) return;
+  approved_to = waits_start;
+  copy_words[1] = waits_start;
+  copies_live.store(true, std::memory_order_release);
+  copies_from = std::max(waits_start, launched.load(std::memory_order_acquire)) + kEventSlack;
+}
+
+CUevent AdvisorImpl::take_event() {
+  CUevent e = nullptr;
+  if (!spare_events.empty()) {
+    e = spare_events.back();
+    spare_events.pop_back();
+  } else if (d.event_create(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+    e = nullptr;
+  }
+  return e;
+}
+
+// The highest ticket whose event is done, from `done` on.
+uint64_t AdvisorImpl::poll(std::deque<TicketEvent>& q, uint64_t seen) {
+  while (!q.empty() && d.event_query(q.front().event) == CUDA_SUCCESS) {
+    seen = std::max(seen, q.front().ticket);
+    spare_events.push_back(q.front().event);
+    q.pop_front();
+  }
+  return seen;
+}
+
+// Evicts [address, address + length) at launch g, ordered after launch j, by copying its whole
+// 2 MiB pages to pinned host memory (the rest through the driver). False: nothing was done, the
+// caller evicts through the driver.
+bool AdvisorImpl::evict_by_copy(uint64_t address, uint64_t length, uint64_t g, uint64_t j) {
+  if (!copies_live.load(std::memory_order_relaxed) || j < copies_from) return false;
+  const uint64_t lo = (address + kPage - 1) / kPage * kPage;
+  const uint64_t hi = (address + length) / kPage * kPage;
+  if (hi <= lo) return false;
+  // The launches after the last use, up to g, were approved already: none may reach the range
+  // (a plan off the mark), as the copy waits for launch j only.
+  if (g > j) {
+    tracer::StepLog log;
+    if (!tracer::copy_steps(j + 1, g - j, &log)) return false;
+    for (const tracer::PointerHit& h : log.hits) {
+      const uint64_t end = h.limit ? h.limit : h.base + h.size;
+      if (h.pointer < hi && end > lo) return false;
+    }
+  }
+  std::optional<std::vector<HostCopies::Segment>> segments =
+      copies->take(lo, hi - lo, out_ticket + 1);
+  if (!segments) {
+    ++copy_fallbacks;
+    return false;
+  }
+  ++out_ticket;
+  if (lo > address) migrate(address, lo - address, false, g);
+  if (address + length > hi) migrate(hi, address + length - hi, false, g);
+  uint64_t bytes = 0;
+  for (const HostCopies::Segment& s : *segments) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const CUresult r =
+        d.memcpy_dtoh_async(reinterpret_cast<void*>(s.host), s.address, s.length, stream);
+    evict_call_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    issued_calls.fetch_add(1, std::memory_order_relaxed);
+    if (r != CUDA_SUCCESS) {
+      ++copy_failures;
+      // Not discarded (its copy is not seen done); every held range goes back, copies stop.
+      rescue(fmt::format("a copy to the host failed (error {})", static_cast<int>(r)), true);
+      return true;
+    }
+    bytes += s.length;
+    ++copy_calls;
+  }
+  if (!segments->empty()) {
+    if (CUevent e = take_event(); e && d.event_record(e, stream) == CUDA_SUCCESS) {
+      out_events.push_back({out_ticket, e});
+    } else {
+      rescue("could not record an event after a copy to the host", true);
+      return true;
+    }
+  }
+  copied_out.push_back({g, bytes});
+  copied_out_bytes += bytes;
+  evicted.push_back({g, bytes});
+  evicted_bytes += bytes;
+  return true;
+}
+
+// The prefetch of [address, address + length) at launch g: the parts held on the host go back
+// by copy (queued, issued once the GPU reaches g); the rest goes through the driver. False:
+// nothing of it is held (the caller prefetches it all).
+bool AdvisorImpl::restore_by_copy(uint64_t address, uint64_t length, uint64_t g) {
+  if (!copies || !copies->holds(address, address + length)) return false;
+  HostCopies::Returned r = copies->give_back(address, length, in_ticket + 1);
+  copy_forgotten_bytes += r.forgotten_bytes;
+  // The gaps between held parts: the driver (they may be on the host).
+  uint64_t at = address;
+  for (const HostCopies::Segment& s : r.copy_in) {
+    if (s.address > at) migrate(at, s.address - at, true, g);
+    at = s.address + s.length;
+  }
+  if (at < address + length) migrate(at, address + length - at, true, g);
+  if (!r.copy_in.empty()) {
+    ++in_ticket;
+    push_restore(g, std::move(r.copy_in), in_ticket);
+  }
+  return true;
+}
+
+void AdvisorImpl::push_restore(uint64_t g, std::vector<HostCopies::Segment> segments,
+                               uint64_t ticket) {
+  if (!restores.empty() && restores.back().g == g) {
+    Restore& b = restores.back();
+    b.segments.insert(b.segments.end(), segments.begin(), segments.end());
+    b.ticket = std::max(b.ticket, ticket);
+    return;
+  }
+  restores.push_back({g, ticket, std::move(segments)});
+}
+
+// Whether the GPU has reached launch g (its "reached" event, or a later one in its slot, done).
+bool AdvisorImpl::launch_reached(uint64_t g) const {
+  const size_t slot = g % kEventRing;
+  const uint64_t seen = reached.index[slot].load(std::memory_order_acquire);
+  if (seen == UINT64_MAX || seen < g) {
+    // Not recorded: none will be once the launch is long past (no event at that launch).
+    return launched.load(std::memory_order_acquire) > g + kEventSlack;
+  }
+  return d.event_query(reached.events[slot]) == CUDA_SUCCESS;
+}
+
+void AdvisorImpl::issue_restore(Restore& r) {
+  const uint64_t value = r.g + 1;
+  if (!r.segments.empty()) {
+    if (discards_issued) d.stream_wait_event(restore_stream, discarded_event, 0);
+    CUmemLocation gpu{};
+    gpu.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    gpu.id = device;
+    // Populate (a prefetch of discarded pages moves nothing), then copy in.
+    for (const HostCopies::Segment& s : r.segments) {
+      d.mem_prefetch_async(s.address, s.length, gpu, 0, restore_stream);
+      tracer::note_residency_now(s.address, s.length, true);
+    }
+    uint64_t bytes = 0;
+    for (const HostCopies::Segment& s : r.segments) {
+      const CUresult e = d.memcpy_htod_async(s.address, reinterpret_cast<const void*>(s.host),
+                                             s.length, restore_stream);
+      if (e != CUDA_SUCCESS) {
+        ++copy_failures;
+        if (warned_copy_failure.first()) {
+          log_warning("advisor: a copy back of {} at {:#x} failed (error {})",
+                      format_bytes(s.length), s.address, static_cast<int>(e));
+        }
+        continue;
+      }
+      bytes += s.length;
+      ++copy_calls;
+    }
+    copied_in.push_back({r.g, bytes});
+    copied_in_bytes += bytes;
+    prefetched.push_back({r.g, bytes});
+    prefetched_bytes += bytes;
+    if (CUevent e = take_event(); e && d.event_record(e, restore_stream) == CUDA_SUCCESS) {
+      in_events.push_back({r.ticket, e});
+    }
+  }
+  if (value > restored_written) {
+    d.stream_write_value64(restore_stream, restored_device, value, 0);
+    restored_written = value;
+  }
+}
+
+// Discards what was seen copied out, issues the copies back whose launch the GPU reached (all
+// of them: `ignore_reached`), and makes host blocks whose copies are done reusable.
+void AdvisorImpl::tend_copies(bool ignore_reached) {
+  if (!copies) return;
+  out_done = poll(out_events, out_done);
+  in_done = poll(in_events, in_done);
+  const std::vector<HostCopies::Segment> copied = copies->copied(out_done);
+  if (!copied.empty()) {
+    std::vector<CUdeviceptr> starts;
+    std::vector<size_t> sizes;
+    for (const HostCopies::Segment& s : copied) {
+      starts.push_back(s.address);
+      sizes.push_back(s.length);
+    }
+    const CUresult r =
+        d.mem_discard_batch_async(starts.data(), sizes.data(), starts.size(), 0, discard_stream);
+    if (r == CUDA_SUCCESS && d.event_record(discarded_event, discard_stream) == CUDA_SUCCESS) {
+      discards_issued = true;
+      for (const HostCopies::Segment& s : copied) {
+        tracer::note_residency_now(s.address, s.length, false);
+        copy_discarded_bytes += s.length;
+      }
+    } else {
+      // The GPU still has the data (and the host a copy): the copy back rewrites the same bytes.
+      ++copy_failures;
+      if (warned_copy_failure.first()) {
+        log_warning("advisor: cuMemDiscardBatchAsync failed (error {})", static_cast<int>(r));
+      }
+    }
+  }
+  while (!restores.empty() && (ignore_reached || restores.front().segments.empty() ||
+                               launch_reached(restores.front().g))) {
+    issue_restore(restores.front());
+    restores.pop_front();
+  }
+  copies->retire(out_done, in_done);
+}
+
+// The guard, for launch g (step g - first of `log`), before the advisor handles g's actions: the
+// ranges it points at must not be held on the host (false: they were, the plan was off the mark,
+// and everything went back); a range whose copy back is still queued delays the approval of
+// launches until that copy is done.
+bool AdvisorImpl::check_launch(const tracer::StepLog& log, uint64_t first, uint64_t g) {
+  const uint64_t i = g - first;
+  for (uint64_t h = log.first_hit[i]; h < log.first_hit[i + 1]; ++h) {
+    const tracer::PointerHit& hit = log.hits[h];
+    const uint64_t end = hit.limit ? hit.limit : hit.base + hit.size;
+    if (copies->holds(hit.pointer, end)) {
+      ++copy_guard_hits;
+      rescue(fmt::format("launch {} ({}) reaches memory the plan had copied to the host", g,
+                         tracer::key_name(log.keys[i])),
+             true);
+      return false;
+    }
+    for (const Restore& r : restores) {
+      for (const HostCopies::Segment& s : r.segments) {
+        if (s.address < end && s.address + s.length > hit.pointer) {
+          hold_approval(g, r.g + 1);
+        }
+      }
+    }
+  }
+  return true;
+}
+
+// Every range held on the host goes back now (a plan ends or switches, the guard caught a
+// launch, a copy failed, the watchdog asked); with `freeze`, copies stop for the rest of the run
+// and launches wait for nothing more of them once the copies back are done.
+void AdvisorImpl::rescue(const std::string& why, bool freeze) {
+  if (!copies || (copies->frozen() && restores.empty())) return;
+  ++copy_rescues;
+  if (freeze) {
+    copies->freeze();
+    if (copy_off_reason.empty()) copy_off_reason = why;
+    log_warning(
+        "UMSWAP_EVICT_COPY: {}; everything copied to the host goes back, and evictions go "
+        "through the driver from now on",
+        why);
+  } else {
+    log_info("advisor: {}; everything copied to the host goes back", why);
+  }
+  out_done = poll(out_events, out_done);
+  HostCopies::Returned r = copies->give_back_all(in_ticket + 1);
+  copy_forgotten_bytes += r.forgotten_bytes;
+  tend_copies(true);  // discards seen due, then every queued copy back, in order
+  if (!r.copy_in.empty()) {
+    ++in_ticket;
+    // Ranges copied out whose discard is not issued were forgotten (the GPU has them); those
+    // discarded wait for their discard on restore_stream.
+    Restore all{restored_written ? restored_written - 1 : 0, in_ticket, std::move(r.copy_in)};
+    issue_restore(all);
+  }
+  if (!freeze) {
+    hold_approval(approved_to, restored_written);
+    return;
+  }
+  // Launches wait for nothing more from copies once these copies back are done.
+  d.stream_write_value64(restore_stream, restored_device, kReleased, 0);
+  restored_written = kReleased;
+  d.stream_synchronize(restore_stream);
+  copies_live.store(false, std::memory_order_release);
+  copy_words[1] = kReleased;
+  approved_to = UINT64_MAX;
 }
 
 // The drops by page of this process, for the allocator's free path: only whole 2 MiB pages (the
@@ -1286,6 +1748,23 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
       {"prefetch_wait", a.config.prefetch_wait},
       {"evict_wait", a.config.evict_wait},
   };
+  if (a.config.evict_copy) {
+    advisor["evict_copy"] = {
+        {"used", a.copies != nullptr},
+        {"off_reason",
+         a.copy_off_reason.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.copy_off_reason)},
+        {"copied_out_bytes", a.copied_out_bytes},
+        {"copied_in_bytes", a.copied_in_bytes},
+        {"discarded_bytes", a.copy_discarded_bytes},
+        {"forgotten_bytes", a.copy_forgotten_bytes},
+        {"copy_calls", a.copy_calls},
+        {"driver_fallbacks", a.copy_fallbacks},
+        {"rescues", a.copy_rescues},
+        {"guard_hits", a.copy_guard_hits},
+        {"failures", a.copy_failures},
+        {"host_bytes", a.copies ? a.copies->host_bytes() : 0},
+    };
+  }
   if (a.placement) {
     advisor["placement"] = {{"arena_bytes", a.placement->arena_bytes},
                             {"live_peak_bytes", a.placement->live_peak},
@@ -1335,6 +1814,17 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
     j["iterations"] = iterations_json(*summary, [&](uint64_t first, uint64_t last_step) {
       return std::pair{sum_in(a.prefetched, first, last_step), sum_in(a.evicted, first, last_step)};
     });
+    // Bytes umswap's own copies moved (UMSWAP_EVICT_COPY): on the link, but not in CUPTI's
+    // unified-memory counters.
+    if (a.config.evict_copy) {
+      auto& its = j["iterations"];
+      const auto& steps = summary->trace.iterations;
+      for (size_t i = 0; i < its.size() && i < steps.size(); ++i) {
+        const uint64_t first = steps[i].first_step, end = first + steps[i].step_count;
+        its[i]["copied_in_bytes"] = sum_in(a.copied_in, first, end);
+        its[i]["copied_out_bytes"] = sum_in(a.copied_out, first, end);
+      }
+    }
     // Peak GPU-resident bytes once the plan is in force: from its second iteration on (the
     // learning iterations fault in the whole footprint; the first planned one moves it out),
     // counted from where the advisor really started it.

@@ -420,17 +420,23 @@ StatsFigures parse_stats_figures(const json& stats) {
     }
   }
   if (const json* iterations = field(stats, "iterations"); iterations && iterations->is_array()) {
+    // Bytes each way: the driver's (CUPTI) and umswap's own copies (UMSWAP_EVICT_COPY), which
+    // CUPTI's unified-memory counters do not see.
+    const auto plus = [](std::optional<uint64_t> a, std::optional<uint64_t> b) {
+      return a && b ? std::optional<uint64_t>(*a + *b) : a;
+    };
     for (const json& it : *iterations) {
       if (!it.is_object()) continue;
-      s.iterations.push_back({.index = get_u64(it, "index"),
-                              .first_step = get_u64(it, "first_step"),
-                              .wall_ms = get_double(it, "wall_ms"),
-                              .gpu_page_faults = get_u64(it, "gpu_page_faults"),
-                              .bytes_htod = get_u64(it, "bytes_htod"),
-                              .bytes_dtoh = get_u64(it, "bytes_dtoh"),
-                              .prefetched_bytes = get_u64(it, "prefetched_bytes"),
-                              .evicted_bytes = get_u64(it, "evicted_bytes"),
-                              .peak_resident_bytes = get_u64(it, "peak_resident_bytes")});
+      s.iterations.push_back(
+          {.index = get_u64(it, "index"),
+           .first_step = get_u64(it, "first_step"),
+           .wall_ms = get_double(it, "wall_ms"),
+           .gpu_page_faults = get_u64(it, "gpu_page_faults"),
+           .bytes_htod = plus(get_u64(it, "bytes_htod"), get_u64(it, "copied_in_bytes")),
+           .bytes_dtoh = plus(get_u64(it, "bytes_dtoh"), get_u64(it, "copied_out_bytes")),
+           .prefetched_bytes = get_u64(it, "prefetched_bytes"),
+           .evicted_bytes = get_u64(it, "evicted_bytes"),
+           .peak_resident_bytes = get_u64(it, "peak_resident_bytes")});
     }
     std::stable_sort(s.iterations.begin(), s.iterations.end(),
                      [](const StatsIteration& a, const StatsIteration& b) {

@@ -65,7 +65,7 @@ class Tracer {
              std::string* reason);
   void finish(bool used_cuda = true);
   void yield_cupti(const std::string& what);
-  void note_residency(uint64_t address, uint64_t bytes, bool on_gpu);
+  void note_residency(uint64_t address, uint64_t bytes, bool on_gpu, bool now_on_gpu);
   void note_lifetime(uint64_t address, uint64_t bytes, bool freed);
   std::vector<LifetimeEvent> copy_lifetimes(uint64_t from_step, uint64_t to_step);
   std::string yielded_to() {
@@ -159,6 +159,8 @@ struct PendingLaunch {
   CUstream stream = nullptr;
 };
 thread_local PendingLaunch t_pending __attribute__((tls_model("initial-exec")));
+// umswap's own copies (the advisor thread's, UMSWAP_EVICT_COPY) are not the program's steps.
+thread_local bool t_untraced __attribute__((tls_model("initial-exec"))) = false;
 
 void CUPTIAPI Tracer::on_callback(void* self, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                                   const void* data) {
@@ -178,7 +180,7 @@ void CUPTIAPI Tracer::on_callback(void* self, CUpti_CallbackDomain domain, CUpti
     }
     return;
   }
-  if (domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
+  if (domain != CUPTI_CB_DOMAIN_DRIVER_API || t_untraced) return;
   tracer->on_first_call();
   const auto* cb = static_cast<const CUpti_CallbackData*>(data);
   if (cb->callbackSite != CUPTI_API_ENTER) {
@@ -516,12 +518,13 @@ void Tracer::parse_activity(uint8_t* buffer, size_t valid_size) {
 
 // Placed where the program's stream runs it (summarize(), own_record_time()): a discard at the
 // GPU end of the step launched before it, a populate at the GPU start of the next one.
-void Tracer::note_residency(uint64_t address, uint64_t bytes, bool on_gpu) {
+void Tracer::note_residency(uint64_t address, uint64_t bytes, bool on_gpu, bool now_on_gpu) {
   if (!running() || !um_counters_ || !cupti_.get_timestamp) return;
   uint64_t now = 0;
   if (cupti_.get_timestamp(&now) != CUPTI_SUCCESS) return;
   const StepRecorder* r = recorder();
-  const uint64_t step = r && r->recording() ? r->log().size() : UINT64_MAX;
+  // now_on_gpu: placed at the call's time (own_record_time's fallback), not at a step's.
+  const uint64_t step = !now_on_gpu && r && r->recording() ? r->log().size() : UINT64_MAX;
   std::lock_guard lock(activity_mutex_);
   um_records_.push_back({on_gpu ? CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_HTOD
                                 : CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_DTOH,
@@ -942,7 +945,15 @@ void yield_cupti(const std::string& what) {
 }
 
 void note_residency(uint64_t address, uint64_t bytes, bool on_gpu) {
-  tracer_instance().note_residency(address, bytes, on_gpu);
+  tracer_instance().note_residency(address, bytes, on_gpu, false);
+}
+
+void note_residency_now(uint64_t address, uint64_t bytes, bool on_gpu) {
+  tracer_instance().note_residency(address, bytes, on_gpu, true);
+}
+
+void untrace_this_thread() {
+  t_untraced = true;
 }
 
 void note_lifetime(uint64_t address, uint64_t bytes, bool freed) {

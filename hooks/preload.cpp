@@ -130,6 +130,7 @@ void Preload::start_advisor(advisor::Advisor* advisor) {
   config.replay_path = options_.replay_path;
   config.prefetch_wait = options_.prefetch_wait;
   config.evict_wait = options_.evict_wait;
+  config.evict_copy = options_.evict_copy;
   config.lifetimes = [this] { return planned_discards_.load(); };
   if (options_.placement) {
     config.place = [this](Placement placement) { return allocator_->place(std::move(placement)); };
@@ -152,6 +153,11 @@ void Preload::start_advisor(advisor::Advisor* advisor) {
   d.mem_host_get_device_pointer = driver_.cuMemHostGetDevicePointer_v2;
   d.stream_wait_value64 = driver_.cuStreamWaitValue64;
   d.stream_write_value64 = driver_.cuStreamWriteValue64;
+  d.event_query = driver_.cuEventQuery;
+  d.mem_free_host = driver_.cuMemFreeHost;
+  d.memcpy_dtoh_async = driver_.cuMemcpyDtoHAsync_v2;
+  d.memcpy_htod_async = driver_.cuMemcpyHtoDAsync_v2;
+  d.mem_discard_batch_async = driver_.cuMemDiscardBatchAsync;
   std::string reason;
   if (advisor->start(config, d, registry_, &reason)) {
     g_advisor.store(advisor);

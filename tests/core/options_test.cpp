@@ -372,6 +372,7 @@ INSTANTIATE_TEST_SUITE_P(
     testing::Values(
         BadValue{"UMSWAP_MODE", "turbo", "online"}, BadValue{"UMSWAP_PREFETCH_WAIT", "maybe", "0"},
         BadValue{"UMSWAP_EVICT_WAIT", "sometimes", "0"},
+        BadValue{"UMSWAP_EVICT_COPY", "sometimes", "0"},
         BadValue{"UMSWAP_ASYNC_SLABS", "some", "1"}, BadValue{"UMSWAP_LIFETIMES", "maybe", "1"},
         BadValue{"UMSWAP_PLACEMENT", "perhaps", "1"}, BadValue{"UMSWAP_BUDGET", "12Q", "0"},
         BadValue{"UMSWAP_BUDGET", "-1G", "0"}, BadValue{"UMSWAP_MANAGED_LIMIT", "lots", "0"},
@@ -444,14 +445,14 @@ TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
   FakeEnv env({});
   parse_options(env.lookup(), nullptr);
   EXPECT_EQ(table_names(), env.asked());
-  EXPECT_EQ(table_names(),
-            (std::set<std::string>{
-                "UMSWAP_MODE", "UMSWAP_BUDGET", "UMSWAP_MANAGED_LIMIT", "UMSWAP_STATS",
-                "UMSWAP_VERBOSE", "UMSWAP_CALLSITE_DEPTH", "UMSWAP_TRACE",
-                "UMSWAP_TRACE_ITERATIONS", "UMSWAP_ITERATION_MARKER", "UMSWAP_CUPTI_LIBRARY",
-                "UMSWAP_REPLAY", "UMSWAP_PREFETCH_WAIT", "UMSWAP_EVICT_WAIT", "UMSWAP_ASYNC_SLABS",
-                "UMSWAP_DISCARD_FREED", "UMSWAP_LIFETIMES", "UMSWAP_PLACEMENT"}));
-  EXPECT_EQ(option_table().size(), 17u);  // no duplicates
+  EXPECT_EQ(table_names(), (std::set<std::string>{
+                               "UMSWAP_MODE", "UMSWAP_BUDGET", "UMSWAP_MANAGED_LIMIT",
+                               "UMSWAP_STATS", "UMSWAP_VERBOSE", "UMSWAP_CALLSITE_DEPTH",
+                               "UMSWAP_TRACE", "UMSWAP_TRACE_ITERATIONS", "UMSWAP_ITERATION_MARKER",
+                               "UMSWAP_CUPTI_LIBRARY", "UMSWAP_REPLAY", "UMSWAP_PREFETCH_WAIT",
+                               "UMSWAP_EVICT_WAIT", "UMSWAP_EVICT_COPY", "UMSWAP_ASYNC_SLABS",
+                               "UMSWAP_DISCARD_FREED", "UMSWAP_LIFETIMES", "UMSWAP_PLACEMENT"}));
+  EXPECT_EQ(option_table().size(), 18u);  // no duplicates
 }
 
 TEST(OptionTable, EveryEntryHasAMeaning) {
@@ -495,9 +496,9 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
                        "UMSWAP_MODE=passthrough", "UMSWAP_BUDGET=40G", "UMSWAP_MANAGED_LIMIT=90%",
                        "UMSWAP_STATS=/tmp/s.json", "UMSWAP_VERBOSE=2", "UMSWAP_CALLSITE_DEPTH=0",
                        "UMSWAP_TRACE=/tmp/t.umtrace", "UMSWAP_TRACE_ITERATIONS=5",
-                       "UMSWAP_ITERATION_MARKER=step",
-                       "UMSWAP_CUPTI_LIBRARY=", "UMSWAP_REPLAY=/tmp/r.umtrace",
-                       "UMSWAP_PREFETCH_WAIT=1", "UMSWAP_EVICT_WAIT=1", "UMSWAP_ASYNC_SLABS=0",
+                       "UMSWAP_ITERATION_MARKER=step", "UMSWAP_CUPTI_LIBRARY=",
+                       "UMSWAP_REPLAY=/tmp/r.umtrace", "UMSWAP_PREFETCH_WAIT=1",
+                       "UMSWAP_EVICT_WAIT=1", "UMSWAP_EVICT_COPY=0", "UMSWAP_ASYNC_SLABS=0",
                        "UMSWAP_DISCARD_FREED=1", "UMSWAP_LIFETIMES=0", "UMSWAP_PLACEMENT=0"}));
   std::set<std::string> names;
   for (const auto& line : lines) names.insert(line.substr(0, line.find('=')));

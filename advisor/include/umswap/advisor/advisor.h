@@ -88,7 +88,14 @@ struct AdvisorDriver {
   PFN_cuMemHostGetDevicePointer_v3020 mem_host_get_device_pointer = nullptr;
   PFN_cuStreamWaitValue64_v11070 stream_wait_value64 = nullptr;
   PFN_cuStreamWriteValue64_v11070 stream_write_value64 = nullptr;
+  // For UMSWAP_EVICT_COPY only (evictions copied to pinned host memory, host_copies.h).
+  PFN_cuEventQuery_v2000 event_query = nullptr;
+  PFN_cuMemFreeHost_v2000 mem_free_host = nullptr;
+  PFN_cuMemcpyDtoHAsync_v3020 memcpy_dtoh_async = nullptr;
+  PFN_cuMemcpyHtoDAsync_v3020 memcpy_htod_async = nullptr;
+  PFN_cuMemDiscardBatchAsync_v13000 mem_discard_batch_async = nullptr;
   bool complete() const;
+  bool can_copy() const;
 };
 
 struct AdvisorConfig {
@@ -97,6 +104,9 @@ struct AdvisorConfig {
   std::string replay_path;     // replay: the trace
   bool prefetch_wait = false;  // a launch waits for its late prefetch (UMSWAP_PREFETCH_WAIT)
   bool evict_wait = false;     // a launch waits for the evictions planned at it (UMSWAP_EVICT_WAIT)
+  // Evictions copied to pinned host memory and discarded, brought back by a populate and a copy
+  // (UMSWAP_EVICT_COPY; needs the waits' counter, docs/advisor.md "Evictions umswap copies").
+  bool evict_copy = false;
   // Asked when a plan is made: plan with slab lifetimes (UMSWAP_LIFETIMES)? True only when the
   // allocator discards what discard_page() approves; empty or false: every byte a kernel touched
   // is live.

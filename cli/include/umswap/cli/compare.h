@@ -55,8 +55,8 @@ struct StatsIteration {
   std::optional<uint64_t> first_step;  // the launch it begins with
   std::optional<double> wall_ms;
   std::optional<uint64_t> gpu_page_faults;
-  std::optional<uint64_t> bytes_htod;
-  std::optional<uint64_t> bytes_dtoh;
+  std::optional<uint64_t> bytes_htod;  // CUPTI's, plus copied_in_bytes (UMSWAP_EVICT_COPY)
+  std::optional<uint64_t> bytes_dtoh;  // CUPTI's, plus copied_out_bytes
   std::optional<uint64_t> prefetched_bytes;
   std::optional<uint64_t> evicted_bytes;
   std::optional<uint64_t> peak_resident_bytes;

@@ -76,6 +76,7 @@ struct Options {
   std::string replay_path;        // trace the replay mode plans from
   bool prefetch_wait = false;     // a launch waits for its late prefetch rather than fault
   bool evict_wait = false;        // a launch waits for the evictions the plan makes at it
+  bool evict_copy = false;        // evictions copied to pinned host memory, GPU pages discarded
   bool async_slabs = true;        // stream-ordered allocations from slabs, not the managed pool
   bool discard_freed = false;     // slabs: discard freed blocks, populate new ones (experimental)
   bool lifetimes = true;          // slabs: plan with block lifetimes; drop dead data at frees

@@ -77,7 +77,7 @@ std::string key_name(uint32_t key);
 // transfer are not seen until they first move).
 struct RunSummary {
   trace::Trace trace;
-  std::vector<uint64_t> iteration_peak_resident;  // by trace.iterations index
+  std::vector<uint64_t> iteration_peak_resident;       // by trace.iterations index
   std::vector<uint64_t> iteration_peak_resident_free;  // of it, in no live block (residency.h)
   // At each iteration's peak: the step running (launch index; UINT64_MAX: unknown) and the
   // buffers holding the most resident bytes.
@@ -119,6 +119,13 @@ void yield_cupti(const std::string& what);
 // on the GPU without a transfer (on_gpu true; UMSWAP_DISCARD_FREED): the residency count removes
 // or adds its pages as a transfer would, without counting bytes moved.
 void note_residency(uint64_t address, uint64_t bytes, bool on_gpu);
+// The same, placed at the time of the call: for work on a stream of umswap's own that the GPU
+// runs at once (UMSWAP_EVICT_COPY's discards, issued once the copy out is seen done) or that
+// cannot run before it (its populates).
+void note_residency_now(uint64_t address, uint64_t bytes, bool on_gpu);
+// The calling thread's CUDA calls are umswap's own (the advisor thread's copies): not logged as
+// the program's steps.
+void untrace_this_thread();
 // The slab allocator's lifetime callback (called under its lock): logged (LifetimeEvent, in
 // lifetimes.h) while the tracer records, under a mutex no launch takes. The log keeps the last
 // 1 Mi events (plans need only recent iterations); the trace gets those that fall inside buffers

@@ -1,0 +1,110 @@
+// Evictions umswap copies itself (UMSWAP_EVICT_COPY): the bookkeeping, pure C++ (no CUDA).
+//
+// The driver evicts managed memory to the host at 11-18 GB/s (H200); a copy engine moves
+// GPU-resident managed memory to pinned host memory at 52 GB/s. So an eviction can be a copy to
+// pinned memory followed by a discard of the GPU pages (cuMemDiscardBatchAsync), and the
+// prefetch that brings it back a populate (cuMemPrefetchAsync of discarded pages moves nothing)
+// followed by a copy from pinned memory. A discarded range holds no data until it is copied
+// back, so the advisor must know, before any launch runs, whether it reaches a range held here
+// (advisor.h: the approval word).
+//
+// A held range is a Piece: [address, address + length), the host memory holding its bytes, and
+// a state:
+//   copying:   the copy out was issued with a ticket; the GPU pages still hold the data (nothing
+//              is discarded before the copy is seen done);
+//   discarded: the copy finished and the caller discarded the GPU pages; only the host has it.
+// Giving a range back returns the discarded parts to copy in (their host memory stays reserved
+// until the copy in is seen done) and forgets the copying parts (the GPU still has them).
+//
+// Host memory comes from `alloc` in blocks, one per range taken; a block whose pieces are all
+// given back is reused for a later range of exactly its size once the copies that read or wrote
+// it are done (tickets), and freed when room is needed under `limit`. After freeze() no block is
+// reused or freed (copies issued before may still be queued behind a stalled stream).
+//
+// Not thread safe: the advisor thread owns it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+namespace umswap::advisor {
+
+class HostCopies {
+ public:
+  using Alloc = std::function<uint64_t(uint64_t bytes)>;  // host address, 0 on failure
+  using Free = std::function<void(uint64_t host, uint64_t bytes)>;
+
+  struct Segment {
+    uint64_t address = 0;  // managed memory
+    uint64_t length = 0;
+    uint64_t host = 0;  // where its bytes are (or go) on the host
+  };
+  struct Returned {
+    std::vector<Segment> copy_in;  // discarded: populate, then copy these in
+    uint64_t forgotten_bytes = 0;  // still copying: the GPU pages were never discarded
+  };
+
+  HostCopies(Alloc alloc, Free free, uint64_t limit);
+  ~HostCopies();
+  HostCopies(const HostCopies&) = delete;
+  HostCopies& operator=(const HostCopies&) = delete;
+
+  // Takes the parts of [address, address + length) not held yet for a copy out with `ticket`
+  // (increasing): one host block for them, the segments to copy (none: all held already).
+  // Nothing is taken (nullopt) when the host memory cannot be had under the limit, or after
+  // freeze().
+  std::optional<std::vector<Segment>> take(uint64_t address, uint64_t length, uint64_t ticket);
+  // Pieces whose copy out is done (ticket <= out_done) and not discarded yet: marked discarded,
+  // returned so that the caller discards their GPU pages.
+  std::vector<Segment> copied(uint64_t out_done);
+  // Gives back what [address, address + length) holds; the copies in get `ticket` (increasing).
+  Returned give_back(uint64_t address, uint64_t length, uint64_t ticket);
+  Returned give_back_all(uint64_t ticket);
+  // Whether a held piece overlaps [address, end).
+  bool holds(uint64_t address, uint64_t end) const;
+  // Makes blocks whose copies are done (out_done, in_done: the highest tickets seen done)
+  // reusable.
+  void retire(uint64_t out_done, uint64_t in_done);
+  void freeze() { frozen_ = true; }
+  bool frozen() const { return frozen_; }
+
+  uint64_t held_bytes() const { return held_bytes_; }
+  uint64_t host_bytes() const { return host_bytes_; }  // allocated, in use or cached
+  uint64_t blocks_allocated() const { return blocks_allocated_; }
+
+ private:
+  struct Block {
+    uint64_t host = 0, bytes = 0;
+    uint32_t pieces = 0;  // pieces referring to it
+    uint64_t out_ticket = 0, in_ticket = 0;
+  };
+  struct Piece {
+    uint64_t end = 0;
+    std::shared_ptr<Block> block;
+    uint64_t block_offset = 0;  // of the piece's first byte
+    bool discarded = false;
+    uint64_t ticket = 0;  // of its copy out
+  };
+  using Map = std::map<uint64_t, Piece>;  // by address
+
+  std::shared_ptr<Block> block_for(uint64_t bytes);
+  void split_at(uint64_t address);
+  void drop(Map::iterator it);
+  void free_fn(const std::shared_ptr<Block>& b);
+
+  Alloc alloc_;
+  Free free_;
+  uint64_t limit_;
+  Map pieces_;
+  std::vector<std::shared_ptr<Block>> retiring_;            // no pieces, copies maybe in flight
+  std::multimap<uint64_t, std::shared_ptr<Block>> cached_;  // by size: ready for reuse
+  uint64_t held_bytes_ = 0, host_bytes_ = 0, blocks_allocated_ = 0;
+  uint64_t copying_ = 0;  // pieces not discarded yet
+  bool frozen_ = false;
+};
+
+}  // namespace umswap::advisor

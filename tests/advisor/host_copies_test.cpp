@@ -1,0 +1,165 @@
+// HostCopies: the bookkeeping of evictions umswap copies to pinned host memory itself.
+#include "umswap/advisor/host_copies.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+namespace umswap::advisor {
+namespace {
+
+// Host memory as numbers: each allocation gets a distinct range; frees are recorded.
+struct FakeHost {
+  uint64_t next = 1ull << 40;
+  std::map<uint64_t, uint64_t> live;  // host -> bytes
+  uint64_t freed = 0;
+  bool fail = false;
+  HostCopies make(uint64_t limit) {
+    return HostCopies(
+        [this](uint64_t bytes) -> uint64_t {
+          if (fail) return 0;
+          const uint64_t h = next;
+          next += bytes + 4096;
+          live[h] = bytes;
+          return h;
+        },
+        [this](uint64_t host, uint64_t) {
+          live.erase(host);
+          ++freed;
+        },
+        limit);
+  }
+};
+
+constexpr uint64_t kMiB = 1 << 20;
+
+TEST(HostCopies, TakeCopyDiscardGiveBack) {
+  FakeHost host;
+  HostCopies c = host.make(64 * kMiB);
+  const auto taken = c.take(100 * kMiB, 8 * kMiB, 1);
+  ASSERT_TRUE(taken);
+  ASSERT_EQ(taken->size(), 1u);
+  EXPECT_EQ((*taken)[0].address, 100 * kMiB);
+  EXPECT_EQ((*taken)[0].length, 8 * kMiB);
+  EXPECT_EQ(c.held_bytes(), 8 * kMiB);
+  EXPECT_TRUE(c.holds(107 * kMiB, 109 * kMiB));
+  EXPECT_FALSE(c.holds(108 * kMiB, 120 * kMiB));
+  EXPECT_FALSE(c.holds(90 * kMiB, 100 * kMiB));
+  // Nothing is discarded before its copy is seen done.
+  EXPECT_TRUE(c.copied(0).empty());
+  const auto discard = c.copied(1);
+  ASSERT_EQ(discard.size(), 1u);
+  EXPECT_EQ(discard[0].host, (*taken)[0].host);
+  EXPECT_TRUE(c.copied(5).empty());  // once
+  // Given back in two parts: each copies in from its own offset of the same block.
+  const auto first = c.give_back(104 * kMiB, 4 * kMiB, 1);
+  ASSERT_EQ(first.copy_in.size(), 1u);
+  EXPECT_EQ(first.copy_in[0].address, 104 * kMiB);
+  EXPECT_EQ(first.copy_in[0].host, (*taken)[0].host + 4 * kMiB);
+  EXPECT_EQ(c.held_bytes(), 4 * kMiB);
+  const auto second = c.give_back(96 * kMiB, 10 * kMiB, 2);
+  ASSERT_EQ(second.copy_in.size(), 1u);
+  EXPECT_EQ(second.copy_in[0].address, 100 * kMiB);
+  EXPECT_EQ(second.copy_in[0].length, 4 * kMiB);
+  EXPECT_EQ(c.held_bytes(), 0u);
+}
+
+TEST(HostCopies, GivingBackACopyInFlightForgetsIt) {
+  FakeHost host;
+  HostCopies c = host.make(64 * kMiB);
+  ASSERT_TRUE(c.take(0, 4 * kMiB, 1));
+  const auto r = c.give_back(0, 4 * kMiB, 1);
+  EXPECT_TRUE(r.copy_in.empty());  // the GPU pages were never discarded
+  EXPECT_EQ(r.forgotten_bytes, 4 * kMiB);
+  EXPECT_TRUE(c.copied(10).empty());  // and never will be
+}
+
+TEST(HostCopies, TakesOnlyWhatIsNotHeld) {
+  FakeHost host;
+  HostCopies c = host.make(64 * kMiB);
+  ASSERT_TRUE(c.take(4 * kMiB, 2 * kMiB, 1));
+  const auto t = c.take(0, 10 * kMiB, 2);
+  ASSERT_TRUE(t);
+  ASSERT_EQ(t->size(), 2u);
+  EXPECT_EQ((*t)[0].address, 0u);
+  EXPECT_EQ((*t)[0].length, 4 * kMiB);
+  EXPECT_EQ((*t)[1].address, 6 * kMiB);
+  EXPECT_EQ((*t)[1].length, 4 * kMiB);
+  EXPECT_EQ((*t)[1].host, (*t)[0].host + 4 * kMiB);  // one block, packed
+  EXPECT_EQ(c.held_bytes(), 10 * kMiB);
+  const auto all = c.take(0, 10 * kMiB, 3);
+  ASSERT_TRUE(all);
+  EXPECT_TRUE(all->empty());
+}
+
+TEST(HostCopies, BlocksAreReusedOnlyOnceTheirCopiesAreDone) {
+  FakeHost host;
+  HostCopies c = host.make(8 * kMiB);
+  const auto a = c.take(0, 8 * kMiB, 1);
+  ASSERT_TRUE(a);
+  c.copied(1);
+  c.give_back(0, 8 * kMiB, 7);  // copy in, ticket 7
+  // The limit is used up by a block whose copy in may still read it.
+  EXPECT_FALSE(c.take(64 * kMiB, 8 * kMiB, 2));
+  c.retire(1, 6);
+  EXPECT_FALSE(c.take(64 * kMiB, 8 * kMiB, 2));
+  c.retire(1, 7);
+  const auto b = c.take(64 * kMiB, 8 * kMiB, 2);
+  ASSERT_TRUE(b);
+  EXPECT_EQ((*b)[0].host, (*a)[0].host);  // the same block again
+  EXPECT_EQ(c.blocks_allocated(), 1u);
+}
+
+TEST(HostCopies, CachedBlocksOfOtherSizesAreFreedForRoom) {
+  FakeHost host;
+  HostCopies c = host.make(8 * kMiB);
+  ASSERT_TRUE(c.take(0, 6 * kMiB, 1));
+  c.copied(1);
+  c.give_back(0, 6 * kMiB, 1);
+  c.retire(1, 1);
+  EXPECT_EQ(c.host_bytes(), 6 * kMiB);
+  ASSERT_TRUE(c.take(0, 4 * kMiB, 2));  // 6 + 4 > 8: the cached block goes
+  EXPECT_EQ(host.freed, 1u);
+  EXPECT_EQ(c.host_bytes(), 4 * kMiB);
+}
+
+TEST(HostCopies, FailedAllocationTakesNothing) {
+  FakeHost host;
+  HostCopies c = host.make(64 * kMiB);
+  host.fail = true;
+  EXPECT_FALSE(c.take(0, 2 * kMiB, 1));
+  EXPECT_EQ(c.held_bytes(), 0u);
+  EXPECT_FALSE(c.holds(0, 2 * kMiB));
+}
+
+TEST(HostCopies, FrozenTakesNothingAndKeepsItsBlocks) {
+  FakeHost host;
+  {
+    HostCopies c = host.make(64 * kMiB);
+    ASSERT_TRUE(c.take(0, 2 * kMiB, 1));
+    c.copied(1);
+    c.freeze();
+    EXPECT_FALSE(c.take(8 * kMiB, 2 * kMiB, 2));
+    const auto r = c.give_back_all(3);
+    ASSERT_EQ(r.copy_in.size(), 1u);
+    c.retire(10, 10);
+  }
+  // A stalled stream may still copy into it: never freed.
+  EXPECT_EQ(host.freed, 0u);
+}
+
+TEST(HostCopies, GiveBackAllReturnsEveryDiscardedPiece) {
+  FakeHost host;
+  HostCopies c = host.make(64 * kMiB);
+  ASSERT_TRUE(c.take(0, 2 * kMiB, 1));
+  ASSERT_TRUE(c.take(10 * kMiB, 2 * kMiB, 2));
+  ASSERT_TRUE(c.take(20 * kMiB, 2 * kMiB, 3));
+  EXPECT_EQ(c.copied(2).size(), 2u);
+  const auto r = c.give_back_all(1);
+  EXPECT_EQ(r.copy_in.size(), 2u);
+  EXPECT_EQ(r.forgotten_bytes, 2 * kMiB);
+  EXPECT_EQ(c.held_bytes(), 0u);
+}
+
+}  // namespace
+}  // namespace umswap::advisor

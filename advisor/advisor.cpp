@@ -111,6 +111,18 @@ struct LivePlan {
   std::vector<uint32_t> wait_ahead;    // per phase: launches back to its last prefetch's issue
   std::vector<uint8_t> populates;      // per phase: a drop's next use (the launch path populates)
   std::vector<uint32_t> first_action;  // per phase, CSR into plan.actions (size period + 1)
+  // By action index, for evictions: launches from it to the last prefetch that brings part of
+  // its range back before the range is evicted again (UMSWAP_EVICT_COPY: a launch that waits
+  // for the copies back up to there finds it all); UINT32_MAX: none within an iteration.
+  std::vector<uint32_t> evict_due;
+  // The launch at which launch `index` waits for the copies back (the latest of its
+  // prefetches' issuing launches), or UINT64_MAX: it waits for none.
+  uint64_t covered(uint64_t index, uint64_t waits_start) const {
+    if (index < base) return UINT64_MAX;
+    const uint32_t ahead = wait_ahead[(index - base) % period];
+    if (ahead == UINT32_MAX || index < ahead || index - ahead < waits_start) return UINT64_MAX;
+    return index - ahead;
+  }
   Plan plan;
   std::vector<uint64_t> address;  // by plan buffer index; 0 = not (yet) known
   std::vector<BufferId> buffer_id;
@@ -279,21 +291,32 @@ class AdvisorImpl {
   uint64_t most_behind = 0;
 
   // UMSWAP_EVICT_COPY (host_copies.h, docs/advisor.md "Evictions umswap copies"). An eviction is
-  // a copy to pinned host memory on `stream`, then, once the advisor sees it done, a discard of
-  // the GPU pages on discard_stream (which waits for nothing); a prefetch of such a range is a
-  // populate and a copy back on restore_stream (which waits only for discards), issued once the
-  // GPU has reached the launch that brings it back. Nothing that destroys data is ever queued
-  // behind a wait that can stall. Two more words of mapped host memory: `restored` (g + 1 once
-  // launch g's copies back are done, written on restore_stream; a launch waits for the launch
-  // that issues its prefetches, as with the other counter) and `approved` (L + 1 once the advisor
-  // has checked launch L: a launch runs only after the advisor saw that nothing it points at is
-  // held on the host; written from the host).
+  // a copy to pinned host memory on `stream` followed there by a discard of the GPU pages; a
+  // prefetch of such a range is a populate and a copy back on restore_stream, ordered on the GPU
+  // after the launch that issues it and after the discards, then the `restored` word (mapped
+  // host memory) says g + 1: a launch waits for it as for the other counter. A range held on the
+  // host holds nothing on the GPU, so no launch may reach it before its copy back: the launch
+  // path checks every launch's pointers before it is submitted (one that does waits there until
+  // everything is back and copies have stopped), and the advisor copies out only ranges that no
+  // launch submitted after the last use reaches before their copy back; both under
+  // copies_mutex.
   std::unique_ptr<HostCopies> copies;    // null: off
-  std::atomic<bool> copies_live{false};  // the launch path places the approval and restore waits
-  uint64_t copies_from = UINT64_MAX;     // launches below may lack the approval wait
-  CUstream discard_stream = nullptr, restore_stream = nullptr;
-  volatile uint64_t* copy_words = nullptr;  // [0] restored, [1] approved
-  CUdeviceptr restored_device = 0, approved_device = 0;
+  std::atomic<bool> copies_live{false};  // the launch path checks launches, places restore waits
+  std::mutex copies_mutex;               // `copies` (the launch path reads it)
+  std::atomic<uint64_t> guard_launch{UINT64_MAX};  // a launch the launch path caught
+  // After stop_copies: discarded_event is recorded after the last copies back; launches wait for
+  // it until it is seen done.
+  std::atomic<bool> stopped_pending{false};
+  CUstream restore_stream = nullptr;
+  // The restored words, one per epoch: a plan that ends releases its word for good, and the next
+  // plan's copies count on a fresh one (a released word cannot be taken back from waits already
+  // placed on it).
+  static constexpr uint32_t kEpochs = 64;
+  volatile uint64_t* copy_words = nullptr;
+  CUdeviceptr restored_base = 0;
+  uint32_t epoch = 0;
+  std::atomic<CUdeviceptr> restored_device{0};
+  uint64_t restored_seen() const { return copy_words[epoch]; }
   struct TicketEvent {
     uint64_t ticket;
     CUevent event;
@@ -301,53 +324,78 @@ class AdvisorImpl {
   std::deque<TicketEvent> out_events, in_events;
   std::vector<CUevent> spare_events;
   uint64_t out_ticket = 0, in_ticket = 0, out_done = 0, in_done = 0;
-  CUevent discarded_event = nullptr;  // after the last discard batch on discard_stream
+  CUevent discarded_event = nullptr;  // after the last discard on `stream` (then: copies back)
   bool discards_issued = false;
   struct Restore {
     uint64_t g;  // the launch that issues it; restored value g + 1
     uint64_t ticket = 0;
     std::vector<HostCopies::Segment> segments;
   };
-  std::deque<Restore> restores;   // in launch order, each once the GPU reached its launch
-  uint64_t restored_written = 0;  // the highest restored value queued
-  uint64_t approved_to = 0;       // launches below are approved
-  // Launches whose approval waits for a copy back they reach: (launch, restored value needed),
-  // in launch order; approvals stop before the first one until the word reaches its value.
-  std::deque<std::pair<uint64_t, uint64_t>> approval_holds;
-  void hold_approval(uint64_t launch, uint64_t value) {
-    if (!approval_holds.empty() && approval_holds.back().first == launch) {
-      approval_holds.back().second = std::max(approval_holds.back().second, value);
-    } else {
-      approval_holds.emplace_back(launch, value);
-    }
-  }
+  std::deque<Restore> restores;  // copies back issued, until the restored word passes them
+  // Discards issued behind copies out (ticket), noted in the residency count once seen done.
+  std::deque<std::pair<uint64_t, std::vector<HostCopies::Segment>>> discard_notes;
+  std::vector<HostCopies::Segment> pending_in;  // the launch being applied's copies back
+  uint64_t pending_ticket = 0;
+  uint64_t restored_written = 0;          // the highest restored value queued
   std::atomic<bool> rescue_asked{false};  // the watchdog's request
   std::vector<Transfer> copied_out, copied_in;
   uint64_t copied_out_bytes = 0, copied_in_bytes = 0, copy_discarded_bytes = 0;
   uint64_t copy_forgotten_bytes = 0, copy_calls = 0, copy_fallbacks = 0, copy_rescues = 0;
   uint64_t copy_guard_hits = 0, copy_failures = 0;
-  std::string copy_off_reason;  // why copies stopped (empty: they did not)
+  // Evictions left to the driver: a submitted launch reaches the range before its copy back; the
+  // eviction could not be ordered after its last use; the plan does not bring the whole range
+  // back before evicting it again (dead parts, say); before the waits began.
+  uint64_t copy_reached = 0, copy_skipped_unordered = 0, copy_skipped_not_back = 0;
+  uint64_t copy_skipped_early = 0;
+  // Launches after a last use the advisor scans before a copy out; past it, the driver evicts.
+  static constexpr uint64_t kScanLimit = 60000;  // below kCoverRing
+  std::string copy_off_reason;                   // why copies stopped (empty: they did not)
   OnceFlag warned_copy_failure;
   void set_up_copies();
-  void go_live_copies(uint64_t waits_start);
-  bool evict_by_copy(uint64_t address, uint64_t length, uint64_t g, uint64_t j);
+  void go_live_copies();
+  bool evict_by_copy(uint64_t address, uint64_t length, uint64_t g, uint64_t j, uint64_t due);
   bool restore_by_copy(uint64_t address, uint64_t length, uint64_t g);
-  void push_restore(uint64_t g, std::vector<HostCopies::Segment> segments, uint64_t ticket);
-  void tend_copies(bool ignore_reached);
-  void issue_restore(Restore& r);
-  bool check_launch(const tracer::StepLog& log, uint64_t first, uint64_t g);
-  // Writes the approved word: launches the guard checked, up to the first whose copy back is
-  // not done.
-  void approve() {
-    if (!copies_live.load(std::memory_order_relaxed)) return;
-    while (!approval_holds.empty() && copy_words[0] >= approval_holds.front().second) {
-      approval_holds.pop_front();
+  void tend_copies();
+  void issue_restore(const LivePlan* p, Restore r);
+  void stop_copies(const std::string& why, bool for_good = true);
+  void guard(uint64_t index, const std::vector<tracer::PointerHit>* hits, uint64_t covered);
+  // The launch up to which launch `index` on `stream` finds the copies back done: its own wait
+  // (placed further down on_step) or an earlier launch's on the same stream, which it runs
+  // after; UINT64_MAX: none. Launch path, under the tracer's launch lock; kept by launch index
+  // (covered_at) for the advisor's scan.
+  uint64_t cover(const LivePlan* p, uint64_t index, CUstream on) {
+    uint64_t own = p ? p->covered(index, waits_from.load(std::memory_order_acquire)) : UINT64_MAX;
+    uint64_t result = UINT64_MAX;
+    for (StreamCover& e : stream_cover) {
+      if (!e.used || e.stream == on) {
+        e.used = true;
+        e.stream = on;
+        if (own != UINT64_MAX) e.covered = e.covered == UINT64_MAX ? own : std::max(e.covered, own);
+        result = e.covered;
+        break;
+      }
     }
-    const uint64_t to = approval_holds.empty() ? approved_to : approval_holds.front().first;
-    if (copy_words[1] < to) copy_words[1] = to;
+    const size_t slot = index % kCoverRing;
+    covered_at[slot].first.store(index, std::memory_order_relaxed);
+    covered_at[slot].second.store(result, std::memory_order_release);
+    return result;
   }
-  void rescue(const std::string& why, bool freeze);
-  bool launch_reached(uint64_t g) const;
+  // Launch path only: per stream (the first 16 seen; later ones find no cover), the largest
+  // launch its waits cover so far.
+  struct StreamCover {
+    bool used = false;
+    CUstream stream = nullptr;
+    uint64_t covered = UINT64_MAX;
+  };
+  std::array<StreamCover, 16> stream_cover{};
+  static constexpr size_t kCoverRing = 65536;
+  std::array<std::pair<std::atomic<uint64_t>, std::atomic<uint64_t>>, kCoverRing> covered_at{};
+  // What cover() said for launch `index`, or UINT64_MAX (not kept any more, or none).
+  uint64_t covered_launch(uint64_t index) const {
+    const auto& e = covered_at[index % kCoverRing];
+    const uint64_t c = e.second.load(std::memory_order_acquire);
+    return e.first.load(std::memory_order_relaxed) == index ? c : UINT64_MAX;
+  }
   CUevent take_event();
   uint64_t poll(std::deque<TicketEvent>& q, uint64_t seen);
 };
@@ -384,10 +432,21 @@ bool Advisor::start(const AdvisorConfig& config, const AdvisorDriver& driver, Re
   return true;
 }
 
-void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream) {
+void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
+                      const std::vector<tracer::PointerHit>* hits) {
   AdvisorImpl& a = *impl_;
   a.launched.store(index + 1, std::memory_order_release);
   LivePlan* p = a.plan_at(index);
+  if (a.copies_live.load(std::memory_order_acquire)) {
+    a.guard(index, hits, a.cover(p, index, stream));
+  }
+  if (a.stopped_pending.load(std::memory_order_acquire)) {
+    if (a.d.event_query(a.discarded_event) == CUDA_SUCCESS) {
+      a.stopped_pending.store(false, std::memory_order_release);
+    } else {
+      a.d.stream_wait_event(stream, a.discarded_event, 0);
+    }
+  }
   if (!p || index < p->base) return;
   const uint64_t phase = (index - p->base) % p->period;
   // Before anything this launch adds to its stream (its populates, its waits: a prefetch that
@@ -440,16 +499,13 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream) {
     value = evictions_done(index - room_wait[phase]);
     evict_wait = true;
   }
-  // UMSWAP_EVICT_COPY: the launch runs once the advisor has checked it, and once the copies back
-  // of the launch that issues its prefetches are done.
-  if (a.copies_live.load(std::memory_order_acquire) &&
-      index >= a.waits_from.load(std::memory_order_acquire)) {
-    a.d.stream_wait_value64(stream, a.approved_device, index + 1, CU_STREAM_WAIT_VALUE_GEQ);
-    if (p->wait_ahead[phase] != UINT32_MAX && index >= p->wait_ahead[phase] &&
-        index - p->wait_ahead[phase] >= a.waits_from.load(std::memory_order_acquire)) {
-      a.d.stream_wait_value64(stream, a.restored_device, index - p->wait_ahead[phase] + 1,
-                              CU_STREAM_WAIT_VALUE_GEQ);
-    }
+  // UMSWAP_EVICT_COPY: the launch runs once the copies back of the launch that issues its
+  // prefetches are done.
+  if (a.copies_live.load(std::memory_order_acquire) && p->wait_ahead[phase] != UINT32_MAX &&
+      index >= p->wait_ahead[phase] &&
+      index - p->wait_ahead[phase] >= a.waits_from.load(std::memory_order_acquire)) {
+    a.d.stream_wait_value64(stream, a.restored_device.load(std::memory_order_acquire),
+                            index - p->wait_ahead[phase] + 1, CU_STREAM_WAIT_VALUE_GEQ);
   }
   if (value == 0) return;
   if (a.d.stream_wait_value64(stream, a.progress_device, value, CU_STREAM_WAIT_VALUE_GEQ) ==
@@ -629,9 +685,17 @@ void AdvisorImpl::run() {
       p = plan.load(std::memory_order_relaxed);
       tend(*p, n);
       if (relearning && !next_plan.load(std::memory_order_relaxed)) relearn(*p);
-      tend_copies(false);
-      if (rescue_asked.load()) rescue("launches waited 2 s for the advisor", true);
-      approve();
+      tend_copies();
+      if (rescue_asked.exchange(false)) {
+        const uint64_t caught = guard_launch.load();
+        if (caught != UINT64_MAX) ++copy_guard_hits;
+        stop_copies(caught == UINT64_MAX
+                        ? std::string("launches waited 2 s for the advisor")
+                        : fmt::format("launch {} ({}) reaches memory copied to the host", caught,
+                                      tracer::key_name(tracer::copy_keys(caught, 1).empty()
+                                                           ? UINT32_MAX
+                                                           : tracer::copy_keys(caught, 1)[0])));
+      }
       sleep_us(50);
     } else if (pending_placement) {
       if (tend_placement(n)) {
@@ -646,7 +710,7 @@ void AdvisorImpl::run() {
       sleep_us(500);
     }
   }
-  rescue("the program ends", true);
+  stop_copies("the program ends");
   release_waits();
   if (relearn_task.valid()) relearn_task.wait();  // reads the tracer's log: not past the exit
   if (stream) d.stream_synchronize(stream);
@@ -671,11 +735,25 @@ void AdvisorImpl::release_waits() {
 void AdvisorImpl::watch_waits() {
   uint64_t watched = UINT64_MAX, issued = 0;
   auto since = std::chrono::steady_clock::now(), issued_since = since;
+  uint64_t seen_launched = 0;
+  auto launched_since = since;
+  bool dumped = false;
   while (!stop.load(std::memory_order_acquire)) {
     sleep_us(100000);
     const uint64_t value = *progress_host;
     const uint64_t wanted = highest_wait.load(std::memory_order_relaxed);
     const auto now = std::chrono::steady_clock::now();
+    // Debug (UMSWAP_VERBOSE=2): the words launches wait on, once, when no launch came for 5 s.
+    if (const uint64_t l = launched.load(); l != seen_launched) {
+      seen_launched = l;
+      launched_since = now;
+    } else if (!dumped && now - launched_since > std::chrono::seconds(5)) {
+      dumped = true;
+      log_debug(
+          "advisor: no launch for 5 s: launched {}, progress {} (highest wait {}), restored {}, "
+          "copies live {}",
+          l, value, wanted, copy_words ? restored_seen() : 0, copies_live.load());
+    }
     if (value >= kReleased || wanted == 0 || value >= wanted - 1) {
       watched = UINT64_MAX;
       continue;
@@ -718,7 +796,7 @@ void AdvisorImpl::drop_plan(uint64_t at, const char* why) {
   plan.store(nullptr, std::memory_order_release);
   next_plan.store(nullptr, std::memory_order_release);  // a relearned plan not yet in force
   relearning = false;
-  rescue(std::string("the plan ends: ") + why, true);
+  stop_copies(std::string("the plan ends: ") + why, false);
   if (p && !p->matcher) online.diverged(p->keys);  // maybe an inner loop (online_learning.h)
   if (p && !p->matcher && placement && p->period == placement_period &&
       placement_attempts < kPlacementAttempts) {
@@ -918,7 +996,7 @@ void AdvisorImpl::stage(std::unique_ptr<LivePlan> p) {
 // The advisor's cursor reached next_plan's applied_from: the launch path already takes it from
 // there (on_step), and the plan before it has handled every launch below.
 void AdvisorImpl::switch_to_next() {
-  rescue("a relearned plan takes over", false);  // the new plan knows nothing of them
+  stop_copies("a relearned plan takes over", false);  // the new plan knows nothing of them
   LivePlan* q = next_plan.load(std::memory_order_relaxed);
   plan.store(q, std::memory_order_release);
   next_plan.store(nullptr, std::memory_order_release);
@@ -971,6 +1049,40 @@ void AdvisorImpl::index_plan(LivePlan& plan_ref) {
     }
   }
   for (uint64_t i = 0; i < p->period; ++i) p->first_action[i + 1] += p->first_action[i];
+  // evict_due: per buffer, the actions in step order, walked cyclically after each eviction.
+  const std::vector<Action>& acts = plan_data.actions;
+  p->evict_due.assign(acts.size(), UINT32_MAX);
+  std::unordered_map<uint32_t, std::vector<uint32_t>> by_buffer;
+  for (uint32_t i = 0; i < acts.size(); ++i) by_buffer[acts[i].range.buffer].push_back(i);
+  const auto overlap = [](const PlanRange& a, const PlanRange& b) {
+    return a.offset < b.offset + b.length && b.offset < a.offset + a.length;
+  };
+  for (const auto& [buffer, list] : by_buffer) {
+    for (size_t k = 0; k < list.size(); ++k) {
+      const Action& e = acts[list[k]];
+      if (e.kind != ActionKind::evict) continue;
+      uint32_t due = UINT32_MAX;
+      std::vector<std::pair<uint64_t, uint64_t>> back;  // the prefetched parts, [lo, hi)
+      for (size_t m = 1; m <= list.size(); ++m) {
+        const size_t at = (k + m) % list.size();
+        const Action& x = acts[list[at]];
+        if (!overlap(x.range, e.range)) continue;
+        uint32_t delta = static_cast<uint32_t>((x.at_step + p->period - e.at_step) % p->period);
+        if (delta == 0 && at <= k) delta = static_cast<uint32_t>(p->period);  // a cycle on
+        if (x.kind == ActionKind::evict) break;  // evicted again (or itself, a cycle later)
+        due = due == UINT32_MAX ? delta : std::max(due, delta);
+        back.emplace_back(x.range.offset, x.range.offset + x.range.length);
+      }
+      // Only a range brought back whole: a part left held would be missing at its next use.
+      std::sort(back.begin(), back.end());
+      uint64_t reach = e.range.offset;
+      for (const auto& [lo, hi] : back) {
+        if (lo > reach) break;
+        reach = std::max(reach, hi);
+      }
+      p->evict_due[list[k]] = reach >= e.range.offset + e.range.length ? due : UINT32_MAX;
+    }
+  }
   build_drops(*p);
 }
 
@@ -1210,9 +1322,6 @@ void AdvisorImpl::reset_to_start(LivePlan& p) {
 
 void AdvisorImpl::apply(uint64_t n) {
   LivePlan& p = *plan.load(std::memory_order_relaxed);
-  // UMSWAP_EVICT_COPY's guard reads the launches' pointers from the tracer's log.
-  tracer::StepLog log;
-  uint64_t log_first = UINT64_MAX;
   for (uint64_t g = std::max(cursor, p.applied_from); g < n; ++g) {
     most_behind = std::max(most_behind, launched.load(std::memory_order_relaxed) - g);
     if (stop.load(std::memory_order_relaxed) || diverged.load(std::memory_order_relaxed)) {
@@ -1227,21 +1336,7 @@ void AdvisorImpl::apply(uint64_t n) {
       if (progress_device && !waits_off.load()) {
         d.stream_write_value64(stream, progress_device, actions_done(g), 0);
         waits_from.store(std::max(n, g + 1), std::memory_order_release);
-        go_live_copies(std::max(n, g + 1));
-      }
-    }
-    if (copies_live.load(std::memory_order_relaxed) && g >= approved_to) {
-      if (log_first == UINT64_MAX) {
-        log_first = g;
-        if (!tracer::copy_steps(g, n - g, &log)) {
-          rescue("the launch log lost launches the advisor must check", true);
-        }
-      }
-      if (copies_live.load(std::memory_order_relaxed) && check_launch(log, log_first, g)) {
-        approved_to = g + 1;
-        // At once, before g's driver calls: a synchronous copy of the program's may hold the
-        // driver until launch g runs.
-        approve();
+        go_live_copies();
       }
     }
     bool prefetched_here = false;
@@ -1284,7 +1379,12 @@ void AdvisorImpl::apply(uint64_t n) {
         if (j != waited) ordered = wait_for_launch(p, j);
         waited = j;
         // A copy out is followed by a discard: only after the last use is known done.
-        if (!ordered || !evict_by_copy(address, a.range.length, g, j)) {
+        if (copies_live.load(std::memory_order_relaxed)) {
+          if (!ordered) ++copy_skipped_unordered;
+          if (p.evict_due[i] == UINT32_MAX) ++copy_skipped_not_back;
+        }
+        if (!ordered || p.evict_due[i] == UINT32_MAX ||
+            !evict_by_copy(address, a.range.length, g, j, g + p.evict_due[i])) {
           migrate(address, a.range.length, false, g);
         }
         evicted_here = true;
@@ -1306,7 +1406,10 @@ void AdvisorImpl::apply(uint64_t n) {
       d.stream_write_value64(stream, progress_device, actions_done(g), 0);
     }
     // Launches that wait for g's prefetches wait for its copies back too (none: the value only).
-    if (prefetch_planned && copies_live.load(std::memory_order_relaxed)) push_restore(g, {}, 0);
+    if (prefetch_planned && copies_live.load(std::memory_order_relaxed)) {
+      issue_restore(&p, {g, pending_ticket, std::move(pending_in)});
+      pending_in.clear();
+    }
   }
   // Every launch seen is handled: a launch waiting on one whose actions were skipped (a buffer
   // gone) must not wait for a later prefetch that may never come.
@@ -1329,18 +1432,16 @@ void AdvisorImpl::set_up_copies() {
   }
   if (!d.can_copy()) return off("the CUDA driver lacks the copy, discard or event functions");
   void* words = nullptr;
-  if (d.stream_create(&discard_stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
-      d.stream_create(&restore_stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
+  if (d.stream_create(&restore_stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
       d.event_create(&discarded_event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
-      d.mem_host_alloc(&words, 2 * sizeof(uint64_t),
+      d.mem_host_alloc(&words, kEpochs * sizeof(uint64_t),
                        CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE) != CUDA_SUCCESS ||
-      d.mem_host_get_device_pointer(&restored_device, words, 0) != CUDA_SUCCESS) {
+      d.mem_host_get_device_pointer(&restored_base, words, 0) != CUDA_SUCCESS) {
     return off("could not create its streams, event or counters");
   }
   copy_words = static_cast<volatile uint64_t*>(words);
-  copy_words[0] = 0;
-  copy_words[1] = 0;
-  approved_device = restored_device + sizeof(uint64_t);
+  for (uint32_t i = 0; i < kEpochs; ++i) copy_words[i] = 0;
+  restored_device.store(restored_base, std::memory_order_release);
   // Pinned host memory: at most half of the machine's memory.
   const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
   const uint64_t limit = pages > 0 && page_size > 0
@@ -1356,18 +1457,14 @@ void AdvisorImpl::set_up_copies() {
       [this](uint64_t host, uint64_t) { d.mem_free_host(reinterpret_cast<void*>(host)); }, limit);
   log_warning(
       "UMSWAP_EVICT_COPY is experimental: evictions are copied to pinned host memory (up to {}) "
-      "and their GPU pages discarded; every launch waits until the advisor has checked it",
+      "and their GPU pages discarded; a launch that reaches one waits until all are back",
       format_bytes(limit));
 }
 
-// From the plan's first applied launch on (its waits in place): launches from `waits_start` on
-// carry the approval wait once the launch path sees copies_live; those before it may not.
-void AdvisorImpl::go_live_copies(uint64_t waits_start) {
-  if (!copies || copies->frozen() || copies_live.load()) return;
-  approved_to = waits_start;
-  copy_words[1] = waits_start;
+// From the plan's first applied launch on (its waits in place).
+void AdvisorImpl::go_live_copies() {
+  if (!copies || copies->frozen()) return;
   copies_live.store(true, std::memory_order_release);
-  copies_from = std::max(waits_start, launched.load(std::memory_order_acquire)) + kEventSlack;
 }
 
 CUevent AdvisorImpl::take_event() {
@@ -1394,23 +1491,43 @@ uint64_t AdvisorImpl::poll(std::deque<TicketEvent>& q, uint64_t seen) {
 // Evicts [address, address + length) at launch g, ordered after launch j, by copying its whole
 // 2 MiB pages to pinned host memory (the rest through the driver). False: nothing was done, the
 // caller evicts through the driver.
-bool AdvisorImpl::evict_by_copy(uint64_t address, uint64_t length, uint64_t g, uint64_t j) {
-  if (!copies_live.load(std::memory_order_relaxed) || j < copies_from) return false;
+// `due`: the launch whose prefetches bring it back.
+bool AdvisorImpl::evict_by_copy(uint64_t address, uint64_t length, uint64_t g, uint64_t j,
+                                uint64_t due) {
+  // From waits_from on: the launches that use the range next carry their waits.
+  if (!copies_live.load(std::memory_order_relaxed)) return false;
+  if (g < waits_from.load(std::memory_order_acquire)) {
+    ++copy_skipped_early;
+    return false;
+  }
   const uint64_t lo = (address + kPage - 1) / kPage * kPage;
   const uint64_t hi = (address + length) / kPage * kPage;
   if (hi <= lo) return false;
-  // The launches after the last use, up to g, were approved already: none may reach the range
-  // (a plan off the mark), as the copy waits for launch j only.
-  if (g > j) {
-    tracer::StepLog log;
-    if (!tracer::copy_steps(j + 1, g - j, &log)) return false;
-    for (const tracer::PointerHit& h : log.hits) {
-      const uint64_t end = h.limit ? h.limit : h.base + h.size;
-      if (h.pointer < hi && end > lo) return false;
+  std::optional<std::vector<HostCopies::Segment>> segments;
+  {
+    // No launch submitted after the last use may reach the range unless it waits for its copy
+    // back (a plan off the mark): the copy waits for launch j only. Launches submitted after
+    // this see the range held (guard()).
+    std::lock_guard lock(copies_mutex);
+    const uint64_t n = launched.load(std::memory_order_acquire);
+    if (n > j + 1) {
+      if (n - j - 1 > kScanLimit) return false;
+      tracer::StepLog log;
+      if (!tracer::copy_steps(j + 1, n - j - 1, &log)) return false;
+      for (uint64_t i = 0; i + j + 1 < n; ++i) {
+        const uint64_t covered = covered_launch(j + 1 + i);
+        for (uint64_t h = log.first_hit[i]; h < log.first_hit[i + 1]; ++h) {
+          const tracer::PointerHit& hit = log.hits[h];
+          const uint64_t end = hit.limit ? hit.limit : hit.base + hit.size;
+          if (hit.pointer < hi && end > lo && (covered == UINT64_MAX || covered < due)) {
+            ++copy_reached;
+            return false;
+          }
+        }
+      }
     }
+    segments = copies->take(lo, hi - lo, out_ticket + 1, due);
   }
-  std::optional<std::vector<HostCopies::Segment>> segments =
-      copies->take(lo, hi - lo, out_ticket + 1);
   if (!segments) {
     ++copy_fallbacks;
     return false;
@@ -1428,19 +1545,41 @@ bool AdvisorImpl::evict_by_copy(uint64_t address, uint64_t length, uint64_t g, u
     if (r != CUDA_SUCCESS) {
       ++copy_failures;
       // Not discarded (its copy is not seen done); every held range goes back, copies stop.
-      rescue(fmt::format("a copy to the host failed (error {})", static_cast<int>(r)), true);
+      stop_copies(fmt::format("a copy to the host failed (error {})", static_cast<int>(r)));
       return true;
     }
     bytes += s.length;
     ++copy_calls;
   }
   if (!segments->empty()) {
-    if (CUevent e = take_event(); e && d.event_record(e, stream) == CUDA_SUCCESS) {
-      out_events.push_back({out_ticket, e});
-    } else {
-      rescue("could not record an event after a copy to the host", true);
+    // The discard right behind the copy, in the GPU's order (done on the host's word, later, it
+    // came after the copy back when the program ran ahead of the GPU: nothing left the GPU).
+    std::vector<CUdeviceptr> starts;
+    std::vector<size_t> sizes;
+    for (const HostCopies::Segment& s : *segments) {
+      starts.push_back(s.address);
+      sizes.push_back(s.length);
+    }
+    const CUresult r =
+        d.mem_discard_batch_async(starts.data(), sizes.data(), starts.size(), 0, stream);
+    if (r != CUDA_SUCCESS) {
+      ++copy_failures;
+      // The GPU and the host both hold the data: the copy back rewrites the same bytes.
+      if (warned_copy_failure.first()) {
+        log_warning("advisor: cuMemDiscardBatchAsync failed (error {})", static_cast<int>(r));
+      }
+    }
+    CUevent e = take_event();
+    if (!e || d.event_record(e, stream) != CUDA_SUCCESS ||
+        d.event_record(discarded_event, stream) != CUDA_SUCCESS) {
+      stop_copies("could not record an event after a copy to the host");
       return true;
     }
+    discards_issued = true;
+    out_events.push_back({out_ticket, e});
+    std::lock_guard lock(copies_mutex);
+    copies->copied(out_ticket);  // discarded in the GPU's order: a copy back must come after
+    discard_notes.push_back({out_ticket, std::move(*segments)});
   }
   copied_out.push_back({g, bytes});
   copied_out_bytes += bytes;
@@ -1453,8 +1592,12 @@ bool AdvisorImpl::evict_by_copy(uint64_t address, uint64_t length, uint64_t g, u
 // by copy (queued, issued once the GPU reaches g); the rest goes through the driver. False:
 // nothing of it is held (the caller prefetches it all).
 bool AdvisorImpl::restore_by_copy(uint64_t address, uint64_t length, uint64_t g) {
-  if (!copies || !copies->holds(address, address + length)) return false;
-  HostCopies::Returned r = copies->give_back(address, length, in_ticket + 1);
+  HostCopies::Returned r;
+  {
+    std::lock_guard lock(copies_mutex);
+    if (!copies || !copies->holds(address, address + length)) return false;
+    r = copies->give_back(address, length, in_ticket + 1);
+  }
   copy_forgotten_bytes += r.forgotten_bytes;
   // The gaps between held parts: the driver (they may be on the host).
   uint64_t at = address;
@@ -1464,37 +1607,24 @@ bool AdvisorImpl::restore_by_copy(uint64_t address, uint64_t length, uint64_t g)
   }
   if (at < address + length) migrate(at, address + length - at, true, g);
   if (!r.copy_in.empty()) {
-    ++in_ticket;
-    push_restore(g, std::move(r.copy_in), in_ticket);
+    pending_ticket = ++in_ticket;
+    pending_in.insert(pending_in.end(), r.copy_in.begin(), r.copy_in.end());
   }
   return true;
 }
 
-void AdvisorImpl::push_restore(uint64_t g, std::vector<HostCopies::Segment> segments,
-                               uint64_t ticket) {
-  if (!restores.empty() && restores.back().g == g) {
-    Restore& b = restores.back();
-    b.segments.insert(b.segments.end(), segments.begin(), segments.end());
-    b.ticket = std::max(b.ticket, ticket);
-    return;
-  }
-  restores.push_back({g, ticket, std::move(segments)});
-}
-
-// Whether the GPU has reached launch g (its "reached" event, or a later one in its slot, done).
-bool AdvisorImpl::launch_reached(uint64_t g) const {
-  const size_t slot = g % kEventRing;
-  const uint64_t seen = reached.index[slot].load(std::memory_order_acquire);
-  if (seen == UINT64_MAX || seen < g) {
-    // Not recorded: none will be once the launch is long past (no event at that launch).
-    return launched.load(std::memory_order_acquire) > g + kEventSlack;
-  }
-  return d.event_query(reached.events[slot]) == CUDA_SUCCESS;
-}
-
-void AdvisorImpl::issue_restore(Restore& r) {
+// Issues launch g's copies back on restore_stream, at once and ordered on the GPU (nothing is
+// left for the host to issue later: a synchronous copy of the program's can hold the driver
+// while its stream waits for them): after the GPU reaches launch g (p given: its "reached"
+// event, as the driver's prefetches) and after the discards issued so far; then the restored
+// word says g + 1.
+void AdvisorImpl::issue_restore(const LivePlan* p, Restore r) {
   const uint64_t value = r.g + 1;
   if (!r.segments.empty()) {
+    if (p && r.g > p->applied_from && r.g >= p->barrier_covers &&
+        !reached.wait(d, r.g, restore_stream, launched.load(std::memory_order_acquire))) {
+      ++late_start_events;
+    }
     if (discards_issued) d.stream_wait_event(restore_stream, discarded_event, 0);
     CUmemLocation gpu{};
     gpu.type = CU_MEM_LOCATION_TYPE_DEVICE;
@@ -1502,7 +1632,11 @@ void AdvisorImpl::issue_restore(Restore& r) {
     // Populate (a prefetch of discarded pages moves nothing), then copy in.
     for (const HostCopies::Segment& s : r.segments) {
       d.mem_prefetch_async(s.address, s.length, gpu, 0, restore_stream);
-      tracer::note_residency_now(s.address, s.length, true);
+      if (p) {
+        tracer::note_residency_at(s.address, s.length, true, r.g);
+      } else {
+        tracer::note_residency_now(s.address, s.length, true);
+      }
     }
     uint64_t bytes = 0;
     for (const HostCopies::Segment& s : r.segments) {
@@ -1528,114 +1662,127 @@ void AdvisorImpl::issue_restore(Restore& r) {
     }
   }
   if (value > restored_written) {
-    d.stream_write_value64(restore_stream, restored_device, value, 0);
+    d.stream_write_value64(restore_stream, restored_device.load(), value, 0);
     restored_written = value;
   }
+  if (!r.segments.empty()) restores.push_back(std::move(r));
 }
 
-// Discards what was seen copied out, issues the copies back whose launch the GPU reached (all
-// of them: `ignore_reached`), and makes host blocks whose copies are done reusable.
-void AdvisorImpl::tend_copies(bool ignore_reached) {
+// Discards what was seen copied out, forgets copies back seen done, and makes host blocks whose
+// copies are done reusable.
+void AdvisorImpl::tend_copies() {
   if (!copies) return;
   out_done = poll(out_events, out_done);
   in_done = poll(in_events, in_done);
-  const std::vector<HostCopies::Segment> copied = copies->copied(out_done);
-  if (!copied.empty()) {
-    std::vector<CUdeviceptr> starts;
-    std::vector<size_t> sizes;
-    for (const HostCopies::Segment& s : copied) {
-      starts.push_back(s.address);
-      sizes.push_back(s.length);
+  // Discards seen done: the residency count takes them off the GPU now (a little after they ran:
+  // the count errs high).
+  while (!discard_notes.empty() && discard_notes.front().first <= out_done) {
+    for (const HostCopies::Segment& s : discard_notes.front().second) {
+      tracer::note_residency_now(s.address, s.length, false);
+      copy_discarded_bytes += s.length;
     }
-    const CUresult r =
-        d.mem_discard_batch_async(starts.data(), sizes.data(), starts.size(), 0, discard_stream);
-    if (r == CUDA_SUCCESS && d.event_record(discarded_event, discard_stream) == CUDA_SUCCESS) {
-      discards_issued = true;
-      for (const HostCopies::Segment& s : copied) {
-        tracer::note_residency_now(s.address, s.length, false);
-        copy_discarded_bytes += s.length;
-      }
-    } else {
-      // The GPU still has the data (and the host a copy): the copy back rewrites the same bytes.
-      ++copy_failures;
-      if (warned_copy_failure.first()) {
-        log_warning("advisor: cuMemDiscardBatchAsync failed (error {})", static_cast<int>(r));
-      }
-    }
+    discard_notes.pop_front();
   }
-  while (!restores.empty() && (ignore_reached || restores.front().segments.empty() ||
-                               launch_reached(restores.front().g))) {
-    issue_restore(restores.front());
-    restores.pop_front();
-  }
+  while (!restores.empty() && restored_seen() >= restores.front().g + 1) restores.pop_front();
+  std::lock_guard lock(copies_mutex);
   copies->retire(out_done, in_done);
 }
 
-// The guard, for launch g (step g - first of `log`), before the advisor handles g's actions: the
-// ranges it points at must not be held on the host (false: they were, the plan was off the mark,
-// and everything went back); a range whose copy back is still queued delays the approval of
-// launches until that copy is done.
-bool AdvisorImpl::check_launch(const tracer::StepLog& log, uint64_t first, uint64_t g) {
-  const uint64_t i = g - first;
-  for (uint64_t h = log.first_hit[i]; h < log.first_hit[i + 1]; ++h) {
-    const tracer::PointerHit& hit = log.hits[h];
-    const uint64_t end = hit.limit ? hit.limit : hit.base + hit.size;
-    if (copies->holds(hit.pointer, end)) {
-      ++copy_guard_hits;
-      rescue(fmt::format("launch {} ({}) reaches memory the plan had copied to the host", g,
-                         tracer::key_name(log.keys[i])),
-             true);
-      return false;
-    }
-    for (const Restore& r : restores) {
-      for (const HostCopies::Segment& s : r.segments) {
-        if (s.address < end && s.address + s.length > hit.pointer) {
-          hold_approval(g, r.g + 1);
-        }
+// The launch path's check (UMSWAP_EVICT_COPY), before launch `index` is submitted: if it points
+// into a range held on the host that its waits do not bring back first (a plan off the mark, or
+// the program past its loop), it waits
+// here until the advisor thread has brought everything back and stopped copying. Not in the
+// driver: a synchronous copy waiting there could hold the driver from the advisor's calls.
+// `covered`: the launch up to which this one waits for the copies back (UINT64_MAX: none).
+void AdvisorImpl::guard(uint64_t index, const std::vector<tracer::PointerHit>* hits,
+                        uint64_t covered) {
+  {
+    std::lock_guard lock(copies_mutex);
+    if (!copies || copies->frozen()) return;
+    // Unknown (the tracer stopped recording): as if it reached one.
+    bool reaches = hits == nullptr;
+    static const std::vector<tracer::PointerHit> kNone;
+    for (const tracer::PointerHit& h : hits ? *hits : kNone) {
+      const uint64_t end = h.limit ? h.limit : h.base + h.size;
+      if (covered == UINT64_MAX ? copies->holds(h.pointer, end)
+                                : copies->reaches(h.pointer, end, covered)) {
+        log_debug(
+            "UMSWAP_EVICT_COPY: launch {} reaches [{:#x}, {:#x}) held on the host; it waits "
+            "for the copies back up to launch {} (UINT64_MAX: none); held: {}",
+            index, h.pointer, end, covered, copies->describe(h.pointer, end));
+        reaches = true;
+        break;
       }
     }
+    if (!reaches) return;
   }
-  return true;
+  uint64_t none = UINT64_MAX;
+  guard_launch.compare_exchange_strong(none, index);
+  rescue_asked.store(true, std::memory_order_release);
+  const auto t0 = std::chrono::steady_clock::now();
+  bool warned = false;
+  while (copies_live.load(std::memory_order_acquire) && !stop.load(std::memory_order_acquire)) {
+    sleep_us(50);
+    if (!warned && std::chrono::steady_clock::now() - t0 > std::chrono::seconds(10)) {
+      warned = true;
+      log_warning(
+          "UMSWAP_EVICT_COPY: launch {} has waited 10 s for the advisor to bring back "
+          "what it copied to the host",
+          index);
+    }
+  }
 }
 
-// Every range held on the host goes back now (a plan ends or switches, the guard caught a
-// launch, a copy failed, the watchdog asked); with `freeze`, copies stop for the rest of the run
-// and launches wait for nothing more of them once the copies back are done.
-void AdvisorImpl::rescue(const std::string& why, bool freeze) {
-  if (!copies || (copies->frozen() && restores.empty())) return;
+// Every range held on the host goes back now, and copies stop: for the rest of the run
+// (`for_good`: the guard caught a launch, a copy failed, the watchdog asked, the program ends),
+// or until the next plan takes effect (a plan ends or another takes over: it knows nothing of
+// them). Nothing here waits on the host: restore_stream releases this epoch's word once every
+// copy back queued on it is done.
+void AdvisorImpl::stop_copies(const std::string& why, bool for_good) {
+  if (!copies || copies->frozen()) return;
+  if (!for_good && epoch + 1 >= kEpochs) for_good = true;
   ++copy_rescues;
-  if (freeze) {
-    copies->freeze();
-    if (copy_off_reason.empty()) copy_off_reason = why;
+  if (for_good) {
+    copy_off_reason = why;
     log_warning(
         "UMSWAP_EVICT_COPY: {}; everything copied to the host goes back, and evictions go "
         "through the driver from now on",
         why);
   } else {
-    log_info("advisor: {}; everything copied to the host goes back", why);
+    log_info("UMSWAP_EVICT_COPY: {}; everything copied to the host goes back", why);
   }
   out_done = poll(out_events, out_done);
-  HostCopies::Returned r = copies->give_back_all(in_ticket + 1);
+  tend_copies();  // discards seen due
+  // Ranges copied out whose discard is not issued are forgotten (the GPU has them); those
+  // discarded wait for their discard on restore_stream. Not for a launch: no "reached" wait.
+  HostCopies::Returned r;
+  {
+    std::lock_guard lock(copies_mutex);
+    copies->freeze();
+    r = copies->give_back_all(++in_ticket);
+  }
   copy_forgotten_bytes += r.forgotten_bytes;
-  tend_copies(true);  // discards seen due, then every queued copy back, in order
-  if (!r.copy_in.empty()) {
-    ++in_ticket;
-    // Ranges copied out whose discard is not issued were forgotten (the GPU has them); those
-    // discarded wait for their discard on restore_stream.
-    Restore all{restored_written ? restored_written - 1 : 0, in_ticket, std::move(r.copy_in)};
-    issue_restore(all);
-  }
-  if (!freeze) {
-    hold_approval(approved_to, restored_written);
-    return;
-  }
-  // Launches wait for nothing more from copies once these copies back are done.
-  d.stream_write_value64(restore_stream, restored_device, kReleased, 0);
+  r.copy_in.insert(r.copy_in.end(), pending_in.begin(), pending_in.end());
+  pending_in.clear();
+  issue_restore(nullptr,
+                {restored_written ? restored_written - 1 : 0, in_ticket, std::move(r.copy_in)});
+  // Launches place no more waits for it; those placed wait for the copies back queued so far,
+  // and launches from now on wait for them all (on_step) until they are seen done.
+  d.stream_write_value64(restore_stream, restored_device.load(), kReleased, 0);
   restored_written = kReleased;
-  d.stream_synchronize(restore_stream);
-  copies_live.store(false, std::memory_order_release);
-  copy_words[1] = kReleased;
-  approved_to = UINT64_MAX;
+  if (d.event_record(discarded_event, restore_stream) == CUDA_SUCCESS) {
+    stopped_pending.store(true, std::memory_order_release);
+  }
+  if (!for_good) {
+    // A fresh word for the next plan; host blocks are reused once their copies are seen done.
+    restores.clear();
+    ++epoch;
+    restored_written = 0;
+    restored_device.store(restored_base + epoch * sizeof(uint64_t), std::memory_order_release);
+    std::lock_guard lock(copies_mutex);
+    copies->unfreeze();
+  }
+  copies_live.store(false, std::memory_order_release);  // frees launches waiting in guard()
 }
 
 // The drops by page of this process, for the allocator's free path: only whole 2 MiB pages (the
@@ -1759,6 +1906,11 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
         {"forgotten_bytes", a.copy_forgotten_bytes},
         {"copy_calls", a.copy_calls},
         {"driver_fallbacks", a.copy_fallbacks},
+        {"left_to_driver",
+         {{"reached_by_a_launch", a.copy_reached},
+          {"unordered", a.copy_skipped_unordered},
+          {"not_brought_back_whole", a.copy_skipped_not_back},
+          {"before_the_waits", a.copy_skipped_early}}},
         {"rescues", a.copy_rescues},
         {"guard_hits", a.copy_guard_hits},
         {"failures", a.copy_failures},

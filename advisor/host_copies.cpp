@@ -52,7 +52,7 @@ std::shared_ptr<HostCopies::Block> HostCopies::block_for(uint64_t bytes) {
 }
 
 std::optional<std::vector<HostCopies::Segment>> HostCopies::take(uint64_t address, uint64_t length,
-                                                                 uint64_t ticket) {
+                                                                 uint64_t ticket, uint64_t due) {
   const uint64_t end = address + length;
   // The gaps no piece covers.
   std::vector<std::pair<uint64_t, uint64_t>> gaps;
@@ -73,7 +73,7 @@ std::optional<std::vector<HostCopies::Segment>> HostCopies::take(uint64_t addres
   block->out_ticket = ticket;
   uint64_t offset = 0;
   for (const auto& [lo, hi] : gaps) {
-    pieces_[lo] = Piece{hi, block, offset, false, ticket};
+    pieces_[lo] = Piece{hi, block, offset, false, ticket, due};
     ++block->pieces;
     ++copying_;
     out.push_back({lo, hi - lo, block->host + offset});
@@ -148,6 +148,26 @@ bool HostCopies::holds(uint64_t address, uint64_t end) const {
   auto it = pieces_.upper_bound(address);
   if (it != pieces_.begin() && std::prev(it)->second.end > address) return true;
   return it != pieces_.end() && it->first < end;
+}
+
+bool HostCopies::reaches(uint64_t address, uint64_t end, uint64_t covered) const {
+  auto it = pieces_.upper_bound(address);
+  if (it != pieces_.begin() && std::prev(it)->second.end > address) --it;
+  for (; it != pieces_.end() && it->first < end; ++it) {
+    if (it->second.due > covered) return true;
+  }
+  return false;
+}
+
+std::string HostCopies::describe(uint64_t address, uint64_t end) const {
+  std::string out;
+  auto it = pieces_.upper_bound(address);
+  if (it != pieces_.begin() && std::prev(it)->second.end > address) --it;
+  for (; it != pieces_.end() && it->first < end; ++it) {
+    out += "[" + std::to_string(it->first) + " +" + std::to_string(it->second.end - it->first) +
+           " due " + std::to_string(it->second.due) + "] ";
+  }
+  return out;
 }
 
 void HostCopies::retire(uint64_t out_done, uint64_t in_done) {

@@ -78,7 +78,9 @@ uint64_t StepRecorder::record(const LoggedStep& step, CUstream stream,
     }
   }
   const uint64_t index = launches_++;
-  if (options_.observer) options_.observer->on_step(index, step.key, stream);
+  if (options_.observer) {
+    options_.observer->on_step(index, step.key, stream, recording() ? &scratch_ : nullptr);
+  }
   return index;
 }
 

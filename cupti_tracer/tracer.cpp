@@ -65,7 +65,8 @@ class Tracer {
              std::string* reason);
   void finish(bool used_cuda = true);
   void yield_cupti(const std::string& what);
-  void note_residency(uint64_t address, uint64_t bytes, bool on_gpu, bool now_on_gpu);
+  static constexpr uint64_t kCurrentStep = UINT64_MAX - 1;
+  void note_residency(uint64_t address, uint64_t bytes, bool on_gpu, uint64_t at_step);
   void note_lifetime(uint64_t address, uint64_t bytes, bool freed);
   std::vector<LifetimeEvent> copy_lifetimes(uint64_t from_step, uint64_t to_step);
   std::string yielded_to() {
@@ -518,13 +519,15 @@ void Tracer::parse_activity(uint8_t* buffer, size_t valid_size) {
 
 // Placed where the program's stream runs it (summarize(), own_record_time()): a discard at the
 // GPU end of the step launched before it, a populate at the GPU start of the next one.
-void Tracer::note_residency(uint64_t address, uint64_t bytes, bool on_gpu, bool now_on_gpu) {
+void Tracer::note_residency(uint64_t address, uint64_t bytes, bool on_gpu, uint64_t at_step) {
   if (!running() || !um_counters_ || !cupti_.get_timestamp) return;
   uint64_t now = 0;
   if (cupti_.get_timestamp(&now) != CUPTI_SUCCESS) return;
   const StepRecorder* r = recorder();
-  // now_on_gpu: placed at the call's time (own_record_time's fallback), not at a step's.
-  const uint64_t step = !now_on_gpu && r && r->recording() ? r->log().size() : UINT64_MAX;
+  // kNow: placed at the call's time (own_record_time's fallback); kCurrentStep: at the step the
+  // program is launching.
+  const uint64_t step =
+      at_step == kCurrentStep ? (r && r->recording() ? r->log().size() : UINT64_MAX) : at_step;
   std::lock_guard lock(activity_mutex_);
   um_records_.push_back({on_gpu ? CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_HTOD
                                 : CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_DTOH,
@@ -945,11 +948,15 @@ void yield_cupti(const std::string& what) {
 }
 
 void note_residency(uint64_t address, uint64_t bytes, bool on_gpu) {
-  tracer_instance().note_residency(address, bytes, on_gpu, false);
+  tracer_instance().note_residency(address, bytes, on_gpu, Tracer::kCurrentStep);
 }
 
 void note_residency_now(uint64_t address, uint64_t bytes, bool on_gpu) {
-  tracer_instance().note_residency(address, bytes, on_gpu, true);
+  tracer_instance().note_residency(address, bytes, on_gpu, UINT64_MAX);
+}
+
+void note_residency_at(uint64_t address, uint64_t bytes, bool on_gpu, uint64_t step) {
+  tracer_instance().note_residency(address, bytes, on_gpu, step);
 }
 
 void untrace_this_thread() {

@@ -64,6 +64,22 @@ TEST(HostCopies, TakeCopyDiscardGiveBack) {
   EXPECT_EQ(c.held_bytes(), 0u);
 }
 
+TEST(HostCopies, ReachesTellsWhetherAPieceComesBackAfterALaunch) {
+  FakeHost host;
+  HostCopies c = host.make(64 * kMiB);
+  ASSERT_TRUE(c.take(0, 4 * kMiB, 1, /*due=*/100));
+  ASSERT_TRUE(c.take(8 * kMiB, 4 * kMiB, 2, /*due=*/200));
+  EXPECT_FALSE(c.reaches(0, 4 * kMiB, 100));  // back by launch 100: covered
+  EXPECT_TRUE(c.reaches(0, 4 * kMiB, 99));
+  EXPECT_TRUE(c.reaches(2 * kMiB, 10 * kMiB, 150));  // the second piece comes at 200
+  EXPECT_FALSE(c.reaches(2 * kMiB, 10 * kMiB, 200));
+  EXPECT_FALSE(c.reaches(4 * kMiB, 8 * kMiB, 0));  // between the pieces
+  // A split keeps the launch.
+  c.give_back(0, 2 * kMiB, 1);
+  EXPECT_TRUE(c.reaches(2 * kMiB, 3 * kMiB, 99));
+  EXPECT_FALSE(c.reaches(2 * kMiB, 3 * kMiB, 100));
+}
+
 TEST(HostCopies, GivingBackACopyInFlightForgetsIt) {
   FakeHost host;
   HostCopies c = host.make(64 * kMiB);
@@ -146,6 +162,21 @@ TEST(HostCopies, FrozenTakesNothingAndKeepsItsBlocks) {
   }
   // A stalled stream may still copy into it: never freed.
   EXPECT_EQ(host.freed, 0u);
+}
+
+TEST(HostCopies, UnfrozenTakesAgainAndReusesBlocksOnceTheirCopiesAreDone) {
+  FakeHost host;
+  HostCopies c = host.make(8 * kMiB);
+  ASSERT_TRUE(c.take(0, 8 * kMiB, 1));
+  c.copied(1);
+  c.freeze();
+  EXPECT_EQ(c.give_back_all(2).copy_in.size(), 1u);
+  c.unfreeze();
+  c.retire(0, 0);  // the copies are not seen done: the block is not reused yet
+  EXPECT_FALSE(c.take(64 * kMiB, 8 * kMiB, 3));
+  c.retire(1, 2);
+  EXPECT_TRUE(c.take(64 * kMiB, 8 * kMiB, 3));
+  EXPECT_EQ(c.blocks_allocated(), 1u);
 }
 
 TEST(HostCopies, GiveBackAllReturnsEveryDiscardedPiece) {

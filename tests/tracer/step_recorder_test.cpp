@@ -50,7 +50,9 @@ constexpr uint64_t kC = 0x7f0000300000;  // 64 bytes, id 3
 // Records every on_step call; checks they come serialized and numbered in order.
 class Observer final : public LaunchObserver {
  public:
-  void on_step(uint64_t index, uint32_t key, CUstream stream) override {
+  void on_step(uint64_t index, uint32_t key, CUstream stream,
+               const std::vector<PointerHit>* hits) override {
+    hit_counts.push_back(hits ? hits->size() : SIZE_MAX);
     if (index != keys.size()) ++out_of_order;
     keys.push_back(key);
     streams.push_back(reinterpret_cast<uint64_t>(stream));
@@ -60,6 +62,7 @@ class Observer final : public LaunchObserver {
 
   std::vector<uint32_t> keys;  // by launch index
   std::vector<uint64_t> streams;
+  std::vector<size_t> hit_counts;  // hits handed to on_step, by launch index
   uint64_t out_of_order = 0;
 };
 
@@ -118,6 +121,8 @@ TEST_F(StepRecorderTest, KernelsAndCopiesAreScannedLoggedAndObserved) {
   EXPECT_EQ(log.hits(log.step(2)).front(), hit(1, kA, 4096, kA + 100));
   EXPECT_EQ(observer.keys, (std::vector<uint32_t>{k, m, k}));
   EXPECT_EQ(observer.streams, (std::vector<uint64_t>{7, 0, 0}));
+  // The observer is handed each step's hits (UMSWAP_EVICT_COPY's guard checks them).
+  EXPECT_EQ(observer.hit_counts, (std::vector<size_t>{1, 1, 1}));
 
   const StepRecorder::Recording rec = r.stop();
   EXPECT_EQ(rec.names, (std::vector<std::string>{"kernel", "memcpy HtoD"}));
@@ -129,6 +134,7 @@ TEST_F(StepRecorderTest, KernelsAndCopiesAreScannedLoggedAndObserved) {
   EXPECT_EQ(launch(r, k, kA, 0), 3u);
   EXPECT_EQ(log.size(), 3u);
   EXPECT_EQ(observer.keys.size(), 4u);
+  EXPECT_EQ(observer.hit_counts.back(), SIZE_MAX);  // not looked at: null
 }
 
 TEST_F(StepRecorderTest, AFullLogDropsAndCountsButTheObserverSeesEveryLaunch) {
@@ -186,6 +192,7 @@ TEST_F(StepRecorderTest, SteadyStateLaunchesDoNotAllocate) {
   Observer observer;
   observer.keys.reserve(10000);
   observer.streams.reserve(10000);
+  observer.hit_counts.reserve(10000);
   StepRecorder r({.observer = &observer});
   std::vector<FunctionLayout> functions;
   for (uint32_t k = 0; k < 8; ++k) {

@@ -47,7 +47,9 @@
 // Contract:
 //   * start() once, from the first CUDA-using thread, outside any lock; on failure the program
 //     runs on plain managed memory and the caller says so once.
-//   * on_step()/after_step() run on launching threads and never block or allocate.
+//   * on_step()/after_step() run on launching threads and never allocate; on_step() blocks only
+//     with UMSWAP_EVICT_COPY, for a launch that reaches memory copied to the host, until the
+//     advisor has brought it all back (docs/advisor.md "Evictions umswap copies").
 //   * on_finish() (from the tracer's exit handler, before the CUDA runtime tears down) stops and
 //     joins the thread; stats() may be called afterwards.
 // Nothing here can change the program's results: managed memory stays coherent whatever is
@@ -140,7 +142,8 @@ class Advisor final : public tracer::LaunchObserver {
   bool start(const AdvisorConfig& config, const AdvisorDriver& driver, Registry& registry,
              std::string* reason);
 
-  void on_step(uint64_t index, uint32_t key, CUstream stream) override;
+  void on_step(uint64_t index, uint32_t key, CUstream stream,
+               const std::vector<tracer::PointerHit>* hits) override;
   void after_step(uint64_t index, CUstream stream) override;
   void on_finish() override;
 

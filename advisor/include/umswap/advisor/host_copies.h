@@ -19,7 +19,8 @@
 // Host memory comes from `alloc` in blocks, one per range taken; a block whose pieces are all
 // given back is reused for a later range of exactly its size once the copies that read or wrote
 // it are done (tickets), and freed when room is needed under `limit`. After freeze() no block is
-// reused or freed (copies issued before may still be queued behind a stalled stream).
+// reused or freed (copies issued before may still be queued behind a stalled stream), until
+// unfreeze().
 //
 // Not thread safe: the advisor thread owns it.
 #pragma once
@@ -29,6 +30,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace umswap::advisor {
@@ -57,7 +59,9 @@ class HostCopies {
   // (increasing): one host block for them, the segments to copy (none: all held already).
   // Nothing is taken (nullopt) when the host memory cannot be had under the limit, or after
   // freeze().
-  std::optional<std::vector<Segment>> take(uint64_t address, uint64_t length, uint64_t ticket);
+  // `due`: the launch at which the plan brings the range back (reaches()).
+  std::optional<std::vector<Segment>> take(uint64_t address, uint64_t length, uint64_t ticket,
+                                           uint64_t due = UINT64_MAX);
   // Pieces whose copy out is done (ticket <= out_done) and not discarded yet: marked discarded,
   // returned so that the caller discards their GPU pages.
   std::vector<Segment> copied(uint64_t out_done);
@@ -66,10 +70,18 @@ class HostCopies {
   Returned give_back_all(uint64_t ticket);
   // Whether a held piece overlaps [address, end).
   bool holds(uint64_t address, uint64_t end) const;
+  // Whether a held piece overlapping [address, end) comes back only after launch `covered` (a
+  // launch that waits for the copies back issued up to `covered` would find it missing).
+  bool reaches(uint64_t address, uint64_t end, uint64_t covered) const;
+  // The pieces overlapping [address, end) as text (for a debug log): address, length, due.
+  std::string describe(uint64_t address, uint64_t end) const;
   // Makes blocks whose copies are done (out_done, in_done: the highest tickets seen done)
   // reusable.
   void retire(uint64_t out_done, uint64_t in_done);
   void freeze() { frozen_ = true; }
+  // Takes ranges again (after give_back_all()); blocks are still reused only once retire() has
+  // seen their copies done.
+  void unfreeze() { frozen_ = false; }
   bool frozen() const { return frozen_; }
 
   uint64_t held_bytes() const { return held_bytes_; }
@@ -87,7 +99,8 @@ class HostCopies {
     std::shared_ptr<Block> block;
     uint64_t block_offset = 0;  // of the piece's first byte
     bool discarded = false;
-    uint64_t ticket = 0;  // of its copy out
+    uint64_t ticket = 0;        // of its copy out
+    uint64_t due = UINT64_MAX;  // the launch that brings it back
   };
   using Map = std::map<uint64_t, Piece>;  // by address
 

@@ -44,9 +44,11 @@ class LaunchObserver {
  public:
   virtual ~LaunchObserver() = default;
   // Launch `index` (0-based count of every step the tracer saw, logged or not) with step `key`
-  // on `stream`, at API entry. Serialized: called under the tracer's launch mutex. Must be
-  // cheap and must not call the CUDA API.
-  virtual void on_step(uint64_t index, uint32_t key, CUstream stream) = 0;
+  // on `stream`, at API entry, with the pointers into buffers its parameters hold (null when the
+  // tracer no longer records, and so did not look). Serialized: called under the tracer's launch
+  // mutex. Must be cheap.
+  virtual void on_step(uint64_t index, uint32_t key, CUstream stream,
+                       const std::vector<PointerHit>* hits) = 0;
   // The same launch after the driver call returned (API exit), on the same thread, outside the
   // tracer's lock: the work is in the stream, so an event recorded now completes after it.
   virtual void after_step(uint64_t index, CUstream stream) = 0;

@@ -123,6 +123,10 @@ void note_residency(uint64_t address, uint64_t bytes, bool on_gpu);
 // runs at once (UMSWAP_EVICT_COPY's discards, issued once the copy out is seen done) or that
 // cannot run before it (its populates).
 void note_residency_now(uint64_t address, uint64_t bytes, bool on_gpu);
+// The same, placed where the GPU runs step `step` (a populate at its start, a discard at the
+// previous step's end): for work on a stream of umswap's own ordered there
+// (UMSWAP_EVICT_COPY's copies back wait for the GPU to reach their launch).
+void note_residency_at(uint64_t address, uint64_t bytes, bool on_gpu, uint64_t step);
 // The calling thread's CUDA calls are umswap's own (the advisor thread's copies): not logged as
 // the program's steps.
 void untrace_this_thread();

@@ -316,7 +316,6 @@ class AdvisorImpl {
   CUdeviceptr restored_base = 0;
   uint32_t epoch = 0;
   std::atomic<CUdeviceptr> restored_device{0};
-  uint64_t restored_seen() const { return copy_words[epoch]; }
   struct TicketEvent {
     uint64_t ticket;
     CUevent event;
@@ -331,7 +330,6 @@ class AdvisorImpl {
     uint64_t ticket = 0;
     std::vector<HostCopies::Segment> segments;
   };
-  std::deque<Restore> restores;  // copies back issued, until the restored word passes them
   // Discards issued behind copies out (ticket), noted in the residency count once seen done.
   std::deque<std::pair<uint64_t, std::vector<HostCopies::Segment>>> discard_notes;
   std::vector<HostCopies::Segment> pending_in;  // the launch being applied's copies back
@@ -501,11 +499,12 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
   }
   // UMSWAP_EVICT_COPY: the launch runs once the copies back of the launch that issues its
   // prefetches are done.
-  if (a.copies_live.load(std::memory_order_acquire) && p->wait_ahead[phase] != UINT32_MAX &&
-      index >= p->wait_ahead[phase] &&
-      index - p->wait_ahead[phase] >= a.waits_from.load(std::memory_order_acquire)) {
-    a.d.stream_wait_value64(stream, a.restored_device.load(std::memory_order_acquire),
-                            index - p->wait_ahead[phase] + 1, CU_STREAM_WAIT_VALUE_GEQ);
+  if (a.copies_live.load(std::memory_order_acquire)) {
+    if (const uint64_t issued_at = p->covered(index, a.waits_from.load(std::memory_order_acquire));
+        issued_at != UINT64_MAX) {
+      a.d.stream_wait_value64(stream, a.restored_device.load(std::memory_order_acquire),
+                              issued_at + 1, CU_STREAM_WAIT_VALUE_GEQ);
+    }
   }
   if (value == 0) return;
   if (a.d.stream_wait_value64(stream, a.progress_device, value, CU_STREAM_WAIT_VALUE_GEQ) ==
@@ -688,13 +687,14 @@ void AdvisorImpl::run() {
       tend_copies();
       if (rescue_asked.exchange(false)) {
         const uint64_t caught = guard_launch.load();
-        if (caught != UINT64_MAX) ++copy_guard_hits;
-        stop_copies(caught == UINT64_MAX
-                        ? std::string("launches waited 2 s for the advisor")
-                        : fmt::format("launch {} ({}) reaches memory copied to the host", caught,
-                                      tracer::key_name(tracer::copy_keys(caught, 1).empty()
-                                                           ? UINT32_MAX
-                                                           : tracer::copy_keys(caught, 1)[0])));
+        if (caught == UINT64_MAX) {
+          stop_copies("launches waited 2 s for the advisor");
+        } else {
+          ++copy_guard_hits;
+          const std::vector<uint32_t> key = tracer::copy_keys(caught, 1);
+          stop_copies(fmt::format("launch {} ({}) reaches memory copied to the host", caught,
+                                  tracer::key_name(key.empty() ? UINT32_MAX : key[0])));
+        }
       }
       sleep_us(50);
     } else if (pending_placement) {
@@ -752,7 +752,9 @@ void AdvisorImpl::watch_waits() {
       log_debug(
           "advisor: no launch for 5 s: launched {}, progress {} (highest wait {}), restored {}, "
           "copies live {}",
-          l, value, wanted, copy_words ? restored_seen() : 0, copies_live.load());
+          l, value, wanted,
+          copy_words ? copy_words[(restored_device.load() - restored_base) / sizeof(uint64_t)] : 0,
+          copies_live.load());
     }
     if (value >= kReleased || wanted == 0 || value >= wanted - 1) {
       watched = UINT64_MAX;
@@ -1437,7 +1439,7 @@ void AdvisorImpl::set_up_copies() {
       d.mem_host_alloc(&words, kEpochs * sizeof(uint64_t),
                        CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE) != CUDA_SUCCESS ||
       d.mem_host_get_device_pointer(&restored_base, words, 0) != CUDA_SUCCESS) {
-    return off("could not create its streams, event or counters");
+    return off("could not create its stream, event or counters");
   }
   copy_words = static_cast<volatile uint64_t*>(words);
   for (uint32_t i = 0; i < kEpochs; ++i) copy_words[i] = 0;
@@ -1478,7 +1480,8 @@ CUevent AdvisorImpl::take_event() {
   return e;
 }
 
-// The highest ticket whose event is done, from `done` on.
+// The highest ticket of `q` whose event is done (at least `seen`); done events go back to the
+// spares.
 uint64_t AdvisorImpl::poll(std::deque<TicketEvent>& q, uint64_t seen) {
   while (!q.empty() && d.event_query(q.front().event) == CUDA_SUCCESS) {
     seen = std::max(seen, q.front().ticket);
@@ -1577,9 +1580,9 @@ bool AdvisorImpl::evict_by_copy(uint64_t address, uint64_t length, uint64_t g, u
     }
     discards_issued = true;
     out_events.push_back({out_ticket, e});
+    if (r == CUDA_SUCCESS) discard_notes.push_back({out_ticket, *segments});
     std::lock_guard lock(copies_mutex);
     copies->copied(out_ticket);  // discarded in the GPU's order: a copy back must come after
-    discard_notes.push_back({out_ticket, std::move(*segments)});
   }
   copied_out.push_back({g, bytes});
   copied_out_bytes += bytes;
@@ -1589,8 +1592,8 @@ bool AdvisorImpl::evict_by_copy(uint64_t address, uint64_t length, uint64_t g, u
 }
 
 // The prefetch of [address, address + length) at launch g: the parts held on the host go back
-// by copy (queued, issued once the GPU reaches g); the rest goes through the driver. False:
-// nothing of it is held (the caller prefetches it all).
+// by copy (collected in pending_in; issue_restore() at the end of launch g); the rest goes
+// through the driver. False: nothing of it is held (the caller prefetches it all).
 bool AdvisorImpl::restore_by_copy(uint64_t address, uint64_t length, uint64_t g) {
   HostCopies::Returned r;
   {
@@ -1665,11 +1668,10 @@ void AdvisorImpl::issue_restore(const LivePlan* p, Restore r) {
     d.stream_write_value64(restore_stream, restored_device.load(), value, 0);
     restored_written = value;
   }
-  if (!r.segments.empty()) restores.push_back(std::move(r));
 }
 
-// Discards what was seen copied out, forgets copies back seen done, and makes host blocks whose
-// copies are done reusable.
+// Notes the discards seen done in the residency count, and makes host blocks whose copies are
+// done reusable.
 void AdvisorImpl::tend_copies() {
   if (!copies) return;
   out_done = poll(out_events, out_done);
@@ -1683,16 +1685,15 @@ void AdvisorImpl::tend_copies() {
     }
     discard_notes.pop_front();
   }
-  while (!restores.empty() && restored_seen() >= restores.front().g + 1) restores.pop_front();
   std::lock_guard lock(copies_mutex);
   copies->retire(out_done, in_done);
 }
 
 // The launch path's check (UMSWAP_EVICT_COPY), before launch `index` is submitted: if it points
 // into a range held on the host that its waits do not bring back first (a plan off the mark, or
-// the program past its loop), it waits
-// here until the advisor thread has brought everything back and stopped copying. Not in the
-// driver: a synchronous copy waiting there could hold the driver from the advisor's calls.
+// the program past its loop), it waits here until the advisor thread has brought everything
+// back and stopped copying. Not in the driver: a synchronous copy waiting there could hold the
+// driver from the advisor's calls.
 // `covered`: the launch up to which this one waits for the copies back (UINT64_MAX: none).
 void AdvisorImpl::guard(uint64_t index, const std::vector<tracer::PointerHit>* hits,
                         uint64_t covered) {
@@ -1753,8 +1754,8 @@ void AdvisorImpl::stop_copies(const std::string& why, bool for_good) {
   }
   out_done = poll(out_events, out_done);
   tend_copies();  // discards seen due
-  // Ranges copied out whose discard is not issued are forgotten (the GPU has them); those
-  // discarded wait for their discard on restore_stream. Not for a launch: no "reached" wait.
+  // Every held range is discarded behind its copy on `stream`: the copies back wait for the last
+  // discard on restore_stream. Not for a launch: no "reached" wait.
   HostCopies::Returned r;
   {
     std::lock_guard lock(copies_mutex);
@@ -1775,7 +1776,6 @@ void AdvisorImpl::stop_copies(const std::string& why, bool for_good) {
   }
   if (!for_good) {
     // A fresh word for the next plan; host blocks are reused once their copies are seen done.
-    restores.clear();
     ++epoch;
     restored_written = 0;
     restored_device.store(restored_base + epoch * sizeof(uint64_t), std::memory_order_release);

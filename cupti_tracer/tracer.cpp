@@ -65,6 +65,7 @@ class Tracer {
              std::string* reason);
   void finish(bool used_cuda = true);
   void yield_cupti(const std::string& what);
+  static constexpr uint64_t kNow = UINT64_MAX;  // own_record_time falls back to the call's time
   static constexpr uint64_t kCurrentStep = UINT64_MAX - 1;
   void note_residency(uint64_t address, uint64_t bytes, bool on_gpu, uint64_t at_step);
   void note_lifetime(uint64_t address, uint64_t bytes, bool freed);
@@ -952,7 +953,7 @@ void note_residency(uint64_t address, uint64_t bytes, bool on_gpu) {
 }
 
 void note_residency_now(uint64_t address, uint64_t bytes, bool on_gpu) {
-  tracer_instance().note_residency(address, bytes, on_gpu, UINT64_MAX);
+  tracer_instance().note_residency(address, bytes, on_gpu, Tracer::kNow);
 }
 
 void note_residency_at(uint64_t address, uint64_t bytes, bool on_gpu, uint64_t step) {

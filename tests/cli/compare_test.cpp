@@ -260,6 +260,19 @@ TEST(StatsParse, ReadsEveryFigureAndSortsIterations) {
   EXPECT_EQ(s.iterations[4].bytes_dtoh, 10000000000u);
 }
 
+TEST(StatsParse, UmswapsOwnCopiesCountInTheBytesEachWay) {
+  // UMSWAP_EVICT_COPY: bytes umswap copied itself are on the link but not in CUPTI's counters.
+  const StatsFigures s = parse_stats_figures(json::parse(R"({
+    "umswap_stats_version": 1,
+    "iterations": [{"index": 0, "bytes_htod": 1000, "bytes_dtoh": 2000,
+                    "copied_in_bytes": 30, "copied_out_bytes": 40},
+                   {"index": 1, "copied_in_bytes": 5}]})"));
+  ASSERT_EQ(s.iterations.size(), 2u);
+  EXPECT_EQ(s.iterations[0].bytes_htod, 1030u);
+  EXPECT_EQ(s.iterations[0].bytes_dtoh, 2040u);
+  EXPECT_FALSE(s.iterations[1].bytes_htod);  // CUPTI's count unknown: the sum is too
+}
+
 TEST(StatsParse, MissingAndWrongTypedFieldsAreUnknown) {
   const StatsFigures s = parse_stats_figures(json::parse(R"({
     "umswap_stats_version": 1,

@@ -119,9 +119,9 @@ void yield_cupti(const std::string& what);
 // on the GPU without a transfer (on_gpu true; UMSWAP_DISCARD_FREED): the residency count removes
 // or adds its pages as a transfer would, without counting bytes moved.
 void note_residency(uint64_t address, uint64_t bytes, bool on_gpu);
-// The same, placed at the time of the call: for work on a stream of umswap's own that the GPU
-// runs at once (UMSWAP_EVICT_COPY's discards, issued once the copy out is seen done) or that
-// cannot run before it (its populates).
+// The same, placed at the time of the call: for work of umswap's own seen done by then
+// (UMSWAP_EVICT_COPY's discards, noted once the advisor sees them done: the count errs high) or
+// that cannot run before it (the populates of its final copies back).
 void note_residency_now(uint64_t address, uint64_t bytes, bool on_gpu);
 // The same, placed where the GPU runs step `step` (a populate at its start, a discard at the
 // previous step's end): for work on a stream of umswap's own ordered there

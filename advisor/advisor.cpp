@@ -304,6 +304,18 @@ class AdvisorImpl {
   std::atomic<bool> copies_live{false};  // the launch path checks launches, places restore waits
   std::mutex copies_mutex;               // `copies` (the launch path reads it)
   std::atomic<uint64_t> guard_launch{UINT64_MAX};  // a launch the launch path caught
+  // A launch the guard caught reaching held ranges its waits do not cover: the advisor thread
+  // gives back those ranges (rounded out to 2 MiB pages) and records rescue_event after their
+  // copies back on restore_stream; the launch waits for it on its stream. rescue_ranges and
+  // rescue_serial under copies_mutex; one request at a time (the launch path holds the tracer's
+  // launch lock).
+  std::vector<std::pair<uint64_t, uint64_t>> rescue_ranges;
+  uint64_t rescue_serial = 0;
+  uint64_t rescue_launch = 0;  // the launch caught
+  std::atomic<uint64_t> rescue_wanted{0}, rescue_served{0};
+  CUevent rescue_event = nullptr;
+  uint64_t copy_rescued_bytes = 0;
+  std::vector<std::string> guard_kernels;  // the first kernels the guard caught, for the stats
   // After stop_copies: discarded_event is recorded after the last copies back; launches wait for
   // it until it is seen done.
   std::atomic<bool> stopped_pending{false};
@@ -331,7 +343,12 @@ class AdvisorImpl {
     std::vector<HostCopies::Segment> segments;
   };
   // Discards issued behind copies out (ticket), noted in the residency count once seen done.
-  std::deque<std::pair<uint64_t, std::vector<HostCopies::Segment>>> discard_notes;
+  struct DiscardNote {
+    uint64_t ticket = 0;
+    uint32_t copy = 0;  // the correlation id of the copy the discard follows (0: unknown)
+    std::vector<HostCopies::Segment> segments;
+  };
+  std::deque<DiscardNote> discard_notes;
   std::vector<HostCopies::Segment> pending_in;  // the launch being applied's copies back
   uint64_t pending_ticket = 0;
   uint64_t restored_written = 0;          // the highest restored value queued
@@ -356,7 +373,9 @@ class AdvisorImpl {
   void tend_copies();
   void issue_restore(const LivePlan* p, Restore r);
   void stop_copies(const std::string& why, bool for_good = true);
-  void guard(uint64_t index, const std::vector<tracer::PointerHit>* hits, uint64_t covered);
+  void guard(uint64_t index, const std::vector<tracer::PointerHit>* hits, uint64_t covered,
+             CUstream on);
+  void serve_rescue();
   // The launch up to which launch `index` on `stream` finds the copies back done: its own wait
   // (placed further down on_step) or an earlier launch's on the same stream, which it runs
   // after; UINT64_MAX: none. Launch path, under the tracer's launch lock; kept by launch index
@@ -436,7 +455,7 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
   a.launched.store(index + 1, std::memory_order_release);
   LivePlan* p = a.plan_at(index);
   if (a.copies_live.load(std::memory_order_acquire)) {
-    a.guard(index, hits, a.cover(p, index, stream));
+    a.guard(index, hits, a.cover(p, index, stream), stream);
   }
   if (a.stopped_pending.load(std::memory_order_acquire)) {
     if (a.d.event_query(a.discarded_event) == CUDA_SUCCESS) {
@@ -498,12 +517,13 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
     evict_wait = true;
   }
   // UMSWAP_EVICT_COPY: the launch runs once the copies back of the launch that issues its
-  // prefetches are done.
-  if (a.copies_live.load(std::memory_order_acquire)) {
+  // prefetches are done. The word is read before copies_live: stop_copies() releases the word
+  // in use and turns copies off before it hands out a fresh one.
+  const CUdeviceptr restored = a.restored_device.load(std::memory_order_seq_cst);
+  if (a.copies_live.load(std::memory_order_seq_cst)) {
     if (const uint64_t issued_at = p->covered(index, a.waits_from.load(std::memory_order_acquire));
         issued_at != UINT64_MAX) {
-      a.d.stream_wait_value64(stream, a.restored_device.load(std::memory_order_acquire),
-                              issued_at + 1, CU_STREAM_WAIT_VALUE_GEQ);
+      a.d.stream_wait_value64(stream, restored, issued_at + 1, CU_STREAM_WAIT_VALUE_GEQ);
     }
   }
   if (value == 0) return;
@@ -685,15 +705,17 @@ void AdvisorImpl::run() {
       tend(*p, n);
       if (relearning && !next_plan.load(std::memory_order_relaxed)) relearn(*p);
       tend_copies();
+      serve_rescue();
       if (rescue_asked.exchange(false)) {
         const uint64_t caught = guard_launch.load();
         if (caught == UINT64_MAX) {
           stop_copies("launches waited 2 s for the advisor");
         } else {
-          ++copy_guard_hits;
           const std::vector<uint32_t> key = tracer::copy_keys(caught, 1);
-          stop_copies(fmt::format("launch {} ({}) reaches memory copied to the host", caught,
-                                  tracer::key_name(key.empty() ? UINT32_MAX : key[0])));
+          stop_copies(
+              fmt::format("launch {} ({}) reaches memory copied to the host (and the "
+                          "tracer cannot say where)",
+                          caught, tracer::key_name(key.empty() ? UINT32_MAX : key[0])));
         }
       }
       sleep_us(50);
@@ -1436,6 +1458,7 @@ void AdvisorImpl::set_up_copies() {
   void* words = nullptr;
   if (d.stream_create(&restore_stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
       d.event_create(&discarded_event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
+      d.event_create(&rescue_event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
       d.mem_host_alloc(&words, kEpochs * sizeof(uint64_t),
                        CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE) != CUDA_SUCCESS ||
       d.mem_host_get_device_pointer(&restored_base, words, 0) != CUDA_SUCCESS) {
@@ -1580,7 +1603,8 @@ bool AdvisorImpl::evict_by_copy(uint64_t address, uint64_t length, uint64_t g, u
     }
     discards_issued = true;
     out_events.push_back({out_ticket, e});
-    if (r == CUDA_SUCCESS) discard_notes.push_back({out_ticket, *segments});
+    if (r == CUDA_SUCCESS)
+      discard_notes.push_back({out_ticket, tracer::last_own_copy(), *segments});
     std::lock_guard lock(copies_mutex);
     copies->copied(out_ticket);  // discarded in the GPU's order: a copy back must come after
   }
@@ -1635,13 +1659,9 @@ void AdvisorImpl::issue_restore(const LivePlan* p, Restore r) {
     // Populate (a prefetch of discarded pages moves nothing), then copy in.
     for (const HostCopies::Segment& s : r.segments) {
       d.mem_prefetch_async(s.address, s.length, gpu, 0, restore_stream);
-      if (p) {
-        tracer::note_residency_at(s.address, s.length, true, r.g);
-      } else {
-        tracer::note_residency_now(s.address, s.length, true);
-      }
     }
     uint64_t bytes = 0;
+    uint32_t first_copy = 0;
     for (const HostCopies::Segment& s : r.segments) {
       const CUresult e = d.memcpy_htod_async(s.address, reinterpret_cast<const void*>(s.host),
                                              s.length, restore_stream);
@@ -1653,8 +1673,14 @@ void AdvisorImpl::issue_restore(const LivePlan* p, Restore r) {
         }
         continue;
       }
+      if (!first_copy) first_copy = tracer::last_own_copy();
       bytes += s.length;
       ++copy_calls;
+    }
+    // The populates run right before the first copy: placed at its start (without CUPTI's
+    // record: at launch g's GPU start, or now).
+    for (const HostCopies::Segment& s : r.segments) {
+      tracer::note_residency_by_copy(s.address, s.length, true, first_copy, p ? r.g : UINT64_MAX);
     }
     copied_in.push_back({r.g, bytes});
     copied_in_bytes += bytes;
@@ -1676,11 +1702,12 @@ void AdvisorImpl::tend_copies() {
   if (!copies) return;
   out_done = poll(out_events, out_done);
   in_done = poll(in_events, in_done);
-  // Discards seen done: the residency count takes them off the GPU now (a little after they ran:
-  // the count errs high).
-  while (!discard_notes.empty() && discard_notes.front().first <= out_done) {
-    for (const HostCopies::Segment& s : discard_notes.front().second) {
-      tracer::note_residency_now(s.address, s.length, false);
+  // Discards seen done: the residency count takes them off the GPU where CUPTI saw the copy they
+  // follow end (without its record: now, a little after they ran, and the count errs high).
+  while (!discard_notes.empty() && discard_notes.front().ticket <= out_done) {
+    const DiscardNote& n = discard_notes.front();
+    for (const HostCopies::Segment& s : n.segments) {
+      tracer::note_residency_by_copy(s.address, s.length, false, n.copy, UINT64_MAX);
       copy_discarded_bytes += s.length;
     }
     discard_notes.pop_front();
@@ -1696,34 +1723,44 @@ void AdvisorImpl::tend_copies() {
 // driver from the advisor's calls.
 // `covered`: the launch up to which this one waits for the copies back (UINT64_MAX: none).
 void AdvisorImpl::guard(uint64_t index, const std::vector<tracer::PointerHit>* hits,
-                        uint64_t covered) {
+                        uint64_t covered, CUstream on) {
+  uint64_t serial = 0;  // 0: waits until copies stop
   {
     std::lock_guard lock(copies_mutex);
-    if (!copies || copies->frozen()) return;
-    // Unknown (the tracer stopped recording): as if it reached one.
-    bool reaches = hits == nullptr;
-    static const std::vector<tracer::PointerHit> kNone;
-    for (const tracer::PointerHit& h : hits ? *hits : kNone) {
-      const uint64_t end = h.limit ? h.limit : h.base + h.size;
-      if (covered == UINT64_MAX ? copies->holds(h.pointer, end)
-                                : copies->reaches(h.pointer, end, covered)) {
-        log_debug(
-            "UMSWAP_EVICT_COPY: launch {} reaches [{:#x}, {:#x}) held on the host; it waits "
-            "for the copies back up to launch {} (UINT64_MAX: none); held: {}",
-            index, h.pointer, end, covered, copies->describe(h.pointer, end));
-        reaches = true;
-        break;
+    if (!copies) return;
+    // Frozen while still live: stop_copies() is giving everything back. The launch waits until it
+    // has (below), then for stopped_pending's event (on_step), not a moment less.
+    if (copies->frozen()) {
+      log_debug("UMSWAP_EVICT_COPY: launch {} waits for copies to stop", index);
+    } else if (!hits) {
+      // Unknown (the tracer stopped recording): everything comes back, copies stop.
+      uint64_t none = UINT64_MAX;
+      guard_launch.compare_exchange_strong(none, index);
+      rescue_asked.store(true, std::memory_order_release);
+    } else {
+      rescue_ranges.clear();
+      for (const tracer::PointerHit& h : *hits) {
+        const uint64_t end = h.limit ? h.limit : h.base + h.size;
+        if (covered == UINT64_MAX ? copies->holds(h.pointer, end)
+                                  : copies->reaches(h.pointer, end, covered)) {
+          log_debug(
+              "UMSWAP_EVICT_COPY: launch {} reaches [{:#x}, {:#x}) held on the host; it waits "
+              "for the copies back up to launch {} (UINT64_MAX: none); held: {}",
+              index, h.pointer, end, covered, copies->describe(h.pointer, end));
+          rescue_ranges.emplace_back(h.pointer / kPage * kPage, (end + kPage - 1) / kPage * kPage);
+        }
       }
+      if (rescue_ranges.empty()) return;
+      serial = ++rescue_serial;
+      rescue_launch = index;
+      rescue_wanted.store(serial, std::memory_order_release);
     }
-    if (!reaches) return;
   }
-  uint64_t none = UINT64_MAX;
-  guard_launch.compare_exchange_strong(none, index);
-  rescue_asked.store(true, std::memory_order_release);
   const auto t0 = std::chrono::steady_clock::now();
   bool warned = false;
-  while (copies_live.load(std::memory_order_acquire) && !stop.load(std::memory_order_acquire)) {
-    sleep_us(50);
+  while (copies_live.load(std::memory_order_acquire) && !stop.load(std::memory_order_acquire) &&
+         (serial == 0 || rescue_served.load(std::memory_order_acquire) < serial)) {
+    sleep_us(20);
     if (!warned && std::chrono::steady_clock::now() - t0 > std::chrono::seconds(10)) {
       warned = true;
       log_warning(
@@ -1732,6 +1769,53 @@ void AdvisorImpl::guard(uint64_t index, const std::vector<tracer::PointerHit>* h
           index);
     }
   }
+  // Served: its stream waits for the copies back (recorded before rescue_served moved; a later
+  // request re-records it only after this launch is submitted). Stopped instead: on_step makes
+  // it wait for everything back.
+  if (serial && rescue_served.load(std::memory_order_acquire) >= serial) {
+    d.stream_wait_event(on, rescue_event, 0);
+  }
+}
+
+// The guard's request (guard()): the held ranges the caught launch reaches come back now, on
+// restore_stream behind the discards, and rescue_event follows them. Copies go on.
+void AdvisorImpl::serve_rescue() {
+  const uint64_t want = rescue_wanted.load(std::memory_order_acquire);
+  if (want == rescue_served.load(std::memory_order_relaxed)) return;
+  HostCopies::Returned back;
+  uint64_t caught = 0;
+  {
+    std::lock_guard lock(copies_mutex);
+    caught = rescue_launch;
+    if (copies && !copies->frozen()) {
+      ++in_ticket;
+      for (const auto& [lo, hi] : rescue_ranges) {
+        HostCopies::Returned r = copies->give_back(lo, hi - lo, in_ticket);
+        back.copy_in.insert(back.copy_in.end(), r.copy_in.begin(), r.copy_in.end());
+        back.forgotten_bytes += r.forgotten_bytes;
+      }
+    }
+  }
+  ++copy_guard_hits;
+  uint64_t bytes = 0;
+  for (const HostCopies::Segment& seg : back.copy_in) bytes += seg.length;
+  copy_rescued_bytes += bytes;
+  copy_forgotten_bytes += back.forgotten_bytes;
+  if (guard_kernels.size() < 8) {
+    const std::vector<uint32_t> key = tracer::copy_keys(caught, 1);
+    guard_kernels.push_back(fmt::format("launch {} ({}): {}", caught,
+                                        tracer::key_name(key.empty() ? UINT32_MAX : key[0]),
+                                        format_bytes(bytes)));
+  }
+  log_debug("UMSWAP_EVICT_COPY: launch {} caught; {} come back for it", caught,
+            format_bytes(bytes));
+  issue_restore(nullptr,
+                {restored_written ? restored_written - 1 : 0, in_ticket, std::move(back.copy_in)});
+  if (d.event_record(rescue_event, restore_stream) != CUDA_SUCCESS) {
+    // The launch cannot be ordered after its copies back: everything comes back, copies stop.
+    stop_copies("could not record an event after copies back for a launch the guard caught");
+  }
+  rescue_served.store(want, std::memory_order_release);
 }
 
 // Every range held on the host goes back now, and copies stop: for the rest of the run
@@ -1774,15 +1858,18 @@ void AdvisorImpl::stop_copies(const std::string& why, bool for_good) {
   if (d.event_record(discarded_event, restore_stream) == CUDA_SUCCESS) {
     stopped_pending.store(true, std::memory_order_release);
   }
+  // Before the word changes: a launch that still sees copies live waits on the released word
+  // (on_step reads the word first). Frees launches waiting in guard(), which then wait for
+  // stopped_pending's event.
+  copies_live.store(false, std::memory_order_seq_cst);
   if (!for_good) {
     // A fresh word for the next plan; host blocks are reused once their copies are seen done.
     ++epoch;
     restored_written = 0;
-    restored_device.store(restored_base + epoch * sizeof(uint64_t), std::memory_order_release);
+    restored_device.store(restored_base + epoch * sizeof(uint64_t), std::memory_order_seq_cst);
     std::lock_guard lock(copies_mutex);
     copies->unfreeze();
   }
-  copies_live.store(false, std::memory_order_release);  // frees launches waiting in guard()
 }
 
 // The drops by page of this process, for the allocator's free path: only whole 2 MiB pages (the
@@ -1913,6 +2000,8 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
           {"before_the_waits", a.copy_skipped_early}}},
         {"rescues", a.copy_rescues},
         {"guard_hits", a.copy_guard_hits},
+        {"rescued_bytes", a.copy_rescued_bytes},
+        {"guard_kernels", a.guard_kernels},
         {"failures", a.copy_failures},
         {"host_bytes", a.copies ? a.copies->host_bytes() : 0},
     };

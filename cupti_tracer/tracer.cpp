@@ -57,6 +57,10 @@ struct UmRecord {
   // own: the steps logged before the call; the GPU runs it before that step (stream order), so
   // the count places it at that step's GPU start (the host runs far ahead of the GPU).
   uint64_t before_step = UINT64_MAX;
+  // own, nonzero: the correlation id of the copy of umswap's own that the GPU runs right before
+  // (a discard) or right after it (a populate): placed at that copy's end or start when CUPTI
+  // reported it.
+  uint32_t copy = 0;
 };
 
 class Tracer {
@@ -67,7 +71,8 @@ class Tracer {
   void yield_cupti(const std::string& what);
   static constexpr uint64_t kNow = UINT64_MAX;  // own_record_time falls back to the call's time
   static constexpr uint64_t kCurrentStep = UINT64_MAX - 1;
-  void note_residency(uint64_t address, uint64_t bytes, bool on_gpu, uint64_t at_step);
+  void note_residency(uint64_t address, uint64_t bytes, bool on_gpu, uint64_t at_step,
+                      uint32_t copy = 0);
   void note_lifetime(uint64_t address, uint64_t bytes, bool freed);
   std::vector<LifetimeEvent> copy_lifetimes(uint64_t from_step, uint64_t to_step);
   std::string yielded_to() {
@@ -163,6 +168,9 @@ struct PendingLaunch {
 thread_local PendingLaunch t_pending __attribute__((tls_model("initial-exec")));
 // umswap's own copies (the advisor thread's, UMSWAP_EVICT_COPY) are not the program's steps.
 thread_local bool t_untraced __attribute__((tls_model("initial-exec"))) = false;
+// The correlation id of the untraced thread's last copy between host and device
+// (last_own_copy()).
+thread_local uint32_t t_own_copy __attribute__((tls_model("initial-exec"))) = 0;
 
 void CUPTIAPI Tracer::on_callback(void* self, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                                   const void* data) {
@@ -182,7 +190,18 @@ void CUPTIAPI Tracer::on_callback(void* self, CUpti_CallbackDomain domain, CUpti
     }
     return;
   }
-  if (domain != CUPTI_CB_DOMAIN_DRIVER_API || t_untraced) return;
+  if (domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
+  if (t_untraced) {
+    const auto* cb = static_cast<const CUpti_CallbackData*>(data);
+    if (cb->callbackSite == CUPTI_API_ENTER &&
+        (cbid == CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2 ||
+         cbid == CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2_ptsz ||
+         cbid == CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2 ||
+         cbid == CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2_ptsz)) {
+      t_own_copy = cb->correlationId;
+    }
+    return;
+  }
   tracer->on_first_call();
   const auto* cb = static_cast<const CUpti_CallbackData*>(data);
   if (cb->callbackSite != CUPTI_API_ENTER) {
@@ -520,7 +539,8 @@ void Tracer::parse_activity(uint8_t* buffer, size_t valid_size) {
 
 // Placed where the program's stream runs it (summarize(), own_record_time()): a discard at the
 // GPU end of the step launched before it, a populate at the GPU start of the next one.
-void Tracer::note_residency(uint64_t address, uint64_t bytes, bool on_gpu, uint64_t at_step) {
+void Tracer::note_residency(uint64_t address, uint64_t bytes, bool on_gpu, uint64_t at_step,
+                            uint32_t copy) {
   if (!running() || !um_counters_ || !cupti_.get_timestamp) return;
   uint64_t now = 0;
   if (cupti_.get_timestamp(&now) != CUPTI_SUCCESS) return;
@@ -532,7 +552,7 @@ void Tracer::note_residency(uint64_t address, uint64_t bytes, bool on_gpu, uint6
   std::lock_guard lock(activity_mutex_);
   um_records_.push_back({on_gpu ? CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_HTOD
                                 : CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_DTOH,
-                         bytes, now, now, address, 0, true, step});
+                         bytes, now, now, address, 0, true, step, copy});
 }
 
 void Tracer::note_lifetime(uint64_t address, uint64_t bytes, bool freed) {
@@ -851,7 +871,13 @@ void Tracer::summarize(trace::Trace t) {
       const bool out = u.kind == CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_DTOH;
       const bool fault = u.kind == CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_GPU_PAGE_FAULT;
       if (!in && !out && !fault) continue;
-      const uint64_t when = u.own ? own_record_time(times, u.before_step, out, u.start) : u.start;
+      uint64_t when = u.own ? own_record_time(times, u.before_step, out, u.start) : u.start;
+      if (u.own && u.copy) {
+        // Behind or ahead of a copy of umswap's own: where CUPTI saw that copy run.
+        if (auto it = kernel_times_.find(u.copy); it != kernel_times_.end()) {
+          when = out ? it->second.second : it->second.first;
+        }
+      }
       if (!fault) {
         push(when, u.address, u.address + std::max<uint64_t>(u.value, 1), in);
         continue;
@@ -958,6 +984,15 @@ void note_residency_now(uint64_t address, uint64_t bytes, bool on_gpu) {
 
 void note_residency_at(uint64_t address, uint64_t bytes, bool on_gpu, uint64_t step) {
   tracer_instance().note_residency(address, bytes, on_gpu, step);
+}
+
+void note_residency_by_copy(uint64_t address, uint64_t bytes, bool on_gpu, uint32_t copy,
+                            uint64_t step) {
+  tracer_instance().note_residency(address, bytes, on_gpu, step, copy);
+}
+
+uint32_t last_own_copy() {
+  return t_own_copy;
 }
 
 void untrace_this_thread() {

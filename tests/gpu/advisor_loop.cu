@@ -4,9 +4,13 @@
 // with a budget of a third of the footprint, the advisor must evict behind the walk and prefetch
 // ahead of it.
 //
-//   advisor_loop [--buffers N] [--mib M] [--iterations I] [--alt-sites]
+//   advisor_loop [--buffers N] [--mib M] [--iterations I] [--alt-sites] [--stray S]
 // --alt-sites allocates the second half of the buffers from another call site: a trace recorded
 // without it finds only the first half in a run with it (the replay relearning test).
+// --stray S: in iteration S the loss kernel takes the middle buffer instead of the last, after
+// the forward walk has finished on the GPU. The launches keep their kernels, so a plan learned
+// before still matches them, but that one reaches a buffer the plan keeps off the GPU between its
+// forward and backward uses (UMSWAP_EVICT_COPY's guard test).
 // prints `iter <i> ms <float>` per iteration and `checksum <hex>` (FNV-1a of every buffer) at the
 // end; the checksum is the same natively and under umswap, whatever it prefetched or evicted.
 #include <cuda_runtime.h>
@@ -54,6 +58,7 @@ int main(int argc, char** argv) {
   int buffers = 24, iterations = 8;
   size_t mib = 256;
   bool alt_sites = false;
+  int stray = -1;
   for (int i = 1; i < argc; ++i) {
     const bool has_value = i + 1 < argc;
     if (!std::strcmp(argv[i], "--alt-sites")) {
@@ -64,9 +69,12 @@ int main(int argc, char** argv) {
       mib = std::strtoull(argv[++i], nullptr, 10);
     } else if (has_value && !std::strcmp(argv[i], "--iterations")) {
       iterations = std::atoi(argv[++i]);
+    } else if (has_value && !std::strcmp(argv[i], "--stray")) {
+      stray = std::atoi(argv[++i]);
     } else {
       std::fprintf(stderr,
-                   "usage: advisor_loop [--buffers N] [--mib M] [--iterations I] [--alt-sites]\n");
+                   "usage: advisor_loop [--buffers N] [--mib M] [--iterations I] [--alt-sites] "
+                   "[--stray S]\n");
       return 2;
     }
   }
@@ -90,7 +98,11 @@ int main(int argc, char** argv) {
     for (int b = 0; b < buffers; ++b) {
       forward<<<1024, 256, 0, stream>>>(buf[b], buf[(b + 1) % buffers], n, 0.999f);
     }
-    loss<<<1024, 256, 0, stream>>>(buf[buffers - 1], n);
+    // The stray launch comes once the GPU is done with the forward walk, so that the advisor
+    // has long copied the middle buffer out by then (submitted earlier, it would see the launch
+    // and leave that buffer to the driver).
+    if (it == stray) CHECK(cudaStreamSynchronize(stream));
+    loss<<<1024, 256, 0, stream>>>(buf[it == stray ? buffers / 2 : buffers - 1], n);
     for (int b = buffers - 1; b >= 0; --b) {
       backward<<<1024, 256, 0, stream>>>(buf[b], buf[(b + buffers - 1) % buffers], n);
     }

@@ -127,6 +127,15 @@ void note_residency_now(uint64_t address, uint64_t bytes, bool on_gpu);
 // previous step's end): for work on a stream of umswap's own ordered there
 // (UMSWAP_EVICT_COPY's copies back wait for the GPU to reach their launch).
 void note_residency_at(uint64_t address, uint64_t bytes, bool on_gpu, uint64_t step);
+// The same, placed where CUPTI saw a copy of umswap's own run (`copy`: its correlation id, from
+// last_own_copy()): a discard at the end of the copy it follows on its stream, a populate at the
+// start of the copy that follows it. Without CUPTI's record of that copy: as note_residency_at
+// (`step`; Tracer::kNow-like UINT64_MAX: the call's time).
+void note_residency_by_copy(uint64_t address, uint64_t bytes, bool on_gpu, uint32_t copy,
+                            uint64_t step);
+// The correlation id of the calling thread's last cuMemcpyDtoHAsync/cuMemcpyHtoDAsync, for a
+// thread untrace_this_thread() marked; 0: none seen.
+uint32_t last_own_copy();
 // The calling thread's CUDA calls are umswap's own (the advisor thread's copies): not logged as
 // the program's steps.
 void untrace_this_thread();

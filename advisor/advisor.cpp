@@ -316,7 +316,7 @@ class AdvisorImpl {
   CUevent rescue_event = nullptr;
   uint64_t copy_rescued_bytes = 0;
   std::vector<std::string> guard_kernels;  // the first kernels the guard caught, for the stats
-  // After stop_copies: discarded_event is recorded after the last copies back; launches wait for
+  // After stop_copies: stopped_event is recorded after the last copies back; launches wait for
   // it until it is seen done.
   std::atomic<bool> stopped_pending{false};
   CUstream restore_stream = nullptr;
@@ -336,6 +336,7 @@ class AdvisorImpl {
   std::vector<CUevent> spare_events;
   uint64_t out_ticket = 0, in_ticket = 0, out_done = 0, in_done = 0;
   CUevent discarded_event = nullptr;  // after the last discard on `stream` (then: copies back)
+  CUevent stopped_event = nullptr;    // after the copies back of the last stop_copies()
   bool discards_issued = false;
   struct Restore {
     uint64_t g;  // the launch that issues it; restored value g + 1
@@ -380,8 +381,7 @@ class AdvisorImpl {
   // (placed further down on_step) or an earlier launch's on the same stream, which it runs
   // after; UINT64_MAX: none. Launch path, under the tracer's launch lock; kept by launch index
   // (covered_at) for the advisor's scan.
-  uint64_t cover(const LivePlan* p, uint64_t index, CUstream on) {
-    uint64_t own = p ? p->covered(index, waits_from.load(std::memory_order_acquire)) : UINT64_MAX;
+  uint64_t cover(uint64_t own, uint64_t index, CUstream on) {
     uint64_t result = UINT64_MAX;
     for (StreamCover& e : stream_cover) {
       if (!e.used || e.stream == on) {
@@ -454,14 +454,22 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
   AdvisorImpl& a = *impl_;
   a.launched.store(index + 1, std::memory_order_release);
   LivePlan* p = a.plan_at(index);
-  if (a.copies_live.load(std::memory_order_acquire)) {
-    a.guard(index, hits, a.cover(p, index, stream), stream);
+  // UMSWAP_EVICT_COPY: the launch up to which this one waits for the copies back (its own wait),
+  // decided once: the guard counts on it, so it is placed further down even if copies stop
+  // meanwhile.
+  // The word is read before copies_live: stop_copies() releases the word in use (after every copy
+  // back) and turns copies off before it hands out a fresh one.
+  const CUdeviceptr restored = a.restored_device.load(std::memory_order_seq_cst);
+  uint64_t own_wait = UINT64_MAX;
+  if (a.copies_live.load(std::memory_order_seq_cst)) {
+    if (p && index >= p->base) own_wait = p->covered(index, a.waits_from.load());
+    a.guard(index, hits, a.cover(own_wait, index, stream), stream);
   }
   if (a.stopped_pending.load(std::memory_order_acquire)) {
-    if (a.d.event_query(a.discarded_event) == CUDA_SUCCESS) {
+    if (a.d.event_query(a.stopped_event) == CUDA_SUCCESS) {
       a.stopped_pending.store(false, std::memory_order_release);
     } else {
-      a.d.stream_wait_event(stream, a.discarded_event, 0);
+      a.d.stream_wait_event(stream, a.stopped_event, 0);
     }
   }
   if (!p || index < p->base) return;
@@ -498,6 +506,11 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
       a.mismatch_run = 0;
     }
   }
+  // UMSWAP_EVICT_COPY: the launch runs once the copies back of the launch that issues its
+  // prefetches are done (after its "reached" event: that launch may be this one).
+  if (own_wait != UINT64_MAX) {
+    a.d.stream_wait_value64(stream, restored, own_wait + 1, CU_STREAM_WAIT_VALUE_GEQ);
+  }
   if (!a.progress_device) return;
   // A launch waits for the counter to reach `value` (at most once: the larger of its waits).
   uint64_t value = 0;
@@ -515,16 +528,6 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
       evictions_done(index - room_wait[phase]) > value) {
     value = evictions_done(index - room_wait[phase]);
     evict_wait = true;
-  }
-  // UMSWAP_EVICT_COPY: the launch runs once the copies back of the launch that issues its
-  // prefetches are done. The word is read before copies_live: stop_copies() releases the word
-  // in use and turns copies off before it hands out a fresh one.
-  const CUdeviceptr restored = a.restored_device.load(std::memory_order_seq_cst);
-  if (a.copies_live.load(std::memory_order_seq_cst)) {
-    if (const uint64_t issued_at = p->covered(index, a.waits_from.load(std::memory_order_acquire));
-        issued_at != UINT64_MAX) {
-      a.d.stream_wait_value64(stream, restored, issued_at + 1, CU_STREAM_WAIT_VALUE_GEQ);
-    }
   }
   if (value == 0) return;
   if (a.d.stream_wait_value64(stream, a.progress_device, value, CU_STREAM_WAIT_VALUE_GEQ) ==
@@ -1458,6 +1461,7 @@ void AdvisorImpl::set_up_copies() {
   void* words = nullptr;
   if (d.stream_create(&restore_stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
       d.event_create(&discarded_event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
+      d.event_create(&stopped_event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
       d.event_create(&rescue_event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
       d.mem_host_alloc(&words, kEpochs * sizeof(uint64_t),
                        CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE) != CUDA_SUCCESS ||
@@ -1623,7 +1627,9 @@ bool AdvisorImpl::restore_by_copy(uint64_t address, uint64_t length, uint64_t g)
   {
     std::lock_guard lock(copies_mutex);
     if (!copies || !copies->holds(address, address + length)) return false;
-    r = copies->give_back(address, length, in_ticket + 1);
+    // Kept as returning until seen done: a launch off the plan that reaches them before launch
+    // g's wait covers it is caught by the guard.
+    r = copies->give_back(address, length, in_ticket + 1, g);
   }
   copy_forgotten_bytes += r.forgotten_bytes;
   // The gaps between held parts: the driver (they may be on the host).
@@ -1741,8 +1747,7 @@ void AdvisorImpl::guard(uint64_t index, const std::vector<tracer::PointerHit>* h
       rescue_ranges.clear();
       for (const tracer::PointerHit& h : *hits) {
         const uint64_t end = h.limit ? h.limit : h.base + h.size;
-        if (covered == UINT64_MAX ? copies->holds(h.pointer, end)
-                                  : copies->reaches(h.pointer, end, covered)) {
+        if (copies->reaches(h.pointer, end, covered)) {
           log_debug(
               "UMSWAP_EVICT_COPY: launch {} reaches [{:#x}, {:#x}) held on the host; it waits "
               "for the copies back up to launch {} (UINT64_MAX: none); held: {}",
@@ -1790,7 +1795,7 @@ void AdvisorImpl::serve_rescue() {
     if (copies && !copies->frozen()) {
       ++in_ticket;
       for (const auto& [lo, hi] : rescue_ranges) {
-        HostCopies::Returned r = copies->give_back(lo, hi - lo, in_ticket);
+        HostCopies::Returned r = copies->give_back(lo, hi - lo, in_ticket, HostCopies::kNoLaunch);
         back.copy_in.insert(back.copy_in.end(), r.copy_in.begin(), r.copy_in.end());
         back.forgotten_bytes += r.forgotten_bytes;
       }
@@ -1855,7 +1860,9 @@ void AdvisorImpl::stop_copies(const std::string& why, bool for_good) {
   // and launches from now on wait for them all (on_step) until they are seen done.
   d.stream_write_value64(restore_stream, restored_device.load(), kReleased, 0);
   restored_written = kReleased;
-  if (d.event_record(discarded_event, restore_stream) == CUDA_SUCCESS) {
+  // Its own event: a later plan's discards re-record discarded_event on `stream`, which the
+  // copies back here are not ordered before.
+  if (d.event_record(stopped_event, restore_stream) == CUDA_SUCCESS) {
     stopped_pending.store(true, std::memory_order_release);
   }
   // Before the word changes: a launch that still sees copies live waits on the released word

@@ -117,7 +117,8 @@ void HostCopies::drop(Map::iterator it) {
   pieces_.erase(it);
 }
 
-HostCopies::Returned HostCopies::give_back(uint64_t address, uint64_t length, uint64_t ticket) {
+HostCopies::Returned HostCopies::give_back(uint64_t address, uint64_t length, uint64_t ticket,
+                                           uint64_t back_by) {
   Returned r;
   const uint64_t end = address + length;
   split_at(address);
@@ -128,6 +129,11 @@ HostCopies::Returned HostCopies::give_back(uint64_t address, uint64_t length, ui
     if (p.discarded) {
       r.copy_in.push_back({it->first, p.end - it->first, p.block->host + p.block_offset});
       p.block->in_ticket = std::max(p.block->in_ticket, ticket);
+      if (back_by != kUntracked) {
+        returning_.emplace(it->first, Returning{p.end, ticket, back_by});
+        returning_order_.emplace_back(ticket, it->first);
+        returning_longest_ = std::max(returning_longest_, p.end - it->first);
+      }
     } else {
       r.forgotten_bytes += p.end - it->first;
     }
@@ -154,7 +160,15 @@ bool HostCopies::reaches(uint64_t address, uint64_t end, uint64_t covered) const
   auto it = pieces_.upper_bound(address);
   if (it != pieces_.begin() && std::prev(it)->second.end > address) --it;
   for (; it != pieces_.end() && it->first < end; ++it) {
-    if (it->second.due > covered) return true;
+    if (covered == UINT64_MAX || it->second.due > covered) return true;
+  }
+  // Returning ranges may overlap one another (given back, taken and given back again before the
+  // first copy back was seen done): every one starting within the longest length before.
+  auto r = returning_.lower_bound(address > returning_longest_ ? address - returning_longest_ : 0);
+  for (; r != returning_.end() && r->first < end; ++r) {
+    if (r->second.end > address && (covered == UINT64_MAX || r->second.back_by > covered)) {
+      return true;
+    }
   }
   return false;
 }
@@ -171,6 +185,17 @@ std::string HostCopies::describe(uint64_t address, uint64_t end) const {
 }
 
 void HostCopies::retire(uint64_t out_done, uint64_t in_done) {
+  while (!returning_order_.empty() && returning_order_.front().first <= in_done) {
+    const auto [ticket, address] = returning_order_.front();
+    returning_order_.pop_front();
+    auto [lo, hi] = returning_.equal_range(address);
+    for (auto it = lo; it != hi; ++it) {
+      if (it->second.ticket == ticket) {
+        returning_.erase(it);
+        break;
+      }
+    }
+  }
   if (frozen_) return;
   for (size_t i = 0; i < retiring_.size();) {
     const auto& b = retiring_[i];

@@ -80,6 +80,46 @@ TEST(HostCopies, ReachesTellsWhetherAPieceComesBackAfterALaunch) {
   EXPECT_FALSE(c.reaches(2 * kMiB, 3 * kMiB, 100));
 }
 
+TEST(HostCopies, ReturningRangesReachLaunchesCoveredOnlyBeforeTheirCopyBack) {
+  FakeHost host;
+  HostCopies c = host.make(64 * kMiB);
+  ASSERT_TRUE(c.take(100 * kMiB, 8 * kMiB, 1, /*due=*/50));
+  c.copied(1);
+  // Given back at launch 50 (its wait: restored >= 51) with copy-in ticket 3.
+  const auto back = c.give_back(100 * kMiB, 8 * kMiB, 3, /*back_by=*/50);
+  ASSERT_EQ(back.copy_in.size(), 1u);
+  EXPECT_FALSE(c.holds(100 * kMiB, 108 * kMiB));  // not held: the plan does not take it twice
+  EXPECT_EQ(c.returning_count(), 1u);
+  // A launch covered up to 49 would run before the copy back; up to 50, after it.
+  EXPECT_TRUE(c.reaches(106 * kMiB, 107 * kMiB, 49));
+  EXPECT_FALSE(c.reaches(106 * kMiB, 107 * kMiB, 50));
+  EXPECT_TRUE(c.reaches(106 * kMiB, 107 * kMiB, UINT64_MAX));  // a launch with no cover
+  EXPECT_FALSE(c.reaches(108 * kMiB, 120 * kMiB, 0));          // past its end
+  EXPECT_FALSE(c.reaches(90 * kMiB, 100 * kMiB, 0));           // before it
+  // Until the copy in is seen done.
+  c.retire(1, 2);
+  EXPECT_TRUE(c.reaches(100 * kMiB, 101 * kMiB, 10));
+  c.retire(1, 3);
+  EXPECT_EQ(c.returning_count(), 0u);
+  EXPECT_FALSE(c.reaches(100 * kMiB, 101 * kMiB, 10));
+}
+
+TEST(HostCopies, ReturningRangesOfARescueReachEveryLaunch) {
+  FakeHost host;
+  HostCopies c = host.make(64 * kMiB);
+  ASSERT_TRUE(c.take(0, 64 * kMiB, 1, 10));
+  c.copied(1);
+  // A short range given back untracked, a long one for no launch's cover.
+  c.give_back(0, 2 * kMiB, 2);
+  c.give_back(8 * kMiB, 32 * kMiB, 3, HostCopies::kNoLaunch);
+  EXPECT_EQ(c.returning_count(), 1u);
+  EXPECT_FALSE(c.reaches(kMiB, 2 * kMiB, 5));  // untracked
+  // Found from an address near the long range's end (it starts far before).
+  EXPECT_TRUE(c.reaches(39 * kMiB, 41 * kMiB, 1000000));
+  // Past its end the piece still held is back by launch 10.
+  EXPECT_FALSE(c.reaches(40 * kMiB, 41 * kMiB, 10));
+}
+
 TEST(HostCopies, GivingBackACopyInFlightForgetsIt) {
   FakeHost host;
   HostCopies c = host.make(64 * kMiB);

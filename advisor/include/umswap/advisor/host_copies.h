@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -66,17 +67,26 @@ class HostCopies {
   // returned so that the caller discards their GPU pages.
   std::vector<Segment> copied(uint64_t out_done);
   // Gives back what [address, address + length) holds; the copies in get `ticket` (increasing).
-  Returned give_back(uint64_t address, uint64_t length, uint64_t ticket);
+  // `back_by`: the launch whose wait covers these copies back; until retire() sees `ticket` done
+  // they stay "returning", and reaches() counts them as missing for a launch covered only up to
+  // an earlier launch (kNoLaunch: for every launch with a cover; kUntracked: not kept).
+  static constexpr uint64_t kUntracked = UINT64_MAX;
+  static constexpr uint64_t kNoLaunch = UINT64_MAX - 1;
+  Returned give_back(uint64_t address, uint64_t length, uint64_t ticket,
+                     uint64_t back_by = kUntracked);
   Returned give_back_all(uint64_t ticket);
   // Whether a held piece overlaps [address, end).
   bool holds(uint64_t address, uint64_t end) const;
-  // Whether a held piece overlapping [address, end) comes back only after launch `covered` (a
-  // launch that waits for the copies back issued up to `covered` would find it missing).
+  // Whether a held piece overlapping [address, end) comes back only after launch `covered`, or a
+  // returning one (give_back) only after a launch past `covered`: a launch that waits for the
+  // copies back issued up to `covered` would find it missing. covered == UINT64_MAX: the launch
+  // waits for none; any held or returning piece reaches it.
   bool reaches(uint64_t address, uint64_t end, uint64_t covered) const;
+  uint64_t returning_count() const { return returning_.size(); }
   // The pieces overlapping [address, end) as text (for a debug log): address, length, due.
   std::string describe(uint64_t address, uint64_t end) const;
   // Makes blocks whose copies are done (out_done, in_done: the highest tickets seen done)
-  // reusable.
+  // reusable, and forgets returning ranges whose copies back are done.
   void retire(uint64_t out_done, uint64_t in_done);
   void freeze() { frozen_ = true; }
   // Takes ranges again (after give_back_all()); blocks are still reused only once retire() has
@@ -115,6 +125,12 @@ class HostCopies {
   Map pieces_;
   std::vector<std::shared_ptr<Block>> retiring_;            // no pieces, copies maybe in flight
   std::multimap<uint64_t, std::shared_ptr<Block>> cached_;  // by size: ready for reuse
+  struct Returning {
+    uint64_t end = 0, ticket = 0, back_by = 0;
+  };
+  std::multimap<uint64_t, Returning> returning_;               // by address
+  std::deque<std::pair<uint64_t, uint64_t>> returning_order_;  // (ticket, address), by ticket
+  uint64_t returning_longest_ = 0;
   uint64_t held_bytes_ = 0, host_bytes_ = 0, blocks_allocated_ = 0;
   uint64_t copying_ = 0;  // pieces not discarded yet
   bool frozen_ = false;

@@ -1486,7 +1486,8 @@ void AdvisorImpl::set_up_copies() {
       [this](uint64_t host, uint64_t) { d.mem_free_host(reinterpret_cast<void*>(host)); }, limit);
   log_warning(
       "UMSWAP_EVICT_COPY is experimental: evictions are copied to pinned host memory (up to {}) "
-      "and their GPU pages discarded; a launch that reaches one waits until all are back",
+      "and their GPU pages discarded; GPT-2 runs with it showed a wrong loss in one iteration "
+      "(docs/advisor.md): do not trust results with it yet",
       format_bytes(limit));
 }
 

@@ -60,9 +60,9 @@ constexpr std::array kOptionTable = {
                "the GPU holds the budget (with UMSWAP_PREFETCH_WAIT=1; docs/advisor.md); 0: "
                "evictions run beside the program"},
     OptionInfo{"UMSWAP_EVICT_COPY", "0",
-               "1 (experimental): evictions are copies to pinned host memory (52 GB/s against "
-               "the driver's 11-18) and the GPU pages are discarded; turns both waits on; "
-               "docs/advisor.md"},
+               "1 (experimental, results not to be trusted yet): evictions are copies to "
+               "pinned host memory (52 GB/s against the driver's 11-18) and the GPU pages are "
+               "discarded; turns both waits on; docs/advisor.md"},
     OptionInfo{"UMSWAP_ASYNC_SLABS", "1",
                "1: cudaMallocAsync allocations are blocks of umswap's managed slabs (exact "
                "extents for the advisor); 0: the driver's managed memory pool"},

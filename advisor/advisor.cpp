@@ -1579,6 +1579,7 @@ bool AdvisorImpl::evict_by_copy(uint64_t address, uint64_t length, uint64_t g, u
       stop_copies(fmt::format("a copy to the host failed (error {})", static_cast<int>(r)));
       return true;
     }
+    tracer::note_own_copy(tracer::last_own_copy(), s.address, s.length, false);
     bytes += s.length;
     ++copy_calls;
   }
@@ -1680,7 +1681,9 @@ void AdvisorImpl::issue_restore(const LivePlan* p, Restore r) {
         }
         continue;
       }
-      if (!first_copy) first_copy = tracer::last_own_copy();
+      const uint32_t copy = tracer::last_own_copy();
+      if (!first_copy) first_copy = copy;
+      tracer::note_own_copy(copy, s.address, s.length, true);
       bytes += s.length;
       ++copy_calls;
     }

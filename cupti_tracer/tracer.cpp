@@ -74,6 +74,8 @@ class Tracer {
   void note_residency(uint64_t address, uint64_t bytes, bool on_gpu, uint64_t at_step,
                       uint32_t copy = 0);
   void note_lifetime(uint64_t address, uint64_t bytes, bool freed);
+  void note_own_copy(uint32_t correlation, uint64_t address, uint64_t length, bool to_gpu);
+  static constexpr size_t kMaxOwnCopies = 1 << 20;  // 32 MiB of records at most
   std::vector<LifetimeEvent> copy_lifetimes(uint64_t from_step, uint64_t to_step);
   std::string yielded_to() {
     std::lock_guard lock(owner_mutex_);
@@ -103,6 +105,7 @@ class Tracer {
   void on_copy(Copy copy, CUstream stream, uint32_t correlation, CUdeviceptr a, CUdeviceptr b);
   void pending(uint64_t index, CUstream stream);
   void summarize(trace::Trace t);
+  void check_own_copies(const trace::Trace& t, RunSummary& summary);
   void on_first_call();
   const FunctionLayout& function_of(CUfunction f, const char* symbol, FunctionLayout* uncached);
   void parse_activity(uint8_t* buffer, size_t valid_size);
@@ -141,6 +144,12 @@ class Tracer {
   std::mutex activity_mutex_;
   std::unordered_map<uint32_t, std::pair<uint64_t, uint64_t>> kernel_times_;  // correlation
   std::vector<UmRecord> um_records_;
+  struct OwnCopy {
+    uint32_t correlation;
+    uint64_t address, length;
+    bool to_gpu;
+  };
+  std::vector<OwnCopy> own_copies_;  // under activity_mutex_
   std::atomic<size_t> buffers_out_{0};
   std::atomic<uint64_t> dropped_records_{0};
 
@@ -555,6 +564,51 @@ void Tracer::note_residency(uint64_t address, uint64_t bytes, bool on_gpu, uint6
                          bytes, now, now, address, 0, true, step, copy});
 }
 
+void Tracer::note_own_copy(uint32_t correlation, uint64_t address, uint64_t length, bool to_gpu) {
+  if (!running() || correlation == 0) return;
+  std::lock_guard lock(activity_mutex_);
+  if (own_copies_.size() < kMaxOwnCopies) {
+    own_copies_.push_back({correlation, address, length, to_gpu});
+  }
+}
+
+// UMSWAP_EVICT_COPY: umswap's copies against the steps that reach their pages, on the GPU's clock
+// (copy_clashes.h). Copies without CUPTI's record are left out.
+void Tracer::check_own_copies(const trace::Trace& t, RunSummary& summary) {
+  std::vector<OwnCopySpan> copies;
+  {
+    std::lock_guard lock(activity_mutex_);
+    if (own_copies_.empty()) return;
+    copies.reserve(own_copies_.size());
+    for (const OwnCopy& c : own_copies_) {
+      if (const auto it = kernel_times_.find(c.correlation); it != kernel_times_.end()) {
+        copies.push_back({c.address, c.length, c.to_gpu, it->second.first, it->second.second});
+      }
+    }
+  }
+  std::vector<StepAccessSpan> accesses;
+  for (size_t i = 0; i < t.steps.size(); ++i) {
+    const trace::Step& s = t.steps[i];
+    if (s.start_ns == 0) continue;
+    for (uint64_t a = s.first_access; a < s.first_access + s.access_count; ++a) {
+      const trace::Access& x = t.accesses[a];
+      const uint64_t lo = t.buffers[x.buffer].base + x.offset;
+      accesses.push_back({i, s.start_ns, s.end_ns, lo, lo + x.length});
+    }
+  }
+  summary.copy_clashes = find_copy_clashes(copies, accesses);
+  for (const CopyClash& c : summary.copy_clashes->first) {
+    const trace::Step& s = t.steps[c.step];
+    summary.copy_clash_names.push_back(s.name < t.names.size() ? t.names[s.name] : "?");
+  }
+  if (summary.copy_clashes->harmful > 0) {
+    log_warning(
+        "UMSWAP_EVICT_COPY: {} steps reached a page while it was discarded or coming back "
+        "(the stats file's copy_check names the first)",
+        summary.copy_clashes->harmful);
+  }
+}
+
 void Tracer::note_lifetime(uint64_t address, uint64_t bytes, bool freed) {
   const StepRecorder* r = recorder();
   if (!running() || !r || !r->recording()) return;
@@ -931,6 +985,7 @@ void Tracer::summarize(trace::Trace t) {
     summary->iteration_peak_buffers[w] = std::move(shares);
   };
   ResidencyPeaks peaks = count_residency(std::move(events), windows, at_peak);
+  check_own_copies(t, *summary);
   // At each peak, the step that began last at or before it (steps by GPU start).
   std::vector<std::pair<uint64_t, uint64_t>> by_start;  // (start_ns, step)
   for (size_t i = 0; i < t.steps.size(); ++i) {
@@ -993,6 +1048,10 @@ void note_residency_by_copy(uint64_t address, uint64_t bytes, bool on_gpu, uint3
 
 uint32_t last_own_copy() {
   return t_own_copy;
+}
+
+void note_own_copy(uint32_t correlation, uint64_t address, uint64_t length, bool to_gpu) {
+  tracer_instance().note_own_copy(correlation, address, length, to_gpu);
 }
 
 void untrace_this_thread() {

@@ -327,6 +327,25 @@ void Preload::write_stats_at_exit() {
     if (summary->has_unified_memory_counters) {
       j["peak_resident_bytes"] = summary->peak_resident;
     }
+    if (const auto& c = summary->copy_clashes) {
+      // UMSWAP_EVICT_COPY's copies against the steps (copy_clashes.h): a diagnostic.
+      nlohmann::json first = nlohmann::json::array();
+      for (size_t i = 0; i < c->first.size(); ++i) {
+        const tracer::CopyClash& x = c->first[i];
+        first.push_back(
+            {{"step", x.step},
+             {"kernel",
+              i < summary->copy_clash_names.size() ? summary->copy_clash_names[i] : std::string()},
+             {"page", fmt::format("{:#x}", x.page)},
+             {"kind", tracer::to_string(x.kind)},
+             {"ns_into_span", x.since_ns}});
+      }
+      j["copy_check"] = {{"copies", c->copies},
+                         {"pages_checked", c->pages_checked},
+                         {"clashes", c->clashes},
+                         {"harmful", c->harmful},
+                         {"first", std::move(first)}};
+    }
   }
   if (advisor::Advisor* advisor = g_advisor.load()) {
     j.update(advisor->stats(summary));

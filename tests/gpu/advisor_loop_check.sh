@@ -10,7 +10,8 @@
 # stall turned the waits off (replayed with the waits, this loop sometimes stalls early, before
 # relearning matters, with the trace's own call sites too: docs/advisor.md).
 # With UMSWAP_EVICT_COPY=1 (evictions copied to pinned memory): the same checks, copies in
-# every steady iteration and in force to the end. Then with a stray launch off the plan
+# every steady iteration and in force to the end, and no step on a page while it was discarded or
+# coming back (the stats' copy_check, from CUPTI's times). Then with a stray launch off the plan
 # (advisor_loop --stray): the guard catches it and brings back what it reaches, copies go on, no
 # fault, the same checksum as natively with the same stray.
 # Then, printed but not checked, replayed from a trace recorded by another process and online
@@ -108,8 +109,12 @@ for mode in ("online", "evictwait", "copy", "stray", "relearn", "replay", "nowai
         off = c.get("off_reason") or ""
         # The count places each discard where CUPTI saw the copy before it end, and each
         # populate where the copy after it starts: the budget is checked as for the driver path.
+        # No step ran on a page while it was discarded or coming back, by CUPTI's times.
+        check = s.get("copy_check") or {}
+        print(f"  copy_check: {check}")
         good = (a.get("plans", 0) >= 1 and len(steady) >= 2 and all(f == 0 for f in faults)
                 and peak is not None and peak <= budget * 1.05
+                and check.get("pages_checked", 0) > 0 and check.get("harmful") == 0
                 and same and a.get("late_start_events") == 0 and c.get("used")
                 and c.get("copied_in_bytes", 0) > 0 and c.get("failures") == 0
                 and c.get("guard_hits") == 0 and all(b > 0 for b in steady_copied)
@@ -119,8 +124,11 @@ for mode in ("online", "evictwait", "copy", "stray", "relearn", "replay", "nowai
         # copies stayed in force, no fault, the same results as natively with the same stray.
         c = a.get("evict_copy") or {}
         print(f"  evict_copy: {c}")
+        check = s.get("copy_check") or {}
+        print(f"  copy_check: {check}")
         off = c.get("off_reason") or ""
         good = (a.get("plans", 0) >= 1 and len(steady) >= 2 and all(f == 0 for f in faults)
+                and check.get("pages_checked", 0) > 0 and check.get("harmful") == 0
                 and same and c.get("used") and c.get("failures") == 0
                 and c.get("guard_hits", 0) >= 1 and c.get("rescued_bytes", 0) > 0
                 and off.startswith(("the program ends", "the plan ends")))

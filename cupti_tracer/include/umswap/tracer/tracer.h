@@ -28,11 +28,13 @@
 #include <cudaTypedefs.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "umswap/allocator/registry.h"
 #include "umswap/core/trace.h"
+#include "umswap/tracer/copy_clashes.h"
 #include "umswap/tracer/launch_log.h"
 #include "umswap/tracer/lifetimes.h"
 #include "umswap/tracer/param_scanner.h"
@@ -91,6 +93,10 @@ struct RunSummary {
   std::vector<std::vector<BufferShare>> iteration_peak_buffers;
   uint64_t peak_resident = 0;
   bool has_unified_memory_counters = false;
+  // UMSWAP_EVICT_COPY's copies checked against the steps (copy_clashes.h), with the kernel names
+  // of report.first; absent when umswap copied nothing.
+  std::optional<CopyClashReport> copy_clashes;
+  std::vector<std::string> copy_clash_names;
 };
 // After finish(): the summary, or null when the tracer never ran.
 const RunSummary* run_summary();
@@ -136,6 +142,10 @@ void note_residency_by_copy(uint64_t address, uint64_t bytes, bool on_gpu, uint3
 // The correlation id of the calling thread's last cuMemcpyDtoHAsync/cuMemcpyHtoDAsync, for a
 // thread untrace_this_thread() marked; 0: none seen.
 uint32_t last_own_copy();
+// A copy of umswap's own (`correlation`: last_own_copy() right after it) of [address, address +
+// length) to the GPU or to the host: checked against the steps at the end (RunSummary::
+// copy_clashes), where CUPTI recorded its times.
+void note_own_copy(uint32_t correlation, uint64_t address, uint64_t length, bool to_gpu);
 // The calling thread's CUDA calls are umswap's own (the advisor thread's copies): not logged as
 // the program's steps.
 void untrace_this_thread();

@@ -1,0 +1,102 @@
+#include "umswap/tracer/copy_clashes.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+namespace umswap::tracer {
+namespace {
+
+constexpr uint64_t kPage = 2 << 20;
+
+struct Span {
+  uint64_t start, end;
+  CopyClashKind kind;
+};
+
+}  // namespace
+
+const char* to_string(CopyClashKind kind) {
+  switch (kind) {
+    case CopyClashKind::during_copy_out:
+      return "during_copy_out";
+    case CopyClashKind::discarded:
+      return "discarded";
+    case CopyClashKind::during_copy_back:
+      return "during_copy_back";
+  }
+  return "?";
+}
+
+CopyClashReport find_copy_clashes(std::span<const OwnCopySpan> copies,
+                                  std::span<const StepAccessSpan> accesses, size_t keep) {
+  CopyClashReport report;
+  // Per page, its copies in time order.
+  std::unordered_map<uint64_t, std::vector<const OwnCopySpan*>> by_page;
+  for (const OwnCopySpan& c : copies) {
+    if (c.length == 0 || c.end_ns < c.start_ns) continue;
+    ++report.copies;
+    for (uint64_t p = c.address / kPage * kPage; p < c.address + c.length; p += kPage) {
+      by_page[p].push_back(&c);
+    }
+  }
+  std::unordered_map<uint64_t, std::vector<Span>> spans;
+  for (auto& [page, list] : by_page) {
+    std::sort(list.begin(), list.end(),
+              [](const OwnCopySpan* a, const OwnCopySpan* b) { return a->start_ns < b->start_ns; });
+    std::vector<Span>& out = spans[page];
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (list[i]->to_gpu) continue;
+      size_t next = i + 1;
+      while (next < list.size() && !list[next]->to_gpu) ++next;
+      if (next == list.size()) break;  // no copy back seen: unchecked
+      const OwnCopySpan& out_copy = *list[i];
+      const OwnCopySpan& back = *list[next];
+      ++report.pages_checked;
+      out.push_back({out_copy.start_ns, out_copy.end_ns, CopyClashKind::during_copy_out});
+      if (back.start_ns > out_copy.end_ns) {
+        out.push_back({out_copy.end_ns, back.start_ns, CopyClashKind::discarded});
+      }
+      out.push_back({back.start_ns, back.end_ns, CopyClashKind::during_copy_back});
+      i = next;
+    }
+    std::sort(out.begin(), out.end(),
+              [](const Span& a, const Span& b) { return a.start < b.start; });
+  }
+  std::vector<CopyClash> harmful, other;
+  for (const StepAccessSpan& a : accesses) {
+    if (a.hi <= a.lo || a.start_ns == 0 || a.end_ns < a.start_ns) continue;
+    for (uint64_t p = a.lo / kPage * kPage; p < a.hi; p += kPage) {
+      const auto it = spans.find(p);
+      if (it == spans.end()) continue;
+      const std::vector<Span>& list = it->second;
+      // Spans of one page do not overlap much: every one that starts before the step ends.
+      const auto last = std::upper_bound(list.begin(), list.end(), a.end_ns,
+                                         [](uint64_t t, const Span& s) { return t <= s.start; });
+      for (auto s = list.begin(); s != last; ++s) {
+        if (s->end <= a.start_ns) continue;
+        ++report.clashes;
+        const CopyClash c{a.step, p, s->kind, a.start_ns > s->start ? a.start_ns - s->start : 0};
+        if (s->kind == CopyClashKind::during_copy_out) {
+          other.push_back(c);
+        } else {
+          ++report.harmful;
+          harmful.push_back(c);
+        }
+      }
+    }
+  }
+  const auto by_step = [](const CopyClash& a, const CopyClash& b) {
+    return a.step != b.step ? a.step < b.step : a.page < b.page;
+  };
+  std::sort(harmful.begin(), harmful.end(), by_step);
+  std::sort(other.begin(), other.end(), by_step);
+  for (const auto* list : {&harmful, &other}) {
+    for (const CopyClash& c : *list) {
+      if (report.first.size() >= keep) break;
+      report.first.push_back(c);
+    }
+  }
+  return report;
+}
+
+}  // namespace umswap::tracer

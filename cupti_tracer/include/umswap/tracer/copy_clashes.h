@@ -1,0 +1,59 @@
+// UMSWAP_EVICT_COPY's own copies checked after the run against the program's steps, on the GPU's
+// clock (CUPTI's times): a diagnostic for launches that ran while a range they reach was being
+// copied out, was discarded, or was being copied back. Pure C++ (no CUDA).
+//
+// Per 2 MiB page (the unit umswap copies and discards), each copy out [start, end] is followed,
+// up to the start of the next copy back of that page, by the page being discarded (the discard
+// runs right behind the copy out on the same stream), then by the copy back [start, end]. A copy
+// out with no later copy back of the page is left unchecked (its copy back's record may be
+// missing). A step access (a byte range and the step's GPU start and end) that overlaps such a
+// span in time clashes:
+//   during_copy_out:  it ran while the page was being copied out (harmless for a read; a write
+//                     could be lost);
+//   discarded:        the page held nothing on the GPU (a read finds garbage or faults; a write is
+//                     lost to the copy back);
+//   during_copy_back: the page was populated but its bytes not yet all back.
+// Extents are the tracer's (a whole slab block): a step that reads only part of its block can
+// be reported for a page it does not touch.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace umswap::tracer {
+
+struct OwnCopySpan {
+  uint64_t address = 0, length = 0;  // managed memory
+  bool to_gpu = false;               // a copy back (else a copy out)
+  uint64_t start_ns = 0, end_ns = 0;
+};
+
+struct StepAccessSpan {
+  uint64_t step = 0;  // launch index
+  uint64_t start_ns = 0, end_ns = 0;
+  uint64_t lo = 0, hi = 0;  // bytes [lo, hi)
+};
+
+enum class CopyClashKind : uint8_t { during_copy_out, discarded, during_copy_back };
+const char* to_string(CopyClashKind kind);
+
+struct CopyClash {
+  uint64_t step = 0;
+  uint64_t page = 0;  // the 2 MiB page's address
+  CopyClashKind kind = CopyClashKind::discarded;
+  uint64_t since_ns = 0;  // how long after the span's start the step started (0: before)
+};
+
+struct CopyClashReport {
+  uint64_t copies = 0;           // copies given (with times)
+  uint64_t pages_checked = 0;    // page spans from a copy out to a copy back
+  uint64_t clashes = 0;          // (step, page, kind) found, all kinds
+  uint64_t harmful = 0;          // of them, discarded or during_copy_back
+  std::vector<CopyClash> first;  // the first `keep` harmful ones by step, then the others
+};
+
+CopyClashReport find_copy_clashes(std::span<const OwnCopySpan> copies,
+                                  std::span<const StepAccessSpan> accesses, size_t keep = 16);
+
+}  // namespace umswap::tracer

@@ -159,7 +159,7 @@ TEST_F(CompareEndToEnd, EveryModeRunsWithItsOwnEnvironment) {
   EXPECT_FALSE(contains(r.err, "are in")) << r.err;
 
   const nlohmann::json j = nlohmann::json::parse(read_file(dir_ / "c.json"));
-  EXPECT_EQ(j["umswap_compare_version"], 2);
+  EXPECT_EQ(j["umswap_compare_version"], 3);
   EXPECT_EQ(j["command"], nlohmann::json({program_.string()}));
   EXPECT_EQ(j["budget_bytes"], 1000);
   EXPECT_TRUE(j["probe"]["ok"].is_boolean());

@@ -20,7 +20,7 @@
 
 namespace umswap::cli {
 
-inline constexpr int kCompareJsonVersion = 2;
+inline constexpr int kCompareJsonVersion = 3;
 // A budget counts as held while peak GPU-resident bytes stay within this factor of it.
 inline constexpr double kBudgetTolerance = 1.05;
 
@@ -156,13 +156,17 @@ struct ModeRow {
   std::optional<bool> budget_held;                // peak_resident <= budget * kBudgetTolerance
   std::string checksum;
   // vs native; nullopt when either side has nothing to compare. With a checksum on both sides,
-  // equal checksums; else the last iteration's losses within loss_tolerance of each other.
+  // equal checksums; else the losses of every iteration both runs printed within loss_tolerance
+  // of each other.
   std::optional<bool> same_result;
-  std::string result_basis;  // "checksum", "loss" (of the last iteration) or ""
-  // basis "loss": |a - b| / max(|a|, |b|) (0 for two zeros), and the tolerance it was held to;
-  // nullopt when a loss is not a number (then the texts must be equal).
+  std::string result_basis;  // "checksum", "loss" (every iteration printed by both) or ""
+  // basis "loss": the largest |a - b| / max(|a|, |b|) (0 for two zeros) over the iterations, and
+  // the tolerance it was held to; nullopt when no pair of losses was two numbers (texts such as
+  // `nan` must be equal). loss_worst_iteration: where it was largest, or the first iteration whose
+  // texts differ.
   std::optional<double> loss_relative_difference;
   std::optional<double> loss_tolerance;
+  std::optional<uint64_t> loss_worst_iteration;
 };
 
 // The rows for `outcomes` (one per mode, in order). Ratios are to the native outcome's median;

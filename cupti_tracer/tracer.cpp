@@ -1033,14 +1033,6 @@ void note_residency(uint64_t address, uint64_t bytes, bool on_gpu) {
   tracer_instance().note_residency(address, bytes, on_gpu, Tracer::kCurrentStep);
 }
 
-void note_residency_now(uint64_t address, uint64_t bytes, bool on_gpu) {
-  tracer_instance().note_residency(address, bytes, on_gpu, Tracer::kNow);
-}
-
-void note_residency_at(uint64_t address, uint64_t bytes, bool on_gpu, uint64_t step) {
-  tracer_instance().note_residency(address, bytes, on_gpu, step);
-}
-
 void note_residency_by_copy(uint64_t address, uint64_t bytes, bool on_gpu, uint32_t copy,
                             uint64_t step) {
   tracer_instance().note_residency(address, bytes, on_gpu, step, copy);

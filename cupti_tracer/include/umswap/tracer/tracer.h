@@ -125,18 +125,12 @@ void yield_cupti(const std::string& what);
 // on the GPU without a transfer (on_gpu true; UMSWAP_DISCARD_FREED): the residency count removes
 // or adds its pages as a transfer would, without counting bytes moved.
 void note_residency(uint64_t address, uint64_t bytes, bool on_gpu);
-// The same, placed at the time of the call: for work of umswap's own seen done by then
-// (UMSWAP_EVICT_COPY's discards, noted once the advisor sees them done: the count errs high) or
-// that cannot run before it (the populates of its final copies back).
-void note_residency_now(uint64_t address, uint64_t bytes, bool on_gpu);
-// The same, placed where the GPU runs step `step` (a populate at its start, a discard at the
-// previous step's end): for work on a stream of umswap's own ordered there
-// (UMSWAP_EVICT_COPY's copies back wait for the GPU to reach their launch).
-void note_residency_at(uint64_t address, uint64_t bytes, bool on_gpu, uint64_t step);
-// The same, placed where CUPTI saw a copy of umswap's own run (`copy`: its correlation id, from
-// last_own_copy()): a discard at the end of the copy it follows on its stream, a populate at the
-// start of the copy that follows it. Without CUPTI's record of that copy: as note_residency_at
-// (`step`; Tracer::kNow-like UINT64_MAX: the call's time).
+// The same for UMSWAP_EVICT_COPY's discards and populates, placed where CUPTI saw a copy of
+// umswap's own run (`copy`: its correlation id, from last_own_copy()): a discard at the end of the
+// copy it follows on its stream, a populate at the start of the copy that follows it. Without
+// CUPTI's record of that copy: where the GPU runs step `step` (a populate at its start, a discard
+// at the previous step's end), or with `step` UINT64_MAX at the time of the call (a discard noted
+// once seen done: the count errs high).
 void note_residency_by_copy(uint64_t address, uint64_t bytes, bool on_gpu, uint32_t copy,
                             uint64_t step);
 // The correlation id of the calling thread's last cuMemcpyDtoHAsync/cuMemcpyHtoDAsync, for a

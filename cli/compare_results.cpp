@@ -928,6 +928,16 @@ std::string render_notes(const CompareReport& report) {
           "note: {} printed no iteration times; its times are umswap's (stats wall_ms)\n",
           row_name(*row));
     }
+    // Online learning plans late (GPT-2 medium: its tenth iteration): with few steps the steady
+    // figure is the first planned iterations, which still move what learning left behind.
+    if (!row->baseline && row->status == ModeStatus::ok &&
+        (row->mode == CompareMode::online || row->mode == CompareMode::replay) &&
+        row->steady_median_ms && row->steady_iterations < kFewSteadyIterations) {
+      out += fmt::format(
+          "note: {}'s steady ms is the median of {} iteration{} after its plan took effect; run "
+          "more steps for a steadier figure\n",
+          row_name(*row), row->steady_iterations, row->steady_iterations == 1 ? "" : "s");
+    }
     by_loss = by_loss || row->result_basis == "loss";
     if (row->same_result == false && row->result_basis == "loss") {
       const uint64_t at = row->loss_worst_iteration.value_or(0);

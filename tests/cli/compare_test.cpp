@@ -703,6 +703,25 @@ TEST(CompareRows, ALossSpikeInOneIterationDiffersEvenWhenTheLastLossAgrees) {
       << render_notes(report);
 }
 
+TEST(CompareTable, ASteadyFigureFromFewPlannedIterationsSaysSo) {
+  CompareReport report;
+  report.outcomes = {
+      outcome(CompareMode::native, "iter 0 ms 10\niter 1 ms 10\niter 2 ms 10\niter 3 ms 10\n"),
+      outcome(CompareMode::online, "iter 0 ms 10\niter 1 ms 10\niter 2 ms 30\n"),
+      outcome(CompareMode::replay,
+              "iter 0 ms 10\niter 1 ms 10\niter 2 ms 20\niter 3 ms 20\niter 4 ms 20\n")};
+  report.rows = compute_rows(report.outcomes, LinkRates{});
+  ASSERT_EQ(report.rows[1].steady_iterations, 1u);
+  ASSERT_EQ(report.rows[2].steady_iterations, 3u);
+  const std::string notes = render_notes(report);
+  EXPECT_TRUE(contains(notes,
+                       "note: online's steady ms is the median of 1 iteration after its plan took "
+                       "effect; run more steps for a steadier figure\n"))
+      << notes;
+  EXPECT_FALSE(contains(notes, "replay's steady ms")) << notes;
+  EXPECT_FALSE(contains(notes, "native's steady ms")) << notes;  // not a planned run
+}
+
 TEST(CompareTable, LossResultsSayHowCloseAndWhy) {
   CompareReport report;
   report.outcomes = {outcome(CompareMode::native, "iter 0 ms 10 loss 2.25\n"),

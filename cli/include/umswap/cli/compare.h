@@ -21,6 +21,8 @@
 namespace umswap::cli {
 
 inline constexpr int kCompareJsonVersion = 3;
+// Fewer steady iterations than this in an online or replay row: a note says the figure is thin.
+inline constexpr size_t kFewSteadyIterations = 3;
 // A budget counts as held while peak GPU-resident bytes stay within this factor of it.
 inline constexpr double kBudgetTolerance = 1.05;
 

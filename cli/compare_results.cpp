@@ -270,7 +270,9 @@ void check_result(ModeRow& row, const ModeOutcome& native, const ModeOutcome& o,
   row.loss_tolerance = tolerance;
   row.loss_relative_difference = worst;
   row.same_result = !text_differs && (!worst || *worst <= tolerance);
-  row.loss_worst_iteration = text_differs ? text_at : worst_at;
+  // The iteration the note names: the largest difference when it is past the tolerance (the note
+  // gives its figure), else the first whose texts differ.
+  row.loss_worst_iteration = text_differs && !(worst && *worst > tolerance) ? text_at : worst_at;
 }
 
 // The result cell: `same` (checksums), `≈ native (loss within 0.01)`, `DIFFERS` or `-`.

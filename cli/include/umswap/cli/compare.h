@@ -164,8 +164,8 @@ struct ModeRow {
   std::string result_basis;  // "checksum", "loss" (every iteration printed by both) or ""
   // basis "loss": the largest |a - b| / max(|a|, |b|) (0 for two zeros) over the iterations, and
   // the tolerance it was held to; nullopt when no pair of losses was two numbers (texts such as
-  // `nan` must be equal). loss_worst_iteration: where it was largest, or the first iteration whose
-  // texts differ.
+  // `nan` must be equal). loss_worst_iteration: where it was largest, unless it is within the
+  // tolerance and some iteration's texts differ: then the first of those.
   std::optional<double> loss_relative_difference;
   std::optional<double> loss_tolerance;
   std::optional<uint64_t> loss_worst_iteration;

@@ -1487,8 +1487,9 @@ void AdvisorImpl::set_up_copies() {
   log_warning(
       "UMSWAP_EVICT_COPY is experimental: evictions are copied to pinned host memory (up to {}) "
       "and their GPU pages discarded; GPT-2 runs with it showed a wrong loss in one iteration "
-      "(docs/advisor.md): do not trust results with it yet",
-      format_bytes(limit));
+      "(docs/advisor.md): do not trust results with it yet{}",
+      format_bytes(limit),
+      config.evict_copy_keep ? " (keep: a diagnostic, the GPU pages are not discarded)" : "");
 }
 
 // From the plan's first applied launch on (its waits in place).
@@ -1592,8 +1593,11 @@ bool AdvisorImpl::evict_by_copy(uint64_t address, uint64_t length, uint64_t g, u
       starts.push_back(s.address);
       sizes.push_back(s.length);
     }
+    // UMSWAP_EVICT_COPY=keep (a diagnostic): the GPU pages stay.
     const CUresult r =
-        d.mem_discard_batch_async(starts.data(), sizes.data(), starts.size(), 0, stream);
+        config.evict_copy_keep
+            ? CUDA_SUCCESS
+            : d.mem_discard_batch_async(starts.data(), sizes.data(), starts.size(), 0, stream);
     if (r != CUDA_SUCCESS) {
       ++copy_failures;
       // The GPU and the host both hold the data: the copy back rewrites the same bytes.

@@ -62,7 +62,8 @@ constexpr std::array kOptionTable = {
     OptionInfo{"UMSWAP_EVICT_COPY", "0",
                "1 (experimental, results not to be trusted yet): evictions are copies to "
                "pinned host memory (52 GB/s against the driver's 11-18) and the GPU pages are "
-               "discarded; turns both waits on; docs/advisor.md"},
+               "discarded; turns both waits on; keep (a diagnostic): the same copies, the GPU "
+               "pages kept (no memory saved); docs/advisor.md"},
     OptionInfo{"UMSWAP_ASYNC_SLABS", "1",
                "1: cudaMallocAsync allocations are blocks of umswap's managed slabs (exact "
                "extents for the advisor); 0: the driver's managed memory pool"},
@@ -264,10 +265,13 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
     }
   }
   if (const char* v = read("UMSWAP_EVICT_COPY")) {
-    if (auto b = parse_bool(trim(v))) {
+    if (trim(v) == "keep") {
+      options.evict_copy = true;
+      options.evict_copy_keep = true;
+    } else if (auto b = parse_bool(trim(v))) {
       options.evict_copy = *b;
     } else {
-      warn("UMSWAP_EVICT_COPY", v, "is not a boolean (1/0, on/off)", "0");
+      warn("UMSWAP_EVICT_COPY", v, "is neither a boolean (1/0, on/off) nor keep", "0");
     }
   }
   if (const char* v = read("UMSWAP_ASYNC_SLABS")) {
@@ -321,7 +325,8 @@ std::vector<std::string> describe(const Options& options) {
       fmt::format("UMSWAP_REPLAY={}", options.replay_path),
       fmt::format("UMSWAP_PREFETCH_WAIT={}", options.prefetch_wait ? 1 : 0),
       fmt::format("UMSWAP_EVICT_WAIT={}", options.evict_wait ? 1 : 0),
-      fmt::format("UMSWAP_EVICT_COPY={}", options.evict_copy ? 1 : 0),
+      fmt::format("UMSWAP_EVICT_COPY={}",
+                  options.evict_copy_keep ? "keep" : (options.evict_copy ? "1" : "0")),
       fmt::format("UMSWAP_ASYNC_SLABS={}", options.async_slabs ? 1 : 0),
       fmt::format("UMSWAP_DISCARD_FREED={}", options.discard_freed ? 1 : 0),
       fmt::format("UMSWAP_LIFETIMES={}", options.lifetimes ? 1 : 0),

@@ -426,6 +426,18 @@ TEST(ParseOptions, ReplayWithoutTraceFallsBackToOnlineWithAWarning) {
   EXPECT_TRUE(r.evict_wait);
 }
 
+TEST(ParseOptions, EvictCopyTakesKeepAsADiagnostic) {
+  std::vector<std::string> warnings;
+  const Options keep = parse({{"UMSWAP_EVICT_COPY", " keep "}}, &warnings);
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_TRUE(keep.evict_copy);
+  EXPECT_TRUE(keep.evict_copy_keep);
+  const Options on = parse({{"UMSWAP_EVICT_COPY", "1"}}, &warnings);
+  EXPECT_TRUE(on.evict_copy);
+  EXPECT_FALSE(on.evict_copy_keep);
+  EXPECT_TRUE(warnings.empty());
+}
+
 TEST(ParseOptions, WarningsAreAppended) {
   std::vector<std::string> warnings = {"earlier"};
   parse({{"UMSWAP_MODE", "x"}}, &warnings);

@@ -109,6 +109,10 @@ struct AdvisorConfig {
   // Evictions copied to pinned host memory and discarded, brought back by a populate and a copy
   // (UMSWAP_EVICT_COPY; needs the waits' counter, docs/advisor.md "Evictions umswap copies").
   bool evict_copy = false;
+  // A diagnostic (UMSWAP_EVICT_COPY=keep): the copies out and back run as with evict_copy, but
+  // the GPU pages are not discarded, so a launch that reads a range before its copy back still
+  // finds the data, while a stale copy back still overwrites newer bytes.
+  bool evict_copy_keep = false;
   // Asked when a plan is made: plan with slab lifetimes (UMSWAP_LIFETIMES)? True only when the
   // allocator discards what discard_page() approves; empty or false: every byte a kernel touched
   // is live.

@@ -77,6 +77,7 @@ struct Options {
   bool prefetch_wait = false;     // a launch waits for its late prefetch rather than fault
   bool evict_wait = false;        // a launch waits for the evictions the plan makes at it
   bool evict_copy = false;        // evictions copied to pinned host memory, GPU pages discarded
+  bool evict_copy_keep = false;   // diagnostic: the same copies, GPU pages not discarded
   bool async_slabs = true;        // stream-ordered allocations from slabs, not the managed pool
   bool discard_freed = false;     // slabs: discard freed blocks, populate new ones (experimental)
   bool lifetimes = true;          // slabs: plan with block lifetimes; drop dead data at frees

@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""CPU test of scripts/evict_copy_check.py: its parsing, and whole runs against a stand-in for
+umswap and a stand-in training script (no GPU, no torch)."""
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "..", "..", "scripts", "evict_copy_check.py")
+sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
+import evict_copy_check as ecc  # noqa: E402
+
+# Prints 4 iterations; under UMSWAP_EVICT_COPY=1 and FAKE_SPIKE set, iteration 2's loss is off.
+TRAIN = textwrap.dedent("""\
+    import json, os
+    losses = [10.5, 10.1, 9.9, 9.8]
+    spike = os.environ.get("UMSWAP_EVICT_COPY") == "1" and os.environ.get("FAKE_SPIKE")
+    for i, x in enumerate(losses):
+        print(f"iter {i} ms {100 + i:.3f} loss {x + (2.0 if spike and i == 2 else 0.0):.6f}")
+    print("summary " + json.dumps({"steady_median_ms": 101.0, "peak_allocated_bytes": 1 << 30}))
+    """)
+# `umswap run --limit L --budget B --stats F -- cmd...`: records its arguments, writes stats.
+UMSWAP = textwrap.dedent("""\
+    #!/usr/bin/env python3
+    import json, subprocess, sys
+    a = sys.argv[1:]
+    assert a[0] == "run", a
+    stats = a[a.index("--stats") + 1]
+    with open(stats + ".args", "w") as f:
+        json.dump({"args": a, "copy": __import__("os").environ.get("UMSWAP_EVICT_COPY")}, f)
+    rc = subprocess.call(a[a.index("--") + 1:])
+    json.dump({"iterations": [{"gpu_page_faults": 0}] * 4,
+               "copy_check": {"copies": 10, "pages_checked": 5, "clashes": 1, "harmful": 1,
+                              "first": [{"step": 7, "kernel": "k", "page": "0x200000",
+                                         "kind": "discarded", "ns_into_span": 3}]},
+               "advisor": {"evict_copy": {"guard_hits": 2, "rescued_bytes": 4096, "rescues": 0,
+                                          "guard_kernels": ["launch 9 (ln): 4.00 KiB"]}}},
+              open(stats, "w"))
+    sys.exit(rc)
+    """)
+
+
+class Parsing(unittest.TestCase):
+    def test_iterations_and_summary(self):
+        text = "warmup\niter 0 ms 12.5 loss 3.25\niter 1 ms 11.0 loss nan\nsummary {\"a\": 1}\n"
+        its = ecc.parse_iterations(text)
+        self.assertEqual(its[0], (12.5, 3.25))
+        self.assertNotEqual(its[1][1], its[1][1])  # nan
+        self.assertEqual(ecc.parse_summary(text), {"a": 1})
+        self.assertIsNone(ecc.parse_summary("summary {broken"))
+
+    def test_budget(self):
+        self.assertEqual(ecc.budget_bytes("29%", 1000), 290)
+        self.assertEqual(ecc.budget_bytes("1.5G", None), 3 << 29)
+        self.assertEqual(ecc.budget_bytes("4096", None), 4096)
+        for bad in ("12Q", "-1G", ""):
+            with self.assertRaises(ValueError):
+                ecc.budget_bytes(bad, 1000)
+        with self.assertRaises(ValueError):
+            ecc.budget_bytes("50%", None)
+
+    def test_worst_difference(self):
+        native = {0: (1, 10.0), 1: (1, 9.0), 2: (1, 8.0)}
+        self.assertEqual(ecc.worst_difference(native, {0: (1, 10.0), 1: (1, 9.5), 2: (1, 8.1)})[0], 1)
+        self.assertEqual(ecc.worst_difference(native, {2: (1, float("nan"))}), (2, float("inf")))
+        self.assertEqual(ecc.worst_difference(native, {}), (None, None))
+
+
+class WholeRuns(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+        self.train = os.path.join(self.dir, "train.py")
+        with open(self.train, "w") as f:
+            f.write(TRAIN)
+        self.umswap = os.path.join(self.dir, "umswap")
+        with open(self.umswap, "w") as f:
+            f.write(UMSWAP)
+        os.chmod(self.umswap, os.stat(self.umswap).st_mode | stat.S_IEXEC)
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def run_check(self, env_extra, *args):
+        out = os.path.join(self.dir, "out")
+        cmd = [sys.executable, SCRIPT, "--umswap", self.umswap, "--limit", "4G", "--budget", "50%",
+               "--out", out, "--json", os.path.join(self.dir, "r.json"), *args, "--", self.train]
+        p = subprocess.run(cmd, env=dict(os.environ, **env_extra), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+        return p, out
+
+    def test_matching_runs_pass_and_each_variant_gets_its_setting(self):
+        p, out = self.run_check({})
+        self.assertEqual(p.returncode, 0, p.stdout)
+        self.assertIn("all runs matched native", p.stdout)
+        self.assertIn("copy_check: 1 harmful of 1 clashes", p.stdout)
+        self.assertIn("caught launch 9 (ln)", p.stdout)
+        for name, setting in (("copy1", "1"), ("keep1", "keep")):
+            with open(os.path.join(out, name + ".json.args")) as f:
+                seen = json.load(f)
+            self.assertEqual(seen["copy"], setting)
+            a = seen["args"]
+            self.assertEqual(a[a.index("--budget") + 1], str((1 << 30) // 2))
+            self.assertEqual(a[a.index("--limit") + 1], "4G")
+
+    def test_a_one_iteration_spike_fails_the_run_and_names_the_iteration(self):
+        p, _ = self.run_check({"FAKE_SPIKE": "1"}, "--variants", "copy,keep")
+        self.assertEqual(p.returncode, 1, p.stdout)
+        self.assertIn("copy1 (UMSWAP_EVICT_COPY=1)", p.stdout)
+        self.assertIn("at iteration 2: DIFFERS", p.stdout)
+        with open(os.path.join(self.dir, "r.json")) as f:
+            r = json.load(f)
+        same = {x["name"]: x["same"] for x in r["runs"]}
+        self.assertEqual(same, {"copy1": False, "keep1": True})
+
+    def test_bad_arguments(self):
+        p, _ = self.run_check({}, "--variants", "fast")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--variants", p.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()

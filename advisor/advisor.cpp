@@ -304,6 +304,7 @@ class AdvisorImpl {
   std::atomic<bool> copies_live{false};  // the launch path checks launches, places restore waits
   std::mutex copies_mutex;               // `copies` (the launch path reads it)
   std::atomic<uint64_t> guard_launch{UINT64_MAX};  // a launch the launch path caught
+  std::atomic<const char*> opaque_call{nullptr};   // a call the tracer cannot see into
   // A launch the guard caught reaching held ranges its waits do not cover: the advisor thread
   // gives back those ranges (rounded out to 2 MiB pages) and records rescue_event after their
   // copies back on restore_stream; the launch waits for it on its stream. rescue_ranges and
@@ -377,6 +378,15 @@ class AdvisorImpl {
   void guard(uint64_t index, const std::vector<tracer::PointerHit>* hits, uint64_t covered,
              CUstream on);
   void serve_rescue();
+  // While the copies back of the last stop_copies() are not seen done, `on` waits for them.
+  void wait_for_stop(CUstream on) {
+    if (!stopped_pending.load(std::memory_order_acquire)) return;
+    if (d.event_query(stopped_event) == CUDA_SUCCESS) {
+      stopped_pending.store(false, std::memory_order_release);
+    } else {
+      d.stream_wait_event(on, stopped_event, 0);
+    }
+  }
   // The launch up to which launch `index` on `stream` finds the copies back done: its own wait
   // (placed further down on_step) or an earlier launch's on the same stream, which it runs
   // after; UINT64_MAX: none. Launch path, under the tracer's launch lock; kept by launch index
@@ -465,13 +475,7 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
     if (p && index >= p->base) own_wait = p->covered(index, a.waits_from.load());
     a.guard(index, hits, a.cover(own_wait, index, stream), stream);
   }
-  if (a.stopped_pending.load(std::memory_order_acquire)) {
-    if (a.d.event_query(a.stopped_event) == CUDA_SUCCESS) {
-      a.stopped_pending.store(false, std::memory_order_release);
-    } else {
-      a.d.stream_wait_event(stream, a.stopped_event, 0);
-    }
-  }
+  a.wait_for_stop(stream);
   if (!p || index < p->base) return;
   const uint64_t phase = (index - p->base) % p->period;
   // Before anything this launch adds to its stream (its populates, its waits: a prefetch that
@@ -538,6 +542,17 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
            !a.highest_wait.compare_exchange_weak(seen, value + 1, std::memory_order_relaxed)) {
     }
   }
+}
+
+void Advisor::on_opaque(CUstream stream, const char* what) {
+  AdvisorImpl& a = *impl_;
+  if (a.copies_live.load(std::memory_order_seq_cst)) {
+    const char* none = nullptr;
+    a.opaque_call.compare_exchange_strong(none, what);
+    // No pointers: everything comes back and copies stop; returns once they have.
+    a.guard(a.launched.load(std::memory_order_acquire), nullptr, UINT64_MAX, stream);
+  }
+  a.wait_for_stop(stream);
 }
 
 bool Advisor::discard_page(uint64_t page) {
@@ -711,7 +726,12 @@ void AdvisorImpl::run() {
       serve_rescue();
       if (rescue_asked.exchange(false)) {
         const uint64_t caught = guard_launch.load();
-        if (caught == UINT64_MAX) {
+        if (const char* what = opaque_call.load()) {
+          stop_copies(
+              fmt::format("the program issued {}, whose memory accesses the tracer "
+                          "cannot see",
+                          what));
+        } else if (caught == UINT64_MAX) {
           stop_copies("launches waited 2 s for the advisor");
         } else {
           const std::vector<uint32_t> key = tracer::copy_keys(caught, 1);

@@ -41,7 +41,7 @@ uint64_t StepRecorder::record_kernel(const FunctionLayout& function, const void*
 }
 
 uint64_t StepRecorder::record_copy(trace::StepKind kind, uint32_t key, CUstream stream,
-                                   uint32_t correlation, uint64_t a, uint64_t b,
+                                   uint32_t correlation, std::span<const uint64_t> pointers,
                                    const Registry::Snapshot& snapshot) {
   const LoggedStep step{.stream = reinterpret_cast<uint64_t>(stream),
                         .key = key,
@@ -50,11 +50,11 @@ uint64_t StepRecorder::record_copy(trace::StepKind kind, uint32_t key, CUstream 
   std::lock_guard lock(launch_mutex_);
   if (recording()) {
     scratch_.clear();
-    for (uint64_t ptr : {a, b}) {
+    for (uint64_t ptr : pointers) {
       const BufferRecord* r = ptr ? snapshot.find(ptr) : nullptr;
       const std::optional<uint64_t> end = r ? snapshot.allocation_end(*r, ptr) : std::nullopt;
-      if (end && (scratch_.empty() || scratch_.front().buffer != r->id ||
-                  scratch_.front().pointer != ptr)) {
+      const auto same = [&](const PointerHit& h) { return h.buffer == r->id && h.pointer == ptr; };
+      if (end && std::none_of(scratch_.begin(), scratch_.end(), same)) {
         scratch_.push_back({.buffer = r->id,
                             .base = r->base,
                             .size = r->size,

@@ -27,6 +27,7 @@
 #include "umswap/tracer/cupti_library.h"
 #include "umswap/tracer/extents.h"
 #include "umswap/tracer/iteration_detector.h"
+#include "umswap/tracer/memory_calls.h"
 #include "umswap/tracer/param_scanner.h"
 #include "umswap/tracer/residency.h"
 #include "umswap/tracer/step_recorder.h"
@@ -41,12 +42,6 @@ constexpr size_t kMaxFunctions = 16384;           // layouts cached; past this, 
 constexpr auto kFlushPoll = std::chrono::milliseconds(100);
 // Slab lifetimes kept for the advisor and the trace (32 bytes each).
 constexpr size_t kMaxLifetimes = size_t{1} << 20;
-
-// The copies the tracer logs, each with its step name.
-enum class Copy : uint8_t { memcpy, htod, dtoh, dtod, memset, count };
-constexpr const char* kCopyNames[] = {"memcpy", "memcpy HtoD", "memcpy DtoH", "memcpy DtoD",
-                                      "memset"};
-static_assert(std::size(kCopyNames) == static_cast<size_t>(Copy::count));
 
 // A unified-memory counter record, kept raw until the trace is assembled.
 struct UmRecord {
@@ -102,7 +97,8 @@ class Tracer {
  private:
   void on_launch(CUfunction f, CUstream stream, void** params, void** extra, uint32_t correlation,
                  const char* symbol);
-  void on_copy(Copy copy, CUstream stream, uint32_t correlation, CUdeviceptr a, CUdeviceptr b);
+  void on_memory_call(const MemoryCall& call, uint32_t correlation,
+                      std::span<const uint64_t> pointers);
   void pending(uint64_t index, CUstream stream);
   void summarize(trace::Trace t);
   void check_own_copies(const trace::Trace& t, RunSummary& summary);
@@ -136,7 +132,7 @@ class Tracer {
   std::atomic<StepRecorder*> recorder_{nullptr};  // made by start(), never destroyed
   std::unique_ptr<ParamLayoutCache> functions_;
   std::mutex functions_mutex_;
-  std::atomic<uint32_t> copy_keys_[static_cast<size_t>(Copy::count)];
+  std::atomic<uint32_t> copy_keys_[static_cast<size_t>(MemoryCallClass::count)];
   std::unique_ptr<RunSummary> summary_;
   bool um_counters_ = false;
 
@@ -244,77 +240,30 @@ void CUPTIAPI Tracer::on_callback(void* self, CUpti_CallbackDomain domain, CUpti
       tracer->on_launch(a->f, a->hStream, a->kernelParams, nullptr, corr, cb->symbolName);
       break;
     }
-    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync_ptsz: {
-      const auto* a = static_cast<const cuMemcpyAsync_params*>(p);
-      tracer->on_copy(Copy::memcpy, a->hStream, corr, a->dst, a->src);
+    default: {
+      // Copies, memsets and stream memory operations: steps like launches. A graph launch or a
+      // host function: not a step (what it touches is unknown), but the observer hears of it.
+      thread_local std::vector<uint64_t> pointers;
+      MemoryCall call;
+      if (!decode_memory_call(cbid, p, &call, &pointers)) break;
+      if (call.what == MemoryCallClass::opaque) {
+        if (tracer->config_.observer) {
+          tracer->config_.observer->on_opaque(
+              call.stream, cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch ||
+                                   cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz
+                               ? "a CUDA graph launch"
+                               : "a host function");
+        }
+        break;
+      }
+      tracer->on_memory_call(call, corr, pointers);
       break;
     }
-    case CUPTI_DRIVER_TRACE_CBID_cuMemcpy: {
-      const auto* a = static_cast<const cuMemcpy_params*>(p);
-      tracer->on_copy(Copy::memcpy, nullptr, corr, a->dst, a->src);
-      break;
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2_ptsz: {
-      const auto* a = static_cast<const cuMemcpyHtoDAsync_v2_params*>(p);
-      tracer->on_copy(Copy::htod, a->hStream, corr, a->dstDevice, 0);
-      break;
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2: {
-      const auto* a = static_cast<const cuMemcpyHtoD_v2_params*>(p);
-      tracer->on_copy(Copy::htod, nullptr, corr, a->dstDevice, 0);
-      break;
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2_ptsz: {
-      const auto* a = static_cast<const cuMemcpyDtoHAsync_v2_params*>(p);
-      tracer->on_copy(Copy::dtoh, a->hStream, corr, a->srcDevice, 0);
-      break;
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2: {
-      const auto* a = static_cast<const cuMemcpyDtoH_v2_params*>(p);
-      tracer->on_copy(Copy::dtoh, nullptr, corr, a->srcDevice, 0);
-      break;
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2_ptsz: {
-      const auto* a = static_cast<const cuMemcpyDtoDAsync_v2_params*>(p);
-      tracer->on_copy(Copy::dtod, a->hStream, corr, a->dstDevice, a->srcDevice);
-      break;
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoD_v2: {
-      const auto* a = static_cast<const cuMemcpyDtoD_v2_params*>(p);
-      tracer->on_copy(Copy::dtod, nullptr, corr, a->dstDevice, a->srcDevice);
-      break;
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async_ptsz: {
-      const auto* a = static_cast<const cuMemsetD8Async_params*>(p);
-      tracer->on_copy(Copy::memset, a->hStream, corr, a->dstDevice, 0);
-      break;
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async_ptsz: {
-      const auto* a = static_cast<const cuMemsetD32Async_params*>(p);
-      tracer->on_copy(Copy::memset, a->hStream, corr, a->dstDevice, 0);
-      break;
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD8_v2: {
-      const auto* a = static_cast<const cuMemsetD8_v2_params*>(p);
-      tracer->on_copy(Copy::memset, nullptr, corr, a->dstDevice, 0);
-      break;
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD32_v2: {
-      const auto* a = static_cast<const cuMemsetD32_v2_params*>(p);
-      tracer->on_copy(Copy::memset, nullptr, corr, a->dstDevice, 0);
-      break;
-    }
-    default:
-      break;
   }
 }
 
+// Kernel launches; the copies, memsets, memory operations, graph launches and host functions are
+// memory_callback_ids().
 constexpr CUpti_CallbackId kTracedCallbacks[] = {
     CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
     CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
@@ -322,24 +271,6 @@ constexpr CUpti_CallbackId kTracedCallbacks[] = {
     CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
     CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
     CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpy,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoD_v2,
-    CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async,
-    CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async,
-    CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemsetD8_v2,
-    CUPTI_DRIVER_TRACE_CBID_cuMemsetD32_v2,
 };
 
 // Layout and step key of a kernel, read from the driver once per function (under
@@ -441,18 +372,19 @@ void Tracer::on_launch(CUfunction f, CUstream stream, void** params, void** extr
   pending(index, stream);
 }
 
-void Tracer::on_copy(Copy copy, CUstream stream, uint32_t correlation, CUdeviceptr a,
-                     CUdeviceptr b) {
-  std::atomic<uint32_t>& cached = copy_keys_[static_cast<size_t>(copy)];
+void Tracer::on_memory_call(const MemoryCall& call, uint32_t correlation,
+                            std::span<const uint64_t> pointers) {
+  std::atomic<uint32_t>& cached = copy_keys_[static_cast<size_t>(call.what)];
   uint32_t key = cached.load(std::memory_order_relaxed);
   if (key == UINT32_MAX) {
-    key = recorder()->intern(kCopyNames[static_cast<size_t>(copy)]);
+    key = recorder()->intern(step_name(call.what));
     cached.store(key, std::memory_order_relaxed);
   }
   const auto snapshot = registry_->snapshot();
   const trace::StepKind kind =
-      copy == Copy::memset ? trace::StepKind::memset : trace::StepKind::memcpy;
-  pending(recorder()->record_copy(kind, key, stream, correlation, a, b, *snapshot), stream);
+      call.what == MemoryCallClass::memset ? trace::StepKind::memset : trace::StepKind::memcpy;
+  pending(recorder()->record_copy(kind, key, call.stream, correlation, pointers, *snapshot),
+          call.stream);
 }
 
 // The observer sees this launch again at API exit (after_step), on this thread.
@@ -661,6 +593,9 @@ bool Tracer::start(const TracerConfig& config, const TracerDriver& driver, Regis
     return false;
   }
   for (CUpti_CallbackId cbid : kTracedCallbacks) {
+    cupti_.enable_callback(1, subscriber_, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
+  }
+  for (uint32_t cbid : memory_callback_ids()) {
     cupti_.enable_callback(1, subscriber_, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
   }
   if (!config_.iteration_marker.empty()) {

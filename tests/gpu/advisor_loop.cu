@@ -4,13 +4,16 @@
 // with a budget of a third of the footprint, the advisor must evict behind the walk and prefetch
 // ahead of it.
 //
-//   advisor_loop [--buffers N] [--mib M] [--iterations I] [--alt-sites] [--stray S]
+//   advisor_loop [--buffers N] [--mib M] [--iterations I] [--alt-sites] [--stray S] [--graph G]
 // --alt-sites allocates the second half of the buffers from another call site: a trace recorded
 // without it finds only the first half in a run with it (the replay relearning test).
 // --stray S: in iteration S the loss kernel takes the middle buffer instead of the last, after
 // the forward walk has finished on the GPU. The launches keep their kernels, so a plan learned
 // before still matches them, but that one reaches a buffer the plan keeps off the GPU between its
 // forward and backward uses (UMSWAP_EVICT_COPY's guard test).
+// --graph G: in iteration G the loss kernel runs as a CUDA graph (captured before the loop, the
+// same kernel on the same buffer): the results are the same as without it, but the tracer cannot
+// see what a graph touches (UMSWAP_EVICT_COPY must stop copying before it runs).
 // prints `iter <i> ms <float>` per iteration and `checksum <hex>` (FNV-1a of every buffer) at the
 // end; the checksum is the same natively and under umswap, whatever it prefetched or evicted.
 #include <cuda_runtime.h>
@@ -58,7 +61,7 @@ int main(int argc, char** argv) {
   int buffers = 24, iterations = 8;
   size_t mib = 256;
   bool alt_sites = false;
-  int stray = -1;
+  int stray = -1, graph_at = -1;
   for (int i = 1; i < argc; ++i) {
     const bool has_value = i + 1 < argc;
     if (!std::strcmp(argv[i], "--alt-sites")) {
@@ -71,10 +74,12 @@ int main(int argc, char** argv) {
       iterations = std::atoi(argv[++i]);
     } else if (has_value && !std::strcmp(argv[i], "--stray")) {
       stray = std::atoi(argv[++i]);
+    } else if (has_value && !std::strcmp(argv[i], "--graph")) {
+      graph_at = std::atoi(argv[++i]);
     } else {
       std::fprintf(stderr,
                    "usage: advisor_loop [--buffers N] [--mib M] [--iterations I] [--alt-sites] "
-                   "[--stray S]\n");
+                   "[--stray S] [--graph G]\n");
       return 2;
     }
   }
@@ -92,6 +97,15 @@ int main(int argc, char** argv) {
   }
   cudaStream_t stream;
   CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraphExec_t loss_graph = nullptr;
+  if (graph_at >= 0) {
+    cudaGraph_t g;
+    CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    loss<<<1024, 256, 0, stream>>>(buf[buffers - 1], n);
+    CHECK(cudaStreamEndCapture(stream, &g));
+    CHECK(cudaGraphInstantiate(&loss_graph, g, 0));
+    CHECK(cudaGraphDestroy(g));
+  }
   for (int it = 0; it < iterations; ++it) {
     CHECK(cudaStreamSynchronize(stream));
     const auto start = std::chrono::steady_clock::now();
@@ -102,7 +116,11 @@ int main(int argc, char** argv) {
     // has long copied the middle buffer out by then (submitted earlier, it would see the launch
     // and leave that buffer to the driver).
     if (it == stray) CHECK(cudaStreamSynchronize(stream));
-    loss<<<1024, 256, 0, stream>>>(buf[it == stray ? buffers / 2 : buffers - 1], n);
+    if (it == graph_at) {
+      CHECK(cudaGraphLaunch(loss_graph, stream));
+    } else {
+      loss<<<1024, 256, 0, stream>>>(buf[it == stray ? buffers / 2 : buffers - 1], n);
+    }
     for (int b = buffers - 1; b >= 0; --b) {
       backward<<<1024, 256, 0, stream>>>(buf[b], buf[(b + buffers - 1) % buffers], n);
     }
@@ -120,6 +138,7 @@ int main(int argc, char** argv) {
     for (unsigned char c : host) h = (h ^ c) * 1099511628211ull;
     CHECK(cudaFree(b));
   }
+  if (loss_graph) CHECK(cudaGraphExecDestroy(loss_graph));
   std::printf("checksum %016llx\n", static_cast<unsigned long long>(h));
   return 0;
 }

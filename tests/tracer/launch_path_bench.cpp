@@ -16,6 +16,7 @@
 // time on a machine with a core free for the reader).
 #include <benchmark/benchmark.h>
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -206,11 +207,11 @@ void BM_LaunchKernelWhileReading(benchmark::State& state) {
   tear_down(state, w.hits_per_launch(state.range(0)));
 }
 
-// One memcpy as tracer.cpp's on_copy does it once the copy's key is known.
+// One memcpy as tracer.cpp's on_memory_call does it once the copy's key is known.
 [[gnu::noinline]] void copy(Run& run, const BufferRecord& r, uint32_t correlation) {
   const auto snapshot = workload().registry.snapshot();
   run.recorder.record_copy(umswap::trace::StepKind::memcpy, run.copy_key, nullptr, correlation,
-                           r.base + 64, 0, *snapshot);
+                           std::array<uint64_t, 2>{r.base + 64, 0}, *snapshot);
 }
 
 void BM_LaunchCopy(benchmark::State& state) {

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -101,7 +102,9 @@ TEST_F(StepRecorderTest, KernelsAndCopiesAreScannedLoggedAndObserved) {
   EXPECT_EQ(r.key_name(99), "");
 
   EXPECT_EQ(launch(r, k, kB + 64, 12345, 7), 0u);
-  EXPECT_EQ(r.record_copy(trace::StepKind::memcpy, m, nullptr, 3, kC + 8, 0, *snapshot_), 1u);
+  EXPECT_EQ(r.record_copy(trace::StepKind::memcpy, m, nullptr, 3,
+                          std::array<uint64_t, 2>{kC + 8, 0}, *snapshot_),
+            1u);
   // Packed form: one 16-byte struct holding a pointer at offset 4.
   std::byte packed[16] = {};
   const uint64_t p = kA + 100;
@@ -135,6 +138,23 @@ TEST_F(StepRecorderTest, KernelsAndCopiesAreScannedLoggedAndObserved) {
   EXPECT_EQ(log.size(), 3u);
   EXPECT_EQ(observer.keys.size(), 4u);
   EXPECT_EQ(observer.hit_counts.back(), SIZE_MAX);  // not looked at: null
+}
+
+// A batch of copies (cuMemcpyBatchAsync) touches every operand; one named twice is one hit, and
+// pointers outside every buffer (host memory) or 0 are none.
+TEST_F(StepRecorderTest, ACopyOfManyOperandsHitsEachBufferPointerOnce) {
+  Observer observer;
+  StepRecorder r({.observer = &observer});
+  const uint32_t m = r.intern("memcpy batch");
+  const std::array<uint64_t, 7> pointers = {kA + 8, kB, kA + 8, 0, 0x1000, kC, kB + 4096};
+  EXPECT_EQ(r.record_copy(trace::StepKind::memcpy, m, nullptr, 1, pointers, *snapshot_), 0u);
+  const LaunchLog& log = r.log();
+  ASSERT_EQ(log.size(), 1u);
+  const auto hits = log.hits(log.step(0));
+  EXPECT_EQ(std::vector<PointerHit>(hits.begin(), hits.end()),
+            (std::vector<PointerHit>{hit(1, kA, 4096, kA + 8), hit(2, kB, 1 << 20, kB),
+                                     hit(3, kC, 64, kC), hit(2, kB, 1 << 20, kB + 4096)}));
+  EXPECT_EQ(observer.hit_counts, (std::vector<size_t>{4}));
 }
 
 TEST_F(StepRecorderTest, AFullLogDropsAndCountsButTheObserverSeesEveryLaunch) {
@@ -204,7 +224,8 @@ TEST_F(StepRecorderTest, SteadyStateLaunchesDoNotAllocate) {
   auto launch_some = [&](int count) {
     for (int i = 0; i < count; ++i) {
       r.record_kernel(functions[i % 8], params, {}, nullptr, 0, *snapshot_);
-      r.record_copy(trace::StepKind::memcpy, 0, nullptr, 0, kC, 0, *snapshot_);
+      r.record_copy(trace::StepKind::memcpy, 0, nullptr, 0, std::array<uint64_t, 2>{kC, 0},
+                    *snapshot_);
     }
   };
   const uint64_t start = g_allocations.load();

@@ -54,6 +54,13 @@ class LaunchObserver {
   virtual void after_step(uint64_t index, CUstream stream) = 0;
   // finish() calls this first, before the final flush: stop using CUDA.
   virtual void on_finish() = 0;
+  // A driver call whose memory accesses the tracer cannot know (a CUDA graph launch, a host
+  // function: `what` names it) on `stream`, at API entry on the calling thread, outside the
+  // tracer's locks; not a step. The default ignores it.
+  virtual void on_opaque(CUstream stream, const char* what) {
+    (void)stream;
+    (void)what;
+  }
 };
 
 class StepRecorder {
@@ -83,9 +90,10 @@ class StepRecorder {
   uint64_t record_kernel(const FunctionLayout& function, const void* const* params,
                          std::span<const std::byte> packed, CUstream stream, uint32_t correlation,
                          const Registry::Snapshot& snapshot);
-  // A memcpy or memset touching device addresses `a` and `b` (0 = none). Returns the launch index.
+  // A memcpy, memset or stream memory operation touching `pointers` (0 = none; each is taken
+  // once). Returns the launch index.
   uint64_t record_copy(trace::StepKind kind, uint32_t key, CUstream stream, uint32_t correlation,
-                       uint64_t a, uint64_t b, const Registry::Snapshot& snapshot);
+                       std::span<const uint64_t> pointers, const Registry::Snapshot& snapshot);
   // The next step begins an iteration (`source`: "api", "nvtx:<name>").
   void mark(std::string_view source);
 

@@ -106,6 +106,16 @@ const P& params_as(const void* p) {
   return *static_cast<const P*>(p);
 }
 
+// An asynchronous memset: its destination and its stream.
+template <class P>
+bool memset_async(const void* p, MemoryCall* call, std::vector<uint64_t>* pointers) {
+  const P& a = params_as<P>(p);
+  *pointers = {a.dstDevice};
+  call->what = MemoryCallClass::memset;
+  call->stream = a.hStream;
+  return true;
+}
+
 uint64_t host(const void* p) {
   return reinterpret_cast<uint64_t>(p);
 }
@@ -339,23 +349,14 @@ bool decode_memory_call(uint32_t cbid, const void* p, MemoryCall* call,
       *pointers = {params_as<cuMemsetD8_v2_ptds_params>(p).dstDevice};
       return set(C::memset, per_thread);
     case CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async_ptsz: {
-      const auto& a = params_as<cuMemsetD8Async_params>(p);
-      *pointers = {a.dstDevice};
-      return set(C::memset, a.hStream);
-    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async_ptsz:
+      return memset_async<cuMemsetD8Async_params>(p, call, pointers);
     case CUPTI_DRIVER_TRACE_CBID_cuMemsetD16Async:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD16Async_ptsz: {
-      const auto& a = params_as<cuMemsetD16Async_params>(p);
-      *pointers = {a.dstDevice};
-      return set(C::memset, a.hStream);
-    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD16Async_ptsz:
+      return memset_async<cuMemsetD16Async_params>(p, call, pointers);
     case CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async_ptsz: {
-      const auto& a = params_as<cuMemsetD32Async_params>(p);
-      *pointers = {a.dstDevice};
-      return set(C::memset, a.hStream);
-    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async_ptsz:
+      return memset_async<cuMemsetD32Async_params>(p, call, pointers);
     case CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D8_v2:
     case CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D16_v2:
     case CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D32_v2:
@@ -367,23 +368,14 @@ bool decode_memory_call(uint32_t cbid, const void* p, MemoryCall* call,
       *pointers = {params_as<cuMemsetD2D8_v2_ptds_params>(p).dstDevice};
       return set(C::memset, per_thread);
     case CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D8Async:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D8Async_ptsz: {
-      const auto& a = params_as<cuMemsetD2D8Async_params>(p);
-      *pointers = {a.dstDevice};
-      return set(C::memset, a.hStream);
-    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D8Async_ptsz:
+      return memset_async<cuMemsetD2D8Async_params>(p, call, pointers);
     case CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D16Async:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D16Async_ptsz: {
-      const auto& a = params_as<cuMemsetD2D16Async_params>(p);
-      *pointers = {a.dstDevice};
-      return set(C::memset, a.hStream);
-    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D16Async_ptsz:
+      return memset_async<cuMemsetD2D16Async_params>(p, call, pointers);
     case CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D32Async:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D32Async_ptsz: {
-      const auto& a = params_as<cuMemsetD2D32Async_params>(p);
-      *pointers = {a.dstDevice};
-      return set(C::memset, a.hStream);
-    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D32Async_ptsz:
+      return memset_async<cuMemsetD2D32Async_params>(p, call, pointers);
     case CUPTI_DRIVER_TRACE_CBID_cuStreamWriteValue32:
     case CUPTI_DRIVER_TRACE_CBID_cuStreamWriteValue32_ptsz:
     case CUPTI_DRIVER_TRACE_CBID_cuStreamWriteValue32_v2:

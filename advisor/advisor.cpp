@@ -105,6 +105,9 @@ struct LivePlan {
   // Launches below this were on their streams when the advisor's barrier at applied_from was
   // taken: the GPU has run them once the barrier has passed (no event needed). 0: no barrier.
   uint64_t barrier_covers = 0;
+  // Whether that barrier was taken (a plan that replaced another while launches wait on the
+  // advisor's stream takes none: its launches below applied_from are not covered).
+  bool barrier_taken = false;
   std::vector<uint32_t> keys;          // expected step key per phase; empty = not checked here
   std::vector<uint8_t> needs_event;    // per phase: a later eviction waits for this launch
   std::vector<uint8_t> prefetches;     // per phase: the plan prefetches at this launch
@@ -1302,7 +1305,10 @@ bool EventRing::wait(const AdvisorDriver& d, uint64_t j, CUstream waiter, uint64
 bool AdvisorImpl::wait_for_launch(const LivePlan& p, uint64_t j) {
   // Covered by the barrier taken at applied_from (the program may have run past it: a replay plan
   // applies from the start, before the advisor could record events).
-  if (j < std::max(p.applied_from, p.barrier_covers)) return true;
+  // Without a barrier (a relearned plan's first launches) launch j must have its event: an
+  // eviction taken as ordered would let UMSWAP_EVICT_COPY copy and discard a range before its
+  // last use ran.
+  if (j < p.barrier_covers || (p.barrier_taken && j < p.applied_from)) return true;
   if (!done.wait(d, j, stream, launched.load(std::memory_order_acquire))) {
     // Not recorded (yet) or already reused: wait for everything instead; not while launches may
     // wait for this stream (a barrier would then wait for itself), the eviction goes unordered
@@ -1323,6 +1329,7 @@ void AdvisorImpl::reset_to_start(LivePlan& p) {
     const uint64_t seen = launched.load(std::memory_order_acquire);
     barrier_all(p);
     p.barrier_covers = seen > kEventSlack ? seen - kEventSlack : 0;
+    p.barrier_taken = true;
   }
   // Buffers outside the plan: not used by the loop, so they leave the GPU.
   std::vector<uint64_t> planned;

@@ -59,6 +59,8 @@ def budget_bytes(spec, native_peak):
     if not m:
         raise ValueError(f"--budget {spec!r} is not a size (13.86G) or a share (29%)")
     value, unit = float(m.group(1)), m.group(2)
+    if value <= 0:
+        raise ValueError(f"--budget {spec!r} is not above 0 (0 would mean the GPU's memory)")
     if unit == "%":
         if native_peak is None:
             raise ValueError("--budget as a share needs the native run's peak_allocated_bytes")

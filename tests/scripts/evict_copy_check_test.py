@@ -59,7 +59,7 @@ class Parsing(unittest.TestCase):
         self.assertEqual(ecc.budget_bytes("29%", 1000), 290)
         self.assertEqual(ecc.budget_bytes("1.5G", None), 3 << 29)
         self.assertEqual(ecc.budget_bytes("4096", None), 4096)
-        for bad in ("12Q", "-1G", ""):
+        for bad in ("12Q", "-1G", "", "0%", "0G"):
             with self.assertRaises(ValueError):
                 ecc.budget_bytes(bad, 1000)
         with self.assertRaises(ValueError):

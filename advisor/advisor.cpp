@@ -321,8 +321,11 @@ class AdvisorImpl {
   uint64_t copy_rescued_bytes = 0;
   std::vector<std::string> guard_kernels;  // the first kernels the guard caught, for the stats
   // After stop_copies: stopped_event is recorded after the last copies back; launches wait for
-  // it until it is seen done.
-  std::atomic<bool> stopped_pending{false};
+  // it until it is seen done. The number of the stop it belongs to (0: none pending), so that a
+  // launch that saw an earlier stop's event done cannot clear a later stop's (two stops in quick
+  // succession: the event is re-recorded between its query and its clearing).
+  std::atomic<uint64_t> stopped_pending{0};
+  uint64_t stops_recorded = 0;  // advisor thread
   CUstream restore_stream = nullptr;
   // The restored words, one per epoch: a plan that ends releases its word for good, and the next
   // plan's copies count on a fresh one (a released word cannot be taken back from waits already
@@ -383,9 +386,11 @@ class AdvisorImpl {
   void serve_rescue();
   // While the copies back of the last stop_copies() are not seen done, `on` waits for them.
   void wait_for_stop(CUstream on) {
-    if (!stopped_pending.load(std::memory_order_acquire)) return;
+    uint64_t pending = stopped_pending.load(std::memory_order_acquire);
+    if (pending == 0) return;
     if (d.event_query(stopped_event) == CUDA_SUCCESS) {
-      stopped_pending.store(false, std::memory_order_release);
+      // Done: the stop read above, or a later one recorded since (then still pending: kept).
+      stopped_pending.compare_exchange_strong(pending, 0, std::memory_order_acq_rel);
     } else {
       d.stream_wait_event(on, stopped_event, 0);
     }
@@ -1898,7 +1903,7 @@ void AdvisorImpl::stop_copies(const std::string& why, bool for_good) {
   // Its own event: a later plan's discards re-record discarded_event on `stream`, which the
   // copies back here are not ordered before.
   if (d.event_record(stopped_event, restore_stream) == CUDA_SUCCESS) {
-    stopped_pending.store(true, std::memory_order_release);
+    stopped_pending.store(++stops_recorded, std::memory_order_release);
   }
   // Before the word changes: a launch that still sees copies live waits on the released word
   // (on_step reads the word first). Frees launches waiting in guard(), which then wait for

@@ -476,10 +476,18 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
   // decided once: the guard counts on it, so it is placed further down even if copies stop
   // meanwhile.
   // The word is read before copies_live: stop_copies() releases the word in use (after every copy
-  // back) and turns copies off before it hands out a fresh one.
-  const CUdeviceptr restored = a.restored_device.load(std::memory_order_seq_cst);
+  // back) and turns copies off before it hands out a fresh one. Read again after copies_live:
+  // a fresh word handed out and copies turned on again between the two reads (a relearned plan
+  // takes over at once) would otherwise pair the new epoch's copies with the released word,
+  // whose wait passes at once.
+  CUdeviceptr restored = 0;
+  bool live = false;
+  do {
+    restored = a.restored_device.load(std::memory_order_seq_cst);
+    live = a.copies_live.load(std::memory_order_seq_cst);
+  } while (live && a.restored_device.load(std::memory_order_seq_cst) != restored);
   uint64_t own_wait = UINT64_MAX;
-  if (a.copies_live.load(std::memory_order_seq_cst)) {
+  if (live) {
     if (p && index >= p->base) own_wait = p->covered(index, a.waits_from.load());
     a.guard(index, hits, a.cover(own_wait, index, stream), stream);
   }

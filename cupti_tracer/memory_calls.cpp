@@ -99,6 +99,8 @@ constexpr uint32_t kIds[] = {
     CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
     CUPTI_DRIVER_TRACE_CBID_cuLaunchHostFunc,
     CUPTI_DRIVER_TRACE_CBID_cuLaunchHostFunc_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamAddCallback,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamAddCallback_ptsz,
 };
 
 template <class P>
@@ -406,6 +408,9 @@ bool decode_memory_call(uint32_t cbid, const void* p, MemoryCall* call,
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchHostFunc:
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchHostFunc_ptsz:
       return set(C::opaque, params_as<cuLaunchHostFunc_params>(p).hStream);
+    case CUPTI_DRIVER_TRACE_CBID_cuStreamAddCallback:
+    case CUPTI_DRIVER_TRACE_CBID_cuStreamAddCallback_ptsz:
+      return set(C::opaque, params_as<cuStreamAddCallback_params>(p).hStream);
     default:
       return false;
   }

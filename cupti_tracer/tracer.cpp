@@ -252,7 +252,7 @@ void CUPTIAPI Tracer::on_callback(void* self, CUpti_CallbackDomain domain, CUpti
               call.stream, cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch ||
                                    cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz
                                ? "a CUDA graph launch"
-                               : "a host function");
+                               : "a host function or stream callback");
         }
         break;
       }

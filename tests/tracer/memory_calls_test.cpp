@@ -187,6 +187,11 @@ TEST(MemoryCalls, StreamMemoryOperationsAndOpaqueCalls) {
   d = decode(CUPTI_DRIVER_TRACE_CBID_cuLaunchHostFunc_ptsz, &fn);
   EXPECT_EQ(d.call.what, MemoryCallClass::opaque);
   EXPECT_EQ(d.call.stream, stream_of(12));
+  const cuStreamAddCallback_params callback{
+      .hStream = stream_of(13), .callback = nullptr, .userData = nullptr, .flags = 0};
+  d = decode(CUPTI_DRIVER_TRACE_CBID_cuStreamAddCallback, &callback);
+  EXPECT_EQ(d.call.what, MemoryCallClass::opaque);
+  EXPECT_EQ(d.call.stream, stream_of(13));
 }
 
 TEST(MemoryCalls, StepNamesKeepTheTracesEarlierNamesAndAreDistinct) {

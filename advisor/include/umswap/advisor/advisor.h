@@ -150,9 +150,10 @@ class Advisor final : public tracer::LaunchObserver {
                const std::vector<tracer::PointerHit>* hits) override;
   void after_step(uint64_t index, CUstream stream) override;
   void on_finish() override;
-  // A CUDA graph launch or a host function (the tracer cannot see what it touches): with
-  // UMSWAP_EVICT_COPY in force, everything copied to the host comes back and copies stop for the
-  // rest of the run before the call goes on; the call's stream waits for those copies back.
+  // A CUDA graph launch, host function or stream callback (the tracer cannot see what it
+  // touches): with UMSWAP_EVICT_COPY in force, everything copied to the host comes back and
+  // copies stop for the rest of the run before the call goes on; the call's stream waits for
+  // those copies back.
   void on_opaque(CUstream stream, const char* what) override;
 
   // The slab allocator's question at a free (any thread, under its lock; cheap, no CUDA): should

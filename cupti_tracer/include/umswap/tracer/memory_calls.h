@@ -1,7 +1,8 @@
 // The driver calls besides kernel launches that read or write device memory: copies, memsets
 // and stream memory operations, decoded from CUPTI's driver-API callback parameters into the
 // addresses they touch; and the calls whose reach the tracer cannot know (a CUDA graph launch,
-// a host function). Pure: reads only the parameter structs it is given, calls no driver.
+// a host function or stream callback). Pure: reads only the parameter structs it is given, calls
+// no driver.
 //
 // Why every variant: with UMSWAP_EVICT_COPY a range can be discarded on the GPU while its bytes
 // wait on the host, and only launches the tracer sees are held until they come back (the guard,
@@ -29,7 +30,7 @@ enum class MemoryCallClass : uint8_t {
   copy_batch,  // cuMemcpyBatchAsync, cuMemcpy3DBatchAsync
   memset,      // cuMemsetD8/16/32 and their 2D forms
   memop,       // cuStreamWriteValue*, cuStreamBatchMemOp
-  opaque,      // a graph launch or a host function: what it touches is not known
+  opaque,      // a graph launch, host function or stream callback: reach not known
   count
 };
 std::string_view step_name(MemoryCallClass c);

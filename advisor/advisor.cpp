@@ -308,6 +308,10 @@ class AdvisorImpl {
   std::mutex copies_mutex;               // `copies` (the launch path reads it)
   std::atomic<uint64_t> guard_launch{UINT64_MAX};  // a launch the launch path caught
   std::atomic<const char*> opaque_call{nullptr};   // a call the tracer cannot see into
+  // Graph launches, host functions and stream callbacks seen (the plan knows nothing of what
+  // they touch), and the first one's name.
+  std::atomic<uint64_t> opaque_calls{0};
+  std::atomic<const char*> first_opaque{nullptr};
   // A launch the guard caught reaching held ranges its waits do not cover: the advisor thread
   // gives back those ranges (rounded out to 2 MiB pages) and records rescue_event after their
   // copies back on restore_stream; the launch waits for it on its stream. rescue_ranges and
@@ -562,6 +566,7 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
 
 void Advisor::on_opaque(CUstream stream, const char* what) {
   AdvisorImpl& a = *impl_;
+  if (a.opaque_calls.fetch_add(1, std::memory_order_relaxed) == 0) a.first_opaque.store(what);
   if (a.copies_live.load(std::memory_order_seq_cst)) {
     const char* none = nullptr;
     a.opaque_call.compare_exchange_strong(none, what);
@@ -2014,6 +2019,9 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
       {"stale_actions", a.stale_actions},
       {"late_events", a.late_events},
       {"late_start_events", a.late_start_events},
+      {"opaque_calls", a.opaque_calls.load()},
+      {"first_opaque_call",
+       a.first_opaque.load() ? nlohmann::json(a.first_opaque.load()) : nlohmann::json(nullptr)},
       {"wait_stalls", a.wait_stalls.load()},
       {"waits_placed", a.waits_placed.load()},
       {"evict_waits_placed", a.evict_waits_placed.load()},

@@ -146,6 +146,7 @@ for mode in ("online", "evictwait", "copy", "stray", "graph", "relearn", "replay
         off = c.get("off_reason") or ""
         good = (a.get("plans", 0) >= 1 and same and c.get("used") and c.get("failures") == 0
                 and check.get("harmful", 0) == 0
+                and a.get("opaque_calls", 0) >= 1
                 and off.startswith("the program issued a CUDA graph launch"))
     if mode not in ("online", "evictwait", "copy", "stray", "graph", "relearn"):  # without UMSWAP_PREFETCH_WAIT: reported, not checked
         print("  (not checked: without UMSWAP_PREFETCH_WAIT late prefetches fault)")

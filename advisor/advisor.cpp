@@ -378,6 +378,7 @@ class AdvisorImpl {
   static constexpr uint64_t kScanLimit = 60000;  // below kCoverRing
   std::string copy_off_reason;                   // why copies stopped (empty: they did not)
   OnceFlag warned_copy_failure;
+  OnceFlag warned_wait_failure;  // launch path
   void set_up_copies();
   void go_live_copies();
   bool evict_by_copy(uint64_t address, uint64_t length, uint64_t g, uint64_t j, uint64_t due);
@@ -388,6 +389,20 @@ class AdvisorImpl {
   void guard(uint64_t index, const std::vector<tracer::PointerHit>* hits, uint64_t covered,
              CUstream on);
   void serve_rescue();
+  // A launch whose wait for the copies back could not be placed on its stream waits here, on the
+  // host, until the restored word (mapped memory) reaches `value` or is released; the copies it
+  // waits for need nothing from the launch path.
+  void wait_on_host(CUdeviceptr word, uint64_t value, uint64_t index) {
+    if (!copy_words || word < restored_base) return;
+    const volatile uint64_t* w = copy_words + (word - restored_base) / sizeof(uint64_t);
+    if (warned_wait_failure.first()) {
+      log_warning(
+          "UMSWAP_EVICT_COPY: launch {} could not wait on the GPU for its copies back; it waits "
+          "on the host (and so do later ones that fail the same way)",
+          index);
+    }
+    while (*w < value && !stop.load(std::memory_order_acquire)) sleep_us(20);
+  }
   // While the copies back of the last stop_copies() are not seen done, `on` waits for them.
   void wait_for_stop(CUstream on) {
     uint64_t pending = stopped_pending.load(std::memory_order_acquire);
@@ -532,8 +547,9 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
   }
   // UMSWAP_EVICT_COPY: the launch runs once the copies back of the launch that issues its
   // prefetches are done (after its "reached" event: that launch may be this one).
-  if (own_wait != UINT64_MAX) {
-    a.d.stream_wait_value64(stream, restored, own_wait + 1, CU_STREAM_WAIT_VALUE_GEQ);
+  if (own_wait != UINT64_MAX && a.d.stream_wait_value64(stream, restored, own_wait + 1,
+                                                        CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS) {
+    a.wait_on_host(restored, own_wait + 1, index);  // the guard counted on that wait
   }
   if (!a.progress_device) return;
   // A launch waits for the counter to reach `value` (at most once: the larger of its waits).

@@ -1222,8 +1222,9 @@ bool AdvisorImpl::hand_placement(Placement p) {
   }
   log_info(
       "advisor: placement: {} of {} large blocks of the iteration go to planned addresses in an "
-      "arena of {} (their live peak {}; {})",
-      p.placed, p.sizes.size(), format_bytes(p.arena_bytes), format_bytes(p.live_peak), p.order);
+      "arena of {} (their live peak {}, in whole 2 MiB pages {}; {})",
+      p.placed, p.sizes.size(), format_bytes(p.arena_bytes), format_bytes(p.live_peak),
+      format_bytes(p.page_peak), p.order);
   placement = std::move(p);
   return true;
 }
@@ -2086,11 +2087,16 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
     };
   }
   if (a.placement) {
-    advisor["placement"] = {{"arena_bytes", a.placement->arena_bytes},
-                            {"live_peak_bytes", a.placement->live_peak},
-                            {"blocks", a.placement->sizes.size()},
-                            {"placed_blocks", a.placement->placed},
-                            {"order", a.placement->order}};
+    nlohmann::json candidates = nlohmann::json::array();
+    for (const PlacementCandidate& c : a.placement->candidates) {
+      candidates.push_back(
+          {{"order", c.order}, {"arena_bytes", c.arena_bytes}, {"page_peak_bytes", c.page_peak}});
+    }
+    advisor["placement"] = {
+        {"arena_bytes", a.placement->arena_bytes},   {"live_peak_bytes", a.placement->live_peak},
+        {"page_peak_bytes", a.placement->page_peak}, {"blocks", a.placement->sizes.size()},
+        {"placed_blocks", a.placement->placed},      {"order", a.placement->order},
+        {"candidates", std::move(candidates)}};
   } else {
     advisor["placement"] =
         a.placement_note.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.placement_note);

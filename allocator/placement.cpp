@@ -77,6 +77,48 @@ uint64_t pack(const std::vector<Interval>& items, const std::vector<size_t>& ord
   return top;
 }
 
+// The most pages of Placement::kPage (from the arena's start) that hold a live interval at once,
+// in bytes: a sweep over the circle's events, ends before starts at the same event.
+uint64_t page_peak(const std::vector<Interval>& items, const std::vector<uint64_t>& offsets,
+                   uint64_t events) {
+  constexpr uint64_t kPage = Placement::kPage;
+  struct Edge {
+    uint64_t at;
+    int delta;
+    size_t item;
+  };
+  std::vector<Edge> edges;
+  uint64_t pages = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (items[i].size == 0) continue;
+    pages = std::max(pages, (offsets[i] + items[i].size + kPage - 1) / kPage);
+    for (const auto& [a, b] : pieces(items[i], events)) {
+      if (a >= b) continue;
+      edges.push_back({a, +1, i});
+      edges.push_back({b, -1, i});
+    }
+  }
+  std::sort(edges.begin(), edges.end(), [](const Edge& x, const Edge& y) {
+    return x.at != y.at ? x.at < y.at : x.delta < y.delta;
+  });
+  std::vector<uint32_t> users(pages, 0);
+  uint64_t live = 0, peak = 0;
+  for (size_t e = 0; e < edges.size(); ++e) {
+    const Interval& x = items[edges[e].item];
+    const uint64_t first = offsets[edges[e].item] / kPage;
+    const uint64_t last = (offsets[edges[e].item] + x.size - 1) / kPage;
+    for (uint64_t p = first; p <= last; ++p) {
+      if (edges[e].delta > 0) {
+        if (users[p]++ == 0) ++live;
+      } else if (--users[p] == 0) {
+        --live;
+      }
+    }
+    if (e + 1 == edges.size() || edges[e + 1].at != edges[e].at) peak = std::max(peak, live);
+  }
+  return peak * kPage;
+}
+
 }  // namespace
 
 std::optional<Placement> plan_placement(std::span<const BlockEvent> events, uint64_t start,
@@ -186,10 +228,13 @@ std::optional<Placement> plan_placement(std::span<const BlockEvent> events, uint
   uint64_t best_top = UINT64_MAX;
   for (const Candidate& c : candidates) {
     const uint64_t top = pack(items, *c.order, count, alignment, c.best_gap, offsets);
+    const uint64_t pages = page_peak(items, offsets, count);
+    out.candidates.push_back({c.name, round_up(top, alignment), pages});
     if (top < best_top) {
       best_top = top;
       best = offsets;
       out.order = c.name;
+      out.page_peak = pages;
     }
   }
   for (size_t k = 0; k < items.size(); ++k) out.offsets[item_of[k]] = best[k];

@@ -94,6 +94,24 @@ void expect_well_formed(const Placement& p) {
   EXPECT_EQ(p.placed, placed);
   EXPECT_GE(p.arena_bytes, p.live_peak);
   EXPECT_FALSE(p.order.empty());
+  // Pages: at least the live bytes, at most the arena's pages, whole pages; the chosen order is
+  // the candidate with the smallest arena.
+  EXPECT_GE(p.page_peak, p.live_peak);
+  EXPECT_LE(p.page_peak,
+            (p.arena_bytes + Placement::kPage - 1) / Placement::kPage * Placement::kPage);
+  EXPECT_EQ(p.page_peak % Placement::kPage, 0u);
+  ASSERT_FALSE(p.candidates.empty());
+  size_t chosen = 0;
+  for (const PlacementCandidate& c : p.candidates) {
+    EXPECT_GE(c.arena_bytes, p.arena_bytes) << c.order;
+    EXPECT_GE(c.page_peak, p.live_peak) << c.order;
+    if (c.order == p.order) {
+      ++chosen;
+      EXPECT_EQ(c.arena_bytes, p.arena_bytes);
+      EXPECT_EQ(c.page_peak, p.page_peak);
+    }
+  }
+  EXPECT_EQ(chosen, 1u);
 }
 
 enum : int { A, B, C, D, G };
@@ -113,6 +131,32 @@ TEST(PlacementTest, NestedLifetimesStackAndTheArenaIsTheirSum) {
   EXPECT_TRUE(disjoint(*p, 0, 1));
   EXPECT_TRUE(disjoint(*p, 0, 2));
   EXPECT_TRUE(disjoint(*p, 1, 2));
+}
+
+// Two blocks of 3 MiB live together fill three pages (the middle one shared); after both are
+// freed, a 1.5 MiB block reuses the first page alone. The page peak is three pages, 6 MiB.
+TEST(PlacementTest, ThePagePeakCountsWholePagesHeldByLiveBlocks) {
+  const Script s{.sizes = {3 * MiB, 3 * MiB, 3 * MiB / 2},
+                 .ops = {alloc_op(A), alloc_op(B), free_op(A), free_op(B), alloc_op(C), free_op(C)},
+                 .steps = {}};
+  const auto p = plan(s, 2);
+  ASSERT_TRUE(p.has_value());
+  expect_well_formed(*p);
+  EXPECT_EQ(p->arena_bytes, 6 * MiB);
+  EXPECT_EQ(p->page_peak, 6 * MiB);
+  EXPECT_EQ(p->candidates.size(), 4u);
+}
+
+// Two 1.5 MiB blocks live together: 3 MiB of bytes, at offsets [0, 3 MiB), over two pages.
+TEST(PlacementTest, ThePagePeakSeesBlocksSpreadOverPagesTheyOnlyTouch) {
+  const Script s{.sizes = {3 * MiB / 2, 3 * MiB / 2},
+                 .ops = {alloc_op(A), alloc_op(B), free_op(A), free_op(B)},
+                 .steps = {}};
+  const auto p = plan(s, 2);
+  ASSERT_TRUE(p.has_value());
+  expect_well_formed(*p);
+  EXPECT_EQ(p->live_peak, 3 * MiB);
+  EXPECT_EQ(p->page_peak, 4 * MiB);
 }
 
 TEST(PlacementTest, BlocksThatNeverMeetShareTheArenaOfTheLargest) {

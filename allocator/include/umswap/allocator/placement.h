@@ -24,8 +24,9 @@
 //     after the allocation, it lives longer than an iteration and is not placed, nor is one whose
 //     free is not in the events).
 //   * Output: the sequence of sizes, an offset per allocation (kUnplaced for those not placed),
-//     and the arena size. No two placed allocations whose lifetimes overlap overlap in the arena;
-//     offsets are multiples of `alignment`.
+//     the arena size, and each greedy order's arena and page peak (the smallest arena is chosen).
+//     No two placed allocations whose lifetimes overlap overlap in the arena; offsets are multiples
+//     of `alignment`.
 #pragma once
 
 #include <cstdint>
@@ -44,14 +45,27 @@ struct BlockEvent {
   bool freed = false;
 };
 
+// One greedy order tried: its arena, and the most 2 MiB pages of the arena (counted from its
+// start, in bytes) that hold a live allocation at once. Managed memory is resident, dropped and
+// moved by whole pages, so a page shared by allocations of different lifetimes stays resident
+// while any of them lives: the page peak, not the arena, is what a budget must hold.
+struct PlacementCandidate {
+  std::string order;
+  uint64_t arena_bytes = 0;
+  uint64_t page_peak = 0;
+};
+
 struct Placement {
   static constexpr uint64_t kUnplaced = UINT64_MAX;
+  static constexpr uint64_t kPage = uint64_t{2} << 20;  // page_peak's unit
   uint64_t arena_bytes = 0;
   std::vector<uint64_t> sizes;    // the iteration's allocations (> min_bytes), in order
   std::vector<uint64_t> offsets;  // in the arena, or kUnplaced
   uint64_t live_peak = 0;         // most bytes the placed allocations hold at once: a lower bound
+  uint64_t page_peak = 0;         // of the chosen order (PlacementCandidate)
   uint64_t placed = 0;            // allocations with an offset
   std::string order;              // the greedy order that gave the smallest arena
+  std::vector<PlacementCandidate> candidates;  // every order tried, the chosen one among them
 };
 
 // At most this many allocations per iteration are planned (the packing is quadratic).

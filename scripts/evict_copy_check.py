@@ -99,7 +99,11 @@ def describe_stats(path):
                          f"{c.get('kind')} +{c.get('ns_into_span')} ns")
     else:
         lines.append("  copy_check: none in the stats (no copies with CUPTI records)")
-    ec = s.get("advisor", {}).get("evict_copy", {})
+    adv = s.get("advisor", {})
+    if adv.get("opaque_calls"):
+        lines.append(f"  graph launches, host functions or stream callbacks: {adv.get('opaque_calls')} "
+                     f"(first: {adv.get('first_opaque_call')})")
+    ec = adv.get("evict_copy", {})
     if ec:
         lines.append(f"  guard hits {ec.get('guard_hits')}, rescued {ec.get('rescued_bytes')} bytes, "
                      f"stops {ec.get('rescues')}, off: {ec.get('off_reason') or '-'}")

@@ -39,7 +39,8 @@ UMSWAP = textwrap.dedent("""\
                "copy_check": {"copies": 10, "pages_checked": 5, "clashes": 1, "harmful": 1,
                               "first": [{"step": 7, "kernel": "k", "page": "0x200000",
                                          "kind": "discarded", "ns_into_span": 3}]},
-               "advisor": {"evict_copy": {"guard_hits": 2, "rescued_bytes": 4096, "rescues": 0,
+               "advisor": {"opaque_calls": 3, "first_opaque_call": "a host function",
+                           "evict_copy": {"guard_hits": 2, "rescued_bytes": 4096, "rescues": 0,
                                           "guard_kernels": ["launch 9 (ln): 4.00 KiB"]}}},
               open(stats, "w"))
     sys.exit(rc)
@@ -100,6 +101,7 @@ class WholeRuns(unittest.TestCase):
         self.assertIn("all runs matched native", p.stdout)
         self.assertIn("copy_check: 1 harmful of 1 clashes", p.stdout)
         self.assertIn("caught launch 9 (ln)", p.stdout)
+        self.assertIn("stream callbacks: 3 (first: a host function)", p.stdout)
         for name, setting in (("copy1", "1"), ("keep1", "keep")):
             with open(os.path.join(out, name + ".json.args")) as f:
                 seen = json.load(f)

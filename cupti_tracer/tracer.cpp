@@ -243,7 +243,7 @@ void CUPTIAPI Tracer::on_callback(void* self, CUpti_CallbackDomain domain, CUpti
     default: {
       // Copies, memsets and stream memory operations: steps like launches. A graph launch or a
       // host function: not a step (what it touches is unknown), but the observer hears of it.
-      thread_local std::vector<uint64_t> pointers;
+      thread_local std::vector<uint64_t> pointers __attribute__((tls_model("initial-exec")));
       MemoryCall call;
       if (!decode_memory_call(cbid, p, &call, &pointers)) break;
       if (call.what == MemoryCallClass::opaque) {

@@ -177,6 +177,7 @@ std::span<const uint32_t> memory_callback_ids() {
 bool decode_memory_call(uint32_t cbid, const void* p, MemoryCall* call,
                         std::vector<uint64_t>* pointers) {
   pointers->clear();
+  call->opaque = nullptr;
   const auto set = [&](MemoryCallClass what, CUstream stream) {
     call->what = what;
     call->stream = stream;
@@ -404,12 +405,15 @@ bool decode_memory_call(uint32_t cbid, const void* p, MemoryCall* call,
     }
     case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch:
     case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz:
+      call->opaque = "a CUDA graph launch";
       return set(C::opaque, params_as<cuGraphLaunch_params>(p).hStream);
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchHostFunc:
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchHostFunc_ptsz:
+      call->opaque = "a host function";
       return set(C::opaque, params_as<cuLaunchHostFunc_params>(p).hStream);
     case CUPTI_DRIVER_TRACE_CBID_cuStreamAddCallback:
     case CUPTI_DRIVER_TRACE_CBID_cuStreamAddCallback_ptsz:
+      call->opaque = "a stream callback";
       return set(C::opaque, params_as<cuStreamAddCallback_params>(p).hStream);
     default:
       return false;

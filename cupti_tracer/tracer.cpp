@@ -247,13 +247,7 @@ void CUPTIAPI Tracer::on_callback(void* self, CUpti_CallbackDomain domain, CUpti
       MemoryCall call;
       if (!decode_memory_call(cbid, p, &call, &pointers)) break;
       if (call.what == MemoryCallClass::opaque) {
-        if (tracer->config_.observer) {
-          tracer->config_.observer->on_opaque(
-              call.stream, cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch ||
-                                   cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz
-                               ? "a CUDA graph launch"
-                               : "a host function or stream callback");
-        }
+        if (tracer->config_.observer) tracer->config_.observer->on_opaque(call.stream, call.opaque);
         break;
       }
       tracer->on_memory_call(call, corr, pointers);

@@ -103,19 +103,21 @@ for mode in ("online", "evictwait", "copy", "stray", "graph", "relearn", "replay
         # wait (Plan::room_wait_back); here every eviction's room goes to a prefetch, so the
         # count is reported, and the budget and the faults above are what is checked.
         print(f"  launches that waited for evictions: {a.get('evict_waits_placed')}")
-    if mode == "copy":
-        # UMSWAP_EVICT_COPY: steady iterations evicted by copy (and brought back by copy), copies
-        # stopped only when the loop ended (its checksum copies leave the plan), the same results.
+    if mode in ("copy", "stray", "graph"):
+        # UMSWAP_EVICT_COPY's own stats, and its copies against the steps by CUPTI's times.
         c = a.get("evict_copy") or {}
+        check = s.get("copy_check") or {}
+        off = c.get("off_reason") or ""
         print(f"  evict_copy: {c}")
+        print(f"  copy_check: {check}")
+    if mode == "copy":
+        # Steady iterations evicted by copy (and brought back by copy), copies stopped only when
+        # the loop ended (its checksum copies leave the plan), the same results. The count places
+        # each discard where CUPTI saw the copy before it end, and each populate where the copy
+        # after it starts: the budget is checked as for the driver path. No step ran on a page
+        # while it was discarded or coming back.
         steady_copied = [i.get("copied_out_bytes", 0) for i in steady]
         print(f"  copied out per steady iteration: {steady_copied}")
-        off = c.get("off_reason") or ""
-        # The count places each discard where CUPTI saw the copy before it end, and each
-        # populate where the copy after it starts: the budget is checked as for the driver path.
-        # No step ran on a page while it was discarded or coming back, by CUPTI's times.
-        check = s.get("copy_check") or {}
-        print(f"  copy_check: {check}")
         good = (a.get("plans", 0) >= 1 and len(steady) >= 2 and all(f == 0 for f in faults)
                 and peak is not None and peak <= budget * 1.05
                 and check.get("pages_checked", 0) > 0 and check.get("harmful") == 0
@@ -126,11 +128,6 @@ for mode in ("online", "evictwait", "copy", "stray", "graph", "relearn", "replay
     if mode == "stray":
         # The guard caught the stray launch and brought back what it reaches (not everything):
         # copies stayed in force, no fault, the same results as natively with the same stray.
-        c = a.get("evict_copy") or {}
-        print(f"  evict_copy: {c}")
-        check = s.get("copy_check") or {}
-        print(f"  copy_check: {check}")
-        off = c.get("off_reason") or ""
         good = (a.get("plans", 0) >= 1 and len(steady) >= 2 and all(f == 0 for f in faults)
                 and check.get("pages_checked", 0) > 0 and check.get("harmful") == 0
                 and same and c.get("used") and c.get("failures") == 0
@@ -139,11 +136,6 @@ for mode in ("online", "evictwait", "copy", "stray", "graph", "relearn", "replay
     if mode == "graph":
         # The graph launch stopped the copies for good, before it ran (everything came back
         # first): the same results as natively, no step on a discarded page.
-        c = a.get("evict_copy") or {}
-        print(f"  evict_copy: {c}")
-        check = s.get("copy_check") or {}
-        print(f"  copy_check: {check}")
-        off = c.get("off_reason") or ""
         good = (a.get("plans", 0) >= 1 and same and c.get("used") and c.get("failures") == 0
                 and check.get("harmful", 0) == 0
                 and a.get("opaque_calls", 0) >= 1

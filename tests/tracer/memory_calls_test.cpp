@@ -183,6 +183,7 @@ TEST(MemoryCalls, StreamMemoryOperationsAndOpaqueCalls) {
   EXPECT_EQ(d.call.what, MemoryCallClass::opaque);
   EXPECT_EQ(d.call.stream, stream_of(11));
   EXPECT_TRUE(d.pointers.empty());
+  EXPECT_STREQ(d.call.opaque, "a CUDA graph launch");
   const cuLaunchHostFunc_params fn{.hStream = stream_of(12), .fn = nullptr, .userData = nullptr};
   d = decode(CUPTI_DRIVER_TRACE_CBID_cuLaunchHostFunc_ptsz, &fn);
   EXPECT_EQ(d.call.what, MemoryCallClass::opaque);
@@ -192,6 +193,7 @@ TEST(MemoryCalls, StreamMemoryOperationsAndOpaqueCalls) {
   d = decode(CUPTI_DRIVER_TRACE_CBID_cuStreamAddCallback, &callback);
   EXPECT_EQ(d.call.what, MemoryCallClass::opaque);
   EXPECT_EQ(d.call.stream, stream_of(13));
+  EXPECT_STREQ(d.call.opaque, "a stream callback");
 }
 
 TEST(MemoryCalls, StepNamesKeepTheTracesEarlierNamesAndAreDistinct) {

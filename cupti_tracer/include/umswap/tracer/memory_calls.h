@@ -37,8 +37,9 @@ std::string_view step_name(MemoryCallClass c);
 
 struct MemoryCall {
   MemoryCallClass what = MemoryCallClass::memcpy;
-  CUstream stream = nullptr;  // legacy default stream for synchronous calls; the per-thread
-                              // default stream for their _ptds forms
+  CUstream stream = nullptr;     // legacy default stream for synchronous calls; the per-thread
+                                 // default stream for their _ptds forms
+  const char* opaque = nullptr;  // what an opaque call is, for messages ("a CUDA graph launch")
 };
 
 // The callback ids decode_memory_call() knows (to enable with cuptiEnableCallback).

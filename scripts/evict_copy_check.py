@@ -4,8 +4,16 @@
 Runs a training script that prints `iter <i> ms <t> loss <x>` lines (samples/pytorch/*.py)
 natively, then under `umswap run --budget B` once per variant and round:
 
-  copy  UMSWAP_EVICT_COPY=1: evictions copied to pinned host memory, GPU pages discarded;
-  keep  UMSWAP_EVICT_COPY=keep: the same copies out and back, GPU pages kept (a diagnostic).
+  copy    UMSWAP_EVICT_COPY=1: evictions copied to pinned host memory, GPU pages discarded;
+  keep    UMSWAP_EVICT_COPY=keep: the same copies out and back, GPU pages kept (a diagnostic);
+  off     UMSWAP_EVICT_COPY=0: the driver path (evictions by cudaMemPrefetchAsync), same budget;
+  native  the script again without umswap: how far native runs differ from each other.
+
+A training run whose kernels are not deterministic (atomics in a backward pass) drifts from
+another run of itself, and a drifting run can spike in an iteration another run does not: a
+`native` variant shows that spread. With deterministic kernels (gpt2.py --deterministic) every
+run must match native exactly, and the summary's checksum (the weights after the last
+step) is compared too.
 
 A wrong loss under `copy` that `keep` does not show points at a read of a discarded range (an
 access neither the guard nor the plan knows); one that `keep` shows too points at a copy back
@@ -35,7 +43,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ITER = re.compile(r"^iter (\d+) ms ([0-9.]+) loss ([-0-9.einfa]+)", re.M)
-VARIANTS = {"copy": "1", "keep": "keep"}
+VARIANTS = {"copy": "1", "keep": "keep", "off": "0", "native": None}
 
 
 def parse_iterations(text):
@@ -78,6 +86,14 @@ def worst_difference(native, other):
         if worst[1] is None or d > worst[1]:
             worst = (i, d)
     return worst
+
+
+def checksum_verdict(native_summary, summary):
+    """"same" or "DIFFER" when both summaries carry a checksum (the final weights), else None."""
+    a, b = native_summary.get("checksum"), summary.get("checksum")
+    if a is None or b is None:
+        return None
+    return "same" if a == b else "DIFFER"
 
 
 def describe_stats(path):
@@ -125,7 +141,8 @@ def main():
     ap.add_argument("--umswap", default=os.path.join(HERE, "..", "build", "bin", "umswap"))
     ap.add_argument("--limit", required=True, help="UMSWAP_MANAGED_LIMIT for every umswap run")
     ap.add_argument("--budget", required=True, help="a size (13.86G) or a share of native peak (29%%)")
-    ap.add_argument("--variants", default="copy,keep", help="copy, keep, or both (default)")
+    ap.add_argument("--variants", default="copy,keep",
+                    help="comma-separated, of copy, keep, off, native (default copy,keep)")
     ap.add_argument("--rounds", type=int, default=1, help="runs of each variant (default 1)")
     ap.add_argument("--tolerance", type=float, default=0.05,
                     help="largest |loss - native| a run may show (default 0.05)")
@@ -173,27 +190,37 @@ def main():
         for v in variants:
             name = f"{v}{r + 1}"
             stats = os.path.join(out, f"{name}.json")
-            cmd = ["timeout", "-s", "KILL", str(a.timeout), a.umswap, "run", "--limit", a.limit,
-                   "--budget", str(budget), "--stats", stats, "--"] + command
-            rc, text, wall = run(cmd, dict(env, UMSWAP_EVICT_COPY=VARIANTS[v]),
-                                 os.path.join(out, f"{name}.out"))
+            cmd = ["timeout", "-s", "KILL", str(a.timeout)]
+            if VARIANTS[v] is None:
+                cmd += command
+                run_env, label = env, "without umswap"
+            else:
+                cmd += [a.umswap, "run", "--limit", a.limit, "--budget", str(budget), "--stats",
+                        stats, "--"] + command
+                run_env = dict(env, UMSWAP_EVICT_COPY=VARIANTS[v])
+                label = f"UMSWAP_EVICT_COPY={VARIANTS[v]}"
+            rc, text, wall = run(cmd, run_env, os.path.join(out, f"{name}.out"))
             its = parse_iterations(text)
             at, diff = worst_difference(native, its)
             good = rc == 0 and len(its) == len(native) and diff is not None and diff <= a.tolerance
+            weights = checksum_verdict(summary, parse_summary(text) or {})
+            good = good and weights != "DIFFER"
             all_good = all_good and good
-            print(f"\n{name} (UMSWAP_EVICT_COPY={VARIANTS[v]}): exit {rc}, {wall:.0f} s, "
-                  f"{len(its)} iterations; worst |loss - native| {diff} at iteration {at}: "
+            print(f"\n{name} ({label}): exit {rc}, {wall:.0f} s, "
+                  f"{len(its)} iterations; worst |loss - native| {diff} at iteration {at}"
+                  f"{'' if weights is None else f'; final weights {weights}'}: "
                   f"{'same within tolerance' if good else 'DIFFERS'}")
             print("  iter   native loss   this loss      ms")
             for i in sorted(its):
                 n = native.get(i, (None, None))[1]
                 mark = "  <--" if n is not None and at == i and not good else ""
                 print(f"  {i:4d}  {n if n is not None else '-':>11}  {its[i][1]:>10}  {its[i][0]:8.1f}{mark}")
-            lines, check = describe_stats(stats)
-            print("\n".join(lines), flush=True)
+            lines, check = describe_stats(stats) if VARIANTS[v] is not None else ([], None)
+            if lines:
+                print("\n".join(lines), flush=True)
             results["runs"].append({"name": name, "variant": v, "exit": rc, "iterations": its,
                                     "worst_iteration": at, "worst_difference": diff,
-                                    "same": good, "copy_check": check})
+                                    "weights": weights, "same": good, "copy_check": check})
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -12,6 +12,10 @@ then, once, one line of JSON:
     summary {"first_ms": ..., "steady_median_ms": ..., "peak_allocated_bytes": ...,
              "peak_reserved_bytes": ..., "iters": ..., "oom": ..., <the script's settings>}
 
+With --deterministic the summary also has "checksum": the weights after the last step,
+hashed bit for bit, so that two runs can be compared exactly (`umswap compare` then compares
+checksums instead of losses; so does scripts/evict_copy_check.py).
+
 steady_median_ms is the median of the iterations after the first two (null if there are none);
 the peaks are torch.cuda.max_memory_allocated() and max_memory_reserved() over the loop. An
 iteration that runs out of GPU memory prints `oom at iter <i>: OutOfMemoryError` and ends the
@@ -22,7 +26,9 @@ usage and the skip line.
 """
 
 import contextlib
+import hashlib
 import json
+import os
 import statistics
 import time
 
@@ -101,6 +107,36 @@ def train_image_model(args, build):
         "checkpoint": args.checkpoint,
         "device": torch.cuda.get_device_name(),
     })
+
+
+def add_determinism_arg(p):
+    p.add_argument("--deterministic", action="store_true",
+                   help="deterministic kernels only (torch.use_deterministic_algorithms: an "
+                        "operation without one stops the run with PyTorch's error) and the final "
+                        "weights' checksum in the summary, so that two runs compare bit for bit")
+
+
+def make_deterministic(torch):
+    """Deterministic kernels from here on. Call before the first CUDA operation: cuBLAS reads
+    CUBLAS_WORKSPACE_CONFIG when it starts."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    # Strict: with warn_only, cuDNN's attention backward keeps its non-deterministic algorithm.
+    torch.use_deterministic_algorithms(True)
+
+
+def param_checksum(torch, params):
+    """A hex digest of the parameters' bits. Each tensor's bits are summed as integers on the GPU
+    (exact, in any order), plainly and weighted by position, so a changed or moved value shows."""
+    h = hashlib.sha256()
+    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    with torch.no_grad():
+        for p in params:
+            bits = p.detach().contiguous().view(ints[p.element_size()]).reshape(-1).long()
+            weight = torch.arange(bits.numel(), device=bits.device) % 65521 + 1
+            h.update(f"{tuple(p.shape)}:{int(bits.sum())}:{int((bits * weight).sum())};".encode())
+    return h.hexdigest()[:16]
 
 
 def add_nvtx_arg(p):

@@ -27,6 +27,7 @@ def main():
     p.add_argument("--precision", choices=("fp32", "bf16"), default="bf16")
     common.add_memory_saving_args(p, "gradient checkpointing of every transformer block")
     common.add_nvtx_arg(p)
+    common.add_determinism_arg(p)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
     if min(a.layers, a.width, a.heads, a.batch, a.seq, a.steps) < 1 or a.width % a.heads:
@@ -39,6 +40,8 @@ def main():
         return common.SKIP
     if (skip := common.cuda_or_skip(torch)) is not None:
         return skip
+    if a.deterministic:
+        common.make_deterministic(torch)
     torch.manual_seed(a.seed)
     config = GPT2Config(n_layer=a.layers, n_embd=a.width, n_head=a.heads, n_positions=a.seq,
                         vocab_size=50257)
@@ -57,10 +60,13 @@ def main():
         return loss
 
     times, oom = common.timed_loop(torch, a.steps, iteration, a.nvtx_mark)
-    return common.print_summary(torch, times, oom, {
+    settings = {
         "layers": a.layers, "width": a.width, "batch": a.batch, "seq": a.seq,
         "precision": a.precision, "offload": a.offload, "checkpoint": a.checkpoint,
-    })
+    }
+    if a.deterministic:
+        settings["checksum"] = common.param_checksum(torch, model.parameters())
+    return common.print_summary(torch, times, oom, settings)
 
 
 if __name__ == "__main__":

@@ -17,13 +17,20 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
 import evict_copy_check as ecc  # noqa: E402
 
 # Prints 4 iterations; under UMSWAP_EVICT_COPY=1 and FAKE_SPIKE set, iteration 2's loss is off.
+# With FAKE_WEIGHTS set the summary has a checksum, different under UMSWAP_EVICT_COPY=keep.
 TRAIN = textwrap.dedent("""\
     import json, os
     losses = [10.5, 10.1, 9.9, 9.8]
-    spike = os.environ.get("UMSWAP_EVICT_COPY") == "1" and os.environ.get("FAKE_SPIKE")
+    copy = os.environ.get("UMSWAP_EVICT_COPY")
+    spike = copy == "1" and os.environ.get("FAKE_SPIKE")
     for i, x in enumerate(losses):
         print(f"iter {i} ms {100 + i:.3f} loss {x + (2.0 if spike and i == 2 else 0.0):.6f}")
-    print("summary " + json.dumps({"steady_median_ms": 101.0, "peak_allocated_bytes": 1 << 30}))
+    summary = {"steady_median_ms": 101.0, "peak_allocated_bytes": 1 << 30}
+    if os.environ.get("FAKE_WEIGHTS"):
+        summary["checksum"] = "bad" if copy == "keep" else "abc"
+    with open(os.environ.get("FAKE_LOG", os.devnull), "a") as f:
+        f.write(f"{copy}\\n")
+    print("summary " + json.dumps(summary))
     """)
 # `umswap run --limit L --budget B --stats F -- cmd...`: records its arguments, writes stats.
 UMSWAP = textwrap.dedent("""\
@@ -119,6 +126,24 @@ class WholeRuns(unittest.TestCase):
             r = json.load(f)
         same = {x["name"]: x["same"] for x in r["runs"]}
         self.assertEqual(same, {"copy1": False, "keep1": True})
+
+    def test_native_and_off_variants_and_the_weights_checksum(self):
+        log = os.path.join(self.dir, "runs.log")
+        p, out = self.run_check({"FAKE_WEIGHTS": "1", "FAKE_LOG": log},
+                                "--variants", "native,off,keep")
+        self.assertEqual(p.returncode, 1, p.stdout)
+        # native twice (the reference, then the variant) without umswap, then off and keep under it
+        with open(log) as f:
+            self.assertEqual(f.read().split(), ["None", "None", "0", "keep"])
+        self.assertIn("native1 (without umswap)", p.stdout)
+        self.assertIn("off1 (UMSWAP_EVICT_COPY=0)", p.stdout)
+        self.assertIn("final weights DIFFER", p.stdout)
+        self.assertFalse(os.path.exists(os.path.join(out, "native1.json.args")))
+        with open(os.path.join(self.dir, "r.json")) as f:
+            r = json.load(f)
+        got = {x["name"]: (x["same"], x["weights"]) for x in r["runs"]}
+        self.assertEqual(got, {"native1": (True, "same"), "off1": (True, "same"),
+                               "keep1": (False, "DIFFER")})
 
     def test_bad_arguments(self):
         p, _ = self.run_check({}, "--variants", "fast")

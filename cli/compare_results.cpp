@@ -959,7 +959,9 @@ std::string render_notes(const CompareReport& report) {
     out += fmt::format(
         "note: result: where a run printed no checksum, its loss in every iteration is compared "
         "with native's within {:g} (relative; --loss-tolerance): cuDNN and cuBLAS are not "
-        "bit-for-bit deterministic\n",
+        "bit-for-bit deterministic, and a run that is not can drift from native's and spike in "
+        "an iteration where native did not (samples/pytorch/gpt2.py --deterministic prints a "
+        "checksum)\n",
         report.loss_tolerance);
   }
   if (!report.baseline_rows.empty()) {

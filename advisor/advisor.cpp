@@ -369,6 +369,8 @@ class AdvisorImpl {
   uint64_t copied_out_bytes = 0, copied_in_bytes = 0, copy_discarded_bytes = 0;
   uint64_t copy_forgotten_bytes = 0, copy_calls = 0, copy_fallbacks = 0, copy_rescues = 0;
   uint64_t copy_guard_hits = 0, copy_failures = 0;
+  uint64_t copy_lost_bytes = 0;   // copies back that failed twice, their GPU pages discarded
+  bool copy_back_failed = false;  // one did: copies stop after the restore
   // Evictions left to the driver: a submitted launch reaches the range before its copy back; the
   // eviction could not be ordered after its last use; the plan does not bring the whole range
   // back before evicting it again (dead parts, say); before the waits began.
@@ -1498,6 +1500,7 @@ void AdvisorImpl::apply(uint64_t n) {
     if (prefetch_planned && copies_live.load(std::memory_order_relaxed)) {
       issue_restore(&p, {g, pending_ticket, std::move(pending_in)});
       pending_in.clear();
+      if (copy_back_failed) stop_copies("a copy back to the GPU failed");
     }
   }
   // Every launch seen is handled: a launch waiting on one whose actions were skipped (a buffer
@@ -1734,24 +1737,39 @@ void AdvisorImpl::issue_restore(const LivePlan* p, Restore r) {
     for (const HostCopies::Segment& s : r.segments) {
       d.mem_prefetch_async(s.address, s.length, gpu, 0, restore_stream);
     }
-    uint64_t bytes = 0;
     uint32_t first_copy = 0;
-    for (const HostCopies::Segment& s : r.segments) {
+    CUresult error = CUDA_SUCCESS;
+    const CopyBackOutcome out = copy_back(r.segments, [&](const HostCopies::Segment& s) {
       const CUresult e = d.memcpy_htod_async(s.address, reinterpret_cast<const void*>(s.host),
                                              s.length, restore_stream);
       if (e != CUDA_SUCCESS) {
         ++copy_failures;
-        if (warned_copy_failure.first()) {
-          log_warning("advisor: a copy back of {} at {:#x} failed (error {})",
-                      format_bytes(s.length), s.address, static_cast<int>(e));
-        }
-        continue;
+        error = e;
+        return false;
       }
       const uint32_t copy = tracer::last_own_copy();
       if (!first_copy) first_copy = copy;
       tracer::note_own_copy(copy, s.address, s.length, true);
-      bytes += s.length;
       ++copy_calls;
+      return true;
+    });
+    const uint64_t bytes = out.bytes;
+    if (!out.lost.empty()) {
+      // Copies stop after this restore (the callers); the lost bytes cannot come back. With
+      // UMSWAP_EVICT_COPY=keep the GPU still holds them.
+      uint64_t lost = 0;
+      for (const HostCopies::Segment& s : out.lost) lost += s.length;
+      if (!config.evict_copy_keep) copy_lost_bytes += lost;
+      copy_back_failed = true;
+      if (warned_copy_failure.first()) {
+        log_warning("advisor: {} copies back ({}, the first at {:#x}) failed twice (error {}){}",
+                    out.lost.size(), format_bytes(lost), out.lost.front().address,
+                    static_cast<int>(error),
+                    config.evict_copy_keep
+                        ? ""
+                        : ": those bytes are lost to the program, whose results from here on "
+                          "must not be trusted");
+      }
     }
     // The populates run right before the first copy: placed at its start (without CUPTI's
     // record: at launch g's GPU start, or now).
@@ -1886,6 +1904,7 @@ void AdvisorImpl::serve_rescue() {
             format_bytes(bytes));
   issue_restore(nullptr,
                 {restored_written ? restored_written - 1 : 0, in_ticket, std::move(back.copy_in)});
+  if (copy_back_failed) stop_copies("a copy back to the GPU failed");
   if (d.event_record(rescue_event, restore_stream) != CUDA_SUCCESS) {
     // The launch cannot be ordered after its copies back: everything comes back, copies stop.
     stop_copies("could not record an event after copies back for a launch the guard caught");
@@ -2083,6 +2102,7 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
         {"rescued_bytes", a.copy_rescued_bytes},
         {"guard_kernels", a.guard_kernels},
         {"failures", a.copy_failures},
+        {"lost_bytes", a.copy_lost_bytes},
         {"host_bytes", a.copies ? a.copies->host_bytes() : 0},
     };
   }

@@ -419,5 +419,30 @@ TEST(HostCopies, RandomCopiesOutAndBackRestoreTheLastWrittenBytes) {
   EXPECT_GT(checked, 1000u);  // the property was exercised, not skipped
 }
 
+TEST(CopyBack, ACopyThatFailsIsTriedOnceMoreAndOneThatFailsTwiceIsLost) {
+  const std::vector<HostCopies::Segment> segments = {
+      {0x200000, 4096, 0x1000}, {0x400000, 8192, 0x3000}, {0x600000, 512, 0x6000}};
+  std::map<uint64_t, int> failures_left = {{0x400000, 1}, {0x600000, 2}};
+  std::vector<uint64_t> tries;
+  const CopyBackOutcome out = copy_back(segments, [&](const HostCopies::Segment& s) {
+    tries.push_back(s.address);
+    int& left = failures_left[s.address];
+    if (left == 0) return true;
+    --left;
+    return false;
+  });
+  // The first goes at once, the second on its second try, the third never.
+  EXPECT_EQ(tries, (std::vector<uint64_t>{0x200000, 0x400000, 0x400000, 0x600000, 0x600000}));
+  EXPECT_EQ(out.bytes, 4096u + 8192u);
+  EXPECT_EQ(out.retried, 2u);
+  ASSERT_EQ(out.lost.size(), 1u);
+  EXPECT_EQ(out.lost[0].address, 0x600000u);
+  EXPECT_EQ(out.lost[0].length, 512u);
+
+  const CopyBackOutcome none = copy_back({}, [](const HostCopies::Segment&) { return false; });
+  EXPECT_EQ(none.bytes, 0u);
+  EXPECT_TRUE(none.lost.empty());
+}
+
 }  // namespace
 }  // namespace umswap::advisor

@@ -136,4 +136,32 @@ class HostCopies {
   bool frozen_ = false;
 };
 
+// What became of the copies back of a restore (copy_back()).
+struct CopyBackOutcome {
+  uint64_t bytes = 0;                     // issued
+  uint32_t retried = 0;                   // segments whose first try failed
+  std::vector<HostCopies::Segment> lost;  // failed twice: never copied back
+};
+
+// Issues the copy back of each segment through copy(segment), which says whether the copy was
+// issued; one that was not is tried once more. With the GPU's pages discarded, a lost segment's
+// bytes are gone from the program's memory: the caller must say so and stop copying.
+template <class Copy>
+CopyBackOutcome copy_back(const std::vector<HostCopies::Segment>& segments, Copy&& copy) {
+  CopyBackOutcome out;
+  for (const HostCopies::Segment& s : segments) {
+    bool issued = copy(s);
+    if (!issued) {
+      ++out.retried;
+      issued = copy(s);
+    }
+    if (issued) {
+      out.bytes += s.length;
+    } else {
+      out.lost.push_back(s);
+    }
+  }
+  return out;
+}
+
 }  // namespace umswap::advisor

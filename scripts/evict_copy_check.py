@@ -206,7 +206,9 @@ def main():
             weights = checksum_verdict(summary, parse_summary(text) or {})
             good = good and weights != "DIFFER"
             all_good = all_good and good
-            print(f"\n{name} ({label}): exit {rc}, {wall:.0f} s, "
+            killed = rc in (-9, 124, 137) and wall >= a.timeout - 1
+            print(f"\n{name} ({label}): exit {rc}{' (killed at --timeout)' if killed else ''}, "
+                  f"{wall:.0f} s, "
                   f"{len(its)} iterations; worst |loss - native| {diff} at iteration {at}"
                   f"{'' if weights is None else f'; final weights {weights}'}: "
                   f"{'same within tolerance' if good else 'DIFFERS'}")

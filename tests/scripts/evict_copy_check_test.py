@@ -22,6 +22,8 @@ TRAIN = textwrap.dedent("""\
     import json, os
     losses = [10.5, 10.1, 9.9, 9.8]
     copy = os.environ.get("UMSWAP_EVICT_COPY")
+    if copy and os.environ.get("FAKE_SLOW"):
+        __import__("time").sleep(float(os.environ["FAKE_SLOW"]))
     spike = copy == "1" and os.environ.get("FAKE_SPIKE")
     for i, x in enumerate(losses):
         print(f"iter {i} ms {100 + i:.3f} loss {x + (2.0 if spike and i == 2 else 0.0):.6f}")
@@ -144,6 +146,11 @@ class WholeRuns(unittest.TestCase):
         got = {x["name"]: (x["same"], x["weights"]) for x in r["runs"]}
         self.assertEqual(got, {"native1": (True, "same"), "off1": (True, "same"),
                                "keep1": (False, "DIFFER")})
+
+    def test_a_run_past_the_timeout_is_said_to_be_killed(self):
+        p, _ = self.run_check({"FAKE_SLOW": "3"}, "--variants", "copy", "--timeout", "1")
+        self.assertEqual(p.returncode, 1, p.stdout)
+        self.assertIn("(killed at --timeout)", p.stdout)
 
     def test_bad_arguments(self):
         p, _ = self.run_check({}, "--variants", "fast")

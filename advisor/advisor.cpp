@@ -353,6 +353,7 @@ class AdvisorImpl {
     uint64_t g;  // the launch that issues it; restored value g + 1
     uint64_t ticket = 0;
     std::vector<HostCopies::Segment> segments;
+    uint64_t out_ticket = 0;  // the newest copy out among the segments' (0: none or unknown)
   };
   // Discards issued behind copies out (ticket), noted in the residency count once seen done.
   struct DiscardNote {
@@ -363,6 +364,11 @@ class AdvisorImpl {
   std::deque<DiscardNote> discard_notes;
   std::vector<HostCopies::Segment> pending_in;  // the launch being applied's copies back
   uint64_t pending_ticket = 0;
+  uint64_t pending_out_ticket = 0;  // the newest copy out among pending_in's
+  // UMSWAP_EVICT_COPY_ROOM=plan: (launch, the last copy-out ticket issued at it), oldest first;
+  // entries seen done are dropped. And how often a copy back waited for less than all.
+  std::deque<std::pair<uint64_t, uint64_t>> out_ticket_at;
+  uint64_t room_waits_narrowed = 0, room_waits_all = 0;
   uint64_t restored_written = 0;          // the highest restored value queued
   std::atomic<bool> rescue_asked{false};  // the watchdog's request
   std::vector<Transfer> copied_out, copied_in;
@@ -387,6 +393,8 @@ class AdvisorImpl {
   bool restore_by_copy(uint64_t address, uint64_t length, uint64_t g);
   void tend_copies();
   void issue_restore(const LivePlan* p, Restore r);
+  // Before a copy back: restore_stream waits for the copies out it must follow.
+  void wait_for_copies_out(const LivePlan* p, const Restore& r);
   void stop_copies(const std::string& why, bool for_good = true);
   void guard(uint64_t index, const std::vector<tracer::PointerHit>* hits, uint64_t covered,
              CUstream on);
@@ -1498,8 +1506,9 @@ void AdvisorImpl::apply(uint64_t n) {
     }
     // Launches that wait for g's prefetches wait for its copies back too (none: the value only).
     if (prefetch_planned && copies_live.load(std::memory_order_relaxed)) {
-      issue_restore(&p, {g, pending_ticket, std::move(pending_in)});
+      issue_restore(&p, {g, pending_ticket, std::move(pending_in), pending_out_ticket});
       pending_in.clear();
+      pending_out_ticket = 0;
       if (copy_back_failed) stop_copies("a copy back to the GPU failed");
     }
   }
@@ -1678,6 +1687,13 @@ bool AdvisorImpl::evict_by_copy(uint64_t address, uint64_t length, uint64_t g, u
     }
     discards_issued = true;
     out_events.push_back({out_ticket, e});
+    if (config.evict_copy_room_plan) {
+      if (!out_ticket_at.empty() && out_ticket_at.back().first == g) {
+        out_ticket_at.back().second = out_ticket;
+      } else {
+        out_ticket_at.emplace_back(g, out_ticket);
+      }
+    }
     if (r == CUDA_SUCCESS)
       discard_notes.push_back({out_ticket, tracer::last_own_copy(), *segments});
     std::lock_guard lock(copies_mutex);
@@ -1713,6 +1729,7 @@ bool AdvisorImpl::restore_by_copy(uint64_t address, uint64_t length, uint64_t g)
   if (!r.copy_in.empty()) {
     pending_ticket = ++in_ticket;
     pending_in.insert(pending_in.end(), r.copy_in.begin(), r.copy_in.end());
+    pending_out_ticket = std::max(pending_out_ticket, r.out_ticket);
   }
   return true;
 }
@@ -1722,6 +1739,43 @@ bool AdvisorImpl::restore_by_copy(uint64_t address, uint64_t length, uint64_t g)
 // while its stream waits for them): after the GPU reaches launch g (p given: its "reached"
 // event, as the driver's prefetches) and after the discards issued so far; then the restored
 // word says g + 1.
+void AdvisorImpl::wait_for_copies_out(const LivePlan* p, const Restore& r) {
+  // The default, and outside a plan (a stop, a rescue): every copy out issued so far.
+  const std::vector<uint32_t>* back = p ? &p->plan.restore_room_back : nullptr;
+  if (!config.evict_copy_room_plan || !back || back->empty() || r.out_ticket == 0 ||
+      r.g < p->base) {
+    d.stream_wait_event(restore_stream, discarded_event, 0);
+    ++room_waits_all;
+    return;
+  }
+  // Its own ranges' copies out (and discards), then those issued at or before the launch whose
+  // evictions the plan's room at g needs.
+  uint64_t need = r.out_ticket;
+  const uint64_t phase = (r.g - p->base) % p->period;
+  const uint32_t b = phase < back->size() ? (*back)[phase] : 0;  // unknown: its own evictions
+  if (b != Plan::kNoRoomWait && r.g >= b) {
+    const uint64_t by = r.g - b;
+    for (auto it = out_ticket_at.rbegin(); it != out_ticket_at.rend(); ++it) {
+      if (it->first <= by) {
+        need = std::max(need, it->second);
+        break;
+      }
+    }
+  }
+  out_done = poll(out_events, out_done);
+  while (!out_ticket_at.empty() && out_ticket_at.front().second <= out_done) {
+    out_ticket_at.pop_front();
+  }
+  ++room_waits_narrowed;
+  if (need <= out_done) return;  // done already
+  // The first event at or after ticket `need` (one per copy out, in ticket order on `stream`).
+  const auto it = std::lower_bound(out_events.begin(), out_events.end(), need,
+                                   [](const TicketEvent& e, uint64_t t) { return e.ticket < t; });
+  if (it == out_events.end() || d.stream_wait_event(restore_stream, it->event, 0) != CUDA_SUCCESS) {
+    d.stream_wait_event(restore_stream, discarded_event, 0);
+  }
+}
+
 void AdvisorImpl::issue_restore(const LivePlan* p, Restore r) {
   const uint64_t value = r.g + 1;
   if (!r.segments.empty()) {
@@ -1729,7 +1783,7 @@ void AdvisorImpl::issue_restore(const LivePlan* p, Restore r) {
         !reached.wait(d, r.g, restore_stream, launched.load(std::memory_order_acquire))) {
       ++late_start_events;
     }
-    if (discards_issued) d.stream_wait_event(restore_stream, discarded_event, 0);
+    if (discards_issued) wait_for_copies_out(p, r);
     CUmemLocation gpu{};
     gpu.type = CU_MEM_LOCATION_TYPE_DEVICE;
     gpu.id = device;
@@ -2103,6 +2157,9 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
         {"guard_kernels", a.guard_kernels},
         {"failures", a.copy_failures},
         {"lost_bytes", a.copy_lost_bytes},
+        {"room", a.config.evict_copy_room_plan ? "plan" : "all"},
+        {"copies_back_waiting_for_all", a.room_waits_all},
+        {"copies_back_waiting_for_their_room", a.room_waits_narrowed},
         {"host_bytes", a.copies ? a.copies->host_bytes() : 0},
     };
   }

@@ -60,10 +60,15 @@ constexpr std::array kOptionTable = {
                "the GPU holds the budget (with UMSWAP_PREFETCH_WAIT=1; docs/advisor.md); 0: "
                "evictions run beside the program"},
     OptionInfo{"UMSWAP_EVICT_COPY", "0",
-               "1 (experimental, results not to be trusted yet): evictions are copies to "
-               "pinned host memory (52 GB/s against the driver's 11-18) and the GPU pages are "
-               "discarded; turns both waits on; keep (a diagnostic): the same copies, the GPU "
-               "pages kept (no memory saved); docs/advisor.md"},
+               "1 (experimental, not yet the default): evictions are copies to pinned host "
+               "memory (52 GB/s against the driver's 11-18) and the GPU pages are discarded; "
+               "turns both waits on; keep (a diagnostic): the same copies, the GPU pages kept "
+               "(no memory saved); docs/advisor.md"},
+    OptionInfo{"UMSWAP_EVICT_COPY_ROOM", "all",
+               "with UMSWAP_EVICT_COPY: what a copy back waits for besides its own range's copy "
+               "out; all: every eviction umswap copied before it; plan (experimental, not yet "
+               "measured): only those the plan needs for its room, so that copies each way can "
+               "overlap"},
     OptionInfo{"UMSWAP_ASYNC_SLABS", "1",
                "1: cudaMallocAsync allocations are blocks of umswap's managed slabs (exact "
                "extents for the advisor); 0: the driver's managed memory pool"},
@@ -274,6 +279,14 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
       warn("UMSWAP_EVICT_COPY", v, "is neither a boolean (1/0, on/off) nor keep", "0");
     }
   }
+  if (const char* v = read("UMSWAP_EVICT_COPY_ROOM")) {
+    const std::string_view t = trim(v);
+    if (t == "all" || t == "plan") {
+      options.evict_copy_room_plan = t == "plan";
+    } else {
+      warn("UMSWAP_EVICT_COPY_ROOM", v, "is neither all nor plan", "all");
+    }
+  }
   if (const char* v = read("UMSWAP_ASYNC_SLABS")) {
     if (auto b = parse_bool(trim(v))) {
       options.async_slabs = *b;
@@ -327,6 +340,7 @@ std::vector<std::string> describe(const Options& options) {
       fmt::format("UMSWAP_EVICT_WAIT={}", options.evict_wait ? 1 : 0),
       fmt::format("UMSWAP_EVICT_COPY={}",
                   options.evict_copy_keep ? "keep" : (options.evict_copy ? "1" : "0")),
+      fmt::format("UMSWAP_EVICT_COPY_ROOM={}", options.evict_copy_room_plan ? "plan" : "all"),
       fmt::format("UMSWAP_ASYNC_SLABS={}", options.async_slabs ? 1 : 0),
       fmt::format("UMSWAP_DISCARD_FREED={}", options.discard_freed ? 1 : 0),
       fmt::format("UMSWAP_LIFETIMES={}", options.lifetimes ? 1 : 0),

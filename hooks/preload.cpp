@@ -132,6 +132,7 @@ void Preload::start_advisor(advisor::Advisor* advisor) {
   config.evict_wait = options_.evict_wait;
   config.evict_copy = options_.evict_copy;
   config.evict_copy_keep = options_.evict_copy_keep;
+  config.evict_copy_room_plan = options_.evict_copy_room_plan;
   config.lifetimes = [this] { return planned_discards_.load(); };
   if (options_.placement) {
     config.place = [this](Placement placement) { return allocator_->place(std::move(placement)); };

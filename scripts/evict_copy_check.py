@@ -5,6 +5,8 @@ Runs a training script that prints `iter <i> ms <t> loss <x>` lines (samples/pyt
 natively, then under `umswap run --budget B` once per variant and round:
 
   copy    UMSWAP_EVICT_COPY=1: evictions copied to pinned host memory, GPU pages discarded;
+  room    the same with UMSWAP_EVICT_COPY_ROOM=plan: a copy back waits only for the copies
+          out its own ranges and its room need (experimental);
   keep    UMSWAP_EVICT_COPY=keep: the same copies out and back, GPU pages kept (a diagnostic);
   off     UMSWAP_EVICT_COPY=0: the driver path (evictions by cudaMemPrefetchAsync), same budget;
   native  the script again without umswap: how far native runs differ from each other.
@@ -43,7 +45,13 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ITER = re.compile(r"^iter (\d+) ms ([0-9.]+) loss ([-0-9.einfa]+)", re.M)
-VARIANTS = {"copy": "1", "keep": "keep", "off": "0", "native": None}
+VARIANTS = {
+    "copy": {"UMSWAP_EVICT_COPY": "1"},
+    "room": {"UMSWAP_EVICT_COPY": "1", "UMSWAP_EVICT_COPY_ROOM": "plan"},
+    "keep": {"UMSWAP_EVICT_COPY": "keep"},
+    "off": {"UMSWAP_EVICT_COPY": "0"},
+    "native": None,
+}
 
 
 def parse_iterations(text):
@@ -125,6 +133,10 @@ def describe_stats(path):
                      f"stops {ec.get('rescues')}, off: {ec.get('off_reason') or '-'}")
         for k in ec.get("guard_kernels", [])[:8]:
             lines.append(f"    caught {k}")
+        if "room" in ec:
+            lines.append(f"  copies back (UMSWAP_EVICT_COPY_ROOM={ec['room']}): "
+                         f"{ec.get('copies_back_waiting_for_all')} waited for every copy out, "
+                         f"{ec.get('copies_back_waiting_for_their_room')} for their room only")
     return lines, check
 
 
@@ -142,7 +154,7 @@ def main():
     ap.add_argument("--limit", required=True, help="UMSWAP_MANAGED_LIMIT for every umswap run")
     ap.add_argument("--budget", required=True, help="a size (13.86G) or a share of native peak (29%%)")
     ap.add_argument("--variants", default="copy,keep",
-                    help="comma-separated, of copy, keep, off, native (default copy,keep)")
+                    help="comma-separated, of copy, room, keep, off, native (default copy,keep)")
     ap.add_argument("--rounds", type=int, default=1, help="runs of each variant (default 1)")
     ap.add_argument("--tolerance", type=float, default=0.05,
                     help="largest |loss - native| a run may show (default 0.05)")
@@ -197,8 +209,8 @@ def main():
             else:
                 cmd += [a.umswap, "run", "--limit", a.limit, "--budget", str(budget), "--stats",
                         stats, "--"] + command
-                run_env = dict(env, UMSWAP_EVICT_COPY=VARIANTS[v])
-                label = f"UMSWAP_EVICT_COPY={VARIANTS[v]}"
+                run_env = dict(env, **VARIANTS[v])
+                label = " ".join(f"{k}={x}" for k, x in VARIANTS[v].items())
             rc, text, wall = run(cmd, run_env, os.path.join(out, f"{name}.out"))
             its = parse_iterations(text)
             at, diff = worst_difference(native, its)

@@ -11,7 +11,8 @@
 # relearning matters, with the trace's own call sites too: docs/advisor.md).
 # With UMSWAP_EVICT_COPY=1 (evictions copied to pinned memory): the same checks, copies in
 # every steady iteration and in force to the end, and no step on a page while it was discarded or
-# coming back (the stats' copy_check, from CUPTI's times). Then with a stray launch off the plan
+# coming back (the stats' copy_check, from CUPTI's times); again with UMSWAP_EVICT_COPY_ROOM=plan
+# (copies back wait only for the copies out their own ranges and their room need). Then with a stray launch off the plan
 # (advisor_loop --stray): the guard catches it and brings back what it reaches, copies go on, no
 # fault, the same checksum as natively with the same stray. Then with a CUDA graph launch in
 # iteration 10 (advisor_loop --graph: the same loss kernel, captured): the tracer cannot see into
@@ -36,6 +37,9 @@ timeout -s KILL 120 \
 timeout -s KILL 120 "$umswap" record -o "$dir/loop.umtrace" -- "$loop" $args > "$dir/record.out"
 UMSWAP_EVICT_COPY=1 timeout -s KILL 120 \
   "$umswap" run --budget 1G --stats "$dir/copy.json" -- "$loop" $args > "$dir/copy.out"
+# The same with copies back that wait only for their own ranges' copies out and their room.
+UMSWAP_EVICT_COPY=1 UMSWAP_EVICT_COPY_ROOM=plan timeout -s KILL 120 \
+  "$umswap" run --budget 1G --stats "$dir/room.json" -- "$loop" $args > "$dir/room.out"
 # A launch off the plan (iteration 10's loss kernel takes the first buffer, held on the host by
 # then): the guard holds it until what it reaches is copied back; copies go on.
 "$umswap" run --mode passthrough -- "$loop" $args --stray 10 > "$dir/native_stray.out"
@@ -58,7 +62,7 @@ native = checksum("native")
 native_stray = checksum("native_stray")
 ok = True
 budget = 1 << 30
-for mode in ("online", "evictwait", "copy", "stray", "graph", "relearn", "replay", "nowait"):
+for mode in ("online", "evictwait", "copy", "room", "stray", "graph", "relearn", "replay", "nowait"):
     s = json.load(open(f"{d}/{mode}.json"))
     a = s.get("advisor", {})
     its = s.get("iterations", [])
@@ -103,14 +107,14 @@ for mode in ("online", "evictwait", "copy", "stray", "graph", "relearn", "replay
         # wait (Plan::room_wait_back); here every eviction's room goes to a prefetch, so the
         # count is reported, and the budget and the faults above are what is checked.
         print(f"  launches that waited for evictions: {a.get('evict_waits_placed')}")
-    if mode in ("copy", "stray", "graph"):
+    if mode in ("copy", "room", "stray", "graph"):
         # UMSWAP_EVICT_COPY's own stats, and its copies against the steps by CUPTI's times.
         c = a.get("evict_copy") or {}
         check = s.get("copy_check") or {}
         off = c.get("off_reason") or ""
         print(f"  evict_copy: {c}")
         print(f"  copy_check: {check}")
-    if mode == "copy":
+    if mode in ("copy", "room"):
         # Steady iterations evicted by copy (and brought back by copy), copies stopped only when
         # the loop ended (its checksum copies leave the plan), the same results. The count places
         # each discard where CUPTI saw the copy before it end, and each populate where the copy
@@ -125,6 +129,9 @@ for mode in ("online", "evictwait", "copy", "stray", "graph", "relearn", "replay
                 and c.get("copied_in_bytes", 0) > 0 and c.get("failures") == 0
                 and c.get("guard_hits") == 0 and all(b > 0 for b in steady_copied)
                 and off.startswith(("the program ends", "the plan ends")))
+        if mode == "room":
+            # UMSWAP_EVICT_COPY_ROOM=plan: the plan's copies back waited for their room only.
+            good = good and c.get("copies_back_waiting_for_their_room", 0) > 0
     if mode == "stray":
         # The guard caught the stray launch and brought back what it reaches (not everything):
         # copies stayed in force, no fault, the same results as natively with the same stray.

@@ -42,7 +42,9 @@ UMSWAP = textwrap.dedent("""\
     assert a[0] == "run", a
     stats = a[a.index("--stats") + 1]
     with open(stats + ".args", "w") as f:
-        json.dump({"args": a, "copy": __import__("os").environ.get("UMSWAP_EVICT_COPY")}, f)
+        env = __import__("os").environ
+        json.dump({"args": a, "copy": env.get("UMSWAP_EVICT_COPY"),
+                   "room": env.get("UMSWAP_EVICT_COPY_ROOM")}, f)
     rc = subprocess.call(a[a.index("--") + 1:])
     json.dump({"iterations": [{"gpu_page_faults": 0}] * 4,
                "copy_check": {"copies": 10, "pages_checked": 5, "clashes": 1, "harmful": 1,
@@ -50,6 +52,8 @@ UMSWAP = textwrap.dedent("""\
                                          "kind": "discarded", "ns_into_span": 3}]},
                "advisor": {"opaque_calls": 3, "first_opaque_call": "a host function",
                            "evict_copy": {"guard_hits": 2, "rescued_bytes": 4096, "rescues": 0,
+                                          "room": "plan", "copies_back_waiting_for_all": 1,
+                                          "copies_back_waiting_for_their_room": 7,
                                           "guard_kernels": ["launch 9 (ln): 4.00 KiB"]}}},
               open(stats, "w"))
     sys.exit(rc)
@@ -110,6 +114,7 @@ class WholeRuns(unittest.TestCase):
         self.assertIn("all runs matched native", p.stdout)
         self.assertIn("copy_check: 1 harmful of 1 clashes", p.stdout)
         self.assertIn("caught launch 9 (ln)", p.stdout)
+        self.assertIn("1 waited for every copy out, 7 for their room only", p.stdout)
         self.assertIn("stream callbacks: 3 (first: a host function)", p.stdout)
         for name, setting in (("copy1", "1"), ("keep1", "keep")):
             with open(os.path.join(out, name + ".json.args")) as f:
@@ -151,6 +156,15 @@ class WholeRuns(unittest.TestCase):
         p, _ = self.run_check({"FAKE_SLOW": "3"}, "--variants", "copy", "--timeout", "1")
         self.assertEqual(p.returncode, 1, p.stdout)
         self.assertIn("(killed at --timeout)", p.stdout)
+
+    def test_the_room_variant_copies_with_the_plans_room_waits(self):
+        p, out = self.run_check({}, "--variants", "copy,room")
+        self.assertEqual(p.returncode, 0, p.stdout)
+        self.assertIn("room1 (UMSWAP_EVICT_COPY=1 UMSWAP_EVICT_COPY_ROOM=plan)", p.stdout)
+        for name, room in (("copy1", None), ("room1", "plan")):
+            with open(os.path.join(out, name + ".json.args")) as f:
+                seen = json.load(f)
+            self.assertEqual((seen["copy"], seen["room"]), ("1", room))
 
     def test_bad_arguments(self):
         p, _ = self.run_check({}, "--variants", "fast")

@@ -113,6 +113,10 @@ struct AdvisorConfig {
   // the GPU pages are not discarded, so a launch that reads a range before its copy back still
   // finds the data, while a stale copy back still overwrites newer bytes.
   bool evict_copy_keep = false;
+  // UMSWAP_EVICT_COPY_ROOM=plan: a copy back of the plan waits for the copies out of its own
+  // ranges and for the evictions its room needs (Plan::restore_room_back), not for every copy out
+  // issued before it (the default), so that copies each way can overlap.
+  bool evict_copy_room_plan = false;
   // Asked when a plan is made: plan with slab lifetimes (UMSWAP_LIFETIMES)? True only when the
   // allocator discards what discard_page() approves; empty or false: every byte a kernel touched
   // is live.

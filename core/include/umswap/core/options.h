@@ -64,24 +64,25 @@ std::string format_bytes(uint64_t bytes);
 
 struct Options {
   Mode mode = Mode::online;
-  SizeSpec budget;                // GPU-resident target; 0 = none (used by the advisor)
-  SizeSpec managed_limit;         // hard cap on managed bytes allocated; 0 = no cap
-  std::string stats_path;         // JSON stats written at exit; empty = none
-  int verbose = 0;                // 0 quiet, 1 resolved options and notable events, 2 debug
-  int callsite_depth = 8;         // frames hashed into a buffer's call-site identity; 0 = off
-  std::string trace_path;         // record an access trace here (CUPTI tracer); empty = off
-  uint64_t trace_iterations = 0;  // stop recording after this many iterations; 0 = all
-  std::string iteration_marker;   // NVTX range name that marks an iteration; empty = detect
-  std::string cupti_library;      // libcupti to load; empty = search the usual places
-  std::string replay_path;        // trace the replay mode plans from
-  bool prefetch_wait = false;     // a launch waits for its late prefetch rather than fault
-  bool evict_wait = false;        // a launch waits for the evictions the plan makes at it
-  bool evict_copy = false;        // evictions copied to pinned host memory, GPU pages discarded
-  bool evict_copy_keep = false;   // diagnostic: the same copies, GPU pages not discarded
-  bool async_slabs = true;        // stream-ordered allocations from slabs, not the managed pool
-  bool discard_freed = false;     // slabs: discard freed blocks, populate new ones (experimental)
-  bool lifetimes = true;          // slabs: plan with block lifetimes; drop dead data at frees
-  bool placement = true;          // slabs with lifetimes: pack an iteration's blocks in an arena
+  SizeSpec budget;                    // GPU-resident target; 0 = none (used by the advisor)
+  SizeSpec managed_limit;             // hard cap on managed bytes allocated; 0 = no cap
+  std::string stats_path;             // JSON stats written at exit; empty = none
+  int verbose = 0;                    // 0 quiet, 1 resolved options and notable events, 2 debug
+  int callsite_depth = 8;             // frames hashed into a buffer's call-site identity; 0 = off
+  std::string trace_path;             // record an access trace here (CUPTI tracer); empty = off
+  uint64_t trace_iterations = 0;      // stop recording after this many iterations; 0 = all
+  std::string iteration_marker;       // NVTX range name that marks an iteration; empty = detect
+  std::string cupti_library;          // libcupti to load; empty = search the usual places
+  std::string replay_path;            // trace the replay mode plans from
+  bool prefetch_wait = false;         // a launch waits for its late prefetch rather than fault
+  bool evict_wait = false;            // a launch waits for the evictions the plan makes at it
+  bool evict_copy = false;            // evictions copied to pinned host memory, GPU pages discarded
+  bool evict_copy_keep = false;       // diagnostic: the same copies, GPU pages not discarded
+  bool evict_copy_room_plan = false;  // a copy back waits only for the evictions its room needs
+  bool async_slabs = true;            // stream-ordered allocations from slabs, not the managed pool
+  bool discard_freed = false;  // slabs: discard freed blocks, populate new ones (experimental)
+  bool lifetimes = true;       // slabs: plan with block lifetimes; drop dead data at frees
+  bool placement = true;       // slabs with lifetimes: pack an iteration's blocks in an arena
 };
 
 // One entry of the option table, for help texts and `UMSWAP_VERBOSE` output.

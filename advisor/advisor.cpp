@@ -1734,13 +1734,10 @@ bool AdvisorImpl::restore_by_copy(uint64_t address, uint64_t length, uint64_t g)
   return true;
 }
 
-// Issues launch g's copies back on restore_stream, at once and ordered on the GPU (nothing is
-// left for the host to issue later: a synchronous copy of the program's can hold the driver
-// while its stream waits for them): after the GPU reaches launch g (p given: its "reached"
-// event, as the driver's prefetches) and after the discards issued so far; then the restored
-// word says g + 1.
+// restore_stream waits for the copies out (and their discards) that the copy back `r` must
+// follow: every one issued so far (UMSWAP_EVICT_COPY_ROOM=all, and outside a plan), or (plan)
+// those of its own ranges and those issued up to the launch whose evictions its room needs.
 void AdvisorImpl::wait_for_copies_out(const LivePlan* p, const Restore& r) {
-  // The default, and outside a plan (a stop, a rescue): every copy out issued so far.
   const std::vector<uint32_t>* back = p ? &p->plan.restore_room_back : nullptr;
   if (!config.evict_copy_room_plan || !back || back->empty() || r.out_ticket == 0 ||
       r.g < p->base) {
@@ -1776,6 +1773,11 @@ void AdvisorImpl::wait_for_copies_out(const LivePlan* p, const Restore& r) {
   }
 }
 
+// Issues launch g's copies back on restore_stream, at once and ordered on the GPU (nothing is
+// left for the host to issue later: a synchronous copy of the program's can hold the driver
+// while its stream waits for them): after the GPU reaches launch g (p given: its "reached"
+// event, as the driver's prefetches) and after the copies out and discards it must follow
+// (wait_for_copies_out()); then the restored word says g + 1.
 void AdvisorImpl::issue_restore(const LivePlan* p, Restore r) {
   const uint64_t value = r.g + 1;
   if (!r.segments.empty()) {

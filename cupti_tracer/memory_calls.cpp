@@ -118,6 +118,33 @@ bool memset_async(const void* p, MemoryCall* call, std::vector<uint64_t>* pointe
   return true;
 }
 
+// A batch of linear copies (cuMemcpyBatchAsync and its _v2): each destination and source.
+template <class P>
+bool copy_batch(const void* p, MemoryCall* call, std::vector<uint64_t>* pointers) {
+  const P& a = params_as<P>(p);
+  for (size_t i = 0; i < a.count; ++i) {
+    pointers->push_back(a.dsts ? a.dsts[i] : 0);
+    pointers->push_back(a.srcs ? a.srcs[i] : 0);
+  }
+  call->what = MemoryCallClass::copy_batch;
+  call->stream = a.hStream;
+  return true;
+}
+
+// A batch of 3D copies (cuMemcpy3DBatchAsync and its _v2): each operand that is a pointer.
+template <class P>
+bool copy_3d_batch(const void* p, MemoryCall* call, std::vector<uint64_t>* pointers) {
+  const P& a = params_as<P>(p);
+  for (size_t i = 0; a.opList && i < a.numOps; ++i) {
+    for (const CUmemcpy3DOperand* o : {&a.opList[i].dst, &a.opList[i].src}) {
+      if (o->type == CU_MEMCPY_OPERAND_TYPE_POINTER) pointers->push_back(o->op.ptr.ptr);
+    }
+  }
+  call->what = MemoryCallClass::copy_batch;
+  call->stream = a.hStream;
+  return true;
+}
+
 uint64_t host(const void* p) {
   return reinterpret_cast<uint64_t>(p);
 }
@@ -305,41 +332,17 @@ bool decode_memory_call(uint32_t cbid, const void* p, MemoryCall* call,
                 : (cbid == CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DPeer_ptds ? per_thread : nullptr));
     }
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpyBatchAsync:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyBatchAsync_ptsz: {
-      const auto& a = params_as<cuMemcpyBatchAsync_params>(p);
-      for (size_t i = 0; i < a.count; ++i) {
-        pointers->push_back(a.dsts ? a.dsts[i] : 0);
-        pointers->push_back(a.srcs ? a.srcs[i] : 0);
-      }
-      return set(C::copy_batch, a.hStream);
-    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyBatchAsync_ptsz:
+      return copy_batch<cuMemcpyBatchAsync_params>(p, call, pointers);
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpyBatchAsync_v2:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyBatchAsync_v2_ptsz: {
-      const auto& a = params_as<cuMemcpyBatchAsync_v2_params>(p);
-      for (size_t i = 0; i < a.count; ++i) {
-        pointers->push_back(a.dsts ? a.dsts[i] : 0);
-        pointers->push_back(a.srcs ? a.srcs[i] : 0);
-      }
-      return set(C::copy_batch, a.hStream);
-    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyBatchAsync_v2_ptsz:
+      return copy_batch<cuMemcpyBatchAsync_v2_params>(p, call, pointers);
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DBatchAsync:
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DBatchAsync_ptsz:
+      return copy_3d_batch<cuMemcpy3DBatchAsync_params>(p, call, pointers);
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DBatchAsync_v2:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DBatchAsync_v2_ptsz: {
-      const bool v1 = cbid == CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DBatchAsync ||
-                      cbid == CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DBatchAsync_ptsz;
-      const size_t n = v1 ? params_as<cuMemcpy3DBatchAsync_params>(p).numOps
-                          : params_as<cuMemcpy3DBatchAsync_v2_params>(p).numOps;
-      const CUDA_MEMCPY3D_BATCH_OP* ops = v1 ? params_as<cuMemcpy3DBatchAsync_params>(p).opList
-                                             : params_as<cuMemcpy3DBatchAsync_v2_params>(p).opList;
-      for (size_t i = 0; ops && i < n; ++i) {
-        for (const CUmemcpy3DOperand* o : {&ops[i].dst, &ops[i].src}) {
-          if (o->type == CU_MEMCPY_OPERAND_TYPE_POINTER) pointers->push_back(o->op.ptr.ptr);
-        }
-      }
-      return set(C::copy_batch, v1 ? params_as<cuMemcpy3DBatchAsync_params>(p).hStream
-                                   : params_as<cuMemcpy3DBatchAsync_v2_params>(p).hStream);
-    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DBatchAsync_v2_ptsz:
+      return copy_3d_batch<cuMemcpy3DBatchAsync_v2_params>(p, call, pointers);
     // Memsets: the destination comes first in every form; the async forms end with the stream.
     case CUPTI_DRIVER_TRACE_CBID_cuMemsetD8_v2:
     case CUPTI_DRIVER_TRACE_CBID_cuMemsetD16_v2:

@@ -99,4 +99,97 @@ CopyClashReport find_copy_clashes(std::span<const OwnCopySpan> copies,
   return report;
 }
 
+namespace {
+
+using Intervals = std::vector<std::pair<uint64_t, uint64_t>>;  // sorted, disjoint [start, end)
+
+Intervals merged(Intervals v) {
+  std::sort(v.begin(), v.end());
+  Intervals out;
+  for (const auto& [s, e] : v) {
+    if (e <= s) continue;
+    if (!out.empty() && s <= out.back().second) {
+      out.back().second = std::max(out.back().second, e);
+    } else {
+      out.emplace_back(s, e);
+    }
+  }
+  return out;
+}
+
+Intervals intersected(const Intervals& a, const Intervals& b) {
+  Intervals out;
+  for (size_t i = 0, j = 0; i < a.size() && j < b.size();) {
+    const uint64_t s = std::max(a[i].first, b[j].first), e = std::min(a[i].second, b[j].second);
+    if (s < e) out.emplace_back(s, e);
+    (a[i].second < b[j].second ? i : j)++;
+  }
+  return out;
+}
+
+// The length of `v` inside [lo, hi); `from` is where the previous (earlier) window's scan ended.
+uint64_t covered(const Intervals& v, uint64_t lo, uint64_t hi, size_t* from) {
+  size_t i = *from;
+  while (i < v.size() && v[i].second <= lo) ++i;
+  *from = i;
+  uint64_t sum = 0;
+  for (; i < v.size() && v[i].first < hi; ++i) {
+    sum += std::min(v[i].second, hi) - std::max(v[i].first, lo);
+  }
+  return sum;
+}
+
+}  // namespace
+
+std::vector<CopyBusy> copy_busy(std::span<const OwnCopySpan> copies,
+                                std::span<const std::pair<uint64_t, uint64_t>> windows) {
+  Intervals out, in;
+  for (const OwnCopySpan& c : copies) (c.to_gpu ? in : out).emplace_back(c.start_ns, c.end_ns);
+  out = merged(std::move(out));
+  in = merged(std::move(in));
+  const Intervals both = intersected(out, in);
+  // Windows in order of start let each scan resume where the last one ended.
+  std::vector<size_t> order(windows.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return windows[a].first < windows[b].first; });
+  std::vector<CopyBusy> result(windows.size());
+  size_t o = 0, n = 0, b = 0;
+  for (size_t w : order) {
+    const auto [lo, hi] = windows[w];
+    if (hi <= lo) continue;
+    result[w] = {covered(out, lo, hi, &o), covered(in, lo, hi, &n), covered(both, lo, hi, &b)};
+  }
+  return result;
+}
+
+std::vector<CopyIdleGap> copy_idle_gaps(std::span<const OwnCopySpan> copies,
+                                        std::span<const std::pair<uint64_t, uint64_t>> steps,
+                                        uint64_t lo, uint64_t hi, size_t keep) {
+  std::vector<CopyIdleGap> gaps;
+  if (hi <= lo) return gaps;
+  Intervals busy;
+  for (const OwnCopySpan& c : copies) {
+    if (c.end_ns > lo && c.start_ns < hi) busy.emplace_back(c.start_ns, c.end_ns);
+  }
+  busy = merged(std::move(busy));
+  uint64_t at = lo;
+  for (const auto& [s, e] : busy) {
+    if (s > at) gaps.push_back({at, std::min(s, hi) - at, 0});
+    at = std::max(at, e);
+    if (at >= hi) break;
+  }
+  if (at < hi) gaps.push_back({at, hi - at, 0});
+  std::stable_sort(gaps.begin(), gaps.end(), [](const CopyIdleGap& a, const CopyIdleGap& b) {
+    return a.length_ns > b.length_ns;
+  });
+  if (gaps.size() > keep) gaps.resize(keep);
+  const Intervals step_spans = merged(Intervals(steps.begin(), steps.end()));
+  for (CopyIdleGap& g : gaps) {
+    size_t from = 0;
+    g.step_busy_ns = covered(step_spans, g.start_ns, g.start_ns + g.length_ns, &from);
+  }
+  return gaps;
+}
+
 }  // namespace umswap::tracer

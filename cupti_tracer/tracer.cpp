@@ -202,7 +202,9 @@ void CUPTIAPI Tracer::on_callback(void* self, CUpti_CallbackDomain domain, CUpti
         (cbid == CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2 ||
          cbid == CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2_ptsz ||
          cbid == CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2 ||
-         cbid == CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2_ptsz)) {
+         cbid == CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2_ptsz ||
+         cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel ||
+         cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz)) {
       t_own_copy = cb->correlationId;
     }
     return;
@@ -523,6 +525,50 @@ void Tracer::check_own_copies(const trace::Trace& t, RunSummary& summary) {
     }
   }
   summary.copy_clashes = find_copy_clashes(copies, accesses);
+  // Each iteration from its first GPU start to the next one's, as iterations_json's wall time.
+  std::vector<std::pair<uint64_t, uint64_t>> windows;
+  for (size_t i = 0; i < t.iterations.size(); ++i) {
+    const trace::Iteration& it = t.iterations[i];
+    const uint64_t end = i + 1 < t.iterations.size() && t.iterations[i + 1].start_ns
+                             ? t.iterations[i + 1].start_ns
+                             : it.end_ns;
+    windows.emplace_back(it.start_ns, it.start_ns ? end : 0);
+  }
+  summary.iteration_copy_busy = copy_busy(copies, windows);
+  // The last iteration but one that copied (the last may be cut short by the program's end).
+  size_t pick = SIZE_MAX, seen = 0;
+  for (size_t i = summary.iteration_copy_busy.size(); i-- > 0;) {
+    const CopyBusy& b = summary.iteration_copy_busy[i];
+    if (b.out_ns + b.in_ns > 0 && ++seen == 2) {
+      pick = i;
+      break;
+    }
+  }
+  if (pick != SIZE_MAX) {
+    const auto [lo, hi] = windows[pick];
+    std::vector<std::pair<uint64_t, uint64_t>> spans;
+    for (const trace::Step& st : t.steps) {
+      if (st.start_ns && st.end_ns > lo && st.start_ns < hi)
+        spans.emplace_back(st.start_ns, st.end_ns);
+    }
+    summary.copy_idle_iteration = pick;
+    summary.copy_idle_gaps = copy_idle_gaps(copies, spans, lo, hi, 12);
+    for (const CopyIdleGap& g : summary.copy_idle_gaps) {
+      uint64_t first = UINT64_MAX, first_start = UINT64_MAX;
+      for (size_t i = 0; i < t.steps.size(); ++i) {
+        const uint64_t st = t.steps[i].start_ns;
+        if (st >= g.start_ns && st < g.start_ns + g.length_ns && st < first_start) {
+          first = i;
+          first_start = st;
+        }
+      }
+      summary.copy_idle_first_step.push_back(first);
+      summary.copy_idle_first_name.push_back(first != UINT64_MAX &&
+                                                     t.steps[first].name < t.names.size()
+                                                 ? t.names[t.steps[first].name].substr(0, 120)
+                                                 : std::string());
+    }
+  }
   for (const CopyClash& c : summary.copy_clashes->first) {
     const trace::Step& s = t.steps[c.step];
     summary.copy_clash_names.push_back(s.name < t.names.size() ? t.names[s.name] : "?");

@@ -88,5 +88,89 @@ TEST(CopyClashes, KeepsOnlyTheFirstFew) {
   EXPECT_EQ(r.first.size(), 3u);
 }
 
+// copy_busy: overlapping copies of one direction count once, the overlap of the two directions
+// is its own figure, and each window sees only its part.
+TEST(CopyBusy, UnionsEachDirectionAndClipsToTheWindows) {
+  const std::vector<OwnCopySpan> copies = {
+      {0, kMiB, false, 100, 300},
+      {0, kMiB, false, 200, 400},  // out: [100, 400)
+      {0, kMiB, false, 600, 700},  // out: [600, 700)
+      {0, kMiB, true, 350, 650},
+      {0, kMiB, true, 900, 1000}};  // in: [350, 650), [900, 1000)
+  const std::vector<std::pair<uint64_t, uint64_t>> windows = {
+      {0, 500}, {500, 1000}, {0, 2000}, {1000, 2000}, {50, 50}};
+  const std::vector<CopyBusy> b = copy_busy(copies, windows);
+  ASSERT_EQ(b.size(), 5u);
+  // [0, 500): out 100..400 = 300; in 350..500 = 150; both 350..400 = 50.
+  EXPECT_EQ(b[0].out_ns, 300u);
+  EXPECT_EQ(b[0].in_ns, 150u);
+  EXPECT_EQ(b[0].both_ns, 50u);
+  // [500, 1000): out 600..700 = 100; in 500..650 + 900..1000 = 250; both 600..650 = 50.
+  EXPECT_EQ(b[1].out_ns, 100u);
+  EXPECT_EQ(b[1].in_ns, 250u);
+  EXPECT_EQ(b[1].both_ns, 50u);
+  // The whole run.
+  EXPECT_EQ(b[2].out_ns, 400u);
+  EXPECT_EQ(b[2].in_ns, 400u);
+  EXPECT_EQ(b[2].both_ns, 100u);
+  EXPECT_EQ(b[3].out_ns + b[3].in_ns + b[3].both_ns, 0u);
+  EXPECT_EQ(b[4].out_ns + b[4].in_ns, 0u);  // an empty window
+}
+
+TEST(CopyBusy, WindowsInAnyOrderMatchADirectSum) {
+  std::vector<OwnCopySpan> copies;
+  uint64_t x = 12345;
+  auto next = [&x] { return x = x * 6364136223846793005ull + 1442695040888963407ull; };
+  for (int i = 0; i < 300; ++i) {
+    const uint64_t start = next() % 100000, len = next() % 900;
+    copies.push_back({0, kMiB, (next() >> 33) % 2 == 0, start, start + len});
+  }
+  std::vector<std::pair<uint64_t, uint64_t>> windows;
+  for (int i = 0; i < 40; ++i) {
+    const uint64_t lo = next() % 100000;
+    windows.emplace_back(lo, lo + next() % 20000);
+  }
+  const std::vector<CopyBusy> b = copy_busy(copies, windows);
+  // Direct: per nanosecond of each window, whether some copy of each direction covers it.
+  for (size_t w = 0; w < windows.size(); ++w) {
+    uint64_t out = 0, in = 0, both = 0;
+    for (uint64_t t = windows[w].first; t < windows[w].second; ++t) {
+      bool o = false, n = false;
+      for (const OwnCopySpan& c : copies) {
+        if (c.start_ns <= t && t < c.end_ns) (c.to_gpu ? n : o) = true;
+      }
+      out += o;
+      in += n;
+      both += o && n;
+    }
+    EXPECT_EQ(b[w].out_ns, out) << w;
+    EXPECT_EQ(b[w].in_ns, in) << w;
+    EXPECT_EQ(b[w].both_ns, both) << w;
+  }
+}
+
+TEST(CopyIdleGaps, LongestFirstWithTheStepsBusyInThem) {
+  const std::vector<OwnCopySpan> copies = {
+      {0, kMiB, false, 100, 200}, {0, kMiB, true, 150, 300}, {0, kMiB, false, 700, 800}};
+  // Steps: [320, 400) and [350, 450) (union 320..450), [900, 950).
+  const std::vector<std::pair<uint64_t, uint64_t>> steps = {{350, 450}, {320, 400}, {900, 950}};
+  const std::vector<CopyIdleGap> g = copy_idle_gaps(copies, steps, 0, 1000, 2);
+  // Gaps: [0, 100), [300, 700), [800, 1000); the two longest kept.
+  ASSERT_EQ(g.size(), 2u);
+  EXPECT_EQ(g[0].start_ns, 300u);
+  EXPECT_EQ(g[0].length_ns, 400u);
+  EXPECT_EQ(g[0].step_busy_ns, 130u);
+  EXPECT_EQ(g[1].start_ns, 800u);
+  EXPECT_EQ(g[1].length_ns, 200u);
+  EXPECT_EQ(g[1].step_busy_ns, 50u);
+  EXPECT_TRUE(copy_idle_gaps(copies, steps, 500, 500, 4).empty());
+  // A window inside one copy has no gap; one with no copies is one gap.
+  EXPECT_TRUE(copy_idle_gaps(copies, steps, 160, 190, 4).empty());
+  const std::vector<CopyIdleGap> all = copy_idle_gaps({}, steps, 0, 1000, 4);
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].length_ns, 1000u);
+  EXPECT_EQ(all[0].step_busy_ns, 180u);
+}
+
 }  // namespace
 }  // namespace umswap::tracer

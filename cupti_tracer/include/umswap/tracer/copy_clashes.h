@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace umswap::tracer {
@@ -55,5 +56,28 @@ struct CopyClashReport {
 
 CopyClashReport find_copy_clashes(std::span<const OwnCopySpan> copies,
                                   std::span<const StepAccessSpan> accesses, size_t keep = 16);
+
+// How long umswap's copies kept the link busy within a window of the GPU's clock (an
+// iteration): the union of the copies out's spans, of the copies back's, and of their overlap,
+// each clipped to the window. Out and in both high with little overlap: the two directions took
+// turns; both low: the copies waited (for last uses, room, populates) rather than moved.
+struct CopyBusy {
+  uint64_t out_ns = 0, in_ns = 0, both_ns = 0;
+};
+// `windows`: [start, end) pairs in ns. One CopyBusy per window, in order.
+std::vector<CopyBusy> copy_busy(std::span<const OwnCopySpan> copies,
+                                std::span<const std::pair<uint64_t, uint64_t>> windows);
+
+// The longest stretches of [lo, hi) in which no copy of umswap's ran either way, longest first
+// (`keep` of them), each with how long the program's steps kept the GPU busy in it
+// (`steps`: [start, end) spans on the same clock, any order). A gap the steps fill is compute
+// the copies did not overlap; an empty one is the GPU waiting.
+struct CopyIdleGap {
+  uint64_t start_ns = 0, length_ns = 0;
+  uint64_t step_busy_ns = 0;  // the union of the steps' spans within the gap
+};
+std::vector<CopyIdleGap> copy_idle_gaps(std::span<const OwnCopySpan> copies,
+                                        std::span<const std::pair<uint64_t, uint64_t>> steps,
+                                        uint64_t lo, uint64_t hi, size_t keep);
 
 }  // namespace umswap::tracer

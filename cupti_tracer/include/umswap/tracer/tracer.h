@@ -97,6 +97,16 @@ struct RunSummary {
   // of report.first; absent when umswap copied nothing.
   std::optional<CopyClashReport> copy_clashes;
   std::vector<std::string> copy_clash_names;
+  // By trace.iterations index (empty when umswap copied nothing): how long its copies kept the
+  // link busy each way in the iteration's GPU time (copy_busy()).
+  std::vector<CopyBusy> iteration_copy_busy;
+  // In the last full iteration with copies (copy_idle_iteration): the longest stretches with no
+  // copy either way (copy_idle_gaps()), and the first step that started in each (UINT64_MAX:
+  // none) with its kernel's name.
+  uint64_t copy_idle_iteration = UINT64_MAX;
+  std::vector<CopyIdleGap> copy_idle_gaps;
+  std::vector<uint64_t> copy_idle_first_step;
+  std::vector<std::string> copy_idle_first_name;
 };
 // After finish(): the summary, or null when the tracer never ran.
 const RunSummary* run_summary();
@@ -133,8 +143,8 @@ void note_residency(uint64_t address, uint64_t bytes, bool on_gpu);
 // once seen done: the count errs high).
 void note_residency_by_copy(uint64_t address, uint64_t bytes, bool on_gpu, uint32_t copy,
                             uint64_t step);
-// The correlation id of the calling thread's last cuMemcpyDtoHAsync/cuMemcpyHtoDAsync, for a
-// thread untrace_this_thread() marked; 0: none seen.
+// The correlation id of the calling thread's last cuMemcpyDtoHAsync/cuMemcpyHtoDAsync or
+// cuLaunchKernel (umswap's copy kernel), for a thread untrace_this_thread() marked; 0: none seen.
 uint32_t last_own_copy();
 // A copy of umswap's own (`correlation`: last_own_copy() right after it) of [address, address +
 // length) to the GPU or to the host: checked against the steps at the end (RunSummary::

@@ -17,6 +17,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "umswap/advisor/copy_kernel.h"
 #include "umswap/advisor/host_copies.h"
 #include "umswap/advisor/online_learning.h"
 #include "umswap/advisor/planner.h"
@@ -331,6 +332,13 @@ class AdvisorImpl {
   std::atomic<uint64_t> stopped_pending{0};
   uint64_t stops_recorded = 0;  // advisor thread
   CUstream restore_stream = nullptr;
+  // UMSWAP_EVICT_COPY_SIDE_STREAMS: the populates of the plan's copies back run on
+  // populate_stream, so that the next launch's populates overlap this one's copies in
+  // (populated_event orders each copy after its populates); the discards behind the copies out
+  // run on discard_stream (copied_event orders each after its copy), so that the next copy out
+  // need not wait for them. Null: they run on restore_stream and `stream`.
+  CUstream populate_stream = nullptr, discard_stream = nullptr;
+  CUevent populated_event = nullptr, copied_event = nullptr;
   // The restored words, one per epoch: a plan that ends releases its word for good, and the next
   // plan's copies count on a fresh one (a released word cannot be taken back from waits already
   // placed on it).
@@ -346,8 +354,9 @@ class AdvisorImpl {
   std::deque<TicketEvent> out_events, in_events;
   std::vector<CUevent> spare_events;
   uint64_t out_ticket = 0, in_ticket = 0, out_done = 0, in_done = 0;
-  CUevent discarded_event = nullptr;  // after the last discard on `stream` (then: copies back)
-  CUevent stopped_event = nullptr;    // after the copies back of the last stop_copies()
+  // After the last discard (on discard_stream, or `stream`); copies back wait for it.
+  CUevent discarded_event = nullptr;
+  CUevent stopped_event = nullptr;  // after the copies back of the last stop_copies()
   bool discards_issued = false;
   struct Restore {
     uint64_t g;  // the launch that issues it; restored value g + 1
@@ -387,6 +396,13 @@ class AdvisorImpl {
   std::string copy_off_reason;                   // why copies stopped (empty: they did not)
   OnceFlag warned_copy_failure;
   OnceFlag warned_wait_failure;  // launch path
+  // UMSWAP_EVICT_COPY_PATH=kernel: the loaded copy kernel (null: copy engines copy), why it is not
+  // used when asked for, and how many copies each path made.
+  CUfunction copy_fn = nullptr;
+  std::string copy_kernel_off;
+  uint64_t kernel_copies = 0, engine_copies = 0;
+  void set_up_copy_kernel();
+  CUresult copy_async(uint64_t dst, uint64_t src, uint64_t bytes, bool to_host, CUstream s);
   void set_up_copies();
   void go_live_copies();
   bool evict_by_copy(uint64_t address, uint64_t length, uint64_t g, uint64_t j, uint64_t due);
@@ -394,7 +410,7 @@ class AdvisorImpl {
   void tend_copies();
   void issue_restore(const LivePlan* p, Restore r);
   // Before a copy back: restore_stream waits for the copies out it must follow.
-  void wait_for_copies_out(const LivePlan* p, const Restore& r);
+  void wait_for_copies_out(const LivePlan* p, const Restore& r, CUstream waiter);
   void stop_copies(const std::string& why, bool for_good = true);
   void guard(uint64_t index, const std::vector<tracer::PointerHit>* hits, uint64_t covered,
              CUstream on);
@@ -1545,6 +1561,15 @@ void AdvisorImpl::set_up_copies() {
   copy_words = static_cast<volatile uint64_t*>(words);
   for (uint32_t i = 0; i < kEpochs; ++i) copy_words[i] = 0;
   restored_device.store(restored_base, std::memory_order_release);
+  if (config.evict_copy_kernel) set_up_copy_kernel();
+  if (config.evict_copy_side_streams &&
+      (d.stream_create(&populate_stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
+       d.event_create(&populated_event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
+       d.stream_create(&discard_stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
+       d.event_create(&copied_event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)) {
+    // Populates and discards run on their copies' streams.
+    populate_stream = discard_stream = nullptr;
+  }
   // Pinned host memory: at most half of the machine's memory.
   const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
   const uint64_t limit = pages > 0 && page_size > 0
@@ -1553,7 +1578,10 @@ void AdvisorImpl::set_up_copies() {
   copies = std::make_unique<HostCopies>(
       [this](uint64_t bytes) -> uint64_t {
         void* host = nullptr;
-        return d.mem_host_alloc(&host, bytes, CU_MEMHOSTALLOC_PORTABLE) == CUDA_SUCCESS
+        // The copy kernel reads and writes it at its host address (unified addressing).
+        const unsigned flags =
+            CU_MEMHOSTALLOC_PORTABLE | (copy_fn ? CU_MEMHOSTALLOC_DEVICEMAP : 0u);
+        return d.mem_host_alloc(&host, bytes, flags) == CUDA_SUCCESS
                    ? reinterpret_cast<uint64_t>(host)
                    : 0;
       },
@@ -1564,6 +1592,46 @@ void AdvisorImpl::set_up_copies() {
       "it (docs/advisor.md){}",
       format_bytes(limit),
       config.evict_copy_keep ? " (keep: a diagnostic, the GPU pages are not discarded)" : "");
+}
+
+// Loads the copy kernel (copy_kernel.h) into the program's context; if it cannot be, says so
+// once and leaves the copies to the copy engines.
+void AdvisorImpl::set_up_copy_kernel() {
+  const auto off = [this](std::string why) {
+    copy_kernel_off = std::move(why);
+    log_warning("UMSWAP_EVICT_COPY_PATH=kernel: {}; copy engines copy", copy_kernel_off);
+  };
+  if (!d.module_load_data || !d.module_get_function || !d.launch_kernel) {
+    return off("the CUDA driver lacks cuModuleLoadData, cuModuleGetFunction or cuLaunchKernel");
+  }
+  CUmodule module = nullptr;
+  if (const CUresult r = d.module_load_data(&module, copy_kernel_ptx().data()); r != CUDA_SUCCESS) {
+    return off(fmt::format("the driver did not load its PTX (error {})", static_cast<int>(r)));
+  }
+  // The module stays loaded for the life of the context: the kernel may run until the end.
+  if (const CUresult r = d.module_get_function(&copy_fn, module, kCopyKernelName);
+      r != CUDA_SUCCESS) {
+    copy_fn = nullptr;
+    return off(fmt::format("{} was not found in its module (error {})", kCopyKernelName,
+                           static_cast<int>(r)));
+  }
+}
+
+// One copy of umswap's between pinned host memory and the GPU on stream s: by the copy kernel
+// when it is loaded and the copy fits it, else by a copy engine. Addresses are the process's
+// (unified addressing: a pinned host block has the same address on the GPU).
+CUresult AdvisorImpl::copy_async(uint64_t dst, uint64_t src, uint64_t bytes, bool to_host,
+                                 CUstream s) {
+  if (copy_fn && copy_kernel_fits(dst, src, bytes)) {
+    uint64_t units = bytes / 16;
+    void* args[] = {&dst, &src, &units};
+    ++kernel_copies;
+    return d.launch_kernel(copy_fn, kCopyKernelBlocks, 1, 1, kCopyKernelThreads, 1, 1, 0, s, args,
+                           nullptr);
+  }
+  ++engine_copies;
+  return to_host ? d.memcpy_dtoh_async(reinterpret_cast<void*>(dst), src, bytes, s)
+                 : d.memcpy_htod_async(dst, reinterpret_cast<const void*>(src), bytes, s);
 }
 
 // From the plan's first applied launch on (its waits in place).
@@ -1644,8 +1712,7 @@ bool AdvisorImpl::evict_by_copy(uint64_t address, uint64_t length, uint64_t g, u
   uint64_t bytes = 0;
   for (const HostCopies::Segment& s : *segments) {
     const auto t0 = std::chrono::steady_clock::now();
-    const CUresult r =
-        d.memcpy_dtoh_async(reinterpret_cast<void*>(s.host), s.address, s.length, stream);
+    const CUresult r = copy_async(s.host, s.address, s.length, true, stream);
     evict_call_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     issued_calls.fetch_add(1, std::memory_order_relaxed);
     if (r != CUDA_SUCCESS) {
@@ -1667,11 +1734,19 @@ bool AdvisorImpl::evict_by_copy(uint64_t address, uint64_t length, uint64_t g, u
       starts.push_back(s.address);
       sizes.push_back(s.length);
     }
+    // On discard_stream, ordered after the copy (a wait takes the event's latest record).
+    const CUstream ds = discard_stream ? discard_stream : stream;
+    if (ds != stream && (d.event_record(copied_event, stream) != CUDA_SUCCESS ||
+                         d.stream_wait_event(ds, copied_event, 0) != CUDA_SUCCESS)) {
+      // Not discarded: every held range goes back (the same bytes), copies stop.
+      stop_copies("could not order a discard after its copy to the host");
+      return true;
+    }
     // UMSWAP_EVICT_COPY=keep (a diagnostic): the GPU pages stay.
     const CUresult r =
         config.evict_copy_keep
             ? CUDA_SUCCESS
-            : d.mem_discard_batch_async(starts.data(), sizes.data(), starts.size(), 0, stream);
+            : d.mem_discard_batch_async(starts.data(), sizes.data(), starts.size(), 0, ds);
     if (r != CUDA_SUCCESS) {
       ++copy_failures;
       // The GPU and the host both hold the data: the copy back rewrites the same bytes.
@@ -1680,8 +1755,8 @@ bool AdvisorImpl::evict_by_copy(uint64_t address, uint64_t length, uint64_t g, u
       }
     }
     CUevent e = take_event();
-    if (!e || d.event_record(e, stream) != CUDA_SUCCESS ||
-        d.event_record(discarded_event, stream) != CUDA_SUCCESS) {
+    if (!e || d.event_record(e, ds) != CUDA_SUCCESS ||
+        d.event_record(discarded_event, ds) != CUDA_SUCCESS) {
       stop_copies("could not record an event after a copy to the host");
       return true;
     }
@@ -1737,11 +1812,11 @@ bool AdvisorImpl::restore_by_copy(uint64_t address, uint64_t length, uint64_t g)
 // restore_stream waits for the copies out (and their discards) that the copy back `r` must
 // follow: every one issued so far (UMSWAP_EVICT_COPY_ROOM=all, and outside a plan), or (plan)
 // those of its own ranges and those issued up to the launch whose evictions its room needs.
-void AdvisorImpl::wait_for_copies_out(const LivePlan* p, const Restore& r) {
+void AdvisorImpl::wait_for_copies_out(const LivePlan* p, const Restore& r, CUstream waiter) {
   const std::vector<uint32_t>* back = p ? &p->plan.restore_room_back : nullptr;
   if (!config.evict_copy_room_plan || !back || back->empty() || r.out_ticket == 0 ||
       r.g < p->base) {
-    d.stream_wait_event(restore_stream, discarded_event, 0);
+    d.stream_wait_event(waiter, discarded_event, 0);
     ++room_waits_all;
     return;
   }
@@ -1765,11 +1840,12 @@ void AdvisorImpl::wait_for_copies_out(const LivePlan* p, const Restore& r) {
   }
   ++room_waits_narrowed;
   if (need <= out_done) return;  // done already
-  // The first event at or after ticket `need` (one per copy out, in ticket order on `stream`).
+  // The first event at or after ticket `need` (one per copy out, in ticket order, after its
+  // discard).
   const auto it = std::lower_bound(out_events.begin(), out_events.end(), need,
                                    [](const TicketEvent& e, uint64_t t) { return e.ticket < t; });
-  if (it == out_events.end() || d.stream_wait_event(restore_stream, it->event, 0) != CUDA_SUCCESS) {
-    d.stream_wait_event(restore_stream, discarded_event, 0);
+  if (it == out_events.end() || d.stream_wait_event(waiter, it->event, 0) != CUDA_SUCCESS) {
+    d.stream_wait_event(waiter, discarded_event, 0);
   }
 }
 
@@ -1781,23 +1857,32 @@ void AdvisorImpl::wait_for_copies_out(const LivePlan* p, const Restore& r) {
 void AdvisorImpl::issue_restore(const LivePlan* p, Restore r) {
   const uint64_t value = r.g + 1;
   if (!r.segments.empty()) {
+    // The populates' stream: every wait a copy back has is placed before its populates.
+    const CUstream ps = p && populate_stream ? populate_stream : restore_stream;
     if (p && r.g > p->applied_from && r.g >= p->barrier_covers &&
-        !reached.wait(d, r.g, restore_stream, launched.load(std::memory_order_acquire))) {
+        !reached.wait(d, r.g, ps, launched.load(std::memory_order_acquire))) {
       ++late_start_events;
     }
-    if (discards_issued) wait_for_copies_out(p, r);
+    if (discards_issued) wait_for_copies_out(p, r, ps);
     CUmemLocation gpu{};
     gpu.type = CU_MEM_LOCATION_TYPE_DEVICE;
     gpu.id = device;
     // Populate (a prefetch of discarded pages moves nothing), then copy in.
     for (const HostCopies::Segment& s : r.segments) {
-      d.mem_prefetch_async(s.address, s.length, gpu, 0, restore_stream);
+      d.mem_prefetch_async(s.address, s.length, gpu, 0, ps);
+    }
+    if (ps != restore_stream) {
+      // A wait takes the event's latest record when placed: the next record does not move it.
+      if (d.event_record(populated_event, ps) != CUDA_SUCCESS ||
+          d.stream_wait_event(restore_stream, populated_event, 0) != CUDA_SUCCESS) {
+        // Unordered copies would land in unpopulated pages or before the room: stop, wait.
+        d.stream_synchronize(ps);
+      }
     }
     uint32_t first_copy = 0;
     CUresult error = CUDA_SUCCESS;
     const CopyBackOutcome out = copy_back(r.segments, [&](const HostCopies::Segment& s) {
-      const CUresult e = d.memcpy_htod_async(s.address, reinterpret_cast<const void*>(s.host),
-                                             s.length, restore_stream);
+      const CUresult e = copy_async(s.address, s.host, s.length, false, restore_stream);
       if (e != CUDA_SUCCESS) {
         ++copy_failures;
         error = e;
@@ -2160,6 +2245,11 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
         {"failures", a.copy_failures},
         {"lost_bytes", a.copy_lost_bytes},
         {"room", a.config.evict_copy_room_plan ? "plan" : "all"},
+        {"side_streams", a.populate_stream != nullptr},
+        {"path", a.copy_fn ? "kernel" : "engine"},
+        {"kernel_off", a.copy_kernel_off},
+        {"kernel_copies", a.kernel_copies},
+        {"engine_copies", a.engine_copies},
         {"copies_back_waiting_for_all", a.room_waits_all},
         {"copies_back_waiting_for_their_room", a.room_waits_narrowed},
         {"host_bytes", a.copies ? a.copies->host_bytes() : 0},
@@ -2228,6 +2318,14 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
         const uint64_t first = steps[i].first_step, end = first + steps[i].step_count;
         its[i]["copied_in_bytes"] = sum_in(a.copied_in, first, end);
         its[i]["copied_out_bytes"] = sum_in(a.copied_out, first, end);
+        // How long the copies kept the link busy each way (CUPTI's times): out + in - both near
+        // the wall time means the directions took turns; far below it, the copies waited.
+        if (i < summary->iteration_copy_busy.size()) {
+          const tracer::CopyBusy& b = summary->iteration_copy_busy[i];
+          its[i]["copy_out_busy_ms"] = b.out_ns / 1e6;
+          its[i]["copy_in_busy_ms"] = b.in_ns / 1e6;
+          its[i]["copy_both_busy_ms"] = b.both_ns / 1e6;
+        }
       }
     }
     // Peak GPU-resident bytes once the plan is in force: from its second iteration on (the

@@ -69,6 +69,15 @@ constexpr std::array kOptionTable = {
                "out; all: every eviction umswap copied before it; plan (experimental, not yet "
                "measured): only those the plan needs for its room, so that copies each way can "
                "overlap"},
+    OptionInfo{"UMSWAP_EVICT_COPY_PATH", "engine",
+               "with UMSWAP_EVICT_COPY: what moves the bytes; engine: cuMemcpyAsync (a copy "
+               "engine; managed <-> pinned copies each way share about 52 GB/s on an H200); "
+               "kernel (experimental): a copy kernel of umswap's on a few SMs, whose two "
+               "directions together reach about 75 GB/s there"},
+    OptionInfo{"UMSWAP_EVICT_COPY_SIDE_STREAMS", "1",
+               "with UMSWAP_EVICT_COPY: 1: a copy back's populate and a copy out's discard run on "
+               "streams of their own, so that the copies each way follow each other without "
+               "them in between; 0: each runs on its copy's stream, right before or after it"},
     OptionInfo{"UMSWAP_ASYNC_SLABS", "1",
                "1: cudaMallocAsync allocations are blocks of umswap's managed slabs (exact "
                "extents for the advisor); 0: the driver's managed memory pool"},
@@ -287,6 +296,21 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
       warn("UMSWAP_EVICT_COPY_ROOM", v, "is neither all nor plan", "all");
     }
   }
+  if (const char* v = read("UMSWAP_EVICT_COPY_SIDE_STREAMS")) {
+    if (auto b = parse_bool(trim(v))) {
+      options.evict_copy_side_streams = *b;
+    } else {
+      warn("UMSWAP_EVICT_COPY_SIDE_STREAMS", v, "is not a boolean (1/0, on/off)", "1");
+    }
+  }
+  if (const char* v = read("UMSWAP_EVICT_COPY_PATH")) {
+    const std::string_view t = trim(v);
+    if (t == "engine" || t == "kernel") {
+      options.evict_copy_kernel = t == "kernel";
+    } else {
+      warn("UMSWAP_EVICT_COPY_PATH", v, "is neither engine nor kernel", "engine");
+    }
+  }
   if (const char* v = read("UMSWAP_ASYNC_SLABS")) {
     if (auto b = parse_bool(trim(v))) {
       options.async_slabs = *b;
@@ -341,6 +365,8 @@ std::vector<std::string> describe(const Options& options) {
       fmt::format("UMSWAP_EVICT_COPY={}",
                   options.evict_copy_keep ? "keep" : (options.evict_copy ? "1" : "0")),
       fmt::format("UMSWAP_EVICT_COPY_ROOM={}", options.evict_copy_room_plan ? "plan" : "all"),
+      fmt::format("UMSWAP_EVICT_COPY_PATH={}", options.evict_copy_kernel ? "kernel" : "engine"),
+      fmt::format("UMSWAP_EVICT_COPY_SIDE_STREAMS={}", options.evict_copy_side_streams ? 1 : 0),
       fmt::format("UMSWAP_ASYNC_SLABS={}", options.async_slabs ? 1 : 0),
       fmt::format("UMSWAP_DISCARD_FREED={}", options.discard_freed ? 1 : 0),
       fmt::format("UMSWAP_LIFETIMES={}", options.lifetimes ? 1 : 0),

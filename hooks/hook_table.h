@@ -62,7 +62,10 @@
   X(cuStreamWriteValue64, cuStreamWriteValue64, 11070, PFN_cuStreamWriteValue64_v11070)       \
   X(cuMemFreeHost, cuMemFreeHost, 2000, PFN_cuMemFreeHost_v2000)                              \
   X(cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync, 3020, PFN_cuMemcpyDtoHAsync_v3020)               \
-  X(cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync, 3020, PFN_cuMemcpyHtoDAsync_v3020)
+  X(cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync, 3020, PFN_cuMemcpyHtoDAsync_v3020)               \
+  X(cuModuleLoadData, cuModuleLoadData, 2000, PFN_cuModuleLoadData_v2000)                     \
+  X(cuModuleGetFunction, cuModuleGetFunction, 2000, PFN_cuModuleGetFunction_v2000)            \
+  X(cuLaunchKernel, cuLaunchKernel, 4000, PFN_cuLaunchKernel_v4000)
 
 // CUDA runtime functions exported by the library: X(name, function whose type it has).
 // The runtime reaches the driver through the hooked table, so these delegate to the real runtime

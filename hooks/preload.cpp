@@ -133,6 +133,8 @@ void Preload::start_advisor(advisor::Advisor* advisor) {
   config.evict_copy = options_.evict_copy;
   config.evict_copy_keep = options_.evict_copy_keep;
   config.evict_copy_room_plan = options_.evict_copy_room_plan;
+  config.evict_copy_kernel = options_.evict_copy_kernel;
+  config.evict_copy_side_streams = options_.evict_copy_side_streams;
   config.lifetimes = [this] { return planned_discards_.load(); };
   if (options_.placement) {
     config.place = [this](Placement placement) { return allocator_->place(std::move(placement)); };
@@ -160,6 +162,9 @@ void Preload::start_advisor(advisor::Advisor* advisor) {
   d.memcpy_dtoh_async = driver_.cuMemcpyDtoHAsync_v2;
   d.memcpy_htod_async = driver_.cuMemcpyHtoDAsync_v2;
   d.mem_discard_batch_async = driver_.cuMemDiscardBatchAsync;
+  d.module_load_data = driver_.cuModuleLoadData;
+  d.module_get_function = driver_.cuModuleGetFunction;
+  d.launch_kernel = driver_.cuLaunchKernel;
   std::string reason;
   if (advisor->start(config, d, registry_, &reason)) {
     g_advisor.store(advisor);
@@ -347,6 +352,27 @@ void Preload::write_stats_at_exit() {
                          {"clashes", c->clashes},
                          {"harmful", c->harmful},
                          {"first", std::move(first)}};
+      if (summary->copy_idle_iteration != UINT64_MAX) {
+        // Where neither copy direction ran in one steady iteration: a diagnostic for the time
+        // the copies leave on the table (copy_clashes.h, copy_idle_gaps()).
+        const auto& its = summary->trace.iterations;
+        const uint64_t start = summary->copy_idle_iteration < its.size()
+                                   ? its[summary->copy_idle_iteration].start_ns
+                                   : 0;
+        nlohmann::json gaps = nlohmann::json::array();
+        for (size_t i = 0; i < summary->copy_idle_gaps.size(); ++i) {
+          const tracer::CopyIdleGap& g = summary->copy_idle_gaps[i];
+          const uint64_t step = summary->copy_idle_first_step[i];
+          gaps.push_back(
+              {{"at_ms", (g.start_ns - start) / 1e6},
+               {"ms", g.length_ns / 1e6},
+               {"steps_busy_ms", g.step_busy_ns / 1e6},
+               {"first_step", step == UINT64_MAX ? nlohmann::json() : nlohmann::json(step)},
+               {"kernel", summary->copy_idle_first_name[i]}});
+        }
+        j["copy_check"]["idle"] = {{"iteration", summary->copy_idle_iteration},
+                                   {"gaps", std::move(gaps)}};
+      }
     }
   }
   if (advisor::Advisor* advisor = g_advisor.load()) {

@@ -7,6 +7,8 @@ natively, then under `umswap run --budget B` once per variant and round:
   copy    UMSWAP_EVICT_COPY=1: evictions copied to pinned host memory, GPU pages discarded;
   room    the same with UMSWAP_EVICT_COPY_ROOM=plan: a copy back waits only for the copies
           out its own ranges and its room need (experimental);
+  kernel  room, with UMSWAP_EVICT_COPY_PATH=kernel: umswap's copy kernel moves the bytes, not a
+          copy engine (experimental);
   keep    UMSWAP_EVICT_COPY=keep: the same copies out and back, GPU pages kept (a diagnostic);
   off     UMSWAP_EVICT_COPY=0: the driver path (evictions by cudaMemPrefetchAsync), same budget;
   native  the script again without umswap: how far native runs differ from each other.
@@ -48,6 +50,8 @@ ITER = re.compile(r"^iter (\d+) ms ([0-9.]+) loss ([-0-9.einfa]+)", re.M)
 VARIANTS = {
     "copy": {"UMSWAP_EVICT_COPY": "1"},
     "room": {"UMSWAP_EVICT_COPY": "1", "UMSWAP_EVICT_COPY_ROOM": "plan"},
+    "kernel": {"UMSWAP_EVICT_COPY": "1", "UMSWAP_EVICT_COPY_ROOM": "plan",
+               "UMSWAP_EVICT_COPY_PATH": "kernel"},
     "keep": {"UMSWAP_EVICT_COPY": "keep"},
     "off": {"UMSWAP_EVICT_COPY": "0"},
     "native": None,
@@ -114,6 +118,11 @@ def describe_stats(path):
     lines = []
     its = s.get("iterations", [])
     lines.append("  faults per iteration: " + " ".join(str(i.get("gpu_page_faults")) for i in its))
+    if any("copy_out_busy_ms" in i for i in its):
+        # The link busy with umswap's copies (CUPTI's times): out/in/both ways at once, ms.
+        lines.append("  copies busy per iteration, out/in/both ms of wall: " + " ".join(
+            f"{i.get('copy_out_busy_ms', 0):.0f}/{i.get('copy_in_busy_ms', 0):.0f}/"
+            f"{i.get('copy_both_busy_ms', 0):.0f} of {i.get('wall_ms', 0):.0f}" for i in its))
     check = s.get("copy_check")
     if check:
         lines.append(f"  copy_check: {check.get('harmful')} harmful of {check.get('clashes')} clashes, "
@@ -121,6 +130,14 @@ def describe_stats(path):
         for c in check.get("first", [])[:8]:
             lines.append(f"    step {c.get('step')} {c.get('kernel')} page {c.get('page')} "
                          f"{c.get('kind')} +{c.get('ns_into_span')} ns")
+        idle = check.get("idle") or {}
+        if idle.get("gaps"):
+            # The longest stretches with no copy either way in one steady iteration.
+            lines.append(f"  no copy either way, iteration {idle.get('iteration')} (at ms: "
+                         f"length ms, steps busy ms, first kernel):")
+            for g in idle["gaps"][:8]:
+                lines.append(f"    {g.get('at_ms', 0):.1f}: {g.get('ms', 0):.1f}, "
+                             f"{g.get('steps_busy_ms', 0):.1f}, {(g.get('kernel') or '-')[:70]}")
     else:
         lines.append("  copy_check: none in the stats (no copies with CUPTI records)")
     adv = s.get("advisor", {})
@@ -137,6 +154,10 @@ def describe_stats(path):
             lines.append(f"  copies back (UMSWAP_EVICT_COPY_ROOM={ec['room']}): "
                          f"{ec.get('copies_back_waiting_for_all')} waited for every copy out, "
                          f"{ec.get('copies_back_waiting_for_their_room')} for their room only")
+        if "path" in ec:
+            off = f" (kernel off: {ec['kernel_off']})" if ec.get("kernel_off") else ""
+            lines.append(f"  copy path {ec['path']}: {ec.get('kernel_copies')} kernel copies, "
+                         f"{ec.get('engine_copies')} copy-engine copies{off}")
     return lines, check
 
 

@@ -374,6 +374,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"UMSWAP_EVICT_WAIT", "sometimes", "0"},
         BadValue{"UMSWAP_EVICT_COPY", "sometimes", "0"},
         BadValue{"UMSWAP_EVICT_COPY_ROOM", "some", "all"},
+        BadValue{"UMSWAP_EVICT_COPY_PATH", "dma", "engine"},
+        BadValue{"UMSWAP_EVICT_COPY_SIDE_STREAMS", "both", "1"},
         BadValue{"UMSWAP_ASYNC_SLABS", "some", "1"}, BadValue{"UMSWAP_LIFETIMES", "maybe", "1"},
         BadValue{"UMSWAP_PLACEMENT", "perhaps", "1"}, BadValue{"UMSWAP_BUDGET", "12Q", "0"},
         BadValue{"UMSWAP_BUDGET", "-1G", "0"}, BadValue{"UMSWAP_MANAGED_LIMIT", "lots", "0"},
@@ -447,6 +449,22 @@ TEST(ParseOptions, EvictCopyRoomIsAllOrPlan) {
   EXPECT_TRUE(warnings.empty());
 }
 
+TEST(ParseOptions, EvictCopyPathIsEngineOrKernel) {
+  std::vector<std::string> warnings;
+  EXPECT_FALSE(parse({}, &warnings).evict_copy_kernel);
+  EXPECT_TRUE(parse({{"UMSWAP_EVICT_COPY_PATH", "kernel "}}, &warnings).evict_copy_kernel);
+  EXPECT_FALSE(parse({{"UMSWAP_EVICT_COPY_PATH", "engine"}}, &warnings).evict_copy_kernel);
+  EXPECT_TRUE(warnings.empty());
+}
+
+TEST(ParseOptions, EvictCopySideStreamsIsABoolean) {
+  std::vector<std::string> warnings;
+  EXPECT_TRUE(parse({}, &warnings).evict_copy_side_streams);
+  EXPECT_FALSE(parse({{"UMSWAP_EVICT_COPY_SIDE_STREAMS", "0"}}, &warnings).evict_copy_side_streams);
+  EXPECT_TRUE(parse({{"UMSWAP_EVICT_COPY_SIDE_STREAMS", "on"}}, &warnings).evict_copy_side_streams);
+  EXPECT_TRUE(warnings.empty());
+}
+
 TEST(ParseOptions, WarningsAreAppended) {
   std::vector<std::string> warnings = {"earlier"};
   parse({{"UMSWAP_MODE", "x"}}, &warnings);
@@ -466,15 +484,28 @@ TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
   FakeEnv env({});
   parse_options(env.lookup(), nullptr);
   EXPECT_EQ(table_names(), env.asked());
-  EXPECT_EQ(table_names(),
-            (std::set<std::string>{
-                "UMSWAP_MODE", "UMSWAP_BUDGET", "UMSWAP_MANAGED_LIMIT", "UMSWAP_STATS",
-                "UMSWAP_VERBOSE", "UMSWAP_CALLSITE_DEPTH", "UMSWAP_TRACE",
-                "UMSWAP_TRACE_ITERATIONS", "UMSWAP_ITERATION_MARKER", "UMSWAP_CUPTI_LIBRARY",
-                "UMSWAP_REPLAY", "UMSWAP_PREFETCH_WAIT", "UMSWAP_EVICT_WAIT", "UMSWAP_EVICT_COPY",
-                "UMSWAP_EVICT_COPY_ROOM", "UMSWAP_ASYNC_SLABS", "UMSWAP_DISCARD_FREED",
-                "UMSWAP_LIFETIMES", "UMSWAP_PLACEMENT"}));
-  EXPECT_EQ(option_table().size(), 19u);  // no duplicates
+  EXPECT_EQ(table_names(), (std::set<std::string>{"UMSWAP_MODE",
+                                                  "UMSWAP_BUDGET",
+                                                  "UMSWAP_MANAGED_LIMIT",
+                                                  "UMSWAP_STATS",
+                                                  "UMSWAP_VERBOSE",
+                                                  "UMSWAP_CALLSITE_DEPTH",
+                                                  "UMSWAP_TRACE",
+                                                  "UMSWAP_TRACE_ITERATIONS",
+                                                  "UMSWAP_ITERATION_MARKER",
+                                                  "UMSWAP_CUPTI_LIBRARY",
+                                                  "UMSWAP_REPLAY",
+                                                  "UMSWAP_PREFETCH_WAIT",
+                                                  "UMSWAP_EVICT_WAIT",
+                                                  "UMSWAP_EVICT_COPY",
+                                                  "UMSWAP_EVICT_COPY_ROOM",
+                                                  "UMSWAP_EVICT_COPY_PATH",
+                                                  "UMSWAP_EVICT_COPY_SIDE_STREAMS",
+                                                  "UMSWAP_ASYNC_SLABS",
+                                                  "UMSWAP_DISCARD_FREED",
+                                                  "UMSWAP_LIFETIMES",
+                                                  "UMSWAP_PLACEMENT"}));
+  EXPECT_EQ(option_table().size(), 21u);  // no duplicates
 }
 
 TEST(OptionTable, EveryEntryHasAMeaning) {
@@ -514,15 +545,27 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
   o.lifetimes = false;
   o.placement = false;
   const std::vector<std::string> lines = describe(o);
-  EXPECT_EQ(lines, (std::vector<std::string>{
-                       "UMSWAP_MODE=passthrough", "UMSWAP_BUDGET=40G", "UMSWAP_MANAGED_LIMIT=90%",
-                       "UMSWAP_STATS=/tmp/s.json", "UMSWAP_VERBOSE=2", "UMSWAP_CALLSITE_DEPTH=0",
-                       "UMSWAP_TRACE=/tmp/t.umtrace", "UMSWAP_TRACE_ITERATIONS=5",
-                       "UMSWAP_ITERATION_MARKER=step",
-                       "UMSWAP_CUPTI_LIBRARY=", "UMSWAP_REPLAY=/tmp/r.umtrace",
-                       "UMSWAP_PREFETCH_WAIT=1", "UMSWAP_EVICT_WAIT=1", "UMSWAP_EVICT_COPY=0",
-                       "UMSWAP_EVICT_COPY_ROOM=all", "UMSWAP_ASYNC_SLABS=0",
-                       "UMSWAP_DISCARD_FREED=1", "UMSWAP_LIFETIMES=0", "UMSWAP_PLACEMENT=0"}));
+  EXPECT_EQ(lines, (std::vector<std::string>{"UMSWAP_MODE=passthrough",
+                                             "UMSWAP_BUDGET=40G",
+                                             "UMSWAP_MANAGED_LIMIT=90%",
+                                             "UMSWAP_STATS=/tmp/s.json",
+                                             "UMSWAP_VERBOSE=2",
+                                             "UMSWAP_CALLSITE_DEPTH=0",
+                                             "UMSWAP_TRACE=/tmp/t.umtrace",
+                                             "UMSWAP_TRACE_ITERATIONS=5",
+                                             "UMSWAP_ITERATION_MARKER=step",
+                                             "UMSWAP_CUPTI_LIBRARY=",
+                                             "UMSWAP_REPLAY=/tmp/r.umtrace",
+                                             "UMSWAP_PREFETCH_WAIT=1",
+                                             "UMSWAP_EVICT_WAIT=1",
+                                             "UMSWAP_EVICT_COPY=0",
+                                             "UMSWAP_EVICT_COPY_ROOM=all",
+                                             "UMSWAP_EVICT_COPY_PATH=engine",
+                                             "UMSWAP_EVICT_COPY_SIDE_STREAMS=1",
+                                             "UMSWAP_ASYNC_SLABS=0",
+                                             "UMSWAP_DISCARD_FREED=1",
+                                             "UMSWAP_LIFETIMES=0",
+                                             "UMSWAP_PLACEMENT=0"}));
   std::set<std::string> names;
   for (const auto& line : lines) names.insert(line.substr(0, line.find('=')));
   EXPECT_EQ(names, table_names());

@@ -12,7 +12,9 @@
 # With UMSWAP_EVICT_COPY=1 (evictions copied to pinned memory): the same checks, copies in
 # every steady iteration and in force to the end, and no step on a page while it was discarded or
 # coming back (the stats' copy_check, from CUPTI's times); again with UMSWAP_EVICT_COPY_ROOM=plan
-# (copies back wait only for the copies out their own ranges and their room need). Then with a stray launch off the plan
+# (copies back wait only for the copies out their own ranges and their room need), and with
+# UMSWAP_EVICT_COPY_PATH=kernel (umswap's copy kernel moves the bytes, not a copy engine: it must
+# have loaded and made the copies). Then with a stray launch off the plan
 # (advisor_loop --stray): the guard catches it and brings back what it reaches, copies go on, no
 # fault, the same checksum as natively with the same stray. Then with a CUDA graph launch in
 # iteration 10 (advisor_loop --graph: the same loss kernel, captured): the tracer cannot see into
@@ -40,6 +42,9 @@ UMSWAP_EVICT_COPY=1 timeout -s KILL 120 \
 # The same with copies back that wait only for their own ranges' copies out and their room.
 UMSWAP_EVICT_COPY=1 UMSWAP_EVICT_COPY_ROOM=plan timeout -s KILL 120 \
   "$umswap" run --budget 1G --stats "$dir/room.json" -- "$loop" $args > "$dir/room.out"
+# The same with umswap's copy kernel instead of copy engines.
+UMSWAP_EVICT_COPY=1 UMSWAP_EVICT_COPY_PATH=kernel timeout -s KILL 120 \
+  "$umswap" run --budget 1G --stats "$dir/kernel.json" -- "$loop" $args > "$dir/kernel.out"
 # A launch off the plan (iteration 10's loss kernel takes the first buffer, held on the host by
 # then): the guard holds it until what it reaches is copied back; copies go on.
 "$umswap" run --mode passthrough -- "$loop" $args --stray 10 > "$dir/native_stray.out"
@@ -62,7 +67,7 @@ native = checksum("native")
 native_stray = checksum("native_stray")
 ok = True
 budget = 1 << 30
-for mode in ("online", "evictwait", "copy", "room", "stray", "graph", "relearn", "replay", "nowait"):
+for mode in ("online", "evictwait", "copy", "room", "kernel", "stray", "graph", "relearn", "replay", "nowait"):
     s = json.load(open(f"{d}/{mode}.json"))
     a = s.get("advisor", {})
     its = s.get("iterations", [])
@@ -107,14 +112,14 @@ for mode in ("online", "evictwait", "copy", "room", "stray", "graph", "relearn",
         # wait (Plan::room_wait_back); here every eviction's room goes to a prefetch, so the
         # count is reported, and the budget and the faults above are what is checked.
         print(f"  launches that waited for evictions: {a.get('evict_waits_placed')}")
-    if mode in ("copy", "room", "stray", "graph"):
+    if mode in ("copy", "room", "kernel", "stray", "graph"):
         # UMSWAP_EVICT_COPY's own stats, and its copies against the steps by CUPTI's times.
         c = a.get("evict_copy") or {}
         check = s.get("copy_check") or {}
         off = c.get("off_reason") or ""
         print(f"  evict_copy: {c}")
         print(f"  copy_check: {check}")
-    if mode in ("copy", "room"):
+    if mode in ("copy", "room", "kernel"):
         # Steady iterations evicted by copy (and brought back by copy), copies stopped only when
         # the loop ended (its checksum copies leave the plan), the same results. The count places
         # each discard where CUPTI saw the copy before it end, and each populate where the copy
@@ -132,6 +137,11 @@ for mode in ("online", "evictwait", "copy", "room", "stray", "graph", "relearn",
         if mode == "room":
             # UMSWAP_EVICT_COPY_ROOM=plan: the plan's copies back waited for their room only.
             good = good and c.get("copies_back_waiting_for_their_room", 0) > 0
+        if mode == "kernel":
+            # UMSWAP_EVICT_COPY_PATH=kernel: the kernel loaded and made the copies (2 MiB pages
+            # and pinned blocks are 16-byte aligned: none is left to a copy engine).
+            good = (good and c.get("path") == "kernel" and c.get("kernel_copies", 0) > 0
+                    and c.get("engine_copies") == 0)
     if mode == "stray":
         # The guard caught the stray launch and brought back what it reaches (not everything):
         # copies stayed in force, no fault, the same results as natively with the same stray.
@@ -147,7 +157,7 @@ for mode in ("online", "evictwait", "copy", "room", "stray", "graph", "relearn",
                 and check.get("harmful", 0) == 0
                 and a.get("opaque_calls", 0) >= 1
                 and off.startswith("the program issued a CUDA graph launch"))
-    if mode not in ("online", "evictwait", "copy", "stray", "graph", "relearn"):  # without UMSWAP_PREFETCH_WAIT: reported, not checked
+    if mode not in ("online", "evictwait", "copy", "room", "kernel", "stray", "graph", "relearn"):  # without UMSWAP_PREFETCH_WAIT: reported, not checked
         print("  (not checked: without UMSWAP_PREFETCH_WAIT late prefetches fault)")
         continue
     print(f"  {'PASS' if good else 'FAIL'}")

@@ -44,16 +44,23 @@ UMSWAP = textwrap.dedent("""\
     with open(stats + ".args", "w") as f:
         env = __import__("os").environ
         json.dump({"args": a, "copy": env.get("UMSWAP_EVICT_COPY"),
-                   "room": env.get("UMSWAP_EVICT_COPY_ROOM")}, f)
+                   "room": env.get("UMSWAP_EVICT_COPY_ROOM"),
+                   "path": env.get("UMSWAP_EVICT_COPY_PATH")}, f)
     rc = subprocess.call(a[a.index("--") + 1:])
-    json.dump({"iterations": [{"gpu_page_faults": 0}] * 4,
+    json.dump({"iterations": [{"gpu_page_faults": 0, "wall_ms": 20.4, "copy_out_busy_ms": 9.6,
+                               "copy_in_busy_ms": 8.2, "copy_both_busy_ms": 1.0}] * 4,
                "copy_check": {"copies": 10, "pages_checked": 5, "clashes": 1, "harmful": 1,
+                              "idle": {"iteration": 3, "gaps": [
+                                  {"at_ms": 12.25, "ms": 4.5, "steps_busy_ms": 4.0,
+                                   "first_step": 90, "kernel": "ampere_sgemm"}]},
                               "first": [{"step": 7, "kernel": "k", "page": "0x200000",
                                          "kind": "discarded", "ns_into_span": 3}]},
                "advisor": {"opaque_calls": 3, "first_opaque_call": "a host function",
                            "evict_copy": {"guard_hits": 2, "rescued_bytes": 4096, "rescues": 0,
                                           "room": "plan", "copies_back_waiting_for_all": 1,
                                           "copies_back_waiting_for_their_room": 7,
+                                          "path": "kernel", "kernel_copies": 12,
+                                          "engine_copies": 0, "kernel_off": "",
                                           "guard_kernels": ["launch 9 (ln): 4.00 KiB"]}}},
               open(stats, "w"))
     sys.exit(rc)
@@ -165,6 +172,20 @@ class WholeRuns(unittest.TestCase):
             with open(os.path.join(out, name + ".json.args")) as f:
                 seen = json.load(f)
             self.assertEqual((seen["copy"], seen["room"]), ("1", room))
+
+    def test_the_kernel_variant_copies_by_kernel_with_the_room_waits(self):
+        p, out = self.run_check({}, "--variants", "kernel")
+        self.assertEqual(p.returncode, 0, p.stdout)
+        self.assertIn("kernel1 (UMSWAP_EVICT_COPY=1 UMSWAP_EVICT_COPY_ROOM=plan "
+                      "UMSWAP_EVICT_COPY_PATH=kernel)", p.stdout)
+        self.assertIn("copy path kernel: 12 kernel copies, 0 copy-engine copies", p.stdout)
+        self.assertIn("copies busy per iteration, out/in/both ms of wall: 10/8/1 of 20 10/8/1",
+                      p.stdout)
+        self.assertIn("no copy either way, iteration 3", p.stdout)
+        self.assertIn("    12.2: 4.5, 4.0, ampere_sgemm", p.stdout)
+        with open(os.path.join(out, "kernel1.json.args")) as f:
+            seen = json.load(f)
+        self.assertEqual((seen["copy"], seen["room"], seen["path"]), ("1", "plan", "kernel"))
 
     def test_bad_arguments(self):
         p, _ = self.run_check({}, "--variants", "fast")

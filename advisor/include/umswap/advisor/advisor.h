@@ -96,6 +96,10 @@ struct AdvisorDriver {
   PFN_cuMemcpyDtoHAsync_v3020 memcpy_dtoh_async = nullptr;
   PFN_cuMemcpyHtoDAsync_v3020 memcpy_htod_async = nullptr;
   PFN_cuMemDiscardBatchAsync_v13000 mem_discard_batch_async = nullptr;
+  // For UMSWAP_EVICT_COPY_PATH=kernel only (copy_kernel.h); without them a copy engine copies.
+  PFN_cuModuleLoadData_v2000 module_load_data = nullptr;
+  PFN_cuModuleGetFunction_v2000 module_get_function = nullptr;
+  PFN_cuLaunchKernel_v4000 launch_kernel = nullptr;
   bool complete() const;
   bool can_copy() const;
 };
@@ -117,6 +121,14 @@ struct AdvisorConfig {
   // ranges and for the evictions its room needs (Plan::restore_room_back), not for every copy out
   // issued before it (the default), so that copies each way can overlap.
   bool evict_copy_room_plan = false;
+  // UMSWAP_EVICT_COPY_PATH=kernel: the copies are umswap's copy kernel (copy_kernel.h) on a few
+  // SMs instead of cuMemcpyAsync, whose two directions share one copy engine's bandwidth for
+  // managed memory. If the kernel does not load, a copy engine copies (said once, in the stats).
+  bool evict_copy_kernel = false;
+  // UMSWAP_EVICT_COPY_SIDE_STREAMS: a copy back's populate and a copy out's discard run on
+  // streams of their own (after the same waits), so that the copies each way follow each other
+  // without them in between; false: on the copy's stream, right before or after it.
+  bool evict_copy_side_streams = true;
   // Asked when a plan is made: plan with slab lifetimes (UMSWAP_LIFETIMES)? True only when the
   // allocator discards what discard_page() approves; empty or false: every byte a kernel touched
   // is live.

@@ -79,7 +79,9 @@ struct Options {
   bool evict_copy = false;            // evictions copied to pinned host memory, GPU pages discarded
   bool evict_copy_keep = false;       // diagnostic: the same copies, GPU pages not discarded
   bool evict_copy_room_plan = false;  // a copy back waits only for the evictions its room needs
-  bool async_slabs = true;            // stream-ordered allocations from slabs, not the managed pool
+  bool evict_copy_kernel = false;     // copies by umswap's copy kernel, not a copy engine
+  bool evict_copy_side_streams = true;  // populates and discards beside the copies' streams
+  bool async_slabs = true;     // stream-ordered allocations from slabs, not the managed pool
   bool discard_freed = false;  // slabs: discard freed blocks, populate new ones (experimental)
   bool lifetimes = true;       // slabs: plan with block lifetimes; drop dead data at frees
   bool placement = true;       // slabs with lifetimes: pack an iteration's blocks in an arena

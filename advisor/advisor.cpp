@@ -1588,8 +1588,8 @@ void AdvisorImpl::set_up_copies() {
       [this](uint64_t host, uint64_t) { d.mem_free_host(reinterpret_cast<void*>(host)); }, limit);
   log_warning(
       "UMSWAP_EVICT_COPY is experimental: evictions are copied to pinned host memory (up to {}) "
-      "and their GPU pages discarded; not yet the default: the GPU tests have not all run with "
-      "it (docs/advisor.md){}",
+      "and their GPU pages discarded; not yet the default: the bundled cuDNN sample hung with "
+      "it on an H200 (docs/advisor.md){}",
       format_bytes(limit),
       config.evict_copy_keep ? " (keep: a diagnostic, the GPU pages are not discarded)" : "");
 }

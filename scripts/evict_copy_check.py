@@ -175,7 +175,7 @@ def main():
     ap.add_argument("--limit", required=True, help="UMSWAP_MANAGED_LIMIT for every umswap run")
     ap.add_argument("--budget", required=True, help="a size (13.86G) or a share of native peak (29%%)")
     ap.add_argument("--variants", default="copy,keep",
-                    help="comma-separated, of copy, room, keep, off, native (default copy,keep)")
+                    help="comma-separated, of copy, room, kernel, keep, off, native (default copy,keep)")
     ap.add_argument("--rounds", type=int, default=1, help="runs of each variant (default 1)")
     ap.add_argument("--tolerance", type=float, default=0.05,
                     help="largest |loss - native| a run may show (default 0.05)")

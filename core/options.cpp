@@ -210,6 +210,27 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
     const char* v = lookup ? lookup(name) : nullptr;
     return (v && !trim(v).empty()) ? v : nullptr;
   };
+  // A boolean option (1/0, on/off); a bad value keeps the default and says which.
+  auto read_bool = [&](const char* name, bool* field, std::string_view default_text) {
+    if (const char* v = read(name)) {
+      if (auto b = parse_bool(trim(v))) {
+        *field = *b;
+      } else {
+        warn(name, v, "is not a boolean (1/0, on/off)", default_text);
+      }
+    }
+  };
+  // An option of two words: `off` (the default) or `on`, which sets the field.
+  auto read_choice = [&](const char* name, std::string_view off, std::string_view on, bool* field) {
+    if (const char* v = read(name)) {
+      const std::string_view t = trim(v);
+      if (t == off || t == on) {
+        *field = t == on;
+      } else {
+        warn(name, v, fmt::format("is neither {} nor {}", off, on), off);
+      }
+    }
+  };
 
   if (const char* v = read("UMSWAP_MODE")) {
     if (auto m = parse_mode(v)) {
@@ -264,20 +285,8 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
   if (const char* v = read("UMSWAP_ITERATION_MARKER")) options.iteration_marker = trim(v);
   if (const char* v = read("UMSWAP_CUPTI_LIBRARY")) options.cupti_library = trim(v);
   if (const char* v = read("UMSWAP_REPLAY")) options.replay_path = trim(v);
-  if (const char* v = read("UMSWAP_PREFETCH_WAIT")) {
-    if (auto b = parse_bool(trim(v))) {
-      options.prefetch_wait = *b;
-    } else {
-      warn("UMSWAP_PREFETCH_WAIT", v, "is not a boolean (1/0, on/off)", "0");
-    }
-  }
-  if (const char* v = read("UMSWAP_EVICT_WAIT")) {
-    if (auto b = parse_bool(trim(v))) {
-      options.evict_wait = *b;
-    } else {
-      warn("UMSWAP_EVICT_WAIT", v, "is not a boolean (1/0, on/off)", "0");
-    }
-  }
+  read_bool("UMSWAP_PREFETCH_WAIT", &options.prefetch_wait, "0");
+  read_bool("UMSWAP_EVICT_WAIT", &options.evict_wait, "0");
   if (const char* v = read("UMSWAP_EVICT_COPY")) {
     if (trim(v) == "keep") {
       options.evict_copy = true;
@@ -288,57 +297,13 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
       warn("UMSWAP_EVICT_COPY", v, "is neither a boolean (1/0, on/off) nor keep", "0");
     }
   }
-  if (const char* v = read("UMSWAP_EVICT_COPY_ROOM")) {
-    const std::string_view t = trim(v);
-    if (t == "all" || t == "plan") {
-      options.evict_copy_room_plan = t == "plan";
-    } else {
-      warn("UMSWAP_EVICT_COPY_ROOM", v, "is neither all nor plan", "all");
-    }
-  }
-  if (const char* v = read("UMSWAP_EVICT_COPY_SIDE_STREAMS")) {
-    if (auto b = parse_bool(trim(v))) {
-      options.evict_copy_side_streams = *b;
-    } else {
-      warn("UMSWAP_EVICT_COPY_SIDE_STREAMS", v, "is not a boolean (1/0, on/off)", "1");
-    }
-  }
-  if (const char* v = read("UMSWAP_EVICT_COPY_PATH")) {
-    const std::string_view t = trim(v);
-    if (t == "engine" || t == "kernel") {
-      options.evict_copy_kernel = t == "kernel";
-    } else {
-      warn("UMSWAP_EVICT_COPY_PATH", v, "is neither engine nor kernel", "engine");
-    }
-  }
-  if (const char* v = read("UMSWAP_ASYNC_SLABS")) {
-    if (auto b = parse_bool(trim(v))) {
-      options.async_slabs = *b;
-    } else {
-      warn("UMSWAP_ASYNC_SLABS", v, "is not a boolean (1/0, on/off)", "1");
-    }
-  }
-  if (const char* v = read("UMSWAP_DISCARD_FREED")) {
-    if (auto b = parse_bool(trim(v))) {
-      options.discard_freed = *b;
-    } else {
-      warn("UMSWAP_DISCARD_FREED", v, "is not a boolean (1/0, on/off)", "0");
-    }
-  }
-  if (const char* v = read("UMSWAP_LIFETIMES")) {
-    if (auto b = parse_bool(trim(v))) {
-      options.lifetimes = *b;
-    } else {
-      warn("UMSWAP_LIFETIMES", v, "is not a boolean (1/0, on/off)", "1");
-    }
-  }
-  if (const char* v = read("UMSWAP_PLACEMENT")) {
-    if (auto b = parse_bool(trim(v))) {
-      options.placement = *b;
-    } else {
-      warn("UMSWAP_PLACEMENT", v, "is not a boolean (1/0, on/off)", "1");
-    }
-  }
+  read_choice("UMSWAP_EVICT_COPY_ROOM", "all", "plan", &options.evict_copy_room_plan);
+  read_bool("UMSWAP_EVICT_COPY_SIDE_STREAMS", &options.evict_copy_side_streams, "1");
+  read_choice("UMSWAP_EVICT_COPY_PATH", "engine", "kernel", &options.evict_copy_kernel);
+  read_bool("UMSWAP_ASYNC_SLABS", &options.async_slabs, "1");
+  read_bool("UMSWAP_DISCARD_FREED", &options.discard_freed, "0");
+  read_bool("UMSWAP_LIFETIMES", &options.lifetimes, "1");
+  read_bool("UMSWAP_PLACEMENT", &options.placement, "1");
   if (options.mode == Mode::replay && options.replay_path.empty() && warnings) {
     warnings->push_back(
         "UMSWAP_MODE=replay needs UMSWAP_REPLAY (a trace file); learning online instead");

@@ -68,6 +68,8 @@ void sleep_us(long us) {
 }
 
 constexpr uint64_t kPage = uint64_t{2} << 20;  // the slab allocator's discard unit
+// highest_restore_wait: the restored value in the low 48 bits, its word's epoch above.
+constexpr uint64_t kRestoreWaitMask = (uint64_t{1} << 48) - 1;
 
 // The first launch at or after `n` that begins an iteration (base + k period).
 uint64_t boundary_at_or_after(uint64_t base, uint64_t period, uint64_t n) {
@@ -195,6 +197,9 @@ class AdvisorImpl {
   std::atomic<uint64_t> waits_from{UINT64_MAX};  // launch-path waits target launches >= this
   std::atomic<bool> waits_off{false};            // the watchdog turned the waits off for good
   std::atomic<uint64_t> highest_wait{0};  // largest counter value a launch waits for, plus one
+  // UMSWAP_EVICT_COPY: the largest restored value a launch waits for, with its word's epoch in the
+  // top 16 bits (the watchdog reports a word that stays below it).
+  std::atomic<uint64_t> highest_restore_wait{0};
   std::atomic<uint64_t> waits_placed{0};
   std::atomic<uint64_t> evict_waits_placed{0};
   std::atomic<uint64_t> launch_populates{0}, launch_populated_bytes{0};
@@ -287,7 +292,11 @@ class AdvisorImpl {
   // stuck (inside the driver, measured on cudnn_vgg16).
   std::thread watchdog;
   std::atomic<uint64_t> wait_stalls{0};
-  std::atomic<uint64_t> issued_calls{0};              // migrations issued, for the watchdog
+  std::atomic<uint64_t> issued_calls{0};  // migrations issued, for the watchdog
+  // What the advisor thread last began, and the launch apply() is at: for the watchdog's report
+  // of a stall it cannot break (copies live, the advisor thread not taking its request).
+  std::atomic<const char*> doing{"starting"};
+  std::atomic<uint64_t> applying{0};
   uint64_t plan_buffers = 0, plan_buffers_found = 0;  // at the last plan's first applied launch
   // Host time the advisor thread spends inside cuMemPrefetchAsync, and how far it trails the
   // launches (a thread blocked in the driver falls behind, and its prefetches come late).
@@ -395,7 +404,9 @@ class AdvisorImpl {
   static constexpr uint64_t kScanLimit = 60000;  // below kCoverRing
   std::string copy_off_reason;                   // why copies stopped (empty: they did not)
   OnceFlag warned_copy_failure;
-  OnceFlag warned_wait_failure;  // launch path
+  OnceFlag warned_unserved;  // the watchdog's report of a request the advisor did not take
+  std::atomic<bool> warned_unserved_restore{false};  // its report of a copy-back word stuck
+  OnceFlag warned_wait_failure;                      // launch path
   // UMSWAP_EVICT_COPY_PATH=kernel: the loaded copy kernel (null: copy engines copy), why it is not
   // used when asked for, and how many copies each path made.
   CUfunction copy_fn = nullptr;
@@ -573,9 +584,18 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
   }
   // UMSWAP_EVICT_COPY: the launch runs once the copies back of the launch that issues its
   // prefetches are done (after its "reached" event: that launch may be this one).
-  if (own_wait != UINT64_MAX && a.d.stream_wait_value64(stream, restored, own_wait + 1,
-                                                        CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS) {
-    a.wait_on_host(restored, own_wait + 1, index);  // the guard counted on that wait
+  if (own_wait != UINT64_MAX) {
+    if (a.d.stream_wait_value64(stream, restored, own_wait + 1, CU_STREAM_WAIT_VALUE_GEQ) !=
+        CUDA_SUCCESS) {
+      a.wait_on_host(restored, own_wait + 1, index);  // the guard counted on that wait
+    } else if (restored >= a.restored_base) {
+      const uint64_t packed = (restored - a.restored_base) / sizeof(uint64_t) << 48 |
+                              ((own_wait + 1) & kRestoreWaitMask);
+      uint64_t seen = a.highest_restore_wait.load(std::memory_order_relaxed);
+      while (seen < packed && !a.highest_restore_wait.compare_exchange_weak(
+                                  seen, packed, std::memory_order_relaxed)) {
+      }
+    }
   }
   if (!a.progress_device) return;
   // A launch waits for the counter to reach `value` (at most once: the larger of its waits).
@@ -780,13 +800,17 @@ void AdvisorImpl::run() {
     p = plan.load(std::memory_order_relaxed);
     if (p) {
       const LivePlan* q = next_plan.load(std::memory_order_relaxed);
+      doing.store("applying the plan", std::memory_order_relaxed);
       apply(q ? std::min(n, q->applied_from) : n);
       if (q && cursor >= q->applied_from) switch_to_next();
       p = plan.load(std::memory_order_relaxed);
       tend(*p, n);
       if (relearning && !next_plan.load(std::memory_order_relaxed)) relearn(*p);
+      doing.store("tending copies", std::memory_order_relaxed);
       tend_copies();
+      doing.store("serving a rescue", std::memory_order_relaxed);
       serve_rescue();
+      doing.store("waiting for launches", std::memory_order_relaxed);
       if (rescue_asked.exchange(false)) {
         const uint64_t caught = guard_launch.load();
         if (const char* what = opaque_call.load()) {
@@ -841,8 +865,8 @@ void AdvisorImpl::release_waits() {
 // (no driver call: the driver may be where the advisor thread is stuck), and released again if a
 // counter write still queued on the advisor's stream takes it back. Costs faults, never results.
 void AdvisorImpl::watch_waits() {
-  uint64_t watched = UINT64_MAX, issued = 0;
-  auto since = std::chrono::steady_clock::now(), issued_since = since;
+  uint64_t watched = UINT64_MAX, issued = 0, restore_watched = UINT64_MAX;
+  auto since = std::chrono::steady_clock::now(), issued_since = since, restore_since = since;
   uint64_t seen_launched = 0;
   auto launched_since = since;
   bool dumped = false;
@@ -851,6 +875,32 @@ void AdvisorImpl::watch_waits() {
     const uint64_t value = *progress_host;
     const uint64_t wanted = highest_wait.load(std::memory_order_relaxed);
     const auto now = std::chrono::steady_clock::now();
+    // Launches waiting on a copy-back word that does not move: nothing but the advisor thread can
+    // bring that memory back (releasing them would let them read discarded pages), so say where
+    // it is, once, after 10 s.
+    if (copy_words && !warned_unserved_restore.load()) {
+      const uint64_t epoch_now = (restored_device.load() - restored_base) / sizeof(uint64_t);
+      const uint64_t packed = highest_restore_wait.load(std::memory_order_relaxed);
+      const uint64_t word = copy_words[epoch_now];
+      if (packed >> 48 == epoch_now && word < (packed & kRestoreWaitMask) && word < kReleased) {
+        if (word != restore_watched) {
+          restore_watched = word;
+          restore_since = now;
+        } else if (now - restore_since > std::chrono::seconds(10)) {
+          warned_unserved_restore.store(true);
+          log_warning(
+              "advisor: launches have waited {} s for copies back that the advisor thread has "
+              "not issued (copy-back word at {}, launches wait for {}; the advisor thread last "
+              "began {}, at launch {} of {} launched); it may be blocked in a CUDA call while "
+              "the program synchronizes the device (docs/advisor.md, \"A hang with the cuDNN "
+              "sample\")",
+              std::chrono::duration_cast<std::chrono::seconds>(now - restore_since).count(), word,
+              packed & kRestoreWaitMask, doing.load(), applying.load(), launched.load());
+        }
+      } else {
+        restore_watched = UINT64_MAX;
+      }
+    }
     // Debug (UMSWAP_VERBOSE=2): the words launches wait on, once, when no launch came for 5 s.
     if (const uint64_t l = launched.load(); l != seen_launched) {
       seen_launched = l;
@@ -884,6 +934,19 @@ void AdvisorImpl::watch_waits() {
     // Ranges copied to the host must be back before launches run unchecked: the advisor thread
     // brings them back first (rescue), then the waits go.
     if (copies_live.load()) {
+      // Nothing but the advisor thread can bring copied memory back (driver calls). If it does
+      // not take the request, say where it is, once: releasing the launches would let them read
+      // discarded pages.
+      if (rescue_asked.load() && now - since > std::chrono::seconds(10) &&
+          warned_unserved.first()) {
+        log_warning(
+            "advisor: launches have waited {} s for the advisor thread, which has not taken the "
+            "watchdog's request to bring copied memory back (last: {}, at launch {} of {} "
+            "launched); it may be blocked in a CUDA call while the program synchronizes the "
+            "device (docs/advisor.md, \"A hang with the cuDNN sample\")",
+            std::chrono::duration_cast<std::chrono::seconds>(now - since).count(), doing.load(),
+            applying.load(), launched.load());
+      }
       rescue_asked.store(true);
       continue;
     }
@@ -1438,6 +1501,7 @@ void AdvisorImpl::reset_to_start(LivePlan& p) {
 void AdvisorImpl::apply(uint64_t n) {
   LivePlan& p = *plan.load(std::memory_order_relaxed);
   for (uint64_t g = std::max(cursor, p.applied_from); g < n; ++g) {
+    applying.store(g, std::memory_order_relaxed);
     most_behind = std::max(most_behind, launched.load(std::memory_order_relaxed) - g);
     if (stop.load(std::memory_order_relaxed) || diverged.load(std::memory_order_relaxed)) {
       cursor = g;
@@ -1578,6 +1642,7 @@ void AdvisorImpl::set_up_copies() {
   copies = std::make_unique<HostCopies>(
       [this](uint64_t bytes) -> uint64_t {
         void* host = nullptr;
+        doing.store("allocating pinned memory", std::memory_order_relaxed);
         // The copy kernel reads and writes it at its host address (unified addressing).
         const unsigned flags =
             CU_MEMHOSTALLOC_PORTABLE | (copy_fn ? CU_MEMHOSTALLOC_DEVICEMAP : 0u);
@@ -2060,6 +2125,7 @@ void AdvisorImpl::serve_rescue() {
 // copy back queued on it is done.
 void AdvisorImpl::stop_copies(const std::string& why, bool for_good) {
   if (!copies || copies->frozen()) return;
+  doing.store("bringing everything copied back", std::memory_order_relaxed);
   if (!for_good && epoch + 1 >= kEpochs) for_good = true;
   ++copy_rescues;
   if (for_good) {

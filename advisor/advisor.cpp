@@ -297,6 +297,9 @@ class AdvisorImpl {
   // of a stall it cannot break (copies live, the advisor thread not taking its request).
   std::atomic<const char*> doing{"starting"};
   std::atomic<uint64_t> applying{0};
+  // Every launch below it is applied (its actions issued, its words queued): for before_blocking.
+  std::atomic<uint64_t> applied_through{0};
+  std::atomic<uint64_t> blocking_waits{0}, blocking_timeouts{0};
   uint64_t plan_buffers = 0, plan_buffers_found = 0;  // at the last plan's first applied launch
   // Host time the advisor thread spends inside cuMemPrefetchAsync, and how far it trails the
   // launches (a thread blocked in the driver falls behind, and its prefetches come late).
@@ -623,6 +626,38 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
     while (seen < value + 1 &&
            !a.highest_wait.compare_exchange_weak(seen, value + 1, std::memory_order_relaxed)) {
     }
+  }
+}
+
+// The program's thread is about to block until the GPU gets somewhere (a device, stream or event
+// synchronize). Launches it submitted may wait on the GPU for words the advisor thread writes once
+// it has applied them, and with copies for copies back it has not issued yet. A blocking call can
+// hold the driver while its thread waits (a synchronous cudaMemcpy was seen to: "Every copy is
+// issued at once" in docs/advisor.md), and the advisor thread's next call would wait behind it.
+// So the thread waits here, before the driver is entered, until the advisor has applied every
+// launch submitted so far; at most 5 s (then it goes on, and the stats count it).
+void Advisor::before_blocking() {
+  AdvisorImpl& a = *impl_;
+  if (a.config.in_own_code && a.config.in_own_code()) return;
+  const LivePlan* p = a.plan.load(std::memory_order_acquire);
+  const bool waits = a.progress_device && !a.waits_off.load(std::memory_order_relaxed) &&
+                     a.waits_from.load(std::memory_order_acquire) != UINT64_MAX;
+  if (!p || (!waits && !a.copies_live.load(std::memory_order_acquire))) return;
+  const uint64_t target = a.launched.load(std::memory_order_acquire);
+  if (target <= p->applied_from || a.applied_through.load(std::memory_order_acquire) >= target) {
+    return;
+  }
+  a.blocking_waits.fetch_add(1, std::memory_order_relaxed);
+  const auto start = std::chrono::steady_clock::now();
+  while (a.applied_through.load(std::memory_order_acquire) < target) {
+    if (a.stop.load(std::memory_order_acquire) || a.plan.load(std::memory_order_acquire) != p) {
+      return;
+    }
+    if (std::chrono::steady_clock::now() - start > std::chrono::seconds(5)) {
+      a.blocking_timeouts.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    sleep_us(50);
   }
 }
 
@@ -1598,6 +1633,7 @@ void AdvisorImpl::apply(uint64_t n) {
     d.stream_write_value64(stream, progress_device, actions_done(n - 1), 0);
   }
   cursor = std::max(cursor, n);
+  applied_through.store(cursor, std::memory_order_release);
 }
 
 // ---- UMSWAP_EVICT_COPY (host_copies.h; docs/advisor.md "Evictions umswap copies") ----
@@ -2266,6 +2302,8 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
       {"first_opaque_call",
        a.first_opaque.load() ? nlohmann::json(a.first_opaque.load()) : nlohmann::json(nullptr)},
       {"wait_stalls", a.wait_stalls.load()},
+      {"blocking_waits", a.blocking_waits.load()},
+      {"blocking_timeouts", a.blocking_timeouts.load()},
       {"waits_placed", a.waits_placed.load()},
       {"evict_waits_placed", a.evict_waits_placed.load()},
       {"launch_populates", a.launch_populates.load()},

@@ -242,6 +242,13 @@ void CUPTIAPI Tracer::on_callback(void* self, CUpti_CallbackDomain domain, CUpti
       tracer->on_launch(a->f, a->hStream, a->kernelParams, nullptr, corr, cb->symbolName);
       break;
     }
+    case CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize:
+    case CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize:
+    case CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuEventSynchronize:
+      // The thread is about to block on the GPU: the advisor may need to catch up first.
+      if (tracer->config_.observer) tracer->config_.observer->before_blocking();
+      break;
     default: {
       // Copies, memsets and stream memory operations: steps like launches. A graph launch or a
       // host function: not a step (what it touches is unknown), but the observer hears of it.
@@ -267,6 +274,11 @@ constexpr CUpti_CallbackId kTracedCallbacks[] = {
     CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
     CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
     CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
+    // Not steps: blocking calls the advisor hears of (LaunchObserver::before_blocking).
+    CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuEventSynchronize,
 };
 
 // Layout and step key of a kernel, read from the driver once per function (under

@@ -1,4 +1,5 @@
 #include "preload.h"
+#include "reentry_guard.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -135,6 +136,7 @@ void Preload::start_advisor(advisor::Advisor* advisor) {
   config.evict_copy_room_plan = options_.evict_copy_room_plan;
   config.evict_copy_kernel = options_.evict_copy_kernel;
   config.evict_copy_side_streams = options_.evict_copy_side_streams;
+  config.in_own_code = [] { return ReentryGuard::active(); };
   config.lifetimes = [this] { return planned_discards_.load(); };
   if (options_.placement) {
     config.place = [this](Placement placement) { return allocator_->place(std::move(placement)); };

@@ -129,6 +129,9 @@ struct AdvisorConfig {
   // streams of their own (after the same waits), so that the copies each way follow each other
   // without them in between; false: on the copy's stream, right before or after it.
   bool evict_copy_side_streams = true;
+  // True while umswap's own code runs on the calling thread (a hook): its blocking calls (the
+  // allocator's, under its lock) do not wait for the advisor in before_blocking(). Empty: never.
+  std::function<bool()> in_own_code;
   // Asked when a plan is made: plan with slab lifetimes (UMSWAP_LIFETIMES)? True only when the
   // allocator discards what discard_page() approves; empty or false: every byte a kernel touched
   // is live.
@@ -171,6 +174,10 @@ class Advisor final : public tracer::LaunchObserver {
   // copies stop for the rest of the run before the call goes on; the call's stream waits for
   // those copies back.
   void on_opaque(CUstream stream, const char* what) override;
+  // Before the program blocks on the GPU: waits until the advisor has applied every launch
+  // submitted (at most 5 s), so that no word a launch waits on is left for the advisor to write
+  // while the blocking call may hold the driver.
+  void before_blocking() override;
 
   // The slab allocator's question at a free (any thread, under its lock; cheap, no CUDA): should
   // the wholly free 2 MiB page at `page` be discarded now? Yes when the plan in force drops that

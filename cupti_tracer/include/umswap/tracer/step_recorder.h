@@ -61,6 +61,10 @@ class LaunchObserver {
     (void)stream;
     (void)what;
   }
+  // A call that blocks its thread until the GPU gets somewhere (cuCtxSynchronize,
+  // cuStreamSynchronize, cuEventSynchronize), at API entry on the calling thread, outside the
+  // tracer's locks, before the driver is entered. The default ignores it.
+  virtual void before_blocking() {}
 };
 
 class StepRecorder {

@@ -30,8 +30,11 @@ for path in engine kernel; do
 import json, sys
 s = json.load(open(sys.argv[1]))
 c = s.get("advisor", {}).get("evict_copy") or {}
+a = s.get("advisor", {})
 print(f"{sys.argv[2]}: copied out {c.get('copied_out_bytes')} bytes, path {c.get('path')}, "
-      f"off: {c.get('off_reason')}; copy_check {s.get('copy_check', {}).get('harmful')} harmful")
+      f"off: {c.get('off_reason')}; copy_check {s.get('copy_check', {}).get('harmful')} harmful; "
+      f"waits before blocking calls {a.get('blocking_waits')} "
+      f"(timed out {a.get('blocking_timeouts')})")
 ok = (c.get("copied_out_bytes", 0) > 0 and c.get("path") == sys.argv[2]
       and (s.get("copy_check") or {}).get("harmful") == 0)
 sys.exit(0 if ok else 1)

@@ -68,6 +68,13 @@ void sleep_us(long us) {
 }
 
 constexpr uint64_t kPage = uint64_t{2} << 20;  // the slab allocator's discard unit
+// Raises `a` to `value` if it is below (any thread; the watchdog reads the highest waits).
+void raise_to(std::atomic<uint64_t>& a, uint64_t value) {
+  uint64_t seen = a.load(std::memory_order_relaxed);
+  while (seen < value && !a.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
+  }
+}
+
 // highest_restore_wait: the restored value in the low 48 bits, its word's epoch above.
 constexpr uint64_t kRestoreWaitMask = (uint64_t{1} << 48) - 1;
 
@@ -293,11 +300,10 @@ class AdvisorImpl {
   std::thread watchdog;
   std::atomic<uint64_t> wait_stalls{0};
   std::atomic<uint64_t> issued_calls{0};  // migrations issued, for the watchdog
-  // What the advisor thread last began, and the launch apply() is at: for the watchdog's report
-  // of a stall it cannot break (copies live, the advisor thread not taking its request).
+  // What the advisor thread last began: for the watchdog's report of a stall it cannot break.
   std::atomic<const char*> doing{"starting"};
-  std::atomic<uint64_t> applying{0};
-  // Every launch below it is applied (its actions issued, its words queued): for before_blocking.
+  // Every launch below it is applied (its actions issued, its words queued): for before_blocking,
+  // and the launch the advisor thread is at in the watchdog's report.
   std::atomic<uint64_t> applied_through{0};
   std::atomic<uint64_t> blocking_waits{0}, blocking_timeouts{0};
   uint64_t plan_buffers = 0, plan_buffers_found = 0;  // at the last plan's first applied launch
@@ -407,9 +413,9 @@ class AdvisorImpl {
   static constexpr uint64_t kScanLimit = 60000;  // below kCoverRing
   std::string copy_off_reason;                   // why copies stopped (empty: they did not)
   OnceFlag warned_copy_failure;
-  OnceFlag warned_unserved;  // the watchdog's report of a request the advisor did not take
-  std::atomic<bool> warned_unserved_restore{false};  // its report of a copy-back word stuck
-  OnceFlag warned_wait_failure;                      // launch path
+  OnceFlag warned_stuck;         // the watchdog's report_stuck()
+  OnceFlag warned_wait_failure;  // launch path
+  void report_stuck(const char* waiting_for, std::chrono::steady_clock::duration waited);
   // UMSWAP_EVICT_COPY_PATH=kernel: the loaded copy kernel (null: copy engines copy), why it is not
   // used when asked for, and how many copies each path made.
   CUfunction copy_fn = nullptr;
@@ -592,12 +598,8 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
         CUDA_SUCCESS) {
       a.wait_on_host(restored, own_wait + 1, index);  // the guard counted on that wait
     } else if (restored >= a.restored_base) {
-      const uint64_t packed = (restored - a.restored_base) / sizeof(uint64_t) << 48 |
-                              ((own_wait + 1) & kRestoreWaitMask);
-      uint64_t seen = a.highest_restore_wait.load(std::memory_order_relaxed);
-      while (seen < packed && !a.highest_restore_wait.compare_exchange_weak(
-                                  seen, packed, std::memory_order_relaxed)) {
-      }
+      raise_to(a.highest_restore_wait, (restored - a.restored_base) / sizeof(uint64_t) << 48 |
+                                           ((own_wait + 1) & kRestoreWaitMask));
     }
   }
   if (!a.progress_device) return;
@@ -622,10 +624,7 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
   if (a.d.stream_wait_value64(stream, a.progress_device, value, CU_STREAM_WAIT_VALUE_GEQ) ==
       CUDA_SUCCESS) {
     (evict_wait ? a.evict_waits_placed : a.waits_placed).fetch_add(1, std::memory_order_relaxed);
-    uint64_t seen = a.highest_wait.load(std::memory_order_relaxed);
-    while (seen < value + 1 &&
-           !a.highest_wait.compare_exchange_weak(seen, value + 1, std::memory_order_relaxed)) {
-    }
+    raise_to(a.highest_wait, value + 1);
   }
 }
 
@@ -913,7 +912,7 @@ void AdvisorImpl::watch_waits() {
     // Launches waiting on a copy-back word that does not move: nothing but the advisor thread can
     // bring that memory back (releasing them would let them read discarded pages), so say where
     // it is, once, after 10 s.
-    if (copy_words && !warned_unserved_restore.load()) {
+    if (copy_words) {
       const uint64_t epoch_now = (restored_device.load() - restored_base) / sizeof(uint64_t);
       const uint64_t packed = highest_restore_wait.load(std::memory_order_relaxed);
       const uint64_t word = copy_words[epoch_now];
@@ -922,15 +921,7 @@ void AdvisorImpl::watch_waits() {
           restore_watched = word;
           restore_since = now;
         } else if (now - restore_since > std::chrono::seconds(10)) {
-          warned_unserved_restore.store(true);
-          log_warning(
-              "advisor: launches have waited {} s for copies back that the advisor thread has "
-              "not issued (copy-back word at {}, launches wait for {}; the advisor thread last "
-              "began {}, at launch {} of {} launched); it may be blocked in a CUDA call while "
-              "the program synchronizes the device (docs/advisor.md, \"A hang with the cuDNN "
-              "sample\")",
-              std::chrono::duration_cast<std::chrono::seconds>(now - restore_since).count(), word,
-              packed & kRestoreWaitMask, doing.load(), applying.load(), launched.load());
+          report_stuck("copies back it has not issued", now - restore_since);
         }
       } else {
         restore_watched = UINT64_MAX;
@@ -972,15 +963,8 @@ void AdvisorImpl::watch_waits() {
       // Nothing but the advisor thread can bring copied memory back (driver calls). If it does
       // not take the request, say where it is, once: releasing the launches would let them read
       // discarded pages.
-      if (rescue_asked.load() && now - since > std::chrono::seconds(10) &&
-          warned_unserved.first()) {
-        log_warning(
-            "advisor: launches have waited {} s for the advisor thread, which has not taken the "
-            "watchdog's request to bring copied memory back (last: {}, at launch {} of {} "
-            "launched); it may be blocked in a CUDA call while the program synchronizes the "
-            "device (docs/advisor.md, \"A hang with the cuDNN sample\")",
-            std::chrono::duration_cast<std::chrono::seconds>(now - since).count(), doing.load(),
-            applying.load(), launched.load());
+      if (rescue_asked.load() && now - since > std::chrono::seconds(10)) {
+        report_stuck("it to take the watchdog's request to bring copied memory back", now - since);
       }
       rescue_asked.store(true);
       continue;
@@ -997,6 +981,20 @@ void AdvisorImpl::watch_waits() {
     *progress_host = kReleased;
     watched = UINT64_MAX;
   }
+}
+
+// The watchdog's report, once, of launches left waiting on the advisor thread while copies are
+// live: nothing but that thread can bring copied memory back (driver calls), and releasing the
+// launches would let them read discarded pages. Says what it last began and where it is.
+void AdvisorImpl::report_stuck(const char* waiting_for,
+                               std::chrono::steady_clock::duration waited) {
+  if (!warned_stuck.first()) return;
+  log_warning(
+      "advisor: launches have waited {} s for the advisor thread, for {} (it last began {}, at "
+      "launch {} of {} launched); it may be blocked in a CUDA call while the program "
+      "synchronizes the device (docs/advisor.md, \"A hang with the cuDNN sample\")",
+      std::chrono::duration_cast<std::chrono::seconds>(waited).count(), waiting_for, doing.load(),
+      applied_through.load(), launched.load());
 }
 
 void AdvisorImpl::drop_plan(uint64_t at, const char* why) {
@@ -1536,7 +1534,7 @@ void AdvisorImpl::reset_to_start(LivePlan& p) {
 void AdvisorImpl::apply(uint64_t n) {
   LivePlan& p = *plan.load(std::memory_order_relaxed);
   for (uint64_t g = std::max(cursor, p.applied_from); g < n; ++g) {
-    applying.store(g, std::memory_order_relaxed);
+    applied_through.store(g, std::memory_order_release);
     most_behind = std::max(most_behind, launched.load(std::memory_order_relaxed) - g);
     if (stop.load(std::memory_order_relaxed) || diverged.load(std::memory_order_relaxed)) {
       cursor = g;
@@ -2461,13 +2459,12 @@ nlohmann::json iterations_json(
   for (size_t i = 0; i < its.size(); ++i) {
     const trace::Iteration& it = its[i];
     // Wall time from this iteration's first GPU start to the next one's (host gaps included).
-    const uint64_t end =
-        i + 1 < its.size() && its[i + 1].start_ns ? its[i + 1].start_ns : it.end_ns;
+    const auto [start, end] = tracer::iteration_window(its, i);
     nlohmann::json o = {
         {"index", i},
         {"first_step", it.first_step},
         {"steps", it.step_count},
-        {"wall_ms", it.start_ns && end > it.start_ns ? (end - it.start_ns) / 1e6 : 0.0},
+        {"wall_ms", end > start ? (end - start) / 1e6 : 0.0},
         {"gpu_page_faults", it.counters.gpu_page_faults},
         {"bytes_htod", it.counters.bytes_htod},
         {"bytes_dtoh", it.counters.bytes_dtoh},

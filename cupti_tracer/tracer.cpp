@@ -537,14 +537,9 @@ void Tracer::check_own_copies(const trace::Trace& t, RunSummary& summary) {
     }
   }
   summary.copy_clashes = find_copy_clashes(copies, accesses);
-  // Each iteration from its first GPU start to the next one's, as iterations_json's wall time.
   std::vector<std::pair<uint64_t, uint64_t>> windows;
   for (size_t i = 0; i < t.iterations.size(); ++i) {
-    const trace::Iteration& it = t.iterations[i];
-    const uint64_t end = i + 1 < t.iterations.size() && t.iterations[i + 1].start_ns
-                             ? t.iterations[i + 1].start_ns
-                             : it.end_ns;
-    windows.emplace_back(it.start_ns, it.start_ns ? end : 0);
+    windows.push_back(iteration_window(t.iterations, i));
   }
   summary.iteration_copy_busy = copy_busy(copies, windows);
   // The last iteration but one that copied (the last may be cut short by the program's end).
@@ -564,21 +559,20 @@ void Tracer::check_own_copies(const trace::Trace& t, RunSummary& summary) {
         spans.emplace_back(st.start_ns, st.end_ns);
     }
     summary.copy_idle_iteration = pick;
-    summary.copy_idle_gaps = copy_idle_gaps(copies, spans, lo, hi, 12);
-    for (const CopyIdleGap& g : summary.copy_idle_gaps) {
-      uint64_t first = UINT64_MAX, first_start = UINT64_MAX;
+    for (const CopyIdleGap& g : copy_idle_gaps(copies, spans, lo, hi, 12)) {
+      RunSummary::IdleGap& out = summary.copy_idle_gaps.emplace_back();
+      out.gap = g;
+      uint64_t first_start = UINT64_MAX;
       for (size_t i = 0; i < t.steps.size(); ++i) {
         const uint64_t st = t.steps[i].start_ns;
         if (st >= g.start_ns && st < g.start_ns + g.length_ns && st < first_start) {
-          first = i;
+          out.first_step = i;
           first_start = st;
         }
       }
-      summary.copy_idle_first_step.push_back(first);
-      summary.copy_idle_first_name.push_back(first != UINT64_MAX &&
-                                                     t.steps[first].name < t.names.size()
-                                                 ? t.names[t.steps[first].name].substr(0, 120)
-                                                 : std::string());
+      if (out.first_step != UINT64_MAX && t.steps[out.first_step].name < t.names.size()) {
+        out.first_name = t.names[t.steps[out.first_step].name].substr(0, 120);
+      }
     }
   }
   for (const CopyClash& c : summary.copy_clashes->first) {
@@ -1023,6 +1017,16 @@ void note_residency(uint64_t address, uint64_t bytes, bool on_gpu) {
 void note_residency_by_copy(uint64_t address, uint64_t bytes, bool on_gpu, uint32_t copy,
                             uint64_t step) {
   tracer_instance().note_residency(address, bytes, on_gpu, step, copy);
+}
+
+std::pair<uint64_t, uint64_t> iteration_window(const std::vector<trace::Iteration>& iterations,
+                                               size_t i) {
+  const trace::Iteration& it = iterations[i];
+  if (!it.start_ns) return {0, 0};
+  const uint64_t end = i + 1 < iterations.size() && iterations[i + 1].start_ns
+                           ? iterations[i + 1].start_ns
+                           : it.end_ns;
+  return {it.start_ns, end};
 }
 
 uint32_t last_own_copy() {

@@ -362,15 +362,13 @@ void Preload::write_stats_at_exit() {
                                    ? its[summary->copy_idle_iteration].start_ns
                                    : 0;
         nlohmann::json gaps = nlohmann::json::array();
-        for (size_t i = 0; i < summary->copy_idle_gaps.size(); ++i) {
-          const tracer::CopyIdleGap& g = summary->copy_idle_gaps[i];
-          const uint64_t step = summary->copy_idle_first_step[i];
-          gaps.push_back(
-              {{"at_ms", (g.start_ns - start) / 1e6},
-               {"ms", g.length_ns / 1e6},
-               {"steps_busy_ms", g.step_busy_ns / 1e6},
-               {"first_step", step == UINT64_MAX ? nlohmann::json() : nlohmann::json(step)},
-               {"kernel", summary->copy_idle_first_name[i]}});
+        for (const tracer::RunSummary::IdleGap& g : summary->copy_idle_gaps) {
+          gaps.push_back({{"at_ms", (g.gap.start_ns - start) / 1e6},
+                          {"ms", g.gap.length_ns / 1e6},
+                          {"steps_busy_ms", g.gap.step_busy_ns / 1e6},
+                          {"first_step", g.first_step == UINT64_MAX ? nlohmann::json()
+                                                                    : nlohmann::json(g.first_step)},
+                          {"kernel", g.first_name}});
         }
         j["copy_check"]["idle"] = {{"iteration", summary->copy_idle_iteration},
                                    {"gaps", std::move(gaps)}};

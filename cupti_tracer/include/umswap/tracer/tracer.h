@@ -103,11 +103,19 @@ struct RunSummary {
   // In the last full iteration with copies (copy_idle_iteration): the longest stretches with no
   // copy either way (copy_idle_gaps()), and the first step that started in each (UINT64_MAX:
   // none) with its kernel's name.
+  struct IdleGap {
+    CopyIdleGap gap;
+    uint64_t first_step = UINT64_MAX;
+    std::string first_name;
+  };
   uint64_t copy_idle_iteration = UINT64_MAX;
-  std::vector<CopyIdleGap> copy_idle_gaps;
-  std::vector<uint64_t> copy_idle_first_step;
-  std::vector<std::string> copy_idle_first_name;
+  std::vector<IdleGap> copy_idle_gaps;
 };
+// Iteration i of `iterations` on the GPU's clock: from its first step's start to the next
+// iteration's (host gaps included), or to its own last end when it is the last; {0, 0} when it
+// has no GPU time. The window of its wall time and of its copies' busy time.
+std::pair<uint64_t, uint64_t> iteration_window(const std::vector<trace::Iteration>& iterations,
+                                               size_t i);
 // After finish(): the summary, or null when the tracer never ran.
 const RunSummary* run_summary();
 

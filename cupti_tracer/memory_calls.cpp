@@ -197,6 +197,19 @@ std::string_view step_name(MemoryCallClass c) {
   return i < kNames.size() ? kNames[i] : std::string_view("memory call");
 }
 
+bool may_wait_for_gpu(MemoryCallClass c) {
+  switch (c) {
+    case MemoryCallClass::memcpy:
+    case MemoryCallClass::htod:
+    case MemoryCallClass::dtoh:
+    case MemoryCallClass::copy_2d:
+    case MemoryCallClass::copy_batch:
+      return true;
+    default:
+      return false;
+  }
+}
+
 std::span<const uint32_t> memory_callback_ids() {
   return kIds;
 }

@@ -260,6 +260,11 @@ void CUPTIAPI Tracer::on_callback(void* self, CUpti_CallbackDomain domain, CUpti
         break;
       }
       tracer->on_memory_call(call, corr, pointers);
+      // A copy from or to pageable memory holds the thread in the driver until the GPU is done
+      // with it, as a synchronize does (the cuDNN sample's loss, copied back every iteration).
+      if (may_wait_for_gpu(call.what) && tracer->config_.observer) {
+        tracer->config_.observer->before_blocking();
+      }
       break;
     }
   }

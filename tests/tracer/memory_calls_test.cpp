@@ -209,5 +209,17 @@ TEST(MemoryCalls, StepNamesKeepTheTracesEarlierNamesAndAreDistinct) {
   EXPECT_EQ(names.size(), static_cast<size_t>(MemoryCallClass::count));
 }
 
+TEST(MemoryCalls, OnlyCopiesThatMayTouchHostMemoryMayWaitForTheGpu) {
+  EXPECT_TRUE(may_wait_for_gpu(MemoryCallClass::memcpy));
+  EXPECT_TRUE(may_wait_for_gpu(MemoryCallClass::htod));
+  EXPECT_TRUE(may_wait_for_gpu(MemoryCallClass::dtoh));
+  EXPECT_TRUE(may_wait_for_gpu(MemoryCallClass::copy_2d));
+  EXPECT_TRUE(may_wait_for_gpu(MemoryCallClass::copy_batch));
+  EXPECT_FALSE(may_wait_for_gpu(MemoryCallClass::dtod));
+  EXPECT_FALSE(may_wait_for_gpu(MemoryCallClass::memset));
+  EXPECT_FALSE(may_wait_for_gpu(MemoryCallClass::memop));
+  EXPECT_FALSE(may_wait_for_gpu(MemoryCallClass::opaque));
+}
+
 }  // namespace
 }  // namespace umswap::tracer

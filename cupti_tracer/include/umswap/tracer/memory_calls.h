@@ -35,6 +35,12 @@ enum class MemoryCallClass : uint8_t {
 };
 std::string_view step_name(MemoryCallClass c);
 
+// True for the calls that may hold their thread, inside the driver, until the GPU has run what
+// the stream holds before them: every copy that can have host memory on one side (synchronous
+// copies, and asynchronous ones to or from pageable memory, which the driver stages). A device
+// to device copy, a memset or a memory operation returns at once.
+bool may_wait_for_gpu(MemoryCallClass c);
+
 struct MemoryCall {
   MemoryCallClass what = MemoryCallClass::memcpy;
   CUstream stream = nullptr;     // legacy default stream for synchronous calls; the per-thread

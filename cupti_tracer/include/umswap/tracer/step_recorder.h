@@ -62,8 +62,9 @@ class LaunchObserver {
     (void)what;
   }
   // A call that blocks its thread until the GPU gets somewhere (cuCtxSynchronize,
-  // cuStreamSynchronize, cuEventSynchronize), at API entry on the calling thread, outside the
-  // tracer's locks, before the driver is entered. The default ignores it.
+  // cuStreamSynchronize, cuEventSynchronize, and a copy that may have host memory on one side,
+  // after its on_step), at API entry on the calling thread, outside the tracer's locks, before
+  // the driver is entered. The default ignores it.
   virtual void before_blocking() {}
 };
 

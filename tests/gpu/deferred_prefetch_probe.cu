@@ -1,0 +1,303 @@
+// Does cudaMemPrefetchAsync block its caller while earlier prefetches wait on the GPU? The
+// advisor's hang with copies (docs/advisor.md, "A hang with the cuDNN sample") had its thread
+// inside cuMemPrefetchAsync for good while launches waited for words it had yet to write.
+//
+// A stream `gate` waits on a host word (cuStreamWaitValue32) that a helper thread sets after
+// `release_ms`; stream `pend` waits (event) for `gate`. Each case issues prefetches and times
+// every call: a call that returns only when the gate opens took about release_ms.
+//   pend-gpu    64 prefetches of 2 MiB to the GPU on `pend`
+//   pend-host   64 prefetches of 2 MiB to the host on `pend`
+//   idle-after  1 prefetch on an idle stream while `pend` holds 8 pending ones (other ranges)
+//   same-range  1 prefetch on an idle stream of a range a pending one on `pend` moves
+//   copy-after  a cudaMemcpyAsync and a discard on an idle stream while `pend` holds prefetches
+//   two-streams 40 pending on `pend`, then 40 on a second stream behind the same gate
+//   discards    80 cuMemDiscardBatchAsync of 2 MiB on `pend`
+//   copies      80 cudaMemcpyAsync of 2 MiB to pinned memory on `pend`
+//   batches     80 cuMemPrefetchBatchAsync of two 2 MiB ranges on `pend`
+//   idle-at-57  1 prefetch on an idle stream while `pend` holds 57 pending ones
+//   writes      80 cuStreamWriteValue32 on `pend`
+//   waits       80 cuStreamWaitValue32 (already satisfied) on `pend`
+//   16MiB       64 prefetches of 16 MiB on `pend`
+//   discard4    64 cuMemDiscardBatchAsync of four 2 MiB ranges on `pend`
+//   wait+pref   80 pairs of a satisfied cuStreamWaitValue32 and a 2 MiB prefetch on `pend`
+// usage: deferred_prefetch_probe [release_ms]   (128 MiB of managed memory)
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+#include "cuda_check.h"
+
+#define CHECK_CU(call)                                               \
+  do {                                                               \
+    const CUresult r_ = (call);                                      \
+    if (r_ != CUDA_SUCCESS) {                                        \
+      std::fprintf(stderr, "%s failed: error %d\n", #call, int(r_)); \
+      std::exit(1);                                                  \
+    }                                                                \
+  } while (0)
+
+using Clock = std::chrono::steady_clock;
+static double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+namespace {
+constexpr size_t kChunk = size_t(2) << 20;
+constexpr int kChunks = 64;
+
+struct Gate {
+  volatile unsigned* word = nullptr;
+  CUdeviceptr device = 0;
+  std::thread opener;
+  Clock::time_point closed_at;
+  void close(cudaStream_t s, int release_ms) {
+    *word = 0;
+    CHECK_CU(
+        cuStreamWaitValue32(reinterpret_cast<CUstream>(s), device, 1, CU_STREAM_WAIT_VALUE_GEQ));
+    closed_at = Clock::now();
+    opener = std::thread([this, release_ms] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(release_ms));
+      *word = 1;
+    });
+  }
+  void join() { opener.join(); }
+};
+
+void report(const char* name, const std::vector<double>& calls, double release_ms) {
+  int first_blocked = -1;
+  double longest = 0;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (calls[i] > release_ms / 2 && first_blocked < 0) first_blocked = static_cast<int>(i);
+    if (calls[i] > longest) longest = calls[i];
+  }
+  std::printf("%-11s %zu calls, longest %.1f ms, first call blocked until the gate opened: %d\n",
+              name, calls.size(), longest, first_blocked);
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int release_ms = argc > 1 ? std::atoi(argv[1]) : 1500;
+  CHECK(cudaSetDevice(0));
+  CHECK(cudaFree(nullptr));
+  char* p = nullptr;
+  CHECK(cudaMallocManaged(&p, kChunk * kChunks));
+  CHECK(cudaMemset(p, 1, kChunk * kChunks));
+  CHECK(cudaDeviceSynchronize());
+  void* host_word = nullptr;
+  CHECK(cudaHostAlloc(&host_word, 64, cudaHostAllocMapped));
+  Gate gate;
+  gate.word = static_cast<volatile unsigned*>(host_word);
+  CHECK_CU(cuMemHostGetDevicePointer(&gate.device, host_word, 0));
+  cudaStream_t gs, pend, idle;
+  CHECK(cudaStreamCreateWithFlags(&gs, cudaStreamNonBlocking));
+  CHECK(cudaStreamCreateWithFlags(&pend, cudaStreamNonBlocking));
+  CHECK(cudaStreamCreateWithFlags(&idle, cudaStreamNonBlocking));
+  cudaEvent_t ev;
+  CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  const cudaMemLocation gpu{cudaMemLocationTypeDevice, 0}, host{cudaMemLocationTypeHost, 0};
+  const auto place_all = [&](cudaMemLocation where) {
+    CHECK(cudaMemPrefetchAsync(p, kChunk * kChunks, where, 0, idle));
+    CHECK(cudaStreamSynchronize(idle));
+  };
+  const auto block_pend = [&] {
+    gate.close(gs, release_ms);
+    CHECK(cudaEventRecord(ev, gs));
+    CHECK(cudaStreamWaitEvent(pend, ev, 0));
+  };
+  const auto timed = [](auto&& call) {
+    const auto t = Clock::now();
+    call();
+    return ms_since(t);
+  };
+  for (int to_gpu = 1; to_gpu >= 0; --to_gpu) {
+    place_all(to_gpu ? host : gpu);
+    block_pend();
+    std::vector<double> calls;
+    for (int i = 0; i < kChunks; ++i) {
+      calls.push_back(timed([&] {
+        CHECK(cudaMemPrefetchAsync(p + i * kChunk, kChunk, to_gpu ? gpu : host, 0, pend));
+      }));
+    }
+    CHECK(cudaStreamSynchronize(pend));
+    gate.join();
+    report(to_gpu ? "pend-gpu" : "pend-host", calls, release_ms);
+  }
+  {
+    place_all(host);
+    block_pend();
+    for (int i = 0; i < 8; ++i) CHECK(cudaMemPrefetchAsync(p + i * kChunk, kChunk, gpu, 0, pend));
+    const double call =
+        timed([&] { CHECK(cudaMemPrefetchAsync(p + 32 * kChunk, kChunk, gpu, 0, idle)); });
+    CHECK(cudaStreamSynchronize(pend));
+    gate.join();
+    report("idle-after", {call}, release_ms);
+  }
+  {
+    place_all(host);
+    block_pend();
+    CHECK(cudaMemPrefetchAsync(p, kChunk, gpu, 0, pend));
+    const double call = timed([&] { CHECK(cudaMemPrefetchAsync(p, kChunk, host, 0, idle)); });
+    CHECK(cudaStreamSynchronize(pend));
+    gate.join();
+    report("same-range", {call}, release_ms);
+  }
+  {
+    place_all(gpu);
+    void* pinned = nullptr;
+    CHECK(cudaHostAlloc(&pinned, kChunk, cudaHostAllocDefault));
+    block_pend();
+    for (int i = 0; i < 8; ++i) CHECK(cudaMemPrefetchAsync(p + i * kChunk, kChunk, host, 0, pend));
+    std::vector<double> calls;
+    calls.push_back(timed([&] {
+      CHECK(cudaMemcpyAsync(pinned, p + 40 * kChunk, kChunk, cudaMemcpyDeviceToHost, idle));
+    }));
+    CUdeviceptr d = reinterpret_cast<CUdeviceptr>(p + 40 * kChunk);
+    size_t size = kChunk;
+    calls.push_back(timed([&] {
+      CHECK_CU(cuMemDiscardBatchAsync(&d, &size, 1, 0, reinterpret_cast<CUstream>(idle)));
+    }));
+    CHECK(cudaStreamSynchronize(pend));
+    gate.join();
+    report("copy-after", calls, release_ms);
+    CHECK(cudaFreeHost(pinned));
+  }
+  // Per stream or per context: 40 pending on `pend`, then 40 on a second gated stream.
+  {
+    place_all(host);
+    cudaStream_t pend2;
+    CHECK(cudaStreamCreateWithFlags(&pend2, cudaStreamNonBlocking));
+    block_pend();
+    CHECK(cudaStreamWaitEvent(pend2, ev, 0));
+    std::vector<double> calls;
+    for (int i = 0; i < 80; ++i) {
+      calls.push_back(timed([&] {
+        CHECK(cudaMemPrefetchAsync(p + (i % kChunks) * kChunk, kChunk, gpu, 0,
+                                   i < 40 ? pend : pend2));
+      }));
+    }
+    CHECK(cudaStreamSynchronize(pend));
+    CHECK(cudaStreamSynchronize(pend2));
+    gate.join();
+    report("two-streams", calls, release_ms);
+  }
+  // Discards, copies and batched prefetches on a pending stream: do they count too?
+  {
+    place_all(gpu);
+    block_pend();
+    std::vector<double> calls;
+    for (int i = 0; i < 80; ++i) {
+      CUdeviceptr d = reinterpret_cast<CUdeviceptr>(p + (i % kChunks) * kChunk);
+      size_t size = kChunk;
+      calls.push_back(timed([&] {
+        CHECK_CU(cuMemDiscardBatchAsync(&d, &size, 1, 0, reinterpret_cast<CUstream>(pend)));
+      }));
+    }
+    CHECK(cudaStreamSynchronize(pend));
+    gate.join();
+    report("discards", calls, release_ms);
+  }
+  {
+    place_all(gpu);
+    void* pinned = nullptr;
+    CHECK(cudaHostAlloc(&pinned, kChunk, cudaHostAllocDefault));
+    block_pend();
+    std::vector<double> calls;
+    for (int i = 0; i < 80; ++i) {
+      calls.push_back(timed([&] {
+        CHECK(cudaMemcpyAsync(pinned, p + (i % kChunks) * kChunk, kChunk, cudaMemcpyDeviceToHost,
+                              pend));
+      }));
+    }
+    CHECK(cudaStreamSynchronize(pend));
+    gate.join();
+    report("copies", calls, release_ms);
+    CHECK(cudaFreeHost(pinned));
+  }
+  {
+    place_all(host);
+    block_pend();
+    std::vector<double> calls;
+    CUmemLocation cgpu{};
+    cgpu.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    cgpu.id = 0;
+    size_t loc_index = 0;
+    for (int i = 0; i < 80; ++i) {
+      CUdeviceptr ds[2] = {reinterpret_cast<CUdeviceptr>(p + (i % kChunks) * kChunk),
+                           reinterpret_cast<CUdeviceptr>(p + ((i + 1) % kChunks) * kChunk)};
+      size_t sizes[2] = {kChunk, kChunk};
+      calls.push_back(timed([&] {
+        CHECK_CU(cuMemPrefetchBatchAsync(ds, sizes, 2, &cgpu, &loc_index, 1, 0,
+                                         reinterpret_cast<CUstream>(pend)));
+      }));
+    }
+    CHECK(cudaStreamSynchronize(pend));
+    gate.join();
+    report("batches", calls, release_ms);
+  }
+  // Once blocked calls are behind a gate, does a prefetch on an idle stream wait too?
+  {
+    place_all(host);
+    block_pend();
+    for (int i = 0; i < 57; ++i) CHECK(cudaMemPrefetchAsync(p + i * kChunk, kChunk, gpu, 0, pend));
+    const double call =
+        timed([&] { CHECK(cudaMemPrefetchAsync(p + 60 * kChunk, kChunk, gpu, 0, idle)); });
+    CHECK(cudaStreamSynchronize(pend));
+    gate.join();
+    report("idle-at-57", {call}, release_ms);
+  }
+  // Stream memory operations behind the gate: do they count toward the same limit?
+  for (int kind = 0; kind < 3; ++kind) {
+    place_all(host);
+    block_pend();
+    std::vector<double> calls;
+    for (int i = 0; i < 80; ++i) {
+      calls.push_back(timed([&] {
+        const CUstream cs = reinterpret_cast<CUstream>(pend);
+        if (kind == 0) {
+          CHECK_CU(cuStreamWriteValue32(cs, gate.device + 8, i, 0));
+        } else if (kind == 1) {
+          CHECK_CU(cuStreamWaitValue32(cs, gate.device + 8, 0, CU_STREAM_WAIT_VALUE_GEQ));
+        } else {
+          CHECK_CU(cuStreamWaitValue32(cs, gate.device + 8, 0, CU_STREAM_WAIT_VALUE_GEQ));
+          CHECK(cudaMemPrefetchAsync(p + (i % kChunks) * kChunk, kChunk, gpu, 0, pend));
+        }
+      }));
+    }
+    CHECK(cudaStreamSynchronize(pend));
+    gate.join();
+    report(kind == 0 ? "writes" : kind == 1 ? "waits" : "wait+pref", calls, release_ms);
+  }
+  // Does a call count once, or once per 2 MiB (or per range of a batch)?
+  for (int kind = 0; kind < 2; ++kind) {
+    place_all(kind == 0 ? host : gpu);
+    block_pend();
+    std::vector<double> calls;
+    for (int i = 0; i < 64; ++i) {
+      calls.push_back(timed([&] {
+        if (kind == 0) {  // 16 MiB: 8 pages of 2 MiB
+          CHECK(cudaMemPrefetchAsync(p + (i % 8) * 8 * kChunk, 8 * kChunk, gpu, 0, pend));
+        } else {  // a discard batch of 4 ranges
+          CUdeviceptr ds[4];
+          size_t sizes[4];
+          for (int k = 0; k < 4; ++k) {
+            ds[k] = reinterpret_cast<CUdeviceptr>(p + ((4 * i + k) % kChunks) * kChunk);
+            sizes[k] = kChunk;
+          }
+          CHECK_CU(cuMemDiscardBatchAsync(ds, sizes, 4, 0, reinterpret_cast<CUstream>(pend)));
+        }
+      }));
+    }
+    CHECK(cudaStreamSynchronize(pend));
+    gate.join();
+    report(kind == 0 ? "16MiB" : "discard4", calls, release_ms);
+  }
+  CHECK(cudaFree(p));
+  std::printf("release after %d ms\n", release_ms);
+  return 0;
+}

@@ -20,11 +20,13 @@
 #include "umswap/advisor/copy_kernel.h"
 #include "umswap/advisor/host_copies.h"
 #include "umswap/advisor/online_learning.h"
+#include "umswap/advisor/pending_ops.h"
 #include "umswap/advisor/planner.h"
 #include "umswap/advisor/replay.h"
 #include "umswap/allocator/managed_allocator.h"
 #include "umswap/allocator/placement.h"
 #include "umswap/core/log.h"
+#include "umswap/core/thread_stacks.h"
 #include "umswap/tracer/extents.h"
 #include "umswap/tracer/iteration_detector.h"
 
@@ -371,6 +373,18 @@ class AdvisorImpl {
   };
   std::deque<TicketEvent> out_events, in_events;
   std::vector<CUevent> spare_events;
+  // UMSWAP_MANAGED_OPS_CAP (pending_ops.h): at most that many of the advisor's prefetches and
+  // discards wait on the GPU at once; before another, it waits outside the driver (after 10 s
+  // it issues anyway). Marked at the end of every apply(). Measured (docs/advisor.md): a cap of
+  // 8 ended the cuDNN sample's hang with copies; 16 and 24 did not, though the advisor's own
+  // count stayed below them, so something else also takes the driver's slots (not found).
+  std::unique_ptr<PendingOps> ops;
+  uint64_t ops_throttled = 0, ops_throttle_timeouts = 0;
+  double ops_throttle_s = 0;
+  OnceFlag warned_ops_throttle;
+  void retire_ops();
+  void mark_ops();
+  void before_managed_op(CUstream s);
   uint64_t out_ticket = 0, in_ticket = 0, out_done = 0, in_done = 0;
   // After the last discard (on discard_stream, or `stream`); copies back wait for it.
   CUevent discarded_event = nullptr;
@@ -766,6 +780,9 @@ bool AdvisorImpl::set_up() {
     }
   }
   events_ready.store(true, std::memory_order_release);
+  if (config.managed_ops_cap != 0 && d.event_query && d.event_record) {
+    ops = std::make_unique<PendingOps>(config.managed_ops_cap);
+  }
   if (config.evict_copy && (!config.prefetch_wait || !config.evict_wait)) {
     log_info("UMSWAP_EVICT_COPY: UMSWAP_PREFETCH_WAIT and UMSWAP_EVICT_WAIT are on with it");
     config.prefetch_wait = config.evict_wait = true;
@@ -995,6 +1012,10 @@ void AdvisorImpl::report_stuck(const char* waiting_for,
       "synchronizes the device (docs/advisor.md, \"A hang with the cuDNN sample\")",
       std::chrono::duration_cast<std::chrono::seconds>(waited).count(), waiting_for, doing.load(),
       applied_through.load(), launched.load());
+  if (config.hang_stacks) {
+    log_warning("advisor: every thread's stack follows (UMSWAP_HANG_STACKS=1)");
+    log_warning("advisor: {} threads wrote their stacks", dump_thread_stacks(2));
+  }
 }
 
 void AdvisorImpl::drop_plan(uint64_t at, const char* why) {
@@ -1417,6 +1438,7 @@ void AdvisorImpl::migrate(uint64_t address, uint64_t length, bool to_gpu, uint64
   CUmemLocation where{};
   where.type = to_gpu ? CU_MEM_LOCATION_TYPE_DEVICE : CU_MEM_LOCATION_TYPE_HOST;
   where.id = to_gpu ? device : 0;
+  before_managed_op(stream);
   const auto t0 = std::chrono::steady_clock::now();
   const CUresult r = d.mem_prefetch_async(address, length, where, 0, stream);
   issued_calls.fetch_add(1, std::memory_order_relaxed);
@@ -1632,6 +1654,8 @@ void AdvisorImpl::apply(uint64_t n) {
   }
   cursor = std::max(cursor, n);
   applied_through.store(cursor, std::memory_order_release);
+  mark_ops();
+  retire_ops();
 }
 
 // ---- UMSWAP_EVICT_COPY (host_copies.h; docs/advisor.md "Evictions umswap copies") ----
@@ -1750,6 +1774,64 @@ CUevent AdvisorImpl::take_event() {
   return e;
 }
 
+// The advisor's managed-memory calls seen run (their streams' events done).
+void AdvisorImpl::retire_ops() {
+  if (!ops) return;
+  ops->retire(
+      [this](PendingOps::Event e) {
+        return d.event_query(static_cast<CUevent>(e)) == CUDA_SUCCESS;
+      },
+      [this](PendingOps::Event e) { spare_events.push_back(static_cast<CUevent>(e)); });
+}
+
+// An event after the calls on each stream since its last mark.
+void AdvisorImpl::mark_ops() {
+  if (!ops) return;
+  ops->mark([this](PendingOps::Stream s) -> PendingOps::Event {
+    CUevent e = take_event();
+    if (e && d.event_record(e, static_cast<CUstream>(const_cast<void*>(s))) != CUDA_SUCCESS) {
+      spare_events.push_back(e);
+      e = nullptr;  // not tracked: counted as run (the cap leaves the driver a margin)
+    }
+    return e;
+  });
+}
+
+// Before a managed-memory call (a prefetch or a discard) on stream s: with
+// UMSWAP_MANAGED_OPS_CAP, waits until fewer than the cap of the advisor's wait on the GPU.
+void AdvisorImpl::before_managed_op(CUstream s) {
+  if (!ops) return;
+  if (ops->full()) {
+    mark_ops();
+    retire_ops();
+    if (ops->full()) {
+      ++ops_throttled;
+      const auto t0 = std::chrono::steady_clock::now();
+      const char* was_doing = doing.load(std::memory_order_relaxed);
+      doing.store("waiting for the GPU to run its queued prefetches", std::memory_order_relaxed);
+      while (ops->full() && !stop.load(std::memory_order_acquire)) {
+        sleep_us(50);
+        retire_ops();
+        if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(10)) {
+          // Something else holds the GPU: go on (the call may block in the driver).
+          ++ops_throttle_timeouts;
+          if (warned_ops_throttle.first()) {
+            log_warning(
+                "advisor: {} of its prefetches and discards have waited 10 s for the GPU to "
+                "reach them (UMSWAP_MANAGED_OPS_CAP={}); it issues more anyway",
+                ops->waiting(), ops->cap());
+          }
+          break;
+        }
+      }
+      ops_throttle_s +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      doing.store(was_doing, std::memory_order_relaxed);
+    }
+  }
+  ops->issued(s);
+}
+
 // The highest ticket of `q` whose event is done (at least `seen`); done events go back to the
 // spares.
 uint64_t AdvisorImpl::poll(std::deque<TicketEvent>& q, uint64_t seen) {
@@ -1842,6 +1924,7 @@ bool AdvisorImpl::evict_by_copy(uint64_t address, uint64_t length, uint64_t g, u
       return true;
     }
     // UMSWAP_EVICT_COPY=keep (a diagnostic): the GPU pages stay.
+    if (!config.evict_copy_keep) before_managed_op(ds);
     const CUresult r =
         config.evict_copy_keep
             ? CUDA_SUCCESS
@@ -1968,6 +2051,7 @@ void AdvisorImpl::issue_restore(const LivePlan* p, Restore r) {
     gpu.id = device;
     // Populate (a prefetch of discarded pages moves nothing), then copy in.
     for (const HostCopies::Segment& s : r.segments) {
+      before_managed_op(ps);
       d.mem_prefetch_async(s.address, s.length, gpu, 0, ps);
     }
     if (ps != restore_stream) {
@@ -2309,6 +2393,11 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
       {"prefetch_call_seconds", a.prefetch_call_s},
       {"evict_call_seconds", a.evict_call_s},
       {"longest_call_seconds", a.longest_call_s},
+      {"managed_ops_cap", a.config.managed_ops_cap},
+      {"managed_ops_most_waiting", a.ops ? a.ops->most_waiting() : 0},
+      {"managed_ops_throttled", a.ops_throttled},
+      {"managed_ops_throttle_seconds", a.ops_throttle_s},
+      {"managed_ops_throttle_timeouts", a.ops_throttle_timeouts},
       {"most_launches_behind", a.most_behind},
       {"plan_buffers", a.plan_buffers},
       {"plan_buffers_found", a.plan_buffers_found},

@@ -78,6 +78,15 @@ constexpr std::array kOptionTable = {
                "with UMSWAP_EVICT_COPY: 1: a copy back's populate and a copy out's discard run on "
                "streams of their own, so that the copies each way follow each other without "
                "them in between; 0: each runs on its copy's stream, right before or after it"},
+    OptionInfo{"UMSWAP_MANAGED_OPS_CAP", "0",
+               "experimental: at most this many of the advisor's prefetches and discards wait on "
+               "the GPU at once; it waits (outside the driver) before issuing more. The driver "
+               "blocks the 57th or so such call until one runs, and a blocked advisor never "
+               "writes the words launches wait for. 8 ended the cuDNN sample's hang with "
+               "UMSWAP_EVICT_COPY; 0: no cap (docs/advisor.md)"},
+    OptionInfo{"UMSWAP_HANG_STACKS", "0",
+               "1 (a diagnostic): when launches have waited 10 s for the advisor thread, every "
+               "thread of the program prints its call stack to stderr"},
     OptionInfo{"UMSWAP_ASYNC_SLABS", "1",
                "1: cudaMallocAsync allocations are blocks of umswap's managed slabs (exact "
                "extents for the advisor); 0: the driver's managed memory pool"},
@@ -271,6 +280,16 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
       warn("UMSWAP_CALLSITE_DEPTH", v, "is not a whole number from 0 to 32", "8");
     }
   }
+  if (const char* v = read("UMSWAP_MANAGED_OPS_CAP")) {
+    const std::string_view t = trim(v);
+    int cap = -1;
+    const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), cap);
+    if (ec == std::errc() && end == t.data() + t.size() && cap >= 0 && cap <= 48) {
+      options.managed_ops_cap = cap;
+    } else {
+      warn("UMSWAP_MANAGED_OPS_CAP", v, "is not a whole number from 0 to 48", "0");
+    }
+  }
   if (const char* v = read("UMSWAP_TRACE")) options.trace_path = std::string(trim(v));
   if (const char* v = read("UMSWAP_TRACE_ITERATIONS")) {
     const std::string_view t = trim(v);
@@ -299,6 +318,7 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
   }
   read_choice("UMSWAP_EVICT_COPY_ROOM", "all", "plan", &options.evict_copy_room_plan);
   read_bool("UMSWAP_EVICT_COPY_SIDE_STREAMS", &options.evict_copy_side_streams, "1");
+  read_bool("UMSWAP_HANG_STACKS", &options.hang_stacks, "0");
   read_choice("UMSWAP_EVICT_COPY_PATH", "engine", "kernel", &options.evict_copy_kernel);
   read_bool("UMSWAP_ASYNC_SLABS", &options.async_slabs, "1");
   read_bool("UMSWAP_DISCARD_FREED", &options.discard_freed, "0");
@@ -332,6 +352,8 @@ std::vector<std::string> describe(const Options& options) {
       fmt::format("UMSWAP_EVICT_COPY_ROOM={}", options.evict_copy_room_plan ? "plan" : "all"),
       fmt::format("UMSWAP_EVICT_COPY_PATH={}", options.evict_copy_kernel ? "kernel" : "engine"),
       fmt::format("UMSWAP_EVICT_COPY_SIDE_STREAMS={}", options.evict_copy_side_streams ? 1 : 0),
+      fmt::format("UMSWAP_MANAGED_OPS_CAP={}", options.managed_ops_cap),
+      fmt::format("UMSWAP_HANG_STACKS={}", options.hang_stacks ? 1 : 0),
       fmt::format("UMSWAP_ASYNC_SLABS={}", options.async_slabs ? 1 : 0),
       fmt::format("UMSWAP_DISCARD_FREED={}", options.discard_freed ? 1 : 0),
       fmt::format("UMSWAP_LIFETIMES={}", options.lifetimes ? 1 : 0),

@@ -8,6 +8,8 @@ umswap_add_test(NAME core_options_test
   SOURCES ${_umswap_unit_dir}/core/options_test.cpp LIBS umswap_core)
 umswap_add_test(NAME core_stats_file_test
   SOURCES ${_umswap_unit_dir}/core/stats_file_test.cpp LIBS umswap_core)
+umswap_add_test(NAME core_thread_stacks_test
+  SOURCES ${_umswap_unit_dir}/core/thread_stacks_test.cpp LIBS umswap_core)
 umswap_add_test(NAME core_log_test
   SOURCES ${_umswap_unit_dir}/core/log_test.cpp LIBS umswap_core)
 

@@ -465,6 +465,31 @@ TEST(ParseOptions, EvictCopySideStreamsIsABoolean) {
   EXPECT_TRUE(warnings.empty());
 }
 
+TEST(ParseOptions, ManagedOpsCapIsAWholeNumberUpTo48) {
+  std::vector<std::string> warnings;
+  EXPECT_EQ(parse({}, &warnings).managed_ops_cap, 0);
+  EXPECT_EQ(parse({{"UMSWAP_MANAGED_OPS_CAP", " 8"}}, &warnings).managed_ops_cap, 8);
+  EXPECT_EQ(parse({{"UMSWAP_MANAGED_OPS_CAP", "48"}}, &warnings).managed_ops_cap, 48);
+  EXPECT_TRUE(warnings.empty());
+  for (const char* bad : {"49", "-1", "8x", "many"}) {
+    warnings.clear();
+    EXPECT_EQ(parse({{"UMSWAP_MANAGED_OPS_CAP", bad}}, &warnings).managed_ops_cap, 0) << bad;
+    ASSERT_EQ(warnings.size(), 1u) << bad;
+    EXPECT_NE(warnings[0].find("UMSWAP_MANAGED_OPS_CAP"), std::string::npos);
+    EXPECT_NE(warnings[0].find("from 0 to 48"), std::string::npos);
+  }
+}
+
+TEST(ParseOptions, HangStacksIsABoolean) {
+  std::vector<std::string> warnings;
+  EXPECT_FALSE(parse({}, &warnings).hang_stacks);
+  EXPECT_TRUE(parse({{"UMSWAP_HANG_STACKS", "1"}}, &warnings).hang_stacks);
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_FALSE(parse({{"UMSWAP_HANG_STACKS", "maybe"}}, &warnings).hang_stacks);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("UMSWAP_HANG_STACKS"), std::string::npos);
+}
+
 TEST(ParseOptions, WarningsAreAppended) {
   std::vector<std::string> warnings = {"earlier"};
   parse({{"UMSWAP_MODE", "x"}}, &warnings);
@@ -501,11 +526,13 @@ TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
                                                   "UMSWAP_EVICT_COPY_ROOM",
                                                   "UMSWAP_EVICT_COPY_PATH",
                                                   "UMSWAP_EVICT_COPY_SIDE_STREAMS",
+                                                  "UMSWAP_MANAGED_OPS_CAP",
+                                                  "UMSWAP_HANG_STACKS",
                                                   "UMSWAP_ASYNC_SLABS",
                                                   "UMSWAP_DISCARD_FREED",
                                                   "UMSWAP_LIFETIMES",
                                                   "UMSWAP_PLACEMENT"}));
-  EXPECT_EQ(option_table().size(), 21u);  // no duplicates
+  EXPECT_EQ(option_table().size(), 23u);  // no duplicates
 }
 
 TEST(OptionTable, EveryEntryHasAMeaning) {
@@ -544,6 +571,8 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
   o.discard_freed = true;
   o.lifetimes = false;
   o.placement = false;
+  o.managed_ops_cap = 8;
+  o.hang_stacks = true;
   const std::vector<std::string> lines = describe(o);
   EXPECT_EQ(lines, (std::vector<std::string>{"UMSWAP_MODE=passthrough",
                                              "UMSWAP_BUDGET=40G",
@@ -562,6 +591,8 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
                                              "UMSWAP_EVICT_COPY_ROOM=all",
                                              "UMSWAP_EVICT_COPY_PATH=engine",
                                              "UMSWAP_EVICT_COPY_SIDE_STREAMS=1",
+                                             "UMSWAP_MANAGED_OPS_CAP=8",
+                                             "UMSWAP_HANG_STACKS=1",
                                              "UMSWAP_ASYNC_SLABS=0",
                                              "UMSWAP_DISCARD_FREED=1",
                                              "UMSWAP_LIFETIMES=0",

@@ -129,6 +129,11 @@ struct AdvisorConfig {
   // streams of their own (after the same waits), so that the copies each way follow each other
   // without them in between; false: on the copy's stream, right before or after it.
   bool evict_copy_side_streams = true;
+  // UMSWAP_MANAGED_OPS_CAP: at most this many of the advisor's prefetches and discards wait on
+  // the GPU at once (0: no cap).
+  uint32_t managed_ops_cap = 0;
+  // UMSWAP_HANG_STACKS: when the watchdog reports a stall, every thread prints its stack.
+  bool hang_stacks = false;
   // True while umswap's own code runs on the calling thread (a hook): its blocking calls (the
   // allocator's, under its lock) do not wait for the advisor in before_blocking(). Empty: never.
   std::function<bool()> in_own_code;

@@ -81,6 +81,10 @@ struct Options {
   bool evict_copy_room_plan = false;  // a copy back waits only for the evictions its room needs
   bool evict_copy_kernel = false;     // copies by umswap's copy kernel, not a copy engine
   bool evict_copy_side_streams = true;  // populates and discards beside the copies' streams
+  // The advisor's prefetches and discards left waiting on the GPU at once (0: no cap): the
+  // driver blocks the call after about 57 (docs/advisor.md, "A hang with the cuDNN sample").
+  int managed_ops_cap = 0;
+  bool hang_stacks = false;    // every thread prints its stack when the watchdog finds a stall
   bool async_slabs = true;     // stream-ordered allocations from slabs, not the managed pool
   bool discard_freed = false;  // slabs: discard freed blocks, populate new ones (experimental)
   bool lifetimes = true;       // slabs: plan with block lifetimes; drop dead data at frees

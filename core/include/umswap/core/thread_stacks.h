@@ -1,0 +1,15 @@
+// A diagnostic for hangs: every thread of the process writes its own call stack (glibc's
+// backtrace, symbols as the dynamic symbol tables have them) to a file descriptor. Used by the
+// advisor's watchdog when launches have waited long for the advisor thread and
+// UMSWAP_HANG_STACKS=1: the devices umswap runs on have no debugger to attach.
+#pragma once
+
+namespace umswap {
+
+// Signals each thread but the caller, one at a time, and waits (at most 200 ms each) for it to
+// write "umswap: thread TID (NAME):" and its frames to `fd`. A thread blocked with the signal
+// masked writes nothing. The handler (on SIGRTMAX - 3) stays installed. Returns the number of
+// threads that wrote.
+int dump_thread_stacks(int fd);
+
+}  // namespace umswap

@@ -229,6 +229,19 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
       }
     }
   };
+  // A whole number from lo to hi; a bad value keeps the default and says which.
+  auto read_int = [&](const char* name, int lo, int hi, int* field, std::string_view default_text) {
+    if (const char* v = read(name)) {
+      const std::string_view t = trim(v);
+      int n = lo - 1;
+      const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), n);
+      if (ec == std::errc() && end == t.data() + t.size() && n >= lo && n <= hi) {
+        *field = n;
+      } else {
+        warn(name, v, fmt::format("is not a whole number from {} to {}", lo, hi), default_text);
+      }
+    }
+  };
   // An option of two words: `off` (the default) or `on`, which sets the field.
   auto read_choice = [&](const char* name, std::string_view off, std::string_view on, bool* field) {
     if (const char* v = read(name)) {
@@ -270,26 +283,8 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
       warn("UMSWAP_VERBOSE", v, "is not 0, 1 or 2", "0");
     }
   }
-  if (const char* v = read("UMSWAP_CALLSITE_DEPTH")) {
-    const std::string_view t = trim(v);
-    int depth = -1;
-    const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), depth);
-    if (ec == std::errc() && end == t.data() + t.size() && depth >= 0 && depth <= 32) {
-      options.callsite_depth = depth;
-    } else {
-      warn("UMSWAP_CALLSITE_DEPTH", v, "is not a whole number from 0 to 32", "8");
-    }
-  }
-  if (const char* v = read("UMSWAP_MANAGED_OPS_CAP")) {
-    const std::string_view t = trim(v);
-    int cap = -1;
-    const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), cap);
-    if (ec == std::errc() && end == t.data() + t.size() && cap >= 0 && cap <= 48) {
-      options.managed_ops_cap = cap;
-    } else {
-      warn("UMSWAP_MANAGED_OPS_CAP", v, "is not a whole number from 0 to 48", "0");
-    }
-  }
+  read_int("UMSWAP_CALLSITE_DEPTH", 0, 32, &options.callsite_depth, "8");
+  read_int("UMSWAP_MANAGED_OPS_CAP", 0, 48, &options.managed_ops_cap, "0");
   if (const char* v = read("UMSWAP_TRACE")) options.trace_path = std::string(trim(v));
   if (const char* v = read("UMSWAP_TRACE_ITERATIONS")) {
     const std::string_view t = trim(v);

@@ -2,6 +2,7 @@
 // error on stderr and ends the program with exit status 1.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -14,4 +15,14 @@
       std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(e_)); \
       std::exit(1);                                                           \
     }                                                                         \
+  } while (0)
+
+// The same for a driver API call (the program links libcuda).
+#define CHECK_CU(call)                                               \
+  do {                                                               \
+    const CUresult r_ = (call);                                      \
+    if (r_ != CUDA_SUCCESS) {                                        \
+      std::fprintf(stderr, "%s failed: error %d\n", #call, int(r_)); \
+      std::exit(1);                                                  \
+    }                                                                \
   } while (0)

@@ -33,15 +33,6 @@
 
 #include "cuda_check.h"
 
-#define CHECK_CU(call)                                               \
-  do {                                                               \
-    const CUresult r_ = (call);                                      \
-    if (r_ != CUDA_SUCCESS) {                                        \
-      std::fprintf(stderr, "%s failed: error %d\n", #call, int(r_)); \
-      std::exit(1);                                                  \
-    }                                                                \
-  } while (0)
-
 using Clock = std::chrono::steady_clock;
 static double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();

@@ -651,11 +651,12 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
 // launch submitted so far; at most 5 s (then it goes on, and the stats count it).
 void Advisor::before_blocking() {
   AdvisorImpl& a = *impl_;
-  if (a.config.in_own_code && a.config.in_own_code()) return;
+  // Cheapest first: this runs before every synchronize and every copy with a host side.
   const LivePlan* p = a.plan.load(std::memory_order_acquire);
+  if (!p || (a.config.in_own_code && a.config.in_own_code())) return;
   const bool waits = a.progress_device && !a.waits_off.load(std::memory_order_relaxed) &&
                      a.waits_from.load(std::memory_order_acquire) != UINT64_MAX;
-  if (!p || (!waits && !a.copies_live.load(std::memory_order_acquire))) return;
+  if (!waits && !a.copies_live.load(std::memory_order_acquire)) return;
   const uint64_t target = a.launched.load(std::memory_order_acquire);
   if (target <= p->applied_from || a.applied_through.load(std::memory_order_acquire) >= target) {
     return;
@@ -1789,7 +1790,7 @@ void AdvisorImpl::mark_ops() {
   if (!ops) return;
   ops->mark([this](PendingOps::Stream s) -> PendingOps::Event {
     CUevent e = take_event();
-    if (e && d.event_record(e, static_cast<CUstream>(const_cast<void*>(s))) != CUDA_SUCCESS) {
+    if (e && d.event_record(e, static_cast<CUstream>(s)) != CUDA_SUCCESS) {
       spare_events.push_back(e);
       e = nullptr;  // not tracked: counted as run (the cap leaves the driver a margin)
     }

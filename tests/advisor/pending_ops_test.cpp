@@ -34,8 +34,8 @@ struct FakeGpu {
   }
 };
 
-const auto* kA = reinterpret_cast<PendingOps::Stream>(0xa);
-const auto* kB = reinterpret_cast<PendingOps::Stream>(0xb);
+const PendingOps::Stream kA = reinterpret_cast<PendingOps::Stream>(0xa);
+const PendingOps::Stream kB = reinterpret_cast<PendingOps::Stream>(0xb);
 
 TEST(PendingOps, NoCapIsNeverFull) {
   PendingOps ops(0);

@@ -17,13 +17,13 @@ namespace umswap::advisor {
 
 class PendingOps {
  public:
-  using Stream = const void*;
+  using Stream = void*;  // a CUstream
   using Event = void*;
 
   explicit PendingOps(uint32_t cap) : cap_(cap) {}
 
   uint32_t cap() const { return cap_; }
-  uint32_t waiting() const { return marked_ + unmarked_; }
+  uint32_t waiting() const;
   uint32_t most_waiting() const { return most_; }
   // True when another call would pass the cap (never with cap 0): the caller marks, retires
   // and waits until it is false.
@@ -43,10 +43,8 @@ class PendingOps {
     uint32_t calls;
   };
   uint32_t cap_;
-  std::vector<Mark> marks_;
-  uint32_t marked_ = 0;
-  std::vector<std::pair<Stream, uint32_t>> unmarked_by_stream_;
-  uint32_t unmarked_ = 0;
+  std::vector<Mark> marks_;                                      // a few: one per stream per mark
+  std::vector<std::pair<Stream, uint32_t>> unmarked_by_stream_;  // a few: the advisor's streams
   uint32_t most_ = 0;
 };
 

@@ -10,6 +10,7 @@
 #include <deque>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <thread>
@@ -90,7 +91,12 @@ uint64_t boundary_at_or_after(uint64_t base, uint64_t period, uint64_t n) {
 struct DropTable {
   struct Window {
     uint32_t last_use, next_use;
-    uint32_t slot;  // index into `discarded`
+    uint32_t slot;            // index into `discarded`
+    uint32_t populate_ahead;  // as its Drop's (0 when nothing is populated ahead)
+  };
+  struct Populate {
+    uint64_t address, bytes;
+    uint32_t ahead;  // launches before its use at which it is issued (0: at the use)
   };
   std::unordered_map<uint64_t, std::vector<Window>> windows;
   std::unordered_set<uint64_t> planned;  // every page a range of the plan touches
@@ -100,9 +106,13 @@ struct DropTable {
   mutable std::vector<std::atomic<uint32_t>> discarded;
   mutable std::atomic<uint64_t> asked_outside{0};
   mutable std::atomic<uint64_t> unplanned{0};  // pages discarded because no range touches them
-  // By phase: the whole pages of the drops whose next use is at that launch, (address, bytes),
-  // which the launch path populates on the GPU just before it (the allocator leaves them).
-  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> populate_at;
+  // By phase: the whole pages of the drops whose next use is at that launch, which the launch
+  // path populates on the GPU (the allocator leaves them): at that launch on its stream, or,
+  // with `ahead`, at an earlier launch on launch_populate_stream (populate_early).
+  std::vector<std::vector<Populate>> populate_at;
+  // By phase: the populates issued ahead at that launch, (address, bytes).
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> populate_early;
+  bool has_early = false;  // whether any populate is issued ahead
 };
 
 // A plan in force: the planner's actions indexed by phase, and where its buffers live now.
@@ -124,7 +134,7 @@ struct LivePlan {
   std::vector<uint8_t> needs_event;    // per phase: a later eviction waits for this launch
   std::vector<uint8_t> prefetches;     // per phase: the plan prefetches at this launch
   std::vector<uint32_t> wait_ahead;    // per phase: launches back to its last prefetch's issue
-  std::vector<uint8_t> populates;      // per phase: a drop's next use (the launch path populates)
+  std::vector<uint8_t> populates;      // per phase: a drop's next use, or a populate ahead of one
   std::vector<uint32_t> first_action;  // per phase, CSR into plan.actions (size period + 1)
   // By action index, for evictions: launches from it to the last prefetch that brings part of
   // its range back before the range is evicted again (UMSWAP_EVICT_COPY: a launch that waits
@@ -212,6 +222,19 @@ class AdvisorImpl {
   std::atomic<uint64_t> waits_placed{0};
   std::atomic<uint64_t> evict_waits_placed{0};
   std::atomic<uint64_t> launch_populates{0}, launch_populated_bytes{0};
+  // Populates issued ahead of their use (UMSWAP_POPULATE_AHEAD), on launch_populate_stream after
+  // launch_issue_event (recorded on the launching stream); launch_populated_event follows them,
+  // and their users' streams wait for it. Under launch_populate_mutex (several launching threads).
+  CUstream launch_populate_stream = nullptr;
+  CUevent launch_issue_event = nullptr, launch_populated_event = nullptr;
+  std::mutex launch_populate_mutex;
+  std::atomic<uint64_t> early_populates{0}, early_populated_bytes{0};
+  std::atomic<uint64_t> early_populate_waits{0}, early_populate_failures{0};
+  // Populates on the launching stream (`early` false) or ahead of their use; counted.
+  void populate_ranges(std::span<const std::pair<uint64_t, uint64_t>> ranges, CUstream s,
+                       bool early);
+  void launch_populate(const LivePlan& p, const DropTable& t, uint64_t index, uint64_t phase,
+                       CUstream launching);
   std::atomic<CUdevice> device_for_launches{0};
 
   // Advisor thread.
@@ -291,6 +314,7 @@ class AdvisorImpl {
   void place_from_trace();
   void tend(LivePlan& p, uint64_t n);
   bool discard_page(uint64_t page);
+  bool sweep_may_discard(uint64_t page);
   bool populate_later(uint64_t page);
   // The plan in force's drop table once the program has reached the plan's first applied launch
   // (else null), with the plan and the launches seen.
@@ -579,21 +603,14 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
       a.events_ready.load(std::memory_order_acquire)) {
     a.reached.record(a.d, index, stream);
   }
-  // Dropped pages this launch is the next user of: populated on the GPU now, on its stream, so
-  // it neither faults them in (0.6 GB/s measured) nor had them from their allocation on.
+  // Dropped pages this launch is the next user of, populated on the GPU so that it neither
+  // faults them in (0.6 GB/s measured) nor had them from their allocation on; and those a later
+  // launch will use, populated ahead.
   const bool populates = index >= p->applied_from && p->populates[phase];
   if (const std::shared_ptr<const DropTable> table =
           populates ? p->drops.load(std::memory_order_acquire) : nullptr;
       table && phase < table->populate_at.size()) {
-    CUmemLocation gpu{};
-    gpu.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    gpu.id = a.device_for_launches.load(std::memory_order_relaxed);
-    for (const auto& [address, bytes] : table->populate_at[phase]) {
-      if (a.d.mem_prefetch_async(address, bytes, gpu, 0, stream) == CUDA_SUCCESS) {
-        a.launch_populates.fetch_add(1, std::memory_order_relaxed);
-        a.launch_populated_bytes.fetch_add(bytes, std::memory_order_relaxed);
-      }
-    }
+    a.launch_populate(*p, *table, index, phase, stream);
   }
   if (!p->keys.empty()) {
     if (p->keys[phase] != key) {
@@ -706,9 +723,91 @@ std::shared_ptr<const DropTable> AdvisorImpl::applied_drops(LivePlan** plan_out,
   return p->drops.load(std::memory_order_acquire);
 }
 
+void AdvisorImpl::populate_ranges(std::span<const std::pair<uint64_t, uint64_t>> ranges, CUstream s,
+                                  bool early) {
+  if (ranges.empty()) return;
+  CUmemLocation gpu{};
+  gpu.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  gpu.id = device_for_launches.load(std::memory_order_relaxed);
+  std::atomic<uint64_t>& calls = early ? early_populates : launch_populates;
+  std::atomic<uint64_t>& bytes_done = early ? early_populated_bytes : launch_populated_bytes;
+  for (const auto& [address, bytes] : ranges) {
+    if (d.mem_prefetch_async(address, bytes, gpu, 0, s) == CUDA_SUCCESS) {
+      calls.fetch_add(1, std::memory_order_relaxed);
+      bytes_done.fetch_add(bytes, std::memory_order_relaxed);
+      tracer::note_residency(address, bytes, true);  // at this launch's GPU start
+    } else if (early) {
+      early_populate_failures.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+}
+
+// At launch `index` (phase `phase` of plan p): the populates whose use this is, unless issued
+// ahead (then the launch's stream waits for them), and the populates issued ahead here.
+void AdvisorImpl::launch_populate(const LivePlan& p, const DropTable& t, uint64_t index,
+                                  uint64_t phase, CUstream launching) {
+  thread_local std::vector<std::pair<uint64_t, uint64_t>> now;
+  now.clear();
+  const bool side = launch_populate_stream != nullptr;
+  bool wait = false;
+  for (const DropTable::Populate& r : t.populate_at[phase]) {
+    // Issued ahead only if that launch was under this plan's actions.
+    if (side && r.ahead > 0 && index >= p.applied_from + r.ahead) {
+      wait = true;
+    } else {
+      now.emplace_back(r.address, r.bytes);
+    }
+  }
+  const std::vector<std::pair<uint64_t, uint64_t>>* early =
+      side && phase < t.populate_early.size() ? &t.populate_early[phase] : nullptr;
+  const bool issue = early && !early->empty();
+  if (!wait && !issue) {
+    populate_ranges(now, launching, false);
+    return;
+  }
+  std::lock_guard lock(launch_populate_mutex);
+  // The event's latest record follows every populate issued ahead so far, this launch's among
+  // them (none is issued after it here: those below come after the wait).
+  if (wait) {
+    if (d.stream_wait_event(launching, launch_populated_event, 0) == CUDA_SUCCESS) {
+      early_populate_waits.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      early_populate_failures.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  populate_ranges(now, launching, false);
+  if (!issue) return;
+  // After everything the launching stream has so far: the discards at the frees before this
+  // launch (a free at this phase or later does not discard these pages: DropTable::Window).
+  if (d.event_record(launch_issue_event, launching) != CUDA_SUCCESS ||
+      d.stream_wait_event(launch_populate_stream, launch_issue_event, 0) != CUDA_SUCCESS) {
+    // Not ordered after the discards: not issued; their users fault the pages in.
+    early_populate_failures.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  populate_ranges(*early, launch_populate_stream, true);
+  if (d.event_record(launch_populated_event, launch_populate_stream) != CUDA_SUCCESS) {
+    early_populate_failures.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
 bool AdvisorImpl::populate_later(uint64_t page) {
   const std::shared_ptr<const DropTable> table = applied_drops(nullptr, nullptr);
   return table && table->windows.contains(page);
+}
+
+// A sweep's discard runs on sweep_stream, in no order with the launches' streams: never of a
+// page that a launch populates ahead (the two could run at once).
+bool AdvisorImpl::sweep_may_discard(uint64_t page) {
+  if (const std::shared_ptr<const DropTable> table = applied_drops(nullptr, nullptr);
+      table && table->has_early) {
+    if (const auto it = table->windows.find(page); it != table->windows.end()) {
+      for (const DropTable::Window& w : it->second) {
+        if (w.populate_ahead != 0) return false;
+      }
+    }
+  }
+  return discard_page(page);
 }
 
 bool AdvisorImpl::discard_page(uint64_t page) {
@@ -725,7 +824,8 @@ bool AdvisorImpl::discard_page(uint64_t page) {
   }
   const uint64_t phase = (n - 1 - p->base) % p->period;  // the free came after launch n - 1
   for (const DropTable::Window& w : it->second) {
-    if (Drop{{}, w.last_use, w.next_use}.covers(phase)) {
+    if (Drop{{}, w.last_use, w.next_use, Drop::kAfterLastUse, w.populate_ahead}.may_discard_at(
+            phase, p->period)) {
       discards_approved.fetch_add(1, std::memory_order_relaxed);
       table->discarded[w.slot].fetch_add(1, std::memory_order_relaxed);
       return true;
@@ -768,6 +868,15 @@ bool AdvisorImpl::set_up() {
     fallback = "could not create the advisor's stream";
     log_warning("advisor off: {}", fallback);
     return false;
+  }
+  if (config.populate_ahead > 0 &&
+      (d.stream_create(&launch_populate_stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
+       d.event_create(&launch_issue_event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
+       d.event_create(&launch_populated_event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)) {
+    launch_populate_stream = nullptr;  // populates at their use, on the launching stream
+    log_warning(
+        "UMSWAP_POPULATE_AHEAD: could not create its stream or events; dropped pages "
+        "are populated at their use");
   }
   device_for_launches.store(device, std::memory_order_relaxed);
   for (EventRing* ring : {&done, &reached}) {
@@ -825,7 +934,8 @@ void AdvisorImpl::run() {
     std::string why;
     auto p = std::make_unique<LivePlan>();
     if (make_replay_plan(*matcher, budget, config.prefetch_bytes_per_s, config.evict_bytes_per_s,
-                         &p->plan, &p->base, &p->period, &why, use_lifetimes())) {
+                         &p->plan, &p->base, &p->period, &why, use_lifetimes(),
+                         launch_populate_stream ? config.populate_ahead : 0)) {
       if (config.place && use_lifetimes()) {
         place_from_trace();
         place_at = boundary_at_or_after(p->base, p->period, launched.load());
@@ -1162,6 +1272,7 @@ std::unique_ptr<LivePlan> AdvisorImpl::build_plan(uint64_t e, uint64_t first,
   in.budget_bytes = budget;
   in.prefetch_bytes_per_s = config.prefetch_bytes_per_s;
   in.evict_bytes_per_s = config.evict_bytes_per_s;
+  in.populate_ahead_steps = launch_populate_stream ? config.populate_ahead : 0;
   if (use_lifetimes()) {
     std::vector<std::pair<uint64_t, uint64_t>> buffers;  // (base, size) by plan buffer
     for (size_t b = 0; b < p->address.size(); ++b) {
@@ -1262,7 +1373,11 @@ void AdvisorImpl::index_plan(LivePlan& plan_ref) {
   p->wait_ahead.assign(p->period, UINT32_MAX);
   p->populates.assign(p->period, 0);
   for (const Drop& drop : plan_data.drops) {
-    if (drop.next_use < p->period) p->populates[drop.next_use] = 1;
+    if (drop.next_use >= p->period) continue;
+    p->populates[drop.next_use] = 1;
+    if (drop.populate_ahead > 0 && drop.populate_ahead < p->period) {
+      p->populates[(drop.next_use + p->period - drop.populate_ahead) % p->period] = 1;
+    }
   }
   p->first_action.assign(p->period + 1, 0);
   for (const Action& a : plan_data.actions) {
@@ -1416,7 +1531,8 @@ bool AdvisorImpl::tend_placement(uint64_t n) {
 void AdvisorImpl::tend(LivePlan& p, uint64_t n) {
   if (tend_placement(n)) build_drops(p);  // replay: the arena is new
   if (sweeps_left > 0 && n > sweep_at && config.sweep && use_lifetimes()) {
-    swept_bytes += config.sweep([this](uint64_t page) { return discard_page(page); }, sweep_stream);
+    swept_bytes +=
+        config.sweep([this](uint64_t page) { return sweep_may_discard(page); }, sweep_stream);
     sweep_at += p.period;
     --sweeps_left;
   }
@@ -2299,6 +2415,7 @@ void AdvisorImpl::stop_copies(const std::string& why, bool for_good) {
 void AdvisorImpl::build_drops(LivePlan& p) {
   auto table = std::make_shared<DropTable>();
   table->populate_at.resize(p.period);
+  table->populate_early.resize(p.period);
   uint64_t slots = 0;
   for (const Drop& drop : p.plan.drops) {
     if (!resolve(p, drop.range.buffer)) {
@@ -2308,12 +2425,19 @@ void AdvisorImpl::build_drops(LivePlan& p) {
     const uint64_t address = p.address[drop.range.buffer] + drop.range.offset;
     const uint64_t first = (address + kPage - 1) / kPage * kPage;
     const uint64_t end = (address + drop.range.length) / kPage * kPage;
+    const uint32_t ahead =
+        drop.populate_ahead < p.period && launch_populate_stream ? drop.populate_ahead : 0;
+    const auto populated_at = static_cast<uint32_t>((drop.next_use + p.period - ahead) % p.period);
     for (uint64_t page = first; page < end; page += kPage) {
       table->windows[page].push_back(
-          {drop.last_use, drop.next_use, static_cast<uint32_t>(slots++)});
+          {drop.last_use, drop.next_use, static_cast<uint32_t>(slots++), ahead});
     }
     if (first < end && drop.next_use < p.period) {
-      table->populate_at[drop.next_use].emplace_back(first, end - first);
+      table->populate_at[drop.next_use].push_back({first, end - first, ahead});
+      if (ahead > 0) {
+        table->populate_early[populated_at].emplace_back(first, end - first);
+        table->has_early = true;
+      }
     }
   }
   table->discarded = std::vector<std::atomic<uint32_t>>(slots);
@@ -2391,6 +2515,11 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
       {"evict_waits_placed", a.evict_waits_placed.load()},
       {"launch_populates", a.launch_populates.load()},
       {"launch_populated_bytes", a.launch_populated_bytes.load()},
+      {"populate_ahead", a.launch_populate_stream ? a.config.populate_ahead : 0},
+      {"early_populates", a.early_populates.load()},
+      {"early_populated_bytes", a.early_populated_bytes.load()},
+      {"early_populate_waits", a.early_populate_waits.load()},
+      {"early_populate_failures", a.early_populate_failures.load()},
       {"prefetch_call_seconds", a.prefetch_call_s},
       {"evict_call_seconds", a.evict_call_s},
       {"longest_call_seconds", a.longest_call_s},

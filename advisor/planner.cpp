@@ -732,16 +732,20 @@ class CyclicRoom {
     return std::min(tree_.min_a(a, s_ - 1), tree_.min_a(0, b));
   }
   int64_t min_free_all() const { return tree_.min_a_all(); }
-  // The last unrolled step in [l, r] where `bytes` do not fit, or l - 1 if none.
-  uint64_t last_unfit(uint64_t l, uint64_t r, int64_t bytes) const {
+  // The last unrolled step in [l, r] where `bytes` do not fit, or l - 1 if none; in_flight:
+  // within the room for bytes in flight too (a prefetch), not only the budget's.
+  uint64_t last_unfit(uint64_t l, uint64_t r, int64_t bytes, bool in_flight = true) const {
+    // Far below any room: never the reason a step is unfit (and no overflow when the tree
+    // subtracts its pending adds).
+    const int64_t xb = in_flight ? bytes : -(int64_t{1} << 62);
     const size_t a = l % s_, b = r % s_;
     if (a <= b) {
-      const size_t i = tree_.rightmost_below(a, b, bytes, bytes);
+      const size_t i = tree_.rightmost_below(a, b, bytes, xb);
       return i == RoomTree::npos ? l - 1 : l + (i - a);
     }
-    size_t i = tree_.rightmost_below(0, b, bytes, bytes);
+    size_t i = tree_.rightmost_below(0, b, bytes, xb);
     if (i != RoomTree::npos) return r - (b - i);
-    i = tree_.rightmost_below(a, s_ - 1, bytes, bytes);
+    i = tree_.rightmost_below(a, s_ - 1, bytes, xb);
     return i == RoomTree::npos ? l - 1 : l + (i - a);
   }
 
@@ -864,7 +868,7 @@ Plan make_plan(const PlanInput& input) {
   std::vector<RawAction> raw;
   raw.reserve(2 * moved.size());
   struct RawDrop {
-    uint32_t block, last_use, next_use, room_at;
+    uint32_t block, last_use, next_use, room_at, populate_ahead;
   };
   std::vector<RawDrop> dropped;
   std::vector<uint8_t> resident_at_start(tr.blocks(), 0);
@@ -882,8 +886,23 @@ Plan make_plan(const PlanInput& input) {
     const uint64_t u2 = tr.use_step[j] + S;  // unrolled use, in [S, 2S)
     const uint64_t u1 = u2 - tr.prev_dist[j];
     if (tr.dead[j]) {  // discarded at a free, populated when handed out again
+      // Populated ahead of the use where the room allows, from the launch after the free on.
+      const uint64_t room_at = u1 + tr.dead_hold[j];
+      uint64_t ahead = 0;
+      if (input.populate_ahead_steps > 0 && room_at < u2) {
+        const uint64_t most = std::min<uint64_t>(
+            {input.populate_ahead_steps, u2 - room_at, max_ahead[tr.use_step[j]]});
+        if (most > 0) {
+          const uint64_t p = tree.last_unfit(u2 - most, u2 - 1, bytes, false) + 1;
+          if (p < u2) {
+            tree.add(p, u2 - 1, -bytes, 0);
+            ahead = u2 - p;
+            if (p < S) resident_at_start[b] = 1;  // populated in the iteration before
+          }
+        }
+      }
       dropped.push_back({b, static_cast<uint32_t>(u1 % S), static_cast<uint32_t>(u2 % S),
-                         static_cast<uint32_t>((u1 + tr.dead_hold[j]) % S)});
+                         static_cast<uint32_t>(room_at % S), static_cast<uint32_t>(ahead)});
       continue;
     }
     // Evicted at the launch after the last use; back at p in [u1 + 2, u2].
@@ -973,6 +992,7 @@ Plan make_plan(const PlanInput& input) {
     if (x.last_use != y.last_use) return x.last_use < y.last_use;
     if (x.next_use != y.next_use) return x.next_use < y.next_use;
     if (x.room_at != y.room_at) return x.room_at < y.room_at;
+    if (x.populate_ahead != y.populate_ahead) return x.populate_ahead < y.populate_ahead;
     return tr.block_index[x.block] < tr.block_index[y.block];
   });
   for (const RawDrop& d : dropped) {
@@ -983,13 +1003,17 @@ Plan make_plan(const PlanInput& input) {
       Drop& prev = plan.drops.back();
       if (prev.range.buffer == buffer && prev.last_use == d.last_use &&
           prev.next_use == d.next_use && prev.room_at == d.room_at &&
+          prev.populate_ahead == d.populate_ahead &&
           prev.range.offset + prev.range.length == offset) {
         prev.range.length += tr.block_bytes[d.block];
         continue;
       }
     }
-    plan.drops.push_back(
-        {{buffer, offset, tr.block_bytes[d.block]}, d.last_use, d.next_use, d.room_at});
+    plan.drops.push_back({{buffer, offset, tr.block_bytes[d.block]},
+                          d.last_use,
+                          d.next_use,
+                          d.room_at,
+                          d.populate_ahead});
   }
   std::sort(plan.drops.begin(), plan.drops.end(), [](const Drop& x, const Drop& y) {
     if (x.range.buffer != y.range.buffer) return x.range.buffer < y.range.buffer;
@@ -1140,7 +1164,8 @@ Simulation simulate_on(const Trace& tr, const PlanInput& input, const Plan& plan
   // Drops: at the launch after last_use (with drops_at_frees, at room_at), of blocks whose gap
   // from last_use to next_use is dead.
   std::vector<std::vector<uint32_t>> drops_at(S);
-  std::vector<uint8_t> dropped(tr.blocks(), 0);  // not resident because dropped
+  std::vector<std::vector<uint32_t>> populates_at(S);  // dropped blocks populated ahead of use
+  std::vector<uint8_t> dropped(tr.blocks(), 0);        // not resident because dropped
   for (const Drop& d : plan.drops) {
     if (d.last_use >= S || d.next_use >= S)
       bad_input("simulate", "a drop names step " +
@@ -1158,6 +1183,13 @@ Simulation simulate_on(const Trace& tr, const PlanInput& input, const Plan& plan
         bad_input("simulate", "a drop's room_at names step " + std::to_string(d.room_at) +
                                   ", but the iteration has " + std::to_string(S) + " steps");
       drops_at[at_free ? d.room_at : (d.last_use + 1) % S].push_back(b);
+      if (d.populate_ahead > 0) {
+        if (d.populate_ahead >= S)
+          bad_input("simulate", "a drop is populated " + std::to_string(d.populate_ahead) +
+                                    " steps ahead, but the iteration has " + std::to_string(S) +
+                                    " steps");
+        populates_at[(d.next_use + S - d.populate_ahead) % S].push_back(b);
+      }
       // Dropped across the iteration boundary and not resident at the start: dropped already.
       if (!resident[b] && d.last_use == tr.last_use_step(b) && d.next_use == tr.first_use_step(b))
         dropped[b] = 1;
@@ -1196,6 +1228,13 @@ Simulation simulate_on(const Trace& tr, const PlanInput& input, const Plan& plan
                        }
                      });
         }
+      }
+      for (const uint32_t b : populates_at[i]) {
+        if (resident[b] || !dropped[b]) continue;  // not dropped (yet): nothing to populate
+        dropped[b] = 0;
+        resident[b] = 1;
+        resident_bytes += tr.block_bytes[b];
+        sim.bytes_populated += tr.block_bytes[b];
       }
       sim.peak_resident_bytes = std::max(sim.peak_resident_bytes, resident_bytes);
       for (uint64_t j = tr.step_begin[i]; j < tr.step_begin[i + 1]; ++j) {

@@ -146,7 +146,7 @@ std::optional<size_t> replay_iteration(const trace::Trace& t) {
 
 bool make_replay_plan(const ReplayMatcher& matcher, uint64_t budget, double prefetch_bytes_per_s,
                       double evict_bytes_per_s, Plan* plan, uint64_t* base, uint64_t* period,
-                      std::string* why, bool lifetimes) {
+                      std::string* why, bool lifetimes, uint32_t populate_ahead) {
   const trace::Trace& t = matcher.trace();
   const uint64_t p = t.detection.period;
   if (const std::optional<size_t> i = replay_iteration(t)) {
@@ -154,6 +154,7 @@ bool make_replay_plan(const ReplayMatcher& matcher, uint64_t budget, double pref
     PlanInput in = plan_input_from_trace(t, *i, budget, lifetimes);
     in.prefetch_bytes_per_s = prefetch_bytes_per_s;
     in.evict_bytes_per_s = evict_bytes_per_s;
+    in.populate_ahead_steps = populate_ahead;
     try {
       *plan = make_plan(in);
     } catch (const std::exception& e) {

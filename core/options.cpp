@@ -84,6 +84,10 @@ constexpr std::array kOptionTable = {
                "blocks the 57th or so such call until one runs, and a blocked advisor never "
                "writes the words launches wait for. 8 ended the cuDNN sample's hang with "
                "UMSWAP_EVICT_COPY; 0: no cap (docs/advisor.md)"},
+    OptionInfo{"UMSWAP_POPULATE_AHEAD", "4",
+               "0-64: a page dropped at a free (dead data) is populated on the GPU up to this "
+               "many launches before its next use, on a stream of its own, where the budget has "
+               "room; 0: at the use, on the program's stream (docs/advisor.md)"},
     OptionInfo{"UMSWAP_HANG_STACKS", "0",
                "1 (a diagnostic): when launches have waited 10 s for the advisor thread, every "
                "thread of the program prints its call stack to stderr"},
@@ -285,6 +289,7 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
   }
   read_int("UMSWAP_CALLSITE_DEPTH", 0, 32, &options.callsite_depth, "8");
   read_int("UMSWAP_MANAGED_OPS_CAP", 0, 48, &options.managed_ops_cap, "0");
+  read_int("UMSWAP_POPULATE_AHEAD", 0, 64, &options.populate_ahead, "4");
   if (const char* v = read("UMSWAP_TRACE")) options.trace_path = std::string(trim(v));
   if (const char* v = read("UMSWAP_TRACE_ITERATIONS")) {
     const std::string_view t = trim(v);
@@ -348,6 +353,7 @@ std::vector<std::string> describe(const Options& options) {
       fmt::format("UMSWAP_EVICT_COPY_PATH={}", options.evict_copy_kernel ? "kernel" : "engine"),
       fmt::format("UMSWAP_EVICT_COPY_SIDE_STREAMS={}", options.evict_copy_side_streams ? 1 : 0),
       fmt::format("UMSWAP_MANAGED_OPS_CAP={}", options.managed_ops_cap),
+      fmt::format("UMSWAP_POPULATE_AHEAD={}", options.populate_ahead),
       fmt::format("UMSWAP_HANG_STACKS={}", options.hang_stacks ? 1 : 0),
       fmt::format("UMSWAP_ASYNC_SLABS={}", options.async_slabs ? 1 : 0),
       fmt::format("UMSWAP_DISCARD_FREED={}", options.discard_freed ? 1 : 0),

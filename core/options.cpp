@@ -84,10 +84,11 @@ constexpr std::array kOptionTable = {
                "blocks the 57th or so such call until one runs, and a blocked advisor never "
                "writes the words launches wait for. 8 ended the cuDNN sample's hang with "
                "UMSWAP_EVICT_COPY; 0: no cap (docs/advisor.md)"},
-    OptionInfo{"UMSWAP_POPULATE_AHEAD", "4",
-               "0-64: a page dropped at a free (dead data) is populated on the GPU up to this "
-               "many launches before its next use, on a stream of its own, where the budget has "
-               "room; 0: at the use, on the program's stream (docs/advisor.md)"},
+    OptionInfo{"UMSWAP_POPULATE_AHEAD", "0",
+               "experimental, 0-64: a page dropped at a free (dead data) is populated on the GPU "
+               "up to this many launches before its next use, on a stream of its own, where the "
+               "budget has room; 0: at the use, on the program's stream. 4 made no measured "
+               "difference on VGG-16 or GPT-2 (docs/advisor.md)"},
     OptionInfo{"UMSWAP_HANG_STACKS", "0",
                "1 (a diagnostic): when launches have waited 10 s for the advisor thread, every "
                "thread of the program prints its call stack to stderr"},
@@ -289,7 +290,7 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
   }
   read_int("UMSWAP_CALLSITE_DEPTH", 0, 32, &options.callsite_depth, "8");
   read_int("UMSWAP_MANAGED_OPS_CAP", 0, 48, &options.managed_ops_cap, "0");
-  read_int("UMSWAP_POPULATE_AHEAD", 0, 64, &options.populate_ahead, "4");
+  read_int("UMSWAP_POPULATE_AHEAD", 0, 64, &options.populate_ahead, "0");
   if (const char* v = read("UMSWAP_TRACE")) options.trace_path = std::string(trim(v));
   if (const char* v = read("UMSWAP_TRACE_ITERATIONS")) {
     const std::string_view t = trim(v);

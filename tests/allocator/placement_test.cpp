@@ -343,7 +343,7 @@ TEST(PlacementTest, OffsetsAreMultiplesOfTheAlignment) {
 // small. Lifetimes are computed here on a timeline of script slots, instance by instance.
 TEST(PlacementTest, RandomIterationsArePackedWithoutConflicts) {
   enum class Kind { normal, wraps, outlives, never };
-  int planned = 0;
+  int planned = 0, searched = 0, reached = 0;
   for (uint64_t seed = 1; seed <= 200; ++seed) {
     SCOPED_TRACE(testing::Message() << "seed " << seed);
     std::mt19937_64 rng(seed);
@@ -485,8 +485,24 @@ TEST(PlacementTest, RandomIterationsArePackedWithoutConflicts) {
     }
     EXPECT_EQ(p->live_peak, peak);
     EXPECT_GE(p->arena_bytes, peak);
+    // The local search runs only when every greedy order left the arena above the live peak,
+    // and is listed only when it made the arena smaller than all of them.
+    uint64_t greedy = UINT64_MAX;
+    for (const PlacementCandidate& c : p->candidates) {
+      if (c.order != "local search from the best") greedy = std::min(greedy, c.arena_bytes);
+    }
+    if (p->order == "local search from the best") {
+      ++searched;
+      EXPECT_EQ(p->candidates.size(), 5u);
+      EXPECT_LT(p->arena_bytes, greedy);
+      reached += p->arena_bytes == (peak + alignment - 1) / alignment * alignment;
+    } else {
+      EXPECT_EQ(p->candidates.size(), 4u);
+    }
   }
   EXPECT_GT(planned, 150);  // the generator exercises the packing, not only the errors
+  EXPECT_GT(searched, 5);   // and greedy orders that leave room to the live peak
+  EXPECT_GT(reached, 0);
 }
 
 }  // namespace

@@ -467,13 +467,13 @@ TEST(ParseOptions, EvictCopySideStreamsIsABoolean) {
 
 TEST(ParseOptions, PopulateAheadIsAWholeNumberUpTo64) {
   std::vector<std::string> warnings;
-  EXPECT_EQ(parse({}, &warnings).populate_ahead, 4);
+  EXPECT_EQ(parse({}, &warnings).populate_ahead, 0);
   EXPECT_EQ(parse({{"UMSWAP_POPULATE_AHEAD", "0"}}, &warnings).populate_ahead, 0);
   EXPECT_EQ(parse({{"UMSWAP_POPULATE_AHEAD", "64 "}}, &warnings).populate_ahead, 64);
   EXPECT_TRUE(warnings.empty());
   for (const char* bad : {"65", "-2", "4.5", "far"}) {
     warnings.clear();
-    EXPECT_EQ(parse({{"UMSWAP_POPULATE_AHEAD", bad}}, &warnings).populate_ahead, 4) << bad;
+    EXPECT_EQ(parse({{"UMSWAP_POPULATE_AHEAD", bad}}, &warnings).populate_ahead, 0) << bad;
     ASSERT_EQ(warnings.size(), 1u) << bad;
     EXPECT_NE(warnings[0].find("UMSWAP_POPULATE_AHEAD"), std::string::npos);
     EXPECT_NE(warnings[0].find("from 0 to 64"), std::string::npos);
@@ -588,7 +588,7 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
   o.lifetimes = false;
   o.placement = false;
   o.managed_ops_cap = 8;
-  o.populate_ahead = 0;
+  o.populate_ahead = 4;
   o.hang_stacks = true;
   const std::vector<std::string> lines = describe(o);
   EXPECT_EQ(lines, (std::vector<std::string>{"UMSWAP_MODE=passthrough",
@@ -609,7 +609,7 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
                                              "UMSWAP_EVICT_COPY_PATH=engine",
                                              "UMSWAP_EVICT_COPY_SIDE_STREAMS=1",
                                              "UMSWAP_MANAGED_OPS_CAP=8",
-                                             "UMSWAP_POPULATE_AHEAD=0",
+                                             "UMSWAP_POPULATE_AHEAD=4",
                                              "UMSWAP_HANG_STACKS=1",
                                              "UMSWAP_ASYNC_SLABS=0",
                                              "UMSWAP_DISCARD_FREED=1",

@@ -935,8 +935,7 @@ void AdvisorImpl::run() {
     auto p = std::make_unique<LivePlan>();
     if (make_replay_plan(*matcher, budget, config.prefetch_bytes_per_s, config.evict_bytes_per_s,
                          &p->plan, &p->base, &p->period, &why, use_lifetimes(),
-                         launch_populate_stream ? config.populate_ahead : 0,
-                         config.pipeline_room.resolve(budget))) {
+                         launch_populate_stream ? config.populate_ahead : 0)) {
       if (config.place && use_lifetimes()) {
         place_from_trace();
         place_at = boundary_at_or_after(p->base, p->period, launched.load());
@@ -1274,7 +1273,6 @@ std::unique_ptr<LivePlan> AdvisorImpl::build_plan(uint64_t e, uint64_t first,
   in.prefetch_bytes_per_s = config.prefetch_bytes_per_s;
   in.evict_bytes_per_s = config.evict_bytes_per_s;
   in.populate_ahead_steps = launch_populate_stream ? config.populate_ahead : 0;
-  in.pipeline_room_bytes = config.pipeline_room.resolve(budget);
   if (use_lifetimes()) {
     std::vector<std::pair<uint64_t, uint64_t>> buffers;  // (base, size) by plan buffer
     for (size_t b = 0; b < p->address.size(); ++b) {

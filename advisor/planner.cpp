@@ -777,11 +777,7 @@ Plan make_plan(const PlanInput& input) {
     if (tr.step_bytes[t] > C) plan.unfit_steps.push_back(static_cast<uint32_t>(t));
   }
 
-  // The budget for keeping gaps: less the pipeline room, but never below the largest step.
-  uint64_t largest_step = 0;
-  for (uint64_t t = 0; t < S; ++t) largest_step = std::max(largest_step, tr.step_bytes[t]);
-  const uint64_t slack = std::min(input.pipeline_room_bytes, C - std::min(C, largest_step));
-  std::vector<uint8_t> nonkept = choose_gaps(tr, C - slack);
+  std::vector<uint8_t> nonkept = choose_gaps(tr, C);
 
   // Room on the circle of steps once kept gaps and every step's own blocks are resident.
   std::vector<int64_t> room(S + 1, 0);                         // difference array of occupancy
@@ -827,7 +823,7 @@ Plan make_plan(const PlanInput& input) {
     const uint64_t u2 = tr.use_step[j] + S;
     const auto bytes = static_cast<int64_t>(tr.block_bytes[tr.use_block[j]]);
     const uint64_t l = u2 - tr.prev_dist[j] + 1;
-    if (tree.min_free(l, u2 - 1) < bytes + static_cast<int64_t>(slack)) return false;
+    if (tree.min_free(l, u2 - 1) < bytes) return false;
     tree.add(l, u2 - 1, -bytes, 0);
     nonkept[j] = 0;
     return true;

@@ -89,10 +89,6 @@ constexpr std::array kOptionTable = {
                "up to this many launches before its next use, on a stream of its own, where the "
                "budget has room; 0: at the use, on the program's stream. 4 made no measured "
                "difference on VGG-16 or GPT-2 (docs/advisor.md)"},
-    OptionInfo{"UMSWAP_PIPELINE_ROOM", "0",
-               "experimental: room of the budget (a size, or a percentage of the budget) that "
-               "the plan keeps free of data it keeps resident, so that a launch can run while "
-               "the evictions before it are on their way out; more bytes move (docs/advisor.md)"},
     OptionInfo{"UMSWAP_HANG_STACKS", "0",
                "1 (a diagnostic): when launches have waited 10 s for the advisor thread, every "
                "thread of the program prints its call stack to stderr"},
@@ -271,8 +267,7 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
     }
   }
   for (auto [name, field] : {std::pair{"UMSWAP_BUDGET", &options.budget},
-                             std::pair{"UMSWAP_MANAGED_LIMIT", &options.managed_limit},
-                             std::pair{"UMSWAP_PIPELINE_ROOM", &options.pipeline_room}}) {
+                             std::pair{"UMSWAP_MANAGED_LIMIT", &options.managed_limit}}) {
     if (const char* v = read(name)) {
       std::string why;
       if (auto s = parse_size(v, &why)) {
@@ -360,7 +355,6 @@ std::vector<std::string> describe(const Options& options) {
       fmt::format("UMSWAP_EVICT_COPY_SIDE_STREAMS={}", options.evict_copy_side_streams ? 1 : 0),
       fmt::format("UMSWAP_MANAGED_OPS_CAP={}", options.managed_ops_cap),
       fmt::format("UMSWAP_POPULATE_AHEAD={}", options.populate_ahead),
-      fmt::format("UMSWAP_PIPELINE_ROOM={}", options.pipeline_room.to_string()),
       fmt::format("UMSWAP_HANG_STACKS={}", options.hang_stacks ? 1 : 0),
       fmt::format("UMSWAP_ASYNC_SLABS={}", options.async_slabs ? 1 : 0),
       fmt::format("UMSWAP_DISCARD_FREED={}", options.discard_freed ? 1 : 0),

@@ -138,7 +138,6 @@ void Preload::start_advisor(advisor::Advisor* advisor) {
   config.evict_copy_side_streams = options_.evict_copy_side_streams;
   config.managed_ops_cap = static_cast<uint32_t>(options_.managed_ops_cap);
   config.populate_ahead = static_cast<uint32_t>(options_.populate_ahead);
-  config.pipeline_room = options_.pipeline_room;
   config.hang_stacks = options_.hang_stacks;
   config.in_own_code = [] { return ReentryGuard::active(); };
   config.lifetimes = [this] { return planned_discards_.load(); };

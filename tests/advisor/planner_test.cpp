@@ -844,32 +844,6 @@ TEST(PlannerLifetimes, DropsArePopulatedAheadWithinTheRoomAfterTheFree) {
   EXPECT_GT(short_of_asked, 0);  // the room, not only the free, bounds some
 }
 
-// Pipeline room: gaps are kept as if the budget were smaller, so more bytes move, but the plan
-// still replays cleanly within the whole budget, and prefetches may use the room.
-TEST(Planner, PipelineRoomKeepsLessAndStaysWithinTheBudget) {
-  int more = 0, checked = 0;
-  for (uint32_t seed = 1; seed <= 12; ++seed) {
-    for (const double fraction : {0.5, 0.8}) {
-      SCOPED_TRACE("seed " + std::to_string(seed) + " fraction " + std::to_string(fraction));
-      PlanInput in = random_lifetime_trace(seed, 120, 4, 24, fraction, 2);
-      const Plan plain = make_plan(in);
-      if (!plain.unfit_steps.empty()) continue;
-      in.pipeline_room_bytes = in.budget_bytes / 5;
-      const Plan roomy = make_plan(in);
-      ++checked;
-      expect_clean(in, roomy, 4);
-      EXPECT_GE(roomy.bytes_prefetched_per_iteration + roomy.bytes_dropped_per_iteration,
-                plain.bytes_prefetched_per_iteration + plain.bytes_dropped_per_iteration);
-      more += roomy.bytes_prefetched_per_iteration > plain.bytes_prefetched_per_iteration;
-      // More room than the budget leaves beside the largest step: as if the budget were that step.
-      in.pipeline_room_bytes = in.budget_bytes;
-      expect_clean(in, make_plan(in), 3);
-    }
-  }
-  EXPECT_GT(checked, 10);
-  EXPECT_GT(more, 5);
-}
-
 // A free at or after the launch that populates a drop ahead must not discard it.
 TEST(PlannerLifetimes, NoDiscardFromTheLaunchThatPopulatesAhead) {
   Drop d{{}, 3, 9, Drop::kAfterLastUse, 0};  // window [3, 9) of 12

@@ -465,18 +465,6 @@ TEST(ParseOptions, EvictCopySideStreamsIsABoolean) {
   EXPECT_TRUE(warnings.empty());
 }
 
-TEST(ParseOptions, PipelineRoomIsASizeOrAShareOfTheBudget) {
-  std::vector<std::string> warnings;
-  EXPECT_TRUE(parse({}, &warnings).pipeline_room.is_zero());
-  EXPECT_EQ(parse({{"UMSWAP_PIPELINE_ROOM", "1536M"}}, &warnings).pipeline_room,
-            bytes_spec(1536 * MiB));
-  EXPECT_EQ(parse({{"UMSWAP_PIPELINE_ROOM", "10%"}}, &warnings).pipeline_room, percent_spec(10));
-  EXPECT_TRUE(warnings.empty());
-  EXPECT_TRUE(parse({{"UMSWAP_PIPELINE_ROOM", "lots"}}, &warnings).pipeline_room.is_zero());
-  ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_NE(warnings[0].find("UMSWAP_PIPELINE_ROOM"), std::string::npos);
-}
-
 TEST(ParseOptions, PopulateAheadIsAWholeNumberUpTo64) {
   std::vector<std::string> warnings;
   EXPECT_EQ(parse({}, &warnings).populate_ahead, 0);
@@ -555,13 +543,12 @@ TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
                                                   "UMSWAP_EVICT_COPY_SIDE_STREAMS",
                                                   "UMSWAP_MANAGED_OPS_CAP",
                                                   "UMSWAP_POPULATE_AHEAD",
-                                                  "UMSWAP_PIPELINE_ROOM",
                                                   "UMSWAP_HANG_STACKS",
                                                   "UMSWAP_ASYNC_SLABS",
                                                   "UMSWAP_DISCARD_FREED",
                                                   "UMSWAP_LIFETIMES",
                                                   "UMSWAP_PLACEMENT"}));
-  EXPECT_EQ(option_table().size(), 25u);  // no duplicates
+  EXPECT_EQ(option_table().size(), 24u);  // no duplicates
 }
 
 TEST(OptionTable, EveryEntryHasAMeaning) {
@@ -602,7 +589,6 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
   o.placement = false;
   o.managed_ops_cap = 8;
   o.populate_ahead = 4;
-  o.pipeline_room = percent_spec(10);
   o.hang_stacks = true;
   const std::vector<std::string> lines = describe(o);
   EXPECT_EQ(lines, (std::vector<std::string>{"UMSWAP_MODE=passthrough",
@@ -624,7 +610,6 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
                                              "UMSWAP_EVICT_COPY_SIDE_STREAMS=1",
                                              "UMSWAP_MANAGED_OPS_CAP=8",
                                              "UMSWAP_POPULATE_AHEAD=4",
-                                             "UMSWAP_PIPELINE_ROOM=10%",
                                              "UMSWAP_HANG_STACKS=1",
                                              "UMSWAP_ASYNC_SLABS=0",
                                              "UMSWAP_DISCARD_FREED=1",

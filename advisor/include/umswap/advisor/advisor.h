@@ -135,8 +135,6 @@ struct AdvisorConfig {
   // UMSWAP_POPULATE_AHEAD: a dropped page is populated up to this many launches before its next
   // use, on a stream of its own, where the plan has room (0: at the use, on its stream).
   uint32_t populate_ahead = 0;
-  // UMSWAP_PIPELINE_ROOM: PlanInput::pipeline_room_bytes, a size or a share of the budget.
-  SizeSpec pipeline_room;
   // UMSWAP_HANG_STACKS: when the watchdog reports a stall, every thread prints its stack.
   bool hang_stacks = false;
   // True while umswap's own code runs on the calling thread (a hook): its blocking calls (the

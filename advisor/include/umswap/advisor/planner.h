@@ -107,11 +107,6 @@ struct PlanInput {
   double prefetch_bytes_per_s = 40e9;  // host -> GPU (not used yet)
   double evict_bytes_per_s = 12e9;     // GPU -> host (not used yet)
   uint64_t lookahead_bytes = 0;        // most bytes in flight ahead of use; 0 = the budget
-  // Room kept free of kept data: which gaps stay resident is chosen as if the budget were this
-  // much smaller (never below the largest step), while prefetches and populates may still use
-  // the whole budget. More bytes move, but a launch finds room while the evictions before it are
-  // still on their way out, and prefetches can start earlier. 0: none.
-  uint64_t pipeline_room_bytes = 0;
   // Prefetch at most this far before use (estimated GPU time: the seconds of the steps from
   // at_step to the use, use excluded); 0 = unbounded.
   double lookahead_seconds = 0.0;

@@ -1119,8 +1119,9 @@ void AdvisorImpl::report_stuck(const char* waiting_for,
   if (!warned_stuck.first()) return;
   log_warning(
       "advisor: launches have waited {} s for the advisor thread, for {} (it last began {}, at "
-      "launch {} of {} launched); it may be blocked in a CUDA call while the program "
-      "synchronizes the device (docs/advisor.md, \"A hang with the cuDNN sample\")",
+      "launch {} of {} launched); it may be blocked in a prefetch or discard, which the CUDA "
+      "driver holds once about 57 such calls wait on the GPU (UMSWAP_MANAGED_OPS_CAP; "
+      "docs/advisor.md, \"A hang with the cuDNN sample\")",
       std::chrono::duration_cast<std::chrono::seconds>(waited).count(), waiting_for, doing.load(),
       applied_through.load(), launched.load());
   if (config.hang_stacks) {

@@ -98,6 +98,7 @@ struct DropTable {
     uint64_t address, bytes;
     uint32_t ahead;  // launches before its use at which it is issued (0: at the use)
   };
+  using Populates = std::vector<Populate>;
   std::unordered_map<uint64_t, std::vector<Window>> windows;
   std::unordered_set<uint64_t> planned;  // every page a range of the plan touches
   uint64_t unresolved = 0;               // drops whose buffer was not found in this process (yet)
@@ -109,10 +110,8 @@ struct DropTable {
   // By phase: the whole pages of the drops whose next use is at that launch, which the launch
   // path populates on the GPU (the allocator leaves them): at that launch on its stream, or,
   // with `ahead`, at an earlier launch on launch_populate_stream (populate_early).
-  std::vector<std::vector<Populate>> populate_at;
-  // By phase: the populates issued ahead at that launch, (address, bytes).
-  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> populate_early;
-  bool has_early = false;  // whether any populate is issued ahead
+  std::vector<Populates> populate_at;
+  std::vector<Populates> populate_early;  // by phase: the populates issued ahead at that launch
 };
 
 // A plan in force: the planner's actions indexed by phase, and where its buffers live now.
@@ -231,8 +230,9 @@ class AdvisorImpl {
   std::atomic<uint64_t> early_populates{0}, early_populated_bytes{0};
   std::atomic<uint64_t> early_populate_waits{0}, early_populate_failures{0};
   // Populates on the launching stream (`early` false) or ahead of their use; counted.
-  void populate_ranges(std::span<const std::pair<uint64_t, uint64_t>> ranges, CUstream s,
-                       bool early);
+  void populate_ranges(std::span<const DropTable::Populate> ranges, CUstream s, bool early);
+  // UMSWAP_POPULATE_AHEAD as plans use it: 0 without its stream.
+  uint32_t populate_ahead() const { return launch_populate_stream ? config.populate_ahead : 0; }
   void launch_populate(const LivePlan& p, const DropTable& t, uint64_t index, uint64_t phase,
                        CUstream launching);
   std::atomic<CUdevice> device_for_launches{0};
@@ -723,7 +723,7 @@ std::shared_ptr<const DropTable> AdvisorImpl::applied_drops(LivePlan** plan_out,
   return p->drops.load(std::memory_order_acquire);
 }
 
-void AdvisorImpl::populate_ranges(std::span<const std::pair<uint64_t, uint64_t>> ranges, CUstream s,
+void AdvisorImpl::populate_ranges(std::span<const DropTable::Populate> ranges, CUstream s,
                                   bool early) {
   if (ranges.empty()) return;
   CUmemLocation gpu{};
@@ -731,7 +731,7 @@ void AdvisorImpl::populate_ranges(std::span<const std::pair<uint64_t, uint64_t>>
   gpu.id = device_for_launches.load(std::memory_order_relaxed);
   std::atomic<uint64_t>& calls = early ? early_populates : launch_populates;
   std::atomic<uint64_t>& bytes_done = early ? early_populated_bytes : launch_populated_bytes;
-  for (const auto& [address, bytes] : ranges) {
+  for (const auto& [address, bytes, ahead] : ranges) {
     if (d.mem_prefetch_async(address, bytes, gpu, 0, s) == CUDA_SUCCESS) {
       calls.fetch_add(1, std::memory_order_relaxed);
       bytes_done.fetch_add(bytes, std::memory_order_relaxed);
@@ -746,20 +746,23 @@ void AdvisorImpl::populate_ranges(std::span<const std::pair<uint64_t, uint64_t>>
 // ahead (then the launch's stream waits for them), and the populates issued ahead here.
 void AdvisorImpl::launch_populate(const LivePlan& p, const DropTable& t, uint64_t index,
                                   uint64_t phase, CUstream launching) {
-  thread_local std::vector<std::pair<uint64_t, uint64_t>> now;
+  if (!launch_populate_stream) {  // the default: each at its use
+    populate_ranges(t.populate_at[phase], launching, false);
+    return;
+  }
+  thread_local DropTable::Populates now;
   now.clear();
-  const bool side = launch_populate_stream != nullptr;
   bool wait = false;
   for (const DropTable::Populate& r : t.populate_at[phase]) {
     // Issued ahead only if that launch was under this plan's actions.
-    if (side && r.ahead > 0 && index >= p.applied_from + r.ahead) {
+    if (r.ahead > 0 && index >= p.applied_from + r.ahead) {
       wait = true;
     } else {
-      now.emplace_back(r.address, r.bytes);
+      now.push_back(r);
     }
   }
-  const std::vector<std::pair<uint64_t, uint64_t>>* early =
-      side && phase < t.populate_early.size() ? &t.populate_early[phase] : nullptr;
+  const DropTable::Populates* early =
+      phase < t.populate_early.size() ? &t.populate_early[phase] : nullptr;
   const bool issue = early && !early->empty();
   if (!wait && !issue) {
     populate_ranges(now, launching, false);
@@ -799,8 +802,7 @@ bool AdvisorImpl::populate_later(uint64_t page) {
 // A sweep's discard runs on sweep_stream, in no order with the launches' streams: never of a
 // page that a launch populates ahead (the two could run at once).
 bool AdvisorImpl::sweep_may_discard(uint64_t page) {
-  if (const std::shared_ptr<const DropTable> table = applied_drops(nullptr, nullptr);
-      table && table->has_early) {
+  if (const std::shared_ptr<const DropTable> table = applied_drops(nullptr, nullptr)) {
     if (const auto it = table->windows.find(page); it != table->windows.end()) {
       for (const DropTable::Window& w : it->second) {
         if (w.populate_ahead != 0) return false;
@@ -934,8 +936,7 @@ void AdvisorImpl::run() {
     std::string why;
     auto p = std::make_unique<LivePlan>();
     if (make_replay_plan(*matcher, budget, config.prefetch_bytes_per_s, config.evict_bytes_per_s,
-                         &p->plan, &p->base, &p->period, &why, use_lifetimes(),
-                         launch_populate_stream ? config.populate_ahead : 0)) {
+                         &p->plan, &p->base, &p->period, &why, use_lifetimes(), populate_ahead())) {
       if (config.place && use_lifetimes()) {
         place_from_trace();
         place_at = boundary_at_or_after(p->base, p->period, launched.load());
@@ -1273,7 +1274,7 @@ std::unique_ptr<LivePlan> AdvisorImpl::build_plan(uint64_t e, uint64_t first,
   in.budget_bytes = budget;
   in.prefetch_bytes_per_s = config.prefetch_bytes_per_s;
   in.evict_bytes_per_s = config.evict_bytes_per_s;
-  in.populate_ahead_steps = launch_populate_stream ? config.populate_ahead : 0;
+  in.populate_ahead_steps = populate_ahead();
   if (use_lifetimes()) {
     std::vector<std::pair<uint64_t, uint64_t>> buffers;  // (base, size) by plan buffer
     for (size_t b = 0; b < p->address.size(); ++b) {
@@ -1376,9 +1377,7 @@ void AdvisorImpl::index_plan(LivePlan& plan_ref) {
   for (const Drop& drop : plan_data.drops) {
     if (drop.next_use >= p->period) continue;
     p->populates[drop.next_use] = 1;
-    if (drop.populate_ahead > 0 && drop.populate_ahead < p->period) {
-      p->populates[(drop.next_use + p->period - drop.populate_ahead) % p->period] = 1;
-    }
+    p->populates[drop.populated_at(p->period)] = 1;
   }
   p->first_action.assign(p->period + 1, 0);
   for (const Action& a : plan_data.actions) {
@@ -2426,19 +2425,17 @@ void AdvisorImpl::build_drops(LivePlan& p) {
     const uint64_t address = p.address[drop.range.buffer] + drop.range.offset;
     const uint64_t first = (address + kPage - 1) / kPage * kPage;
     const uint64_t end = (address + drop.range.length) / kPage * kPage;
-    const uint32_t ahead =
-        drop.populate_ahead < p.period && launch_populate_stream ? drop.populate_ahead : 0;
-    const auto populated_at = static_cast<uint32_t>((drop.next_use + p.period - ahead) % p.period);
+    // The plan was made with populates ahead only when their stream exists.
+    const uint32_t ahead = drop.populate_ahead;
     for (uint64_t page = first; page < end; page += kPage) {
       table->windows[page].push_back(
           {drop.last_use, drop.next_use, static_cast<uint32_t>(slots++), ahead});
     }
     if (first < end && drop.next_use < p.period) {
       table->populate_at[drop.next_use].push_back({first, end - first, ahead});
-      if (ahead > 0) {
-        table->populate_early[populated_at].emplace_back(first, end - first);
-        table->has_early = true;
-      }
+      if (ahead > 0)
+        table->populate_early[drop.populated_at(p.period)].push_back(
+            table->populate_at[drop.next_use].back());
     }
   }
   table->discarded = std::vector<std::atomic<uint32_t>>(slots);
@@ -2516,7 +2513,7 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
       {"evict_waits_placed", a.evict_waits_placed.load()},
       {"launch_populates", a.launch_populates.load()},
       {"launch_populated_bytes", a.launch_populated_bytes.load()},
-      {"populate_ahead", a.launch_populate_stream ? a.config.populate_ahead : 0},
+      {"populate_ahead", a.populate_ahead()},
       {"early_populates", a.early_populates.load()},
       {"early_populated_bytes", a.early_populated_bytes.load()},
       {"early_populate_waits", a.early_populate_waits.load()},

@@ -1188,7 +1188,7 @@ Simulation simulate_on(const Trace& tr, const PlanInput& input, const Plan& plan
           bad_input("simulate", "a drop is populated " + std::to_string(d.populate_ahead) +
                                     " steps ahead, but the iteration has " + std::to_string(S) +
                                     " steps");
-        populates_at[(d.next_use + S - d.populate_ahead) % S].push_back(b);
+        populates_at[d.populated_at(S)].push_back(b);
       }
       // Dropped across the iteration boundary and not resident at the start: dropped already.
       if (!resident[b] && d.last_use == tr.last_use_step(b) && d.next_use == tr.first_use_step(b))

@@ -242,17 +242,21 @@ std::optional<Placement> plan_placement(std::span<const BlockEvent> events, uint
                                              {"allocation order, best gap", &by_start, true}}};
   std::vector<uint64_t> offsets, best;
   uint64_t best_top = UINT64_MAX;
+  // Lists a packing (in `offsets`) as a candidate and keeps it if its arena is the smallest yet.
+  const auto consider = [&](const char* name, uint64_t top) {
+    const uint64_t pages = page_peak(items, offsets, count);
+    out.candidates.push_back({name, round_up(top, alignment), pages});
+    if (top >= best_top) return false;
+    best_top = top;
+    best = offsets;
+    out.order = name;
+    out.page_peak = pages;
+    return true;
+  };
   const std::vector<size_t>* best_order = nullptr;
   for (const Candidate& c : candidates) {
-    const uint64_t top = pack(items, *c.order, count, alignment, c.best_gap, offsets);
-    const uint64_t pages = page_peak(items, offsets, count);
-    out.candidates.push_back({c.name, round_up(top, alignment), pages});
-    if (top < best_top) {
-      best_top = top;
-      best = offsets;
+    if (consider(c.name, pack(items, *c.order, count, alignment, c.best_gap, offsets))) {
       best_order = c.order;
-      out.order = c.name;
-      out.page_peak = pages;
     }
   }
   // An arena above the live peak: search the orders around the best one (first gap). Managed
@@ -293,13 +297,7 @@ std::optional<Placement> plan_placement(std::span<const BlockEvent> events, uint
       }
     }
     if (round_up(top, alignment) < round_up(best_top, alignment)) {  // a smaller arena
-      pack(items, order, count, alignment, false, offsets);
-      const uint64_t pages = page_peak(items, offsets, count);
-      out.candidates.push_back({"local search from the best", round_up(top, alignment), pages});
-      best_top = top;
-      best = offsets;
-      out.order = out.candidates.back().order;
-      out.page_peak = pages;
+      consider("local search from the best", pack(items, order, count, alignment, false, offsets));
     }
   }
   for (size_t k = 0; k < items.size(); ++k) out.offsets[item_of[k]] = best[k];

@@ -165,11 +165,15 @@ struct Drop {
     if (last_use < next_use) return last_use <= phase && phase < next_use;
     return phase >= last_use || phase < next_use;
   }
+  // The phase of the launch that populates the block (next_use when not ahead).
+  uint64_t populated_at(uint64_t period) const {
+    return (next_use + period - populate_ahead % period) % period;
+  }
   // Whether a free after the launch at `phase` may discard the block: in the window, and before
   // the launch that populates it ahead (a prefetch beside a discard is undefined).
   bool may_discard_at(uint64_t phase, uint64_t period) const {
     if (populate_ahead == 0 || populate_ahead >= period) return covers(phase);
-    const uint64_t until = (next_use + period - populate_ahead) % period;
+    const uint64_t until = populated_at(period);
     if (until == last_use) return false;  // populated at once: never room_at <= it
     if (last_use < until) return last_use <= phase && phase < until;
     return phase >= last_use || phase < until;

@@ -735,7 +735,7 @@ void AdvisorImpl::populate_ranges(std::span<const DropTable::Populate> ranges, C
     if (d.mem_prefetch_async(address, bytes, gpu, 0, s) == CUDA_SUCCESS) {
       calls.fetch_add(1, std::memory_order_relaxed);
       bytes_done.fetch_add(bytes, std::memory_order_relaxed);
-      tracer::note_residency(address, bytes, true);  // at this launch's GPU start
+      tracer::note_launch_populate(address, bytes);  // at this launch's GPU start
     } else if (early) {
       early_populate_failures.fetch_add(1, std::memory_order_relaxed);
     }

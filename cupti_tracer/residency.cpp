@@ -150,4 +150,9 @@ uint64_t own_record_time(std::span<const StepTime> steps, uint64_t before, bool 
   return first ? first : second ? second : noted;
 }
 
+uint64_t noted_before(NotedAt at, uint64_t logged) {
+  if (logged == UINT64_MAX) return UINT64_MAX;
+  return at == NotedAt::launching_step && logged > 0 ? logged - 1 : logged;
+}
+
 }  // namespace umswap::tracer

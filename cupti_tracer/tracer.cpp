@@ -65,7 +65,8 @@ class Tracer {
   void finish(bool used_cuda = true);
   void yield_cupti(const std::string& what);
   static constexpr uint64_t kNow = UINT64_MAX;  // own_record_time falls back to the call's time
-  static constexpr uint64_t kCurrentStep = UINT64_MAX - 1;
+  static constexpr uint64_t kCurrentStep = UINT64_MAX - 1;    // between launches
+  static constexpr uint64_t kLaunchingStep = UINT64_MAX - 2;  // from the launch path
   void note_residency(uint64_t address, uint64_t bytes, bool on_gpu, uint64_t at_step,
                       uint32_t copy = 0);
   void note_lifetime(uint64_t address, uint64_t bytes, bool freed);
@@ -499,10 +500,14 @@ void Tracer::note_residency(uint64_t address, uint64_t bytes, bool on_gpu, uint6
   uint64_t now = 0;
   if (cupti_.get_timestamp(&now) != CUPTI_SUCCESS) return;
   const StepRecorder* r = recorder();
-  // kNow: placed at the call's time (own_record_time's fallback); kCurrentStep: at the step the
-  // program is launching.
-  const uint64_t step =
-      at_step == kCurrentStep ? (r && r->recording() ? r->log().size() : UINT64_MAX) : at_step;
+  // kNow: placed at the call's time (own_record_time's fallback); kCurrentStep and
+  // kLaunchingStep: by the log (noted_before()).
+  uint64_t step = at_step;
+  if (at_step == kCurrentStep || at_step == kLaunchingStep) {
+    step = noted_before(
+        at_step == kLaunchingStep ? NotedAt::launching_step : NotedAt::between_launches,
+        r && r->recording() ? r->log().size() : UINT64_MAX);
+  }
   std::lock_guard lock(activity_mutex_);
   um_records_.push_back({on_gpu ? CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_HTOD
                                 : CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_DTOH,
@@ -1017,6 +1022,10 @@ void yield_cupti(const std::string& what) {
 
 void note_residency(uint64_t address, uint64_t bytes, bool on_gpu) {
   tracer_instance().note_residency(address, bytes, on_gpu, Tracer::kCurrentStep);
+}
+
+void note_launch_populate(uint64_t address, uint64_t bytes) {
+  tracer_instance().note_residency(address, bytes, true, Tracer::kLaunchingStep);
 }
 
 void note_residency_by_copy(uint64_t address, uint64_t bytes, bool on_gpu, uint32_t copy,

@@ -159,5 +159,35 @@ TEST(OwnRecordTime, DiscardsAfterTheStepBeforePopulatesAtTheStepAfter) {
   EXPECT_EQ(own_record_time({}, 0, false, 9), 9u);
 }
 
+TEST(NotedBefore, LaunchPathNotesAtTheLaunchingStep) {
+  EXPECT_EQ(noted_before(NotedAt::between_launches, 3), 3u);
+  EXPECT_EQ(noted_before(NotedAt::launching_step, 3), 2u);
+  EXPECT_EQ(noted_before(NotedAt::launching_step, 0), 0u);
+  EXPECT_EQ(noted_before(NotedAt::between_launches, UINT64_MAX), UINT64_MAX);
+  EXPECT_EQ(noted_before(NotedAt::launching_step, UINT64_MAX), UINT64_MAX);
+}
+
+// A dropped block written by step 1 alone: the launch path populates it at step 1, the free after
+// step 1 discards it. Counted from the next step's start, the populate outlived the discard.
+TEST(NotedBefore, APopulateAtItsLaunchEndsWithTheDiscardAfterIt) {
+  const std::vector<StepTime> steps{{100, 200}, {300, 400}, {500, 600}};
+  const uint64_t lo = 1 << 21, hi = 2 << 21;
+  const auto count = [&](NotedAt populate) {
+    // Step 1 logged, then its populate (launch path), then the free after it (between launches).
+    const uint64_t populated = own_record_time(steps, noted_before(populate, 2), false, 0);
+    const uint64_t discarded =
+        own_record_time(steps, noted_before(NotedAt::between_launches, 2), true, 0);
+    std::vector<ResidencyEvent> events{
+        {populated, lo, hi, true, false},
+        {steps[1].start_ns, lo, hi, true, false},  // step 1's extent
+        {discarded, lo, hi, false, false},
+    };
+    const std::vector<std::pair<uint64_t, uint64_t>> windows{{550, 600}};  // step 2
+    return count_residency(events, windows).by_window[0];
+  };
+  EXPECT_EQ(count(NotedAt::launching_step), 0u);
+  EXPECT_EQ(count(NotedAt::between_launches), hi - lo);  // what was counted until 2026-11-26
+}
+
 }  // namespace
 }  // namespace umswap::tracer

@@ -86,4 +86,15 @@ struct StepTime {
 uint64_t own_record_time(std::span<const StepTime> steps, uint64_t before, bool discard,
                          uint64_t noted);
 
+// The `before` that own_record_time() takes for a record noted while `logged` steps were in the
+// log (UINT64_MAX: the log is not recording; the record then falls back to the host clock).
+// Between launches (the allocator's discards and populates at a free or an allocation), the
+// steps logged so far. From the launch path, which runs once its step is logged (the advisor's
+// populates of dropped pages at their next user), that step: counted from the next step's start
+// instead, a block the step writes and frees right after was counted resident again once its
+// discard had run, until the next discard of its pages (VGG-16 at 50%: 13.17 GB counted at the
+// end of the backward pass against a 10.50 GB plan, H200, 2026-11-26).
+enum class NotedAt : uint8_t { between_launches, launching_step };
+uint64_t noted_before(NotedAt at, uint64_t logged);
+
 }  // namespace umswap::tracer

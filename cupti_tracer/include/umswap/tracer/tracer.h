@@ -143,6 +143,9 @@ void yield_cupti(const std::string& what);
 // on the GPU without a transfer (on_gpu true; UMSWAP_DISCARD_FREED): the residency count removes
 // or adds its pages as a transfer would, without counting bytes moved.
 void note_residency(uint64_t address, uint64_t bytes, bool on_gpu);
+// The same for a populate issued from the launch path (Observer::on_step), placed at the GPU
+// start of the step being launched.
+void note_launch_populate(uint64_t address, uint64_t bytes);
 // The same for UMSWAP_EVICT_COPY's discards and populates, placed where CUPTI saw a copy of
 // umswap's own run (`copy`: its correlation id, from last_own_copy()): a discard at the end of the
 // copy it follows on its stream, a populate at the start of the copy that follows it. Without

@@ -378,11 +378,14 @@ class AdvisorImpl {
   CUstream restore_stream = nullptr;
   // UMSWAP_EVICT_COPY_SIDE_STREAMS: the populates of the plan's copies back run on
   // populate_stream, so that the next launch's populates overlap this one's copies in
-  // (populated_event orders each copy after its populates); the discards behind the copies out
+  // (populated_event orders each copy after its own populate); the discards behind the copies out
   // run on discard_stream (copied_event orders each after its copy), so that the next copy out
   // need not wait for them. Null: they run on restore_stream and `stream`.
   CUstream populate_stream = nullptr, discard_stream = nullptr;
   CUevent populated_event = nullptr, copied_event = nullptr;
+  // issue_restore(): a segment populated whose copy back has no correlation id (not issued, or
+  // not seen by CUPTI's callbacks).
+  static constexpr uint32_t kPopulated = UINT32_MAX;
   // The restored words, one per epoch: a plan that ends releases its word for good, and the next
   // plan's copies count on a fresh one (a released word cannot be taken back from waits already
   // placed on it).
@@ -2166,22 +2169,33 @@ void AdvisorImpl::issue_restore(const LivePlan* p, Restore r) {
     CUmemLocation gpu{};
     gpu.type = CU_MEM_LOCATION_TYPE_DEVICE;
     gpu.id = device;
-    // Populate (a prefetch of discarded pages moves nothing), then copy in.
-    for (const HostCopies::Segment& s : r.segments) {
+    // Populate (a prefetch of discarded pages moves nothing), then copy in. With a stream of the
+    // populates' own, each copy waits for its own segment's populate (and so for those before it
+    // there), not for all of them: the next segment is populated while this one is copied. On
+    // one stream populates and copies run in turn whatever the order.
+    const bool pipelined = ps != restore_stream;
+    const auto populate = [&](const HostCopies::Segment& s) {
       before_managed_op(ps);
       d.mem_prefetch_async(s.address, s.length, gpu, 0, ps);
+    };
+    if (!pipelined) {
+      for (const HostCopies::Segment& s : r.segments) populate(s);
     }
-    if (ps != restore_stream) {
-      // A wait takes the event's latest record when placed: the next record does not move it.
-      if (d.event_record(populated_event, ps) != CUDA_SUCCESS ||
-          d.stream_wait_event(restore_stream, populated_event, 0) != CUDA_SUCCESS) {
-        // Unordered copies would land in unpopulated pages or before the room: stop, wait.
-        d.stream_synchronize(ps);
-      }
-    }
-    uint32_t first_copy = 0;
+    // By segment: its copy's correlation id, kPopulated, or 0 (not populated yet).
+    std::vector<uint32_t> copy_ids(r.segments.size(), 0);
     CUresult error = CUDA_SUCCESS;
     const CopyBackOutcome out = copy_back(r.segments, [&](const HostCopies::Segment& s) {
+      const size_t i = static_cast<size_t>(&s - r.segments.data());
+      if (pipelined && copy_ids[i] == 0) {
+        populate(s);
+        // A wait takes the event's latest record when placed: the next record does not move it.
+        if (d.event_record(populated_event, ps) != CUDA_SUCCESS ||
+            d.stream_wait_event(restore_stream, populated_event, 0) != CUDA_SUCCESS) {
+          // An unordered copy would land in unpopulated pages or before the room: stop, wait.
+          d.stream_synchronize(ps);
+        }
+        copy_ids[i] = kPopulated;
+      }
       const CUresult e = copy_async(s.address, s.host, s.length, false, restore_stream);
       if (e != CUDA_SUCCESS) {
         ++copy_failures;
@@ -2189,7 +2203,7 @@ void AdvisorImpl::issue_restore(const LivePlan* p, Restore r) {
         return false;
       }
       const uint32_t copy = tracer::last_own_copy();
-      if (!first_copy) first_copy = copy;
+      copy_ids[i] = copy ? copy : kPopulated;
       tracer::note_own_copy(copy, s.address, s.length, true);
       ++copy_calls;
       return true;
@@ -2212,10 +2226,19 @@ void AdvisorImpl::issue_restore(const LivePlan* p, Restore r) {
                           "must not be trusted");
       }
     }
-    // The populates run right before the first copy: placed at its start (without CUPTI's
-    // record: at launch g's GPU start, or now).
-    for (const HostCopies::Segment& s : r.segments) {
-      tracer::note_residency_by_copy(s.address, s.length, true, first_copy, p ? r.g : UINT64_MAX);
+    // Each populate is placed at the start of its segment's copy (on one stream: of the first
+    // copy, which all populates precede); without CUPTI's record, at launch g's GPU start, or now.
+    uint32_t first_copy = 0;
+    for (uint32_t c : copy_ids) {
+      if (c != 0 && c != kPopulated) {
+        first_copy = c;
+        break;
+      }
+    }
+    for (size_t i = 0; i < r.segments.size(); ++i) {
+      const uint32_t c = pipelined && copy_ids[i] != kPopulated ? copy_ids[i] : first_copy;
+      const HostCopies::Segment& s = r.segments[i];
+      tracer::note_residency_by_copy(s.address, s.length, true, c, p ? r.g : UINT64_MAX);
     }
     copied_in.push_back({r.g, bytes});
     copied_in_bytes += bytes;

@@ -383,9 +383,6 @@ class AdvisorImpl {
   // need not wait for them. Null: they run on restore_stream and `stream`.
   CUstream populate_stream = nullptr, discard_stream = nullptr;
   CUevent populated_event = nullptr, copied_event = nullptr;
-  // issue_restore(): a segment populated whose copy back has no correlation id (not issued, or
-  // not seen by CUPTI's callbacks).
-  static constexpr uint32_t kPopulated = UINT32_MAX;
   // The restored words, one per epoch: a plan that ends releases its word for good, and the next
   // plan's copies count on a fresh one (a released word cannot be taken back from waits already
   // placed on it).
@@ -2181,12 +2178,12 @@ void AdvisorImpl::issue_restore(const LivePlan* p, Restore r) {
     if (!pipelined) {
       for (const HostCopies::Segment& s : r.segments) populate(s);
     }
-    // By segment: its copy's correlation id, kPopulated, or 0 (not populated yet).
-    std::vector<uint32_t> copy_ids(r.segments.size(), 0);
+    std::vector<bool> populated(r.segments.size(), !pipelined);  // a retried copy is not again
+    uint32_t first_copy = 0;
     CUresult error = CUDA_SUCCESS;
     const CopyBackOutcome out = copy_back(r.segments, [&](const HostCopies::Segment& s) {
       const size_t i = static_cast<size_t>(&s - r.segments.data());
-      if (pipelined && copy_ids[i] == 0) {
+      if (!populated[i]) {
         populate(s);
         // A wait takes the event's latest record when placed: the next record does not move it.
         if (d.event_record(populated_event, ps) != CUDA_SUCCESS ||
@@ -2194,7 +2191,7 @@ void AdvisorImpl::issue_restore(const LivePlan* p, Restore r) {
           // An unordered copy would land in unpopulated pages or before the room: stop, wait.
           d.stream_synchronize(ps);
         }
-        copy_ids[i] = kPopulated;
+        populated[i] = true;
       }
       const CUresult e = copy_async(s.address, s.host, s.length, false, restore_stream);
       if (e != CUDA_SUCCESS) {
@@ -2203,7 +2200,7 @@ void AdvisorImpl::issue_restore(const LivePlan* p, Restore r) {
         return false;
       }
       const uint32_t copy = tracer::last_own_copy();
-      copy_ids[i] = copy ? copy : kPopulated;
+      if (!first_copy) first_copy = copy;
       tracer::note_own_copy(copy, s.address, s.length, true);
       ++copy_calls;
       return true;
@@ -2226,19 +2223,11 @@ void AdvisorImpl::issue_restore(const LivePlan* p, Restore r) {
                           "must not be trusted");
       }
     }
-    // Each populate is placed at the start of its segment's copy (on one stream: of the first
-    // copy, which all populates precede); without CUPTI's record, at launch g's GPU start, or now.
-    uint32_t first_copy = 0;
-    for (uint32_t c : copy_ids) {
-      if (c != 0 && c != kPopulated) {
-        first_copy = c;
-        break;
-      }
-    }
-    for (size_t i = 0; i < r.segments.size(); ++i) {
-      const uint32_t c = pipelined && copy_ids[i] != kPopulated ? copy_ids[i] : first_copy;
-      const HostCopies::Segment& s = r.segments[i];
-      tracer::note_residency_by_copy(s.address, s.length, true, c, p ? r.g : UINT64_MAX);
+    // The populates run right before the first copy, and on a stream of their own they run on
+    // ahead of the copies (each takes a fraction of its copy's time): all are placed at the
+    // first copy's start (without CUPTI's record: at launch g's GPU start, or now).
+    for (const HostCopies::Segment& s : r.segments) {
+      tracer::note_residency_by_copy(s.address, s.length, true, first_copy, p ? r.g : UINT64_MAX);
     }
     copied_in.push_back({r.g, bytes});
     copied_in_bytes += bytes;

@@ -443,6 +443,13 @@ StatsFigures parse_stats_figures(const json& stats) {
     if (const json* plan = field(*advisor, "plan")) {
       s.plan_applied_from = get_u64(*plan, "applied_from_launch");
     }
+    const auto flag = [&](const char* key) -> std::optional<bool> {
+      const json* v = field(*advisor, key);
+      return v && v->is_boolean() ? std::optional<bool>(v->get<bool>()) : std::nullopt;
+    };
+    s.prefetch_wait = flag("prefetch_wait");
+    s.evict_wait = flag("evict_wait");
+    s.wait_stalls = get_u64(*advisor, "wait_stalls");
   }
   if (const json* iterations = field(stats, "iterations"); iterations && iterations->is_array()) {
     // Bytes each way: the driver's (CUPTI) and umswap's own copies (UMSWAP_EVICT_COPY), which
@@ -954,6 +961,27 @@ std::string render_notes(const CompareReport& report) {
               : fmt::format("note: {}'s loss at iteration {} is not a number equal to native's\n",
                             row_name(*row), at);
     }
+  }
+  // A budget not held: why, where the stats say (docs/advisor.md).
+  for (const ModeRow& row : report.rows) {
+    if (row.baseline || row.budget_held != false) continue;
+    const auto o =
+        std::find_if(report.outcomes.begin(), report.outcomes.end(),
+                     [&](const ModeOutcome& x) { return !x.baseline && x.mode == row.mode; });
+    const StatsFigures* s = o != report.outcomes.end() && o->stats ? &*o->stats : nullptr;
+    std::string why = "see docs/advisor.md, \"What does not work yet\"";
+    if (s && s->wait_stalls.value_or(0) > 0) {
+      why =
+          "the watchdog released launches that waited for the advisor and turned the waits "
+          "off, so late prefetches faulted in beside evictions (docs/advisor.md)";
+    } else if (s && (s->prefetch_wait == false || s->evict_wait == false)) {
+      why =
+          "a launch does not wait for a prefetch that is late, so its data faults in while "
+          "evictions are still on their way out; UMSWAP_PREFETCH_WAIT=1 UMSWAP_EVICT_WAIT=1 "
+          "(experimental) make launches wait for both, at a cost in time (docs/advisor.md)";
+    }
+    out += fmt::format("note: {} counted {} GPU-resident at its peak, over its budget of {}: {}\n",
+                       row_name(row), gib(row.peak_resident_bytes), gib(row.budget_bytes), why);
   }
   if (by_loss) {
     out += fmt::format(

@@ -722,6 +722,40 @@ TEST(CompareTable, ASteadyFigureFromFewPlannedIterationsSaysSo) {
   EXPECT_FALSE(contains(notes, "native's steady ms")) << notes;  // not a planned run
 }
 
+TEST(CompareTable, ABudgetNotHeldSaysWhy) {
+  const auto with = [](std::string_view advisor) {
+    ModeOutcome o = outcome(CompareMode::online, "iter 0 ms 10\niter 1 ms 10\niter 2 ms 10\n",
+                            json::parse(fmt::format(R"({{"advisor": {{"budget_bytes": 2147483648,
+                               "peak_resident_bytes": 4294967296{}}}}})",
+                                                    advisor)));
+    o.budget_bytes = 2147483648;
+    CompareReport report;
+    report.outcomes = {outcome(CompareMode::native, "iter 0 ms 10\niter 1 ms 10\n"), o};
+    report.rows = compute_rows(report.outcomes, LinkRates{});
+    return render_notes(report);
+  };
+  const std::string off = with(R"(, "prefetch_wait": false, "evict_wait": false)");
+  EXPECT_TRUE(contains(off,
+                       "note: online counted 4.00 GiB GPU-resident at its peak, over its "
+                       "budget of 2.00 GiB: a launch does not wait for a prefetch that is "
+                       "late"))
+      << off;
+  EXPECT_TRUE(contains(off, "UMSWAP_PREFETCH_WAIT=1 UMSWAP_EVICT_WAIT=1")) << off;
+  const std::string stalled =
+      with(R"(, "prefetch_wait": true, "evict_wait": true, "wait_stalls": 1)");
+  EXPECT_TRUE(contains(stalled, "the watchdog released launches")) << stalled;
+  const std::string on = with(R"(, "prefetch_wait": true, "evict_wait": true, "wait_stalls": 0)");
+  EXPECT_TRUE(contains(on, "over its budget of 2.00 GiB: see docs/advisor.md")) << on;
+  // Held: no note.
+  ModeOutcome held = outcome(CompareMode::online, "iter 0 ms 10\n",
+                             json::parse(R"({"advisor": {"peak_resident_bytes": 900}})"));
+  held.budget_bytes = 1000;
+  CompareReport report;
+  report.outcomes = {held};
+  report.rows = compute_rows(report.outcomes, LinkRates{});
+  EXPECT_FALSE(contains(render_notes(report), "over its budget")) << render_notes(report);
+}
+
 TEST(CompareTable, LossResultsSayHowCloseAndWhy) {
   CompareReport report;
   report.outcomes = {outcome(CompareMode::native, "iter 0 ms 10 loss 2.25\n"),

@@ -76,7 +76,11 @@ struct StatsFigures {
   std::optional<uint64_t> peak_resident_bytes;  // counted from CUPTI records
   std::optional<uint64_t> peak_resident_plan_bytes;
   std::optional<uint64_t> plan_applied_from;  // advisor.plan.applied_from_launch
-  std::vector<StatsIteration> iterations;     // iterations[], sorted by index when they have one
+  // advisor.prefetch_wait, evict_wait (UMSWAP_PREFETCH_WAIT, UMSWAP_EVICT_WAIT) and wait_stalls
+  // (times the watchdog released waiting launches and turned the waits off).
+  std::optional<bool> prefetch_wait, evict_wait;
+  std::optional<uint64_t> wait_stalls;
+  std::vector<StatsIteration> iterations;  // iterations[], sorted by index when they have one
 };
 StatsFigures parse_stats_figures(const nlohmann::json& stats);
 

@@ -46,6 +46,7 @@ enum class Kind : uint32_t {
   program = 9,
   totals = 10,
   lifetimes = 11,
+  transfers = 12,
 };
 
 struct SectionInfo {
@@ -71,6 +72,7 @@ constexpr std::array kSections = {
     SectionInfo{Kind::program, "program", 32, true},
     SectionInfo{Kind::totals, "totals", kCountersSize, true},
     SectionInfo{Kind::lifetimes, "lifetimes", 29, false, true},
+    SectionInfo{Kind::transfers, "transfers", 34, false, true},
 };
 
 const SectionInfo* find_section(uint32_t kind) {
@@ -293,6 +295,16 @@ std::optional<std::string> check_trace(const Trace& t) {
     }
     previous_before_step = l.before_step;
   }
+  for (uint64_t i = 0; i < t.transfers.size(); ++i) {
+    const trace::Transfer& x = t.transfers[i];
+    if (x.end_ns < x.start_ns) {
+      return fmt::format("transfer {} ends at {} ns, before it starts at {} ns", i, x.end_ns,
+                         x.start_ns);
+    }
+    if (x.kind > trace::Transfer::driver) {
+      return fmt::format("transfer {} has kind {} (expected 0 to 2)", i, x.kind);
+    }
+  }
   const double c = t.detection.confidence;
   if (!(c >= 0.0 && c <= 1.0)) {
     return fmt::format("the detection confidence is {} (expected 0 to 1)", c);
@@ -389,6 +401,17 @@ std::vector<uint8_t> encode_trace(const Trace& t) {
     put_u8(lifetimes, l.freed ? 1 : 0);
   }
   count[section_index(Kind::lifetimes)] = t.lifetimes.size();
+
+  std::vector<uint8_t>& transfers = body[section_index(Kind::transfers)];
+  for (const trace::Transfer& x : t.transfers) {
+    put_u64(transfers, x.start_ns);
+    put_u64(transfers, x.end_ns);
+    put_u64(transfers, x.address);
+    put_u64(transfers, x.bytes);
+    put_u8(transfers, x.to_gpu ? 1 : 0);
+    put_u8(transfers, x.kind);
+  }
+  count[section_index(Kind::transfers)] = t.transfers.size();
 
   put_counters(body[section_index(Kind::totals)], t.totals);
   count[section_index(Kind::totals)] = 1;
@@ -787,6 +810,25 @@ class Parser {
       }
       l.freed = freed == 1;
       trace_.lifetimes.push_back(l);
+    });
+
+    // Absent in files written before transfers were recorded, or by a run without any.
+    trace_.transfers.reserve(section(Kind::transfers).count);
+    for_each_record(Kind::transfers, [&](Fields& f) {
+      trace::Transfer x;
+      x.start_ns = f.u64();
+      x.end_ns = f.u64();
+      x.address = f.u64();
+      x.bytes = f.u64();
+      const uint8_t to_gpu = f.u8();
+      x.kind = f.u8();
+      if (to_gpu > 1 && ok) {
+        fail("corrupt: transfer {} has 'to_gpu' {} (expected 0 or 1)", trace_.transfers.size(),
+             to_gpu);
+        ok = false;
+      }
+      x.to_gpu = to_gpu == 1;
+      trace_.transfers.push_back(x);
     });
     return ok;
   }

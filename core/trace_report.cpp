@@ -421,6 +421,7 @@ json render_timeline(const Trace& t) {
       if (has_gpu_times(s)) origin = std::min(origin, s.start_ns);
     }
     for (const trace::Fault& f : t.faults) origin = std::min(origin, f.time_ns);
+    for (const trace::Transfer& x : t.transfers) origin = std::min(origin, x.start_ns);
   }
   for (const auto& span : spans) {
     if (span) origin = std::min(origin, span->first);
@@ -440,6 +441,17 @@ json render_timeline(const Trace& t) {
   }
   if (gpu_clock && !t.faults.empty()) {
     for (json& e : track_metadata(kTimelineFaultsTid, "GPU page faults", 1)) events.push_back(e);
+  }
+
+  bool to_gpu = false, to_host = false;
+  for (const trace::Transfer& x : t.transfers) (x.to_gpu ? to_gpu : to_host) = true;
+  if (gpu_clock && to_gpu) {
+    for (json& e : track_metadata(kTimelineAdvisorPrefetchTid, "to the GPU", 2)) {
+      events.push_back(e);
+    }
+  }
+  if (gpu_clock && to_host) {
+    for (json& e : track_metadata(kTimelineAdvisorEvictTid, "to the host", 3)) events.push_back(e);
   }
 
   // Streams: one track each, in order of first appearance.
@@ -510,6 +522,40 @@ json render_timeline(const Trace& t) {
                         {"name", fmt::format("page fault ({})", fault_access(f.access))},
                         {"cat", "fault"},
                         {"ts", us(f.time_ns)},
+                        {"args", std::move(args)}});
+    }
+  }
+
+  if (gpu_clock) {
+    // Buffers by base, to name where a transfer lies.
+    std::vector<uint32_t> by_base(t.buffers.size());
+    for (uint32_t b = 0; b < by_base.size(); ++b) by_base[b] = b;
+    std::sort(by_base.begin(), by_base.end(),
+              [&](uint32_t a, uint32_t b) { return t.buffers[a].base < t.buffers[b].base; });
+    for (const trace::Transfer& x : t.transfers) {
+      json args = {{"address", hex(x.address)}, {"bytes", x.bytes}};
+      const auto after =
+          std::upper_bound(by_base.begin(), by_base.end(), x.address,
+                           [&](uint64_t a, uint32_t b) { return a < t.buffers[b].base; });
+      if (after != by_base.begin()) {
+        const uint32_t b = *std::prev(after);
+        if (x.address - t.buffers[b].base < t.buffers[b].size) {
+          args["buffer"] = b;
+          args["id"] = t.buffers[b].id;
+          args["offset"] = x.address - t.buffers[b].base;
+        }
+      }
+      const char* name =
+          x.kind == trace::Transfer::copy ? (x.to_gpu ? "umswap copy in" : "umswap copy out")
+          : x.kind == trace::Transfer::prefetch_call ? (x.to_gpu ? "prefetch" : "evict")
+                                                     : (x.to_gpu ? "driver in" : "driver out");
+      events.push_back({{"ph", "X"},
+                        {"pid", kTimelinePid},
+                        {"tid", x.to_gpu ? kTimelineAdvisorPrefetchTid : kTimelineAdvisorEvictTid},
+                        {"name", name},
+                        {"cat", "transfer"},
+                        {"ts", us(x.start_ns)},
+                        {"dur", static_cast<double>(x.end_ns - x.start_ns) / 1000.0},
                         {"args", std::move(args)}});
     }
   }

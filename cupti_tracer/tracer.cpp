@@ -780,6 +780,21 @@ trace::Trace Tracer::assemble(StepRecorder::Recording recording) {
     }
     return UINT32_MAX;
   };
+  // Transfers for the timeline: the driver's migrations (a prefetch call's: the advisor's
+  // prefetches and evictions; the others: faults, the driver's own evictions) and umswap's own
+  // copies (first), each with CUPTI's GPU times; at most kMaxTransfers of them (8.9 MB).
+  constexpr size_t kMaxTransfers = 1 << 18;
+  const auto add_transfer = [&](uint64_t start, uint64_t end, uint64_t address, uint64_t bytes,
+                                bool to_gpu, uint8_t kind) {
+    if (t.transfers.size() >= kMaxTransfers || start == 0) return;
+    t.transfers.push_back({start, std::max(start, end), address, bytes, to_gpu, kind});
+  };
+  for (const OwnCopy& c : own_copies_) {
+    if (const auto k = kernel_times_.find(c.correlation); k != kernel_times_.end()) {
+      add_transfer(k->second.first, k->second.second, c.address, c.length, c.to_gpu,
+                   trace::Transfer::copy);
+    }
+  }
   for (const UmRecord& u : um_records_) {
     trace::Iteration* it = find_iteration(u.start);
     auto add = [&](uint64_t trace::Counters::*field) {
@@ -789,11 +804,16 @@ trace::Trace Tracer::assemble(StepRecorder::Recording recording) {
     if (u.own) continue;  // moved no bytes
     switch (u.kind) {
       case CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_HTOD:
-        add(&trace::Counters::bytes_htod);
+      case CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_DTOH: {
+        const bool in = u.kind == CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_HTOD;
+        add(in ? &trace::Counters::bytes_htod : &trace::Counters::bytes_dtoh);
+        // For transfers, flags is the migration's cause.
+        add_transfer(u.start, u.end, u.address, u.value, in,
+                     u.flags == CUPTI_ACTIVITY_UNIFIED_MEMORY_MIGRATION_CAUSE_USER
+                         ? trace::Transfer::prefetch_call
+                         : trace::Transfer::driver);
         break;
-      case CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_DTOH:
-        add(&trace::Counters::bytes_dtoh);
-        break;
+      }
       case CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_GPU_PAGE_FAULT:
         add(&trace::Counters::gpu_page_faults);
         if (t.faults.size() < (1u << 20)) {
@@ -811,6 +831,9 @@ trace::Trace Tracer::assemble(StepRecorder::Recording recording) {
         break;
     }
   }
+  std::stable_sort(
+      t.transfers.begin(), t.transfers.end(),
+      [](const trace::Transfer& a, const trace::Transfer& b) { return a.start_ns < b.start_ns; });
   // Lifetimes inside the traced buffers (slabs); all logged while recording, so none is past
   // the last step.
   {

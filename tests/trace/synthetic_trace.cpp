@@ -33,15 +33,19 @@ bool operator==(const Lifetime& a, const Lifetime& b) {
   return std::tie(a.before_step, a.buffer, a.offset, a.length, a.freed) ==
          std::tie(b.before_step, b.buffer, b.offset, b.length, b.freed);
 }
+bool operator==(const Transfer& a, const Transfer& b) {
+  return std::tie(a.start_ns, a.end_ns, a.address, a.bytes, a.to_gpu, a.kind) ==
+         std::tie(b.start_ns, b.end_ns, b.address, b.bytes, b.to_gpu, b.kind);
+}
 bool operator==(const Detection& a, const Detection& b) {
   return std::tie(a.period, a.confidence, a.warmup_steps, a.source) ==
          std::tie(b.period, b.confidence, b.warmup_steps, b.source);
 }
 bool operator==(const Trace& a, const Trace& b) {
   return std::tie(a.program, a.pid, a.dropped_records, a.names, a.buffers, a.steps, a.accesses,
-                  a.iterations, a.faults, a.lifetimes) ==
+                  a.iterations, a.faults, a.lifetimes, a.transfers) ==
              std::tie(b.program, b.pid, b.dropped_records, b.names, b.buffers, b.steps, b.accesses,
-                      b.iterations, b.faults, b.lifetimes) &&
+                      b.iterations, b.faults, b.lifetimes, b.transfers) &&
          a.detection == b.detection && a.totals == b.totals;
 }
 

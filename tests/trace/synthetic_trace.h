@@ -13,6 +13,7 @@ bool operator==(const Counters& a, const Counters& b);
 bool operator==(const Iteration& a, const Iteration& b);
 bool operator==(const Fault& a, const Fault& b);
 bool operator==(const Lifetime& a, const Lifetime& b);
+bool operator==(const Transfer& a, const Transfer& b);
 bool operator==(const Detection& a, const Detection& b);
 bool operator==(const Trace& a, const Trace& b);
 

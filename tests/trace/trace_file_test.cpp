@@ -80,7 +80,8 @@ enum Kind : uint32_t {
   kDetection,
   kProgram,
   kTotals,
-  kLifetimes  // optional: absent when the trace has no lifetimes
+  kLifetimes,  // optional: absent when the trace has no lifetimes
+  kTransfers   // optional: absent when the trace has no transfers
 };
 
 uint64_t get(const Bytes& b, size_t at, size_t n) {
@@ -290,6 +291,73 @@ TEST(TraceFile, LifetimeRecordLayout) {
   EXPECT_EQ(get(b, record_field(b, kLifetimes, 3, 20), 8), l.length);
   EXPECT_EQ(get(b, record_field(b, kLifetimes, 3, 28), 1), 1u);  // freed
   EXPECT_EQ(get(b, record_field(b, kLifetimes, 1, 28), 1), 0u);
+}
+
+Trace with_transfers() {
+  Trace t = test::full_trace();
+  t.transfers = {
+      {.start_ns = 100,
+       .end_ns = 150,
+       .address = 0x7f1200000000,
+       .bytes = 1 << 20,
+       .to_gpu = false,
+       .kind = trace::Transfer::copy},
+      {.start_ns = 160,
+       .end_ns = 160,
+       .address = 0x7f1200200000,
+       .bytes = 65536,
+       .to_gpu = true,
+       .kind = trace::Transfer::prefetch_call},
+      {.start_ns = 170,
+       .end_ns = 190,
+       .address = 0x10,
+       .bytes = 4096,
+       .to_gpu = true,
+       .kind = trace::Transfer::driver},
+  };
+  return t;
+}
+
+TEST(TraceFile, TransfersRoundTripWithTheirLayout) {
+  const Trace t = with_transfers();
+  const Bytes b = encode_trace(t);
+  EXPECT_EQ(get(b, 32, 4), 12u);  // sections: lifetimes and transfers included
+  ASSERT_TRUE(has_section(b, kTransfers));
+  EXPECT_EQ(get(b, entry_of(b, kTransfers) + 4, 4), 34u);  // record size
+  EXPECT_EQ(get(b, entry_of(b, kTransfers) + 8, 8), 3u);
+  const trace::Transfer& x = t.transfers[1];
+  EXPECT_EQ(get(b, record_field(b, kTransfers, 1, 0), 8), x.start_ns);
+  EXPECT_EQ(get(b, record_field(b, kTransfers, 1, 8), 8), x.end_ns);
+  EXPECT_EQ(get(b, record_field(b, kTransfers, 1, 16), 8), x.address);
+  EXPECT_EQ(get(b, record_field(b, kTransfers, 1, 24), 8), x.bytes);
+  EXPECT_EQ(get(b, record_field(b, kTransfers, 1, 32), 1), 1u);  // to the GPU
+  EXPECT_EQ(get(b, record_field(b, kTransfers, 1, 33), 1), 1u);  // a prefetch call's
+  EXPECT_EQ(get(b, record_field(b, kTransfers, 0, 32), 1), 0u);
+  std::string error;
+  const auto parsed = parse_trace(b, &error);
+  ASSERT_TRUE(parsed) << error;
+  EXPECT_TRUE(*parsed == t);
+  // Without transfers: the bytes of a trace written before them.
+  RawFile f = RawFile::split(b);
+  f.remove(kTransfers);
+  EXPECT_EQ(f.join(), encode_trace(test::full_trace()));
+}
+
+TEST(TraceFile, BadTransfersAreRejected) {
+  {
+    Trace t = with_transfers();
+    t.transfers[2].end_ns = 169;
+    expect_inconsistent(t, "transfer 2 ends at 169 ns, before it starts at 170 ns");
+  }
+  {
+    Trace t = with_transfers();
+    t.transfers[0].kind = 3;
+    expect_inconsistent(t, "transfer 0 has kind 3 (expected 0 to 2)");
+  }
+  Bytes b = encode_trace(with_transfers());
+  put(b, record_field(b, kTransfers, 2, 32), 1, 2);  // 'to_gpu'
+  detail::reseal_trace_bytes(b);
+  expect_rejected(b, "corrupt: transfer 2 has 'to_gpu' 2 (expected 0 or 1)");
 }
 
 TEST(TraceFile, ChecksumIsZlibsCrc32) {

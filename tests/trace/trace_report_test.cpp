@@ -153,6 +153,60 @@ std::map<int, std::string> track_names(const json& timeline) {
   return names;
 }
 
+TEST(Timeline, TransfersOnTracksOfTheirDirection) {
+  Trace t = test::three_iteration_trace();
+  const uint64_t s0 = t.steps[0].start_ns;  // the origin: the first step's start
+  t.transfers = {
+      {.start_ns = s0 + 250000,
+       .end_ns = s0 + 300000,
+       .address = 0x20000000 + 4096,
+       .bytes = 1 << 20,
+       .to_gpu = false,
+       .kind = trace::Transfer::copy},
+      {.start_ns = s0 + 400000,
+       .end_ns = s0 + 410000,
+       .address = 0x50000000,
+       .bytes = 2 << 20,
+       .to_gpu = true,
+       .kind = trace::Transfer::prefetch_call},
+      {.start_ns = s0 + 420000,
+       .end_ns = s0 + 421000,
+       .address = 0x10000000,
+       .bytes = 65536,
+       .to_gpu = true,
+       .kind = trace::Transfer::driver},
+  };
+  ASSERT_EQ(check_trace(t), std::nullopt);
+  const json timeline = render_timeline(t);
+  const std::map<int, std::string> tracks = track_names(timeline);
+  EXPECT_EQ(tracks.at(kTimelineAdvisorPrefetchTid), "to the GPU");
+  EXPECT_EQ(tracks.at(kTimelineAdvisorEvictTid), "to the host");
+  std::vector<json> transfers;
+  for (const json& e : events_with(timeline, "X")) {
+    if (e["cat"] == "transfer") transfers.push_back(e);
+  }
+  ASSERT_EQ(transfers.size(), 3u);
+  const json& out = transfers[0];
+  EXPECT_EQ(out["name"], "umswap copy out");
+  EXPECT_EQ(out["tid"], kTimelineAdvisorEvictTid);
+  EXPECT_DOUBLE_EQ(out["ts"].get<double>(), 250.0);
+  EXPECT_DOUBLE_EQ(out["dur"].get<double>(), 50.0);
+  EXPECT_EQ(out["args"]["buffer"], 1);
+  EXPECT_EQ(out["args"]["id"], 11);
+  EXPECT_EQ(out["args"]["offset"], 4096);
+  EXPECT_EQ(out["args"]["bytes"], 1 << 20);
+  EXPECT_EQ(transfers[1]["name"], "prefetch");
+  EXPECT_EQ(transfers[1]["tid"], kTimelineAdvisorPrefetchTid);
+  EXPECT_FALSE(transfers[1]["args"].contains("buffer"));  // in no buffer
+  EXPECT_EQ(transfers[2]["name"], "driver in");
+  EXPECT_EQ(transfers[2]["args"]["id"], 10);
+  // Without transfers, no such tracks.
+  const std::map<int, std::string> plain =
+      track_names(render_timeline(test::three_iteration_trace()));
+  EXPECT_FALSE(plain.contains(kTimelineAdvisorPrefetchTid));
+  EXPECT_FALSE(plain.contains(kTimelineAdvisorEvictTid));
+}
+
 TEST(Timeline, ChromeTraceOfThreeIterations) {
   const Trace t = test::three_iteration_trace();
   const json timeline = render_timeline(t);

@@ -77,6 +77,19 @@ struct Lifetime {
   bool freed = false;
 };
 
+// Bytes moving between the GPU and the host for managed memory, from CUPTI's records, for
+// timelines: umswap's own copies (UMSWAP_EVICT_COPY), the migrations of prefetch calls (the
+// advisor's prefetches and evictions), and the driver's own (faults, its evictions).
+struct Transfer {
+  enum Kind : uint8_t { copy = 0, prefetch_call = 1, driver = 2 };
+  uint64_t start_ns = 0;  // GPU clock (CUPTI)
+  uint64_t end_ns = 0;    // >= start_ns
+  uint64_t address = 0;
+  uint64_t bytes = 0;
+  bool to_gpu = true;
+  uint8_t kind = copy;  // Kind
+};
+
 struct Detection {
   uint64_t period = 0;        // steps per iteration; 0 = none found
   double confidence = 0.0;    // 0..1: share of the steady part that repeats exactly
@@ -96,6 +109,7 @@ struct Trace {
   std::vector<Iteration> iterations;
   std::vector<Fault> faults;
   std::vector<Lifetime> lifetimes;  // in program order (before_step non-decreasing)
+  std::vector<Transfer> transfers;  // by start_ns
   Counters totals;
 };
 

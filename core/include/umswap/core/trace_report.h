@@ -22,10 +22,12 @@ namespace umswap {
 std::string render_report(const trace::Trace& trace);
 
 // Track (tid) convention of the timeline, all in process kTimelinePid. Streams get
-// kTimelineFirstStreamTid, +1, ... in the order they first appear in the trace. The advisor's
-// tracks are reserved here for when the trace carries its actions: a prefetch is an "X" event on
-// kTimelineAdvisorPrefetchTid named "prefetch <what>", an eviction one on kTimelineAdvisorEvictTid
-// named "evict <what>", each with args {"buffer", "id", "offset", "bytes"} like a step's.
+// kTimelineFirstStreamTid, +1, ... in the order they first appear in the trace. The trace's
+// transfers (GPU clock) are "X" events: to the GPU on kTimelineAdvisorPrefetchTid ("to the GPU"),
+// to the host on kTimelineAdvisorEvictTid ("to the host"), named "umswap copy in/out",
+// "prefetch"/"evict" (a prefetch call's migration: the advisor's) or "driver in/out" (faults and
+// the driver's own evictions), with args {"address", "bytes", and "buffer", "id", "offset" when
+// the address lies in a buffer}.
 inline constexpr int kTimelinePid = 1;
 inline constexpr int kTimelineIterationsTid = 1;
 inline constexpr int kTimelineFaultsTid = 2;

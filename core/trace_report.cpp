@@ -323,6 +323,21 @@ void report_totals(const Trace& t, Out out) {
   fmt::format_to(out, "  moved DtoH        {}\n", format_bytes(c.bytes_dtoh));
   fmt::format_to(out, "  thrashing events  {}\n", c.thrashing_events);
   fmt::format_to(out, "  CPU page faults   {}\n", c.cpu_page_faults);
+  if (t.transfers.empty()) return;
+  // By kind (trace::Transfer::Kind) and direction: transfers and bytes.
+  uint64_t count[3][2] = {}, bytes[3][2] = {};
+  for (const trace::Transfer& x : t.transfers) {
+    ++count[x.kind][x.to_gpu ? 0 : 1];
+    bytes[x.kind][x.to_gpu ? 0 : 1] += x.bytes;
+  }
+  fmt::format_to(out, "  transfers         {} recorded (to the GPU / to the host)\n",
+                 t.transfers.size());
+  constexpr const char* kKinds[3] = {"umswap's copies", "prefetch calls", "the driver's own"};
+  for (int k = 0; k < 3; ++k) {
+    if (count[k][0] + count[k][1] == 0) continue;
+    fmt::format_to(out, "    {:<17} {} in {} / {} in {}\n", kKinds[k], format_bytes(bytes[k][0]),
+                   count[k][0], format_bytes(bytes[k][1]), count[k][1]);
+  }
 }
 
 }  // namespace

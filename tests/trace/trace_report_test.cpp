@@ -135,6 +135,39 @@ TEST(Report, ManyIterationsAndLongNames) {
   for (const std::string& line : lines_of(r)) EXPECT_LE(line.size(), 100u) << line;
 }
 
+TEST(Report, TransfersByKindAndDirection) {
+  Trace t = test::three_iteration_trace();
+  EXPECT_EQ(render_report(t).find("transfers"), std::string::npos);  // none recorded
+  t.transfers = {
+      {.start_ns = 1,
+       .end_ns = 2,
+       .address = 0,
+       .bytes = 1 << 20,
+       .to_gpu = false,
+       .kind = trace::Transfer::copy},
+      {.start_ns = 3,
+       .end_ns = 4,
+       .address = 0,
+       .bytes = 3 << 20,
+       .to_gpu = true,
+       .kind = trace::Transfer::copy},
+      {.start_ns = 5,
+       .end_ns = 6,
+       .address = 0,
+       .bytes = 2 << 20,
+       .to_gpu = true,
+       .kind = trace::Transfer::driver},
+  };
+  const std::string r = render_report(t);
+  EXPECT_NE(r.find("  transfers         3 recorded (to the GPU / to the host)\n"),
+            std::string::npos)
+      << r;
+  EXPECT_NE(r.find("    umswap's copies   3.00 MiB in 1 / 1.00 MiB in 1\n"), std::string::npos)
+      << r;
+  EXPECT_NE(r.find("    the driver's own  2.00 MiB in 1 / 0 B in 0\n"), std::string::npos) << r;
+  EXPECT_EQ(r.find("prefetch calls"), std::string::npos) << r;  // none of that kind
+}
+
 // --- Timeline -----------------------------------------------------------------------------------
 
 std::vector<json> events_with(const json& timeline, const std::string& ph) {

@@ -21,6 +21,10 @@
 # it, so copies stop before it runs (their stop names it), the same checksum as natively.
 # Then, printed but not checked, replayed from a trace recorded by another process and online
 # without the wait (their kernels outrun the prefetches and fault).
+# Last, traces recorded under the budget carry their transfers (docs/trace-format.md): with
+# UMSWAP_EVICT_COPY=1 umswap's copies each way, 90-100% of the bytes the stats count; on the driver
+# path the migrations of the advisor's prefetch calls each way; `umswap timeline` draws them on the
+# "to the GPU" and "to the host" tracks.
 # usage: advisor_loop_check.sh UMSWAP ADVISOR_LOOP
 set -eu
 umswap=$1
@@ -57,6 +61,14 @@ timeout -s KILL 120 "$umswap" replay "$dir/loop.umtrace" --budget 1G --stats "$d
 UMSWAP_PREFETCH_WAIT=1 UMSWAP_EVICT_WAIT=1 timeout -s KILL 180 \
   "$umswap" replay "$dir/loop.umtrace" --budget 1G --stats "$dir/relearn.json" \
   -- "$loop" $args --alt-sites > "$dir/relearn.out"
+UMSWAP_EVICT_COPY=1 timeout -s KILL 120 "$umswap" record -o "$dir/copy.umtrace" --budget 1G \
+  --stats "$dir/copy_record.json" -- "$loop" $args > "$dir/copy_record.out"
+UMSWAP_PREFETCH_WAIT=1 timeout -s KILL 120 "$umswap" record -o "$dir/driver.umtrace" --budget 1G \
+  -- "$loop" $args > "$dir/driver_record.out"
+for t in copy driver; do
+  "$umswap" timeline "$dir/$t.umtrace" -o "$dir/${t}_timeline.json"
+  "$umswap" report "$dir/$t.umtrace" | grep -A3 "transfers" || true
+done
 python3 - "$dir" <<'PY'
 import json, re, sys
 d = sys.argv[1]
@@ -162,5 +174,31 @@ for mode in ("online", "evictwait", "copy", "room", "kernel", "stray", "graph", 
         continue
     print(f"  {'PASS' if good else 'FAIL'}")
     ok = ok and good
+# Transfers in the recorded traces, as the timeline draws them.
+def transfers(name):
+    events = json.load(open(f"{d}/{name}_timeline.json"))["traceEvents"]
+    spans = [e for e in events if e.get("cat") == "transfer"]
+    by = {}
+    for e in spans:
+        n, b = by.get(e["name"], (0, 0))
+        by[e["name"]] = (n + 1, b + e["args"]["bytes"])
+    tracks = {e["tid"] for e in spans}
+    return by, tracks
+copy_by, copy_tracks = transfers("copy")
+driver_by, driver_tracks = transfers("driver")
+c = (json.load(open(f"{d}/copy_record.json")).get("advisor") or {}).get("evict_copy") or {}
+out_bytes = copy_by.get("umswap copy out", (0, 0))[1]
+in_bytes = copy_by.get("umswap copy in", (0, 0))[1]
+print(f"transfers, copies: {copy_by} (stats: out {c.get('copied_out_bytes')}, in {c.get('copied_in_bytes')})")
+print(f"transfers, driver path: {driver_by}")
+# Every copy CUPTI reported is drawn; the last ones, at the program's end, may miss the final
+# flush: 90% or more of the bytes the stats count, never more.
+def most(drawn, counted):
+    return counted is not None and 0.9 * counted <= drawn <= counted and drawn > 0
+good = (most(out_bytes, c.get("copied_out_bytes")) and most(in_bytes, c.get("copied_in_bytes"))
+        and copy_tracks == {3, 4}
+        and driver_by.get("prefetch", (0, 0))[0] > 0 and driver_by.get("evict", (0, 0))[0] > 0)
+print(f"  {'PASS' if good else 'FAIL'}")
+ok = ok and good
 sys.exit(0 if ok else 1)
 PY

@@ -336,6 +336,10 @@ class AdvisorImpl {
   // Host time the advisor thread spends inside cuMemPrefetchAsync, and how far it trails the
   // launches (a thread blocked in the driver falls behind, and its prefetches come late).
   double prefetch_call_s = 0, evict_call_s = 0, longest_call_s = 0;
+  // The advisor thread's time while a plan is in force: in all (planned_s), applying launches'
+  // actions (apply_s: issuing prefetches, evictions and copies) and tending copies (tend_copies_s).
+  // apply_s near planned_s: the thread, not the GPU, paces the plan.
+  double planned_s = 0, apply_s = 0, tend_copies_s = 0;
   uint64_t most_behind = 0;
 
   // UMSWAP_EVICT_COPY (host_copies.h, docs/advisor.md "Evictions umswap copies"). An eviction is
@@ -962,15 +966,21 @@ void AdvisorImpl::run() {
     if (p && p->matcher) check_replay_keys(*p);
     p = plan.load(std::memory_order_relaxed);
     if (p) {
+      const auto t0 = std::chrono::steady_clock::now();
       const LivePlan* q = next_plan.load(std::memory_order_relaxed);
       doing.store("applying the plan", std::memory_order_relaxed);
       apply(q ? std::min(n, q->applied_from) : n);
+      const auto t1 = std::chrono::steady_clock::now();
       if (q && cursor >= q->applied_from) switch_to_next();
       p = plan.load(std::memory_order_relaxed);
       tend(*p, n);
       if (relearning && !next_plan.load(std::memory_order_relaxed)) relearn(*p);
       doing.store("tending copies", std::memory_order_relaxed);
+      const auto t2 = std::chrono::steady_clock::now();
       tend_copies();
+      const auto t3 = std::chrono::steady_clock::now();
+      apply_s += std::chrono::duration<double>(t1 - t0).count();
+      tend_copies_s += std::chrono::duration<double>(t3 - t2).count();
       doing.store("serving a rescue", std::memory_order_relaxed);
       serve_rescue();
       doing.store("waiting for launches", std::memory_order_relaxed);
@@ -992,6 +1002,7 @@ void AdvisorImpl::run() {
         }
       }
       sleep_us(50);
+      planned_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     } else if (pending_placement) {
       if (tend_placement(n)) {
         // Learn again from the iteration after the first placed one (whose first blocks may
@@ -2533,6 +2544,9 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
       {"prefetch_call_seconds", a.prefetch_call_s},
       {"evict_call_seconds", a.evict_call_s},
       {"longest_call_seconds", a.longest_call_s},
+      {"planned_seconds", a.planned_s},
+      {"apply_seconds", a.apply_s},
+      {"tend_copies_seconds", a.tend_copies_s},
       {"managed_ops_cap", a.config.managed_ops_cap},
       {"managed_ops_most_waiting", a.ops ? a.ops->most_waiting() : 0},
       {"managed_ops_throttled", a.ops_throttled},

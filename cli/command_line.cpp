@@ -51,6 +51,25 @@ std::optional<uint64_t> whole_number(const std::string& text) {
   return value;
 }
 
+// `3` or `2-5` (iteration numbers from 0, the last included) → (first, last); nullopt and `error`
+// otherwise.
+std::optional<std::pair<uint64_t, uint64_t>> parse_iteration_range(const std::string& text,
+                                                                   std::string* error) {
+  const size_t dash = text.find('-');
+  const std::optional<uint64_t> first = whole_number(text.substr(0, dash));
+  const std::optional<uint64_t> last =
+      dash == std::string::npos ? first : whole_number(text.substr(dash + 1));
+  if (!first || !last) {
+    *error = fmt::format("'{}' is not an iteration (N) or a range of them (A-B), from 0", text);
+    return std::nullopt;
+  }
+  if (*last < *first) {
+    *error = fmt::format("'{}' ends before it starts", text);
+    return std::nullopt;
+  }
+  return std::pair{*first, *last};
+}
+
 // `native,online` → the modes in their run order, without repeats; nullopt and `error` for an
 // unknown name or an empty entry (so an empty list too).
 std::optional<std::vector<CompareMode>> parse_mode_list(const std::string& text,
@@ -232,6 +251,9 @@ CommandLine parse_command_line(std::span<const std::string> args) {
   auto* timeline_file = timeline->add_option("file", timeline_path);
   auto* output_option = timeline->add_option("-o,--output", output);
   output_option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  std::string iterations_text;
+  auto* timeline_iterations = timeline->add_option("--iterations", iterations_text);
+  timeline_iterations->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.require_subcommand(0, 1);
 
   if (!ours.empty() && ours.front() == "timeline" &&
@@ -369,6 +391,14 @@ CommandLine parse_command_line(std::span<const std::string> args) {
       }
       if (output.empty()) return usage_error("timeline: -o: '' is empty (expected a file path)");
       result.trace_flags.output_path = output;
+      if (timeline_iterations->count() > 0) {
+        std::string error;
+        result.trace_flags.iterations = parse_iteration_range(iterations_text, &error);
+        if (!result.trace_flags.iterations) {
+          return usage_error(fmt::format("timeline: --iterations: {}", error),
+                             fmt::format("usage: {}", usage));
+        }
+      }
     }
     result.action = is_report ? Action::report : Action::timeline;
     result.exit_code = 0;

@@ -80,7 +80,8 @@ std::string help_text() {
   append_wrapped(out, "  timeline", 18,
                  "write a trace file's timeline as Chrome trace / Perfetto JSON (-o, --output "
                  "OUT.json; never the trace itself): one track per stream, iterations, page "
-                 "faults");
+                 "faults, transfers each way; --iterations A-B (or N, from 0) draws only those "
+                 "iterations, for traces too large to open whole");
   out += "\nOptions of run:\n";
   for (const auto& flag : detail::kRunFlags) {
     const std::string label = flag.value_name.empty()

@@ -48,7 +48,15 @@ int timeline_command(const TraceCommandFlags& flags) {
   }
   const std::optional<trace::Trace> trace = read_trace(flags.trace_path);
   if (!trace) return kTraceErrorExitCode;
-  const nlohmann::json timeline = render_timeline(*trace);
+  if (const auto& only = flags.iterations; only && only->second >= trace->iterations.size()) {
+    const size_t n = trace->iterations.size();
+    log(LogLevel::error, "timeline: --iterations {}-{}: {} has {}", only->first, only->second,
+        flags.trace_path,
+        n == 0 ? std::string("no iterations")
+               : fmt::format("{} iteration{} (0-{})", n, n == 1 ? "" : "s", n - 1));
+    return kUsageErrorExitCode;
+  }
+  const nlohmann::json timeline = render_timeline(*trace, flags.iterations);
   // Names are copied byte for byte and may not be UTF-8; JSON must be.
   const std::string text =
       timeline.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";

@@ -401,7 +401,7 @@ json track_metadata(int tid, std::string_view name, int sort_index) {
 
 }  // namespace
 
-json render_timeline(const Trace& t) {
+json render_timeline(const Trace& t, std::optional<std::pair<uint64_t, uint64_t>> only) {
   // One clock for everything drawn: CUPTI's (steps, faults) when any step has GPU times, else the
   // host clock of the iterations. Faults are CUPTI times, so only the first case draws them.
   bool gpu_clock = false;
@@ -430,16 +430,42 @@ json render_timeline(const Trace& t) {
     if (!gpu_clock && has_host_times(it)) spans[i].emplace(it.start_ns, it.end_ns);
   }
 
+  // What is drawn: every step, iteration, fault and transfer, or with `only` those iterations,
+  // their steps, and the faults and transfers within their span (GPU clock).
+  uint64_t step_lo = 0, step_hi = t.steps.size();
+  uint64_t time_lo = 0, time_hi = UINT64_MAX;
+  if (only) {
+    const trace::Iteration& a = t.iterations[only->first];
+    const trace::Iteration& b = t.iterations[only->second];
+    step_lo = a.first_step;
+    step_hi = b.first_step + b.step_count;
+    time_lo = UINT64_MAX;
+    time_hi = 0;
+    for (uint64_t i = only->first; i <= only->second; ++i) {
+      if (!spans[i]) continue;
+      time_lo = std::min(time_lo, spans[i]->first);
+      time_hi = std::max(time_hi, spans[i]->second);
+    }
+  }
+  const auto drawn_iteration = [&](size_t i) {
+    return !only || (i >= only->first && i <= only->second);
+  };
+  const auto in_window = [&](uint64_t ns) { return ns >= time_lo && ns <= time_hi; };
+
   uint64_t origin = UINT64_MAX;
   if (gpu_clock) {
-    for (const trace::Step& s : t.steps) {
-      if (has_gpu_times(s)) origin = std::min(origin, s.start_ns);
+    for (uint64_t i = step_lo; i < step_hi; ++i) {
+      if (has_gpu_times(t.steps[i])) origin = std::min(origin, t.steps[i].start_ns);
     }
-    for (const trace::Fault& f : t.faults) origin = std::min(origin, f.time_ns);
-    for (const trace::Transfer& x : t.transfers) origin = std::min(origin, x.start_ns);
+    for (const trace::Fault& f : t.faults) {
+      if (in_window(f.time_ns)) origin = std::min(origin, f.time_ns);
+    }
+    for (const trace::Transfer& x : t.transfers) {
+      if (in_window(x.start_ns)) origin = std::min(origin, x.start_ns);
+    }
   }
-  for (const auto& span : spans) {
-    if (span) origin = std::min(origin, span->first);
+  for (size_t i = 0; i < spans.size(); ++i) {
+    if (spans[i] && drawn_iteration(i)) origin = std::min(origin, spans[i]->first);
   }
   if (origin == UINT64_MAX) origin = 0;
   // Microseconds from the origin; an unsigned difference, so a fault before the origin can't be.
@@ -454,12 +480,19 @@ json render_timeline(const Trace& t) {
   if (!t.iterations.empty()) {
     for (json& e : track_metadata(kTimelineIterationsTid, "iterations", 0)) events.push_back(e);
   }
-  if (gpu_clock && !t.faults.empty()) {
+  const uint64_t faults_drawn =
+      gpu_clock ? static_cast<uint64_t>(
+                      std::count_if(t.faults.begin(), t.faults.end(),
+                                    [&](const trace::Fault& f) { return in_window(f.time_ns); }))
+                : 0;
+  if (faults_drawn > 0) {
     for (json& e : track_metadata(kTimelineFaultsTid, "GPU page faults", 1)) events.push_back(e);
   }
 
   bool to_gpu = false, to_host = false;
-  for (const trace::Transfer& x : t.transfers) (x.to_gpu ? to_gpu : to_host) = true;
+  for (const trace::Transfer& x : t.transfers) {
+    if (in_window(x.start_ns)) (x.to_gpu ? to_gpu : to_host) = true;
+  }
   if (gpu_clock && to_gpu) {
     for (json& e : track_metadata(kTimelineAdvisorPrefetchTid, "to the GPU", 2)) {
       events.push_back(e);
@@ -471,14 +504,15 @@ json render_timeline(const Trace& t) {
 
   // Streams: one track each, in order of first appearance.
   std::map<uint64_t, int> stream_tid;
-  for (const trace::Step& s : t.steps) {
+  for (uint64_t i = step_lo; i < step_hi; ++i) {
+    const trace::Step& s = t.steps[i];
     if (stream_tid.count(s.stream)) continue;
     const int tid = kTimelineFirstStreamTid + static_cast<int>(stream_tid.size());
     stream_tid.emplace(s.stream, tid);
     for (json& e : track_metadata(tid, stream_label(s.stream), tid)) events.push_back(e);
   }
 
-  for (size_t i = 0; i < t.steps.size(); ++i) {
+  for (uint64_t i = step_lo; i < step_hi; ++i) {
     const trace::Step& s = t.steps[i];
     if (!has_gpu_times(s)) continue;
     json buffers = json::array();
@@ -503,7 +537,7 @@ json render_timeline(const Trace& t) {
 
   uint64_t iterations_drawn = 0;
   for (size_t i = 0; i < t.iterations.size(); ++i) {
-    if (!spans[i]) continue;
+    if (!spans[i] || !drawn_iteration(i)) continue;
     ++iterations_drawn;
     const trace::Iteration& it = t.iterations[i];
     events.push_back({{"ph", "X"},
@@ -524,6 +558,7 @@ json render_timeline(const Trace& t) {
 
   if (gpu_clock) {
     for (const trace::Fault& f : t.faults) {
+      if (!in_window(f.time_ns)) continue;
       json args = {{"address", hex(f.address)}, {"access", fault_access(f.access)}};
       if (f.buffer != UINT32_MAX) {
         args["buffer"] = f.buffer;
@@ -548,6 +583,7 @@ json render_timeline(const Trace& t) {
     std::sort(by_base.begin(), by_base.end(),
               [&](uint32_t a, uint32_t b) { return t.buffers[a].base < t.buffers[b].base; });
     for (const trace::Transfer& x : t.transfers) {
+      if (!in_window(x.start_ns)) continue;
       json args = {{"address", hex(x.address)}, {"bytes", x.bytes}};
       const auto after =
           std::upper_bound(by_base.begin(), by_base.end(), x.address,
@@ -584,7 +620,8 @@ json render_timeline(const Trace& t) {
       {"steps", t.steps.size()},
       {"steps_without_gpu_times", untimed},
       {"iterations_drawn", iterations_drawn},
-      {"faults_drawn", gpu_clock ? t.faults.size() : 0},
+      {"faults_drawn", faults_drawn},
+      {"iterations", only ? fmt::format("{}-{}", only->first, only->second) : std::string("all")},
       {"dropped_records", t.dropped_records},
       {"tracks",
        {{"iterations", kTimelineIterationsTid},

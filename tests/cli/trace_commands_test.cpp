@@ -53,6 +53,16 @@ TEST(TraceCommandLine, Timeline) {
   }
 }
 
+TEST(TraceCommandLine, TimelineIterations) {
+  EXPECT_FALSE(parse({"timeline", "a", "-o", "t.json"}).trace_flags.iterations);
+  const CommandLine one = parse({"timeline", "a", "-o", "t.json", "--iterations", "3"});
+  ASSERT_EQ(one.action, Action::timeline) << one.message;
+  EXPECT_EQ(one.trace_flags.iterations, (std::pair<uint64_t, uint64_t>{3, 3}));
+  const CommandLine range = parse({"timeline", "a", "--iterations=2-5", "-o", "t.json"});
+  ASSERT_EQ(range.action, Action::timeline) << range.message;
+  EXPECT_EQ(range.trace_flags.iterations, (std::pair<uint64_t, uint64_t>{2, 5}));
+}
+
 TEST(TraceCommandLine, UsageErrors) {
   const struct {
     std::vector<std::string> args;
@@ -66,6 +76,12 @@ TEST(TraceCommandLine, UsageErrors) {
       {{"timeline", "a", "-o"}, "umswap: error: -o needs a value (OUT.json)\n"},
       {{"timeline", "a", "-o", ""}, "timeline: -o: '' is empty"},
       {{"timeline", "-o", "x.json"}, "timeline: no trace file given"},
+      {{"timeline", "a", "-o", "x.json", "--iterations", "x"},
+       "timeline: --iterations: 'x' is not an iteration (N) or a range of them (A-B), from 0"},
+      {{"timeline", "a", "-o", "x.json", "--iterations", "3-1"},
+       "timeline: --iterations: '3-1' ends before it starts"},
+      {{"timeline", "a", "-o", "x.json", "--iterations", "-2"}, "is not an iteration"},
+      {{"timeline", "a", "-o", "x.json", "--iterations", "1-"}, "is not an iteration"},
   };
   for (const auto& c : cases) {
     const CommandLine cl = parse(c.args);
@@ -220,6 +236,22 @@ TEST_F(TraceCommands, TimelineWritesParseableJson) {
   // process name, 2 per track (iterations, faults, 2 streams), 4 steps, 2 iterations, 1 fault
   EXPECT_EQ(timeline["traceEvents"].size(), 1u + 2 * 4 + 4 + 2 + 1);
   EXPECT_FALSE(fs::exists(json_path + ".tmp." + std::to_string(::getpid())));
+}
+
+TEST_F(TraceCommands, TimelineOfSomeIterations) {
+  const std::string json_path = (dir_ / "one.json").string();
+  const Result r = umswap({"timeline", trace_, "-o", json_path, "--iterations", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json timeline = nlohmann::json::parse(read_file(json_path));
+  EXPECT_EQ(timeline["otherData"]["iterations"], "1-1");
+  // Past the trace's iterations: an error naming how many it has, nothing written.
+  const std::string past = (dir_ / "past.json").string();
+  const Result bad = umswap({"timeline", trace_, "-o", past, "--iterations", "1-7"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_TRUE(
+      contains(bad.err, "timeline: --iterations 1-7: " + trace_ + " has 2 iterations (0-1)"))
+      << bad.err;
+  EXPECT_FALSE(fs::exists(past));
 }
 
 TEST_F(TraceCommands, TimelineRefusesToOverwriteItsInput) {

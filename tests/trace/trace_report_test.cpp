@@ -240,6 +240,46 @@ TEST(Timeline, TransfersOnTracksOfTheirDirection) {
   EXPECT_FALSE(plain.contains(kTimelineAdvisorEvictTid));
 }
 
+TEST(Timeline, OnlySomeIterations) {
+  Trace t = test::three_iteration_trace();
+  const uint64_t s0 = t.steps[0].start_ns;
+  // Iteration 1 is steps 4-6, from s0 + 800 us to s0 + 1220 us; the faults are all in iteration 0.
+  t.transfers = {
+      {.start_ns = s0 + 300000, .end_ns = s0 + 310000, .address = 0, .bytes = 1, .to_gpu = true},
+      {.start_ns = s0 + 900000, .end_ns = s0 + 950000, .address = 0, .bytes = 2, .to_gpu = false},
+  };
+  const json timeline = render_timeline(t, std::pair<uint64_t, uint64_t>{1, 1});
+  // 1 process name; 2 metadata per track: iterations, to the host, 2 streams; 3 steps;
+  // 1 iteration; 1 transfer.
+  EXPECT_EQ(timeline["traceEvents"].size(), 1u + 2 * 4 + 3 + 1 + 1) << timeline.dump(1);
+  EXPECT_TRUE(events_with(timeline, "i").empty());  // no fault in its span
+  std::vector<int64_t> steps;
+  for (const json& e : events_with(timeline, "X")) {
+    if (e["cat"] == "kernel") steps.push_back(e["args"]["step"]);
+    if (e["cat"] == "iteration") {
+      EXPECT_EQ(e["name"], "iteration 1");
+    }
+    if (e["cat"] == "transfer") {
+      EXPECT_DOUBLE_EQ(e["ts"].get<double>(), 100.0);
+    }
+  }
+  EXPECT_EQ(steps, (std::vector<int64_t>{4, 5, 6}));
+  const std::map<int, std::string> tracks = track_names(timeline);
+  EXPECT_FALSE(tracks.contains(kTimelineFaultsTid));
+  EXPECT_FALSE(tracks.contains(kTimelineAdvisorPrefetchTid));  // its transfer is outside
+  EXPECT_TRUE(tracks.contains(kTimelineAdvisorEvictTid));
+  EXPECT_EQ(timeline["otherData"]["iterations"], "1-1");
+  EXPECT_EQ(timeline["otherData"]["faults_drawn"], 0);
+  EXPECT_EQ(timeline["otherData"]["time_origin_ns"], s0 + 800000);
+  // All three: everything but the warm-up step before them (and its stream's track).
+  const json all = render_timeline(t, std::pair<uint64_t, uint64_t>{0, 2});
+  const json plain = render_timeline(t);
+  EXPECT_EQ(all["traceEvents"].size() + 1 + 2, plain["traceEvents"].size());
+  EXPECT_EQ(all["otherData"]["faults_drawn"], 3);
+  EXPECT_EQ(all["otherData"]["iterations"], "0-2");
+  EXPECT_EQ(plain["otherData"]["iterations"], "all");
+}
+
 TEST(Timeline, ChromeTraceOfThreeIterations) {
   const Trace t = test::three_iteration_trace();
   const json timeline = render_timeline(t);

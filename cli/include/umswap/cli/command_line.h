@@ -6,7 +6,9 @@
 #include "umswap/cli/run_flags.h"
 
 #include <span>
+#include <optional>
 #include <string>
+#include <utility>
 
 namespace umswap::cli {
 
@@ -20,6 +22,8 @@ inline constexpr int kTraceErrorExitCode = 1;
 struct TraceCommandFlags {
   std::string trace_path;   // FILE; never empty
   std::string output_path;  // OUT.json (timeline only); never empty for timeline
+  // timeline --iterations A-B (or N): the iterations drawn, first and last, from 0; all without.
+  std::optional<std::pair<uint64_t, uint64_t>> iterations;
 };
 
 struct CommandLine {

@@ -10,7 +10,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
+#include <utility>
 
 namespace umswap {
 
@@ -47,6 +49,11 @@ inline constexpr int kTimelineFirstStreamTid = 10;
 //    clock), args = address, buffer, access type.
 // Steps without GPU times are not drawn (their times would be invented); "otherData" counts them
 // ("steps_without_gpu_times") and says so in "note", and names the clock used ("clock").
-nlohmann::json render_timeline(const trace::Trace& trace);
+// With `iterations` (first, last; both < trace.iterations.size(), first <= last), only those
+// iterations, their steps, and the faults and transfers within their span are drawn
+// ("otherData.iterations" names them); the rest of the run is left out.
+nlohmann::json render_timeline(
+    const trace::Trace& trace,
+    std::optional<std::pair<uint64_t, uint64_t>> iterations = std::nullopt);
 
 }  // namespace umswap

@@ -7,6 +7,7 @@
 namespace umswap::cli::detail {
 
 inline constexpr std::string_view kReportUsage = "umswap report FILE";
-inline constexpr std::string_view kTimelineUsage = "umswap timeline FILE -o OUT.json";
+inline constexpr std::string_view kTimelineUsage =
+    "umswap timeline FILE -o OUT.json [--iterations A-B]";
 
 }  // namespace umswap::cli::detail

@@ -5,8 +5,8 @@
 #include "umswap/cli/compare_flags.h"
 #include "umswap/cli/run_flags.h"
 
-#include <span>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 

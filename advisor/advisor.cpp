@@ -2189,12 +2189,13 @@ void AdvisorImpl::issue_restore(const LivePlan* p, Restore r) {
     if (!pipelined) {
       for (const HostCopies::Segment& s : r.segments) populate(s);
     }
-    std::vector<bool> populated(r.segments.size(), !pipelined);  // a retried copy is not again
+    // Segments before this one are populated: copy_back() goes in order, a retry right away.
+    size_t populated = pipelined ? 0 : r.segments.size();
     uint32_t first_copy = 0;
     CUresult error = CUDA_SUCCESS;
     const CopyBackOutcome out = copy_back(r.segments, [&](const HostCopies::Segment& s) {
       const size_t i = static_cast<size_t>(&s - r.segments.data());
-      if (!populated[i]) {
+      if (i >= populated) {
         populate(s);
         // A wait takes the event's latest record when placed: the next record does not move it.
         if (d.event_record(populated_event, ps) != CUDA_SUCCESS ||
@@ -2202,7 +2203,7 @@ void AdvisorImpl::issue_restore(const LivePlan* p, Restore r) {
           // An unordered copy would land in unpopulated pages or before the room: stop, wait.
           d.stream_synchronize(ps);
         }
-        populated[i] = true;
+        populated = i + 1;
       }
       const CUresult e = copy_async(s.address, s.host, s.length, false, restore_stream);
       if (e != CUDA_SUCCESS) {

@@ -340,6 +340,95 @@ void report_totals(const Trace& t, Out out) {
   }
 }
 
+// Per iteration with transfers recorded: how busy each direction of the link was (the union of
+// its transfers' GPU times within the iteration's GPU span, its steps' first start to last end),
+// that time's share of the span, the rate while busy, and the time both directions ran at once.
+// The last kIterationRows such iterations: the steady ones, where a plan is in force.
+void report_link_use(const Trace& t, Out out) {
+  if (t.transfers.empty()) return;
+  struct Span {
+    uint64_t lo, hi;
+  };
+  struct Row {
+    size_t iteration;
+    Span span;
+    uint64_t busy[2] = {}, bytes[2] = {}, both = 0;
+  };
+  // The transfers by start (a reader does not check that a trace's are in order).
+  std::vector<const trace::Transfer*> by_start;
+  for (const trace::Transfer& x : t.transfers) by_start.push_back(&x);
+  std::stable_sort(
+      by_start.begin(), by_start.end(),
+      [](const trace::Transfer* a, const trace::Transfer* b) { return a->start_ns < b->start_ns; });
+  std::vector<Row> rows;
+  for (size_t i = 0; i < t.iterations.size(); ++i) {
+    const trace::Iteration& it = t.iterations[i];
+    std::optional<Span> span;
+    for (uint64_t s = it.first_step; s < it.first_step + it.step_count; ++s) {
+      if (!has_gpu_times(t.steps[s])) continue;
+      if (!span) span = Span{t.steps[s].start_ns, t.steps[s].end_ns};
+      span->lo = std::min(span->lo, t.steps[s].start_ns);
+      span->hi = std::max(span->hi, t.steps[s].end_ns);
+    }
+    if (!span || span->hi <= span->lo) continue;
+    // Each direction's transfers that start in the span, clipped to it and merged.
+    Row row{i, *span};
+    std::vector<Span> merged[2];
+    const auto from =
+        std::lower_bound(by_start.begin(), by_start.end(), span->lo,
+                         [](const trace::Transfer* x, uint64_t lo) { return x->start_ns < lo; });
+    for (auto x = from; x != by_start.end() && (*x)->start_ns < span->hi; ++x) {
+      const int d = (*x)->to_gpu ? 0 : 1;
+      row.bytes[d] += (*x)->bytes;
+      const uint64_t lo = (*x)->start_ns, hi = std::min((*x)->end_ns, span->hi);
+      if (hi <= lo) continue;
+      std::vector<Span>& m = merged[d];
+      if (!m.empty() && lo <= m.back().hi) {
+        m.back().hi = std::max(m.back().hi, hi);
+      } else {
+        m.push_back({lo, hi});
+      }
+    }
+    if (row.bytes[0] + row.bytes[1] == 0) continue;
+    for (int d = 0; d < 2; ++d) {
+      for (const Span& m : merged[d]) row.busy[d] += m.hi - m.lo;
+    }
+    for (size_t a = 0, b = 0; a < merged[0].size() && b < merged[1].size();) {
+      const uint64_t lo = std::max(merged[0][a].lo, merged[1][b].lo);
+      const uint64_t hi = std::min(merged[0][a].hi, merged[1][b].hi);
+      if (hi > lo) row.both += hi - lo;
+      (merged[0][a].hi < merged[1][b].hi ? a : b)++;
+    }
+    rows.push_back(row);
+  }
+  if (rows.empty()) return;
+  fmt::format_to(out,
+                 "\nLink use per iteration (to GPU, to host: time that direction's transfers ran, "
+                 "merged,\nwithin the span of the iteration's steps on the GPU; rate: bytes over "
+                 "that time)\n");
+  constexpr std::string_view kRow =
+      "  {:>9} {:>10} {:>10} {:>5} {:>10} {:>10} {:>5} {:>10} {:>10}\n";
+  fmt::format_to(out, kRow, "iteration", "span", "to GPU", "share", "rate", "to host", "share",
+                 "rate", "both ways");
+  const size_t first = rows.size() > kIterationRows ? rows.size() - kIterationRows : 0;
+  if (first > 0) fmt::format_to(out, "  ({} earlier not shown)\n", first);
+  for (size_t r = first; r < rows.size(); ++r) {
+    const Row& row = rows[r];
+    const uint64_t span = row.span.hi - row.span.lo;
+    std::string cells[2][3];
+    for (int d = 0; d < 2; ++d) {
+      cells[d][0] = format_duration(row.busy[d]);
+      cells[d][1] = fmt::format("{}%", row.busy[d] * 100 / span);
+      cells[d][2] = row.busy[d] == 0
+                        ? "-"
+                        : fmt::format("{:.1f} GB/s", static_cast<double>(row.bytes[d]) /
+                                                         static_cast<double>(row.busy[d]));
+    }
+    fmt::format_to(out, kRow, row.iteration, format_duration(span), cells[0][0], cells[0][1],
+                   cells[0][2], cells[1][0], cells[1][1], cells[1][2], format_duration(row.both));
+  }
+}
+
 }  // namespace
 
 std::string render_report(const Trace& t) {
@@ -352,6 +441,7 @@ std::string render_report(const Trace& t) {
   report_working_set(t, out);
   if (!t.iterations.empty()) report_per_iteration(t, out);
   report_totals(t, out);
+  report_link_use(t, out);
   return text;
 }
 

@@ -168,6 +168,46 @@ TEST(Report, TransfersByKindAndDirection) {
   EXPECT_EQ(r.find("prefetch calls"), std::string::npos) << r;  // none of that kind
 }
 
+// Per iteration: each direction's busy time (overlapping transfers merged, in any order), its
+// share of the iteration's GPU span, the rate while busy, and the time both ran at once.
+TEST(Report, LinkUsePerIteration) {
+  Trace t = test::three_iteration_trace();
+  constexpr uint64_t T = 5'000'000'000;  // the fixture's first step; iteration 0 spans
+                                         // [T + 200 us, T + 620 us], iteration 1 [T + 800 us,
+                                         // T + 1,220 us], iteration 2 has no transfers
+  const auto x = [](uint64_t start_us, uint64_t end_us, uint64_t bytes, bool to_gpu) {
+    return trace::Transfer{.start_ns = T + start_us * 1000,
+                           .end_ns = T + end_us * 1000,
+                           .address = 0,
+                           .bytes = bytes,
+                           .to_gpu = to_gpu,
+                           .kind = trace::Transfer::copy};
+  };
+  t.transfers = {x(210, 260, 5'000'000, true),    x(250, 300, 5'000'000, true),
+                 x(280, 380, 2'000'000, false),   x(700, 790, 9'000'000, true),  // between spans
+                 x(1200, 1300, 4'000'000, false),  // clipped at the end
+                 x(230, 240, 1'000'000, false)};   // out of order
+  ASSERT_EQ(check_trace(t), std::nullopt);
+  const std::string r = render_report(t);
+  SCOPED_TRACE(r);
+  const size_t at = r.find("Link use per iteration");
+  ASSERT_NE(at, std::string::npos);
+  const std::vector<std::string> lines = lines_of(r.substr(at));
+  ASSERT_GE(lines.size(), 5u);
+  EXPECT_EQ(words_of(lines[2]), (Words{"iteration", "span", "to", "GPU", "share", "rate", "to",
+                                       "host", "share", "rate", "both", "ways"}));
+  // Iteration 0: to the GPU [210, 300] us, 10 MB; to the host [230, 240] and [280, 380], 3 MB;
+  // both at once [230, 240] and [280, 300].
+  EXPECT_EQ(words_of(lines[3]), (Words{"0", "420.00", "us", "90.00", "us", "21%", "111.1", "GB/s",
+                                       "110.00", "us", "26%", "27.3", "GB/s", "30.00", "us"}));
+  // Iteration 1: to the host [1200, 1220] us of a transfer that ends past the span; 4 MB.
+  EXPECT_EQ(words_of(lines[4]), (Words{"1", "420.00", "us", "0", "ns", "0%", "-", "20.00", "us",
+                                       "4%", "200.0", "GB/s", "0", "ns"}));
+  EXPECT_TRUE(lines.size() == 5 || words_of(lines[5]).empty());  // no row for iteration 2
+  t.transfers.clear();
+  EXPECT_EQ(render_report(t).find("Link use"), std::string::npos);
+}
+
 // --- Timeline -----------------------------------------------------------------------------------
 
 std::vector<json> events_with(const json& timeline, const std::string& ph) {

@@ -81,6 +81,21 @@ void raise_to(std::atomic<uint64_t>& a, uint64_t value) {
 // highest_restore_wait: the restored value in the low 48 bits, its word's epoch above.
 constexpr uint64_t kRestoreWaitMask = (uint64_t{1} << 48) - 1;
 
+// Adds the time from its construction to its end to `total` (the advisor thread's figures).
+class Timed {
+ public:
+  explicit Timed(double& total) : total_(total), start_(std::chrono::steady_clock::now()) {}
+  ~Timed() {
+    total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+  Timed(const Timed&) = delete;
+  Timed& operator=(const Timed&) = delete;
+
+ private:
+  double& total_;
+  std::chrono::steady_clock::time_point start_;
+};
+
 // The first launch at or after `n` that begins an iteration (base + k period).
 uint64_t boundary_at_or_after(uint64_t base, uint64_t period, uint64_t n) {
   return n <= base ? base : base + (n - base + period - 1) / period * period;
@@ -340,6 +355,10 @@ class AdvisorImpl {
   // actions (apply_s: issuing prefetches, evictions and copies) and tending copies (tend_copies_s).
   // apply_s near planned_s: the thread, not the GPU, paces the plan.
   double planned_s = 0, apply_s = 0, tend_copies_s = 0;
+  // Of apply_s: waiting for a launch's event to be recorded and placing the wait (event_wait_s),
+  // scanning the launches since an eviction's last use (scan_s), issuing discards and populates
+  // (managed_call_s, the cap's waits included) and copies (copy_call_s).
+  double event_wait_s = 0, scan_s = 0, managed_call_s = 0, copy_call_s = 0;
   uint64_t most_behind = 0;
 
   // UMSWAP_EVICT_COPY (host_copies.h, docs/advisor.md "Evictions umswap copies"). An eviction is
@@ -1616,7 +1635,12 @@ bool AdvisorImpl::wait_for_launch(const LivePlan& p, uint64_t j) {
   // eviction taken as ordered would let UMSWAP_EVICT_COPY copy and discard a range before its
   // last use ran.
   if (j < p.barrier_covers || (p.barrier_taken && j < p.applied_from)) return true;
-  if (!done.wait(d, j, stream, launched.load(std::memory_order_acquire))) {
+  bool recorded = false;
+  {
+    const Timed timed(event_wait_s);
+    recorded = done.wait(d, j, stream, launched.load(std::memory_order_acquire));
+  }
+  if (!recorded) {
     // Not recorded (yet) or already reused: wait for everything instead; not while launches may
     // wait for this stream (a barrier would then wait for itself), the eviction goes unordered
     // (managed memory stays correct; the range may fault back).
@@ -1753,9 +1777,11 @@ void AdvisorImpl::apply(uint64_t n) {
       } else {
         // Not before the GPU reaches launch g: the room the plan gives this prefetch may be a
         // block freed just before it (discarded on the program's stream, not before then).
-        if (!prefetched_here && g > p.applied_from && g >= p.barrier_covers &&
-            !reached.wait(d, g, stream, launched.load(std::memory_order_acquire))) {
-          ++late_start_events;
+        if (!prefetched_here && g > p.applied_from && g >= p.barrier_covers) {
+          const Timed timed(event_wait_s);
+          if (!reached.wait(d, g, stream, launched.load(std::memory_order_acquire))) {
+            ++late_start_events;
+          }
         }
         if (!restore_by_copy(address, a.range.length, g)) {
           migrate(address, a.range.length, true, g);
@@ -1991,6 +2017,7 @@ bool AdvisorImpl::evict_by_copy(uint64_t address, uint64_t length, uint64_t g, u
     // No launch submitted after the last use may reach the range unless it waits for its copy
     // back (a plan off the mark): the copy waits for launch j only. Launches submitted after
     // this see the range held (guard()).
+    const Timed timed(scan_s);
     std::lock_guard lock(copies_mutex);
     const uint64_t n = launched.load(std::memory_order_acquire);
     if (n > j + 1) {
@@ -2022,7 +2049,10 @@ bool AdvisorImpl::evict_by_copy(uint64_t address, uint64_t length, uint64_t g, u
   for (const HostCopies::Segment& s : *segments) {
     const auto t0 = std::chrono::steady_clock::now();
     const CUresult r = copy_async(s.host, s.address, s.length, true, stream);
-    evict_call_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    evict_call_s += took;
+    copy_call_s += took;
     issued_calls.fetch_add(1, std::memory_order_relaxed);
     if (r != CUDA_SUCCESS) {
       ++copy_failures;
@@ -2052,11 +2082,12 @@ bool AdvisorImpl::evict_by_copy(uint64_t address, uint64_t length, uint64_t g, u
       return true;
     }
     // UMSWAP_EVICT_COPY=keep (a diagnostic): the GPU pages stay.
-    if (!config.evict_copy_keep) before_managed_op(ds);
-    const CUresult r =
-        config.evict_copy_keep
-            ? CUDA_SUCCESS
-            : d.mem_discard_batch_async(starts.data(), sizes.data(), starts.size(), 0, ds);
+    CUresult r = CUDA_SUCCESS;
+    if (!config.evict_copy_keep) {
+      const Timed timed(managed_call_s);
+      before_managed_op(ds);
+      r = d.mem_discard_batch_async(starts.data(), sizes.data(), starts.size(), 0, ds);
+    }
     if (r != CUDA_SUCCESS) {
       ++copy_failures;
       // The GPU and the host both hold the data: the copy back rewrites the same bytes.
@@ -2169,9 +2200,11 @@ void AdvisorImpl::issue_restore(const LivePlan* p, Restore r) {
   if (!r.segments.empty()) {
     // The populates' stream: every wait a copy back has is placed before its populates.
     const CUstream ps = p && populate_stream ? populate_stream : restore_stream;
-    if (p && r.g > p->applied_from && r.g >= p->barrier_covers &&
-        !reached.wait(d, r.g, ps, launched.load(std::memory_order_acquire))) {
-      ++late_start_events;
+    if (p && r.g > p->applied_from && r.g >= p->barrier_covers) {
+      const Timed timed(event_wait_s);
+      if (!reached.wait(d, r.g, ps, launched.load(std::memory_order_acquire))) {
+        ++late_start_events;
+      }
     }
     if (discards_issued) wait_for_copies_out(p, r, ps);
     CUmemLocation gpu{};
@@ -2183,6 +2216,7 @@ void AdvisorImpl::issue_restore(const LivePlan* p, Restore r) {
     // one stream populates and copies run in turn whatever the order.
     const bool pipelined = ps != restore_stream;
     const auto populate = [&](const HostCopies::Segment& s) {
+      const Timed timed(managed_call_s);
       before_managed_op(ps);
       d.mem_prefetch_async(s.address, s.length, gpu, 0, ps);
     };
@@ -2205,7 +2239,11 @@ void AdvisorImpl::issue_restore(const LivePlan* p, Restore r) {
         }
         populated = i + 1;
       }
-      const CUresult e = copy_async(s.address, s.host, s.length, false, restore_stream);
+      CUresult e = CUDA_SUCCESS;
+      {
+        const Timed timed(copy_call_s);
+        e = copy_async(s.address, s.host, s.length, false, restore_stream);
+      }
       if (e != CUDA_SUCCESS) {
         ++copy_failures;
         error = e;
@@ -2548,6 +2586,10 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
       {"planned_seconds", a.planned_s},
       {"apply_seconds", a.apply_s},
       {"tend_copies_seconds", a.tend_copies_s},
+      {"event_wait_seconds", a.event_wait_s},
+      {"scan_seconds", a.scan_s},
+      {"managed_call_seconds", a.managed_call_s},
+      {"copy_call_seconds", a.copy_call_s},
       {"managed_ops_cap", a.config.managed_ops_cap},
       {"managed_ops_most_waiting", a.ops ? a.ops->most_waiting() : 0},
       {"managed_ops_throttled", a.ops_throttled},

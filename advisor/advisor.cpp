@@ -356,9 +356,11 @@ class AdvisorImpl {
   // apply_s near planned_s: the thread, not the GPU, paces the plan.
   double planned_s = 0, apply_s = 0, tend_copies_s = 0;
   // Of apply_s: waiting for a launch's event to be recorded and placing the wait (event_wait_s),
-  // scanning the launches since an eviction's last use (scan_s), issuing discards and populates
+  // scanning the launches since an eviction's last use, the copies' lock included (scan_s),
+  // taking host space for a copy out (take_s: allocating pinned blocks until they are cached),
+  // issuing discards and populates
   // (managed_call_s, the cap's waits included) and copies (copy_call_s).
-  double event_wait_s = 0, scan_s = 0, managed_call_s = 0, copy_call_s = 0;
+  double event_wait_s = 0, scan_s = 0, take_s = 0, managed_call_s = 0, copy_call_s = 0;
   uint64_t most_behind = 0;
 
   // UMSWAP_EVICT_COPY (host_copies.h, docs/advisor.md "Evictions umswap copies"). An eviction is
@@ -2017,7 +2019,7 @@ bool AdvisorImpl::evict_by_copy(uint64_t address, uint64_t length, uint64_t g, u
     // No launch submitted after the last use may reach the range unless it waits for its copy
     // back (a plan off the mark): the copy waits for launch j only. Launches submitted after
     // this see the range held (guard()).
-    const Timed timed(scan_s);
+    std::optional<Timed> timed(scan_s);
     std::lock_guard lock(copies_mutex);
     const uint64_t n = launched.load(std::memory_order_acquire);
     if (n > j + 1) {
@@ -2036,6 +2038,7 @@ bool AdvisorImpl::evict_by_copy(uint64_t address, uint64_t length, uint64_t g, u
         }
       }
     }
+    timed.emplace(take_s);  // the host blocks' allocation: pinned memory the first time
     segments = copies->take(lo, hi - lo, out_ticket + 1, due);
   }
   if (!segments) {
@@ -2588,6 +2591,7 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
       {"tend_copies_seconds", a.tend_copies_s},
       {"event_wait_seconds", a.event_wait_s},
       {"scan_seconds", a.scan_s},
+      {"take_seconds", a.take_s},
       {"managed_call_seconds", a.managed_call_s},
       {"copy_call_seconds", a.copy_call_s},
       {"managed_ops_cap", a.config.managed_ops_cap},

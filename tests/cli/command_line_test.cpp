@@ -71,8 +71,9 @@ TEST(CommandLine, BadModeNamesFlagAndChoices) {
   const CommandLine cl = parse({"run", "--mode", "fast", "--", "true"});
   EXPECT_EQ(cl.action, Action::error);
   EXPECT_EQ(cl.exit_code, 2);
-  EXPECT_EQ(cl.message,
-            "umswap: error: --mode: 'fast' is not a mode (expected online, managed or passthrough)\n");
+  EXPECT_EQ(
+      cl.message,
+      "umswap: error: --mode: 'fast' is not a mode (expected online, managed or passthrough)\n");
 }
 
 TEST(CommandLine, FlagWithoutValue) {

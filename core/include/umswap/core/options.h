@@ -84,7 +84,7 @@ struct Options {
   // The advisor's prefetches and discards left waiting on the GPU at once (0: no cap): the
   // driver blocks the call after about 57 (docs/advisor.md, "A hang with the cuDNN sample").
   int managed_ops_cap = 0;
-  int populate_ahead = 0;  // UMSWAP_POPULATE_AHEAD: launches
+  int populate_ahead = 0;      // UMSWAP_POPULATE_AHEAD: launches
   bool hang_stacks = false;    // every thread prints its stack when the watchdog finds a stall
   bool async_slabs = true;     // stream-ordered allocations from slabs, not the managed pool
   bool discard_freed = false;  // slabs: discard freed blocks, populate new ones (experimental)

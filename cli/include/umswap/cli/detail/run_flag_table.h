@@ -20,7 +20,9 @@ inline constexpr std::array kRunFlags = {
     RunFlagInfo{"--limit", "SIZE", "UMSWAP_MANAGED_LIMIT",
                 "hard cap on managed bytes allocated; an allocation past it fails with "
                 "out-of-memory; 0 = no cap"},
-    RunFlagInfo{"--mode", "MODE", "UMSWAP_MODE", "online (default), managed or passthrough (see Modes); replay: use `umswap replay`"},
+    RunFlagInfo{
+        "--mode", "MODE", "UMSWAP_MODE",
+        "online (default), managed or passthrough (see Modes); replay: use `umswap replay`"},
     RunFlagInfo{"--stats", "FILE", "UMSWAP_STATS",
                 "write a JSON stats file at exit (`%p` is replaced by the process id)"},
     RunFlagInfo{"--verbose", "", "UMSWAP_VERBOSE",

@@ -352,6 +352,7 @@ void report_link_use(const Trace& t, Out out) {
   struct Row {
     size_t iteration;
     Span span;
+    uint64_t steps = 0;  // the steps' time on the GPU, merged
     uint64_t busy[2] = {}, bytes[2] = {}, both = 0;
   };
   // The transfers by start (a reader does not check that a trace's are in order).
@@ -390,6 +391,16 @@ void report_link_use(const Trace& t, Out out) {
       }
     }
     if (row.bytes[0] + row.bytes[1] == 0) continue;
+    std::vector<Span> steps;
+    for (uint64_t s = it.first_step; s < it.first_step + it.step_count; ++s) {
+      if (has_gpu_times(t.steps[s])) steps.push_back({t.steps[s].start_ns, t.steps[s].end_ns});
+    }
+    std::sort(steps.begin(), steps.end(), [](const Span& a, const Span& b) { return a.lo < b.lo; });
+    uint64_t reached = 0;  // the end of the steps counted so far
+    for (const Span& x : steps) {
+      if (x.hi > reached) row.steps += x.hi - std::max(x.lo, reached);
+      reached = std::max(reached, x.hi);
+    }
     for (int d = 0; d < 2; ++d) {
       for (const Span& m : merged[d]) row.busy[d] += m.hi - m.lo;
     }
@@ -403,13 +414,13 @@ void report_link_use(const Trace& t, Out out) {
   }
   if (rows.empty()) return;
   fmt::format_to(out,
-                 "\nLink use per iteration (to GPU, to host: time that direction's transfers ran, "
-                 "merged,\nwithin the span of the iteration's steps on the GPU; rate: bytes over "
-                 "that time)\n");
+                 "\nLink use per iteration (steps: time the iteration's steps ran on the GPU; to "
+                 "GPU, to host:\ntime that direction's transfers ran; each merged, within the "
+                 "span of the steps on the GPU;\nrate: bytes over that time)\n");
   constexpr std::string_view kRow =
-      "  {:>9} {:>10} {:>10} {:>5} {:>10} {:>10} {:>5} {:>10} {:>10}\n";
-  fmt::format_to(out, kRow, "iteration", "span", "to GPU", "share", "rate", "to host", "share",
-                 "rate", "both ways");
+      "  {:>9} {:>10} {:>10} {:>10} {:>5} {:>10} {:>10} {:>5} {:>10} {:>10}\n";
+  fmt::format_to(out, kRow, "iteration", "span", "steps", "to GPU", "share", "rate", "to host",
+                 "share", "rate", "both ways");
   const size_t first = rows.size() > kIterationRows ? rows.size() - kIterationRows : 0;
   if (first > 0) fmt::format_to(out, "  ({} earlier not shown)\n", first);
   for (size_t r = first; r < rows.size(); ++r) {
@@ -424,8 +435,9 @@ void report_link_use(const Trace& t, Out out) {
                         : fmt::format("{:.1f} GB/s", static_cast<double>(row.bytes[d]) /
                                                          static_cast<double>(row.busy[d]));
     }
-    fmt::format_to(out, kRow, row.iteration, format_duration(span), cells[0][0], cells[0][1],
-                   cells[0][2], cells[1][0], cells[1][1], cells[1][2], format_duration(row.both));
+    fmt::format_to(out, kRow, row.iteration, format_duration(span), format_duration(row.steps),
+                   cells[0][0], cells[0][1], cells[0][2], cells[1][0], cells[1][1], cells[1][2],
+                   format_duration(row.both));
   }
 }
 

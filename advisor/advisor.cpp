@@ -2218,6 +2218,10 @@ void AdvisorImpl::issue_restore(const LivePlan* p, Restore r) {
     // there), not for all of them: the next segment is populated while this one is copied. On
     // one stream populates and copies run in turn whatever the order.
     const bool pipelined = ps != restore_stream;
+    // UMSWAP_EVICT_COPY_CHUNK: the first copy waits for a small populate, not a whole segment's.
+    if (pipelined && config.evict_copy_chunk > 0) {
+      r.segments = pipeline_pieces(r.segments, config.evict_copy_chunk, kPage);
+    }
     const auto populate = [&](const HostCopies::Segment& s) {
       const Timed timed(managed_call_s);
       before_managed_op(ps);
@@ -2638,6 +2642,7 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
         {"lost_bytes", a.copy_lost_bytes},
         {"room", a.config.evict_copy_room_plan ? "plan" : "all"},
         {"side_streams", a.populate_stream != nullptr},
+        {"chunk_bytes", a.config.evict_copy_chunk},
         {"path", a.copy_fn ? "kernel" : "engine"},
         {"kernel_off", a.copy_kernel_off},
         {"kernel_copies", a.kernel_copies},

@@ -464,5 +464,42 @@ TEST(CopyBack, ACopyThatFailsIsTriedOnceMoreAndOneThatFailsTwiceIsLost) {
   EXPECT_TRUE(none.lost.empty());
 }
 
+TEST(PipelinePieces, FirstPieceSmallThenGrowingUpToWholeSegments) {
+  constexpr uint64_t MiB = 1 << 20, unit = 2 * MiB;
+  const std::vector<HostCopies::Segment> segments = {{0x40000000, 20 * MiB, 0x9000000},
+                                                     {0x80000000, 5 * MiB, 0xc000000}};
+  const std::vector<HostCopies::Segment> pieces = pipeline_pieces(segments, 3 * MiB, unit);
+  // 3 MiB rounds down to 2; then 6 and the 12 left of the first segment; the second goes whole
+  // (the next piece could be 54 MiB).
+  ASSERT_EQ(pieces.size(), 4u);
+  EXPECT_EQ(pieces[0].length, 2 * MiB);
+  EXPECT_EQ(pieces[1].length, 6 * MiB);
+  EXPECT_EQ(pieces[2].length, 12 * MiB);
+  EXPECT_EQ(pieces[3].length, 5 * MiB);
+  // Each piece's managed and host addresses follow on from the last within its segment.
+  uint64_t offset = 0;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(pieces[i].address, 0x40000000 + offset);
+    EXPECT_EQ(pieces[i].host, 0x9000000 + offset);
+    offset += pieces[i].length;
+  }
+  EXPECT_EQ(pieces[3].address, 0x80000000u);
+  EXPECT_EQ(pieces[3].host, 0xc000000u);
+  // A segment's last piece may be short of a unit; none spans two segments.
+  const std::vector<HostCopies::Segment> small =
+      pipeline_pieces({{0x40000000, 5 * MiB, 0x1000}, {0x80000000, 1 * MiB, 0x900000}}, unit, unit);
+  ASSERT_EQ(small.size(), 3u);
+  EXPECT_EQ(small[0].length, 2 * MiB);
+  EXPECT_EQ(small[1].length, 3 * MiB);
+  EXPECT_EQ(small[2].length, 1 * MiB);
+  // Off (0, or less than a unit): the segments as they are.
+  for (const uint64_t first : {uint64_t{0}, MiB}) {
+    const std::vector<HostCopies::Segment> same = pipeline_pieces(segments, first, unit);
+    ASSERT_EQ(same.size(), 2u);
+    EXPECT_EQ(same[0].length, 20 * MiB);
+    EXPECT_EQ(same[1].length, 5 * MiB);
+  }
+}
+
 }  // namespace
 }  // namespace umswap::advisor

@@ -465,6 +465,21 @@ TEST(ParseOptions, EvictCopySideStreamsIsABoolean) {
   EXPECT_TRUE(warnings.empty());
 }
 
+TEST(ParseOptions, EvictCopyChunkIsASize) {
+  std::vector<std::string> warnings;
+  EXPECT_EQ(parse({}, &warnings).evict_copy_chunk, 0u);
+  EXPECT_EQ(parse({{"UMSWAP_EVICT_COPY_CHUNK", "16M"}}, &warnings).evict_copy_chunk, 16 * MiB);
+  EXPECT_EQ(parse({{"UMSWAP_EVICT_COPY_CHUNK", " 0 "}}, &warnings).evict_copy_chunk, 0u);
+  EXPECT_TRUE(warnings.empty());
+  for (const char* bad : {"5%", "fast", "-1M"}) {
+    warnings.clear();
+    EXPECT_EQ(parse({{"UMSWAP_EVICT_COPY_CHUNK", bad}}, &warnings).evict_copy_chunk, 0u) << bad;
+    ASSERT_EQ(warnings.size(), 1u) << bad;
+    EXPECT_NE(warnings[0].find("UMSWAP_EVICT_COPY_CHUNK"), std::string::npos) << warnings[0];
+    EXPECT_NE(warnings[0].find("using the default 0"), std::string::npos) << warnings[0];
+  }
+}
+
 TEST(ParseOptions, PopulateAheadIsAWholeNumberUpTo64) {
   std::vector<std::string> warnings;
   EXPECT_EQ(parse({}, &warnings).populate_ahead, 0);
@@ -543,12 +558,13 @@ TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
                                                   "UMSWAP_EVICT_COPY_SIDE_STREAMS",
                                                   "UMSWAP_MANAGED_OPS_CAP",
                                                   "UMSWAP_POPULATE_AHEAD",
+                                                  "UMSWAP_EVICT_COPY_CHUNK",
                                                   "UMSWAP_HANG_STACKS",
                                                   "UMSWAP_ASYNC_SLABS",
                                                   "UMSWAP_DISCARD_FREED",
                                                   "UMSWAP_LIFETIMES",
                                                   "UMSWAP_PLACEMENT"}));
-  EXPECT_EQ(option_table().size(), 24u);  // no duplicates
+  EXPECT_EQ(option_table().size(), 25u);  // no duplicates
 }
 
 TEST(OptionTable, EveryEntryHasAMeaning) {
@@ -589,6 +605,7 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
   o.placement = false;
   o.managed_ops_cap = 8;
   o.populate_ahead = 4;
+  o.evict_copy_chunk = 8 * MiB;
   o.hang_stacks = true;
   const std::vector<std::string> lines = describe(o);
   EXPECT_EQ(lines, (std::vector<std::string>{"UMSWAP_MODE=passthrough",
@@ -608,6 +625,7 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
                                              "UMSWAP_EVICT_COPY_ROOM=all",
                                              "UMSWAP_EVICT_COPY_PATH=engine",
                                              "UMSWAP_EVICT_COPY_SIDE_STREAMS=1",
+                                             "UMSWAP_EVICT_COPY_CHUNK=8M",
                                              "UMSWAP_MANAGED_OPS_CAP=8",
                                              "UMSWAP_POPULATE_AHEAD=4",
                                              "UMSWAP_HANG_STACKS=1",

@@ -132,6 +132,9 @@ struct AdvisorConfig {
   // UMSWAP_MANAGED_OPS_CAP: at most this many of the advisor's prefetches and discards wait on
   // the GPU at once (0: no cap).
   uint32_t managed_ops_cap = 0;
+  // UMSWAP_EVICT_COPY_CHUNK: with side streams, a copy back's first piece (pipeline_pieces(); 0:
+  // whole segments).
+  uint64_t evict_copy_chunk = 0;
   // UMSWAP_POPULATE_AHEAD: a dropped page is populated up to this many launches before its next
   // use, on a stream of its own, where the plan has room (0: at the use, on its stream).
   uint32_t populate_ahead = 0;

@@ -85,6 +85,7 @@ struct Options {
   // driver blocks the call after about 57 (docs/advisor.md, "A hang with the cuDNN sample").
   int managed_ops_cap = 0;
   int populate_ahead = 0;      // UMSWAP_POPULATE_AHEAD: launches
+  uint64_t evict_copy_chunk = 0;  // UMSWAP_EVICT_COPY_CHUNK: a restore's first piece; 0 = whole
   bool hang_stacks = false;    // every thread prints its stack when the watchdog finds a stall
   bool async_slabs = true;     // stream-ordered allocations from slabs, not the managed pool
   bool discard_freed = false;  // slabs: discard freed blocks, populate new ones (experimental)

@@ -358,8 +358,8 @@ class AdvisorImpl {
   // Of apply_s: waiting for a launch's event to be recorded and placing the wait (event_wait_s),
   // scanning the launches since an eviction's last use, the copies' lock included (scan_s),
   // taking host space for a copy out (take_s: allocating pinned blocks until they are cached),
-  // issuing discards and populates
-  // (managed_call_s, the cap's waits included) and copies (copy_call_s).
+  // issuing discards and populates (managed_call_s, the cap's waits included) and copies
+  // (copy_call_s).
   double event_wait_s = 0, scan_s = 0, take_s = 0, managed_call_s = 0, copy_call_s = 0;
   uint64_t most_behind = 0;
 
@@ -987,21 +987,22 @@ void AdvisorImpl::run() {
     if (p && p->matcher) check_replay_keys(*p);
     p = plan.load(std::memory_order_relaxed);
     if (p) {
-      const auto t0 = std::chrono::steady_clock::now();
+      const Timed planned(planned_s);
       const LivePlan* q = next_plan.load(std::memory_order_relaxed);
       doing.store("applying the plan", std::memory_order_relaxed);
-      apply(q ? std::min(n, q->applied_from) : n);
-      const auto t1 = std::chrono::steady_clock::now();
+      {
+        const Timed timed(apply_s);
+        apply(q ? std::min(n, q->applied_from) : n);
+      }
       if (q && cursor >= q->applied_from) switch_to_next();
       p = plan.load(std::memory_order_relaxed);
       tend(*p, n);
       if (relearning && !next_plan.load(std::memory_order_relaxed)) relearn(*p);
       doing.store("tending copies", std::memory_order_relaxed);
-      const auto t2 = std::chrono::steady_clock::now();
-      tend_copies();
-      const auto t3 = std::chrono::steady_clock::now();
-      apply_s += std::chrono::duration<double>(t1 - t0).count();
-      tend_copies_s += std::chrono::duration<double>(t3 - t2).count();
+      {
+        const Timed timed(tend_copies_s);
+        tend_copies();
+      }
       doing.store("serving a rescue", std::memory_order_relaxed);
       serve_rescue();
       doing.store("waiting for launches", std::memory_order_relaxed);
@@ -1023,7 +1024,6 @@ void AdvisorImpl::run() {
         }
       }
       sleep_us(50);
-      planned_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     } else if (pending_placement) {
       if (tend_placement(n)) {
         // Learn again from the iteration after the first placed one (whose first blocks may

@@ -95,6 +95,41 @@ bool has_host_times(const trace::Iteration& it) {
   return it.start_ns != 0 && it.end_ns != 0;
 }
 
+// A stretch of GPU time, [lo, hi) in ns.
+struct Span {
+  uint64_t lo, hi;
+};
+
+// An iteration on the GPU: its steps' first start to their last end; none without GPU times.
+std::optional<Span> gpu_span(const Trace& t, const trace::Iteration& it) {
+  std::optional<Span> span;
+  for (uint64_t s = it.first_step; s < it.first_step + it.step_count; ++s) {
+    const trace::Step& step = t.steps[s];
+    if (!has_gpu_times(step)) continue;
+    if (!span) span = Span{step.start_ns, step.end_ns};
+    span->lo = std::min(span->lo, step.start_ns);
+    span->hi = std::max(span->hi, step.end_ns);
+  }
+  return span;
+}
+
+// Sorts `spans` and merges those that overlap or touch; returns the time they cover.
+uint64_t merge_spans(std::vector<Span>& spans) {
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.lo < b.lo; });
+  size_t kept = 0;
+  uint64_t covered = 0;
+  for (const Span& x : spans) {
+    if (kept > 0 && x.lo <= spans[kept - 1].hi) {
+      spans[kept - 1].hi = std::max(spans[kept - 1].hi, x.hi);
+    } else {
+      spans[kept++] = x;
+    }
+  }
+  spans.resize(kept);
+  for (const Span& x : spans) covered += x.hi - x.lo;
+  return covered;
+}
+
 std::string_view kind_name(trace::StepKind kind) {
   switch (kind) {
     case trace::StepKind::kernel:
@@ -346,9 +381,6 @@ void report_totals(const Trace& t, Out out) {
 // The last kIterationRows such iterations: the steady ones, where a plan is in force.
 void report_link_use(const Trace& t, Out out) {
   if (t.transfers.empty()) return;
-  struct Span {
-    uint64_t lo, hi;
-  };
   struct Row {
     size_t iteration;
     Span span;
@@ -364,13 +396,7 @@ void report_link_use(const Trace& t, Out out) {
   std::vector<Row> rows;
   for (size_t i = 0; i < t.iterations.size(); ++i) {
     const trace::Iteration& it = t.iterations[i];
-    std::optional<Span> span;
-    for (uint64_t s = it.first_step; s < it.first_step + it.step_count; ++s) {
-      if (!has_gpu_times(t.steps[s])) continue;
-      if (!span) span = Span{t.steps[s].start_ns, t.steps[s].end_ns};
-      span->lo = std::min(span->lo, t.steps[s].start_ns);
-      span->hi = std::max(span->hi, t.steps[s].end_ns);
-    }
+    const std::optional<Span> span = gpu_span(t, it);
     if (!span || span->hi <= span->lo) continue;
     // Each direction's transfers that start in the span, clipped to it and merged.
     Row row{i, *span};
@@ -381,29 +407,16 @@ void report_link_use(const Trace& t, Out out) {
     for (auto x = from; x != by_start.end() && (*x)->start_ns < span->hi; ++x) {
       const int d = (*x)->to_gpu ? 0 : 1;
       row.bytes[d] += (*x)->bytes;
-      const uint64_t lo = (*x)->start_ns, hi = std::min((*x)->end_ns, span->hi);
-      if (hi <= lo) continue;
-      std::vector<Span>& m = merged[d];
-      if (!m.empty() && lo <= m.back().hi) {
-        m.back().hi = std::max(m.back().hi, hi);
-      } else {
-        m.push_back({lo, hi});
-      }
+      const uint64_t hi = std::min((*x)->end_ns, span->hi);
+      if (hi > (*x)->start_ns) merged[d].push_back({(*x)->start_ns, hi});
     }
     if (row.bytes[0] + row.bytes[1] == 0) continue;
     std::vector<Span> steps;
     for (uint64_t s = it.first_step; s < it.first_step + it.step_count; ++s) {
       if (has_gpu_times(t.steps[s])) steps.push_back({t.steps[s].start_ns, t.steps[s].end_ns});
     }
-    std::sort(steps.begin(), steps.end(), [](const Span& a, const Span& b) { return a.lo < b.lo; });
-    uint64_t reached = 0;  // the end of the steps counted so far
-    for (const Span& x : steps) {
-      if (x.hi > reached) row.steps += x.hi - std::max(x.lo, reached);
-      reached = std::max(reached, x.hi);
-    }
-    for (int d = 0; d < 2; ++d) {
-      for (const Span& m : merged[d]) row.busy[d] += m.hi - m.lo;
-    }
+    row.steps = merge_spans(steps);
+    for (int d = 0; d < 2; ++d) row.busy[d] = merge_spans(merged[d]);
     for (size_t a = 0, b = 0; a < merged[0].size() && b < merged[1].size();) {
       const uint64_t lo = std::max(merged[0][a].lo, merged[1][b].lo);
       const uint64_t hi = std::min(merged[0][a].hi, merged[1][b].hi);
@@ -523,13 +536,12 @@ json render_timeline(const Trace& t, std::optional<std::pair<uint64_t, uint64_t>
     const trace::Iteration& it = t.iterations[i];
     for (uint64_t s = it.first_step; s < it.first_step + it.step_count; ++s) {
       iteration_of[s] = static_cast<int64_t>(i);
-      if (!gpu_clock || !has_gpu_times(t.steps[s])) continue;
-      auto& span = spans[i];
-      if (!span) span.emplace(t.steps[s].start_ns, t.steps[s].end_ns);
-      span->first = std::min(span->first, t.steps[s].start_ns);
-      span->second = std::max(span->second, t.steps[s].end_ns);
     }
-    if (!gpu_clock && has_host_times(it)) spans[i].emplace(it.start_ns, it.end_ns);
+    if (gpu_clock) {
+      if (const std::optional<Span> span = gpu_span(t, it)) spans[i].emplace(span->lo, span->hi);
+    } else if (has_host_times(it)) {
+      spans[i].emplace(it.start_ns, it.end_ns);
+    }
   }
 
   // What is drawn: every step, iteration, fault and transfer, or with `only` those iterations,

@@ -20,6 +20,7 @@
 
 #include "umswap/advisor/copy_kernel.h"
 #include "umswap/advisor/host_copies.h"
+#include "umswap/advisor/learning_evictor.h"
 #include "umswap/advisor/online_learning.h"
 #include "umswap/advisor/pending_ops.h"
 #include "umswap/advisor/planner.h"
@@ -236,6 +237,25 @@ class AdvisorImpl {
   std::atomic<uint64_t> waits_placed{0};
   std::atomic<uint64_t> evict_waits_placed{0};
   std::atomic<uint64_t> launch_populates{0}, launch_populated_bytes{0};
+  // UMSWAP_LEARN_EVICT, on the launch path while no plan is in force (learn_step()): the blocks
+  // the launches touched, least recently used out to the host past the budget. Under
+  // learn_mutex; the evictor is made at the first launch (on the launching thread, whose context
+  // gives the device: the program's first launches may come before set_up() is done);
+  // learn_stale once a plan was in force (its actions moved blocks the evictor does not know of:
+  // it starts again from nothing).
+  mutable std::mutex learn_mutex;
+  std::unique_ptr<LearningEvictor> learning_evictor;
+  CUdevice learn_device = 0;
+  bool learn_off = false;  // no device for the evictor: nothing is done while learning
+  std::atomic<bool> learn_stale{false};
+  std::vector<LearningEvictor::Range> learn_fresh;
+  std::vector<Transfer> learn_prefetched, learn_evicted;
+  uint64_t learn_evict_calls = 0, learn_evicted_bytes = 0, learn_prefetch_calls = 0;
+  uint64_t learn_prefetched_bytes = 0, learn_failed_calls = 0, learn_skipped = 0;
+  uint64_t learn_launches_evicting = 0;
+  double learn_call_s = 0;
+  OnceFlag warned_learn_failure;
+  void learn_step(uint64_t index, CUstream s, const std::vector<tracer::PointerHit>* hits);
   // Populates issued ahead of their use (UMSWAP_POPULATE_AHEAD), on launch_populate_stream after
   // launch_issue_event (recorded on the launching stream); launch_populated_event follows them,
   // and their users' streams wait for it. Under launch_populate_mutex (several launching threads).
@@ -600,6 +620,16 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
   AdvisorImpl& a = *impl_;
   a.launched.store(index + 1, std::memory_order_release);
   LivePlan* p = a.plan_at(index);
+  // While learning, and once a plan is staged until the advisor thread takes it up (the launches
+  // in between have no actions yet: it begins the plan with a barrier, reset_to_start()).
+  if (a.config.learn_evict) {
+    if (!p || index < p->applied_from ||
+        p->started_at.load(std::memory_order_acquire) == UINT64_MAX) {
+      a.learn_step(index, stream, hits);
+    } else if (!a.learn_stale.load(std::memory_order_relaxed)) {
+      a.learn_stale.store(true, std::memory_order_relaxed);
+    }
+  }
   // UMSWAP_EVICT_COPY: the launch up to which this one waits for the copies back (its own wait),
   // decided once: the guard counts on it, so it is placed further down even if copies stop
   // meanwhile.
@@ -1232,6 +1262,72 @@ void AdvisorImpl::learn() {
   activate(std::move(p));
 }
 
+// UMSWAP_LEARN_EVICT, on the launch path while no plan is in force. The launch's pointers touch
+// their extents (a slab block's pointer to its block's end, another pointer to its buffer's end).
+// Before it runs, on its own stream: the least recently used blocks go to the host until what is
+// counted on the GPU, its own blocks included, fits in the budget, then its blocks not counted
+// there are prefetched. Stream order makes each eviction wait for the earlier launches on that
+// stream (on another stream a launch that still uses a block faults it back: slower, never
+// wrong), and the launch wait for its room and its data: the GPU runs at the link's pace rather
+// than fault in the whole footprint. Memory a launch reaches without a pointer in its parameters
+// is not counted.
+void AdvisorImpl::learn_step(uint64_t index, CUstream s,
+                             const std::vector<tracer::PointerHit>* hits) {
+  std::lock_guard lock(learn_mutex);
+  if (learn_off) return;
+  if (!learning_evictor) {
+    size_t total = 0;
+    if (d.ctx_get_device(&learn_device) != CUDA_SUCCESS ||
+        d.device_total_mem(&total, learn_device) != CUDA_SUCCESS) {
+      learn_off = true;
+      log_warning(
+          "UMSWAP_LEARN_EVICT: no device for the launch; nothing is evicted while learning");
+      return;
+    }
+    learning_evictor = std::make_unique<LearningEvictor>(
+        config.budget.is_zero() ? total : config.budget.resolve(total));
+  }
+  if (learn_stale.exchange(false, std::memory_order_acq_rel)) learning_evictor->clear();
+  learn_fresh.clear();
+  if (hits) {
+    for (const tracer::PointerHit& hit : *hits) {
+      const uint64_t end = hit.limit ? hit.limit : hit.base + hit.size;
+      learning_evictor->touch(index, hit.pointer, end, hit.base, hit.base + hit.size, &learn_fresh);
+    }
+  }
+  if (learn_fresh.empty()) return;  // nothing new on the GPU: what is counted did not grow
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<LearningEvictor::Range> out = learning_evictor->take_evictions(index);
+  if (!out.empty()) ++learn_launches_evicting;
+  const std::shared_ptr<const Registry::Snapshot> snap = registry->snapshot();
+  const auto issue = [&](const LearningEvictor::Range& r, bool to_gpu) {
+    // The allocation may have been freed since the block was counted.
+    const BufferRecord* rec = snap->find(r.address);
+    if (!rec || r.address + r.length > rec->end()) {
+      ++learn_skipped;
+      return;
+    }
+    CUmemLocation where{};
+    where.type = to_gpu ? CU_MEM_LOCATION_TYPE_DEVICE : CU_MEM_LOCATION_TYPE_HOST;
+    where.id = to_gpu ? learn_device : 0;
+    const CUresult res = d.mem_prefetch_async(r.address, r.length, where, 0, s);
+    if (res != CUDA_SUCCESS) {
+      ++learn_failed_calls;
+      if (warned_learn_failure.first()) {
+        log_warning("advisor: a prefetch while learning of {} at {:#x} failed (error {}); skipped",
+                    format_bytes(r.length), r.address, static_cast<int>(res));
+      }
+      return;
+    }
+    (to_gpu ? learn_prefetched : learn_evicted).push_back({index, r.length});
+    (to_gpu ? learn_prefetched_bytes : learn_evicted_bytes) += r.length;
+    ++(to_gpu ? learn_prefetch_calls : learn_evict_calls);
+  };
+  for (const LearningEvictor::Range& r : out) issue(r, false);
+  for (const LearningEvictor::Range& r : learn_fresh) issue(r, true);
+  learn_call_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 // Replay relearning: this process's iteration from relearn_from (a boundary of the replay plan,
 // whose period it keeps: no inner loop can be taken for the iteration), once it is all logged.
 // Planned on a thread of its own: the advisor thread goes on applying the replay plan meanwhile.
@@ -1719,7 +1815,7 @@ void AdvisorImpl::apply(uint64_t n) {
     if (g == p.applied_from) {
       const uint64_t now = std::max(launched.load(std::memory_order_acquire), g);
       p.started_at.store(g + (now - g + p.period - 1) / p.period * p.period,
-                         std::memory_order_relaxed);
+                         std::memory_order_release);
       reset_to_start(p);
       if (progress_device && !waits_off.load()) {
         d.stream_write_value64(stream, progress_device, actions_done(g), 0);
@@ -2580,6 +2676,16 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
       {"blocking_timeouts", a.blocking_timeouts.load()},
       {"waits_placed", a.waits_placed.load()},
       {"evict_waits_placed", a.evict_waits_placed.load()},
+      {"learn_evict",
+       {{"on", a.config.learn_evict && !a.learn_off},
+        {"launches_evicting", a.learn_launches_evicting},
+        {"evict_calls", a.learn_evict_calls},
+        {"evicted_bytes", a.learn_evicted_bytes},
+        {"prefetch_calls", a.learn_prefetch_calls},
+        {"prefetched_bytes", a.learn_prefetched_bytes},
+        {"failed_calls", a.learn_failed_calls},
+        {"skipped_ranges", a.learn_skipped},
+        {"call_seconds", a.learn_call_s}}},
       {"launch_populates", a.launch_populates.load()},
       {"launch_populated_bytes", a.launch_populated_bytes.load()},
       {"populate_ahead", a.populate_ahead()},
@@ -2704,7 +2810,10 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
   nlohmann::json j = {{"advisor", advisor}};
   if (summary) {
     j["iterations"] = iterations_json(*summary, [&](uint64_t first, uint64_t last_step) {
-      return std::pair{sum_in(a.prefetched, first, last_step), sum_in(a.evicted, first, last_step)};
+      std::lock_guard lock(a.learn_mutex);
+      return std::pair{
+          sum_in(a.prefetched, first, last_step) + sum_in(a.learn_prefetched, first, last_step),
+          sum_in(a.evicted, first, last_step) + sum_in(a.learn_evicted, first, last_step)};
     });
     // Bytes umswap's own copies moved (UMSWAP_EVICT_COPY): on the link, but not in CUPTI's
     // unified-memory counters.
@@ -2741,6 +2850,19 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
     }
     if (any && summary->has_unified_memory_counters) {
       j["advisor"]["peak_resident_applied_bytes"] = applied_peak;
+    }
+    // And before: the iterations that began before the plan was in force (all without one).
+    uint64_t learning_peak = 0;
+    bool learning_any = false;
+    for (size_t i = 0; i < summary->trace.iterations.size(); ++i) {
+      if (summary->trace.iterations[i].first_step < started &&
+          i < summary->iteration_peak_resident.size()) {
+        learning_peak = std::max(learning_peak, summary->iteration_peak_resident[i]);
+        learning_any = true;
+      }
+    }
+    if (learning_any && summary->has_unified_memory_counters) {
+      j["advisor"]["peak_resident_learning_bytes"] = learning_peak;
     }
   }
   return j;

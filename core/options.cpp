@@ -78,11 +78,12 @@ constexpr std::array kOptionTable = {
                "with UMSWAP_EVICT_COPY: 1: a copy back's populate and a copy out's discard run on "
                "streams of their own, so that the copies each way follow each other without "
                "them in between; 0: each runs on its copy's stream, right before or after it"},
-    OptionInfo{"UMSWAP_EVICT_COPY_CHUNK", "0",
-               "with UMSWAP_EVICT_COPY and side streams (experimental, not yet measured): a copy "
-               "back's first piece (a size, rounded down to 2 MiB), each next one 3 times larger up "
-               "to whole segments, so that its copy waits for a small populate (about 7 us a MiB "
-               "on an H200); 0: whole segments"},
+    OptionInfo{
+        "UMSWAP_EVICT_COPY_CHUNK", "0",
+        "with UMSWAP_EVICT_COPY and side streams (experimental, not yet measured): a copy "
+        "back's first piece (a size, rounded down to 2 MiB), each next one 3 times larger up "
+        "to whole segments, so that its copy waits for a small populate (about 7 us a MiB "
+        "on an H200); 0: whole segments"},
     OptionInfo{"UMSWAP_MANAGED_OPS_CAP", "0",
                "experimental: at most this many of the advisor's prefetches and discards wait on "
                "the GPU at once; it waits (outside the driver) before issuing more. The driver "
@@ -94,6 +95,11 @@ constexpr std::array kOptionTable = {
                "up to this many launches before its next use, on a stream of its own, where the "
                "budget has room; 0: at the use, on the program's stream. 4 made no measured "
                "difference on VGG-16 or GPT-2 (docs/advisor.md)"},
+    OptionInfo{"UMSWAP_LEARN_EVICT", "1",
+               "1: while the advisor learns (no plan in force yet), each launch first sends the "
+               "least recently used 2 MiB blocks to the host, on its own stream, until the blocks "
+               "counted on the GPU with its own fit in the budget, then prefetches its own; 0: "
+               "the learning iterations fault the whole footprint in (docs/advisor.md)"},
     OptionInfo{"UMSWAP_HANG_STACKS", "0",
                "1 (a diagnostic): when launches have waited 10 s for the advisor thread, every "
                "thread of the program prints its call stack to stderr"},
@@ -335,6 +341,7 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
     }
   }
   read_bool("UMSWAP_EVICT_COPY_SIDE_STREAMS", &options.evict_copy_side_streams, "1");
+  read_bool("UMSWAP_LEARN_EVICT", &options.learn_evict, "1");
   read_bool("UMSWAP_HANG_STACKS", &options.hang_stacks, "0");
   read_choice("UMSWAP_EVICT_COPY_PATH", "engine", "kernel", &options.evict_copy_kernel);
   read_bool("UMSWAP_ASYNC_SLABS", &options.async_slabs, "1");
@@ -372,6 +379,7 @@ std::vector<std::string> describe(const Options& options) {
       fmt::format("UMSWAP_EVICT_COPY_CHUNK={}", SizeSpec{options.evict_copy_chunk}.to_string()),
       fmt::format("UMSWAP_MANAGED_OPS_CAP={}", options.managed_ops_cap),
       fmt::format("UMSWAP_POPULATE_AHEAD={}", options.populate_ahead),
+      fmt::format("UMSWAP_LEARN_EVICT={}", options.learn_evict ? 1 : 0),
       fmt::format("UMSWAP_HANG_STACKS={}", options.hang_stacks ? 1 : 0),
       fmt::format("UMSWAP_ASYNC_SLABS={}", options.async_slabs ? 1 : 0),
       fmt::format("UMSWAP_DISCARD_FREED={}", options.discard_freed ? 1 : 0),

@@ -139,6 +139,7 @@ void Preload::start_advisor(advisor::Advisor* advisor) {
   config.managed_ops_cap = static_cast<uint32_t>(options_.managed_ops_cap);
   config.evict_copy_chunk = options_.evict_copy_chunk;
   config.populate_ahead = static_cast<uint32_t>(options_.populate_ahead);
+  config.learn_evict = options_.learn_evict;
   config.hang_stacks = options_.hang_stacks;
   config.in_own_code = [] { return ReentryGuard::active(); };
   config.lifetimes = [this] { return planned_discards_.load(); };

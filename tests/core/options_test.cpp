@@ -520,6 +520,16 @@ TEST(ParseOptions, HangStacksIsABoolean) {
   EXPECT_NE(warnings[0].find("UMSWAP_HANG_STACKS"), std::string::npos);
 }
 
+TEST(ParseOptions, LearnEvictIsABooleanOnByDefault) {
+  std::vector<std::string> warnings;
+  EXPECT_TRUE(parse({}, &warnings).learn_evict);
+  EXPECT_FALSE(parse({{"UMSWAP_LEARN_EVICT", "0"}}, &warnings).learn_evict);
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_TRUE(parse({{"UMSWAP_LEARN_EVICT", "lru"}}, &warnings).learn_evict);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("UMSWAP_LEARN_EVICT"), std::string::npos);
+}
+
 TEST(ParseOptions, WarningsAreAppended) {
   std::vector<std::string> warnings = {"earlier"};
   parse({{"UMSWAP_MODE", "x"}}, &warnings);
@@ -558,13 +568,14 @@ TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
                                                   "UMSWAP_EVICT_COPY_SIDE_STREAMS",
                                                   "UMSWAP_MANAGED_OPS_CAP",
                                                   "UMSWAP_POPULATE_AHEAD",
+                                                  "UMSWAP_LEARN_EVICT",
                                                   "UMSWAP_EVICT_COPY_CHUNK",
                                                   "UMSWAP_HANG_STACKS",
                                                   "UMSWAP_ASYNC_SLABS",
                                                   "UMSWAP_DISCARD_FREED",
                                                   "UMSWAP_LIFETIMES",
                                                   "UMSWAP_PLACEMENT"}));
-  EXPECT_EQ(option_table().size(), 25u);  // no duplicates
+  EXPECT_EQ(option_table().size(), 26u);  // no duplicates
 }
 
 TEST(OptionTable, EveryEntryHasAMeaning) {
@@ -606,6 +617,7 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
   o.managed_ops_cap = 8;
   o.populate_ahead = 4;
   o.evict_copy_chunk = 8 * MiB;
+  o.learn_evict = false;
   o.hang_stacks = true;
   const std::vector<std::string> lines = describe(o);
   EXPECT_EQ(lines, (std::vector<std::string>{"UMSWAP_MODE=passthrough",
@@ -628,6 +640,7 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
                                              "UMSWAP_EVICT_COPY_CHUNK=8M",
                                              "UMSWAP_MANAGED_OPS_CAP=8",
                                              "UMSWAP_POPULATE_AHEAD=4",
+                                             "UMSWAP_LEARN_EVICT=0",
                                              "UMSWAP_HANG_STACKS=1",
                                              "UMSWAP_ASYNC_SLABS=0",
                                              "UMSWAP_DISCARD_FREED=1",

@@ -138,6 +138,9 @@ struct AdvisorConfig {
   // UMSWAP_POPULATE_AHEAD: a dropped page is populated up to this many launches before its next
   // use, on a stream of its own, where the plan has room (0: at the use, on its stream).
   uint32_t populate_ahead = 0;
+  // UMSWAP_LEARN_EVICT: while learning, each launch evicts the least recently used blocks past
+  // the budget and prefetches its own, on its stream (learning_evictor.h).
+  bool learn_evict = false;
   // UMSWAP_HANG_STACKS: when the watchdog reports a stall, every thread prints its stack.
   bool hang_stacks = false;
   // True while umswap's own code runs on the calling thread (a hook): its blocking calls (the

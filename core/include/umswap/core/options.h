@@ -84,13 +84,14 @@ struct Options {
   // The advisor's prefetches and discards left waiting on the GPU at once (0: no cap): the
   // driver blocks the call after about 57 (docs/advisor.md, "A hang with the cuDNN sample").
   int managed_ops_cap = 0;
-  int populate_ahead = 0;      // UMSWAP_POPULATE_AHEAD: launches
+  int populate_ahead = 0;         // UMSWAP_POPULATE_AHEAD: launches
+  bool learn_evict = true;        // UMSWAP_LEARN_EVICT: LRU evictions while learning
   uint64_t evict_copy_chunk = 0;  // UMSWAP_EVICT_COPY_CHUNK: a restore's first piece; 0 = whole
-  bool hang_stacks = false;    // every thread prints its stack when the watchdog finds a stall
-  bool async_slabs = true;     // stream-ordered allocations from slabs, not the managed pool
-  bool discard_freed = false;  // slabs: discard freed blocks, populate new ones (experimental)
-  bool lifetimes = true;       // slabs: plan with block lifetimes; drop dead data at frees
-  bool placement = true;       // slabs with lifetimes: pack an iteration's blocks in an arena
+  bool hang_stacks = false;       // every thread prints its stack when the watchdog finds a stall
+  bool async_slabs = true;        // stream-ordered allocations from slabs, not the managed pool
+  bool discard_freed = false;     // slabs: discard freed blocks, populate new ones (experimental)
+  bool lifetimes = true;          // slabs: plan with block lifetimes; drop dead data at frees
+  bool placement = true;          // slabs with lifetimes: pack an iteration's blocks in an arena
 };
 
 // One entry of the option table, for help texts and `UMSWAP_VERBOSE` output.

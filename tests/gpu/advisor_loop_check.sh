@@ -109,8 +109,10 @@ for mode in ("online", "evictwait", "copy", "room", "kernel", "stray", "graph", 
     # yet, docs/advisor.md).
     learn = a.get("learn_evict") or {}
     learning_peak = a.get("peak_resident_learning_bytes")
-    early = [i["peak_resident_bytes"] for i in its if applied is not None and
-             i["first_step"] + 2 * plan["period"] <= applied]
+    first_applied = a.get("learned_plan_applied_from_launch")
+    early = [i["peak_resident_bytes"] for i in its if first_applied is not None and
+             i["first_step"] + 2 * plan["period"] <= first_applied]
+    print(f"  relearned once planned: {a.get('relearned_once_planned')}")
     print(f"  while learning: peak resident {learning_peak} (iterations before the last ahead of "
           f"the plan: {early}), evicted {learn.get('evicted_bytes')} in "
           f"{learn.get('evict_calls')} calls, prefetched {learn.get('prefetched_bytes')}, "

@@ -1207,6 +1207,13 @@ void AdvisorImpl::drop_plan(uint64_t at, const char* why) {
   next_plan.store(nullptr, std::memory_order_release);  // a relearned plan not yet in force
   relearning = false;
   if (relearn_after_learning) {  // the next plan learned while evicting is relearned in turn
+    // A plan still being built for the dropped one must not be taken for the next one's.
+    if (relearn_task.valid()) {
+      try {
+        relearn_task.get();
+      } catch (const std::exception&) {
+      }
+    }
     relearn_from.reset();
     relearn_after_learning = false;
     relearned_at = 0;

@@ -257,10 +257,8 @@ class AdvisorImpl {
   std::atomic<bool> learn_moved{false};  // learn_step() issued a call since the last plan
   bool relearn_after_learning = false;   // relearn_from is a plan learned while evicting
   std::vector<LearningEvictor::Range> learn_fresh;
-  std::vector<Transfer> learn_prefetched, learn_evicted;
-  uint64_t learn_evict_calls = 0, learn_evicted_bytes = 0, learn_prefetch_calls = 0;
-  uint64_t learn_prefetched_bytes = 0, learn_failed_calls = 0, learn_skipped = 0;
-  uint64_t learn_launches_evicting = 0;
+  std::vector<Transfer> learn_prefetched, learn_evicted;  // one entry per call that went through
+  uint64_t learn_failed_calls = 0, learn_skipped = 0, learn_launches_evicting = 0;
   double learn_call_s = 0;
   OnceFlag warned_learn_failure;
   void learn_step(uint64_t index, CUstream s, const std::vector<tracer::PointerHit>* hits);
@@ -1317,7 +1315,7 @@ void AdvisorImpl::learn_step(uint64_t index, CUstream s,
     }
   }
   if (learn_fresh.empty()) return;  // nothing new on the GPU: what is counted did not grow
-  const auto t0 = std::chrono::steady_clock::now();
+  const Timed timed(learn_call_s);
   const std::vector<LearningEvictor::Range> out = learning_evictor->take_evictions(index);
   if (!out.empty()) ++learn_launches_evicting;
   const std::shared_ptr<const Registry::Snapshot> snap = registry->snapshot();
@@ -1341,13 +1339,10 @@ void AdvisorImpl::learn_step(uint64_t index, CUstream s,
       return;
     }
     (to_gpu ? learn_prefetched : learn_evicted).push_back({index, r.length});
-    (to_gpu ? learn_prefetched_bytes : learn_evicted_bytes) += r.length;
-    ++(to_gpu ? learn_prefetch_calls : learn_evict_calls);
   };
   learn_moved.store(true, std::memory_order_relaxed);
   for (const LearningEvictor::Range& r : out) issue(r, false);
   for (const LearningEvictor::Range& r : learn_fresh) issue(r, true);
-  learn_call_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 // Replay relearning: this process's iteration from relearn_from (a boundary of the replay plan,
@@ -2717,10 +2712,10 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
       {"learn_evict",
        {{"on", a.config.learn_evict && !a.learn_off},
         {"launches_evicting", a.learn_launches_evicting},
-        {"evict_calls", a.learn_evict_calls},
-        {"evicted_bytes", a.learn_evicted_bytes},
-        {"prefetch_calls", a.learn_prefetch_calls},
-        {"prefetched_bytes", a.learn_prefetched_bytes},
+        {"evict_calls", a.learn_evicted.size()},
+        {"evicted_bytes", sum_in(a.learn_evicted, 0, UINT64_MAX)},
+        {"prefetch_calls", a.learn_prefetched.size()},
+        {"prefetched_bytes", sum_in(a.learn_prefetched, 0, UINT64_MAX)},
         {"failed_calls", a.learn_failed_calls},
         {"skipped_ranges", a.learn_skipped},
         {"call_seconds", a.learn_call_s}}},
@@ -2853,8 +2848,8 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
   }
   nlohmann::json j = {{"advisor", advisor}};
   if (summary) {
+    std::lock_guard lock(a.learn_mutex);  // the launch path's transfers while learning
     j["iterations"] = iterations_json(*summary, [&](uint64_t first, uint64_t last_step) {
-      std::lock_guard lock(a.learn_mutex);
       return std::pair{
           sum_in(a.prefetched, first, last_step) + sum_in(a.learn_prefetched, first, last_step),
           sum_in(a.evicted, first, last_step) + sum_in(a.learn_evicted, first, last_step)};
@@ -2881,39 +2876,30 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
     // Peak GPU-resident bytes once the plan is in force: from its second iteration on (the
     // learning iterations fault in the whole footprint; the first planned one moves it out),
     // counted from where the advisor really started it.
-    uint64_t applied_peak = 0;
-    bool any = false;
-    const uint64_t started = last ? last->started_at.load() : UINT64_MAX;
-    for (size_t i = 0; i < summary->trace.iterations.size(); ++i) {
-      const auto& it = summary->trace.iterations[i];
-      if (started != UINT64_MAX && it.first_step >= started + last->period &&
-          i < summary->iteration_peak_resident.size()) {
-        applied_peak = std::max(applied_peak, summary->iteration_peak_resident[i]);
-        any = true;
+    // The counted peak over the iterations whose first step passes `keep` (none: no figure).
+    const auto peak_where = [&](const char* key, const auto& keep) {
+      std::optional<uint64_t> peak;
+      const auto& its = summary->trace.iterations;
+      for (size_t i = 0; i < its.size() && i < summary->iteration_peak_resident.size(); ++i) {
+        if (keep(its[i].first_step)) {
+          peak = std::max(peak.value_or(0), summary->iteration_peak_resident[i]);
+        }
       }
-    }
-    if (any && summary->has_unified_memory_counters) {
-      j["advisor"]["peak_resident_applied_bytes"] = applied_peak;
-    }
+      if (peak && summary->has_unified_memory_counters) j["advisor"][key] = *peak;
+    };
+    const uint64_t started = last ? last->started_at.load() : UINT64_MAX;
+    peak_where("peak_resident_applied_bytes", [&](uint64_t first_step) {
+      return started != UINT64_MAX && first_step >= started + last->period;
+    });
     // And before: the iterations that began before the last plan learned from scratch (not a
     // relearned one) was in force; all, without one.
     const LivePlan* learned = nullptr;
     for (const auto& q : a.plans) {
       if (!q->staged) learned = q.get();
     }
-    const uint64_t first_started = learned ? learned->started_at.load() : UINT64_MAX;
-    uint64_t learning_peak = 0;
-    bool learning_any = false;
-    for (size_t i = 0; i < summary->trace.iterations.size(); ++i) {
-      if (summary->trace.iterations[i].first_step < first_started &&
-          i < summary->iteration_peak_resident.size()) {
-        learning_peak = std::max(learning_peak, summary->iteration_peak_resident[i]);
-        learning_any = true;
-      }
-    }
-    if (learning_any && summary->has_unified_memory_counters) {
-      j["advisor"]["peak_resident_learning_bytes"] = learning_peak;
-    }
+    const uint64_t learned_started = learned ? learned->started_at.load() : UINT64_MAX;
+    peak_where("peak_resident_learning_bytes",
+               [&](uint64_t first_step) { return first_step < learned_started; });
     if (learned) j["advisor"]["learned_plan_applied_from_launch"] = learned->applied_from;
   }
   return j;

@@ -215,7 +215,8 @@ std::vector<HostCopies::Segment> pipeline_pieces(const std::vector<HostCopies::S
   if (unit == 0 || first < unit) return segments;
   std::vector<HostCopies::Segment> out;
   uint64_t next = first / unit * unit;
-  const uint64_t most = UINT64_MAX / std::max<uint64_t>(growth, 1);
+  const uint64_t factor = std::max<uint64_t>(growth, 1);
+  const uint64_t most = UINT64_MAX / factor;
   for (const HostCopies::Segment& s : segments) {
     uint64_t done = 0;
     while (done < s.length) {
@@ -223,7 +224,7 @@ std::vector<HostCopies::Segment> pipeline_pieces(const std::vector<HostCopies::S
       const uint64_t piece = left <= next ? left : next;
       out.push_back({s.address + done, piece, s.host + done});
       done += piece;
-      if (next < most) next = next * std::max<uint64_t>(growth, 1);
+      if (next < most) next *= factor;
     }
   }
   return out;

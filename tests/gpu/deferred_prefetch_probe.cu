@@ -20,10 +20,23 @@
 //   16MiB       64 prefetches of 16 MiB on `pend`
 //   discard4    64 cuMemDiscardBatchAsync of four 2 MiB ranges on `pend`
 //   wait+pref   80 pairs of a satisfied cuStreamWaitValue32 and a 2 MiB prefetch on `pend`
+// Behind one pending prefetch on `pend` (the driver runs a prefetch from the host once its stream
+// gets there, so what follows it may be held back with it): do these count too?
+//   pref+copies   80 cudaMemcpyAsync of 2 MiB to pinned memory
+//   pref+writes   80 cuStreamWriteValue32
+//   pref+records  80 cudaEventRecord
+//   pref+kernels  80 launches of an empty kernel
+//   pref+other    80 empty kernels on a third stream that waits (event) for `pend` after it
+//   kernels       80 empty kernels on `pend`, no prefetch (the gate alone)
+// A call over several allocations (cudaMalloc under umswap is one managed allocation per buffer,
+// and the advisor coalesces adjacent ranges): does it count once, or once per allocation?
+//   span1, span4  64 prefetches, each over 1 or 4 adjacent 2 MiB managed allocations
+//   discard-span4 64 discards, each over 4 adjacent allocations
 // usage: deferred_prefetch_probe [release_ms]   (128 MiB of managed memory)
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -34,6 +47,7 @@
 #include "cuda_check.h"
 
 using Clock = std::chrono::steady_clock;
+__global__ void empty_kernel() {}
 static double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
@@ -287,6 +301,102 @@ int main(int argc, char** argv) {
     CHECK(cudaStreamSynchronize(pend));
     gate.join();
     report(kind == 0 ? "16MiB" : "discard4", calls, release_ms);
+  }
+  // Behind one pending prefetch: copies, stream writes, event records, kernels, another stream.
+  {
+    void* pinned = nullptr;
+    CHECK(cudaHostAlloc(&pinned, kChunk, cudaHostAllocDefault));
+    cudaEvent_t ev2;
+    CHECK(cudaEventCreateWithFlags(&ev2, cudaEventDisableTiming));
+    cudaStream_t other;
+    CHECK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+    const char* names[] = {"pref+copies",  "pref+writes", "pref+records",
+                           "pref+kernels", "pref+other",  "kernels"};
+    for (int kind = 0; kind < 6; ++kind) {
+      place_all(host);
+      block_pend();
+      if (kind != 5) CHECK(cudaMemPrefetchAsync(p, kChunk, gpu, 0, pend));
+      if (kind == 4) {
+        CHECK(cudaEventRecord(ev2, pend));
+        CHECK(cudaStreamWaitEvent(other, ev2, 0));
+      }
+      std::vector<double> calls;
+      for (int i = 0; i < 80; ++i) {
+        calls.push_back(timed([&] {
+          const CUstream cs = reinterpret_cast<CUstream>(pend);
+          if (kind == 0) {
+            CHECK(cudaMemcpyAsync(pinned, p + (1 + i % (kChunks - 1)) * kChunk, kChunk,
+                                  cudaMemcpyDeviceToHost, pend));
+          } else if (kind == 1) {
+            CHECK_CU(cuStreamWriteValue32(cs, gate.device + 8, i, 0));
+          } else if (kind == 2) {
+            CHECK(cudaEventRecord(ev2, pend));
+          } else {
+            empty_kernel<<<1, 1, 0, kind == 4 ? other : pend>>>();
+            CHECK(cudaGetLastError());
+          }
+        }));
+      }
+      CHECK(cudaStreamSynchronize(pend));
+      CHECK(cudaStreamSynchronize(other));
+      gate.join();
+      report(names[kind], calls, release_ms);
+    }
+    CHECK(cudaStreamDestroy(other));
+    CHECK(cudaEventDestroy(ev2));
+    CHECK(cudaFreeHost(pinned));
+  }
+  // Calls over several allocations: 256 managed allocations of 2 MiB, in runs of adjacent ones.
+  {
+    std::vector<char*> allocs(256);
+    for (char*& a : allocs) {
+      CHECK(cudaMallocManaged(&a, kChunk));
+      CHECK(cudaMemset(a, 1, kChunk));
+    }
+    CHECK(cudaDeviceSynchronize());
+    std::vector<char*> sorted = allocs;
+    std::sort(sorted.begin(), sorted.end());
+    std::vector<char*> starts4;  // starts of 4 adjacent allocations, not overlapping
+    for (size_t i = 0; i + 3 < sorted.size();) {
+      if (sorted[i + 1] == sorted[i] + kChunk && sorted[i + 2] == sorted[i] + 2 * kChunk &&
+          sorted[i + 3] == sorted[i] + 3 * kChunk) {
+        starts4.push_back(sorted[i]);
+        i += 4;
+      } else {
+        ++i;
+      }
+    }
+    std::printf("span: %zu runs of 4 adjacent allocations of 256\n", starts4.size());
+    const auto place = [&](cudaMemLocation where) {
+      for (char* a : allocs) CHECK(cudaMemPrefetchAsync(a, kChunk, where, 0, idle));
+      CHECK(cudaStreamSynchronize(idle));
+    };
+    for (int kind = 0; kind < 3; ++kind) {
+      if (kind > 0 && starts4.size() < 64) {
+        std::printf("%s skipped: too few adjacent runs\n", kind == 1 ? "span4" : "discard-span4");
+        continue;
+      }
+      place(kind == 2 ? gpu : host);
+      block_pend();
+      std::vector<double> calls;
+      for (int i = 0; i < 64; ++i) {
+        calls.push_back(timed([&] {
+          if (kind == 0) {
+            CHECK(cudaMemPrefetchAsync(allocs[i], kChunk, gpu, 0, pend));
+          } else if (kind == 1) {
+            CHECK(cudaMemPrefetchAsync(starts4[i], 4 * kChunk, gpu, 0, pend));
+          } else {
+            CUdeviceptr d = reinterpret_cast<CUdeviceptr>(starts4[i]);
+            size_t size = 4 * kChunk;
+            CHECK_CU(cuMemDiscardBatchAsync(&d, &size, 1, 0, reinterpret_cast<CUstream>(pend)));
+          }
+        }));
+      }
+      CHECK(cudaStreamSynchronize(pend));
+      gate.join();
+      report(kind == 0 ? "span1" : kind == 1 ? "span4" : "discard-span4", calls, release_ms);
+    }
+    for (char* a : allocs) CHECK(cudaFree(a));
   }
   CHECK(cudaFree(p));
   std::printf("release after %d ms\n", release_ms);

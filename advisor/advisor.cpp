@@ -27,6 +27,7 @@
 #include "umswap/advisor/replay.h"
 #include "umswap/allocator/managed_allocator.h"
 #include "umswap/allocator/placement.h"
+#include "umswap/core/driver_lock.h"
 #include "umswap/core/log.h"
 #include "umswap/core/thread_stacks.h"
 #include "umswap/tracer/extents.h"
@@ -185,6 +186,73 @@ struct Transfer {
   uint64_t bytes;
 };
 
+// UMSWAP_HOST_GATE (AdvisorConfig::host_gate). The driver holds the caller of a managed-memory
+// call while about 57 such calls of the context wait on the GPU (docs/advisor.md); the advisor's
+// calls wait there for the program's launches, and the program's launches for words the advisor
+// thread has yet to issue. So with the gate the advisor thread waits for the launch itself, by
+// polling its event, and then issues calls that nothing holds back on the GPU (a call behind no
+// pending work was never held: deferred_prefetch_probe's idle-at-57).
+struct HostGate {
+  bool on = false;
+  const std::atomic<bool>* stop = nullptr;
+  uint64_t waits = 0;     // events waited for on the host
+  uint64_t already = 0;   // of which had run when first asked
+  uint64_t timeouts = 0;  // not run within the limit: the stream waits on the GPU instead
+  uint64_t reused = 0;    // re-recorded for a later launch while polled: no wait
+  uint64_t errors = 0;    // cuEventQuery failed: the stream waits on the GPU instead
+  double seconds = 0;
+  double longest_s = 0;
+  enum class Result { ran, reused, on_gpu };
+  // Polls `e` until it has run. `same()` false: the event was recorded again meanwhile. on_gpu:
+  // not run within `limit`, the advisor stopping, or an error; the caller waits on the GPU.
+  template <typename Same>
+  Result wait(const AdvisorDriver& d, CUevent e, std::chrono::milliseconds limit, Same same) {
+    ++waits;
+    CUresult r = d.event_query(e);
+    if (r == CUDA_SUCCESS) {
+      ++already;
+      return Result::ran;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    Result result = Result::on_gpu;
+    for (int polls = 1;; ++polls) {
+      if (r == CUDA_SUCCESS) {
+        result = Result::ran;
+        break;
+      }
+      if (r != CUDA_ERROR_NOT_READY) {
+        ++errors;
+        break;
+      }
+      if (!same()) {
+        ++reused;
+        result = Result::reused;
+        break;
+      }
+      if (stop->load(std::memory_order_relaxed) ||
+          std::chrono::steady_clock::now() - start > limit) {
+        ++timeouts;
+        break;
+      }
+      // A launch usually runs within microseconds of its predecessor: spin briefly, then sleep.
+      if (polls < 64) {
+        std::this_thread::yield();
+      } else {
+        sleep_us(10);
+      }
+      r = d.event_query(e);
+    }
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    seconds += took;
+    longest_s = std::max(longest_s, took);
+    return result;
+  }
+};
+// How long the gate waits for one launch before its stream waits on the GPU instead; for a
+// barrier (everything the program submitted), longer.
+constexpr std::chrono::milliseconds kGateLimit{2000}, kGateBarrierLimit{10000};
+
 // Events recorded on the application's streams at chosen launches, which the advisor's stream
 // waits for: slot = launch index modulo kEventRing; index[slot] says which launch it holds now.
 struct EventRing {
@@ -199,8 +267,11 @@ struct EventRing {
   // Makes `waiter` wait for launch j's event; false when it was already reused, or is not
   // recorded within 20 ms while launch j may still be on its way (`launched`, the launches the
   // launch path has seen, is at most kEventSlack past it; further past, an event not there was
-  // never recorded, and waiting for it would only hold the advisor back).
-  bool wait(const AdvisorDriver& d, uint64_t j, CUstream waiter, uint64_t launched) const;
+  // never recorded, and waiting for it would only hold the advisor back). With the host gate on,
+  // the calling thread waits for the event instead (HostGate), and `waiter` only if that gives
+  // up; false too when the event was reused while polled.
+  bool wait(const AdvisorDriver& d, uint64_t j, CUstream waiter, uint64_t launched,
+            HostGate& gate) const;
 };
 
 }  // namespace
@@ -320,6 +391,7 @@ class AdvisorImpl {
   uint64_t prefetched_bytes = 0, evicted_bytes = 0, prefetch_calls = 0, evict_calls = 0;
   uint64_t failed_calls = 0, stale_actions = 0, divergences = 0, late_events = 0;
   uint64_t late_start_events = 0;
+  HostGate gate;                               // UMSWAP_HOST_GATE (advisor thread)
   std::atomic<uint64_t> discards_approved{0};  // pages the allocator was told to discard
   std::string state = "starting";
   std::string fallback;  // why replay fell back to online, or why advice is off
@@ -402,6 +474,9 @@ class AdvisorImpl {
   std::unique_ptr<HostCopies> copies;    // null: off
   std::atomic<bool> copies_live{false};  // the launch path checks launches, places restore waits
   std::mutex copies_mutex;               // `copies` (the launch path reads it)
+  // Held on the host when the program freed the allocation (Advisor::before_free), and the frees
+  // that waited for copies of it in flight.
+  std::atomic<uint64_t> freed_held_bytes{0}, freed_waits{0};
   std::atomic<uint64_t> guard_launch{UINT64_MAX};  // a launch the launch path caught
   std::atomic<const char*> opaque_call{nullptr};   // a call the tracer cannot see into
   // Graph launches, host functions and stream callbacks seen (the plan knows nothing of what
@@ -727,6 +802,33 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
 // issued at once" in docs/advisor.md), and the advisor thread's next call would wait behind it.
 // So the thread waits here, before the driver is entered, until the advisor has applied every
 // launch submitted so far; at most 5 s (then it goes on, and the stats count it).
+bool Advisor::copies_live() const {
+  return impl_->copies_live.load(std::memory_order_acquire);
+}
+
+void Advisor::before_free(uint64_t base, uint64_t size) {
+  AdvisorImpl& a = *impl_;
+  const uint64_t end = base + size;
+  bool in_flight = false;
+  {
+    std::lock_guard lock(a.copies_mutex);
+    if (!a.copies || !a.copies->reaches(base, end, UINT64_MAX)) return;
+    in_flight = a.copies->returning(base, end);
+    // Ticket 0: no copy back is issued for these; their host blocks are reused once the copies
+    // out already issued are seen done, as for any range given back.
+    const HostCopies::Returned r = a.copies->give_back(base, size, 0, HostCopies::kUntracked);
+    in_flight = in_flight || r.forgotten_bytes > 0;  // a copy out still reading it
+    uint64_t bytes = r.forgotten_bytes;
+    for (const HostCopies::Segment& s : r.copy_in) bytes += s.length;
+    a.freed_held_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  }
+  if (!in_flight) return;
+  a.freed_waits.fetch_add(1, std::memory_order_relaxed);
+  for (CUstream s : {a.stream, a.discard_stream, a.populate_stream, a.restore_stream}) {
+    if (s) a.d.stream_synchronize(s);
+  }
+}
+
 void Advisor::before_blocking() {
   AdvisorImpl& a = *impl_;
   // Cheapest first: this runs before every synchronize and every copy with a host side.
@@ -953,6 +1055,8 @@ bool AdvisorImpl::set_up() {
     }
   }
   events_ready.store(true, std::memory_order_release);
+  gate.on = config.host_gate && d.event_query;
+  gate.stop = &stop;
   if (config.managed_ops_cap != 0 && d.event_query && d.event_record) {
     ops = std::make_unique<PendingOps>(config.managed_ops_cap);
   }
@@ -962,6 +1066,7 @@ bool AdvisorImpl::set_up() {
   }
   if (config.prefetch_wait || config.evict_wait) {
     void* host = nullptr;
+    std::unique_lock driver(driver_setup_mutex());  // pinned memory (driver_lock.h)
     if (d.mem_host_alloc && d.mem_host_get_device_pointer && d.stream_wait_value64 &&
         d.stream_write_value64 &&
         d.mem_host_alloc(&host, sizeof(uint64_t),
@@ -1740,12 +1845,19 @@ void AdvisorImpl::migrate(uint64_t address, uint64_t length, bool to_gpu, uint64
 void AdvisorImpl::barrier_all(const LivePlan& p) {
   for (uint64_t s : p.streams) {
     if (d.event_record(barrier, reinterpret_cast<CUstream>(s)) == CUDA_SUCCESS) {
+      // UMSWAP_HOST_GATE: the barrier is taken only while no launch waits for the advisor, so
+      // the program's streams get there by themselves.
+      if (gate.on &&
+          gate.wait(d, barrier, kGateBarrierLimit, [] { return true; }) == HostGate::Result::ran) {
+        continue;
+      }
       d.stream_wait_event(stream, barrier, 0);
     }
   }
 }
 
-bool EventRing::wait(const AdvisorDriver& d, uint64_t j, CUstream waiter, uint64_t launched) const {
+bool EventRing::wait(const AdvisorDriver& d, uint64_t j, CUstream waiter, uint64_t launched,
+                     HostGate& gate) const {
   const size_t slot = j % kEventRing;
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::milliseconds(launched > j + kEventSlack ? 0 : 20);
@@ -1754,7 +1866,20 @@ bool EventRing::wait(const AdvisorDriver& d, uint64_t j, CUstream waiter, uint64
     std::this_thread::yield();
     seen = index[slot].load(std::memory_order_acquire);
   }
-  return seen == j && d.stream_wait_event(waiter, events[slot], 0) == CUDA_SUCCESS;
+  if (seen != j) return false;
+  if (gate.on) {
+    const auto same = [&] { return index[slot].load(std::memory_order_acquire) == j; };
+    switch (gate.wait(d, events[slot], kGateLimit, same)) {
+      case HostGate::Result::ran:
+        return true;
+      case HostGate::Result::reused:
+        return false;
+      case HostGate::Result::on_gpu:
+        if (!same()) return false;
+        break;
+    }
+  }
+  return d.stream_wait_event(waiter, events[slot], 0) == CUDA_SUCCESS;
 }
 
 // The advisor's stream waits until launch j has finished on the GPU. False: it could not (the
@@ -1769,7 +1894,7 @@ bool AdvisorImpl::wait_for_launch(const LivePlan& p, uint64_t j) {
   bool recorded = false;
   {
     const Timed timed(event_wait_s);
-    recorded = done.wait(d, j, stream, launched.load(std::memory_order_acquire));
+    recorded = done.wait(d, j, stream, launched.load(std::memory_order_acquire), gate);
   }
   if (!recorded) {
     // Not recorded (yet) or already reused: wait for everything instead; not while launches may
@@ -1910,7 +2035,7 @@ void AdvisorImpl::apply(uint64_t n) {
         // block freed just before it (discarded on the program's stream, not before then).
         if (!prefetched_here && g > p.applied_from && g >= p.barrier_covers) {
           const Timed timed(event_wait_s);
-          if (!reached.wait(d, g, stream, launched.load(std::memory_order_acquire))) {
+          if (!reached.wait(d, g, stream, launched.load(std::memory_order_acquire), gate)) {
             ++late_start_events;
           }
         }
@@ -1955,6 +2080,8 @@ void AdvisorImpl::set_up_copies() {
     return off("needs the prefetch wait's counter (UMSWAP_PREFETCH_WAIT)");
   }
   if (!d.can_copy()) return off("the CUDA driver lacks the copy, discard or event functions");
+  // Pinned memory and the copy kernel's module (driver_lock.h).
+  const std::lock_guard setting_up(driver_setup_mutex());
   void* words = nullptr;
   if (d.stream_create(&restore_stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
       d.event_create(&discarded_event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
@@ -1989,15 +2116,20 @@ void AdvisorImpl::set_up_copies() {
         // The copy kernel reads and writes it at its host address (unified addressing).
         const unsigned flags =
             CU_MEMHOSTALLOC_PORTABLE | (copy_fn ? CU_MEMHOSTALLOC_DEVICEMAP : 0u);
+        const std::lock_guard driver(driver_setup_mutex());
         return d.mem_host_alloc(&host, bytes, flags) == CUDA_SUCCESS
                    ? reinterpret_cast<uint64_t>(host)
                    : 0;
       },
-      [this](uint64_t host, uint64_t) { d.mem_free_host(reinterpret_cast<void*>(host)); }, limit);
+      [this](uint64_t host, uint64_t) {
+        const std::lock_guard driver(driver_setup_mutex());
+        d.mem_free_host(reinterpret_cast<void*>(host));
+      },
+      limit);
   log_warning(
       "UMSWAP_EVICT_COPY is experimental: evictions are copied to pinned host memory (up to {}) "
-      "and their GPU pages discarded; not yet the default: the bundled cuDNN sample hung with "
-      "it on an H200 (docs/advisor.md){}",
+      "and their GPU pages discarded; not yet the default: the bundled cuDNN sample hangs with "
+      "it on an H200 unless UMSWAP_HOST_GATE=1 (docs/advisor.md){}",
       format_bytes(limit),
       config.evict_copy_keep ? " (keep: a diagnostic, the GPU pages are not discarded)" : "");
 }
@@ -2334,7 +2466,7 @@ void AdvisorImpl::issue_restore(const LivePlan* p, Restore r) {
     const CUstream ps = p && populate_stream ? populate_stream : restore_stream;
     if (p && r.g > p->applied_from && r.g >= p->barrier_covers) {
       const Timed timed(event_wait_s);
-      if (!reached.wait(d, r.g, ps, launched.load(std::memory_order_acquire))) {
+      if (!reached.wait(d, r.g, ps, launched.load(std::memory_order_acquire), gate)) {
         ++late_start_events;
       }
     }
@@ -2737,6 +2869,15 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
       {"take_seconds", a.take_s},
       {"managed_call_seconds", a.managed_call_s},
       {"copy_call_seconds", a.copy_call_s},
+      {"host_gate",
+       {{"on", a.gate.on},
+        {"waits", a.gate.waits},
+        {"already_run", a.gate.already},
+        {"seconds", a.gate.seconds},
+        {"longest_seconds", a.gate.longest_s},
+        {"timeouts", a.gate.timeouts},
+        {"reused", a.gate.reused},
+        {"errors", a.gate.errors}}},
       {"managed_ops_cap", a.config.managed_ops_cap},
       {"managed_ops_most_waiting", a.ops ? a.ops->most_waiting() : 0},
       {"managed_ops_throttled", a.ops_throttled},
@@ -2785,6 +2926,8 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
         {"guard_kernels", a.guard_kernels},
         {"failures", a.copy_failures},
         {"lost_bytes", a.copy_lost_bytes},
+        {"freed_while_held_bytes", a.freed_held_bytes.load()},
+        {"frees_waiting_for_copies", a.freed_waits.load()},
         {"room", a.config.evict_copy_room_plan ? "plan" : "all"},
         {"side_streams", a.populate_stream != nullptr},
         {"chunk_bytes", a.config.evict_copy_chunk},

@@ -157,6 +157,14 @@ bool HostCopies::holds(uint64_t address, uint64_t end) const {
   return it != pieces_.end() && it->first < end;
 }
 
+bool HostCopies::returning(uint64_t address, uint64_t end) const {
+  auto r = returning_.lower_bound(address > returning_longest_ ? address - returning_longest_ : 0);
+  for (; r != returning_.end() && r->first < end; ++r) {
+    if (r->second.end > address) return true;
+  }
+  return false;
+}
+
 bool HostCopies::reaches(uint64_t address, uint64_t end, uint64_t covered) const {
   auto it = pieces_.upper_bound(address);
   if (it != pieces_.begin() && std::prev(it)->second.end > address) --it;

@@ -17,10 +17,12 @@
 #include <string_view>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "umswap/core/driver_lock.h"
 #include "umswap/core/log.h"
 #include "umswap/core/trace.h"
 #include "umswap/core/trace_file.h"
@@ -94,6 +96,8 @@ class Tracer {
   static void CUPTIAPI on_buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records);
   static void CUPTIAPI on_buffer_completed(CUcontext context, uint32_t stream, uint8_t* buffer,
                                            size_t size, size_t valid_size);
+  void prepare_launch(CUfunction f);
+  void before_first_use(uint64_t function);
 
  private:
   void on_launch(CUfunction f, CUstream stream, void** params, void** extra, uint32_t correlation,
@@ -105,6 +109,8 @@ class Tracer {
   void check_own_copies(const trace::Trace& t, RunSummary& summary);
   void on_first_call();
   const FunctionLayout& function_of(CUfunction f, const char* symbol, FunctionLayout* uncached);
+  // Reads f's parameter layout from the driver (the first invalid index ends the list).
+  std::vector<ParamSlot> read_params(CUfunction f);
   void parse_activity(uint8_t* buffer, size_t valid_size);
   void count_dropped_records();
   void flush_loop();
@@ -133,6 +139,14 @@ class Tracer {
   std::atomic<StepRecorder*> recorder_{nullptr};  // made by start(), never destroyed
   std::unique_ptr<ParamLayoutCache> functions_;
   std::mutex functions_mutex_;
+  // Layouts read by prepare_launch() (umswap's launch hooks, before the driver's launch) for
+  // functions not cached yet; function_of() takes them from here. Under functions_mutex_.
+  std::unordered_map<uint64_t, std::vector<ParamSlot>> prepared_;
+  // Functions (or kernels) already launched or asked about (before_first_use()).
+  std::mutex used_mutex_;
+  std::unordered_set<uint64_t> used_;
+  std::atomic<uint64_t> first_use_waits_{0};
+  std::atomic<uint64_t> prepared_count_{0}, read_in_callback_{0};
   std::atomic<uint32_t> copy_keys_[static_cast<size_t>(MemoryCallClass::count)];
   std::unique_ptr<RunSummary> summary_;
   bool um_counters_ = false;
@@ -250,6 +264,27 @@ void CUPTIAPI Tracer::on_callback(void* self, CUpti_CallbackDomain domain, CUpti
       // The thread is about to block on the GPU: the advisor may need to catch up first.
       if (tracer->config_.observer) tracer->config_.observer->before_blocking();
       break;
+#define UMSWAP_FIRST_USE(name, field)                                             \
+  case CUPTI_DRIVER_TRACE_CBID_##name:                                            \
+    tracer->before_first_use(                                                     \
+        reinterpret_cast<uint64_t>(static_cast<const name##_params*>(p)->field)); \
+    break;
+      UMSWAP_FIRST_USE(cuFuncGetAttribute, hfunc)
+      UMSWAP_FIRST_USE(cuFuncSetAttribute, hfunc)
+      UMSWAP_FIRST_USE(cuFuncSetCacheConfig, hfunc)
+      UMSWAP_FIRST_USE(cuFuncLoad, function)
+      UMSWAP_FIRST_USE(cuKernelGetAttribute, kernel)
+      UMSWAP_FIRST_USE(cuKernelSetAttribute, kernel)
+      UMSWAP_FIRST_USE(cuKernelSetCacheConfig, kernel)
+      UMSWAP_FIRST_USE(cuKernelGetFunction, kernel)
+      UMSWAP_FIRST_USE(cuOccupancyMaxActiveBlocksPerMultiprocessor, func)
+      UMSWAP_FIRST_USE(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, func)
+      UMSWAP_FIRST_USE(cuOccupancyMaxPotentialBlockSize, func)
+      UMSWAP_FIRST_USE(cuOccupancyMaxPotentialBlockSizeWithFlags, func)
+      UMSWAP_FIRST_USE(cuOccupancyAvailableDynamicSMemPerBlock, func)
+      UMSWAP_FIRST_USE(cuOccupancyMaxActiveClusters, func)
+      UMSWAP_FIRST_USE(cuOccupancyMaxPotentialClusterSize, func)
+#undef UMSWAP_FIRST_USE
     default: {
       // Copies, memsets and stream memory operations: steps like launches. A graph launch or a
       // host function: not a step (what it touches is unknown), but the observer hears of it.
@@ -285,6 +320,22 @@ constexpr CUpti_CallbackId kTracedCallbacks[] = {
     CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize,
     CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz,
     CUPTI_DRIVER_TRACE_CBID_cuEventSynchronize,
+    // Not steps: calls on a function that may load its module (before_first_use()).
+    CUPTI_DRIVER_TRACE_CBID_cuFuncGetAttribute,
+    CUPTI_DRIVER_TRACE_CBID_cuFuncSetAttribute,
+    CUPTI_DRIVER_TRACE_CBID_cuFuncSetCacheConfig,
+    CUPTI_DRIVER_TRACE_CBID_cuFuncLoad,
+    CUPTI_DRIVER_TRACE_CBID_cuKernelGetAttribute,
+    CUPTI_DRIVER_TRACE_CBID_cuKernelSetAttribute,
+    CUPTI_DRIVER_TRACE_CBID_cuKernelSetCacheConfig,
+    CUPTI_DRIVER_TRACE_CBID_cuKernelGetFunction,
+    CUPTI_DRIVER_TRACE_CBID_cuOccupancyMaxActiveBlocksPerMultiprocessor,
+    CUPTI_DRIVER_TRACE_CBID_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags,
+    CUPTI_DRIVER_TRACE_CBID_cuOccupancyMaxPotentialBlockSize,
+    CUPTI_DRIVER_TRACE_CBID_cuOccupancyMaxPotentialBlockSizeWithFlags,
+    CUPTI_DRIVER_TRACE_CBID_cuOccupancyAvailableDynamicSMemPerBlock,
+    CUPTI_DRIVER_TRACE_CBID_cuOccupancyMaxActiveClusters,
+    CUPTI_DRIVER_TRACE_CBID_cuOccupancyMaxPotentialClusterSize,
 };
 
 // Layout and step key of a kernel, read from the driver once per function (under
@@ -292,14 +343,8 @@ constexpr CUpti_CallbackId kTracedCallbacks[] = {
 // launches arrive with a CUkernel in place of the CUfunction (cuda13-cupti-notes §3): the cuFunc*
 // calls then fail with CUDA_ERROR_INVALID_HANDLE and the cuKernel* ones answer. When the cache is
 // full the layout is read into `uncached` for this launch only.
-const FunctionLayout& Tracer::function_of(CUfunction f, const char* symbol,
-                                          FunctionLayout* uncached) {
-  const auto handle = reinterpret_cast<uint64_t>(f);
-  if (const FunctionLayout* cached = functions_->find(handle)) return *cached;
-  std::lock_guard lock(functions_mutex_);
-  if (const FunctionLayout* cached = functions_->find(handle)) return *cached;
-  FunctionLayout& info = *uncached;
-  info.params.clear();
+std::vector<ParamSlot> Tracer::read_params(CUfunction f) {
+  std::vector<ParamSlot> params;
   bool as_kernel = false;
   for (size_t i = 0;; ++i) {
     size_t offset = 0, size = 0;
@@ -310,14 +355,82 @@ const FunctionLayout& Tracer::function_of(CUfunction f, const char* symbol,
       r = driver_.kernel_get_param_info(reinterpret_cast<CUkernel>(f), i, &offset, &size);
     }
     if (r != CUDA_SUCCESS) break;  // no count API: the first invalid index ends the list
-    info.params.push_back({static_cast<uint32_t>(offset), static_cast<uint32_t>(size)});
+    params.push_back({static_cast<uint32_t>(offset), static_cast<uint32_t>(size)});
+  }
+  return params;
+}
+
+// Before the driver's launch, on the launching thread (umswap's launch hooks). The launch
+// callback runs inside the driver's launch, which holds a lock of the driver's: a
+// cuKernelGetParamInfo made there waited for good behind another thread's cuMemHostAlloc, itself
+// waiting for that lock (the advisor's pinned memory; H200, 2026-11-26: `umswap replay` of the
+// cuDNN sample with UMSWAP_EVICT_COPY hung in its first iteration, when every kernel was new).
+// Read here, outside the driver, a new function's layout waits for nobody. functions_mutex_ is
+// not held across the driver calls (a launch callback may wait for it inside the driver).
+void Tracer::prepare_launch(CUfunction f) {
+  if (!f || !running_.load(std::memory_order_acquire) || !functions_) return;
+  const auto handle = reinterpret_cast<uint64_t>(f);
+  if (functions_->find(handle)) return;
+  before_first_use(handle);
+  {
+    std::lock_guard lock(functions_mutex_);
+    if (functions_->find(handle) || prepared_.contains(handle)) return;
+  }
+  std::vector<ParamSlot> params;
+  {
+    const std::shared_lock driver(driver_setup_mutex());
+    params = read_params(f);
+  }
+  std::lock_guard lock(functions_mutex_);
+  if (prepared_.emplace(handle, std::move(params)).second) {
+    prepared_count_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+// A function's first launch, or the first question about it, may load its module into the
+// context: with lazy loading (CUDA_MODULE_LOADING=LAZY, CUDA's default) a load can wait for the
+// GPU to be idle, holding the driver meanwhile. Launches already submitted may wait on the GPU for
+// words the advisor thread has yet to issue, and its driver calls would wait behind the load: the
+// run hangs (H200, 2026-11-26: the cuDNN sample under `umswap replay` with UMSWAP_EVICT_COPY, in
+// its first iteration, when every kernel was new). So before a function's first use the thread
+// waits, as before a synchronize, until the advisor has applied every launch submitted. Once per
+// handle; after the first iterations nothing is new and this costs a set look-up at most.
+void Tracer::before_first_use(uint64_t function) {
+  if (!function || !config_.observer || !running_.load(std::memory_order_acquire)) return;
+  {
+    std::lock_guard lock(used_mutex_);
+    if (!used_.insert(function).second) return;
+  }
+  first_use_waits_.fetch_add(1, std::memory_order_relaxed);
+  config_.observer->before_blocking();
+}
+
+const FunctionLayout& Tracer::function_of(CUfunction f, const char* symbol,
+                                          FunctionLayout* uncached) {
+  const auto handle = reinterpret_cast<uint64_t>(f);
+  if (const FunctionLayout* cached = functions_->find(handle)) return *cached;
+  std::lock_guard lock(functions_mutex_);
+  if (const FunctionLayout* cached = functions_->find(handle)) return *cached;
+  FunctionLayout& info = *uncached;
+  if (auto it = prepared_.find(handle); it != prepared_.end()) {
+    info.params = std::move(it->second);
+    prepared_.erase(it);
+  } else {
+    // Not prepared (a launch that came by no hook of umswap's): read inside the driver's launch,
+    // where waiting long for the advisor could hold the driver; so at most 2 ms, then read anyway.
+    read_in_callback_.fetch_add(1, std::memory_order_relaxed);
+    std::shared_lock driver(driver_setup_mutex(), std::defer_lock);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
+    while (!driver.try_lock() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::yield();
+    }
+    info.params = read_params(f);
   }
   const char* name = symbol;
-  if (!name || !*name) {
-    if (as_kernel && driver_.kernel_get_name) {
-      driver_.kernel_get_name(&name, reinterpret_cast<CUkernel>(f));
-    } else if (driver_.func_get_name) {
-      driver_.func_get_name(&name, f);
+  if (!name || !*name) {  // a CUkernel in place of the CUfunction: the cuFunc* call refuses it
+    if (!driver_.func_get_name || driver_.func_get_name(&name, f) != CUDA_SUCCESS) {
+      name = nullptr;
+      if (driver_.kernel_get_name) driver_.kernel_get_name(&name, reinterpret_cast<CUkernel>(f));
     }
   }
   info.key = recorder()->intern(name && *name ? name : "<unknown kernel>");
@@ -903,6 +1016,9 @@ void Tracer::summarize(trace::Trace t) {
   constexpr uint64_t kChunk = 2 << 20;
   auto summary = std::make_unique<RunSummary>();
   summary->has_unified_memory_counters = um_counters_;
+  summary->layouts_prepared = prepared_count_.load(std::memory_order_relaxed);
+  summary->layouts_read_in_callback = read_in_callback_.load(std::memory_order_relaxed);
+  summary->first_uses = first_use_waits_.load(std::memory_order_relaxed);
   std::vector<ResidencyEvent> events;
   auto push = [&](uint64_t when, uint64_t lo, uint64_t hi, bool on_gpu) {
     events.push_back({when, lo / kPage * kPage, (hi + kPage - 1) / kPage * kPage, on_gpu});
@@ -1049,6 +1165,10 @@ void note_residency(uint64_t address, uint64_t bytes, bool on_gpu) {
 
 void note_launch_populate(uint64_t address, uint64_t bytes) {
   tracer_instance().note_residency(address, bytes, true, Tracer::kLaunchingStep);
+}
+
+void prepare_launch(CUfunction f) {
+  tracer_instance().prepare_launch(f);
 }
 
 void note_residency_by_copy(uint64_t address, uint64_t bytes, bool on_gpu, uint32_t copy,

@@ -7,6 +7,7 @@
 #include "preload.h"
 #include "reentry_guard.h"
 #include "umswap/core/log.h"
+#include "umswap/tracer/tracer.h"
 
 #define UMSWAP_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -46,6 +47,7 @@ UMSWAP_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
   if (!p.driver()) return kNoDriver;
   if (skip(p)) return p.driver()->cuMemFree_v2(dptr);
   ReentryGuard guard;
+  p.before_free(dptr);
   if (auto status = p.allocator().free(dptr)) return *status;
   return p.driver()->cuMemFree_v2(dptr);
 }
@@ -133,6 +135,7 @@ CUresult free_async(CUdeviceptr dptr, CUstream stream, PFN_cuMemFreeAsync_v11020
   Preload& p = preload();
   if (skip(p)) return real(dptr, stream);
   ReentryGuard guard;
+  p.before_free(dptr);
   if (auto status = p.allocator().free_async(dptr, stream)) return *status;
   return real(dptr, stream);
 }
@@ -204,4 +207,64 @@ UMSWAP_EXPORT CUresult cuStreamDestroy_v2(CUstream stream) {
     p.allocator().stream_ends(stream);
   }
   return p.driver()->cuStreamDestroy_v2(stream);
+}
+
+// Kernel launches: a function launched for the first time has its parameter layout read here,
+// before the driver's launch, not in the tracer's callback inside it, where the read waited for
+// good behind another thread's driver call (tracer::prepare_launch). Then the launch goes on
+// unchanged, through the real function `Real` (a member of the real-driver table).
+namespace {
+
+template <auto Real, typename... Args>
+CUresult launch(CUfunction f, Args... args) {
+  const auto* d = preload().driver();
+  if (!d) return kNoDriver;
+  if (!ReentryGuard::active()) umswap::tracer::prepare_launch(f);
+  return (d->*Real)(args...);
+}
+
+}  // namespace
+
+UMSWAP_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned grid_x, unsigned grid_y,
+                                      unsigned grid_z, unsigned block_x, unsigned block_y,
+                                      unsigned block_z, unsigned shared_bytes, CUstream stream,
+                                      void** params, void** extra) {
+  return launch<&umswap::RealDriver::cuLaunchKernel>(f, f, grid_x, grid_y, grid_z, block_x, block_y,
+                                                     block_z, shared_bytes, stream, params, extra);
+}
+
+UMSWAP_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned grid_x, unsigned grid_y,
+                                           unsigned grid_z, unsigned block_x, unsigned block_y,
+                                           unsigned block_z, unsigned shared_bytes, CUstream stream,
+                                           void** params, void** extra) {
+  return launch<&umswap::RealDriver::cuLaunchKernel_ptsz>(
+      f, f, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, stream, params, extra);
+}
+
+UMSWAP_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** params,
+                                        void** extra) {
+  return launch<&umswap::RealDriver::cuLaunchKernelEx>(f, config, f, params, extra);
+}
+
+UMSWAP_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f,
+                                             void** params, void** extra) {
+  return launch<&umswap::RealDriver::cuLaunchKernelEx_ptsz>(f, config, f, params, extra);
+}
+
+UMSWAP_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned grid_x, unsigned grid_y,
+                                                 unsigned grid_z, unsigned block_x,
+                                                 unsigned block_y, unsigned block_z,
+                                                 unsigned shared_bytes, CUstream stream,
+                                                 void** params) {
+  return launch<&umswap::RealDriver::cuLaunchCooperativeKernel>(
+      f, f, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, stream, params);
+}
+
+UMSWAP_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned grid_x,
+                                                      unsigned grid_y, unsigned grid_z,
+                                                      unsigned block_x, unsigned block_y,
+                                                      unsigned block_z, unsigned shared_bytes,
+                                                      CUstream stream, void** params) {
+  return launch<&umswap::RealDriver::cuLaunchCooperativeKernel_ptsz>(
+      f, f, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, stream, params);
 }

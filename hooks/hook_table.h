@@ -9,22 +9,30 @@
 
 // X(exported name, base name cuGetProcAddress is asked for, CUDA version that introduced the ABI,
 //   per-thread-default-stream variant, PFN type of that ABI)
-#define UMSWAP_DRIVER_HOOKS(X)                                                           \
-  X(cuMemAlloc_v2, cuMemAlloc, 3020, false, PFN_cuMemAlloc_v3020)                        \
-  X(cuMemFree_v2, cuMemFree, 3020, false, PFN_cuMemFree_v3020)                           \
-  X(cuMemAllocPitch_v2, cuMemAllocPitch, 3020, false, PFN_cuMemAllocPitch_v3020)         \
-  X(cuMemGetInfo_v2, cuMemGetInfo, 3020, false, PFN_cuMemGetInfo_v3020)                  \
-  X(cuMemAllocManaged, cuMemAllocManaged, 6000, false, PFN_cuMemAllocManaged_v6000)      \
-  X(cuMemCreate, cuMemCreate, 10020, false, PFN_cuMemCreate_v10020)                      \
-  X(cuMemAllocAsync, cuMemAllocAsync, 11020, false, PFN_cuMemAllocAsync_v11020)          \
-  X(cuMemAllocAsync_ptsz, cuMemAllocAsync, 11020, true, PFN_cuMemAllocAsync_v11020_ptsz) \
-  X(cuMemFreeAsync, cuMemFreeAsync, 11020, false, PFN_cuMemFreeAsync_v11020)             \
-  X(cuMemFreeAsync_ptsz, cuMemFreeAsync, 11020, true, PFN_cuMemFreeAsync_v11020_ptsz)    \
-  X(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync, 11020, false,                      \
-    PFN_cuMemAllocFromPoolAsync_v11020)                                                  \
-  X(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync, 11020, true,                  \
-    PFN_cuMemAllocFromPoolAsync_v11020_ptsz)                                             \
-  X(cuStreamDestroy_v2, cuStreamDestroy, 4000, false, PFN_cuStreamDestroy_v4000)
+#define UMSWAP_DRIVER_HOOKS(X)                                                              \
+  X(cuMemAlloc_v2, cuMemAlloc, 3020, false, PFN_cuMemAlloc_v3020)                           \
+  X(cuMemFree_v2, cuMemFree, 3020, false, PFN_cuMemFree_v3020)                              \
+  X(cuMemAllocPitch_v2, cuMemAllocPitch, 3020, false, PFN_cuMemAllocPitch_v3020)            \
+  X(cuMemGetInfo_v2, cuMemGetInfo, 3020, false, PFN_cuMemGetInfo_v3020)                     \
+  X(cuMemAllocManaged, cuMemAllocManaged, 6000, false, PFN_cuMemAllocManaged_v6000)         \
+  X(cuMemCreate, cuMemCreate, 10020, false, PFN_cuMemCreate_v10020)                         \
+  X(cuMemAllocAsync, cuMemAllocAsync, 11020, false, PFN_cuMemAllocAsync_v11020)             \
+  X(cuMemAllocAsync_ptsz, cuMemAllocAsync, 11020, true, PFN_cuMemAllocAsync_v11020_ptsz)    \
+  X(cuMemFreeAsync, cuMemFreeAsync, 11020, false, PFN_cuMemFreeAsync_v11020)                \
+  X(cuMemFreeAsync_ptsz, cuMemFreeAsync, 11020, true, PFN_cuMemFreeAsync_v11020_ptsz)       \
+  X(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync, 11020, false,                         \
+    PFN_cuMemAllocFromPoolAsync_v11020)                                                     \
+  X(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync, 11020, true,                     \
+    PFN_cuMemAllocFromPoolAsync_v11020_ptsz)                                                \
+  X(cuStreamDestroy_v2, cuStreamDestroy, 4000, false, PFN_cuStreamDestroy_v4000)            \
+  X(cuLaunchKernel, cuLaunchKernel, 4000, false, PFN_cuLaunchKernel_v4000)                  \
+  X(cuLaunchKernel_ptsz, cuLaunchKernel, 7000, true, PFN_cuLaunchKernel_v7000_ptsz)         \
+  X(cuLaunchKernelEx, cuLaunchKernelEx, 11060, false, PFN_cuLaunchKernelEx_v11060)          \
+  X(cuLaunchKernelEx_ptsz, cuLaunchKernelEx, 11060, true, PFN_cuLaunchKernelEx_v11060_ptsz) \
+  X(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel, 9000, false,                      \
+    PFN_cuLaunchCooperativeKernel_v9000)                                                    \
+  X(cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel, 9000, true,                  \
+    PFN_cuLaunchCooperativeKernel_v9000_ptsz)
 
 // Driver functions umswap calls but does not intercept: X(field, base name, version, PFN type).
 #define UMSWAP_DRIVER_USED(X)                                                                 \
@@ -64,8 +72,7 @@
   X(cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync, 3020, PFN_cuMemcpyDtoHAsync_v3020)               \
   X(cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync, 3020, PFN_cuMemcpyHtoDAsync_v3020)               \
   X(cuModuleLoadData, cuModuleLoadData, 2000, PFN_cuModuleLoadData_v2000)                     \
-  X(cuModuleGetFunction, cuModuleGetFunction, 2000, PFN_cuModuleGetFunction_v2000)            \
-  X(cuLaunchKernel, cuLaunchKernel, 4000, PFN_cuLaunchKernel_v4000)
+  X(cuModuleGetFunction, cuModuleGetFunction, 2000, PFN_cuModuleGetFunction_v2000)
 
 // CUDA runtime functions exported by the library: X(name, function whose type it has).
 // The runtime reaches the driver through the hooked table, so these delegate to the real runtime

@@ -141,6 +141,7 @@ void Preload::start_advisor(advisor::Advisor* advisor) {
   config.populate_ahead = static_cast<uint32_t>(options_.populate_ahead);
   config.learn_evict = options_.learn_evict;
   config.hang_stacks = options_.hang_stacks;
+  config.host_gate = options_.host_gate;
   config.in_own_code = [] { return ReentryGuard::active(); };
   config.lifetimes = [this] { return planned_discards_.load(); };
   if (options_.placement) {
@@ -178,6 +179,14 @@ void Preload::start_advisor(advisor::Advisor* advisor) {
   } else {
     log_warning("advisor off: {}; the program runs on plain managed memory", reason);
   }
+}
+
+void Preload::before_free(CUdeviceptr ptr) {
+  advisor::Advisor* advisor = g_advisor.load(std::memory_order_acquire);
+  if (!advisor || !advisor->copies_live()) return;
+  const std::optional<BufferRecord> r = registry_.find(ptr);
+  if (!r || r->slab || r->base != ptr) return;
+  advisor->before_free(r->base, r->size);
 }
 
 void Preload::create_allocator_once() {
@@ -338,6 +347,9 @@ void Preload::write_stats_at_exit() {
                       {"source", summary->trace.detection.source},
                       {"steps", summary->trace.steps.size()},
                       {"dropped_records", summary->trace.dropped_records}};
+    j["kernel_layouts"] = {{"read_before_launch", summary->layouts_prepared},
+                           {"read_inside_launch", summary->layouts_read_in_callback},
+                           {"first_uses", summary->first_uses}};
     if (summary->has_unified_memory_counters) {
       j["peak_resident_bytes"] = summary->peak_resident;
     }

@@ -127,6 +127,41 @@ TEST(HostCopies, ReturningRangesOfARescueReachEveryLaunch) {
   EXPECT_FALSE(c.reaches(40 * kMiB, 41 * kMiB, 10));
 }
 
+TEST(HostCopies, ReturningTellsWhetherACopyBackInFlightOverlaps) {
+  FakeHost host;
+  HostCopies c = host.make(64 * kMiB);
+  ASSERT_TRUE(c.take(100 * kMiB, 8 * kMiB, 1, 50));
+  c.copied(1);
+  EXPECT_FALSE(c.returning(100 * kMiB, 108 * kMiB));  // held, not returning
+  c.give_back(102 * kMiB, 2 * kMiB, 2, 50);
+  EXPECT_TRUE(c.returning(103 * kMiB, 110 * kMiB));
+  EXPECT_TRUE(c.returning(90 * kMiB, 103 * kMiB));
+  EXPECT_FALSE(c.returning(104 * kMiB, 108 * kMiB));
+  EXPECT_FALSE(c.returning(90 * kMiB, 102 * kMiB));
+  c.retire(1, 2);
+  EXPECT_FALSE(c.returning(100 * kMiB, 108 * kMiB));
+}
+
+// The program frees an allocation whose range is held (Advisor::before_free): given back with
+// ticket 0 and untracked, nothing is copied back, nothing stays held or returning, and the block
+// is reused once the copy out is seen done.
+TEST(HostCopies, AFreedRangeIsDroppedWithoutACopyBack) {
+  FakeHost host;
+  HostCopies c = host.make(64 * kMiB);
+  ASSERT_TRUE(c.take(100 * kMiB, 8 * kMiB, 1, 50));
+  c.copied(1);
+  const auto r = c.give_back(100 * kMiB, 8 * kMiB, 0, HostCopies::kUntracked);
+  ASSERT_EQ(r.copy_in.size(), 1u);  // the caller drops these instead of copying them in
+  EXPECT_EQ(c.held_bytes(), 0u);
+  EXPECT_FALSE(c.reaches(100 * kMiB, 108 * kMiB, UINT64_MAX));
+  EXPECT_EQ(c.returning_count(), 0u);
+  c.retire(1, 0);
+  const auto again = c.take(200 * kMiB, 8 * kMiB, 2);
+  ASSERT_TRUE(again);
+  EXPECT_EQ((*again)[0].host, r.copy_in[0].host);  // the same block, reused
+  EXPECT_EQ(host.live.size(), 1u);
+}
+
 TEST(HostCopies, GivingBackACopyInFlightForgetsIt) {
   FakeHost host;
   HostCopies c = host.make(64 * kMiB);

@@ -520,6 +520,16 @@ TEST(ParseOptions, HangStacksIsABoolean) {
   EXPECT_NE(warnings[0].find("UMSWAP_HANG_STACKS"), std::string::npos);
 }
 
+TEST(ParseOptions, HostGateIsABooleanOffByDefault) {
+  std::vector<std::string> warnings;
+  EXPECT_FALSE(parse({}, &warnings).host_gate);
+  EXPECT_TRUE(parse({{"UMSWAP_HOST_GATE", "1"}}, &warnings).host_gate);
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_FALSE(parse({{"UMSWAP_HOST_GATE", "gpu"}}, &warnings).host_gate);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("UMSWAP_HOST_GATE"), std::string::npos);
+}
+
 TEST(ParseOptions, LearnEvictIsABooleanOnByDefault) {
   std::vector<std::string> warnings;
   EXPECT_TRUE(parse({}, &warnings).learn_evict);
@@ -570,12 +580,13 @@ TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
                                                   "UMSWAP_POPULATE_AHEAD",
                                                   "UMSWAP_LEARN_EVICT",
                                                   "UMSWAP_EVICT_COPY_CHUNK",
+                                                  "UMSWAP_HOST_GATE",
                                                   "UMSWAP_HANG_STACKS",
                                                   "UMSWAP_ASYNC_SLABS",
                                                   "UMSWAP_DISCARD_FREED",
                                                   "UMSWAP_LIFETIMES",
                                                   "UMSWAP_PLACEMENT"}));
-  EXPECT_EQ(option_table().size(), 26u);  // no duplicates
+  EXPECT_EQ(option_table().size(), 27u);  // no duplicates
 }
 
 TEST(OptionTable, EveryEntryHasAMeaning) {
@@ -619,6 +630,7 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
   o.evict_copy_chunk = 8 * MiB;
   o.learn_evict = false;
   o.hang_stacks = true;
+  o.host_gate = true;
   const std::vector<std::string> lines = describe(o);
   EXPECT_EQ(lines, (std::vector<std::string>{"UMSWAP_MODE=passthrough",
                                              "UMSWAP_BUDGET=40G",
@@ -641,6 +653,7 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
                                              "UMSWAP_MANAGED_OPS_CAP=8",
                                              "UMSWAP_POPULATE_AHEAD=4",
                                              "UMSWAP_LEARN_EVICT=0",
+                                             "UMSWAP_HOST_GATE=1",
                                              "UMSWAP_HANG_STACKS=1",
                                              "UMSWAP_ASYNC_SLABS=0",
                                              "UMSWAP_DISCARD_FREED=1",

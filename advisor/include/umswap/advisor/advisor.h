@@ -143,6 +143,11 @@ struct AdvisorConfig {
   bool learn_evict = false;
   // UMSWAP_HANG_STACKS: when the watchdog reports a stall, every thread prints its stack.
   bool hang_stacks = false;
+  // UMSWAP_HOST_GATE: where the advisor's streams would wait on the GPU for a launch of the
+  // program's (its last use, the GPU reaching it, a barrier), the advisor thread waits until that
+  // launch's event has run, so its managed-memory calls never wait on the GPU (the driver holds
+  // the caller of the 57th that does: docs/advisor.md). False: they wait there.
+  bool host_gate = false;
   // True while umswap's own code runs on the calling thread (a hook): its blocking calls (the
   // allocator's, under its lock) do not wait for the advisor in before_blocking(). Empty: never.
   std::function<bool()> in_own_code;
@@ -192,6 +197,13 @@ class Advisor final : public tracer::LaunchObserver {
   // submitted (at most 5 s), so that no word a launch waits on is left for the advisor to write
   // while the blocking call may hold the driver.
   void before_blocking() override;
+  // The program is about to free its allocation [base, base + size) (not a slab block): with
+  // UMSWAP_EVICT_COPY what umswap holds of it on the host is dead, and is dropped rather than
+  // copied back into memory that is gone (or reused); copies of it still in flight are waited
+  // for. Any thread; cheap when nothing of it is held.
+  void before_free(uint64_t base, uint64_t size);
+  // Whether UMSWAP_EVICT_COPY's copies are in force (ranges may be held on the host).
+  bool copies_live() const;
 
   // The slab allocator's question at a free (any thread, under its lock; cheap, no CUDA): should
   // the wholly free 2 MiB page at `page` be discarded now? Yes when the plan in force drops that

@@ -84,6 +84,8 @@ class HostCopies {
   // waits for none; any held or returning piece reaches it.
   bool reaches(uint64_t address, uint64_t end, uint64_t covered) const;
   uint64_t returning_count() const { return returning_.size(); }
+  // Whether a range given back and not yet seen copied back overlaps [address, end).
+  bool returning(uint64_t address, uint64_t end) const;
   // The pieces overlapping [address, end) as text (for a debug log): address, length, due.
   std::string describe(uint64_t address, uint64_t end) const;
   // Makes blocks whose copies are done (out_done, in_done: the highest tickets seen done)

@@ -93,6 +93,11 @@ struct RunSummary {
   std::vector<std::vector<BufferShare>> iteration_peak_buffers;
   uint64_t peak_resident = 0;
   bool has_unified_memory_counters = false;
+  // New functions' parameter layouts read before the driver's launch (prepare_launch()), and
+  // those read inside it, for launches that came by none of umswap's launch hooks.
+  uint64_t layouts_prepared = 0, layouts_read_in_callback = 0;
+  // Functions whose first use waited for the advisor to catch up (lazy module loading).
+  uint64_t first_uses = 0;
   // UMSWAP_EVICT_COPY's copies checked against the steps (copy_clashes.h), with the kernel names
   // of report.first; absent when umswap copied nothing.
   std::optional<CopyClashReport> copy_clashes;
@@ -146,6 +151,10 @@ void note_residency(uint64_t address, uint64_t bytes, bool on_gpu);
 // The same for a populate issued from the launch path (Observer::on_step), placed at the GPU
 // start of the step being launched.
 void note_launch_populate(uint64_t address, uint64_t bytes);
+// A kernel launch is about to enter the driver (umswap's launch hooks, on the launching thread):
+// a function not seen before has its parameter layout read now, outside the driver's launch,
+// where such a read can wait for good behind another thread's driver call (tracer.cpp).
+void prepare_launch(CUfunction f);
 // The same for UMSWAP_EVICT_COPY's discards and populates, placed where CUPTI saw a copy of
 // umswap's own run (`copy`: its correlation id, from last_own_copy()): a discard at the end of the
 // copy it follows on its stream, a populate at the start of the copy that follows it. Without

@@ -802,33 +802,6 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
 // issued at once" in docs/advisor.md), and the advisor thread's next call would wait behind it.
 // So the thread waits here, before the driver is entered, until the advisor has applied every
 // launch submitted so far; at most 5 s (then it goes on, and the stats count it).
-bool Advisor::copies_live() const {
-  return impl_->copies_live.load(std::memory_order_acquire);
-}
-
-void Advisor::before_free(uint64_t base, uint64_t size) {
-  AdvisorImpl& a = *impl_;
-  const uint64_t end = base + size;
-  bool in_flight = false;
-  {
-    std::lock_guard lock(a.copies_mutex);
-    if (!a.copies || !a.copies->reaches(base, end, UINT64_MAX)) return;
-    in_flight = a.copies->returning(base, end);
-    // Ticket 0: no copy back is issued for these; their host blocks are reused once the copies
-    // out already issued are seen done, as for any range given back.
-    const HostCopies::Returned r = a.copies->give_back(base, size, 0, HostCopies::kUntracked);
-    in_flight = in_flight || r.forgotten_bytes > 0;  // a copy out still reading it
-    uint64_t bytes = r.forgotten_bytes;
-    for (const HostCopies::Segment& s : r.copy_in) bytes += s.length;
-    a.freed_held_bytes.fetch_add(bytes, std::memory_order_relaxed);
-  }
-  if (!in_flight) return;
-  a.freed_waits.fetch_add(1, std::memory_order_relaxed);
-  for (CUstream s : {a.stream, a.discard_stream, a.populate_stream, a.restore_stream}) {
-    if (s) a.d.stream_synchronize(s);
-  }
-}
-
 void Advisor::before_blocking() {
   AdvisorImpl& a = *impl_;
   // Cheapest first: this runs before every synchronize and every copy with a host side.
@@ -852,6 +825,32 @@ void Advisor::before_blocking() {
       return;
     }
     sleep_us(50);
+  }
+}
+
+void Advisor::before_free(uint64_t base, uint64_t size) {
+  AdvisorImpl& a = *impl_;
+  // Without copies in force nothing is held (a stop gives everything back).
+  if (!a.copies_live.load(std::memory_order_acquire)) return;
+  const uint64_t end = base + size;
+  bool in_flight = false;
+  {
+    std::lock_guard lock(a.copies_mutex);
+    if (!a.copies) return;
+    in_flight = a.copies->returning(base, end);
+    if (!in_flight && !a.copies->holds(base, end)) return;
+    // Ticket 0: no copy back is issued for these; their host blocks are reused once the copies
+    // out already issued are seen done, as for any range given back.
+    const HostCopies::Returned r = a.copies->give_back(base, size, 0, HostCopies::kUntracked);
+    in_flight = in_flight || r.forgotten_bytes > 0;  // a copy out still reading it
+    uint64_t bytes = r.forgotten_bytes;
+    for (const HostCopies::Segment& s : r.copy_in) bytes += s.length;
+    a.freed_held_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  }
+  if (!in_flight) return;
+  a.freed_waits.fetch_add(1, std::memory_order_relaxed);
+  for (CUstream s : {a.stream, a.discard_stream, a.populate_stream, a.restore_stream}) {
+    if (s) a.d.stream_synchronize(s);
   }
 }
 
@@ -1066,7 +1065,7 @@ bool AdvisorImpl::set_up() {
   }
   if (config.prefetch_wait || config.evict_wait) {
     void* host = nullptr;
-    std::unique_lock driver(driver_setup_mutex());  // pinned memory (driver_lock.h)
+    const std::lock_guard driver(driver_setup_mutex());  // pinned memory (driver_lock.h)
     if (d.mem_host_alloc && d.mem_host_get_device_pointer && d.stream_wait_value64 &&
         d.stream_write_value64 &&
         d.mem_host_alloc(&host, sizeof(uint64_t),

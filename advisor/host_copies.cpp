@@ -158,9 +158,17 @@ bool HostCopies::holds(uint64_t address, uint64_t end) const {
 }
 
 bool HostCopies::returning(uint64_t address, uint64_t end) const {
+  return returning_after(address, end, UINT64_MAX);
+}
+
+bool HostCopies::returning_after(uint64_t address, uint64_t end, uint64_t covered) const {
+  // Returning ranges may overlap one another (given back, taken and given back again before the
+  // first copy back was seen done): every one starting within the longest length before.
   auto r = returning_.lower_bound(address > returning_longest_ ? address - returning_longest_ : 0);
   for (; r != returning_.end() && r->first < end; ++r) {
-    if (r->second.end > address) return true;
+    if (r->second.end > address && (covered == UINT64_MAX || r->second.back_by > covered)) {
+      return true;
+    }
   }
   return false;
 }
@@ -171,15 +179,7 @@ bool HostCopies::reaches(uint64_t address, uint64_t end, uint64_t covered) const
   for (; it != pieces_.end() && it->first < end; ++it) {
     if (covered == UINT64_MAX || it->second.due > covered) return true;
   }
-  // Returning ranges may overlap one another (given back, taken and given back again before the
-  // first copy back was seen done): every one starting within the longest length before.
-  auto r = returning_.lower_bound(address > returning_longest_ ? address - returning_longest_ : 0);
-  for (; r != returning_.end() && r->first < end; ++r) {
-    if (r->second.end > address && (covered == UINT64_MAX || r->second.back_by > covered)) {
-      return true;
-    }
-  }
-  return false;
+  return returning_after(address, end, covered);
 }
 
 std::string HostCopies::describe(uint64_t address, uint64_t end) const {

@@ -254,6 +254,7 @@ std::optional<CUresult> ManagedAllocator::free(CUdeviceptr ptr) {
   }
   auto record = registry_.remove(ptr);
   if (!record) return std::nullopt;
+  if (before_free_) before_free_(record->base, record->size);
   const CUresult status = driver_.mem_free(ptr);
   if (status != CUDA_SUCCESS) {
     registry_.insert(*record);  // still allocated: keep tracking it
@@ -272,6 +273,7 @@ std::optional<CUresult> ManagedAllocator::free_async(CUdeviceptr ptr, CUstream s
   }
   auto record = registry_.remove(ptr);
   if (!record) return std::nullopt;
+  if (before_free_) before_free_(record->base, record->size);
   CUresult status = CUDA_SUCCESS;
   if (record->from_pool) {
     status = driver_.mem_free_async(ptr, stream);

@@ -47,7 +47,6 @@ UMSWAP_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
   if (!p.driver()) return kNoDriver;
   if (skip(p)) return p.driver()->cuMemFree_v2(dptr);
   ReentryGuard guard;
-  p.before_free(dptr);
   if (auto status = p.allocator().free(dptr)) return *status;
   return p.driver()->cuMemFree_v2(dptr);
 }
@@ -135,7 +134,6 @@ CUresult free_async(CUdeviceptr dptr, CUstream stream, PFN_cuMemFreeAsync_v11020
   Preload& p = preload();
   if (skip(p)) return real(dptr, stream);
   ReentryGuard guard;
-  p.before_free(dptr);
   if (auto status = p.allocator().free_async(dptr, stream)) return *status;
   return real(dptr, stream);
 }

@@ -181,14 +181,6 @@ void Preload::start_advisor(advisor::Advisor* advisor) {
   }
 }
 
-void Preload::before_free(CUdeviceptr ptr) {
-  advisor::Advisor* advisor = g_advisor.load(std::memory_order_acquire);
-  if (!advisor || !advisor->copies_live()) return;
-  const std::optional<BufferRecord> r = registry_.find(ptr);
-  if (!r || r->slab || r->base != ptr) return;
-  advisor->before_free(r->base, r->size);
-}
-
 void Preload::create_allocator_once() {
   std::call_once(allocator_once_, [this] {
     const RealDriver& d = driver_;
@@ -230,6 +222,11 @@ void Preload::create_allocator_once() {
       limit = options_.managed_limit.resolve(total);
     }
     allocator_ = new ManagedAllocator(api, registry_, limit, options_.async_slabs);
+    allocator_->set_before_free([](uint64_t base, uint64_t size) {
+      if (advisor::Advisor* advisor = g_advisor.load(std::memory_order_acquire)) {
+        advisor->before_free(base, size);
+      }
+    });
     configure_slabs();
     if (options_.verbose >= 1 && limit != 0) {
       log_info("managed memory capped at {}", format_bytes(limit));

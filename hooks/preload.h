@@ -34,9 +34,6 @@ class Preload {
   // child (CUDA cannot be used after fork), and the allocator could be set up.
   bool redirecting();
   ManagedAllocator& allocator();  // only valid when redirecting()
-  // The program frees `ptr`: if it is an allocation of its own (not a slab block) the advisor
-  // drops what it holds of it on the host (Advisor::before_free).
-  void before_free(CUdeviceptr ptr);
   Registry& registry() { return registry_; }
   // Call-site identity of the current allocation request (umswap's own frames skipped).
   CallSiteId call_site() const;

@@ -372,6 +372,32 @@ TEST_F(ManagedAllocatorTest, FreeReleasesAndUnregisters) {
   EXPECT_EQ(g_fake->bad_frees, 0);
 }
 
+// What the before-free hook heard (ManagedAllocator::set_before_free): base, size.
+using Freed = std::pair<uint64_t, uint64_t>;
+std::vector<Freed> g_before_free;
+void note_before_free(uint64_t base, uint64_t size) {
+  g_before_free.emplace_back(base, size);
+}
+
+TEST_F(ManagedAllocatorTest, BeforeFreeHearsOfEachBufferFreedBeforeTheDriverFreesIt) {
+  ManagedAllocator a(fake_driver_api(), registry_, 0);
+  g_before_free.clear();
+  a.set_before_free(note_before_free);
+  CUdeviceptr p = 0, q = 0;
+  ASSERT_EQ(a.allocate(AllocApi::cudaMalloc, 4096, 1, &p), CUDA_SUCCESS);
+  ASSERT_EQ(a.allocate_async(AllocApi::cudaMallocAsync, 8192, kStream, 1, &q), CUDA_SUCCESS);
+  EXPECT_EQ(a.free(0x1234), std::nullopt);  // not umswap's: not heard of
+  EXPECT_TRUE(g_before_free.empty());
+  const size_t before = call_count();
+  EXPECT_EQ(a.free(p), std::optional<CUresult>(CUDA_SUCCESS));
+  ASSERT_EQ(g_before_free.size(), 1u);
+  EXPECT_EQ(g_before_free[0], Freed(p, 4096));
+  EXPECT_EQ(call_count(), before + 1);  // the driver's free came after it
+  EXPECT_EQ(a.free_async(q, kStream), std::optional<CUresult>(CUDA_SUCCESS));
+  ASSERT_EQ(g_before_free.size(), 2u);
+  EXPECT_EQ(g_before_free[1], Freed(q, 8192));
+}
+
 TEST_F(ManagedAllocatorTest, FailedFreeKeepsTheBufferTracked) {
   ManagedAllocator a(fake_driver_api(), registry_, 0);
   CUdeviceptr p = 0;
@@ -952,6 +978,18 @@ TEST_F(SlabbedAllocatorTest, AsyncAllocationsAreBlocksOfOneRegisteredSlab) {
   CUdeviceptr again = 0;
   ASSERT_EQ(a.allocate_async(AllocApi::cudaMallocAsync, 3 * MiB, kStream, 9, &again), CUDA_SUCCESS);
   EXPECT_EQ(again, p);
+}
+
+TEST_F(SlabbedAllocatorTest, BeforeFreeIsNotToldOfSlabBlocks) {
+  ManagedAllocator a(fake_driver_api_with_events(), registry_, 0, true);
+  g_before_free.clear();
+  a.set_before_free(note_before_free);
+  CUdeviceptr p = 0, q = 0;
+  ASSERT_EQ(a.allocate_async(AllocApi::cudaMallocAsync, 3 * MiB, kStream, 9, &p), CUDA_SUCCESS);
+  ASSERT_EQ(a.allocate_async(AllocApi::cudaMallocAsync, 4096, kStream, 9, &q), CUDA_SUCCESS);
+  EXPECT_EQ(a.free_async(p, kStream), std::optional<CUresult>(CUDA_SUCCESS));
+  EXPECT_EQ(a.free(q), std::optional<CUresult>(CUDA_SUCCESS));
+  EXPECT_TRUE(g_before_free.empty());
 }
 
 TEST_F(SlabbedAllocatorTest, ADoubleFreeInsideASlabIsAnErrorAndTheSlabStays) {

@@ -200,10 +200,8 @@ class Advisor final : public tracer::LaunchObserver {
   // The program is about to free its allocation [base, base + size) (not a slab block): with
   // UMSWAP_EVICT_COPY what umswap holds of it on the host is dead, and is dropped rather than
   // copied back into memory that is gone (or reused); copies of it still in flight are waited
-  // for. Any thread; cheap when nothing of it is held.
+  // for. Any thread; cheap when copies are not in force.
   void before_free(uint64_t base, uint64_t size);
-  // Whether UMSWAP_EVICT_COPY's copies are in force (ranges may be held on the host).
-  bool copies_live() const;
 
   // The slab allocator's question at a free (any thread, under its lock; cheap, no CUDA): should
   // the wholly free 2 MiB page at `page` be discarded now? Yes when the plan in force drops that

@@ -120,6 +120,9 @@ class HostCopies {
   std::shared_ptr<Block> block_for(uint64_t bytes);
   void split_at(uint64_t address);
   void drop(Map::iterator it);
+  // A returning range overlapping [address, end) comes back only after launch `covered` (any,
+  // with UINT64_MAX).
+  bool returning_after(uint64_t address, uint64_t end, uint64_t covered) const;
   void free_fn(const std::shared_ptr<Block>& b);
 
   Alloc alloc_;

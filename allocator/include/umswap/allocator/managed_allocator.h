@@ -102,6 +102,11 @@ class ManagedAllocator {
 
   // Frees a registered buffer given by its base; nullopt when it is not umswap's.
   std::optional<CUresult> free(CUdeviceptr ptr);
+  // Told of a registered buffer that is not a slab about to be freed (its base and size), before
+  // the driver frees it: the advisor drops what it holds of it on the host. Set before the first
+  // allocation; null: nobody.
+  using BeforeFree = void (*)(uint64_t base, uint64_t size);
+  void set_before_free(BeforeFree hook) { before_free_ = hook; }
   std::optional<CUresult> free_async(CUdeviceptr ptr, CUstream stream);
 
   // Slabs only, before the first allocation (the hooks are not guarded against allocations
@@ -150,6 +155,7 @@ class ManagedAllocator {
   const DriverApi driver_;
   Registry& registry_;
   const uint64_t limit_;
+  BeforeFree before_free_ = nullptr;
 
   std::atomic<uint64_t> next_id_{1};
   std::atomic<uint64_t> allocations_[kAllocApiCount] = {};

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -194,6 +195,8 @@ struct Transfer {
 // pending work was never held: deferred_prefetch_probe's idle-at-57).
 struct HostGate {
   bool on = false;
+  uint32_t from = 1;    // gate only while this many of the advisor's calls may wait (1: always)
+  uint64_t passed = 0;  // waits left to the GPU: fewer than `from` of its calls waited
   const std::atomic<bool>* stop = nullptr;
   uint64_t waits = 0;     // events waited for on the host
   uint64_t already = 0;   // of which had run when first asked
@@ -202,11 +205,14 @@ struct HostGate {
   uint64_t errors = 0;    // cuEventQuery failed: the stream waits on the GPU instead
   double seconds = 0;
   double longest_s = 0;
+  // Says where the GPU and the advisor were at a timeout (the first few; AdvisorImpl::gate_report).
+  std::function<void(const char* what, uint64_t launch)> on_timeout;
   enum class Result { ran, reused, on_gpu };
   // Polls `e` until it has run. `same()` false: the event was recorded again meanwhile. on_gpu:
   // not run within `limit`, the advisor stopping, or an error; the caller waits on the GPU.
   template <typename Same>
-  Result wait(const AdvisorDriver& d, CUevent e, std::chrono::milliseconds limit, Same same) {
+  Result wait(const AdvisorDriver& d, CUevent e, std::chrono::milliseconds limit, Same same,
+              const char* what, uint64_t launch) {
     ++waits;
     CUresult r = d.event_query(e);
     if (r == CUDA_SUCCESS) {
@@ -231,7 +237,7 @@ struct HostGate {
       }
       if (stop->load(std::memory_order_relaxed) ||
           std::chrono::steady_clock::now() - start > limit) {
-        ++timeouts;
+        if (++timeouts <= 3 && on_timeout) on_timeout(what, launch);
         break;
       }
       // A launch usually runs within microseconds of its predecessor: spin briefly, then sleep.
@@ -256,6 +262,12 @@ constexpr std::chrono::milliseconds kGateLimit{2000}, kGateBarrierLimit{10000};
 // Events recorded on the application's streams at chosen launches, which the advisor's stream
 // waits for: slot = launch index modulo kEventRing; index[slot] says which launch it holds now.
 struct EventRing {
+  const char* name = "";  // what its events mark (gate reports)
+  // The last GPU-side waits placed for its events (written by the advisor thread, read by the
+  // reports, the watchdog's among them): launch, stream.
+  mutable std::array<std::atomic<uint64_t>, 8> placed_launch{};
+  mutable std::array<std::atomic<CUstream>, 8> placed_on{};
+  mutable std::atomic<size_t> placed_count{0};
   std::array<CUevent, kEventRing> events{};
   std::array<std::atomic<uint64_t>, kEventRing> index{};
   void record(const AdvisorDriver& d, uint64_t launch, CUstream stream) {
@@ -268,10 +280,10 @@ struct EventRing {
   // recorded within 20 ms while launch j may still be on its way (`launched`, the launches the
   // launch path has seen, is at most kEventSlack past it; further past, an event not there was
   // never recorded, and waiting for it would only hold the advisor back). With the host gate on,
-  // the calling thread waits for the event instead (HostGate), and `waiter` only if that gives
-  // up; false too when the event was reused while polled.
+  // the calling thread waits for the event instead (HostGate, when given), and `waiter` only if
+  // that gives up; false too when the event was reused while polled.
   bool wait(const AdvisorDriver& d, uint64_t j, CUstream waiter, uint64_t launched,
-            HostGate& gate) const;
+            HostGate* gate) const;
 };
 
 }  // namespace
@@ -535,6 +547,9 @@ class AdvisorImpl {
   void retire_ops();
   void mark_ops();
   void before_managed_op(CUstream s);
+  // UMSWAP_HOST_GATE: whether the next wait for a launch is taken on the host (always with 1;
+  // with N, only while N or more of the advisor's own calls may be waiting on the GPU).
+  bool gate_now();
   uint64_t out_ticket = 0, in_ticket = 0, out_done = 0, in_done = 0;
   // After the last discard (on discard_stream, or `stream`); copies back wait for it.
   CUevent discarded_event = nullptr;
@@ -580,6 +595,15 @@ class AdvisorImpl {
   OnceFlag warned_stuck;         // the watchdog's report_stuck()
   OnceFlag warned_wait_failure;  // launch path
   void report_stuck(const char* waiting_for, std::chrono::steady_clock::duration waited);
+  // UMSWAP_HOST_GATE's timeout reports (the first few): what recent launches wait for on the GPU
+  // (launch path), and where the GPU, the words and the advisor thread were.
+  struct LaunchWaits {
+    std::atomic<uint64_t> index{UINT64_MAX}, stream{0}, restore{0}, progress{0}, populates{0};
+  };
+  std::array<LaunchWaits, 1024> launch_waits;
+  void note_launch_wait(uint64_t index, CUstream s, uint64_t restore, uint64_t progress,
+                        uint64_t populates = 0);
+  void gate_report(const char* what, uint64_t launch);
   // UMSWAP_EVICT_COPY_PATH=kernel: the loaded copy kernel (null: copy engines copy), why it is not
   // used when asked for, and how many copies each path made.
   CUfunction copy_fn = nullptr;
@@ -746,6 +770,9 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
   if (const std::shared_ptr<const DropTable> table =
           populates ? p->drops.load(std::memory_order_acquire) : nullptr;
       table && phase < table->populate_at.size()) {
+    if (!table->populate_at[phase].empty()) {
+      a.note_launch_wait(index, stream, 0, 0, table->populate_at[phase].size());
+    }
     a.launch_populate(*p, *table, index, phase, stream);
   }
   if (!p->keys.empty()) {
@@ -765,6 +792,7 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
         CUDA_SUCCESS) {
       a.wait_on_host(restored, own_wait + 1, index);  // the guard counted on that wait
     } else if (restored >= a.restored_base) {
+      a.note_launch_wait(index, stream, own_wait + 1, 0);
       raise_to(a.highest_restore_wait, (restored - a.restored_base) / sizeof(uint64_t) << 48 |
                                            ((own_wait + 1) & kRestoreWaitMask));
     }
@@ -792,6 +820,7 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
       CUDA_SUCCESS) {
     (evict_wait ? a.evict_waits_placed : a.waits_placed).fetch_add(1, std::memory_order_relaxed);
     raise_to(a.highest_wait, value + 1);
+    a.note_launch_wait(index, stream, 0, value);
   }
 }
 
@@ -1054,9 +1083,20 @@ bool AdvisorImpl::set_up() {
     }
   }
   events_ready.store(true, std::memory_order_release);
-  gate.on = config.host_gate && d.event_query;
+  gate.on = config.host_gate != 0 && d.event_query;
+  gate.from = std::max<uint32_t>(config.host_gate, 1);
   gate.stop = &stop;
-  if (config.managed_ops_cap != 0 && d.event_query && d.event_record) {
+  gate.on_timeout = [this](const char* what, uint64_t launch) {
+    gate_report(what == done.name      ? "UMSWAP_HOST_GATE: not run in 2 s: the last use of launch"
+                : what == reached.name ? "UMSWAP_HOST_GATE: not reached in 2 s: launch"
+                                       : "UMSWAP_HOST_GATE: not run in 10 s: a barrier, at launch",
+                launch);
+  };
+  done.name = "last use";
+  reached.name = "reached";
+  // Counted for the cap, and for a gate that depends on the count (cap 0: counted only).
+  if ((config.managed_ops_cap != 0 || (gate.on && gate.from > 1)) && d.event_query &&
+      d.event_record) {
     ops = std::make_unique<PendingOps>(config.managed_ops_cap);
   }
   if (config.evict_copy && (!config.prefetch_wait || !config.evict_wait)) {
@@ -1284,6 +1324,81 @@ void AdvisorImpl::watch_waits() {
   }
 }
 
+void AdvisorImpl::note_launch_wait(uint64_t index, CUstream s, uint64_t restore, uint64_t progress,
+                                   uint64_t populates) {
+  LaunchWaits& w = launch_waits[index % launch_waits.size()];
+  if (w.index.load(std::memory_order_relaxed) != index) {
+    w.restore.store(0, std::memory_order_relaxed);
+    w.progress.store(0, std::memory_order_relaxed);
+    w.populates.store(0, std::memory_order_relaxed);
+    w.stream.store(reinterpret_cast<uint64_t>(s), std::memory_order_relaxed);
+    w.index.store(index, std::memory_order_release);
+  }
+  if (restore) w.restore.store(restore, std::memory_order_relaxed);
+  if (progress) w.progress.store(progress, std::memory_order_relaxed);
+  if (populates) w.populates.store(populates, std::memory_order_relaxed);
+}
+
+void AdvisorImpl::gate_report(const char* what, uint64_t launch) {
+  // The GPU's place: the latest launch whose events have run.
+  uint64_t done_through = 0, reached_through = 0;
+  for (auto [ring, through] : {std::pair{&done, &done_through}, {&reached, &reached_through}}) {
+    for (size_t i = 0; i < kEventRing; ++i) {
+      const uint64_t j = ring->index[i].load(std::memory_order_acquire);
+      if (j != UINT64_MAX && j > *through && d.event_query(ring->events[i]) == CUDA_SUCCESS) {
+        *through = j;
+      }
+    }
+  }
+  std::string next;
+  int shown = 0;
+  for (uint64_t j = done_through + 1; j < launched.load() && shown < 6; ++j) {
+    const LaunchWaits& w = launch_waits[j % launch_waits.size()];
+    ++shown;
+    if (w.index.load(std::memory_order_acquire) != j) {
+      next += fmt::format(" [{}: none]", j);
+      continue;
+    }
+    next += fmt::format(" [{} on {:#x}: restored>={} progress>={} populates {}]", j,
+                        w.stream.load(), w.restore.load(), w.progress.load(), w.populates.load());
+  }
+  // The advisor's latest GPU-side waits for launches, and whether each has run.
+  for (const EventRing* ring : {&done, &reached}) {
+    next += fmt::format("; {} waits placed:", ring->name);
+    const size_t n = ring->placed_count.load(std::memory_order_acquire);
+    const size_t kept = ring->placed_launch.size();
+    for (size_t k = n > kept ? n - kept : 0; k < n; ++k) {
+      const uint64_t j = ring->placed_launch[k % kept].load(std::memory_order_relaxed);
+      const CUstream on = ring->placed_on[k % kept].load(std::memory_order_relaxed);
+      const size_t slot = j % kEventRing;
+      const char* ran = ring->index[slot].load() != j                       ? "re-recorded"
+                        : d.event_query(ring->events[slot]) == CUDA_SUCCESS ? "ran"
+                                                                            : "not run";
+      next += fmt::format(" {} on {} {}", j,
+                          on == stream            ? "main"
+                          : on == populate_stream ? "populate"
+                                                  : "other",
+                          ran);
+    }
+  }
+  uint64_t word = 0;
+  if (copy_words) {
+    const CUdeviceptr r = restored_device.load();
+    if (r >= restored_base) word = copy_words[(r - restored_base) / sizeof(uint64_t)];
+  }
+  log_warning(
+      "advisor: {} {}: it was {} at {} of {} launched; "
+      "GPU done through {}, reached {}; progress {} (highest wait {}), restored {} (highest wait "
+      "{}, written {}); blocking calls held back {} times, {} let go after 5 s; next waits:{}",
+      what, launch, doing.load(), applied_through.load(), launched.load(), done_through,
+      reached_through, progress_host ? *progress_host : 0, highest_wait.load(), word,
+      highest_restore_wait.load() & kRestoreWaitMask, restored_written, blocking_waits.load(),
+      blocking_timeouts.load(), next);
+  if (config.hang_stacks && gate.timeouts == 1) {
+    log_warning("advisor: {} threads wrote their stacks", dump_thread_stacks(2));
+  }
+}
+
 // The watchdog's report, once, of launches left waiting on the advisor thread while copies are
 // live: nothing but that thread can bring copied memory back (driver calls), and releasing the
 // launches would let them read discarded pages. Says what it last began and where it is.
@@ -1297,6 +1412,7 @@ void AdvisorImpl::report_stuck(const char* waiting_for,
       "docs/advisor.md, \"A hang with the cuDNN sample\")",
       std::chrono::duration_cast<std::chrono::seconds>(waited).count(), waiting_for, doing.load(),
       applied_through.load(), launched.load());
+  gate_report("where things stood at launch", applied_through.load());
   if (config.hang_stacks) {
     log_warning("advisor: every thread's stack follows (UMSWAP_HANG_STACKS=1)");
     log_warning("advisor: {} threads wrote their stacks", dump_thread_stacks(2));
@@ -1846,8 +1962,9 @@ void AdvisorImpl::barrier_all(const LivePlan& p) {
     if (d.event_record(barrier, reinterpret_cast<CUstream>(s)) == CUDA_SUCCESS) {
       // UMSWAP_HOST_GATE: the barrier is taken only while no launch waits for the advisor, so
       // the program's streams get there by themselves.
-      if (gate.on &&
-          gate.wait(d, barrier, kGateBarrierLimit, [] { return true; }) == HostGate::Result::ran) {
+      if (gate_now() && gate.wait(
+                            d, barrier, kGateBarrierLimit, [] { return true; }, "barrier",
+                            launched.load()) == HostGate::Result::ran) {
         continue;
       }
       d.stream_wait_event(stream, barrier, 0);
@@ -1856,7 +1973,7 @@ void AdvisorImpl::barrier_all(const LivePlan& p) {
 }
 
 bool EventRing::wait(const AdvisorDriver& d, uint64_t j, CUstream waiter, uint64_t launched,
-                     HostGate& gate) const {
+                     HostGate* gate) const {
   const size_t slot = j % kEventRing;
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::milliseconds(launched > j + kEventSlack ? 0 : 20);
@@ -1866,9 +1983,9 @@ bool EventRing::wait(const AdvisorDriver& d, uint64_t j, CUstream waiter, uint64
     seen = index[slot].load(std::memory_order_acquire);
   }
   if (seen != j) return false;
-  if (gate.on) {
+  if (gate) {
     const auto same = [&] { return index[slot].load(std::memory_order_acquire) == j; };
-    switch (gate.wait(d, events[slot], kGateLimit, same)) {
+    switch (gate->wait(d, events[slot], kGateLimit, same, name, j)) {
       case HostGate::Result::ran:
         return true;
       case HostGate::Result::reused:
@@ -1878,6 +1995,10 @@ bool EventRing::wait(const AdvisorDriver& d, uint64_t j, CUstream waiter, uint64
         break;
     }
   }
+  const size_t k = placed_count.load(std::memory_order_relaxed);
+  placed_launch[k % placed_launch.size()].store(j, std::memory_order_relaxed);
+  placed_on[k % placed_on.size()].store(waiter, std::memory_order_relaxed);
+  placed_count.store(k + 1, std::memory_order_release);
   return d.stream_wait_event(waiter, events[slot], 0) == CUDA_SUCCESS;
 }
 
@@ -1893,7 +2014,8 @@ bool AdvisorImpl::wait_for_launch(const LivePlan& p, uint64_t j) {
   bool recorded = false;
   {
     const Timed timed(event_wait_s);
-    recorded = done.wait(d, j, stream, launched.load(std::memory_order_acquire), gate);
+    recorded = done.wait(d, j, stream, launched.load(std::memory_order_acquire),
+                         gate_now() ? &gate : nullptr);
   }
   if (!recorded) {
     // Not recorded (yet) or already reused: wait for everything instead; not while launches may
@@ -2034,7 +2156,8 @@ void AdvisorImpl::apply(uint64_t n) {
         // block freed just before it (discarded on the program's stream, not before then).
         if (!prefetched_here && g > p.applied_from && g >= p.barrier_covers) {
           const Timed timed(event_wait_s);
-          if (!reached.wait(d, g, stream, launched.load(std::memory_order_acquire), gate)) {
+          if (!reached.wait(d, g, stream, launched.load(std::memory_order_acquire),
+                            gate_now() ? &gate : nullptr)) {
             ++late_start_events;
           }
         }
@@ -2198,6 +2321,16 @@ void AdvisorImpl::retire_ops() {
         return d.event_query(static_cast<CUevent>(e)) == CUDA_SUCCESS;
       },
       [this](PendingOps::Event e) { spare_events.push_back(static_cast<CUevent>(e)); });
+}
+
+bool AdvisorImpl::gate_now() {
+  if (!gate.on) return false;
+  if (gate.from <= 1 || !ops) return true;
+  mark_ops();
+  retire_ops();
+  if (ops->waiting() >= gate.from) return true;
+  ++gate.passed;
+  return false;
 }
 
 // An event after the calls on each stream since its last mark.
@@ -2465,7 +2598,8 @@ void AdvisorImpl::issue_restore(const LivePlan* p, Restore r) {
     const CUstream ps = p && populate_stream ? populate_stream : restore_stream;
     if (p && r.g > p->applied_from && r.g >= p->barrier_covers) {
       const Timed timed(event_wait_s);
-      if (!reached.wait(d, r.g, ps, launched.load(std::memory_order_acquire), gate)) {
+      if (!reached.wait(d, r.g, ps, launched.load(std::memory_order_acquire),
+                        gate_now() ? &gate : nullptr)) {
         ++late_start_events;
       }
     }
@@ -2870,6 +3004,8 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
       {"copy_call_seconds", a.copy_call_s},
       {"host_gate",
        {{"on", a.gate.on},
+        {"from_waiting_calls", a.gate.on ? a.gate.from : 0},
+        {"left_to_gpu", a.gate.passed},
         {"waits", a.gate.waits},
         {"already_run", a.gate.already},
         {"seconds", a.gate.seconds},

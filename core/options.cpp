@@ -101,11 +101,14 @@ constexpr std::array kOptionTable = {
                "counted on the GPU with its own fit in the budget, then prefetches its own; 0: "
                "the learning iterations fault the whole footprint in (docs/advisor.md)"},
     OptionInfo{"UMSWAP_HOST_GATE", "0",
-               "1 (experimental): the advisor thread issues a prefetch, eviction or discard only "
-               "once the launch it waits for has run on the GPU (it polls that launch's event), "
-               "so no call waits on the GPU, where the driver holds the caller of the 57th; it "
-               "then trails the GPU, and was slower (docs/advisor.md); 0: the advisor's streams "
-               "wait for those launches on the GPU, and it runs ahead"},
+               "(experimental) where one of the advisor's streams would wait on the GPU for a "
+               "launch, the advisor thread instead polls that launch's event and issues its next "
+               "prefetch, eviction or discard once it has run, so that the call does not wait on "
+               "the GPU, where the driver holds the caller of about the 57th such call. 1: at "
+               "every such wait (it then trails the GPU: slower, docs/advisor.md); N from 2 to "
+               "56: only while N or more of its calls may be waiting on the GPU (no N measured "
+               "both safe and fast yet); 0: never, its streams wait on the GPU and it runs "
+               "ahead"},
     OptionInfo{"UMSWAP_HANG_STACKS", "0",
                "1 (a diagnostic): when launches have waited 10 s for the advisor thread, every "
                "thread of the program prints its call stack to stderr"},
@@ -348,7 +351,7 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
   }
   read_bool("UMSWAP_EVICT_COPY_SIDE_STREAMS", &options.evict_copy_side_streams, "1");
   read_bool("UMSWAP_LEARN_EVICT", &options.learn_evict, "1");
-  read_bool("UMSWAP_HOST_GATE", &options.host_gate, "0");
+  read_int("UMSWAP_HOST_GATE", 0, 56, &options.host_gate, "0");
   read_bool("UMSWAP_HANG_STACKS", &options.hang_stacks, "0");
   read_choice("UMSWAP_EVICT_COPY_PATH", "engine", "kernel", &options.evict_copy_kernel);
   read_bool("UMSWAP_ASYNC_SLABS", &options.async_slabs, "1");
@@ -387,7 +390,7 @@ std::vector<std::string> describe(const Options& options) {
       fmt::format("UMSWAP_MANAGED_OPS_CAP={}", options.managed_ops_cap),
       fmt::format("UMSWAP_POPULATE_AHEAD={}", options.populate_ahead),
       fmt::format("UMSWAP_LEARN_EVICT={}", options.learn_evict ? 1 : 0),
-      fmt::format("UMSWAP_HOST_GATE={}", options.host_gate ? 1 : 0),
+      fmt::format("UMSWAP_HOST_GATE={}", options.host_gate),
       fmt::format("UMSWAP_HANG_STACKS={}", options.hang_stacks ? 1 : 0),
       fmt::format("UMSWAP_ASYNC_SLABS={}", options.async_slabs ? 1 : 0),
       fmt::format("UMSWAP_DISCARD_FREED={}", options.discard_freed ? 1 : 0),

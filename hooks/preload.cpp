@@ -141,7 +141,7 @@ void Preload::start_advisor(advisor::Advisor* advisor) {
   config.populate_ahead = static_cast<uint32_t>(options_.populate_ahead);
   config.learn_evict = options_.learn_evict;
   config.hang_stacks = options_.hang_stacks;
-  config.host_gate = options_.host_gate;
+  config.host_gate = static_cast<uint32_t>(options_.host_gate);
   config.in_own_code = [] { return ReentryGuard::active(); };
   config.lifetimes = [this] { return planned_discards_.load(); };
   if (options_.placement) {

@@ -520,14 +520,19 @@ TEST(ParseOptions, HangStacksIsABoolean) {
   EXPECT_NE(warnings[0].find("UMSWAP_HANG_STACKS"), std::string::npos);
 }
 
-TEST(ParseOptions, HostGateIsABooleanOffByDefault) {
+TEST(ParseOptions, HostGateIsOffByDefaultAlwaysAtOneOrFromACountOfWaitingCalls) {
   std::vector<std::string> warnings;
-  EXPECT_FALSE(parse({}, &warnings).host_gate);
-  EXPECT_TRUE(parse({{"UMSWAP_HOST_GATE", "1"}}, &warnings).host_gate);
+  EXPECT_EQ(parse({}, &warnings).host_gate, 0);
+  EXPECT_EQ(parse({{"UMSWAP_HOST_GATE", "1"}}, &warnings).host_gate, 1);
+  EXPECT_EQ(parse({{"UMSWAP_HOST_GATE", "16"}}, &warnings).host_gate, 16);
   EXPECT_TRUE(warnings.empty());
-  EXPECT_FALSE(parse({{"UMSWAP_HOST_GATE", "gpu"}}, &warnings).host_gate);
-  ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_NE(warnings[0].find("UMSWAP_HOST_GATE"), std::string::npos);
+  for (const char* bad : {"gpu", "auto", "57", "-1", "2x"}) {
+    warnings.clear();
+    EXPECT_EQ(parse({{"UMSWAP_HOST_GATE", bad}}, &warnings).host_gate, 0) << bad;
+    ASSERT_EQ(warnings.size(), 1u) << bad;
+    EXPECT_NE(warnings[0].find("UMSWAP_HOST_GATE"), std::string::npos);
+    EXPECT_NE(warnings[0].find("from 0 to 56"), std::string::npos);
+  }
 }
 
 TEST(ParseOptions, LearnEvictIsABooleanOnByDefault) {
@@ -630,7 +635,7 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
   o.evict_copy_chunk = 8 * MiB;
   o.learn_evict = false;
   o.hang_stacks = true;
-  o.host_gate = true;
+  o.host_gate = 1;
   const std::vector<std::string> lines = describe(o);
   EXPECT_EQ(lines, (std::vector<std::string>{"UMSWAP_MODE=passthrough",
                                              "UMSWAP_BUDGET=40G",

@@ -146,8 +146,9 @@ struct AdvisorConfig {
   // UMSWAP_HOST_GATE: where the advisor's streams would wait on the GPU for a launch of the
   // program's (its last use, the GPU reaching it, a barrier), the advisor thread waits until that
   // launch's event has run, so its managed-memory calls never wait on the GPU (the driver holds
-  // the caller of the 57th that does: docs/advisor.md). False: they wait there.
-  bool host_gate = false;
+  // the caller of the 57th that does: docs/advisor.md). 0: they wait there; 1: always; N > 1:
+  // only while N or more of the advisor's calls may be waiting on the GPU.
+  uint32_t host_gate = 0;
   // True while umswap's own code runs on the calling thread (a hook): its blocking calls (the
   // allocator's, under its lock) do not wait for the advisor in before_blocking(). Empty: never.
   std::function<bool()> in_own_code;

@@ -87,7 +87,7 @@ struct Options {
   int populate_ahead = 0;         // UMSWAP_POPULATE_AHEAD: launches
   bool learn_evict = true;        // UMSWAP_LEARN_EVICT: LRU evictions while learning
   uint64_t evict_copy_chunk = 0;  // UMSWAP_EVICT_COPY_CHUNK: a restore's first piece; 0 = whole
-  bool host_gate = false;         // UMSWAP_HOST_GATE: managed calls only once their launch ran
+  int host_gate = 0;              // UMSWAP_HOST_GATE: 0 off, 1 always, N: while N calls wait
   bool hang_stacks = false;       // every thread prints its stack when the watchdog finds a stall
   bool async_slabs = true;        // stream-ordered allocations from slabs, not the managed pool
   bool discard_freed = false;     // slabs: discard freed blocks, populate new ones (experimental)

@@ -846,9 +846,12 @@ void Advisor::before_blocking() {
   a.blocking_waits.fetch_add(1, std::memory_order_relaxed);
   const auto start = std::chrono::steady_clock::now();
   while (a.applied_through.load(std::memory_order_acquire) < target) {
-    if (a.stop.load(std::memory_order_acquire) || a.plan.load(std::memory_order_acquire) != p) {
-      return;
-    }
+    if (a.stop.load(std::memory_order_acquire)) return;
+    // A relearned plan that takes over (switch_to_next) goes on applying the launches submitted,
+    // which wait for its words: the wait goes on. A plan dropped has released its waits, and a
+    // plan made since starts past the launches submitted.
+    const LivePlan* now = a.plan.load(std::memory_order_acquire);
+    if (!now || (now != p && target <= now->applied_from)) return;
     if (std::chrono::steady_clock::now() - start > std::chrono::seconds(5)) {
       a.blocking_timeouts.fetch_add(1, std::memory_order_relaxed);
       return;

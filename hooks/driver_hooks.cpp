@@ -266,3 +266,54 @@ UMSWAP_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gri
   return launch<&umswap::RealDriver::cuLaunchCooperativeKernel_ptsz>(
       f, f, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, stream, params);
 }
+
+// Calls that hold the thread until the GPU gets somewhere: copies to the host and synchronizes.
+// The advisor may need to catch up first (launches submitted wait for its words), and the wait
+// is taken here, before the driver is entered: inside, the tracer's callback runs under a lock of
+// the driver's, which the advisor's own calls then wait for (tracer::BlockingCall).
+namespace {
+
+template <auto Real, typename... Args>
+CUresult blocking(Args... args) {
+  const auto* d = preload().driver();
+  if (!d) return kNoDriver;
+  if (ReentryGuard::active()) return (d->*Real)(args...);
+  const umswap::tracer::BlockingCall held;
+  return (d->*Real)(args...);
+}
+
+}  // namespace
+
+UMSWAP_EXPORT CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t bytes) {
+  return blocking<&umswap::RealDriver::cuMemcpyDtoH_v2>(dst, src, bytes);
+}
+
+UMSWAP_EXPORT CUresult cuMemcpyDtoH_v2_ptds(void* dst, CUdeviceptr src, size_t bytes) {
+  return blocking<&umswap::RealDriver::cuMemcpyDtoH_v2_ptds>(dst, src, bytes);
+}
+
+UMSWAP_EXPORT CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t bytes,
+                                            CUstream stream) {
+  return blocking<&umswap::RealDriver::cuMemcpyDtoHAsync_v2>(dst, src, bytes, stream);
+}
+
+UMSWAP_EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void* dst, CUdeviceptr src, size_t bytes,
+                                                 CUstream stream) {
+  return blocking<&umswap::RealDriver::cuMemcpyDtoHAsync_v2_ptsz>(dst, src, bytes, stream);
+}
+
+UMSWAP_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx) {
+  return blocking<&umswap::RealDriver::cuCtxSynchronize_v2>(ctx);
+}
+
+UMSWAP_EXPORT CUresult cuStreamSynchronize(CUstream stream) {
+  return blocking<&umswap::RealDriver::cuStreamSynchronize>(stream);
+}
+
+UMSWAP_EXPORT CUresult cuStreamSynchronize_ptsz(CUstream stream) {
+  return blocking<&umswap::RealDriver::cuStreamSynchronize_ptsz>(stream);
+}
+
+UMSWAP_EXPORT CUresult cuEventSynchronize(CUevent event) {
+  return blocking<&umswap::RealDriver::cuEventSynchronize>(event);
+}

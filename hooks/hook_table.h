@@ -9,35 +9,42 @@
 
 // X(exported name, base name cuGetProcAddress is asked for, CUDA version that introduced the ABI,
 //   per-thread-default-stream variant, PFN type of that ABI)
-#define UMSWAP_DRIVER_HOOKS(X)                                                              \
-  X(cuMemAlloc_v2, cuMemAlloc, 3020, false, PFN_cuMemAlloc_v3020)                           \
-  X(cuMemFree_v2, cuMemFree, 3020, false, PFN_cuMemFree_v3020)                              \
-  X(cuMemAllocPitch_v2, cuMemAllocPitch, 3020, false, PFN_cuMemAllocPitch_v3020)            \
-  X(cuMemGetInfo_v2, cuMemGetInfo, 3020, false, PFN_cuMemGetInfo_v3020)                     \
-  X(cuMemAllocManaged, cuMemAllocManaged, 6000, false, PFN_cuMemAllocManaged_v6000)         \
-  X(cuMemCreate, cuMemCreate, 10020, false, PFN_cuMemCreate_v10020)                         \
-  X(cuMemAllocAsync, cuMemAllocAsync, 11020, false, PFN_cuMemAllocAsync_v11020)             \
-  X(cuMemAllocAsync_ptsz, cuMemAllocAsync, 11020, true, PFN_cuMemAllocAsync_v11020_ptsz)    \
-  X(cuMemFreeAsync, cuMemFreeAsync, 11020, false, PFN_cuMemFreeAsync_v11020)                \
-  X(cuMemFreeAsync_ptsz, cuMemFreeAsync, 11020, true, PFN_cuMemFreeAsync_v11020_ptsz)       \
-  X(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync, 11020, false,                         \
-    PFN_cuMemAllocFromPoolAsync_v11020)                                                     \
-  X(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync, 11020, true,                     \
-    PFN_cuMemAllocFromPoolAsync_v11020_ptsz)                                                \
-  X(cuStreamDestroy_v2, cuStreamDestroy, 4000, false, PFN_cuStreamDestroy_v4000)            \
-  X(cuLaunchKernel, cuLaunchKernel, 4000, false, PFN_cuLaunchKernel_v4000)                  \
-  X(cuLaunchKernel_ptsz, cuLaunchKernel, 7000, true, PFN_cuLaunchKernel_v7000_ptsz)         \
-  X(cuLaunchKernelEx, cuLaunchKernelEx, 11060, false, PFN_cuLaunchKernelEx_v11060)          \
-  X(cuLaunchKernelEx_ptsz, cuLaunchKernelEx, 11060, true, PFN_cuLaunchKernelEx_v11060_ptsz) \
-  X(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel, 9000, false,                      \
-    PFN_cuLaunchCooperativeKernel_v9000)                                                    \
-  X(cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel, 9000, true,                  \
-    PFN_cuLaunchCooperativeKernel_v9000_ptsz)
+#define UMSWAP_DRIVER_HOOKS(X)                                                                     \
+  X(cuMemAlloc_v2, cuMemAlloc, 3020, false, PFN_cuMemAlloc_v3020)                                  \
+  X(cuMemFree_v2, cuMemFree, 3020, false, PFN_cuMemFree_v3020)                                     \
+  X(cuMemAllocPitch_v2, cuMemAllocPitch, 3020, false, PFN_cuMemAllocPitch_v3020)                   \
+  X(cuMemGetInfo_v2, cuMemGetInfo, 3020, false, PFN_cuMemGetInfo_v3020)                            \
+  X(cuMemAllocManaged, cuMemAllocManaged, 6000, false, PFN_cuMemAllocManaged_v6000)                \
+  X(cuMemCreate, cuMemCreate, 10020, false, PFN_cuMemCreate_v10020)                                \
+  X(cuMemAllocAsync, cuMemAllocAsync, 11020, false, PFN_cuMemAllocAsync_v11020)                    \
+  X(cuMemAllocAsync_ptsz, cuMemAllocAsync, 11020, true, PFN_cuMemAllocAsync_v11020_ptsz)           \
+  X(cuMemFreeAsync, cuMemFreeAsync, 11020, false, PFN_cuMemFreeAsync_v11020)                       \
+  X(cuMemFreeAsync_ptsz, cuMemFreeAsync, 11020, true, PFN_cuMemFreeAsync_v11020_ptsz)              \
+  X(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync, 11020, false,                                \
+    PFN_cuMemAllocFromPoolAsync_v11020)                                                            \
+  X(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync, 11020, true,                            \
+    PFN_cuMemAllocFromPoolAsync_v11020_ptsz)                                                       \
+  X(cuStreamDestroy_v2, cuStreamDestroy, 4000, false, PFN_cuStreamDestroy_v4000)                   \
+  X(cuLaunchKernel, cuLaunchKernel, 4000, false, PFN_cuLaunchKernel_v4000)                         \
+  X(cuLaunchKernel_ptsz, cuLaunchKernel, 7000, true, PFN_cuLaunchKernel_v7000_ptsz)                \
+  X(cuLaunchKernelEx, cuLaunchKernelEx, 11060, false, PFN_cuLaunchKernelEx_v11060)                 \
+  X(cuLaunchKernelEx_ptsz, cuLaunchKernelEx, 11060, true, PFN_cuLaunchKernelEx_v11060_ptsz)        \
+  X(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel, 9000, false,                             \
+    PFN_cuLaunchCooperativeKernel_v9000)                                                           \
+  X(cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel, 9000, true,                         \
+    PFN_cuLaunchCooperativeKernel_v9000_ptsz)                                                      \
+  X(cuMemcpyDtoH_v2, cuMemcpyDtoH, 3020, false, PFN_cuMemcpyDtoH_v3020)                            \
+  X(cuMemcpyDtoH_v2_ptds, cuMemcpyDtoH, 7000, true, PFN_cuMemcpyDtoH_v7000_ptds)                   \
+  X(cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync, 3020, false, PFN_cuMemcpyDtoHAsync_v3020)             \
+  X(cuMemcpyDtoHAsync_v2_ptsz, cuMemcpyDtoHAsync, 7000, true, PFN_cuMemcpyDtoHAsync_v7000_ptsz)    \
+  X(cuCtxSynchronize_v2, cuCtxSynchronize, 13000, false, PFN_cuCtxSynchronize_v13000)              \
+  X(cuStreamSynchronize, cuStreamSynchronize, 2000, false, PFN_cuStreamSynchronize_v2000)          \
+  X(cuStreamSynchronize_ptsz, cuStreamSynchronize, 7000, true, PFN_cuStreamSynchronize_v7000_ptsz) \
+  X(cuEventSynchronize, cuEventSynchronize, 2000, false, PFN_cuEventSynchronize_v2000)
 
 // Driver functions umswap calls but does not intercept: X(field, base name, version, PFN type).
 #define UMSWAP_DRIVER_USED(X)                                                                 \
   X(cuGetProcAddress_v1, cuGetProcAddress, 11030, PFN_cuGetProcAddress_v11030)                \
-  X(cuStreamSynchronize, cuStreamSynchronize, 2000, PFN_cuStreamSynchronize_v2000)            \
   X(cuCtxGetDevice, cuCtxGetDevice, 2000, PFN_cuCtxGetDevice_v2000)                           \
   X(cuDeviceGet, cuDeviceGet, 2000, PFN_cuDeviceGet_v2000)                                    \
   X(cuDeviceTotalMem_v2, cuDeviceTotalMem, 3020, PFN_cuDeviceTotalMem_v3020)                  \
@@ -54,7 +61,6 @@
   X(cuEventCreate, cuEventCreate, 2000, PFN_cuEventCreate_v2000)                              \
   X(cuEventRecord, cuEventRecord, 2000, PFN_cuEventRecord_v2000)                              \
   X(cuEventQuery, cuEventQuery, 2000, PFN_cuEventQuery_v2000)                                 \
-  X(cuEventSynchronize, cuEventSynchronize, 2000, PFN_cuEventSynchronize_v2000)               \
   X(cuEventDestroy_v2, cuEventDestroy, 4000, PFN_cuEventDestroy_v4000)                        \
   X(cuCtxSynchronize, cuCtxSynchronize, 2000, PFN_cuCtxSynchronize_v2000)                     \
   X(cuStreamIsCapturing, cuStreamIsCapturing, 10000, PFN_cuStreamIsCapturing_v10000)          \
@@ -69,7 +75,6 @@
   X(cuStreamWaitValue64, cuStreamWaitValue64, 11070, PFN_cuStreamWaitValue64_v11070)          \
   X(cuStreamWriteValue64, cuStreamWriteValue64, 11070, PFN_cuStreamWriteValue64_v11070)       \
   X(cuMemFreeHost, cuMemFreeHost, 2000, PFN_cuMemFreeHost_v2000)                              \
-  X(cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync, 3020, PFN_cuMemcpyDtoHAsync_v3020)               \
   X(cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync, 3020, PFN_cuMemcpyHtoDAsync_v3020)               \
   X(cuModuleLoadData, cuModuleLoadData, 2000, PFN_cuModuleLoadData_v2000)                     \
   X(cuModuleGetFunction, cuModuleGetFunction, 2000, PFN_cuModuleGetFunction_v2000)

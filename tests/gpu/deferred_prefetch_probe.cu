@@ -9,6 +9,8 @@
 //   pend-host   64 prefetches of 2 MiB to the host on `pend`
 //   idle-after  1 prefetch on an idle stream while `pend` holds 8 pending ones (other ranges)
 //   same-range  1 prefetch on an idle stream of a range a pending one on `pend` moves
+//   discard>populate, discard>partial, discard>other, populate>discard, partial>partial: a call
+//               on an idle stream over pages a call pending on `pend` touches (below)
 //   copy-after  a cudaMemcpyAsync and a discard on an idle stream while `pend` holds prefetches
 //   two-streams 40 pending on `pend`, then 40 on a second stream behind the same gate
 //   discards    80 cuMemDiscardBatchAsync of 2 MiB on `pend`
@@ -41,6 +43,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -151,6 +154,52 @@ int main(int argc, char** argv) {
     CHECK(cudaStreamSynchronize(pend));
     gate.join();
     report("same-range", {call}, release_ms);
+  }
+  // The advisor's hang with copies at batch 16 (docs/advisor.md, "What was found third"): held in
+  // cuMemPrefetchAsync (a populate of discarded pages, or a range's partial pages) with nothing of
+  // its own left waiting on the GPU. Does a call on an idle stream wait for a pending call over the
+  // same pages? One pending call on `pend`, then one call on `idle`, timed:
+  //   discard>populate   a discard of chunk 8 pending; a prefetch of chunk 8 to the GPU
+  //   discard>partial    a discard of chunk 9 pending; a prefetch of 64 KiB inside it, to the host
+  //   discard>other      a discard of chunk 10 pending; a prefetch of chunk 11 (another page)
+  //   populate>discard   a prefetch of chunk 12 to the GPU pending; a discard of chunk 12
+  //   partial>partial    a prefetch of 64 KiB of chunk 13 to the host pending; another 64 KiB of
+  //                      chunk 13 to the GPU
+  {
+    const auto discard = [&](int chunk, cudaStream_t s) {
+      CUdeviceptr d = reinterpret_cast<CUdeviceptr>(p + chunk * kChunk);
+      size_t size = kChunk;
+      CHECK_CU(cuMemDiscardBatchAsync(&d, &size, 1, 0, reinterpret_cast<CUstream>(s)));
+    };
+    constexpr size_t kPart = size_t(64) << 10;
+    struct Case {
+      const char* name;
+      std::function<void()> pending, call;
+    };
+    const Case cases[] = {
+        {"discard>populate", [&] { discard(8, pend); },
+         [&] { CHECK(cudaMemPrefetchAsync(p + 8 * kChunk, kChunk, gpu, 0, idle)); }},
+        {"discard>partial", [&] { discard(9, pend); },
+         [&] { CHECK(cudaMemPrefetchAsync(p + 9 * kChunk + kPart, kPart, host, 0, idle)); }},
+        {"discard>other", [&] { discard(10, pend); },
+         [&] { CHECK(cudaMemPrefetchAsync(p + 11 * kChunk, kChunk, gpu, 0, idle)); }},
+        {"populate>discard",
+         [&] { CHECK(cudaMemPrefetchAsync(p + 12 * kChunk, kChunk, gpu, 0, pend)); },
+         [&] { discard(12, idle); }},
+        {"partial>partial",
+         [&] { CHECK(cudaMemPrefetchAsync(p + 13 * kChunk, kPart, host, 0, pend)); },
+         [&] { CHECK(cudaMemPrefetchAsync(p + 13 * kChunk + 2 * kPart, kPart, gpu, 0, idle)); }},
+    };
+    for (const Case& c : cases) {
+      place_all(gpu);
+      block_pend();
+      c.pending();
+      const double call = timed(c.call);
+      CHECK(cudaStreamSynchronize(pend));
+      CHECK(cudaStreamSynchronize(idle));
+      gate.join();
+      report(c.name, {call}, release_ms);
+    }
   }
   {
     place_all(gpu);

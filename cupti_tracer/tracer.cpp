@@ -97,7 +97,7 @@ class Tracer {
   static void CUPTIAPI on_buffer_completed(CUcontext context, uint32_t stream, uint8_t* buffer,
                                            size_t size, size_t valid_size);
   void prepare_launch(CUfunction f);
-  // BlockingCall: the observer hears of a blocking call before the driver is entered.
+  // before_blocking_call(): the observer hears of a blocking call before the driver is entered.
   void before_blocking_call() {
     if (running_.load(std::memory_order_acquire) && config_.observer) {
       config_.observer->before_blocking();
@@ -194,8 +194,6 @@ struct PendingLaunch {
 thread_local PendingLaunch t_pending __attribute__((tls_model("initial-exec")));
 // umswap's own copies (the advisor thread's, UMSWAP_EVICT_COPY) are not the program's steps.
 thread_local bool t_untraced __attribute__((tls_model("initial-exec"))) = false;
-// Inside a BlockingCall: the observer was told before the driver was entered.
-thread_local bool t_blocking_told __attribute__((tls_model("initial-exec"))) = false;
 // The correlation id of the untraced thread's last copy between host and device
 // (last_own_copy()).
 thread_local uint32_t t_own_copy __attribute__((tls_model("initial-exec"))) = 0;
@@ -269,9 +267,10 @@ void CUPTIAPI Tracer::on_callback(void* self, CUpti_CallbackDomain domain, CUpti
     case CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize:
     case CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz:
     case CUPTI_DRIVER_TRACE_CBID_cuEventSynchronize:
-      // The thread is about to block on the GPU: the advisor may need to catch up first (told
-      // here only when umswap's hook did not, before the driver: BlockingCall).
-      if (tracer->config_.observer && !t_blocking_told) tracer->config_.observer->before_blocking();
+      // The thread is about to block on the GPU: the advisor may need to catch up first. umswap's
+      // hook of the call has waited for that already, outside the driver (before_blocking_call):
+      // this finds the advisor there, unless the call came by another way.
+      if (tracer->config_.observer) tracer->config_.observer->before_blocking();
       break;
 #define UMSWAP_FIRST_USE(name, field)                                             \
   case CUPTI_DRIVER_TRACE_CBID_##name:                                            \
@@ -307,7 +306,10 @@ void CUPTIAPI Tracer::on_callback(void* self, CUpti_CallbackDomain domain, CUpti
       tracer->on_memory_call(call, corr, pointers);
       // A copy from or to pageable memory holds the thread in the driver until the GPU is done
       // with it, as a synchronize does (the cuDNN sample's loss, copied back every iteration).
-      if (may_wait_for_gpu(call.what) && tracer->config_.observer && !t_blocking_told) {
+      // umswap's hook waited for the launches before this one, outside the driver
+      // (before_blocking_call); this copy is a step too, and its own waits may be for words the
+      // advisor writes once it has applied it: that is left for here, where it is known.
+      if (may_wait_for_gpu(call.what) && tracer->config_.observer) {
         tracer->config_.observer->before_blocking();
       }
       break;
@@ -1180,14 +1182,8 @@ void prepare_launch(CUfunction f) {
   tracer_instance().prepare_launch(f);
 }
 
-BlockingCall::BlockingCall() : was_(t_blocking_told) {
-  if (was_ || t_untraced) return;
-  tracer_instance().before_blocking_call();
-  t_blocking_told = true;
-}
-
-BlockingCall::~BlockingCall() {
-  t_blocking_told = was_;
+void before_blocking_call() {
+  if (!t_untraced) tracer_instance().before_blocking_call();
 }
 
 void note_residency_by_copy(uint64_t address, uint64_t bytes, bool on_gpu, uint32_t copy,

@@ -270,7 +270,7 @@ UMSWAP_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gri
 // Calls that hold the thread until the GPU gets somewhere: copies to the host and synchronizes.
 // The advisor may need to catch up first (launches submitted wait for its words), and the wait
 // is taken here, before the driver is entered: inside, the tracer's callback runs under a lock of
-// the driver's, which the advisor's own calls then wait for (tracer::BlockingCall).
+// the driver's, which the advisor's own calls may then wait for (tracer::before_blocking_call).
 namespace {
 
 template <auto Real, typename... Args>
@@ -278,7 +278,7 @@ CUresult blocking(Args... args) {
   const auto* d = preload().driver();
   if (!d) return kNoDriver;
   if (ReentryGuard::active()) return (d->*Real)(args...);
-  const umswap::tracer::BlockingCall held;
+  umswap::tracer::before_blocking_call();
   return (d->*Real)(args...);
 }
 

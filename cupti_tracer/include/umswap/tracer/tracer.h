@@ -156,19 +156,10 @@ void note_launch_populate(uint64_t address, uint64_t bytes);
 // where such a read can wait for good behind another thread's driver call (tracer.cpp).
 void prepare_launch(CUfunction f);
 // A call that holds its thread until the GPU gets somewhere (a copy to the host, a synchronize)
-// is about to enter the driver (umswap's hooks, on the calling thread): while it lives, the
-// observer has been told (before_blocking(), here, outside the driver) and the tracer's callbacks
-// inside that call do not tell it again, under the driver's lock (tracer.cpp).
-class BlockingCall {
- public:
-  BlockingCall();
-  ~BlockingCall();
-  BlockingCall(const BlockingCall&) = delete;
-  BlockingCall& operator=(const BlockingCall&) = delete;
-
- private:
-  bool was_ = false;
-};
+// is about to enter the driver (umswap's hooks, on the calling thread): the observer hears of it
+// now (before_blocking()), outside the driver. The tracer's callback inside the call tells it
+// again, for a copy's own step (tracer.cpp); by then it rarely has to wait.
+void before_blocking_call();
 // The same for UMSWAP_EVICT_COPY's discards and populates, placed where CUPTI saw a copy of
 // umswap's own run (`copy`: its correlation id, from last_own_copy()): a discard at the end of the
 // copy it follows on its stream, a populate at the start of the copy that follows it. Without

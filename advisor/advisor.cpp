@@ -194,8 +194,9 @@ struct Transfer {
 // polling its event, and then issues calls that nothing holds back on the GPU (a call behind no
 // pending work was never held: deferred_prefetch_probe's idle-at-57).
 struct HostGate {
-  bool on = false;
-  uint32_t from = 1;    // gate only while this many of the advisor's calls may wait (1: always)
+  // Gate only while this many of the advisor's calls may wait (1: always; 0: off).
+  uint32_t from = 0;
+  bool on() const { return from != 0; }
   uint64_t passed = 0;  // waits left to the GPU: fewer than `from` of its calls waited
   const std::atomic<bool>* stop = nullptr;
   uint64_t waits = 0;     // events waited for on the host
@@ -265,9 +266,9 @@ struct EventRing {
   const char* name = "";  // what its events mark (gate reports)
   // The last GPU-side waits placed for its events (written by the advisor thread, read by the
   // reports, the watchdog's among them): launch, stream.
-  mutable std::array<std::atomic<uint64_t>, 8> placed_launch{};
-  mutable std::array<std::atomic<CUstream>, 8> placed_on{};
-  mutable std::atomic<size_t> placed_count{0};
+  std::array<std::atomic<uint64_t>, 8> placed_launch{};
+  std::array<std::atomic<CUstream>, 8> placed_on{};
+  std::atomic<size_t> placed_count{0};
   std::array<CUevent, kEventRing> events{};
   std::array<std::atomic<uint64_t>, kEventRing> index{};
   void record(const AdvisorDriver& d, uint64_t launch, CUstream stream) {
@@ -282,8 +283,7 @@ struct EventRing {
   // never recorded, and waiting for it would only hold the advisor back). With the host gate on,
   // the calling thread waits for the event instead (HostGate, when given), and `waiter` only if
   // that gives up; false too when the event was reused while polled.
-  bool wait(const AdvisorDriver& d, uint64_t j, CUstream waiter, uint64_t launched,
-            HostGate* gate) const;
+  bool wait(const AdvisorDriver& d, uint64_t j, CUstream waiter, uint64_t launched, HostGate* gate);
 };
 
 }  // namespace
@@ -1086,20 +1086,21 @@ bool AdvisorImpl::set_up() {
     }
   }
   events_ready.store(true, std::memory_order_release);
-  gate.on = config.host_gate != 0 && d.event_query;
-  gate.from = std::max<uint32_t>(config.host_gate, 1);
+  gate.from = d.event_query ? config.host_gate : 0;
   gate.stop = &stop;
   gate.on_timeout = [this](const char* what, uint64_t launch) {
     gate_report(what == done.name      ? "UMSWAP_HOST_GATE: not run in 2 s: the last use of launch"
                 : what == reached.name ? "UMSWAP_HOST_GATE: not reached in 2 s: launch"
                                        : "UMSWAP_HOST_GATE: not run in 10 s: a barrier, at launch",
                 launch);
+    if (config.hang_stacks && gate.timeouts == 1) {
+      log_warning("advisor: {} threads wrote their stacks", dump_thread_stacks(2));
+    }
   };
   done.name = "last use";
   reached.name = "reached";
   // Counted for the cap, and for a gate that depends on the count (cap 0: counted only).
-  if ((config.managed_ops_cap != 0 || (gate.on && gate.from > 1)) && d.event_query &&
-      d.event_record) {
+  if ((config.managed_ops_cap != 0 || gate.from > 1) && d.event_query && d.event_record) {
     ops = std::make_unique<PendingOps>(config.managed_ops_cap);
   }
   if (config.evict_copy && (!config.prefetch_wait || !config.evict_wait)) {
@@ -1397,9 +1398,6 @@ void AdvisorImpl::gate_report(const char* what, uint64_t launch) {
       reached_through, progress_host ? *progress_host : 0, highest_wait.load(), word,
       highest_restore_wait.load() & kRestoreWaitMask, restored_written, blocking_waits.load(),
       blocking_timeouts.load(), next);
-  if (config.hang_stacks && gate.timeouts == 1) {
-    log_warning("advisor: {} threads wrote their stacks", dump_thread_stacks(2));
-  }
 }
 
 // The watchdog's report, once, of launches left waiting on the advisor thread while copies are
@@ -1976,7 +1974,7 @@ void AdvisorImpl::barrier_all(const LivePlan& p) {
 }
 
 bool EventRing::wait(const AdvisorDriver& d, uint64_t j, CUstream waiter, uint64_t launched,
-                     HostGate* gate) const {
+                     HostGate* gate) {
   const size_t slot = j % kEventRing;
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::milliseconds(launched > j + kEventSlack ? 0 : 20);
@@ -2327,8 +2325,8 @@ void AdvisorImpl::retire_ops() {
 }
 
 bool AdvisorImpl::gate_now() {
-  if (!gate.on) return false;
-  if (gate.from <= 1 || !ops) return true;
+  if (!gate.on()) return false;
+  if (gate.from == 1 || !ops) return true;
   mark_ops();
   retire_ops();
   if (ops->waiting() >= gate.from) return true;
@@ -3006,8 +3004,8 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
       {"managed_call_seconds", a.managed_call_s},
       {"copy_call_seconds", a.copy_call_s},
       {"host_gate",
-       {{"on", a.gate.on},
-        {"from_waiting_calls", a.gate.on ? a.gate.from : 0},
+       {{"on", a.gate.on()},
+        {"from_waiting_calls", a.gate.from},
         {"left_to_gpu", a.gate.passed},
         {"waits", a.gate.waits},
         {"already_run", a.gate.already},

@@ -207,18 +207,33 @@ UMSWAP_EXPORT CUresult cuStreamDestroy_v2(CUstream stream) {
   return p.driver()->cuStreamDestroy_v2(stream);
 }
 
-// Kernel launches: a function launched for the first time has its parameter layout read here,
-// before the driver's launch, not in the tracer's callback inside it, where the read waited for
-// good behind another thread's driver call (tracer::prepare_launch). Then the launch goes on
-// unchanged, through the real function `Real` (a member of the real-driver table).
 namespace {
 
-template <auto Real, typename... Args>
-CUresult launch(CUfunction f, Args... args) {
+// Calls the real function `Real` (a member of the real-driver table) unchanged, after `first()`
+// ran on the calling thread, outside the driver (not for umswap's own calls).
+template <auto Real, typename First, typename... Args>
+CUresult after(First first, Args... args) {
   const auto* d = preload().driver();
   if (!d) return kNoDriver;
-  if (!ReentryGuard::active()) umswap::tracer::prepare_launch(f);
+  if (!ReentryGuard::active()) first();
   return (d->*Real)(args...);
+}
+
+// Kernel launches: a function launched for the first time has its parameter layout read here,
+// before the driver's launch, not in the tracer's callback inside it, where the read waited for
+// good behind another thread's driver call (tracer::prepare_launch).
+template <auto Real, typename... Args>
+CUresult launch(CUfunction f, Args... args) {
+  return after<Real>([f] { umswap::tracer::prepare_launch(f); }, args...);
+}
+
+// Calls that hold the thread until the GPU gets somewhere: copies to the host and synchronizes.
+// The advisor may need to catch up first (launches submitted wait for its words), and the wait
+// is taken here, before the driver is entered: inside, the tracer's callback runs under a lock of
+// the driver's, which the advisor's own calls may then wait for (tracer::before_blocking_call).
+template <auto Real, typename... Args>
+CUresult blocking(Args... args) {
+  return after<Real>(umswap::tracer::before_blocking_call, args...);
 }
 
 }  // namespace
@@ -267,22 +282,7 @@ UMSWAP_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gri
       f, f, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, stream, params);
 }
 
-// Calls that hold the thread until the GPU gets somewhere: copies to the host and synchronizes.
-// The advisor may need to catch up first (launches submitted wait for its words), and the wait
-// is taken here, before the driver is entered: inside, the tracer's callback runs under a lock of
-// the driver's, which the advisor's own calls may then wait for (tracer::before_blocking_call).
-namespace {
-
-template <auto Real, typename... Args>
-CUresult blocking(Args... args) {
-  const auto* d = preload().driver();
-  if (!d) return kNoDriver;
-  if (ReentryGuard::active()) return (d->*Real)(args...);
-  umswap::tracer::before_blocking_call();
-  return (d->*Real)(args...);
-}
-
-}  // namespace
+// Copies to the host and synchronizes: the advisor catches up first (blocking<>, above).
 
 UMSWAP_EXPORT CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t bytes) {
   return blocking<&umswap::RealDriver::cuMemcpyDtoH_v2>(dst, src, bytes);

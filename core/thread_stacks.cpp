@@ -5,8 +5,10 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -42,6 +44,43 @@ void on_signal(int) {
   g_done.fetch_add(1);
 }
 
+// What /proc says a thread is blocked in: "futex UADDR OP, words: w0 w1 ..." for a futex (a lock,
+// a condition or a rwlock: ten ints from UADDR-8 on, read without faulting, so the futex word is
+// the third), the raw line for another call. A glibc mutex waits on its first word and keeps its
+// owner's TID 8 bytes on (the fifth printed); a rwlock keeps its writer's 24 bytes from its start.
+void write_blocked_call(int fd, long tid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/self/task/%ld/syscall", tid);
+  char text[256] = {};
+  const int c = open(path, O_RDONLY);
+  if (c < 0) return;
+  const ssize_t n = read(c, text, sizeof text - 1);
+  close(c);
+  if (n <= 0) return;
+  text[n] = '\0';
+  if (char* nl = std::strchr(text, '\n')) *nl = '\0';
+  char line[320];
+  long number = -1;
+  unsigned long uaddr = 0, op = 0;
+  int len = 0;
+  if (std::sscanf(text, "%ld %lx %lx", &number, &uaddr, &op) == 3 && number == SYS_futex &&
+      uaddr >= 8) {
+    int words[10] = {};
+    iovec local{words, sizeof words}, remote{reinterpret_cast<void*>(uaddr - 8), sizeof words};
+    const bool got = process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == sizeof words;
+    len = std::snprintf(line, sizeof line, "umswap: thread %ld waits in futex 0x%lx op %lu", tid,
+                        uaddr, op & 0x7f);
+    if (got) {
+      len += std::snprintf(line + len, sizeof line - len, ", words from 0x%lx:", uaddr - 8);
+      for (int w : words) len += std::snprintf(line + len, sizeof line - len, " %d", w);
+    }
+    len += std::snprintf(line + len, sizeof line - len, "\n");
+  } else {
+    len = std::snprintf(line, sizeof line, "umswap: thread %ld in syscall: %s\n", tid, text);
+  }
+  if (len > 0) (void)!write(fd, line, static_cast<size_t>(std::min<int>(len, sizeof line - 1)));
+}
+
 }  // namespace
 
 int dump_thread_stacks(int fd) {
@@ -62,6 +101,7 @@ int dump_thread_stacks(int fd) {
     while (const dirent* e = readdir(dir)) {
       const long tid = std::strtol(e->d_name, nullptr, 10);
       if (tid <= 0 || tid == self) continue;
+      write_blocked_call(fd, tid);  // before the signal, which interrupts the call
       const int before = g_done.load();
       if (syscall(SYS_tgkill, getpid(), tid, sig) != 0) continue;
       for (int i = 0; i < 200 && g_done.load() == before; ++i) {

@@ -34,7 +34,13 @@
 // and the advisor coalesces adjacent ranges): does it count once, or once per allocation?
 //   span1, span4  64 prefetches, each over 1 or 4 adjacent 2 MiB managed allocations
 //   discard-span4 64 discards, each over 4 adjacent allocations
-// usage: deferred_prefetch_probe [release_ms]   (128 MiB of managed memory)
+// Across streams (run first; `hol` runs only these):
+//   hol X > Y   X left pending on the gated stream (nothing, an empty kernel, a kernel writing a
+//               managed chunk, a prefetch), Y on a stream busy with a 50 ms kernel (a prefetch to
+//               the GPU or host, a populate, a discard): is Y's completion held by the gate?
+//   behind ...  a stream waits (event) for the gated stream after its kernel, then a prefetch is
+//               issued on it: does the call block? (the advisor's hang at batch 16 did)
+// usage: deferred_prefetch_probe [release_ms [hol]]   (128 MiB of managed memory)
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -44,6 +50,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -51,6 +58,14 @@
 
 using Clock = std::chrono::steady_clock;
 __global__ void empty_kernel() {}
+__global__ void touch_kernel(char* p) {
+  p[0] = 2;
+}
+__global__ void spin_kernel(long long cycles) {
+  const long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
+}
 static double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
@@ -91,6 +106,7 @@ void report(const char* name, const std::vector<double>& calls, double release_m
 
 int main(int argc, char** argv) {
   const int release_ms = argc > 1 ? std::atoi(argv[1]) : 1500;
+  const bool only_hol = argc > 2 && std::string(argv[2]) == "hol";
   CHECK(cudaSetDevice(0));
   CHECK(cudaFree(nullptr));
   char* p = nullptr;
@@ -123,6 +139,110 @@ int main(int argc, char** argv) {
     call();
     return ms_since(t);
   };
+  // Head of line: does work left pending on the gated stream hold back a managed call on another
+  // stream that is only busy (a 50 ms kernel ahead of it), which the driver also defers? Timed is
+  // when an event after the busy stream's call completes, not the call. Pending on the gated
+  // stream: nothing, an empty kernel, a kernel that writes managed chunk 40, or a prefetch of
+  // chunk 0. The busy stream's call: a prefetch of chunk 20 to the GPU, of chunk 22 to the host,
+  // a populate (prefetch of discarded chunk 30), a discard of chunk 21.
+  {
+    cudaStream_t busy;
+    CHECK(cudaStreamCreateWithFlags(&busy, cudaStreamNonBlocking));
+    cudaEvent_t done;
+    CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    int clock_khz = 0;
+    CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
+    const long long spin_cycles = 50LL * clock_khz;  // about 50 ms
+    // Loaded before timing anything (lazy module loading holds a first launch).
+    spin_kernel<<<1, 1, 0, busy>>>(1000);
+    touch_kernel<<<1, 1, 0, busy>>>(p + 40 * kChunk);
+    CHECK(cudaStreamSynchronize(busy));
+    const auto discard = [&](int chunk, cudaStream_t s) {
+      CUdeviceptr d = reinterpret_cast<CUdeviceptr>(p + chunk * kChunk);
+      size_t size = kChunk;
+      CHECK_CU(cuMemDiscardBatchAsync(&d, &size, 1, 0, reinterpret_cast<CUstream>(s)));
+    };
+    const char* pending_names[] = {"gate", "kernel", "touch", "pref"};
+    const char* call_names[] = {"", "to-gpu", "discard", "populate", "to-host"};
+    for (int pending = 0; pending < 4; ++pending) {
+      for (int call = 1; call <= 4; ++call) {
+        place_all(call == 4 ? gpu : host);
+        if (call == 3) {
+          discard(30, idle);
+          CHECK(cudaStreamSynchronize(idle));
+        }
+        block_pend();
+        if (pending == 1) empty_kernel<<<1, 1, 0, pend>>>();
+        if (pending == 2) touch_kernel<<<1, 1, 0, pend>>>(p + 40 * kChunk);
+        if (pending == 3) CHECK(cudaMemPrefetchAsync(p, kChunk, gpu, 0, pend));
+        const auto t = Clock::now();
+        spin_kernel<<<1, 1, 0, busy>>>(spin_cycles);
+        CHECK(cudaGetLastError());
+        const double call_ms = timed([&] {
+          if (call == 1) CHECK(cudaMemPrefetchAsync(p + 20 * kChunk, kChunk, gpu, 0, busy));
+          if (call == 2) discard(21, busy);
+          if (call == 3) CHECK(cudaMemPrefetchAsync(p + 30 * kChunk, kChunk, gpu, 0, busy));
+          if (call == 4) CHECK(cudaMemPrefetchAsync(p + 22 * kChunk, kChunk, host, 0, busy));
+        });
+        CHECK(cudaEventRecord(done, busy));
+        while (cudaEventQuery(done) == cudaErrorNotReady) std::this_thread::yield();
+        const double done_ms = ms_since(t);
+        CHECK(cudaStreamSynchronize(pend));
+        gate.join();
+        std::printf("hol %-6s > %-8s call %.1f ms, busy stream done after %.1f ms (%s)\n",
+                    pending_names[pending], call_names[call], call_ms, done_ms,
+                    done_ms > release_ms / 2.0 ? "HELD by the gated stream" : "not held");
+      }
+    }
+    CHECK(cudaEventDestroy(done));
+    CHECK(cudaStreamDestroy(busy));
+  }
+  // The advisor's hang at batch 16 (docs/advisor.md): its populate, on a stream that waits (an
+  // event) for a launch of the program's stream not yet reached, blocked in the call while the
+  // program's stream held kernels behind a wait. Here: the gated stream holds a kernel (writing
+  // chunk 40, or empty, or none) and then an event; another stream waits for that event and is
+  // given a prefetch: of chunk 40 (the kernel's) or of chunk 41, to the GPU or to the host.
+  {
+    cudaStream_t waiter;
+    CHECK(cudaStreamCreateWithFlags(&waiter, cudaStreamNonBlocking));
+    cudaEvent_t after;
+    CHECK(cudaEventCreateWithFlags(&after, cudaEventDisableTiming));
+    empty_kernel<<<1, 1, 0, waiter>>>();
+    touch_kernel<<<1, 1, 0, waiter>>>(p + 40 * kChunk);
+    CHECK(cudaStreamSynchronize(waiter));
+    struct Case {
+      const char* name;
+      int kernel;  // 0 none, 1 empty, 2 writes chunk 40
+      int chunk;
+      bool to_gpu;
+    };
+    const Case cases[] = {
+        {"behind none  > 41 gpu", 0, 41, true},   {"behind empty > 41 gpu", 1, 41, true},
+        {"behind touch > 41 gpu", 2, 41, true},   {"behind touch > 40 gpu", 2, 40, true},
+        {"behind touch > 40 host", 2, 40, false}, {"behind touch > 41 host", 2, 41, false}};
+    for (const Case& c : cases) {
+      place_all(c.to_gpu ? host : gpu);
+      block_pend();
+      if (c.kernel == 1) empty_kernel<<<1, 1, 0, pend>>>();
+      if (c.kernel == 2) touch_kernel<<<1, 1, 0, pend>>>(p + 40 * kChunk);
+      CHECK(cudaEventRecord(after, pend));
+      CHECK(cudaStreamWaitEvent(waiter, after, 0));
+      const double call = timed([&] {
+        CHECK(cudaMemPrefetchAsync(p + c.chunk * kChunk, kChunk, c.to_gpu ? gpu : host, 0, waiter));
+      });
+      CHECK(cudaStreamSynchronize(waiter));
+      CHECK(cudaStreamSynchronize(pend));
+      gate.join();
+      std::printf("%-24s call %.1f ms (%s)\n", c.name, call,
+                  call > release_ms / 2.0 ? "BLOCKED until the gate opened" : "returned");
+    }
+    CHECK(cudaEventDestroy(after));
+    CHECK(cudaStreamDestroy(waiter));
+  }
+  if (only_hol) {
+    CHECK(cudaFree(p));
+    return 0;
+  }
   for (int to_gpu = 1; to_gpu >= 0; --to_gpu) {
     place_all(to_gpu ? host : gpu);
     block_pend();
@@ -433,7 +553,9 @@ int main(int argc, char** argv) {
           if (kind == 0) {
             CHECK(cudaMemPrefetchAsync(allocs[i], kChunk, gpu, 0, pend));
           } else if (kind == 1) {
-            CHECK(cudaMemPrefetchAsync(starts4[i], 4 * kChunk, gpu, 0, pend));
+            if (cudaMemPrefetchAsync(starts4[i], 4 * kChunk, gpu, 0, pend) != cudaSuccess) {
+              (void)cudaGetLastError();  // refused: a prefetch may not span allocations
+            }
           } else {
             CUdeviceptr d = reinterpret_cast<CUdeviceptr>(starts4[i]);
             size_t size = 4 * kChunk;

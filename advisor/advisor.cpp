@@ -23,6 +23,7 @@
 #include "umswap/advisor/host_copies.h"
 #include "umswap/advisor/learning_evictor.h"
 #include "umswap/advisor/online_learning.h"
+#include "umswap/advisor/op_log.h"
 #include "umswap/advisor/pending_ops.h"
 #include "umswap/advisor/planner.h"
 #include "umswap/advisor/replay.h"
@@ -286,6 +287,144 @@ struct EventRing {
   bool wait(const AdvisorDriver& d, uint64_t j, CUstream waiter, uint64_t launched, HostGate* gate);
 };
 
+// The advisor's calls on its own streams, followed there by a write of their number to a word of
+// pinned memory (op_log.h): its event waits and managed-memory calls with UMSWAP_CLOSE_CALLS (on
+// by default: without a write after its event waits the advisor thread was seen to block for good
+// in a prefetch, docs/advisor.md "Closing the advisor's calls"), every call with UMSWAP_OP_LOG.
+// One per process (the advisor is one), set up before its streams.
+struct OpLogged {
+  AdvisorDriver real;
+  CUdeviceptr words = 0;
+  std::unique_ptr<OpLog> log;
+  bool every_call = false;  // UMSWAP_OP_LOG
+  // The advisor thread's call in progress through these wrappers (steady_clock ns; 0: none), and
+  // which: a stall report says how long it has been in it.
+  std::thread::id advisor_thread;
+  std::atomic<int64_t> call_since{0};
+  std::atomic<const char*> call_what{""};
+};
+OpLogged* g_op_log = nullptr;
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Marks the advisor thread's call through a wrapper for the stall report.
+struct InCall {
+  bool mine;
+  explicit InCall(const char* what) : mine(g_op_log->advisor_thread == std::this_thread::get_id()) {
+    if (!mine) return;
+    g_op_log->call_what.store(what, std::memory_order_relaxed);
+    g_op_log->call_since.store(now_ns(), std::memory_order_release);
+  }
+  ~InCall() {
+    if (mine) g_op_log->call_since.store(0, std::memory_order_release);
+  }
+};
+
+// `closes`: a call that UMSWAP_CLOSE_CALLS follows with the write even without UMSWAP_OP_LOG.
+void op_logged(CUstream s, const char* what, uint64_t a, uint64_t b, bool closes = false) {
+  if (!closes && !g_op_log->every_call) return;
+  uint64_t number = 0;
+  size_t word = 0;
+  if (g_op_log->log->note(s, what, a, b, &number, &word)) {
+    g_op_log->real.stream_write_value64(s, g_op_log->words + word * sizeof(uint64_t), number, 0);
+  }
+}
+CUresult CUDAAPI logged_prefetch(CUdeviceptr p, size_t n, CUmemLocation to, unsigned flags,
+                                 CUstream s) {
+  const CUresult r =
+      (InCall("cuMemPrefetchAsync"), g_op_log->real.mem_prefetch_async(p, n, to, flags, s));
+  op_logged(s, to.type == CU_MEM_LOCATION_TYPE_HOST ? "prefetch to host" : "prefetch to gpu", p, n,
+            true);
+  return r;
+}
+CUresult CUDAAPI logged_discard(CUdeviceptr* ps, size_t* sizes, size_t count,
+                                unsigned long long flags, CUstream s) {
+  const CUresult r = (InCall("cuMemDiscardBatchAsync"),
+                      g_op_log->real.mem_discard_batch_async(ps, sizes, count, flags, s));
+  op_logged(s, "discard", count ? ps[0] : 0, count ? sizes[0] : 0, true);
+  return r;
+}
+CUresult CUDAAPI logged_dtoh(void* to, CUdeviceptr from, size_t n, CUstream s) {
+  const CUresult r =
+      (InCall("cuMemcpyDtoHAsync"), g_op_log->real.memcpy_dtoh_async(to, from, n, s));
+  op_logged(s, "copy out", from, n);
+  return r;
+}
+CUresult CUDAAPI logged_htod(CUdeviceptr to, const void* from, size_t n, CUstream s) {
+  const CUresult r =
+      (InCall("cuMemcpyHtoDAsync"), g_op_log->real.memcpy_htod_async(to, from, n, s));
+  op_logged(s, "copy back", to, n);
+  return r;
+}
+CUresult CUDAAPI logged_record(CUevent e, CUstream s) {
+  const CUresult r = g_op_log->real.event_record(e, s);
+  op_logged(s, "event record", reinterpret_cast<uintptr_t>(e), 0);
+  return r;
+}
+CUresult CUDAAPI logged_wait_event(CUstream s, CUevent e, unsigned flags) {
+  const CUresult r = g_op_log->real.stream_wait_event(s, e, flags);
+  op_logged(s, "event wait", reinterpret_cast<uintptr_t>(e), 0, true);
+  return r;
+}
+CUresult CUDAAPI logged_write(CUstream s, CUdeviceptr at, cuuint64_t v, unsigned flags) {
+  const CUresult r = g_op_log->real.stream_write_value64(s, at, v, flags);
+  op_logged(s, "word write", at, v);
+  return r;
+}
+CUresult CUDAAPI logged_wait_value(CUstream s, CUdeviceptr at, cuuint64_t v, unsigned flags) {
+  const CUresult r = g_op_log->real.stream_wait_value64(s, at, v, flags);
+  op_logged(s, "word wait", at, v);
+  return r;
+}
+CUresult CUDAAPI logged_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                               unsigned by, unsigned bz, unsigned shared, CUstream s, void** params,
+                               void** extra) {
+  const CUresult r =
+      g_op_log->real.launch_kernel(f, gx, gy, gz, bx, by, bz, shared, s, params, extra);
+  op_logged(s, "copy kernel", gx, 0);
+  return r;
+}
+
+// Puts the logging calls in `d`'s place (those it has); false, leaving `d` as it was, when the
+// words cannot be had. On the advisor thread, before any of its streams exist and before the
+// launch path uses `d` for stream calls (events_ready, progress_device are not set yet).
+bool start_op_log(AdvisorDriver& d, bool every_call) {
+  if (g_op_log || !d.mem_host_alloc || !d.mem_host_get_device_pointer || !d.stream_write_value64) {
+    return false;
+  }
+  void* host = nullptr;
+  CUdeviceptr words = 0;
+  {
+    const std::lock_guard driver(driver_setup_mutex());  // pinned memory (driver_lock.h)
+    if (d.mem_host_alloc(&host, OpLog::kStreams * sizeof(uint64_t),
+                         CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE) != CUDA_SUCCESS ||
+        d.mem_host_get_device_pointer(&words, host, 0) != CUDA_SUCCESS) {
+      return false;
+    }
+  }
+  auto* logged = new OpLogged;
+  logged->real = d;
+  logged->words = words;
+  logged->log = std::make_unique<OpLog>(static_cast<volatile uint64_t*>(host));
+  logged->every_call = every_call;
+  logged->advisor_thread = std::this_thread::get_id();
+  g_op_log = logged;  // never freed: launches may still use the wrappers at exit
+  d.mem_prefetch_async = logged_prefetch;
+  if (d.mem_discard_batch_async) d.mem_discard_batch_async = logged_discard;
+  if (d.memcpy_dtoh_async) d.memcpy_dtoh_async = logged_dtoh;
+  if (d.memcpy_htod_async) d.memcpy_htod_async = logged_htod;
+  d.event_record = logged_record;
+  d.stream_wait_event = logged_wait_event;
+  d.stream_write_value64 = logged_write;
+  if (d.stream_wait_value64) d.stream_wait_value64 = logged_wait_value;
+  if (d.launch_kernel) d.launch_kernel = logged_launch;
+  return true;
+}
+
 }  // namespace
 
 class AdvisorImpl {
@@ -457,6 +596,9 @@ class AdvisorImpl {
   // and the launch the advisor thread is at in the watchdog's report.
   std::atomic<uint64_t> applied_through{0};
   std::atomic<uint64_t> blocking_waits{0}, blocking_timeouts{0};
+  // The program's blocking call held now (steady_clock ns; 0: none), and when one was last let go
+  // after its 5 s: a stall report sets them beside the advisor's call.
+  std::atomic<int64_t> blocking_since{0}, blocking_let_go_at{0};
   uint64_t plan_buffers = 0, plan_buffers_found = 0;  // at the last plan's first applied launch
   // Host time the advisor thread spends inside cuMemPrefetchAsync, and how far it trails the
   // launches (a thread blocked in the driver falls behind, and its prefetches come late).
@@ -845,6 +987,11 @@ void Advisor::before_blocking() {
   }
   a.blocking_waits.fetch_add(1, std::memory_order_relaxed);
   const auto start = std::chrono::steady_clock::now();
+  a.blocking_since.store(now_ns(), std::memory_order_relaxed);
+  struct Held {
+    std::atomic<int64_t>& since;
+    ~Held() { since.store(0, std::memory_order_relaxed); }
+  } held{a.blocking_since};
   while (a.applied_through.load(std::memory_order_acquire) < target) {
     if (a.stop.load(std::memory_order_acquire)) return;
     // A relearned plan that takes over (switch_to_next) goes on applying the launches submitted,
@@ -854,6 +1001,7 @@ void Advisor::before_blocking() {
     if (!now || (now != p && target <= now->applied_from)) return;
     if (std::chrono::steady_clock::now() - start > std::chrono::seconds(5)) {
       a.blocking_timeouts.fetch_add(1, std::memory_order_relaxed);
+      a.blocking_let_go_at.store(now_ns(), std::memory_order_relaxed);
       return;
     }
     sleep_us(50);
@@ -1056,6 +1204,14 @@ bool AdvisorImpl::set_up() {
   while (!context.load() && !stop.load()) sleep_us(1000);
   if (stop.load()) return false;
   d.ctx_set_current(context.load());
+  if (config.op_log || config.close_calls) {
+    if (!start_op_log(d, config.op_log)) {
+      log_warning("{}: no pinned memory for the calls' numbers; not followed",
+                  config.op_log ? "UMSWAP_OP_LOG" : "UMSWAP_CLOSE_CALLS");
+    } else if (config.op_log) {
+      log_warning("UMSWAP_OP_LOG: each stream's calls are followed by a write of their number");
+    }
+  }
   if (d.ctx_get_device(&device) != CUDA_SUCCESS ||
       d.stream_create(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
       d.stream_create(&sweep_stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
@@ -1103,6 +1259,8 @@ bool AdvisorImpl::set_up() {
   if ((config.managed_ops_cap != 0 || gate.from > 1) && d.event_query && d.event_record) {
     ops = std::make_unique<PendingOps>(config.managed_ops_cap);
   }
+  // Asked for, not only turned on by the copies: then it is said to be experimental.
+  const bool prefetch_wait_asked = config.prefetch_wait;
   if (config.evict_copy && (!config.prefetch_wait || !config.evict_wait)) {
     log_info("UMSWAP_EVICT_COPY: UMSWAP_PREFETCH_WAIT and UMSWAP_EVICT_WAIT are on with it");
     config.prefetch_wait = config.evict_wait = true;
@@ -1117,7 +1275,7 @@ bool AdvisorImpl::set_up() {
         d.mem_host_get_device_pointer(&progress_device, host, 0) == CUDA_SUCCESS) {
       progress_host = static_cast<volatile uint64_t*>(host);
       *progress_host = 0;
-      if (config.prefetch_wait) {
+      if (prefetch_wait_asked && !config.evict_copy) {
         log_warning(
             "UMSWAP_PREFETCH_WAIT is experimental: launches wait for the advisor's prefetches; a "
             "watchdog turns the waits off after a stall (docs/advisor.md)");
@@ -1129,6 +1287,16 @@ bool AdvisorImpl::set_up() {
     }
   }
   set_up_copies();
+  if (g_op_log) {
+    for (auto [on, name] : {std::pair{stream, "main"},
+                            {sweep_stream, "sweep"},
+                            {launch_populate_stream, "launch populate"},
+                            {restore_stream, "restore"},
+                            {populate_stream, "populate"},
+                            {discard_stream, "discard"}}) {
+      if (on) g_op_log->log->name(on, name);
+    }
+  }
   size_t total = 0;
   d.device_total_mem(&total, device);
   budget = config.budget.is_zero() ? total : config.budget.resolve(total);
@@ -1398,6 +1566,22 @@ void AdvisorImpl::gate_report(const char* what, uint64_t launch) {
       reached_through, progress_host ? *progress_host : 0, highest_wait.load(), word,
       highest_restore_wait.load() & kRestoreWaitMask, restored_written, blocking_waits.load(),
       blocking_timeouts.load(), next);
+  const int64_t t = now_ns();
+  const auto ago = [t](int64_t at) {
+    return at ? fmt::format("{:.2f} s ago", (t - at) / 1e9) : std::string("-");
+  };
+  std::string in_call = "-";
+  if (g_op_log) {
+    const int64_t since = g_op_log->call_since.load(std::memory_order_acquire);
+    if (since) in_call = fmt::format("in {} since {}", g_op_log->call_what.load(), ago(since));
+  }
+  log_warning(
+      "advisor: timing: the advisor thread's driver call: {}; the program's blocking call held "
+      "since: {}; one last let go after 5 s: {}",
+      in_call, ago(blocking_since.load()), ago(blocking_let_go_at.load()));
+  if (g_op_log) {
+    log_warning("advisor: each stream's calls (UMSWAP_OP_LOG):{}", g_op_log->log->describe());
+  }
 }
 
 // The watchdog's report, once, of launches left waiting on the advisor thread while copies are
@@ -2249,12 +2433,10 @@ void AdvisorImpl::set_up_copies() {
         d.mem_free_host(reinterpret_cast<void*>(host));
       },
       limit);
-  log_warning(
-      "UMSWAP_EVICT_COPY is experimental: evictions are copied to pinned host memory (up to {}) "
-      "and their GPU pages discarded; not yet the default: the bundled cuDNN sample hangs with "
-      "it on an H200 unless UMSWAP_HOST_GATE=1 (docs/advisor.md){}",
-      format_bytes(limit),
-      config.evict_copy_keep ? " (keep: a diagnostic, the GPU pages are not discarded)" : "");
+  log_info("UMSWAP_EVICT_COPY: evictions are copied to pinned host memory (up to {}){}",
+           format_bytes(limit),
+           config.evict_copy_keep ? " (keep: a diagnostic, the GPU pages are not discarded)"
+                                  : " and their GPU pages discarded");
 }
 
 // Loads the copy kernel (copy_kernel.h) into the program's context; if it cannot be, says so

@@ -59,11 +59,12 @@ constexpr std::array kOptionTable = {
                "1 (experimental): a launch waits for the evictions whose room it needs, so that "
                "the GPU holds the budget (with UMSWAP_PREFETCH_WAIT=1; docs/advisor.md); 0: "
                "evictions run beside the program"},
-    OptionInfo{"UMSWAP_EVICT_COPY", "0",
-               "1 (experimental, not yet the default): evictions are copies to pinned host "
-               "memory (52 GB/s against the driver's 11-18) and the GPU pages are discarded; "
-               "turns both waits on; keep (a diagnostic): the same copies, the GPU pages kept "
-               "(no memory saved); docs/advisor.md"},
+    OptionInfo{"UMSWAP_EVICT_COPY", "1",
+               "1: evictions are copies to pinned host memory (52 GB/s against the driver's "
+               "11-18) and the GPU pages are discarded, so the GPU holds the budget; turns both "
+               "waits on; 0: evictions are the driver's migrations to the host (the budget is "
+               "then not held); keep (a diagnostic): the same copies, the GPU pages kept (no "
+               "memory saved); docs/advisor.md"},
     OptionInfo{"UMSWAP_EVICT_COPY_ROOM", "all",
                "with UMSWAP_EVICT_COPY: what a copy back waits for besides its own range's copy "
                "out; all: every eviction umswap copied before it; plan (experimental, not yet "
@@ -112,6 +113,13 @@ constexpr std::array kOptionTable = {
     OptionInfo{"UMSWAP_HANG_STACKS", "0",
                "1 (a diagnostic): when launches have waited 10 s for the advisor thread, every "
                "thread of the program prints its call stack to stderr"},
+    OptionInfo{"UMSWAP_OP_LOG", "0",
+               "1 (a diagnostic): the advisor's calls on each stream are followed by a write of "
+               "their number, and a stall report says which call each stream is held at"},
+    OptionInfo{"UMSWAP_CLOSE_CALLS", "1",
+               "1: each event wait, prefetch and discard on the advisor's streams is followed "
+               "there by a stream write (without, the bundled cuDNN sample hung with copies); "
+               "0: not"},
     OptionInfo{"UMSWAP_ASYNC_SLABS", "1",
                "1: cudaMallocAsync allocations are blocks of umswap's managed slabs (exact "
                "extents for the advisor); 0: the driver's managed memory pool"},
@@ -334,7 +342,7 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
     } else if (auto b = parse_bool(trim(v))) {
       options.evict_copy = *b;
     } else {
-      warn("UMSWAP_EVICT_COPY", v, "is neither a boolean (1/0, on/off) nor keep", "0");
+      warn("UMSWAP_EVICT_COPY", v, "is neither a boolean (1/0, on/off) nor keep", "1");
     }
   }
   read_choice("UMSWAP_EVICT_COPY_ROOM", "all", "plan", &options.evict_copy_room_plan);
@@ -353,6 +361,8 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
   read_bool("UMSWAP_LEARN_EVICT", &options.learn_evict, "1");
   read_int("UMSWAP_HOST_GATE", 0, 56, &options.host_gate, "0");
   read_bool("UMSWAP_HANG_STACKS", &options.hang_stacks, "0");
+  read_bool("UMSWAP_OP_LOG", &options.op_log, "0");
+  read_bool("UMSWAP_CLOSE_CALLS", &options.close_calls, "1");
   read_choice("UMSWAP_EVICT_COPY_PATH", "engine", "kernel", &options.evict_copy_kernel);
   read_bool("UMSWAP_ASYNC_SLABS", &options.async_slabs, "1");
   read_bool("UMSWAP_DISCARD_FREED", &options.discard_freed, "0");
@@ -392,6 +402,8 @@ std::vector<std::string> describe(const Options& options) {
       fmt::format("UMSWAP_LEARN_EVICT={}", options.learn_evict ? 1 : 0),
       fmt::format("UMSWAP_HOST_GATE={}", options.host_gate),
       fmt::format("UMSWAP_HANG_STACKS={}", options.hang_stacks ? 1 : 0),
+      fmt::format("UMSWAP_OP_LOG={}", options.op_log ? 1 : 0),
+      fmt::format("UMSWAP_CLOSE_CALLS={}", options.close_calls ? 1 : 0),
       fmt::format("UMSWAP_ASYNC_SLABS={}", options.async_slabs ? 1 : 0),
       fmt::format("UMSWAP_DISCARD_FREED={}", options.discard_freed ? 1 : 0),
       fmt::format("UMSWAP_LIFETIMES={}", options.lifetimes ? 1 : 0),

@@ -141,6 +141,8 @@ void Preload::start_advisor(advisor::Advisor* advisor) {
   config.populate_ahead = static_cast<uint32_t>(options_.populate_ahead);
   config.learn_evict = options_.learn_evict;
   config.hang_stacks = options_.hang_stacks;
+  config.op_log = options_.op_log;
+  config.close_calls = options_.close_calls;
   config.host_gate = static_cast<uint32_t>(options_.host_gate);
   config.in_own_code = [] { return ReentryGuard::active(); };
   config.lifetimes = [this] { return planned_discards_.load(); };

@@ -372,7 +372,7 @@ INSTANTIATE_TEST_SUITE_P(
     testing::Values(
         BadValue{"UMSWAP_MODE", "turbo", "online"}, BadValue{"UMSWAP_PREFETCH_WAIT", "maybe", "0"},
         BadValue{"UMSWAP_EVICT_WAIT", "sometimes", "0"},
-        BadValue{"UMSWAP_EVICT_COPY", "sometimes", "0"},
+        BadValue{"UMSWAP_EVICT_COPY", "sometimes", "1"},
         BadValue{"UMSWAP_EVICT_COPY_ROOM", "some", "all"},
         BadValue{"UMSWAP_EVICT_COPY_PATH", "dma", "engine"},
         BadValue{"UMSWAP_EVICT_COPY_SIDE_STREAMS", "both", "1"},
@@ -429,8 +429,15 @@ TEST(ParseOptions, ReplayWithoutTraceFallsBackToOnlineWithAWarning) {
   EXPECT_TRUE(r.evict_wait);
 }
 
-TEST(ParseOptions, EvictCopyTakesKeepAsADiagnostic) {
+TEST(ParseOptions, EvictCopyIsOnByDefaultAndTakesKeepAsADiagnostic) {
   std::vector<std::string> warnings;
+  EXPECT_TRUE(parse({}, &warnings).evict_copy);
+  EXPECT_FALSE(parse({}, &warnings).evict_copy_keep);
+  EXPECT_FALSE(parse({{"UMSWAP_EVICT_COPY", "0"}}, &warnings).evict_copy);
+  EXPECT_TRUE(parse({{"UMSWAP_EVICT_COPY", "perhaps"}}, &warnings).evict_copy);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("UMSWAP_EVICT_COPY"), std::string::npos);
+  warnings.clear();
   const Options keep = parse({{"UMSWAP_EVICT_COPY", " keep "}}, &warnings);
   EXPECT_TRUE(warnings.empty());
   EXPECT_TRUE(keep.evict_copy);
@@ -520,6 +527,26 @@ TEST(ParseOptions, HangStacksIsABoolean) {
   EXPECT_NE(warnings[0].find("UMSWAP_HANG_STACKS"), std::string::npos);
 }
 
+TEST(ParseOptions, OpLogIsABooleanOffByDefault) {
+  std::vector<std::string> warnings;
+  EXPECT_FALSE(parse({}, &warnings).op_log);
+  EXPECT_TRUE(parse({{"UMSWAP_OP_LOG", "1"}}, &warnings).op_log);
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_FALSE(parse({{"UMSWAP_OP_LOG", "yes please"}}, &warnings).op_log);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("UMSWAP_OP_LOG"), std::string::npos);
+}
+
+TEST(ParseOptions, CloseCallsIsABooleanOnByDefault) {
+  std::vector<std::string> warnings;
+  EXPECT_TRUE(parse({}, &warnings).close_calls);
+  EXPECT_FALSE(parse({{"UMSWAP_CLOSE_CALLS", "0"}}, &warnings).close_calls);
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_TRUE(parse({{"UMSWAP_CLOSE_CALLS", "sometimes"}}, &warnings).close_calls);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("UMSWAP_CLOSE_CALLS"), std::string::npos);
+}
+
 TEST(ParseOptions, HostGateIsOffByDefaultAlwaysAtOneOrFromACountOfWaitingCalls) {
   std::vector<std::string> warnings;
   EXPECT_EQ(parse({}, &warnings).host_gate, 0);
@@ -587,11 +614,13 @@ TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
                                                   "UMSWAP_EVICT_COPY_CHUNK",
                                                   "UMSWAP_HOST_GATE",
                                                   "UMSWAP_HANG_STACKS",
+                                                  "UMSWAP_OP_LOG",
+                                                  "UMSWAP_CLOSE_CALLS",
                                                   "UMSWAP_ASYNC_SLABS",
                                                   "UMSWAP_DISCARD_FREED",
                                                   "UMSWAP_LIFETIMES",
                                                   "UMSWAP_PLACEMENT"}));
-  EXPECT_EQ(option_table().size(), 27u);  // no duplicates
+  EXPECT_EQ(option_table().size(), 29u);  // no duplicates
 }
 
 TEST(OptionTable, EveryEntryHasAMeaning) {
@@ -633,6 +662,7 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
   o.managed_ops_cap = 8;
   o.populate_ahead = 4;
   o.evict_copy_chunk = 8 * MiB;
+  o.evict_copy = false;
   o.learn_evict = false;
   o.hang_stacks = true;
   o.host_gate = 1;
@@ -660,6 +690,8 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
                                              "UMSWAP_LEARN_EVICT=0",
                                              "UMSWAP_HOST_GATE=1",
                                              "UMSWAP_HANG_STACKS=1",
+                                             "UMSWAP_OP_LOG=0",
+                                             "UMSWAP_CLOSE_CALLS=1",
                                              "UMSWAP_ASYNC_SLABS=0",
                                              "UMSWAP_DISCARD_FREED=1",
                                              "UMSWAP_LIFETIMES=0",

@@ -11,6 +11,7 @@
 # iteration and switches to that plan, same checksum; faults and budget as above only when no
 # stall turned the waits off (replayed with the waits, this loop sometimes stalls early, before
 # relearning matters, with the trace's own call sites too: docs/advisor.md).
+# The runs above are on the driver path (UMSWAP_EVICT_COPY=0; copies are the default).
 # With UMSWAP_EVICT_COPY=1 (evictions copied to pinned memory): the same checks, copies in
 # every steady iteration and in force to the end, and no step on a page while it was discarded or
 # coming back (the stats' copy_check, from CUPTI's times); again with UMSWAP_EVICT_COPY_ROOM=plan
@@ -36,13 +37,13 @@ trap 'rm -rf "$dir"' EXIT
 args="--buffers 24 --mib 128 --iterations 16"
 "$umswap" run --mode passthrough -- "$loop" $args > "$dir/native.out"
 # A hang (UMSWAP_PREFETCH_WAIT is experimental) fails the test instead of blocking it.
-UMSWAP_PREFETCH_WAIT=1 timeout -s KILL 120 \
+UMSWAP_EVICT_COPY=0 UMSWAP_PREFETCH_WAIT=1 timeout -s KILL 120 \
   "$umswap" run --budget 1G --stats "$dir/online.json" -- "$loop" $args > "$dir/online.out"
-UMSWAP_PREFETCH_WAIT=1 UMSWAP_EVICT_WAIT=1 timeout -s KILL 120 \
+UMSWAP_EVICT_COPY=0 UMSWAP_PREFETCH_WAIT=1 UMSWAP_EVICT_WAIT=1 timeout -s KILL 120 \
   "$umswap" run --budget 1G --stats "$dir/evictwait.json" -- "$loop" $args > "$dir/evictwait.out"
-timeout -s KILL 120 \
+UMSWAP_EVICT_COPY=0 timeout -s KILL 120 \
   "$umswap" run --budget 1G --stats "$dir/nowait.json" -- "$loop" $args > "$dir/nowait.out"
-timeout -s KILL 120 "$umswap" record -o "$dir/loop.umtrace" -- "$loop" $args > "$dir/record.out"
+UMSWAP_EVICT_COPY=0 timeout -s KILL 120 "$umswap" record -o "$dir/loop.umtrace" -- "$loop" $args > "$dir/record.out"
 UMSWAP_EVICT_COPY=1 timeout -s KILL 120 \
   "$umswap" run --budget 1G --stats "$dir/copy.json" -- "$loop" $args > "$dir/copy.out"
 # The same with copies back that wait only for their own ranges' copies out and their room.
@@ -58,14 +59,14 @@ UMSWAP_EVICT_COPY=1 timeout -s KILL 120 \
   "$umswap" run --budget 1G --stats "$dir/stray.json" -- "$loop" $args --stray 10 > "$dir/stray.out"
 UMSWAP_EVICT_COPY=1 timeout -s KILL 120 \
   "$umswap" run --budget 1G --stats "$dir/graph.json" -- "$loop" $args --graph 10 > "$dir/graph.out"
-timeout -s KILL 120 "$umswap" replay "$dir/loop.umtrace" --budget 1G --stats "$dir/replay.json" \
+UMSWAP_EVICT_COPY=0 timeout -s KILL 120 "$umswap" replay "$dir/loop.umtrace" --budget 1G --stats "$dir/replay.json" \
   -- "$loop" $args > "$dir/replay.out"
-UMSWAP_PREFETCH_WAIT=1 UMSWAP_EVICT_WAIT=1 timeout -s KILL 180 \
+UMSWAP_EVICT_COPY=0 UMSWAP_PREFETCH_WAIT=1 UMSWAP_EVICT_WAIT=1 timeout -s KILL 180 \
   "$umswap" replay "$dir/loop.umtrace" --budget 1G --stats "$dir/relearn.json" \
   -- "$loop" $args --alt-sites > "$dir/relearn.out"
 UMSWAP_EVICT_COPY=1 timeout -s KILL 120 "$umswap" record -o "$dir/copy.umtrace" --budget 1G \
   --stats "$dir/copy_record.json" -- "$loop" $args > "$dir/copy_record.out"
-UMSWAP_PREFETCH_WAIT=1 timeout -s KILL 120 "$umswap" record -o "$dir/driver.umtrace" --budget 1G \
+UMSWAP_EVICT_COPY=0 UMSWAP_PREFETCH_WAIT=1 timeout -s KILL 120 "$umswap" record -o "$dir/driver.umtrace" --budget 1G \
   -- "$loop" $args > "$dir/driver_record.out"
 for t in copy driver; do
   "$umswap" timeline "$dir/$t.umtrace" -o "$dir/${t}_timeline.json"

@@ -1,15 +1,15 @@
 #!/bin/bash
-# UMSWAP_EVICT_COPY on the bundled cuDNN trainer (samples/cudnn_vgg16: cudaMalloc buffers, a
+# UMSWAP_EVICT_COPY (the default) on the bundled cuDNN trainer (samples/cudnn_vgg16: cudaMalloc buffers, a
 # cudaDeviceSynchronize and a copy of the loss to pageable memory every iteration): natively,
 # then under `umswap run --budget` at about half its footprint with copies by copy engine and by
 # umswap's copy kernel, and under `umswap replay` of a trace recorded first (copies by engine).
 # Each must end in time (a hang fails the test instead of blocking it), print the native
 # checksum, have copied, lose nothing, and have no step on a discarded page.
 # Two hangs it covers (docs/advisor.md, "A hang with the cuDNN sample"), both on an H200:
-#  - online (2026-11-26 02:35): the advisor thread blocked inside cuMemPrefetchAsync, which the
-#    driver holds once about 57 managed-memory calls wait on the GPU; avoided by
-#    UMSWAP_HOST_GATE=1, which this test sets (off by default: it made other runs slower; the
-#    runs here hung without it at 12:17 and 13:05 UTC and passed with it at 12:52);
+#  - online (2026-11-26 02:35): the advisor thread blocked for good inside cuMemPrefetchAsync;
+#    avoided since by a stream write after each of the advisor's event waits
+#    (UMSWAP_CLOSE_CALLS, on by default; docs/advisor.md "Closing the advisor's calls"), so this
+#    test runs with the defaults and no host gate (UMSWAP_HOST_GATE=1 was its earlier work-around);
 #  - replay (12:21): a kernel's first launch loaded its module lazily, which waited for the GPU,
 #    while the GPU waited for the advisor thread, itself behind the load in the driver; fixed by
 #    waiting for the advisor before a function's first use (tracer.cpp, before_first_use()).
@@ -36,7 +36,7 @@ for run in engine kernel replay; do
     path=engine
     command=(replay "$work/trace.umtrace")
   fi
-  if ! UMSWAP_EVICT_COPY=1 UMSWAP_EVICT_COPY_PATH=$path UMSWAP_HOST_GATE=1 UMSWAP_VERBOSE=2 \
+  if ! UMSWAP_EVICT_COPY_PATH=$path UMSWAP_VERBOSE=2 \
       UMSWAP_HANG_STACKS=1 \
       timeout -s KILL 120 "$umswap" "${command[@]}" --budget 1200M --stats "$work/$run.json" -- \
       "$sample" $args >"$work/$run.out" 2>"$work/$run.err"; then

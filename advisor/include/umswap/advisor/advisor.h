@@ -143,6 +143,12 @@ struct AdvisorConfig {
   bool learn_evict = false;
   // UMSWAP_HANG_STACKS: when the watchdog reports a stall, every thread prints its stack.
   bool hang_stacks = false;
+  // UMSWAP_OP_LOG (a diagnostic, op_log.h): calls followed on the GPU, for the stall reports.
+  bool op_log = false;
+  // UMSWAP_CLOSE_CALLS: each event wait, prefetch and discard on the advisor's streams is
+  // followed there by a write of its number to pinned memory (docs/advisor.md, "Closing the
+  // advisor's calls"): without, the bundled cuDNN sample hung with copies.
+  bool close_calls = true;
   // UMSWAP_HOST_GATE: where the advisor's streams would wait on the GPU for a launch of the
   // program's (its last use, the GPU reaching it, a barrier), the advisor thread waits until that
   // launch's event has run, so its managed-memory calls never wait on the GPU (the driver holds

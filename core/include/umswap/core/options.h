@@ -76,7 +76,7 @@ struct Options {
   std::string replay_path;            // trace the replay mode plans from
   bool prefetch_wait = false;         // a launch waits for its late prefetch rather than fault
   bool evict_wait = false;            // a launch waits for the evictions the plan makes at it
-  bool evict_copy = false;            // evictions copied to pinned host memory, GPU pages discarded
+  bool evict_copy = true;             // evictions copied to pinned host memory, GPU pages discarded
   bool evict_copy_keep = false;       // diagnostic: the same copies, GPU pages not discarded
   bool evict_copy_room_plan = false;  // a copy back waits only for the evictions its room needs
   bool evict_copy_kernel = false;     // copies by umswap's copy kernel, not a copy engine
@@ -88,6 +88,8 @@ struct Options {
   bool learn_evict = true;        // UMSWAP_LEARN_EVICT: LRU evictions while learning
   uint64_t evict_copy_chunk = 0;  // UMSWAP_EVICT_COPY_CHUNK: a restore's first piece; 0 = whole
   int host_gate = 0;              // UMSWAP_HOST_GATE: 0 off, 1 always, N: while N calls wait
+  bool op_log = false;            // each stream's calls numbered, for stall reports (op_log.h)
+  bool close_calls = true;        // a stream write after the advisor's event waits, managed calls
   bool hang_stacks = false;       // every thread prints its stack when the watchdog finds a stall
   bool async_slabs = true;        // stream-ordered allocations from slabs, not the managed pool
   bool discard_freed = false;     // slabs: discard freed blocks, populate new ones (experimental)

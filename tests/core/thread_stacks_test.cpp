@@ -17,6 +17,15 @@
 namespace umswap {
 namespace {
 
+std::string read_and_close(FILE* f) {
+  std::string text;
+  std::rewind(f);
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
+  std::fclose(f);
+  return text;
+}
+
 // A thread blocked on a condition variable (as a hung thread is, in a futex) writes its name and
 // its frames; the caller does not write its own.
 TEST(ThreadStacks, ABlockedThreadWritesItsNameAndFrames) {
@@ -40,11 +49,7 @@ TEST(ThreadStacks, ABlockedThreadWritesItsNameAndFrames) {
   }
   cv.notify_all();
   sleeper.join();
-  std::string text;
-  std::rewind(f);
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
-  std::fclose(f);
+  const std::string text = read_and_close(f);
   EXPECT_GE(wrote, 1);
   EXPECT_NE(text.find("(stacks-sleeper):\n"), std::string::npos) << text;
   // A frame line follows the header (an address in brackets, as backtrace_symbols_fd writes).
@@ -85,11 +90,7 @@ TEST(ThreadStacks, ABlockedLockNamesItsOwner) {
   dump_thread_stacks(fileno(f));
   held.unlock();
   blocked.join();
-  std::string text;
-  std::rewind(f);
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
-  std::fclose(f);
+  const std::string text = read_and_close(f);
   const std::string head =
       "umswap: thread " + std::to_string(blocked_tid.load()) + " waits in futex 0x";
   const size_t at = text.find(head);

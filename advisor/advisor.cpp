@@ -14,6 +14,7 @@
 #include <mutex>
 #include <optional>
 #include <span>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -297,6 +298,9 @@ struct OpLogged {
   CUdeviceptr words = 0;
   std::unique_ptr<OpLog> log;
   bool every_call = false;  // UMSWAP_OP_LOG
+  // UMSWAP_CLOSE_CALLS=waits without UMSWAP_OP_LOG: one write before a managed call that follows
+  // event waits on its stream, none after.
+  bool between_waits_only = false;
   // The advisor thread's call in progress through these wrappers (steady_clock ns; 0: none), and
   // which: a stall report says how long it has been in it.
   std::thread::id advisor_thread;
@@ -327,14 +331,29 @@ struct InCall {
 // `closes`: a call that UMSWAP_CLOSE_CALLS follows with the write even without UMSWAP_OP_LOG.
 void op_logged(CUstream s, const char* what, uint64_t a, uint64_t b, bool closes = false) {
   if (!closes && !g_op_log->every_call) return;
+  if (g_op_log->between_waits_only) {
+    // Closes here are event waits (marked) and managed calls (written for before the call).
+    if (std::string_view(what) == "event wait") g_op_log->log->mark_wait(s);
+    return;
+  }
   uint64_t number = 0;
   size_t word = 0;
   if (g_op_log->log->note(s, what, a, b, &number, &word)) {
     g_op_log->real.stream_write_value64(s, g_op_log->words + word * sizeof(uint64_t), number, 0);
   }
 }
+// UMSWAP_CLOSE_CALLS=waits: before a managed call, a write if event waits came before it.
+void close_waits_before(CUstream s) {
+  if (!g_op_log->between_waits_only || !g_op_log->log->take_wait(s)) return;
+  uint64_t number = 0;
+  size_t word = 0;
+  if (g_op_log->log->note(s, "write after waits", 0, 0, &number, &word)) {
+    g_op_log->real.stream_write_value64(s, g_op_log->words + word * sizeof(uint64_t), number, 0);
+  }
+}
 CUresult CUDAAPI logged_prefetch(CUdeviceptr p, size_t n, CUmemLocation to, unsigned flags,
                                  CUstream s) {
+  close_waits_before(s);
   const CUresult r =
       (InCall("cuMemPrefetchAsync"), g_op_log->real.mem_prefetch_async(p, n, to, flags, s));
   op_logged(s, to.type == CU_MEM_LOCATION_TYPE_HOST ? "prefetch to host" : "prefetch to gpu", p, n,
@@ -343,6 +362,7 @@ CUresult CUDAAPI logged_prefetch(CUdeviceptr p, size_t n, CUmemLocation to, unsi
 }
 CUresult CUDAAPI logged_discard(CUdeviceptr* ps, size_t* sizes, size_t count,
                                 unsigned long long flags, CUstream s) {
+  close_waits_before(s);
   const CUresult r = (InCall("cuMemDiscardBatchAsync"),
                       g_op_log->real.mem_discard_batch_async(ps, sizes, count, flags, s));
   op_logged(s, "discard", count ? ps[0] : 0, count ? sizes[0] : 0, true);
@@ -392,7 +412,7 @@ CUresult CUDAAPI logged_launch(CUfunction f, unsigned gx, unsigned gy, unsigned 
 // Puts the logging calls in `d`'s place (those it has); false, leaving `d` as it was, when the
 // words cannot be had. On the advisor thread, before any of its streams exist and before the
 // launch path uses `d` for stream calls (events_ready, progress_device are not set yet).
-bool start_op_log(AdvisorDriver& d, bool every_call) {
+bool start_op_log(AdvisorDriver& d, bool every_call, bool between_waits_only) {
   if (g_op_log || !d.mem_host_alloc || !d.mem_host_get_device_pointer || !d.stream_write_value64) {
     return false;
   }
@@ -411,6 +431,7 @@ bool start_op_log(AdvisorDriver& d, bool every_call) {
   logged->words = words;
   logged->log = std::make_unique<OpLog>(static_cast<volatile uint64_t*>(host));
   logged->every_call = every_call;
+  logged->between_waits_only = between_waits_only && !every_call;
   logged->advisor_thread = std::this_thread::get_id();
   g_op_log = logged;  // never freed: launches may still use the wrappers at exit
   d.mem_prefetch_async = logged_prefetch;
@@ -1205,11 +1226,15 @@ bool AdvisorImpl::set_up() {
   if (stop.load()) return false;
   d.ctx_set_current(context.load());
   if (config.op_log || config.close_calls) {
-    if (!start_op_log(d, config.op_log)) {
+    if (!start_op_log(d, config.op_log, config.close_calls == 2)) {
       log_warning("{}: no pinned memory for the calls' numbers; not followed",
                   config.op_log ? "UMSWAP_OP_LOG" : "UMSWAP_CLOSE_CALLS");
     } else if (config.op_log) {
       log_warning("UMSWAP_OP_LOG: each stream's calls are followed by a write of their number");
+    } else if (config.close_calls == 2) {
+      log_warning(
+          "UMSWAP_CLOSE_CALLS=waits is experimental (not yet run on a GPU): one stream write only "
+          "between event waits and the prefetch or discard after them");
     }
   }
   if (d.ctx_get_device(&device) != CUDA_SUCCESS ||

@@ -39,6 +39,19 @@ bool OpLog::note(Stream s, const char* what, uint64_t a, uint64_t b, uint64_t* n
   return true;
 }
 
+void OpLog::mark_wait(Stream s) {
+  std::lock_guard lock(mutex_);
+  if (Followed* f = find(s)) f->waited = true;
+}
+
+bool OpLog::take_wait(Stream s) {
+  std::lock_guard lock(mutex_);
+  Followed* f = find(s);
+  if (!f || !f->waited) return false;
+  f->waited = false;
+  return true;
+}
+
 std::string OpLog::describe(size_t around) const {
   std::lock_guard lock(mutex_);
   std::string out;

@@ -118,8 +118,9 @@ constexpr std::array kOptionTable = {
                "their number, and a stall report says which call each stream is held at"},
     OptionInfo{"UMSWAP_CLOSE_CALLS", "1",
                "1: each event wait, prefetch and discard on the advisor's streams is followed "
-               "there by a stream write (without, the bundled cuDNN sample hung with copies); "
-               "0: not"},
+               "there by a stream write (without, the bundled cuDNN sample hung with copies; "
+               "they cost GPT-2 about 6.6%); waits (experimental, not yet run on a GPU): one "
+               "write only between event waits and the prefetch or discard after them; 0: none"},
     OptionInfo{"UMSWAP_ASYNC_SLABS", "1",
                "1: cudaMallocAsync allocations are blocks of umswap's managed slabs (exact "
                "extents for the advisor); 0: the driver's managed memory pool"},
@@ -362,7 +363,15 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
   read_int("UMSWAP_HOST_GATE", 0, 56, &options.host_gate, "0");
   read_bool("UMSWAP_HANG_STACKS", &options.hang_stacks, "0");
   read_bool("UMSWAP_OP_LOG", &options.op_log, "0");
-  read_bool("UMSWAP_CLOSE_CALLS", &options.close_calls, "1");
+  if (const char* v = read("UMSWAP_CLOSE_CALLS")) {
+    if (trim(v) == "waits") {
+      options.close_calls = 2;
+    } else if (auto b = parse_bool(trim(v))) {
+      options.close_calls = *b ? 1 : 0;
+    } else {
+      warn("UMSWAP_CLOSE_CALLS", v, "is neither a boolean (1/0, on/off) nor waits", "1");
+    }
+  }
   read_choice("UMSWAP_EVICT_COPY_PATH", "engine", "kernel", &options.evict_copy_kernel);
   read_bool("UMSWAP_ASYNC_SLABS", &options.async_slabs, "1");
   read_bool("UMSWAP_DISCARD_FREED", &options.discard_freed, "0");
@@ -403,7 +412,9 @@ std::vector<std::string> describe(const Options& options) {
       fmt::format("UMSWAP_HOST_GATE={}", options.host_gate),
       fmt::format("UMSWAP_HANG_STACKS={}", options.hang_stacks ? 1 : 0),
       fmt::format("UMSWAP_OP_LOG={}", options.op_log ? 1 : 0),
-      fmt::format("UMSWAP_CLOSE_CALLS={}", options.close_calls ? 1 : 0),
+      fmt::format("UMSWAP_CLOSE_CALLS={}", options.close_calls == 2 ? "waits"
+                                           : options.close_calls    ? "1"
+                                                                    : "0"),
       fmt::format("UMSWAP_ASYNC_SLABS={}", options.async_slabs ? 1 : 0),
       fmt::format("UMSWAP_DISCARD_FREED={}", options.discard_freed ? 1 : 0),
       fmt::format("UMSWAP_LIFETIMES={}", options.lifetimes ? 1 : 0),

@@ -74,5 +74,22 @@ TEST(OpLog, LeavesOutCallsNoLongerKept) {
   EXPECT_EQ(text.find("[#4 "), std::string::npos) << text;  // overwritten by #36
 }
 
+// UMSWAP_CLOSE_CALLS=waits: a managed call is told whether an event wait came before it on its
+// stream since the last managed call there; other streams and unfollowed ones are apart.
+TEST(OpLog, TellsAManagedCallWhetherAWaitCameBeforeIt) {
+  volatile uint64_t words[OpLog::kStreams] = {};
+  OpLog log(words);
+  ASSERT_TRUE(log.name(stream(1), "populate"));
+  ASSERT_TRUE(log.name(stream(2), "main"));
+  EXPECT_FALSE(log.take_wait(stream(1)));
+  log.mark_wait(stream(1));
+  log.mark_wait(stream(1));
+  EXPECT_FALSE(log.take_wait(stream(2)));
+  EXPECT_TRUE(log.take_wait(stream(1)));
+  EXPECT_FALSE(log.take_wait(stream(1)));  // taken
+  log.mark_wait(stream(9));                // not followed
+  EXPECT_FALSE(log.take_wait(stream(9)));
+}
+
 }  // namespace
 }  // namespace umswap::advisor

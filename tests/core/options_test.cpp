@@ -537,12 +537,13 @@ TEST(ParseOptions, OpLogIsABooleanOffByDefault) {
   EXPECT_NE(warnings[0].find("UMSWAP_OP_LOG"), std::string::npos);
 }
 
-TEST(ParseOptions, CloseCallsIsABooleanOnByDefault) {
+TEST(ParseOptions, CloseCallsIsOnByDefaultOffOrWaits) {
   std::vector<std::string> warnings;
-  EXPECT_TRUE(parse({}, &warnings).close_calls);
-  EXPECT_FALSE(parse({{"UMSWAP_CLOSE_CALLS", "0"}}, &warnings).close_calls);
+  EXPECT_EQ(parse({}, &warnings).close_calls, 1);
+  EXPECT_EQ(parse({{"UMSWAP_CLOSE_CALLS", "0"}}, &warnings).close_calls, 0);
+  EXPECT_EQ(parse({{"UMSWAP_CLOSE_CALLS", " waits"}}, &warnings).close_calls, 2);
   EXPECT_TRUE(warnings.empty());
-  EXPECT_TRUE(parse({{"UMSWAP_CLOSE_CALLS", "sometimes"}}, &warnings).close_calls);
+  EXPECT_EQ(parse({{"UMSWAP_CLOSE_CALLS", "sometimes"}}, &warnings).close_calls, 1);
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find("UMSWAP_CLOSE_CALLS"), std::string::npos);
 }

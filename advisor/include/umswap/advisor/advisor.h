@@ -148,7 +148,8 @@ struct AdvisorConfig {
   // UMSWAP_CLOSE_CALLS: each event wait, prefetch and discard on the advisor's streams is
   // followed there by a write of its number to pinned memory (docs/advisor.md, "Closing the
   // advisor's calls"): without, the bundled cuDNN sample hung with copies.
-  bool close_calls = true;
+  // 2 (=waits, experimental): one write only between event waits and the managed call after them.
+  int close_calls = 1;
   // UMSWAP_HOST_GATE: where the advisor's streams would wait on the GPU for a launch of the
   // program's (its last use, the GPU reaching it, a barrier), the advisor thread waits until that
   // launch's event has run, so its managed-memory calls never wait on the GPU (the driver holds

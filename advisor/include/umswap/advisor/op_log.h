@@ -33,6 +33,10 @@ class OpLog {
   // (index into `done`); false when `s` is not followed (the program's streams are not: a write
   // of umswap's own among the program's calls is best left out of a diagnostic).
   bool note(Stream s, const char* what, uint64_t a, uint64_t b, uint64_t* number, size_t* word);
+  // UMSWAP_CLOSE_CALLS=waits: an event wait was placed on `s` (followed streams only), and, when
+  // a managed call is about to be, whether one was since the last time it was asked.
+  void mark_wait(Stream s);
+  bool take_wait(Stream s);
   // One line per stream: its name, calls made, the GPU's place, and the calls around that place
   // (the last done, then those not done, up to `around` of them).
   std::string describe(size_t around = 4) const;
@@ -47,6 +51,7 @@ class OpLog {
     Stream stream = nullptr;
     const char* name = "";
     uint64_t made = 0;
+    bool waited = false;  // mark_wait() since the last take_wait()
     std::array<Op, kKept> ring{};
   };
   Followed* find(Stream s);  // with mutex_ held

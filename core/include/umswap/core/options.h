@@ -89,12 +89,12 @@ struct Options {
   uint64_t evict_copy_chunk = 0;  // UMSWAP_EVICT_COPY_CHUNK: a restore's first piece; 0 = whole
   int host_gate = 0;              // UMSWAP_HOST_GATE: 0 off, 1 always, N: while N calls wait
   bool op_log = false;            // each stream's calls numbered, for stall reports (op_log.h)
-  bool close_calls = true;        // a stream write after the advisor's event waits, managed calls
-  bool hang_stacks = false;       // every thread prints its stack when the watchdog finds a stall
-  bool async_slabs = true;        // stream-ordered allocations from slabs, not the managed pool
-  bool discard_freed = false;     // slabs: discard freed blocks, populate new ones (experimental)
-  bool lifetimes = true;          // slabs: plan with block lifetimes; drop dead data at frees
-  bool placement = true;          // slabs with lifetimes: pack an iteration's blocks in an arena
+  int close_calls = 1;  // UMSWAP_CLOSE_CALLS: 0 off, 1 after event waits and managed calls, 2 waits
+  bool hang_stacks = false;    // every thread prints its stack when the watchdog finds a stall
+  bool async_slabs = true;     // stream-ordered allocations from slabs, not the managed pool
+  bool discard_freed = false;  // slabs: discard freed blocks, populate new ones (experimental)
+  bool lifetimes = true;       // slabs: plan with block lifetimes; drop dead data at frees
+  bool placement = true;       // slabs with lifetimes: pack an iteration's blocks in an arena
 };
 
 // One entry of the option table, for help texts and `UMSWAP_VERBOSE` output.

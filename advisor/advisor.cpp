@@ -1617,9 +1617,9 @@ void AdvisorImpl::report_stuck(const char* waiting_for,
   if (!warned_stuck.first()) return;
   log_warning(
       "advisor: launches have waited {} s for the advisor thread, for {} (it last began {}, at "
-      "launch {} of {} launched); it may be blocked in a prefetch or discard, which the CUDA "
-      "driver holds once about 57 such calls wait on the GPU (UMSWAP_MANAGED_OPS_CAP; "
-      "docs/advisor.md, \"A hang with the cuDNN sample\")",
+      "launch {} of {} launched); it may be blocked in a prefetch or discard inside the driver "
+      "(seen with UMSWAP_CLOSE_CALLS=0, and once about 57 such calls wait on the GPU; "
+      "docs/advisor.md, \"Closing the advisor's calls\")",
       std::chrono::duration_cast<std::chrono::seconds>(waited).count(), waiting_for, doing.load(),
       applied_through.load(), launched.load());
   gate_report("where things stood at launch", applied_through.load());

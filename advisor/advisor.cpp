@@ -14,7 +14,6 @@
 #include <mutex>
 #include <optional>
 #include <span>
-#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -301,8 +300,8 @@ struct OpLogged {
   // UMSWAP_CLOSE_CALLS=waits without UMSWAP_OP_LOG: one write before a managed call that follows
   // event waits on its stream, none after.
   bool between_waits_only = false;
-  // The advisor thread's call in progress through these wrappers (steady_clock ns; 0: none), and
-  // which: a stall report says how long it has been in it.
+  // The advisor thread's prefetch or discard in progress (with UMSWAP_OP_LOG its copies too;
+  // steady_clock ns, 0: none), and which: a stall report says how long it has been in it.
   std::thread::id advisor_thread;
   std::atomic<int64_t> call_since{0};
   std::atomic<const char*> call_what{""};
@@ -328,27 +327,24 @@ struct InCall {
   }
 };
 
-// `closes`: a call that UMSWAP_CLOSE_CALLS follows with the write even without UMSWAP_OP_LOG.
-void op_logged(CUstream s, const char* what, uint64_t a, uint64_t b, bool closes = false) {
-  if (!closes && !g_op_log->every_call) return;
-  if (g_op_log->between_waits_only) {
-    // Closes here are event waits (marked) and managed calls (written for before the call).
-    if (std::string_view(what) == "event wait") g_op_log->log->mark_wait(s);
-    return;
-  }
+// Numbers a call on `s` and puts the write of its number after it there (followed streams only).
+void write_number(CUstream s, const char* what, uint64_t a, uint64_t b) {
   uint64_t number = 0;
   size_t word = 0;
   if (g_op_log->log->note(s, what, a, b, &number, &word)) {
     g_op_log->real.stream_write_value64(s, g_op_log->words + word * sizeof(uint64_t), number, 0);
   }
 }
+// After a call UMSWAP_CLOSE_CALLS closes (an event wait, a managed call): its write, unless the
+// writes go only between waits and managed calls. Calls it does not close are wrapped only with
+// UMSWAP_OP_LOG (start_op_log), and always written.
+void op_logged(CUstream s, const char* what, uint64_t a, uint64_t b) {
+  if (!g_op_log->between_waits_only) write_number(s, what, a, b);
+}
 // UMSWAP_CLOSE_CALLS=waits: before a managed call, a write if event waits came before it.
 void close_waits_before(CUstream s) {
-  if (!g_op_log->between_waits_only || !g_op_log->log->take_wait(s)) return;
-  uint64_t number = 0;
-  size_t word = 0;
-  if (g_op_log->log->note(s, "write after waits", 0, 0, &number, &word)) {
-    g_op_log->real.stream_write_value64(s, g_op_log->words + word * sizeof(uint64_t), number, 0);
+  if (g_op_log->between_waits_only && g_op_log->log->take_wait(s)) {
+    write_number(s, "write after waits", 0, 0);
   }
 }
 CUresult CUDAAPI logged_prefetch(CUdeviceptr p, size_t n, CUmemLocation to, unsigned flags,
@@ -356,8 +352,7 @@ CUresult CUDAAPI logged_prefetch(CUdeviceptr p, size_t n, CUmemLocation to, unsi
   close_waits_before(s);
   const CUresult r =
       (InCall("cuMemPrefetchAsync"), g_op_log->real.mem_prefetch_async(p, n, to, flags, s));
-  op_logged(s, to.type == CU_MEM_LOCATION_TYPE_HOST ? "prefetch to host" : "prefetch to gpu", p, n,
-            true);
+  op_logged(s, to.type == CU_MEM_LOCATION_TYPE_HOST ? "prefetch to host" : "prefetch to gpu", p, n);
   return r;
 }
 CUresult CUDAAPI logged_discard(CUdeviceptr* ps, size_t* sizes, size_t count,
@@ -365,39 +360,43 @@ CUresult CUDAAPI logged_discard(CUdeviceptr* ps, size_t* sizes, size_t count,
   close_waits_before(s);
   const CUresult r = (InCall("cuMemDiscardBatchAsync"),
                       g_op_log->real.mem_discard_batch_async(ps, sizes, count, flags, s));
-  op_logged(s, "discard", count ? ps[0] : 0, count ? sizes[0] : 0, true);
+  op_logged(s, "discard", count ? ps[0] : 0, count ? sizes[0] : 0);
   return r;
 }
 CUresult CUDAAPI logged_dtoh(void* to, CUdeviceptr from, size_t n, CUstream s) {
   const CUresult r =
       (InCall("cuMemcpyDtoHAsync"), g_op_log->real.memcpy_dtoh_async(to, from, n, s));
-  op_logged(s, "copy out", from, n);
+  write_number(s, "copy out", from, n);
   return r;
 }
 CUresult CUDAAPI logged_htod(CUdeviceptr to, const void* from, size_t n, CUstream s) {
   const CUresult r =
       (InCall("cuMemcpyHtoDAsync"), g_op_log->real.memcpy_htod_async(to, from, n, s));
-  op_logged(s, "copy back", to, n);
+  write_number(s, "copy back", to, n);
   return r;
 }
 CUresult CUDAAPI logged_record(CUevent e, CUstream s) {
   const CUresult r = g_op_log->real.event_record(e, s);
-  op_logged(s, "event record", reinterpret_cast<uintptr_t>(e), 0);
+  write_number(s, "event record", reinterpret_cast<uintptr_t>(e), 0);
   return r;
 }
 CUresult CUDAAPI logged_wait_event(CUstream s, CUevent e, unsigned flags) {
   const CUresult r = g_op_log->real.stream_wait_event(s, e, flags);
-  op_logged(s, "event wait", reinterpret_cast<uintptr_t>(e), 0, true);
+  if (g_op_log->between_waits_only) {
+    g_op_log->log->mark_wait(s);
+  } else {
+    write_number(s, "event wait", reinterpret_cast<uintptr_t>(e), 0);
+  }
   return r;
 }
 CUresult CUDAAPI logged_write(CUstream s, CUdeviceptr at, cuuint64_t v, unsigned flags) {
   const CUresult r = g_op_log->real.stream_write_value64(s, at, v, flags);
-  op_logged(s, "word write", at, v);
+  write_number(s, "word write", at, v);
   return r;
 }
 CUresult CUDAAPI logged_wait_value(CUstream s, CUdeviceptr at, cuuint64_t v, unsigned flags) {
   const CUresult r = g_op_log->real.stream_wait_value64(s, at, v, flags);
-  op_logged(s, "word wait", at, v);
+  write_number(s, "word wait", at, v);
   return r;
 }
 CUresult CUDAAPI logged_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
@@ -405,7 +404,7 @@ CUresult CUDAAPI logged_launch(CUfunction f, unsigned gx, unsigned gy, unsigned 
                                void** extra) {
   const CUresult r =
       g_op_log->real.launch_kernel(f, gx, gy, gz, bx, by, bz, shared, s, params, extra);
-  op_logged(s, "copy kernel", gx, 0);
+  write_number(s, "copy kernel", gx, 0);
   return r;
 }
 
@@ -436,10 +435,11 @@ bool start_op_log(AdvisorDriver& d, bool every_call, bool between_waits_only) {
   g_op_log = logged;  // never freed: launches may still use the wrappers at exit
   d.mem_prefetch_async = logged_prefetch;
   if (d.mem_discard_batch_async) d.mem_discard_batch_async = logged_discard;
+  d.stream_wait_event = logged_wait_event;
+  if (!every_call) return true;  // the launch path's event records and word waits stay direct
   if (d.memcpy_dtoh_async) d.memcpy_dtoh_async = logged_dtoh;
   if (d.memcpy_htod_async) d.memcpy_htod_async = logged_htod;
   d.event_record = logged_record;
-  d.stream_wait_event = logged_wait_event;
   d.stream_write_value64 = logged_write;
   if (d.stream_wait_value64) d.stream_wait_value64 = logged_wait_value;
   if (d.launch_kernel) d.launch_kernel = logged_launch;

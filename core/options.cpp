@@ -276,6 +276,16 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
       }
     }
   };
+  // A boolean or one more word: 0 or 1, 2 for the word; nothing when unset or not understood.
+  auto read_bool_or = [&](const char* name, std::string_view word,
+                          std::string_view default_text) -> std::optional<int> {
+    const char* v = read(name);
+    if (!v) return std::nullopt;
+    if (trim(v) == word) return 2;
+    if (const std::optional<bool> b = parse_bool(trim(v))) return *b ? 1 : 0;
+    warn(name, v, fmt::format("is neither a boolean (1/0, on/off) nor {}", word), default_text);
+    return std::nullopt;
+  };
   // An option of two words: `off` (the default) or `on`, which sets the field.
   auto read_choice = [&](const char* name, std::string_view off, std::string_view on, bool* field) {
     if (const char* v = read(name)) {
@@ -336,15 +346,9 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
   if (const char* v = read("UMSWAP_REPLAY")) options.replay_path = trim(v);
   read_bool("UMSWAP_PREFETCH_WAIT", &options.prefetch_wait, "0");
   read_bool("UMSWAP_EVICT_WAIT", &options.evict_wait, "0");
-  if (const char* v = read("UMSWAP_EVICT_COPY")) {
-    if (trim(v) == "keep") {
-      options.evict_copy = true;
-      options.evict_copy_keep = true;
-    } else if (auto b = parse_bool(trim(v))) {
-      options.evict_copy = *b;
-    } else {
-      warn("UMSWAP_EVICT_COPY", v, "is neither a boolean (1/0, on/off) nor keep", "1");
-    }
+  if (const std::optional<int> c = read_bool_or("UMSWAP_EVICT_COPY", "keep", "1")) {
+    options.evict_copy = *c != 0;
+    options.evict_copy_keep = *c == 2;
   }
   read_choice("UMSWAP_EVICT_COPY_ROOM", "all", "plan", &options.evict_copy_room_plan);
   if (const char* v = read("UMSWAP_EVICT_COPY_CHUNK")) {
@@ -363,14 +367,8 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
   read_int("UMSWAP_HOST_GATE", 0, 56, &options.host_gate, "0");
   read_bool("UMSWAP_HANG_STACKS", &options.hang_stacks, "0");
   read_bool("UMSWAP_OP_LOG", &options.op_log, "0");
-  if (const char* v = read("UMSWAP_CLOSE_CALLS")) {
-    if (trim(v) == "waits") {
-      options.close_calls = 2;
-    } else if (auto b = parse_bool(trim(v))) {
-      options.close_calls = *b ? 1 : 0;
-    } else {
-      warn("UMSWAP_CLOSE_CALLS", v, "is neither a boolean (1/0, on/off) nor waits", "1");
-    }
+  if (const std::optional<int> c = read_bool_or("UMSWAP_CLOSE_CALLS", "waits", "1")) {
+    options.close_calls = *c;
   }
   read_choice("UMSWAP_EVICT_COPY_PATH", "engine", "kernel", &options.evict_copy_kernel);
   read_bool("UMSWAP_ASYNC_SLABS", &options.async_slabs, "1");

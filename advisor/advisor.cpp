@@ -1231,10 +1231,6 @@ bool AdvisorImpl::set_up() {
                   config.op_log ? "UMSWAP_OP_LOG" : "UMSWAP_CLOSE_CALLS");
     } else if (config.op_log) {
       log_warning("UMSWAP_OP_LOG: each stream's calls are followed by a write of their number");
-    } else if (config.close_calls == 2) {
-      log_warning(
-          "UMSWAP_CLOSE_CALLS=waits is experimental (not yet run on a GPU): one stream write only "
-          "between event waits and the prefetch or discard after them");
     }
   }
   if (d.ctx_get_device(&device) != CUDA_SUCCESS ||

@@ -70,11 +70,11 @@ constexpr std::array kOptionTable = {
                "out; all: every eviction umswap copied before it; plan (experimental, not yet "
                "measured): only those the plan needs for its room, so that copies each way can "
                "overlap"},
-    OptionInfo{"UMSWAP_EVICT_COPY_PATH", "engine",
-               "with UMSWAP_EVICT_COPY: what moves the bytes; engine: cuMemcpyAsync (a copy "
-               "engine; managed <-> pinned copies each way share about 52 GB/s on an H200); "
-               "kernel (experimental): a copy kernel of umswap's on a few SMs, whose two "
-               "directions together reach about 75 GB/s there"},
+    OptionInfo{"UMSWAP_EVICT_COPY_PATH", "kernel",
+               "with UMSWAP_EVICT_COPY: what moves the bytes; kernel: a copy kernel of umswap's "
+               "on a few SMs, whose two directions together reach about 75 GB/s on an H200 "
+               "(if it does not load, copy engines copy, said once); engine: cuMemcpyAsync (a "
+               "copy engine; managed <-> pinned copies each way share about 52 GB/s there)"},
     OptionInfo{"UMSWAP_EVICT_COPY_SIDE_STREAMS", "1",
                "with UMSWAP_EVICT_COPY: 1: a copy back's populate and a copy out's discard run on "
                "streams of their own, so that the copies each way follow each other without "
@@ -116,11 +116,11 @@ constexpr std::array kOptionTable = {
     OptionInfo{"UMSWAP_OP_LOG", "0",
                "1 (a diagnostic): the advisor's calls on each stream are followed by a write of "
                "their number, and a stall report says which call each stream is held at"},
-    OptionInfo{"UMSWAP_CLOSE_CALLS", "1",
-               "1: each event wait, prefetch and discard on the advisor's streams is followed "
-               "there by a stream write (without, the bundled cuDNN sample hung with copies; "
-               "they cost GPT-2 about 6.6%); waits (experimental, not yet run on a GPU): one "
-               "write only between event waits and the prefetch or discard after them; 0: none"},
+    OptionInfo{"UMSWAP_CLOSE_CALLS", "waits",
+               "waits: on the advisor's streams, a stream write between event waits and the "
+               "prefetch or discard after them (without, the bundled cuDNN sample hung with "
+               "copies: docs/advisor.md); 1: a write after each event wait, prefetch and "
+               "discard there (costs GPT-2 more); 0: none"},
     OptionInfo{"UMSWAP_ASYNC_SLABS", "1",
                "1: cudaMallocAsync allocations are blocks of umswap's managed slabs (exact "
                "extents for the advisor); 0: the driver's managed memory pool"},
@@ -286,14 +286,15 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
     warn(name, v, fmt::format("is neither a boolean (1/0, on/off) nor {}", word), default_text);
     return std::nullopt;
   };
-  // An option of two words: `off` (the default) or `on`, which sets the field.
+  // An option of two words, `off` or `on`, which sets the field; a bad value leaves the field's
+  // default.
   auto read_choice = [&](const char* name, std::string_view off, std::string_view on, bool* field) {
     if (const char* v = read(name)) {
       const std::string_view t = trim(v);
       if (t == off || t == on) {
         *field = t == on;
       } else {
-        warn(name, v, fmt::format("is neither {} nor {}", off, on), off);
+        warn(name, v, fmt::format("is neither {} nor {}", off, on), *field ? on : off);
       }
     }
   };
@@ -367,7 +368,7 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
   read_int("UMSWAP_HOST_GATE", 0, 56, &options.host_gate, "0");
   read_bool("UMSWAP_HANG_STACKS", &options.hang_stacks, "0");
   read_bool("UMSWAP_OP_LOG", &options.op_log, "0");
-  if (const std::optional<int> c = read_bool_or("UMSWAP_CLOSE_CALLS", "waits", "1")) {
+  if (const std::optional<int> c = read_bool_or("UMSWAP_CLOSE_CALLS", "waits", "waits")) {
     options.close_calls = *c;
   }
   read_choice("UMSWAP_EVICT_COPY_PATH", "engine", "kernel", &options.evict_copy_kernel);

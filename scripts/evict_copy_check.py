@@ -4,11 +4,12 @@
 Runs a training script that prints `iter <i> ms <t> loss <x>` lines (samples/pytorch/*.py)
 natively, then under `umswap run --budget B` once per variant and round:
 
-  copy    UMSWAP_EVICT_COPY=1: evictions copied to pinned host memory, GPU pages discarded;
+  copy    UMSWAP_EVICT_COPY=1: evictions copied to pinned host memory by a copy engine
+          (UMSWAP_EVICT_COPY_PATH=engine), GPU pages discarded;
   room    the same with UMSWAP_EVICT_COPY_ROOM=plan: a copy back waits only for the copies
           out its own ranges and its room need (experimental);
-  kernel  room, with UMSWAP_EVICT_COPY_PATH=kernel: umswap's copy kernel moves the bytes, not a
-          copy engine (experimental);
+  kernel  room, with UMSWAP_EVICT_COPY_PATH=kernel (the default path): umswap's copy kernel
+          moves the bytes, not a copy engine;
   keep    UMSWAP_EVICT_COPY=keep: the same copies out and back, GPU pages kept (a diagnostic);
   off     UMSWAP_EVICT_COPY=0: the driver path (evictions by cudaMemPrefetchAsync), same budget;
   native  the script again without umswap: how far native runs differ from each other.
@@ -48,8 +49,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ITER = re.compile(r"^iter (\d+) ms ([0-9.]+) loss ([-0-9.einfa]+)", re.M)
 VARIANTS = {
-    "copy": {"UMSWAP_EVICT_COPY": "1"},
-    "room": {"UMSWAP_EVICT_COPY": "1", "UMSWAP_EVICT_COPY_ROOM": "plan"},
+    "copy": {"UMSWAP_EVICT_COPY": "1", "UMSWAP_EVICT_COPY_PATH": "engine"},
+    "room": {"UMSWAP_EVICT_COPY": "1", "UMSWAP_EVICT_COPY_ROOM": "plan",
+             "UMSWAP_EVICT_COPY_PATH": "engine"},
     "kernel": {"UMSWAP_EVICT_COPY": "1", "UMSWAP_EVICT_COPY_ROOM": "plan",
                "UMSWAP_EVICT_COPY_PATH": "kernel"},
     "keep": {"UMSWAP_EVICT_COPY": "keep"},

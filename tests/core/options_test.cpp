@@ -374,7 +374,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"UMSWAP_EVICT_WAIT", "sometimes", "0"},
         BadValue{"UMSWAP_EVICT_COPY", "sometimes", "1"},
         BadValue{"UMSWAP_EVICT_COPY_ROOM", "some", "all"},
-        BadValue{"UMSWAP_EVICT_COPY_PATH", "dma", "engine"},
+        BadValue{"UMSWAP_EVICT_COPY_PATH", "dma", "kernel"},
         BadValue{"UMSWAP_EVICT_COPY_SIDE_STREAMS", "both", "1"},
         BadValue{"UMSWAP_ASYNC_SLABS", "some", "1"}, BadValue{"UMSWAP_LIFETIMES", "maybe", "1"},
         BadValue{"UMSWAP_PLACEMENT", "perhaps", "1"}, BadValue{"UMSWAP_BUDGET", "12Q", "0"},
@@ -456,9 +456,9 @@ TEST(ParseOptions, EvictCopyRoomIsAllOrPlan) {
   EXPECT_TRUE(warnings.empty());
 }
 
-TEST(ParseOptions, EvictCopyPathIsEngineOrKernel) {
+TEST(ParseOptions, EvictCopyPathIsKernelByDefaultOrEngine) {
   std::vector<std::string> warnings;
-  EXPECT_FALSE(parse({}, &warnings).evict_copy_kernel);
+  EXPECT_TRUE(parse({}, &warnings).evict_copy_kernel);
   EXPECT_TRUE(parse({{"UMSWAP_EVICT_COPY_PATH", "kernel "}}, &warnings).evict_copy_kernel);
   EXPECT_FALSE(parse({{"UMSWAP_EVICT_COPY_PATH", "engine"}}, &warnings).evict_copy_kernel);
   EXPECT_TRUE(warnings.empty());
@@ -537,15 +537,17 @@ TEST(ParseOptions, OpLogIsABooleanOffByDefault) {
   EXPECT_NE(warnings[0].find("UMSWAP_OP_LOG"), std::string::npos);
 }
 
-TEST(ParseOptions, CloseCallsIsOnByDefaultOffOrWaits) {
+TEST(ParseOptions, CloseCallsIsWaitsByDefaultOnOrOff) {
   std::vector<std::string> warnings;
-  EXPECT_EQ(parse({}, &warnings).close_calls, 1);
+  EXPECT_EQ(parse({}, &warnings).close_calls, 2);
   EXPECT_EQ(parse({{"UMSWAP_CLOSE_CALLS", "0"}}, &warnings).close_calls, 0);
+  EXPECT_EQ(parse({{"UMSWAP_CLOSE_CALLS", "on"}}, &warnings).close_calls, 1);
   EXPECT_EQ(parse({{"UMSWAP_CLOSE_CALLS", " waits"}}, &warnings).close_calls, 2);
   EXPECT_TRUE(warnings.empty());
-  EXPECT_EQ(parse({{"UMSWAP_CLOSE_CALLS", "sometimes"}}, &warnings).close_calls, 1);
+  EXPECT_EQ(parse({{"UMSWAP_CLOSE_CALLS", "sometimes"}}, &warnings).close_calls, 2);
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find("UMSWAP_CLOSE_CALLS"), std::string::npos);
+  EXPECT_NE(warnings[0].find("waits"), std::string::npos);
 }
 
 TEST(ParseOptions, HostGateIsOffByDefaultAlwaysAtOneOrFromACountOfWaitingCalls) {
@@ -683,7 +685,7 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
                                              "UMSWAP_EVICT_WAIT=1",
                                              "UMSWAP_EVICT_COPY=0",
                                              "UMSWAP_EVICT_COPY_ROOM=all",
-                                             "UMSWAP_EVICT_COPY_PATH=engine",
+                                             "UMSWAP_EVICT_COPY_PATH=kernel",
                                              "UMSWAP_EVICT_COPY_SIDE_STREAMS=1",
                                              "UMSWAP_EVICT_COPY_CHUNK=8M",
                                              "UMSWAP_MANAGED_OPS_CAP=8",
@@ -692,7 +694,7 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
                                              "UMSWAP_HOST_GATE=1",
                                              "UMSWAP_HANG_STACKS=1",
                                              "UMSWAP_OP_LOG=0",
-                                             "UMSWAP_CLOSE_CALLS=1",
+                                             "UMSWAP_CLOSE_CALLS=waits",
                                              "UMSWAP_ASYNC_SLABS=0",
                                              "UMSWAP_DISCARD_FREED=1",
                                              "UMSWAP_LIFETIMES=0",

@@ -12,12 +12,13 @@
 # stall turned the waits off (replayed with the waits, this loop sometimes stalls early, before
 # relearning matters, with the trace's own call sites too: docs/advisor.md).
 # The runs above are on the driver path (UMSWAP_EVICT_COPY=0; copies are the default).
-# With UMSWAP_EVICT_COPY=1 (evictions copied to pinned memory): the same checks, copies in
-# every steady iteration and in force to the end, and no step on a page while it was discarded or
+# With UMSWAP_EVICT_COPY=1 (evictions copied to pinned memory; by a copy engine here,
+# UMSWAP_EVICT_COPY_PATH=engine, and in the stray and graph runs below by kernel, the default):
+# the same checks, copies in every steady iteration and in force to the end, and no step on a page while it was discarded or
 # coming back (the stats' copy_check, from CUPTI's times); again with UMSWAP_EVICT_COPY_ROOM=plan
 # (copies back wait only for the copies out their own ranges and their room need), and with
 # UMSWAP_EVICT_COPY_PATH=kernel (umswap's copy kernel moves the bytes, not a copy engine: it must
-# have loaded and made the copies). Then with a stray launch off the plan
+# have loaded and made the copies; the default, set here to say so). Then with a stray launch off the plan
 # (advisor_loop --stray): the guard catches it and brings back what it reaches, copies go on, no
 # fault, the same checksum as natively with the same stray. Then with a CUDA graph launch in
 # iteration 10 (advisor_loop --graph: the same loss kernel, captured): the tracer cannot see into
@@ -44,10 +45,10 @@ UMSWAP_EVICT_COPY=0 UMSWAP_PREFETCH_WAIT=1 UMSWAP_EVICT_WAIT=1 timeout -s KILL 1
 UMSWAP_EVICT_COPY=0 timeout -s KILL 120 \
   "$umswap" run --budget 1G --stats "$dir/nowait.json" -- "$loop" $args > "$dir/nowait.out"
 UMSWAP_EVICT_COPY=0 timeout -s KILL 120 "$umswap" record -o "$dir/loop.umtrace" -- "$loop" $args > "$dir/record.out"
-UMSWAP_EVICT_COPY=1 timeout -s KILL 120 \
+UMSWAP_EVICT_COPY=1 UMSWAP_EVICT_COPY_PATH=engine timeout -s KILL 120 \
   "$umswap" run --budget 1G --stats "$dir/copy.json" -- "$loop" $args > "$dir/copy.out"
 # The same with copies back that wait only for their own ranges' copies out and their room.
-UMSWAP_EVICT_COPY=1 UMSWAP_EVICT_COPY_ROOM=plan timeout -s KILL 120 \
+UMSWAP_EVICT_COPY=1 UMSWAP_EVICT_COPY_PATH=engine UMSWAP_EVICT_COPY_ROOM=plan timeout -s KILL 120 \
   "$umswap" run --budget 1G --stats "$dir/room.json" -- "$loop" $args > "$dir/room.out"
 # The same with umswap's copy kernel instead of copy engines.
 UMSWAP_EVICT_COPY=1 UMSWAP_EVICT_COPY_PATH=kernel timeout -s KILL 120 \

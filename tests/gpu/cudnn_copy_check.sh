@@ -8,7 +8,7 @@
 # Two hangs it covers (docs/advisor.md, "A hang with the cuDNN sample"), both on an H200:
 #  - online (2026-11-26 02:35): the advisor thread blocked for good inside cuMemPrefetchAsync;
 #    avoided since by a stream write after each of the advisor's event waits
-#    (UMSWAP_CLOSE_CALLS, on by default; docs/advisor.md "Closing the advisor's calls"), so this
+#    (UMSWAP_CLOSE_CALLS, =waits by default; docs/advisor.md "Closing the advisor's calls"), so this
 #    test runs with the defaults and no host gate (UMSWAP_HOST_GATE=1 was its earlier work-around);
 #  - replay (12:21): a kernel's first launch loaded its module lazily, which waited for the GPU,
 #    while the GPU waited for the advisor thread, itself behind the load in the driver; fixed by

@@ -134,7 +134,7 @@ class WholeRuns(unittest.TestCase):
     def test_a_one_iteration_spike_fails_the_run_and_names_the_iteration(self):
         p, _ = self.run_check({"FAKE_SPIKE": "1"}, "--variants", "copy,keep")
         self.assertEqual(p.returncode, 1, p.stdout)
-        self.assertIn("copy1 (UMSWAP_EVICT_COPY=1)", p.stdout)
+        self.assertIn("copy1 (UMSWAP_EVICT_COPY=1 UMSWAP_EVICT_COPY_PATH=engine)", p.stdout)
         self.assertIn("at iteration 2: DIFFERS", p.stdout)
         with open(os.path.join(self.dir, "r.json")) as f:
             r = json.load(f)
@@ -167,7 +167,7 @@ class WholeRuns(unittest.TestCase):
     def test_the_room_variant_copies_with_the_plans_room_waits(self):
         p, out = self.run_check({}, "--variants", "copy,room")
         self.assertEqual(p.returncode, 0, p.stdout)
-        self.assertIn("room1 (UMSWAP_EVICT_COPY=1 UMSWAP_EVICT_COPY_ROOM=plan)", p.stdout)
+        self.assertIn("room1 (UMSWAP_EVICT_COPY=1 UMSWAP_EVICT_COPY_ROOM=plan UMSWAP_EVICT_COPY_PATH=engine)", p.stdout)
         for name, room in (("copy1", None), ("room1", "plan")):
             with open(os.path.join(out, name + ".json.args")) as f:
                 seen = json.load(f)

@@ -121,10 +121,11 @@ struct AdvisorConfig {
   // ranges and for the evictions its room needs (Plan::restore_room_back), not for every copy out
   // issued before it (the default), so that copies each way can overlap.
   bool evict_copy_room_plan = false;
-  // UMSWAP_EVICT_COPY_PATH=kernel: the copies are umswap's copy kernel (copy_kernel.h) on a few
-  // SMs instead of cuMemcpyAsync, whose two directions share one copy engine's bandwidth for
-  // managed memory. If the kernel does not load, a copy engine copies (said once, in the stats).
-  bool evict_copy_kernel = false;
+  // UMSWAP_EVICT_COPY_PATH=kernel (the default): the copies are umswap's copy kernel
+  // (copy_kernel.h) on a few SMs instead of cuMemcpyAsync, whose two directions share one copy
+  // engine's bandwidth for managed memory. If the kernel does not load, a copy engine copies (said
+  // once, in the stats).
+  bool evict_copy_kernel = true;
   // UMSWAP_EVICT_COPY_SIDE_STREAMS: a copy back's populate and a copy out's discard run on
   // streams of their own (after the same waits), so that the copies each way follow each other
   // without them in between; false: on the copy's stream, right before or after it.
@@ -145,11 +146,11 @@ struct AdvisorConfig {
   bool hang_stacks = false;
   // UMSWAP_OP_LOG (a diagnostic, op_log.h): calls followed on the GPU, for the stall reports.
   bool op_log = false;
-  // UMSWAP_CLOSE_CALLS: each event wait, prefetch and discard on the advisor's streams is
-  // followed there by a write of its number to pinned memory (docs/advisor.md, "Closing the
-  // advisor's calls"): without, the bundled cuDNN sample hung with copies.
-  // 2 (=waits, experimental): one write only between event waits and the managed call after them.
-  int close_calls = 1;
+  // UMSWAP_CLOSE_CALLS: on the advisor's streams, a write of a number to pinned memory between
+  // event waits and the managed call after them (2, =waits, the default), or after each event
+  // wait, prefetch and discard (1); docs/advisor.md, "Closing the advisor's calls": without, the
+  // bundled cuDNN sample hung with copies. 0: none.
+  int close_calls = 2;
   // UMSWAP_HOST_GATE: where the advisor's streams would wait on the GPU for a launch of the
   // program's (its last use, the GPU reaching it, a barrier), the advisor thread waits until that
   // launch's event has run, so its managed-memory calls never wait on the GPU (the driver holds

@@ -3030,7 +3030,11 @@ void AdvisorImpl::stop_copies(const std::string& why, bool for_good) {
   doing.store("bringing everything copied back", std::memory_order_relaxed);
   if (!for_good && epoch + 1 >= kEpochs) for_good = true;
   ++copy_rescues;
-  if (for_good) {
+  if (for_good && stop.load()) {
+    // The program ends: nothing to warn about (the stats keep the reason).
+    copy_off_reason = why;
+    log_info("UMSWAP_EVICT_COPY: {}; everything copied to the host goes back", why);
+  } else if (for_good) {
     copy_off_reason = why;
     log_warning(
         "UMSWAP_EVICT_COPY: {}; everything copied to the host goes back, and evictions go "

@@ -680,10 +680,13 @@ class AdvisorImpl {
   // UMSWAP_EVICT_COPY_SIDE_STREAMS: the populates of the plan's copies back run on
   // populate_stream, so that the next launch's populates overlap this one's copies in
   // (populated_event orders each copy after its own populate); the discards behind the copies out
-  // run on discard_stream (copied_event orders each after its copy), so that the next copy out
+  // run on discard_stream (piece_events order each after its copy), so that the next copy out
   // need not wait for them. Null: they run on restore_stream and `stream`.
   CUstream populate_stream = nullptr, discard_stream = nullptr;
-  CUevent populated_event = nullptr, copied_event = nullptr;
+  CUevent populated_event = nullptr;
+  // One event per discard of a copy out (several with UMSWAP_EVICT_COPY_OUT_PIECE, each after its
+  // own piece's copy), created as needed and reused: a wait takes the record made before it.
+  std::vector<CUevent> piece_events;
   // The restored words, one per epoch: a plan that ends releases its word for good, and the next
   // plan's copies count on a fresh one (a released word cannot be taken back from waits already
   // placed on it).
@@ -2427,8 +2430,7 @@ void AdvisorImpl::set_up_copies() {
   if (config.evict_copy_side_streams &&
       (d.stream_create(&populate_stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
        d.event_create(&populated_event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
-       d.stream_create(&discard_stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
-       d.event_create(&copied_event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)) {
+       d.stream_create(&discard_stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)) {
     // Populates and discards run on their copies' streams.
     populate_stream = discard_stream = nullptr;
   }
@@ -2645,8 +2647,22 @@ bool AdvisorImpl::evict_by_copy(uint64_t address, uint64_t length, uint64_t g, u
   ++out_ticket;
   if (lo > address) migrate(address, lo - address, false, g);
   if (address + length > hi) migrate(hi, address + length - hi, false, g);
+  // The ranges copied, then discarded behind their copies: all in one discard, or with
+  // UMSWAP_EVICT_COPY_OUT_PIECE and a discard stream of their own, in pieces of at most that
+  // size, each discarded right behind its own copy (its room comes free while the next copies).
+  const CUstream ds = discard_stream ? discard_stream : stream;
+  const bool piecewise = ds != stream && config.evict_copy_out_piece >= kPage;
+  const std::vector<HostCopies::Segment> pieces =
+      piecewise ? pipeline_pieces(*segments, config.evict_copy_out_piece, kPage, 1) : *segments;
+  struct Group {
+    size_t begin = 0, end = 0;  // into pieces
+    uint32_t copy = 0;          // the correlation id of its last copy
+    CUevent copied = nullptr;   // recorded on `stream` after its last copy (ds != stream)
+  };
+  std::vector<Group> groups;
   uint64_t bytes = 0;
-  for (const HostCopies::Segment& s : *segments) {
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const HostCopies::Segment& s = pieces[i];
     const auto t0 = std::chrono::steady_clock::now();
     const CUresult r = copy_async(s.host, s.address, s.length, true, stream);
     const double took =
@@ -2663,36 +2679,66 @@ bool AdvisorImpl::evict_by_copy(uint64_t address, uint64_t length, uint64_t g, u
     tracer::note_own_copy(tracer::last_own_copy(), s.address, s.length, false);
     bytes += s.length;
     ++copy_calls;
+    if (!piecewise && i + 1 < pieces.size()) continue;
+    Group group{piecewise ? i : 0, i + 1, tracer::last_own_copy(), nullptr};
+    if (ds != stream) {
+      // Its own event: the discards are issued once every copy is (nothing is discarded when a
+      // copy fails). On discard_stream, a wait takes the event's latest record.
+      while (piece_events.size() <= groups.size()) {
+        CUevent e = nullptr;
+        if (d.event_create(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) break;
+        piece_events.push_back(e);
+      }
+      if (piece_events.size() <= groups.size() ||
+          d.event_record(piece_events[groups.size()], stream) != CUDA_SUCCESS) {
+        // Not discarded: every held range goes back (the same bytes), copies stop.
+        stop_copies("could not order a discard after its copy to the host");
+        return true;
+      }
+      group.copied = piece_events[groups.size()];
+    }
+    groups.push_back(group);
   }
-  if (!segments->empty()) {
-    // The discard right behind the copy, in the GPU's order (done on the host's word, later, it
+  if (!groups.empty()) {
+    // Each discard right behind its copy, in the GPU's order (done on the host's word, later, it
     // came after the copy back when the program ran ahead of the GPU: nothing left the GPU).
-    std::vector<CUdeviceptr> starts;
-    std::vector<size_t> sizes;
-    for (const HostCopies::Segment& s : *segments) {
-      starts.push_back(s.address);
-      sizes.push_back(s.length);
-    }
-    // On discard_stream, ordered after the copy (a wait takes the event's latest record).
-    const CUstream ds = discard_stream ? discard_stream : stream;
-    if (ds != stream && (d.event_record(copied_event, stream) != CUDA_SUCCESS ||
-                         d.stream_wait_event(ds, copied_event, 0) != CUDA_SUCCESS)) {
-      // Not discarded: every held range goes back (the same bytes), copies stop.
-      stop_copies("could not order a discard after its copy to the host");
-      return true;
-    }
-    // UMSWAP_EVICT_COPY=keep (a diagnostic): the GPU pages stay.
-    CUresult r = CUDA_SUCCESS;
-    if (!config.evict_copy_keep) {
-      const Timed timed(managed_call_s);
-      before_managed_op(ds);
-      r = d.mem_discard_batch_async(starts.data(), sizes.data(), starts.size(), 0, ds);
-    }
-    if (r != CUDA_SUCCESS) {
-      ++copy_failures;
-      // The GPU and the host both hold the data: the copy back rewrites the same bytes.
-      if (warned_copy_failure.first()) {
-        log_warning("advisor: cuMemDiscardBatchAsync failed (error {})", static_cast<int>(r));
+    for (size_t k = 0; k < groups.size(); ++k) {
+      const Group& group = groups[k];
+      if (group.copied && d.stream_wait_event(ds, group.copied, 0) != CUDA_SUCCESS &&
+          d.stream_synchronize(stream) != CUDA_SUCCESS) {
+        // The copies are not known done, so nothing more is discarded; those discarded come back
+        // (copied() orders the copies back after them), copies stop.
+        if (k > 0) {
+          std::lock_guard lock(copies_mutex);
+          copies->copied(out_ticket);
+        }
+        stop_copies("could not order a discard after its copy to the host");
+        return true;
+      }
+      std::vector<CUdeviceptr> starts;
+      std::vector<size_t> sizes;
+      for (size_t i = group.begin; i < group.end; ++i) {
+        starts.push_back(pieces[i].address);
+        sizes.push_back(pieces[i].length);
+      }
+      // UMSWAP_EVICT_COPY=keep (a diagnostic): the GPU pages stay.
+      CUresult r = CUDA_SUCCESS;
+      if (!config.evict_copy_keep) {
+        const Timed timed(managed_call_s);
+        before_managed_op(ds);
+        r = d.mem_discard_batch_async(starts.data(), sizes.data(), starts.size(), 0, ds);
+      }
+      if (r != CUDA_SUCCESS) {
+        ++copy_failures;
+        // The GPU and the host both hold the data: the copy back rewrites the same bytes.
+        if (warned_copy_failure.first()) {
+          log_warning("advisor: cuMemDiscardBatchAsync failed (error {})", static_cast<int>(r));
+        }
+      } else {
+        discard_notes.push_back(
+            {out_ticket, group.copy,
+             std::vector<HostCopies::Segment>(pieces.begin() + static_cast<ptrdiff_t>(group.begin),
+                                              pieces.begin() + static_cast<ptrdiff_t>(group.end))});
       }
     }
     CUevent e = take_event();
@@ -2710,8 +2756,6 @@ bool AdvisorImpl::evict_by_copy(uint64_t address, uint64_t length, uint64_t g, u
         out_ticket_at.emplace_back(g, out_ticket);
       }
     }
-    if (r == CUDA_SUCCESS)
-      discard_notes.push_back({out_ticket, tracer::last_own_copy(), *segments});
     std::lock_guard lock(copies_mutex);
     copies->copied(out_ticket);  // discarded in the GPU's order: a copy back must come after
   }
@@ -3274,6 +3318,7 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
         {"room", a.config.evict_copy_room_plan ? "plan" : "all"},
         {"side_streams", a.populate_stream != nullptr},
         {"chunk_bytes", a.config.evict_copy_chunk},
+        {"out_piece_bytes", a.config.evict_copy_out_piece},
         {"path", a.copy_fn ? "kernel" : "engine"},
         {"kernel_off", a.copy_kernel_off},
         {"kernel_copies", a.kernel_copies},

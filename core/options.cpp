@@ -85,6 +85,11 @@ constexpr std::array kOptionTable = {
         "back's first piece (a size, rounded down to 2 MiB), each next one 3 times larger up "
         "to whole segments, so that its copy waits for a small populate (about 7 us a MiB "
         "on an H200); 0: whole segments"},
+    OptionInfo{"UMSWAP_EVICT_COPY_OUT_PIECE", "0",
+               "with UMSWAP_EVICT_COPY and side streams (experimental): a copy out is made in "
+               "pieces of at most this size (rounded down to 2 MiB), each discarded as soon as "
+               "it is copied, so that a large eviction's room comes free while it copies, not "
+               "all at its end; 0: one discard after the whole range"},
     OptionInfo{"UMSWAP_MANAGED_OPS_CAP", "0",
                "experimental: at most this many of the advisor's prefetches and discards wait on "
                "the GPU at once; it waits (outside the driver) before issuing more. The driver "
@@ -352,17 +357,22 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
     options.evict_copy_keep = *c == 2;
   }
   read_choice("UMSWAP_EVICT_COPY_ROOM", "all", "plan", &options.evict_copy_room_plan);
-  if (const char* v = read("UMSWAP_EVICT_COPY_CHUNK")) {
+  // A size in bytes (not a percentage); a bad value keeps the field's default, 0.
+  auto read_bytes = [&](const char* name, uint64_t* field) {
+    const char* v = read(name);
+    if (!v) return;
     std::string why;
     const std::optional<SizeSpec> s = parse_size(v, &why);
     if (!s) {
-      warn("UMSWAP_EVICT_COPY_CHUNK", v, why, "0");
+      warn(name, v, why, "0");
     } else if (s->is_percent) {
-      warn("UMSWAP_EVICT_COPY_CHUNK", v, "is a percentage, not a size (examples: 8M, 16M)", "0");
+      warn(name, v, "is a percentage, not a size (examples: 8M, 16M)", "0");
     } else {
-      options.evict_copy_chunk = s->bytes;
+      *field = s->bytes;
     }
-  }
+  };
+  read_bytes("UMSWAP_EVICT_COPY_CHUNK", &options.evict_copy_chunk);
+  read_bytes("UMSWAP_EVICT_COPY_OUT_PIECE", &options.evict_copy_out_piece);
   read_bool("UMSWAP_EVICT_COPY_SIDE_STREAMS", &options.evict_copy_side_streams, "1");
   read_bool("UMSWAP_LEARN_EVICT", &options.learn_evict, "1");
   read_int("UMSWAP_HOST_GATE", 0, 56, &options.host_gate, "0");
@@ -405,6 +415,8 @@ std::vector<std::string> describe(const Options& options) {
       fmt::format("UMSWAP_EVICT_COPY_PATH={}", options.evict_copy_kernel ? "kernel" : "engine"),
       fmt::format("UMSWAP_EVICT_COPY_SIDE_STREAMS={}", options.evict_copy_side_streams ? 1 : 0),
       fmt::format("UMSWAP_EVICT_COPY_CHUNK={}", SizeSpec{options.evict_copy_chunk}.to_string()),
+      fmt::format("UMSWAP_EVICT_COPY_OUT_PIECE={}",
+                  SizeSpec{options.evict_copy_out_piece}.to_string()),
       fmt::format("UMSWAP_MANAGED_OPS_CAP={}", options.managed_ops_cap),
       fmt::format("UMSWAP_POPULATE_AHEAD={}", options.populate_ahead),
       fmt::format("UMSWAP_LEARN_EVICT={}", options.learn_evict ? 1 : 0),

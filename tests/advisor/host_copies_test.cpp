@@ -536,5 +536,29 @@ TEST(PipelinePieces, FirstPieceSmallThenGrowingUpToWholeSegments) {
   }
 }
 
+// UMSWAP_EVICT_COPY_OUT_PIECE: growth 1 cuts every segment into equal pieces (the size rounded
+// down to whole units), the last of each segment shorter; none spans two segments.
+TEST(PipelinePieces, GrowthOneCutsEqualPiecesWithinEachSegment) {
+  constexpr uint64_t MiB = 1 << 20, unit = 2 * MiB;
+  const std::vector<HostCopies::Segment> segments = {{0x40000000, 100 * MiB, 0x9000000},
+                                                     {0x80000000, 10 * MiB, 0x20000000}};
+  const std::vector<HostCopies::Segment> pieces =
+      pipeline_pieces(segments, 32 * MiB + 12345, unit, 1);
+  ASSERT_EQ(pieces.size(), 5u);
+  const uint64_t lengths[] = {32 * MiB, 32 * MiB, 32 * MiB, 4 * MiB, 10 * MiB};
+  uint64_t total = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    EXPECT_EQ(pieces[i].length, lengths[i]) << i;
+    total += pieces[i].length;
+  }
+  EXPECT_EQ(total, 110 * MiB);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(pieces[i].address, 0x40000000 + i * 32 * MiB) << i;
+    EXPECT_EQ(pieces[i].host, 0x9000000 + i * 32 * MiB) << i;
+  }
+  EXPECT_EQ(pieces[4].address, 0x80000000u);
+  EXPECT_EQ(pieces[4].host, 0x20000000u);
+}
+
 }  // namespace
 }  // namespace umswap::advisor

@@ -487,6 +487,18 @@ TEST(ParseOptions, EvictCopyChunkIsASize) {
   }
 }
 
+TEST(ParseOptions, EvictCopyOutPieceIsASizeOffByDefault) {
+  std::vector<std::string> warnings;
+  EXPECT_EQ(parse({}, &warnings).evict_copy_out_piece, 0u);
+  EXPECT_EQ(parse({{"UMSWAP_EVICT_COPY_OUT_PIECE", "32M"}}, &warnings).evict_copy_out_piece,
+            32 * MiB);
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_EQ(parse({{"UMSWAP_EVICT_COPY_OUT_PIECE", "10%"}}, &warnings).evict_copy_out_piece, 0u);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("UMSWAP_EVICT_COPY_OUT_PIECE"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find("using the default 0"), std::string::npos) << warnings[0];
+}
+
 TEST(ParseOptions, PopulateAheadIsAWholeNumberUpTo64) {
   std::vector<std::string> warnings;
   EXPECT_EQ(parse({}, &warnings).populate_ahead, 0);
@@ -615,6 +627,7 @@ TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
                                                   "UMSWAP_POPULATE_AHEAD",
                                                   "UMSWAP_LEARN_EVICT",
                                                   "UMSWAP_EVICT_COPY_CHUNK",
+                                                  "UMSWAP_EVICT_COPY_OUT_PIECE",
                                                   "UMSWAP_HOST_GATE",
                                                   "UMSWAP_HANG_STACKS",
                                                   "UMSWAP_OP_LOG",
@@ -623,7 +636,7 @@ TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
                                                   "UMSWAP_DISCARD_FREED",
                                                   "UMSWAP_LIFETIMES",
                                                   "UMSWAP_PLACEMENT"}));
-  EXPECT_EQ(option_table().size(), 29u);  // no duplicates
+  EXPECT_EQ(option_table().size(), 30u);  // no duplicates
 }
 
 TEST(OptionTable, EveryEntryHasAMeaning) {
@@ -665,6 +678,7 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
   o.managed_ops_cap = 8;
   o.populate_ahead = 4;
   o.evict_copy_chunk = 8 * MiB;
+  o.evict_copy_out_piece = 32 * MiB;
   o.evict_copy = false;
   o.learn_evict = false;
   o.hang_stacks = true;
@@ -688,6 +702,7 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
                                              "UMSWAP_EVICT_COPY_PATH=kernel",
                                              "UMSWAP_EVICT_COPY_SIDE_STREAMS=1",
                                              "UMSWAP_EVICT_COPY_CHUNK=8M",
+                                             "UMSWAP_EVICT_COPY_OUT_PIECE=32M",
                                              "UMSWAP_MANAGED_OPS_CAP=8",
                                              "UMSWAP_POPULATE_AHEAD=4",
                                              "UMSWAP_LEARN_EVICT=0",

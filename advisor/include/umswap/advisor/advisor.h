@@ -136,6 +136,10 @@ struct AdvisorConfig {
   // UMSWAP_EVICT_COPY_CHUNK: with side streams, a copy back's first piece (pipeline_pieces(); 0:
   // whole segments).
   uint64_t evict_copy_chunk = 0;
+  // UMSWAP_EVICT_COPY_OUT_PIECE: with side streams, a copy out is made in pieces of at most this
+  // many bytes (whole 2 MiB pages), each discarded right behind its own copy, so that the room a
+  // large eviction makes comes free while it copies (0: one discard after the whole range).
+  uint64_t evict_copy_out_piece = 0;
   // UMSWAP_POPULATE_AHEAD: a dropped page is populated up to this many launches before its next
   // use, on a stream of its own, where the plan has room (0: at the use, on its stream).
   uint32_t populate_ahead = 0;

@@ -86,10 +86,10 @@ constexpr std::array kOptionTable = {
         "to whole segments, so that its copy waits for a small populate (about 7 us a MiB "
         "on an H200); 0: whole segments"},
     OptionInfo{"UMSWAP_EVICT_COPY_OUT_PIECE", "0",
-               "with UMSWAP_EVICT_COPY and side streams (experimental): a copy out is made in "
-               "pieces of at most this size (rounded down to 2 MiB), each discarded as soon as "
-               "it is copied, so that a large eviction's room comes free while it copies, not "
-               "all at its end; 0: one discard after the whole range"},
+               "with UMSWAP_EVICT_COPY and side streams (experimental, do not use: GPT-2 took "
+               "tens of thousands of page faults an iteration with it, docs/advisor.md): a copy "
+               "out is made in pieces of at most this size (rounded down to 2 MiB), each "
+               "discarded as soon as it is copied; 0: one discard after the whole range"},
     OptionInfo{"UMSWAP_MANAGED_OPS_CAP", "0",
                "experimental: at most this many of the advisor's prefetches and discards wait on "
                "the GPU at once; it waits (outside the driver) before issuing more. The driver "

@@ -2426,7 +2426,15 @@ void AdvisorImpl::set_up_copies() {
   copy_words = static_cast<volatile uint64_t*>(words);
   for (uint32_t i = 0; i < kEpochs; ++i) copy_words[i] = 0;
   restored_device.store(restored_base, std::memory_order_release);
-  if (config.evict_copy_kernel) set_up_copy_kernel();
+  // The copy kernel's module only with a budget asked for: without one umswap evicts only past
+  // the GPU's whole memory (copy engines copy then), and loading a module is a context-wide call
+  // that must not come while a program thread captures a CUDA graph (a global-mode capture fails
+  // on it).
+  if (config.evict_copy_kernel && !config.budget.is_zero()) {
+    set_up_copy_kernel();
+  } else if (config.evict_copy_kernel) {
+    copy_kernel_off = "no budget was set (copy engines copy)";
+  }
   if (config.evict_copy_side_streams &&
       (d.stream_create(&populate_stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
        d.event_create(&populated_event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||

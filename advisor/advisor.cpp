@@ -296,7 +296,6 @@ struct OpLogged {
   AdvisorDriver real;
   CUdeviceptr words = 0;
   std::unique_ptr<OpLog> log;
-  bool every_call = false;  // UMSWAP_OP_LOG
   // UMSWAP_CLOSE_CALLS=waits without UMSWAP_OP_LOG: one write before a managed call that follows
   // event waits on its stream, none after.
   bool between_waits_only = false;
@@ -429,7 +428,6 @@ bool start_op_log(AdvisorDriver& d, bool every_call, bool between_waits_only) {
   logged->real = d;
   logged->words = words;
   logged->log = std::make_unique<OpLog>(static_cast<volatile uint64_t*>(host));
-  logged->every_call = every_call;
   logged->between_waits_only = between_waits_only && !every_call;
   logged->advisor_thread = std::this_thread::get_id();
   g_op_log = logged;  // never freed: launches may still use the wrappers at exit
@@ -2662,10 +2660,11 @@ bool AdvisorImpl::evict_by_copy(uint64_t address, uint64_t length, uint64_t g, u
   const bool piecewise = ds != stream && config.evict_copy_out_piece >= kPage;
   const std::vector<HostCopies::Segment> pieces =
       piecewise ? pipeline_pieces(*segments, config.evict_copy_out_piece, kPage, 1) : *segments;
+  // Each group is discarded in one call; with ds != stream after piece_events[its index],
+  // recorded on `stream` after its last copy.
   struct Group {
     size_t begin = 0, end = 0;  // into pieces
     uint32_t copy = 0;          // the correlation id of its last copy
-    CUevent copied = nullptr;   // recorded on `stream` after its last copy (ds != stream)
   };
   std::vector<Group> groups;
   uint64_t bytes = 0;
@@ -2688,7 +2687,6 @@ bool AdvisorImpl::evict_by_copy(uint64_t address, uint64_t length, uint64_t g, u
     bytes += s.length;
     ++copy_calls;
     if (!piecewise && i + 1 < pieces.size()) continue;
-    Group group{piecewise ? i : 0, i + 1, tracer::last_own_copy(), nullptr};
     if (ds != stream) {
       // Its own event: the discards are issued once every copy is (nothing is discarded when a
       // copy fails). On discard_stream, a wait takes the event's latest record.
@@ -2703,16 +2701,15 @@ bool AdvisorImpl::evict_by_copy(uint64_t address, uint64_t length, uint64_t g, u
         stop_copies("could not order a discard after its copy to the host");
         return true;
       }
-      group.copied = piece_events[groups.size()];
     }
-    groups.push_back(group);
+    groups.push_back({piecewise ? i : 0, i + 1, tracer::last_own_copy()});
   }
   if (!groups.empty()) {
     // Each discard right behind its copy, in the GPU's order (done on the host's word, later, it
     // came after the copy back when the program ran ahead of the GPU: nothing left the GPU).
     for (size_t k = 0; k < groups.size(); ++k) {
       const Group& group = groups[k];
-      if (group.copied && d.stream_wait_event(ds, group.copied, 0) != CUDA_SUCCESS &&
+      if (ds != stream && d.stream_wait_event(ds, piece_events[k], 0) != CUDA_SUCCESS &&
           d.stream_synchronize(stream) != CUDA_SUCCESS) {
         // The copies are not known done, so nothing more is discarded; those discarded come back
         // (copied() orders the copies back after them), copies stop.
@@ -3082,12 +3079,9 @@ void AdvisorImpl::stop_copies(const std::string& why, bool for_good) {
   doing.store("bringing everything copied back", std::memory_order_relaxed);
   if (!for_good && epoch + 1 >= kEpochs) for_good = true;
   ++copy_rescues;
-  if (for_good && stop.load()) {
-    // The program ends: nothing to warn about (the stats keep the reason).
-    copy_off_reason = why;
-    log_info("UMSWAP_EVICT_COPY: {}; everything copied to the host goes back", why);
-  } else if (for_good) {
-    copy_off_reason = why;
+  if (for_good) copy_off_reason = why;
+  // When the program ends there is nothing to warn about (the stats keep the reason).
+  if (for_good && !stop.load()) {
     log_warning(
         "UMSWAP_EVICT_COPY: {}; everything copied to the host goes back, and evictions go "
         "through the driver from now on",

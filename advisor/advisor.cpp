@@ -776,6 +776,7 @@ class AdvisorImpl {
   void set_up_copy_kernel();
   CUresult copy_async(uint64_t dst, uint64_t src, uint64_t bytes, bool to_host, CUstream s);
   void set_up_copies();
+  void relax_capture_mode();
   void go_live_copies();
   bool evict_by_copy(uint64_t address, uint64_t length, uint64_t g, uint64_t j, uint64_t due);
   bool restore_by_copy(uint64_t address, uint64_t length, uint64_t g);
@@ -1326,8 +1327,21 @@ bool AdvisorImpl::set_up() {
   return true;
 }
 
+// A thread of the advisor's takes the relaxed stream-capture mode. In the default (global) mode a
+// call the driver deems unsafe (pinned allocations, module loads, ...) made while any program
+// thread captures a CUDA graph in the global mode invalidates that capture (torch.cuda.graph
+// captures so); in the relaxed mode it does not. None of these threads' streams is ever captured.
+void AdvisorImpl::relax_capture_mode() {
+  if (!d.thread_exchange_capture_mode) return;
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  if (d.thread_exchange_capture_mode(&mode) != CUDA_SUCCESS) {
+    log_info("advisor: its thread could not take the relaxed capture mode");
+  }
+}
+
 void AdvisorImpl::run() {
   tracer::untrace_this_thread();  // its copies are not the program's steps
+  relax_capture_mode();
   if (!set_up()) return;
   if (progress_device) watchdog = std::thread([this] { watch_waits(); });
   state = "learning";
@@ -1434,6 +1448,7 @@ void AdvisorImpl::release_waits() {
 // (no driver call: the driver may be where the advisor thread is stuck), and released again if a
 // counter write still queued on the advisor's stream takes it back. Costs faults, never results.
 void AdvisorImpl::watch_waits() {
+  relax_capture_mode();
   uint64_t watched = UINT64_MAX, issued = 0, restore_watched = UINT64_MAX;
   auto since = std::chrono::steady_clock::now(), issued_since = since, restore_since = since;
   uint64_t seen_launched = 0;

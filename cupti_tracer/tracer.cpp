@@ -104,6 +104,28 @@ class Tracer {
     }
   }
   void before_first_use(uint64_t function);
+  // A capture begun or ended (at the call's exit, if it succeeded).
+  void note_capture(bool begun) {
+    if (begun) {
+      captures_open_.fetch_add(1, std::memory_order_acq_rel);
+    } else if (captures_open_.fetch_sub(1, std::memory_order_acq_rel) <= 0) {
+      captures_open_.fetch_add(1, std::memory_order_acq_rel);  // an end without a begin seen
+    }
+  }
+  // True if the call on `stream` is being captured (then it is no step and is counted). Asks the
+  // driver only while some capture is open; a stream it cannot tell about counts as captured.
+  bool captured(CUstream stream) {
+    if (captures_open_.load(std::memory_order_acquire) <= 0 || !driver_.stream_is_capturing) {
+      return false;
+    }
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (driver_.stream_is_capturing(stream, &status) == CUDA_SUCCESS &&
+        status == CU_STREAM_CAPTURE_STATUS_NONE) {
+      return false;
+    }
+    captured_calls_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
 
  private:
   void on_launch(CUfunction f, CUstream stream, void** params, void** extra, uint32_t correlation,
@@ -153,6 +175,9 @@ class Tracer {
   std::unordered_set<uint64_t> used_;
   std::atomic<uint64_t> first_use_waits_{0};
   std::atomic<uint64_t> prepared_count_{0}, read_in_callback_{0};
+  // CUDA graph captures begun and not yet ended (any thread), and the calls captured in them.
+  std::atomic<int64_t> captures_open_{0};
+  std::atomic<uint64_t> captured_calls_{0};
   std::atomic<uint32_t> copy_keys_[static_cast<size_t>(MemoryCallClass::count)];
   std::unique_ptr<RunSummary> summary_;
   bool um_counters_ = false;
@@ -184,6 +209,27 @@ class Tracer {
 };
 
 Tracer* g_tracer = nullptr;
+
+// The calls that begin and end a stream's capture into a CUDA graph (seen at their exit).
+constexpr CUpti_CallbackId kCaptureBegins[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph_ptsz,
+};
+constexpr CUpti_CallbackId kCaptureEnds[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture_ptsz,
+};
+
+bool begins_capture(CUpti_CallbackId cbid) {
+  return std::ranges::find(kCaptureBegins, cbid) != std::end(kCaptureBegins);
+}
+bool is_capture_call(CUpti_CallbackId cbid) {
+  return begins_capture(cbid) || std::ranges::find(kCaptureEnds, cbid) != std::end(kCaptureEnds);
+}
 
 // The launch this thread is inside (set at API entry, used at API exit), for the observer.
 struct PendingLaunch {
@@ -233,6 +279,11 @@ void CUPTIAPI Tracer::on_callback(void* self, CUpti_CallbackDomain domain, CUpti
   tracer->on_first_call();
   const auto* cb = static_cast<const CUpti_CallbackData*>(data);
   if (cb->callbackSite != CUPTI_API_ENTER) {
+    if (is_capture_call(cbid)) {
+      const auto* result = static_cast<const CUresult*>(cb->functionReturnValue);
+      if (result && *result == CUDA_SUCCESS) tracer->note_capture(begins_capture(cbid));
+      return;
+    }
     if (t_pending.active) {
       t_pending.active = false;
       if (tracer->config_.observer) {
@@ -300,6 +351,8 @@ void CUPTIAPI Tracer::on_callback(void* self, CUpti_CallbackDomain domain, CUpti
       MemoryCall call;
       if (!decode_memory_call(cbid, p, &call, &pointers)) break;
       if (call.what == MemoryCallClass::opaque) {
+        // A graph launched inside a capture becomes a node of the graph being captured.
+        if (tracer->captured(call.stream)) break;
         if (tracer->config_.observer) tracer->config_.observer->on_opaque(call.stream, call.opaque);
         break;
       }
@@ -501,6 +554,7 @@ void Tracer::on_first_call() {
 
 void Tracer::on_launch(CUfunction f, CUstream stream, void** params, void** extra,
                        uint32_t correlation, const char* symbol) {
+  if (captured(stream)) return;
   FunctionLayout uncached;  // used only past the cache's capacity; allocates nothing otherwise
   const FunctionLayout& function = function_of(f, symbol, &uncached);
   const auto snapshot = registry_->snapshot();
@@ -512,6 +566,7 @@ void Tracer::on_launch(CUfunction f, CUstream stream, void** params, void** extr
 
 void Tracer::on_memory_call(const MemoryCall& call, uint32_t correlation,
                             std::span<const uint64_t> pointers) {
+  if (captured(call.stream)) return;
   std::atomic<uint32_t>& cached = copy_keys_[static_cast<size_t>(call.what)];
   uint32_t key = cached.load(std::memory_order_relaxed);
   if (key == UINT32_MAX) {
@@ -778,6 +833,14 @@ bool Tracer::start(const TracerConfig& config, const TracerDriver& driver, Regis
   for (uint32_t cbid : memory_callback_ids()) {
     cupti_.enable_callback(1, subscriber_, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
   }
+  if (driver_.stream_is_capturing) {
+    for (CUpti_CallbackId cbid : kCaptureBegins) {
+      cupti_.enable_callback(1, subscriber_, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
+    }
+    for (CUpti_CallbackId cbid : kCaptureEnds) {
+      cupti_.enable_callback(1, subscriber_, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
+    }
+  }
   if (!config_.iteration_marker.empty()) {
     // Reaches CUPTI only if NVTX_INJECTION64_PATH named libcupti before the program started
     // (`umswap record --marker` sets it).
@@ -1030,6 +1093,7 @@ void Tracer::summarize(trace::Trace t) {
   summary->layouts_prepared = prepared_count_.load(std::memory_order_relaxed);
   summary->layouts_read_in_callback = read_in_callback_.load(std::memory_order_relaxed);
   summary->first_uses = first_use_waits_.load(std::memory_order_relaxed);
+  summary->captured_calls = captured_calls_.load(std::memory_order_relaxed);
   std::vector<ResidencyEvent> events;
   auto push = [&](uint64_t when, uint64_t lo, uint64_t hi, bool on_gpu) {
     events.push_back({when, lo / kPage * kPage, (hi + kPage - 1) / kPage * kPage, on_gpu});

@@ -64,6 +64,8 @@
   X(cuEventDestroy_v2, cuEventDestroy, 4000, PFN_cuEventDestroy_v4000)                        \
   X(cuCtxSynchronize, cuCtxSynchronize, 2000, PFN_cuCtxSynchronize_v2000)                     \
   X(cuStreamIsCapturing, cuStreamIsCapturing, 10000, PFN_cuStreamIsCapturing_v10000)          \
+  X(cuThreadExchangeStreamCaptureMode, cuThreadExchangeStreamCaptureMode, 10010,              \
+    PFN_cuThreadExchangeStreamCaptureMode_v10010)                                             \
   X(cuMemDiscardBatchAsync, cuMemDiscardBatchAsync, 13000, PFN_cuMemDiscardBatchAsync_v13000) \
   X(cuMemDiscardAndPrefetchBatchAsync, cuMemDiscardAndPrefetchBatchAsync, 13000,              \
     PFN_cuMemDiscardAndPrefetchBatchAsync_v13000)                                             \

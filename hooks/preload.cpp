@@ -111,6 +111,7 @@ void Preload::start_tracer_once() {
   td.func_get_name = driver_.cuFuncGetName;
   td.kernel_get_name = driver_.cuKernelGetName;
   td.ctx_get_device = driver_.cuCtxGetDevice;
+  td.stream_is_capturing = driver_.cuStreamIsCapturing;
   auto* advisor = advises(options_.mode) ? new advisor::Advisor() : nullptr;
   config.observer = advisor;
   std::string reason;
@@ -176,6 +177,7 @@ void Preload::start_advisor(advisor::Advisor* advisor) {
   d.module_load_data = driver_.cuModuleLoadData;
   d.module_get_function = driver_.cuModuleGetFunction;
   d.launch_kernel = driver_.cuLaunchKernel;
+  d.thread_exchange_capture_mode = driver_.cuThreadExchangeStreamCaptureMode;
   std::string reason;
   if (advisor->start(config, d, registry_, &reason)) {
     g_advisor.store(advisor);
@@ -350,6 +352,7 @@ void Preload::write_stats_at_exit() {
     j["kernel_layouts"] = {{"read_before_launch", summary->layouts_prepared},
                            {"read_inside_launch", summary->layouts_read_in_callback},
                            {"first_uses", summary->first_uses}};
+    j["captured_calls"] = summary->captured_calls;
     if (summary->has_unified_memory_counters) {
       j["peak_resident_bytes"] = summary->peak_resident;
     }

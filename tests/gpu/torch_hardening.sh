@@ -7,7 +7,9 @@
 #                  bit-identical to the native run's
 #   dataloader     DataLoader with 2 forked workers (and one more forked child that exits
 #                  normally) under `umswap run --stats`: only the parent writes a stats file
-#   graph          a CUDA graph captured and replayed: losses and weights bit-identical to native
+#   graph          a CUDA graph captured and replayed: losses and weights bit-identical to native,
+#                  without a budget and with one below the footprint (the captured calls are
+#                  counted in the stats and are no steps)
 #   compile        torch.compile(mode="reduce-overhead"): losses and weights bit-identical to native
 #   async-alloc    PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync (every tensor a cudaMallocAsync):
 #                  eager training with a budget below its footprint (the advisor moves blocks of
@@ -132,8 +134,15 @@ dataloader)
   done
   ;;
 graph)
+  # Without a budget and with one below the footprint (the advisor learns and evicts while the
+  # graph is captured): the captured launches are no steps, nothing of umswap's joins the capture.
   same_as_native graph --steps 8
   echo "graph replays identical over $(grep -c '^step' "$work/run.out") steps"
+  RUN_ARGS="--budget 2M" same_as_native graph --steps 8
+  captured=$(stats "$work/stats.json" 's.get("captured_calls", 0)')
+  [ "$captured" -gt 0 ] || fail "the stats count no captured calls"
+  echo "graph with --budget 2M: identical over $(grep -c '^step' "$work/run.out") steps;" \
+    "$captured captured calls were no steps"
   ;;
 compile)
   # One Inductor cache for both runs: the run under umswap loads the kernels the native run

@@ -51,6 +51,10 @@ struct TracerDriver {
   // The device whose unified-memory counters are collected: the current context's at the first
   // traced call (a DDP rank's own GPU), device 0 without it.
   PFN_cuCtxGetDevice_v2000 ctx_get_device = nullptr;
+  // Whether a launch's stream is being captured into a CUDA graph (asked only while a capture is
+  // open): a captured launch does not run now, so it is no step, and nothing may be added to its
+  // stream (a prefetch there ends the capture with an error).
+  PFN_cuStreamIsCapturing_v10000 stream_is_capturing = nullptr;
 };
 
 struct TracerConfig {
@@ -98,6 +102,9 @@ struct RunSummary {
   uint64_t layouts_prepared = 0, layouts_read_in_callback = 0;
   // Functions whose first use waited for the advisor to catch up (lazy module loading).
   uint64_t first_uses = 0;
+  // Launches, copies and memsets captured into CUDA graphs: not steps (their graph's launches
+  // are, as opaque calls).
+  uint64_t captured_calls = 0;
   // UMSWAP_EVICT_COPY's copies checked against the steps (copy_clashes.h), with the kernel names
   // of report.first; absent when umswap copied nothing.
   std::optional<CopyClashReport> copy_clashes;

@@ -1227,6 +1227,7 @@ bool AdvisorImpl::set_up() {
   while (!context.load() && !stop.load()) sleep_us(1000);
   if (stop.load()) return false;
   d.ctx_set_current(context.load());
+  relax_capture_mode();  // once the driver is initialized (before, it answers error 3)
   if (config.op_log || config.close_calls) {
     if (!start_op_log(d, config.op_log, config.close_calls == 2)) {
       log_warning("{}: no pinned memory for the calls' numbers; not followed",
@@ -1334,14 +1335,14 @@ bool AdvisorImpl::set_up() {
 void AdvisorImpl::relax_capture_mode() {
   if (!d.thread_exchange_capture_mode) return;
   CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-  if (d.thread_exchange_capture_mode(&mode) != CUDA_SUCCESS) {
-    log_info("advisor: its thread could not take the relaxed capture mode");
+  if (const CUresult r = d.thread_exchange_capture_mode(&mode); r != CUDA_SUCCESS) {
+    log_info("advisor: its thread could not take the relaxed capture mode (error {})",
+             static_cast<int>(r));
   }
 }
 
 void AdvisorImpl::run() {
   tracer::untrace_this_thread();  // its copies are not the program's steps
-  relax_capture_mode();
   if (!set_up()) return;
   if (progress_device) watchdog = std::thread([this] { watch_waits(); });
   state = "learning";

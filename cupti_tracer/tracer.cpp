@@ -28,6 +28,7 @@
 #include "umswap/core/trace_file.h"
 #include "umswap/tracer/cupti_library.h"
 #include "umswap/tracer/extents.h"
+#include "umswap/tracer/injected_tool.h"
 #include "umswap/tracer/iteration_detector.h"
 #include "umswap/tracer/memory_calls.h"
 #include "umswap/tracer/param_scanner.h"
@@ -816,6 +817,12 @@ bool Tracer::start(const TracerConfig& config, const TracerDriver& driver, Regis
   registry_ = &registry;
   if (!driver_.func_get_param_info || !driver_.kernel_get_param_info) {
     *reason = "the driver lacks cuFuncGetParamInfo/cuKernelGetParamInfo (needs CUDA 12.4+)";
+    return false;
+  }
+  if (const std::optional<std::string> tool = injected_cuda_tool(
+          std::getenv("CUDA_INJECTION64_PATH"), std::getenv("NVTX_INJECTION64_PATH"))) {
+    // It would take CUPTI after this subscribed, and check or record nothing (injected_tool.h).
+    *reason = fmt::format("another CUPTI subscriber, {}, is injected into the program", *tool);
     return false;
   }
   if (!cupti_.load(config_.cupti_library, reason)) return false;

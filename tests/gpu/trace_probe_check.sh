@@ -5,7 +5,9 @@ set -euo pipefail
 umswap=$1 probe=$2 check=$3
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"$umswap" record -o "$work/probe.umtrace" -- "$probe" 12
+# UMSWAP_LEARN_EVICT=0: the learning advisor would prefetch each launch's new blocks, and the
+# check wants the cold iteration's first touches to fault (the tracer counts the faults).
+UMSWAP_LEARN_EVICT=0 "$umswap" record -o "$work/probe.umtrace" -- "$probe" 12
 UMSWAP_TEST_TRACE="$work/probe.umtrace" "$check"
 "$umswap" report "$work/probe.umtrace"
 "$umswap" timeline "$work/probe.umtrace" -o "$work/probe.json"

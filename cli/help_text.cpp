@@ -112,7 +112,7 @@ std::string help_text() {
       "and keeps your UMSWAP_MANAGED_LIMIT; its output goes to a temporary directory, kept when "
       "a run fails. Without a command, compare runs the bundled cudnn_vgg16 next to umswap, at "
       "the largest batch of 64, 32, 16, 8 whose footprint fits in 80% of the GPU's free memory "
-      "(and under UMSWAP_MANAGED_LIMIT), for --steps-hint steps (8); it refuses when even batch "
+      "(and under UMSWAP_MANAGED_LIMIT), for --steps-hint steps (20); it refuses when even batch "
       "8 does not fit, and sets UMSWAP_MANAGED_LIMIT to that bound when you have not.");
   out += "\n";
   append_wrapped(

@@ -331,16 +331,16 @@ TEST_F(CompareEndToEnd, DefaultCommandNeedsAGpuAndNeverOversubscribes) {
     EXPECT_FALSE(fs::exists(dir_ / "log"));
     EXPECT_TRUE(run_directories().empty());
   } else {
-    // A GPU with more than 1.25 MiB free: batch 64 fits, 8 steps, and a managed limit is set.
+    // A GPU with more than 1.25 MiB free: batch 64 fits, 20 steps, and a managed limit is set.
     EXPECT_EQ(r.exit_code, 0) << r.err;
     EXPECT_TRUE(contains(r.err,
-                         "compare: cudnn_vgg16 --batch 64 --steps 8 (footprint 1.00 MiB, "
+                         "compare: cudnn_vgg16 --batch 64 --steps 20 (footprint 1.00 MiB, "
                          "budget 50% = 512.00 KiB; UMSWAP_MANAGED_LIMIT="))
         << r.err;
     const std::vector<std::string> runs = log_lines();
     ASSERT_EQ(runs.size(), 2u);
     EXPECT_EQ(runs[0], "--print-footprint --batch 64");
-    EXPECT_EQ(runs[1], "--batch 64 --steps 8");
+    EXPECT_EQ(runs[1], "--batch 64 --steps 20");
   }
 }
 

@@ -38,7 +38,7 @@ inline constexpr std::array kCompareFlags = {
                     "the same result [default: 0.01]"},
     CompareFlagInfo{"--steps-hint", "N",
                     "iterations the command runs, for the progress line; the default command "
-                    "runs N steps [default: 8]"},
+                    "runs N steps [default: 20]"},
     CompareFlagInfo{"--keep", "",
                     "keep the directory with each run's output and stats (it is always kept "
                     "when a run failed)"},

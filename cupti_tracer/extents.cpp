@@ -30,6 +30,24 @@ uint64_t extent_end(const PointerHit& hit, const std::vector<Seen>& seen) {
   return end;
 }
 
+// Buffers with two distinct pointers closer than kTensorSpacing: not a caching allocator's segment
+// of packed tensors (PyTorch rounds its blocks to 512 bytes) but one allocation with structure
+// inside, such as cuDNN's workspace, where a kernel given its base reaches far past other
+// kernels' pointers into it (H200, 2026-11-26: pointers at 0, 8, 32, 72, 144 and 288 of a 215 MB
+// workspace, ~185 GPU faults an iteration in pages no extent covered). Sorted.
+constexpr uint64_t kTensorSpacing = 512;
+std::vector<BufferId> structured_buffers(const std::vector<Seen>& seen) {
+  std::vector<BufferId> out;
+  for (size_t i = 1; i < seen.size(); ++i) {
+    if (seen[i].buffer == seen[i - 1].buffer &&
+        seen[i].pointer - seen[i - 1].pointer < kTensorSpacing &&
+        (out.empty() || out.back() != seen[i].buffer)) {
+      out.push_back(seen[i].buffer);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 void compute_extents(std::span<const std::span<const PointerHit>> steps,
@@ -40,9 +58,11 @@ void compute_extents(std::span<const std::span<const PointerHit>> steps,
   step_first.clear();
   step_first.reserve(steps.size() + 1);
   std::vector<Seen> in_iteration, in_step;
+  std::vector<BufferId> structured;
   if (scope == ExtentScope::iteration) {
     for (const auto& hits : steps) collect(hits, in_iteration);
     sort_unique(in_iteration);
+    structured = structured_buffers(in_iteration);
   }
   for (const auto& hits : steps) {
     step_first.push_back(accesses.size());
@@ -53,9 +73,10 @@ void compute_extents(std::span<const std::span<const PointerHit>> steps,
       if (h.pointer < h.base || h.pointer - h.base >= h.size) continue;  // not a hit at all
       // A slab block's own end is known; other steps' pointers into the slab are other tensors'
       // (its space holds different tensors at different times): only this step's may end it.
-      const bool in_block = h.limit != 0;
-      const uint64_t end =
-          extent_end(h, scope == ExtentScope::step || in_block ? in_step : in_iteration);
+      // The same in a buffer with structure inside (structured_buffers()).
+      const bool own_step = scope == ExtentScope::step || h.limit != 0 ||
+                            std::binary_search(structured.begin(), structured.end(), h.buffer);
+      const uint64_t end = extent_end(h, own_step ? in_step : in_iteration);
       accesses.push_back(trace::Access{.buffer = buffer_index(h.buffer),
                                        .offset = h.pointer - h.base,
                                        .length = end - h.pointer});

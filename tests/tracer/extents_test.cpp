@@ -125,6 +125,26 @@ TEST(Extents, NextPointerAcrossTheIteration) {
   EXPECT_EQ(st.per_step[3], (std::vector<Range>{{0, 0, 10000}, {0, 10000, kSegSize - 10000}}));
 }
 
+TEST(Extents, ABufferWithPointersCloserThan512BytesIsScopedByStep) {
+  // cuDNN's workspace: descriptors at 0, 8 and 32 passed by different steps; a step given only
+  // the base reaches the whole buffer, one given two pointers is cut at its own second one.
+  const Result r = extents({{seg(0)}, {seg(8)}, {seg(32), seg(4096)}});
+  EXPECT_EQ(r.per_step[0], (std::vector<Range>{{0, 0, kSegSize}}));
+  EXPECT_EQ(r.per_step[1], (std::vector<Range>{{0, 8, kSegSize - 8}}));
+  EXPECT_EQ(r.per_step[2], (std::vector<Range>{{0, 32, 4064}, {0, 4096, kSegSize - 4096}}));
+  // Another buffer in the same iteration keeps the iteration's scope (its pointers 512 apart).
+  const Result both = extents({{seg(0), other(0)}, {seg(8), other(512)}});
+  EXPECT_EQ(both.per_step[0], (std::vector<Range>{{0, 0, kSegSize}, {1, 0, 512}}));
+  EXPECT_EQ(both.per_step[1],
+            (std::vector<Range>{{0, 8, kSegSize - 8}, {1, 512, kOtherSize - 512}}));
+}
+
+TEST(Extents, PointersExactly512BytesApartKeepTheIterationScope) {
+  const Result r = extents({{seg(0)}, {seg(512)}});
+  EXPECT_EQ(r.per_step[0], (std::vector<Range>{{0, 0, 512}}));
+  EXPECT_EQ(r.per_step[1], (std::vector<Range>{{0, 512, kSegSize - 512}}));
+}
+
 TEST(Extents, RepeatedPointersAndTheLastByte) {
   const Result r = extents({{seg(8)}, {seg(8)}, {seg(kSegSize - 1)}});
   EXPECT_EQ(r.per_step[0], (std::vector<Range>{{0, 8, kSegSize - 9}}));

@@ -12,6 +12,11 @@
 //           slab the scope is always the step: its space holds different tensors at different
 //           times, so a pointer another step passed belongs to another tensor (measured: VGG-16's
 //           3.1 GB first activation was cut to its first 784 MiB by a later tensor's pointer).
+//           The step is the scope too in a buffer where two distinct pointers of the iteration
+//           lie less than 512 bytes apart: a caching allocator's tensors start at least that far
+//           apart (PyTorch rounds its blocks to 512 bytes), so such a buffer is one allocation
+//           with structure inside (cuDNN's workspace: pointers at 0, 8, 32, 72... of 215 MB, and
+//           a kernel given its base writes 100 MB past them).
 //
 // e.g. pointers at offsets 0, 4096 and 10000 of one buffer of size S give lengths 4096, 5904 and
 // S - 10000; a lone pointer covers the rest of its buffer; buffers are independent.

@@ -85,4 +85,28 @@ void compute_extents(std::span<const std::span<const PointerHit>> steps,
   step_first.push_back(accesses.size());
 }
 
+void compute_extents_by_chunk(std::span<const std::span<const PointerHit>> steps,
+                              std::span<const uint64_t> boundaries,
+                              const std::function<uint32_t(BufferId)>& buffer_index,
+                              std::vector<trace::Access>& accesses,
+                              std::vector<uint64_t>& step_first) {
+  accesses.clear();
+  step_first.clear();
+  step_first.reserve(steps.size() + 1);
+  std::vector<trace::Access> chunk_accesses;
+  std::vector<uint64_t> chunk_first;
+  uint64_t begin = 0;
+  for (size_t k = 0; k <= boundaries.size(); ++k) {
+    const uint64_t end = k < boundaries.size() ? boundaries[k] : steps.size();
+    if (end <= begin || end > steps.size()) continue;  // not increasing or out of range: skipped
+    compute_extents(steps.subspan(begin, end - begin), buffer_index, chunk_accesses, chunk_first);
+    for (uint64_t i = 0; i + 1 < chunk_first.size(); ++i) {
+      step_first.push_back(accesses.size() + chunk_first[i]);
+    }
+    accesses.insert(accesses.end(), chunk_accesses.begin(), chunk_accesses.end());
+    begin = end;
+  }
+  step_first.push_back(accesses.size());
+}
+
 }  // namespace umswap::tracer

@@ -911,13 +911,35 @@ trace::Trace Tracer::assemble(StepRecorder::Recording recording) {
     t.buffers.push_back({r.id, r.size, r.call_site, r.base, static_cast<uint8_t>(r.api),
                          !registry_->contains(r.base)});
   }
-  // Steps and their accesses (byte extents within each buffer).
+  // Iterations: between markers if the program gave any, else from the period of the whole
+  // recorded sequence (warm-up steps first; a final partial iteration is left out).
+  std::vector<std::pair<uint64_t, uint64_t>> spans;
+  const std::vector<uint64_t>& marks = recording.marks;
+  t.detection = std::move(recording.detection);
+  if (!marks.empty()) {
+    for (size_t m = 0; m + 1 < marks.size(); ++m) {
+      spans.emplace_back(marks[m], marks[m + 1] - marks[m]);
+    }
+  } else if (t.detection.period > 0) {
+    for (uint64_t first = t.detection.warmup_steps; first + t.detection.period <= steps;
+         first += t.detection.period) {
+      spans.emplace_back(first, t.detection.period);
+    }
+  }
+  // Steps and their accesses (byte extents within each buffer), each iteration's measured within
+  // that iteration, as the online advisor measures the one it learns (the warm-up and a final
+  // partial iteration are chunks of their own).
   std::vector<std::span<const PointerHit>> step_hits;
   step_hits.reserve(steps);
   for (uint64_t i = 0; i < steps; ++i) step_hits.push_back(log.hits(log.step(i)));
+  std::vector<uint64_t> boundaries;
+  for (const auto& [first, count] : spans) {
+    if (first > 0 && (boundaries.empty() || boundaries.back() < first)) boundaries.push_back(first);
+    boundaries.push_back(first + count);
+  }
   std::vector<uint64_t> step_first;
-  compute_extents(
-      step_hits, [&](BufferId id) { return index_of.at(id); }, t.accesses, step_first);
+  compute_extents_by_chunk(
+      step_hits, boundaries, [&](BufferId id) { return index_of.at(id); }, t.accesses, step_first);
   std::lock_guard lock(activity_mutex_);
   t.steps.reserve(steps);
   for (uint64_t i = 0; i < steps; ++i) {
@@ -933,21 +955,6 @@ trace::Trace Tracer::assemble(StepRecorder::Recording recording) {
       step.end_ns = it->second.second;
     }
     t.steps.push_back(step);
-  }
-  // Iterations: between markers if the program gave any, else from the period of the whole
-  // recorded sequence (warm-up steps first; a final partial iteration is left out).
-  std::vector<std::pair<uint64_t, uint64_t>> spans;
-  const std::vector<uint64_t>& marks = recording.marks;
-  t.detection = std::move(recording.detection);
-  if (!marks.empty()) {
-    for (size_t m = 0; m + 1 < marks.size(); ++m) {
-      spans.emplace_back(marks[m], marks[m + 1] - marks[m]);
-    }
-  } else if (t.detection.period > 0) {
-    for (uint64_t first = t.detection.warmup_steps; first + t.detection.period <= steps;
-         first += t.detection.period) {
-      spans.emplace_back(first, t.detection.period);
-    }
   }
   for (const auto& [first, count] : spans) {
     trace::Iteration it;

@@ -152,6 +152,35 @@ TEST(Extents, RepeatedPointersAndTheLastByte) {
   EXPECT_EQ(r.per_step[2], (std::vector<Range>{{0, kSegSize - 1, 1}}));
 }
 
+TEST(Extents, ByChunkEachChunkIsItsOwnIteration) {
+  // Steps 0-1 (warm-up: a pointer at 4096), 2-3 and 4 (iterations): the warm-up's pointer does
+  // not end a later iteration's extent, nor a later one an earlier one's.
+  const std::vector<std::vector<PointerHit>> steps = {
+      {seg(0)}, {seg(4096)}, {seg(0)}, {seg(10000)}, {seg(0)}};
+  std::vector<std::span<const PointerHit>> spans(steps.begin(), steps.end());
+  std::vector<trace::Access> accesses;
+  std::vector<uint64_t> first;
+  const std::vector<uint64_t> boundaries = {2, 4};
+  compute_extents_by_chunk(spans, boundaries, index_of, accesses, first);
+  ASSERT_EQ(first, (std::vector<uint64_t>{0, 1, 2, 3, 4, 5}));
+  const auto length = [&](size_t a) { return accesses[a].length; };
+  EXPECT_EQ(length(0), 4096u);  // warm-up: cut by its own 4096
+  EXPECT_EQ(length(1), kSegSize - 4096);
+  EXPECT_EQ(length(2), 10000u);  // iteration 1: cut by its own 10000
+  EXPECT_EQ(length(3), kSegSize - 10000);
+  EXPECT_EQ(length(4), kSegSize);  // iteration 2: nothing of its own cuts it
+  // Without boundaries it is compute_extents() over all the steps.
+  compute_extents_by_chunk(spans, {}, index_of, accesses, first);
+  EXPECT_EQ(accesses[4].length, 4096u);
+  // Boundaries out of order or past the end are skipped; every step is still covered once.
+  const std::vector<uint64_t> odd = {3, 1, 9};
+  compute_extents_by_chunk(spans, odd, index_of, accesses, first);
+  ASSERT_EQ(first, (std::vector<uint64_t>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(accesses[0].length, 4096u);             // chunk [0, 3)
+  EXPECT_EQ(accesses[3].length, kSegSize - 10000);  // chunk [3, 5): step 3's 10000 ends
+  EXPECT_EQ(accesses[4].length, 10000u);            // step 4's extent
+}
+
 TEST(Extents, NoStepsAndOutputReplaced) {
   std::vector<trace::Access> accesses = {{.buffer = 9, .offset = 1, .length = 1}};
   std::vector<uint64_t> first = {5, 6};

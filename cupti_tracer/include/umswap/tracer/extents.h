@@ -56,4 +56,13 @@ void compute_extents(std::span<const std::span<const PointerHit>> steps,
                      std::vector<trace::Access>& accesses, std::vector<uint64_t>& step_first,
                      ExtentScope scope = ExtentScope::iteration);
 
+// The same over several iterations at once (a trace's whole run): `boundaries` (increasing, each
+// in (0, steps.size())) cut the steps into chunks, and the iteration scope of each is its own
+// chunk, so that one iteration's pointers never end another's extents.
+void compute_extents_by_chunk(std::span<const std::span<const PointerHit>> steps,
+                              std::span<const uint64_t> boundaries,
+                              const std::function<uint32_t(BufferId)>& buffer_index,
+                              std::vector<trace::Access>& accesses,
+                              std::vector<uint64_t>& step_first);
+
 }  // namespace umswap::tracer

@@ -450,6 +450,12 @@ StatsFigures parse_stats_figures(const json& stats) {
     s.prefetch_wait = flag("prefetch_wait");
     s.evict_wait = flag("evict_wait");
     s.wait_stalls = get_u64(*advisor, "wait_stalls");
+    if (const json* copy = field(*advisor, "evict_copy")) {
+      if (const json* kept = field(*copy, "kept_reached")) {
+        s.kept_reached_evictions = get_u64(*kept, "evictions");
+        s.kept_reached_bytes = get_u64(*kept, "bytes");
+      }
+    }
   }
   if (const json* iterations = field(stats, "iterations"); iterations && iterations->is_array()) {
     // Bytes each way: the driver's (CUPTI) and umswap's own copies (UMSWAP_EVICT_COPY), which
@@ -970,7 +976,13 @@ std::string render_notes(const CompareReport& report) {
                      [&](const ModeOutcome& x) { return !x.baseline && x.mode == row.mode; });
     const StatsFigures* s = o != report.outcomes.end() && o->stats ? &*o->stats : nullptr;
     std::string why = "see docs/advisor.md, \"What does not work yet\"";
-    if (s && s->wait_stalls.value_or(0) > 0) {
+    if (s && s->kept_reached_evictions.value_or(0) > 0) {
+      why = fmt::format(
+          "{} evictions ({} in the run) were left on the GPU because the program had already "
+          "submitted the next use of their range before the advisor came to them (docs/advisor.md, "
+          "\"A range a submitted launch reaches is left on the GPU\")",
+          *s->kept_reached_evictions, gib(s->kept_reached_bytes));
+    } else if (s && s->wait_stalls.value_or(0) > 0) {
       why =
           "the watchdog released launches that waited for the advisor and turned the waits "
           "off, so late prefetches faulted in beside evictions (docs/advisor.md)";

@@ -746,6 +746,16 @@ TEST(CompareTable, ABudgetNotHeldSaysWhy) {
   EXPECT_TRUE(contains(stalled, "the watchdog released launches")) << stalled;
   const std::string on = with(R"(, "prefetch_wait": true, "evict_wait": true, "wait_stalls": 0)");
   EXPECT_TRUE(contains(on, "over its budget of 2.00 GiB: see docs/advisor.md")) << on;
+  const std::string kept = with(R"(, "prefetch_wait": true, "evict_wait": true, "wait_stalls": 0,
+      "evict_copy": {"kept_reached": {"evictions": 18, "bytes": 5368709120}})");
+  EXPECT_TRUE(contains(kept,
+                       "over its budget of 2.00 GiB: 18 evictions (5.00 GiB in the run) were "
+                       "left on the GPU because the program had already submitted"))
+      << kept;
+  const std::string none_kept =
+      with(R"(, "prefetch_wait": true, "evict_wait": true, "wait_stalls": 0,
+      "evict_copy": {"kept_reached": {"evictions": 0, "bytes": 0}})");
+  EXPECT_TRUE(contains(none_kept, "over its budget of 2.00 GiB: see docs/advisor.md")) << none_kept;
   // Held: no note.
   ModeOutcome held = outcome(CompareMode::online, "iter 0 ms 10\n",
                              json::parse(R"({"advisor": {"peak_resident_bytes": 900}})"));

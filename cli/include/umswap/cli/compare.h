@@ -80,6 +80,9 @@ struct StatsFigures {
   // (times the watchdog released waiting launches and turned the waits off).
   std::optional<bool> prefetch_wait, evict_wait;
   std::optional<uint64_t> wait_stalls;
+  // advisor.evict_copy.kept_reached: evictions not made because a launch the program had already
+  // submitted reached the range (left on the GPU, over the budget until that use).
+  std::optional<uint64_t> kept_reached_evictions, kept_reached_bytes;
   std::vector<StatsIteration> iterations;  // iterations[], sorted by index when they have one
 };
 StatsFigures parse_stats_figures(const nlohmann::json& stats);

@@ -282,7 +282,12 @@ void CUPTIAPI Tracer::on_callback(void* self, CUpti_CallbackDomain domain, CUpti
   if (cb->callbackSite != CUPTI_API_ENTER) {
     if (is_capture_call(cbid)) {
       const auto* result = static_cast<const CUresult*>(cb->functionReturnValue);
-      if (result && *result == CUDA_SUCCESS) tracer->note_capture(begins_capture(cbid));
+      // An invalidated capture ends too (its graph is null); another failure ended nothing.
+      const bool begun = begins_capture(cbid);
+      if (result && (*result == CUDA_SUCCESS ||
+                     (!begun && *result == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED))) {
+        tracer->note_capture(begun);
+      }
       return;
     }
     if (t_pending.active) {

@@ -105,7 +105,7 @@ class Tracer {
     }
   }
   void before_first_use(uint64_t function);
-  // A capture begun or ended (at the call's exit, if it succeeded).
+  // A capture begun or ended (seen at the call's exit).
   void note_capture(bool begun) {
     if (begun) {
       captures_open_.fetch_add(1, std::memory_order_acq_rel);

@@ -751,8 +751,7 @@ class AdvisorImpl {
   // eviction could not be ordered after its last use; the plan does not bring the whole range
   // back before evicting it again (dead parts, say); before the waits began.
   uint64_t copy_reached = 0, copy_skipped_unordered = 0, copy_skipped_not_back = 0;
-  bool reached_now = false;         // evict_by_copy() refused it: a submitted launch reaches it
-  uint64_t kept_reached_bytes = 0;  // those evictions not made at all (left on the GPU)
+  uint64_t kept_reached_bytes = 0;  // evictions evict_by_copy() kept: not made at all
   uint64_t copy_skipped_early = 0;
   // Launches after a last use the advisor scans before a copy out; past it, the driver evicts.
   static constexpr uint64_t kScanLimit = 60000;  // below kCoverRing
@@ -780,7 +779,9 @@ class AdvisorImpl {
   void set_up_copies();
   void relax_capture_mode();
   void go_live_copies();
-  bool evict_by_copy(uint64_t address, uint64_t length, uint64_t g, uint64_t j, uint64_t due);
+  // What became of an eviction offered to evict_by_copy().
+  enum class CopyOut : uint8_t { copied, to_driver, kept };
+  CopyOut evict_by_copy(uint64_t address, uint64_t length, uint64_t g, uint64_t j, uint64_t due);
   bool restore_by_copy(uint64_t address, uint64_t length, uint64_t g);
   void tend_copies();
   void issue_restore(const LivePlan* p, Restore r);
@@ -1330,10 +1331,11 @@ bool AdvisorImpl::set_up() {
   return true;
 }
 
-// A thread of the advisor's takes the relaxed stream-capture mode. In the default (global) mode a
-// call the driver deems unsafe (pinned allocations, module loads, ...) made while any program
-// thread captures a CUDA graph in the global mode invalidates that capture (torch.cuda.graph
-// captures so); in the relaxed mode it does not. None of these threads' streams is ever captured.
+// The advisor thread takes the relaxed stream-capture mode. In the default (global) mode a call
+// the driver deems unsafe (pinned allocations, module loads, ...) made while any program thread
+// captures a CUDA graph in the global mode invalidates that capture (torch.cuda.graph captures
+// so); in the relaxed mode it does not. None of its streams is ever captured. (The watchdog makes
+// no driver calls.)
 void AdvisorImpl::relax_capture_mode() {
   if (!d.thread_exchange_capture_mode) return;
   CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
@@ -1451,7 +1453,6 @@ void AdvisorImpl::release_waits() {
 // (no driver call: the driver may be where the advisor thread is stuck), and released again if a
 // counter write still queued on the advisor's stream takes it back. Costs faults, never results.
 void AdvisorImpl::watch_waits() {
-  relax_capture_mode();
   uint64_t watched = UINT64_MAX, issued = 0, restore_watched = UINT64_MAX;
   auto since = std::chrono::steady_clock::now(), issued_since = since, restore_since = since;
   uint64_t seen_launched = 0;
@@ -2371,19 +2372,18 @@ void AdvisorImpl::apply(uint64_t n) {
           if (!ordered) ++copy_skipped_unordered;
           if (p.evict_due[i] == UINT32_MAX) ++copy_skipped_not_back;
         }
-        reached_now = false;
-        if (!ordered || p.evict_due[i] == UINT32_MAX ||
-            !evict_by_copy(address, a.range.length, g, j, g + p.evict_due[i])) {
+        const CopyOut out = !ordered || p.evict_due[i] == UINT32_MAX
+                                ? CopyOut::to_driver
+                                : evict_by_copy(address, a.range.length, g, j, g + p.evict_due[i]);
+        if (out == CopyOut::to_driver) {
+          migrate(address, a.range.length, false, g);
+        } else if (out == CopyOut::kept) {
           // A launch the program has already submitted uses the range again before a copy back
           // could be waited for: the driver's eviction would only race that launch, which then
           // faults the pages back. The range stays on the GPU, over the budget until its next
           // use (the cuDNN sample at batch 64, H200 2026-11-26: 186-194 faults an iteration
           // instead of 1,766-16,153, and faster; docs/advisor.md).
-          if (reached_now) {
-            kept_reached_bytes += a.range.length;
-          } else {
-            migrate(address, a.range.length, false, g);
-          }
+          kept_reached_bytes += a.range.length;
         }
         evicted_here = true;
       } else {
@@ -2633,20 +2633,21 @@ uint64_t AdvisorImpl::poll(std::deque<TicketEvent>& q, uint64_t seen) {
 }
 
 // Evicts [address, address + length) at launch g, ordered after launch j, by copying its whole
-// 2 MiB pages to pinned host memory (the rest through the driver). False: nothing was done, the
-// caller evicts through the driver.
+// 2 MiB pages to pinned host memory (the rest through the driver). to_driver: nothing was done,
+// the caller evicts through the driver; kept: nothing was done, and the range must stay on the
+// GPU (a launch already submitted reaches it).
 // `due`: the launch whose prefetches bring it back.
-bool AdvisorImpl::evict_by_copy(uint64_t address, uint64_t length, uint64_t g, uint64_t j,
-                                uint64_t due) {
+AdvisorImpl::CopyOut AdvisorImpl::evict_by_copy(uint64_t address, uint64_t length, uint64_t g,
+                                                uint64_t j, uint64_t due) {
   // From waits_from on: the launches that use the range next carry their waits.
-  if (!copies_live.load(std::memory_order_relaxed)) return false;
+  if (!copies_live.load(std::memory_order_relaxed)) return CopyOut::to_driver;
   if (g < waits_from.load(std::memory_order_acquire)) {
     ++copy_skipped_early;
-    return false;
+    return CopyOut::to_driver;
   }
   const uint64_t lo = (address + kPage - 1) / kPage * kPage;
   const uint64_t hi = (address + length) / kPage * kPage;
-  if (hi <= lo) return false;
+  if (hi <= lo) return CopyOut::to_driver;
   std::optional<std::vector<HostCopies::Segment>> segments;
   {
     // No launch submitted after the last use may reach the range unless it waits for its copy
@@ -2656,9 +2657,9 @@ bool AdvisorImpl::evict_by_copy(uint64_t address, uint64_t length, uint64_t g, u
     std::lock_guard lock(copies_mutex);
     const uint64_t n = launched.load(std::memory_order_acquire);
     if (n > j + 1) {
-      if (n - j - 1 > kScanLimit) return false;
+      if (n - j - 1 > kScanLimit) return CopyOut::to_driver;
       tracer::StepLog log;
-      if (!tracer::copy_steps(j + 1, n - j - 1, &log)) return false;
+      if (!tracer::copy_steps(j + 1, n - j - 1, &log)) return CopyOut::to_driver;
       for (uint64_t i = 0; i + j + 1 < n; ++i) {
         const uint64_t covered = covered_launch(j + 1 + i);
         for (uint64_t h = log.first_hit[i]; h < log.first_hit[i + 1]; ++h) {
@@ -2666,8 +2667,7 @@ bool AdvisorImpl::evict_by_copy(uint64_t address, uint64_t length, uint64_t g, u
           const uint64_t end = hit.limit ? hit.limit : hit.base + hit.size;
           if (hit.pointer < hi && end > lo && (covered == UINT64_MAX || covered < due)) {
             ++copy_reached;
-            reached_now = true;
-            return false;
+            return CopyOut::kept;
           }
         }
       }
@@ -2677,7 +2677,7 @@ bool AdvisorImpl::evict_by_copy(uint64_t address, uint64_t length, uint64_t g, u
   }
   if (!segments) {
     ++copy_fallbacks;
-    return false;
+    return CopyOut::to_driver;
   }
   ++out_ticket;
   if (lo > address) migrate(address, lo - address, false, g);
@@ -2710,7 +2710,7 @@ bool AdvisorImpl::evict_by_copy(uint64_t address, uint64_t length, uint64_t g, u
       ++copy_failures;
       // Not discarded (its copy is not seen done); every held range goes back, copies stop.
       stop_copies(fmt::format("a copy to the host failed (error {})", static_cast<int>(r)));
-      return true;
+      return CopyOut::copied;
     }
     tracer::note_own_copy(tracer::last_own_copy(), s.address, s.length, false);
     bytes += s.length;
@@ -2728,7 +2728,7 @@ bool AdvisorImpl::evict_by_copy(uint64_t address, uint64_t length, uint64_t g, u
           d.event_record(piece_events[groups.size()], stream) != CUDA_SUCCESS) {
         // Not discarded: every held range goes back (the same bytes), copies stop.
         stop_copies("could not order a discard after its copy to the host");
-        return true;
+        return CopyOut::copied;
       }
     }
     groups.push_back({piecewise ? i : 0, i + 1, tracer::last_own_copy()});
@@ -2747,7 +2747,7 @@ bool AdvisorImpl::evict_by_copy(uint64_t address, uint64_t length, uint64_t g, u
           copies->copied(out_ticket);
         }
         stop_copies("could not order a discard after its copy to the host");
-        return true;
+        return CopyOut::copied;
       }
       std::vector<CUdeviceptr> starts;
       std::vector<size_t> sizes;
@@ -2779,7 +2779,7 @@ bool AdvisorImpl::evict_by_copy(uint64_t address, uint64_t length, uint64_t g, u
     if (!e || d.event_record(e, ds) != CUDA_SUCCESS ||
         d.event_record(discarded_event, ds) != CUDA_SUCCESS) {
       stop_copies("could not record an event after a copy to the host");
-      return true;
+      return CopyOut::copied;
     }
     discards_issued = true;
     out_events.push_back({out_ticket, e});
@@ -2797,7 +2797,7 @@ bool AdvisorImpl::evict_by_copy(uint64_t address, uint64_t length, uint64_t g, u
   copied_out_bytes += bytes;
   evicted.push_back({g, bytes});
   evicted_bytes += bytes;
-  return true;
+  return CopyOut::copied;
 }
 
 // The prefetch of [address, address + length) at launch g: the parts held on the host go back

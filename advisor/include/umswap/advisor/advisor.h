@@ -100,7 +100,7 @@ struct AdvisorDriver {
   PFN_cuModuleLoadData_v2000 module_load_data = nullptr;
   PFN_cuModuleGetFunction_v2000 module_get_function = nullptr;
   PFN_cuLaunchKernel_v4000 launch_kernel = nullptr;
-  // The advisor's threads take the relaxed capture mode, so that their calls never end a CUDA
+  // The advisor thread takes the relaxed capture mode, so that its calls never end a CUDA
   // graph capture a program thread has open in the global mode (without it they may).
   PFN_cuThreadExchangeStreamCaptureMode_v10010 thread_exchange_capture_mode = nullptr;
   bool complete() const;

@@ -1,87 +1,183 @@
 #include "umswap/advisor/copy_kernel.h"
 
+#include <cstring>
+#include <string>
+
 namespace umswap::advisor {
 
-// Written by hand (read it with the PTX ISA manual); tests/advisor/copy_kernel_test.cpp has ptxas
-// check it where the toolkit has ptxas, and the GPU tests run it (UMSWAP_EVICT_COPY_PATH=kernel).
-// Four 16-byte loads in flight per thread: a copy over the PCIe link needs many reads
-// outstanding. ld.global.nc: the source does not change while the kernel runs (the stream orders
-// it after the source's last writer).
+// Written by hand (read it with the PTX ISA manual), from the pieces below;
+// tests/advisor/copy_kernel_test.cpp has ptxas check it where the toolkit has ptxas, and the GPU
+// tests run it (UMSWAP_EVICT_COPY_PATH=kernel; tests/gpu/copy_hash_test.cpp for the hashing copy
+// and the check). Four 16-byte loads in flight per thread: a copy over the PCIe link needs many
+// reads outstanding. ld.global.nc: the source does not change while the kernel runs (the stream
+// orders it after the source's last writer).
 namespace {
-constexpr char kPtx[] = R"PTX(.version 7.0
-.target sm_75
-.address_size 64
 
-// umswap_copy16(dst, src, units): copies `units` 16-byte units from src to dst. Grid-stride;
-// each thread keeps four loads in flight, which a copy across the PCIe link needs.
-.visible .entry umswap_copy16(.param .u64 dst_param, .param .u64 src_param,
-                              .param .u64 units_param)
-{
-  .reg .pred %more;
+constexpr char kRegisters[] = R"(  .reg .pred %more;
   .reg .b32 %bid, %bdim, %tidx, %gdim;
   .reg .b32 %a<4>, %b<4>, %c<4>, %d<4>;
   .reg .b64 %dst, %src, %end, %at, %step, %step4, %ahead, %last, %s, %t;
-
+  .reg .b64 %hashes, %slot, %first, %h, %x, %prime, %want, %changed, %one;
   ld.param.u64 %dst, [dst_param];
   ld.param.u64 %src, [src_param];
   ld.param.u64 %end, [units_param];
-  cvta.to.global.u64 %dst, %dst;
+)";
+
+// The grid-stride set-up: %at this thread's first byte, %step the bytes per pass of the grid,
+// %ahead three passes (the fourth unit of a round); with hashes, %slot its hash's address and
+// FNV-1a's offset basis and prime (on 8-byte words) in %h and %prime.
+std::string grid(bool hashed) {
+  std::string out = R"(  cvta.to.global.u64 %dst, %dst;
   cvta.to.global.u64 %src, %src;
-  shl.b64 %end, %end, 4;                  // bytes to copy
+  shl.b64 %end, %end, 4;                  // bytes
   mov.u32 %bid, %ctaid.x;
   mov.u32 %bdim, %ntid.x;
   mov.u32 %tidx, %tid.x;
   mov.u32 %gdim, %nctaid.x;
   mul.wide.u32 %at, %bid, %bdim;
   cvt.u64.u32 %t, %tidx;
-  add.u64 %at, %at, %t;
-  shl.b64 %at, %at, 4;                    // this thread's first byte
+  add.u64 %at, %at, %t;                   // this thread's index in the grid
+)";
+  if (hashed) {
+    out += R"(  cvta.to.global.u64 %hashes, %hashes;
+  shl.b64 %slot, %at, 3;
+  add.u64 %slot, %hashes, %slot;          // its hash
+  mov.u64 %h, 0xcbf29ce484222325;
+  mov.u64 %prime, 0x100000001b3;
+)";
+  }
+  out += R"(  shl.b64 %at, %at, 4;                    // its first byte
+  mov.u64 %first, %at;
   mul.wide.u32 %step, %gdim, %bdim;
-  shl.b64 %step, %step, 4;                // bytes per pass of the grid
+  shl.b64 %step, %step, 4;
   shl.b64 %step4, %step, 2;
   mul.lo.u64 %ahead, %step, 3;
-
-FOUR:                                     // while the fourth unit of this round exists
-  add.u64 %last, %at, %ahead;
-  setp.ge.u64 %more, %last, %end;
-  @%more bra ONE;
-  add.u64 %s, %src, %at;
-  ld.global.nc.v4.u32 {%a0, %a1, %a2, %a3}, [%s];
-  add.u64 %s, %s, %step;
-  ld.global.nc.v4.u32 {%b0, %b1, %b2, %b3}, [%s];
-  add.u64 %s, %s, %step;
-  ld.global.nc.v4.u32 {%c0, %c1, %c2, %c3}, [%s];
-  add.u64 %s, %s, %step;
-  ld.global.nc.v4.u32 {%d0, %d1, %d2, %d3}, [%s];
-  add.u64 %t, %dst, %at;
-  st.global.v4.u32 [%t], {%a0, %a1, %a2, %a3};
-  add.u64 %t, %t, %step;
-  st.global.v4.u32 [%t], {%b0, %b1, %b2, %b3};
-  add.u64 %t, %t, %step;
-  st.global.v4.u32 [%t], {%c0, %c1, %c2, %c3};
-  add.u64 %t, %t, %step;
-  st.global.v4.u32 [%t], {%d0, %d1, %d2, %d3};
-  add.u64 %at, %at, %step4;
-  bra.uni FOUR;
-
-ONE:                                      // the rest, one unit at a time
-  setp.ge.u64 %more, %at, %end;
-  @%more bra DONE;
-  add.u64 %s, %src, %at;
-  ld.global.nc.v4.u32 {%a0, %a1, %a2, %a3}, [%s];
-  add.u64 %t, %dst, %at;
-  st.global.v4.u32 [%t], {%a0, %a1, %a2, %a3};
-  add.u64 %at, %at, %step;
-  bra.uni ONE;
-
-DONE:
-  ret;
+)";
+  return out;
 }
-)PTX";
+
+// Loads the units at %at, %at + %step, ... into a, b, c, d (count of them).
+std::string load(int count) {
+  std::string out = "  add.u64 %s, %src, %at;\n";
+  for (int i = 0; i < count; ++i) {
+    const char r = static_cast<char>('a' + i);
+    if (i > 0) out += "  add.u64 %s, %s, %step;\n";
+    out += std::string("  ld.global.nc.v4.u32 {%") + r + "0, %" + r + "1, %" + r + "2, %" + r +
+           "3}, [%s];\n";
+  }
+  return out;
+}
+
+// Stores them at the same offsets of dst.
+std::string store(int count) {
+  std::string out = "  add.u64 %t, %dst, %at;\n";
+  for (int i = 0; i < count; ++i) {
+    const char r = static_cast<char>('a' + i);
+    if (i > 0) out += "  add.u64 %t, %t, %step;\n";
+    out += std::string("  st.global.v4.u32 [%t], {%") + r + "0, %" + r + "1, %" + r + "2, %" + r +
+           "3};\n";
+  }
+  return out;
+}
+
+// Folds them into %h, in order, two 8-byte words each (copy_thread_hash()).
+std::string hash(int count) {
+  std::string out;
+  for (int i = 0; i < count; ++i) {
+    const std::string r(1, static_cast<char>('a' + i));
+    for (const char* half : {"0, %", "2, %"}) {
+      const std::string lo = r + half + r + (half[0] == '0' ? "1" : "3");
+      out += "  mov.b64 %x, {%" + lo + "};\n";
+      out += "  xor.b64 %h, %h, %x;\n  mul.lo.u64 %h, %h, %prime;\n";
+    }
+  }
+  return out;
+}
+
+// The grid-stride loop: rounds of four units while the fourth exists, then one at a time, each
+// unit loaded, then stored (copy) and/or hashed; on to `done`. Labels get `tag` in front.
+std::string loop(const std::string& tag, bool copy, bool hashed, const std::string& done) {
+  const std::string four = tag + "FOUR", one = tag + "ONE";
+  std::string out = four + ":\n";
+  out += "  add.u64 %last, %at, %ahead;\n  setp.ge.u64 %more, %last, %end;\n";
+  out += "  @%more bra " + one + ";\n" + load(4);
+  if (copy) out += store(4);
+  if (hashed) out += hash(4);
+  out += "  add.u64 %at, %at, %step4;\n  bra.uni " + four + ";\n\n" + one + ":\n";
+  out += "  setp.ge.u64 %more, %at, %end;\n  @%more bra " + done + ";\n" + load(1);
+  if (copy) out += store(1);
+  if (hashed) out += hash(1);
+  out += "  add.u64 %at, %at, %step;\n  bra.uni " + one + ";\n\n";
+  return out;
+}
+
+std::string build_ptx() {
+  std::string ptx = ".version 7.0\n.target sm_75\n.address_size 64\n\n";
+  // umswap_copy16(dst, src, units): copies `units` 16-byte units from src to dst.
+  ptx += R"(.visible .entry umswap_copy16(.param .u64 dst_param, .param .u64 src_param,
+                              .param .u64 units_param)
+{
+)";
+  ptx += kRegisters + grid(false) + loop("", true, false, "DONE") + "DONE:\n  ret;\n}\n\n";
+
+  // umswap_copy16_hash(dst, src, units, hashes): copies as umswap_copy16 and leaves in hashes[i]
+  // (one per thread of the grid) the hash of the units thread i copied, in rising order.
+  ptx += R"(.visible .entry umswap_copy16_hash(.param .u64 dst_param, .param .u64 src_param,
+                                   .param .u64 units_param, .param .u64 hashes_param)
+{
+)";
+  ptx += kRegisters + std::string("  ld.param.u64 %hashes, [hashes_param];\n") + grid(true) +
+         loop("H", true, true, "HDONE") + "HDONE:\n  st.global.u64 [%slot], %h;\n  ret;\n}\n\n";
+
+  // umswap_check16(dst, src, units, hashes, changed): hashes src's units as the copy did; a
+  // thread whose hash differs from hashes[i] copies its units to dst again and adds 1 to
+  // *changed. Launched with the same grid as the copy it checks.
+  ptx += R"(.visible .entry umswap_check16(.param .u64 dst_param, .param .u64 src_param,
+                               .param .u64 units_param, .param .u64 hashes_param,
+                               .param .u64 changed_param)
+{
+)";
+  ptx += kRegisters +
+         std::string(
+             "  ld.param.u64 %hashes, [hashes_param];\n"
+             "  ld.param.u64 %changed, [changed_param];\n"
+             "  cvta.to.global.u64 %changed, %changed;\n") +
+         grid(true) + loop("C", false, true, "CCOMPARE");
+  ptx += R"(CCOMPARE:
+  ld.global.u64 %want, [%slot];
+  setp.eq.u64 %more, %want, %h;
+  @%more bra CDONE;
+  mov.u64 %one, 1;
+  atom.global.add.u64 %one, [%changed], %one;
+  mov.u64 %at, %first;
+
+CCOPY:                                    // changed: copy this thread's units again
+  setp.ge.u64 %more, %at, %end;
+  @%more bra CDONE;
+)";
+  ptx += load(1) + store(1) + "  add.u64 %at, %at, %step;\n  bra.uni CCOPY;\n\nCDONE:\n  ret;\n}\n";
+  return ptx;
+}
+
 }  // namespace
 
+uint64_t copy_thread_hash(const void* src, uint64_t units, uint64_t thread, uint64_t threads) {
+  constexpr uint64_t kBasis = 0xcbf29ce484222325ull, kPrime = 0x100000001b3ull;
+  uint64_t h = kBasis;
+  const auto* bytes = static_cast<const unsigned char*>(src);
+  for (uint64_t u = thread; u < units; u += threads) {
+    for (int half = 0; half < 2; ++half) {
+      uint64_t word = 0;
+      std::memcpy(&word, bytes + u * 16 + static_cast<uint64_t>(half) * 8, 8);
+      h = (h ^ word) * kPrime;
+    }
+  }
+  return h;
+}
+
 std::string_view copy_kernel_ptx() {
-  return {kPtx, sizeof kPtx - 1};
+  static const std::string ptx = build_ptx();  // NUL-terminated (c_str())
+  return ptx;
 }
 
 }  // namespace umswap::advisor

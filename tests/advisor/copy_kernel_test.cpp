@@ -11,17 +11,24 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <vector>
 
 namespace {
 
 using umswap::advisor::copy_kernel_fits;
 using umswap::advisor::copy_kernel_ptx;
+using umswap::advisor::copy_thread_hash;
+using umswap::advisor::kCheckKernelName;
+using umswap::advisor::kCopyHashKernelName;
 using umswap::advisor::kCopyKernelName;
 
 TEST(CopyKernel, PtxDeclaresTheEntryPoint) {
   const std::string ptx(copy_kernel_ptx());
   EXPECT_EQ(ptx.c_str()[ptx.size()], '\0');  // cuModuleLoadData reads a C string
   EXPECT_NE(ptx.find(std::string(".visible .entry ") + kCopyKernelName + "("), std::string::npos);
+  EXPECT_NE(ptx.find(std::string(".visible .entry ") + kCopyHashKernelName + "("),
+            std::string::npos);
+  EXPECT_NE(ptx.find(std::string(".visible .entry ") + kCheckKernelName + "("), std::string::npos);
   EXPECT_NE(ptx.find(".address_size 64"), std::string::npos);
   EXPECT_EQ(ptx.find('\0'), std::string::npos);
 }
@@ -66,3 +73,31 @@ TEST(CopyKernel, TakesSixteenByteAlignedCopiesOnly) {
 }
 
 }  // namespace
+
+// The hash each thread of umswap_copy16_hash leaves (the GPU's are compared with these on a GPU:
+// tests/gpu/copy_hash_probe.cu).
+TEST(CopyKernel, ThreadHashCoversItsOwnUnitsAndSeesEveryChangedWord) {
+  constexpr uint64_t kUnits = 1000, kThreads = 64;
+  std::vector<uint64_t> words(kUnits * 2);
+  for (size_t i = 0; i < words.size(); ++i) words[i] = i * 0x9e3779b97f4a7c15ull;
+  std::vector<uint64_t> before(kThreads);
+  for (uint64_t t = 0; t < kThreads; ++t)
+    before[t] = copy_thread_hash(words.data(), kUnits, t, kThreads);
+  // Unit 5*64+7's second word belongs to thread 7 only.
+  const uint64_t unit = 5 * kThreads + 7;
+  for (const uint64_t flip : {uint64_t{1}, uint64_t{1} << 63, ~uint64_t{0}}) {
+    words[unit * 2 + 1] ^= flip;
+    for (uint64_t t = 0; t < kThreads; ++t) {
+      EXPECT_EQ(copy_thread_hash(words.data(), kUnits, t, kThreads) != before[t], t == 7)
+          << "thread " << t << ", flip " << flip;
+    }
+    words[unit * 2 + 1] ^= flip;
+  }
+  // Order matters: two of thread 3's units swapped.
+  std::swap(words[3 * 2], words[(kThreads + 3) * 2]);
+  EXPECT_NE(copy_thread_hash(words.data(), kUnits, 3, kThreads), before[3]);
+  std::swap(words[3 * 2], words[(kThreads + 3) * 2]);
+  // A thread with no units keeps the offset basis; so does every thread over no units.
+  EXPECT_EQ(copy_thread_hash(words.data(), 10, 20, kThreads), 0xcbf29ce484222325ull);
+  EXPECT_EQ(copy_thread_hash(words.data(), 0, 0, kThreads), 0xcbf29ce484222325ull);
+}

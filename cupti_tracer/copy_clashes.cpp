@@ -33,7 +33,7 @@ CopyClashReport find_copy_clashes(std::span<const OwnCopySpan> copies,
   // Per page, its copies in time order.
   std::unordered_map<uint64_t, std::vector<const OwnCopySpan*>> by_page;
   for (const OwnCopySpan& c : copies) {
-    if (c.length == 0 || c.end_ns < c.start_ns) continue;
+    if (c.length == 0 || c.end_ns < c.start_ns || c.ahead) continue;
     ++report.copies;
     for (uint64_t p = c.address / kPage * kPage; p < c.address + c.length; p += kPage) {
       by_page[p].push_back(&c);

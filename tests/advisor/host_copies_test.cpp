@@ -172,6 +172,70 @@ TEST(HostCopies, GivingBackACopyInFlightForgetsIt) {
   EXPECT_TRUE(c.copied(10).empty());  // and never will be
 }
 
+// UMSWAP_EVICT_COPY_AHEAD: a copy out made before the range's last use (launch 50 here).
+TEST(HostCopies, APieceTakenAheadIsNotDiscardedUntilSettledAndLetsItsLastUseThrough) {
+  FakeHost host;
+  HostCopies c = host.make(64 * kMiB);
+  const auto t = c.take(0, 8 * kMiB, 1, /*due=*/100, /*through=*/50);
+  ASSERT_TRUE(t);
+  ASSERT_EQ(t->size(), 1u);
+  // Launches up to its last use reach it freely; a later one not covered to launch 100 does not.
+  EXPECT_FALSE(c.reaches(0, 8 * kMiB, UINT64_MAX, 49));
+  EXPECT_FALSE(c.reaches(0, 8 * kMiB, UINT64_MAX, 50));
+  EXPECT_TRUE(c.reaches(0, 8 * kMiB, UINT64_MAX, 51));
+  EXPECT_TRUE(c.reaches(0, 8 * kMiB, 99, 51));
+  EXPECT_FALSE(c.reaches(0, 8 * kMiB, 100, 51));
+  EXPECT_TRUE(c.reaches(0, 8 * kMiB, UINT64_MAX));  // no launch named: as any other piece
+  // An ordinary copy out after it: copied() discards that one only.
+  ASSERT_TRUE(c.take(16 * kMiB, 2 * kMiB, 2));
+  const auto first = c.copied(2);
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].address, 16 * kMiB);
+  // Its last use done: settled into copy out 3, then discarded by copied(3).
+  EXPECT_TRUE(c.settle(0, 8 * kMiB, /*ticket_was=*/2, 3).empty());  // not that copy's
+  const auto settled = c.settle(0, 8 * kMiB, 1, 3);
+  ASSERT_EQ(settled.size(), 1u);
+  EXPECT_EQ(settled[0].address, 0u);
+  EXPECT_EQ(settled[0].length, 8 * kMiB);
+  EXPECT_EQ(settled[0].host, (*t)[0].host);
+  EXPECT_TRUE(c.settle(0, 8 * kMiB, 1, 4).empty());     // once
+  EXPECT_TRUE(c.reaches(0, 8 * kMiB, UINT64_MAX, 50));  // an ordinary piece now
+  const auto second = c.copied(3);
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(second[0].address, 0u);
+  const auto back = c.give_back(0, 8 * kMiB, 1);
+  ASSERT_EQ(back.copy_in.size(), 1u);
+  EXPECT_EQ(back.out_ticket, 3u);  // a copy back waits for the discard after the check
+}
+
+TEST(HostCopies, APieceTakenAheadAndGivenBackBeforeItsLastUseIsForgottenInPart) {
+  FakeHost host;
+  HostCopies c = host.make(64 * kMiB);
+  ASSERT_TRUE(c.take(0, 8 * kMiB, 1, 100, 50));
+  // A launch past the last use reached [2, 4) MiB: the guard gave it back (the GPU has it).
+  const auto r = c.give_back(2 * kMiB, 2 * kMiB, 1);
+  EXPECT_TRUE(r.copy_in.empty());
+  EXPECT_EQ(r.forgotten_bytes, 2 * kMiB);
+  const auto settled = c.settle(0, 8 * kMiB, 1, 2);
+  ASSERT_EQ(settled.size(), 2u);
+  EXPECT_EQ(settled[0].address, 0u);
+  EXPECT_EQ(settled[0].length, 2 * kMiB);
+  EXPECT_EQ(settled[1].address, 4 * kMiB);
+  EXPECT_EQ(settled[1].length, 4 * kMiB);
+  EXPECT_EQ(settled[1].host, settled[0].host + 4 * kMiB);
+  // The block is reused only once the check's copy out (2) is done, not the first copy (1).
+  c.copied(2);
+  c.give_back(0, 8 * kMiB, 5);
+  c.retire(1, 5);
+  const auto other = c.take(64 * kMiB, 8 * kMiB, 3);
+  ASSERT_TRUE(other);
+  EXPECT_NE((*other)[0].host, settled[0].host);
+  c.retire(2, 5);
+  const auto again = c.take(128 * kMiB, 8 * kMiB, 4);
+  ASSERT_TRUE(again);
+  EXPECT_EQ((*again)[0].host, settled[0].host);
+}
+
 TEST(HostCopies, TakesOnlyWhatIsNotHeld) {
   FakeHost host;
   HostCopies c = host.make(64 * kMiB);

@@ -160,6 +160,10 @@ struct LivePlan {
   std::vector<uint32_t> wait_ahead;    // per phase: launches back to its last prefetch's issue
   std::vector<uint8_t> populates;      // per phase: a drop's next use, or a populate ahead of one
   std::vector<uint32_t> first_action;  // per phase, CSR into plan.actions (size period + 1)
+  // UMSWAP_EVICT_COPY_AHEAD: per phase, CSR into ahead_actions (size period + 1): the evictions
+  // whose copies out start at that launch (the launch after the use before their last one).
+  std::vector<uint32_t> first_ahead;
+  std::vector<uint32_t> ahead_actions;  // action indices
   // By action index, for evictions: launches from it to the last prefetch that brings part of
   // its range back before the range is evicted again (UMSWAP_EVICT_COPY: a launch that waits
   // for the copies back up to there finds it all); UINT32_MAX: none within an iteration.
@@ -772,6 +776,31 @@ class AdvisorImpl {
   // UMSWAP_EVICT_COPY_PATH=kernel: the loaded copy kernel (null: copy engines copy), why it is not
   // used when asked for, and how many copies each path made.
   CUfunction copy_fn = nullptr;
+  // UMSWAP_EVICT_COPY_AHEAD (copy_kernel.h): the hashing copy and the check, and their pinned,
+  // mapped memory: kAheadSlots slots of one hash per thread of the grid, then the count of
+  // thread parts the checks found changed. A slot is free again once the copy out that last used
+  // it is seen done (held_slots).
+  CUfunction copy_hash_fn = nullptr, check_fn = nullptr;
+  static constexpr uint32_t kAheadSlots = 256;
+  volatile uint64_t* ahead_memory = nullptr;
+  std::vector<uint32_t> free_slots;
+  std::vector<std::pair<uint32_t, uint64_t>> held_slots;  // (slot, copy-out ticket)
+  uint64_t slot_hashes(uint32_t slot) const {
+    return reinterpret_cast<uint64_t>(ahead_memory) + uint64_t{slot} * kCopyKernelGrid * 8;
+  }
+  uint64_t changed_word() const {
+    return reinterpret_cast<uint64_t>(ahead_memory) + uint64_t{kAheadSlots} * kCopyKernelGrid * 8;
+  }
+  // A copy out made ahead, by (the launch of its eviction, the eviction's action index).
+  struct AheadCopy {
+    uint64_t lo = 0, hi = 0;  // the whole 2 MiB pages of the eviction's range
+    uint64_t ticket = 0;      // its copy out's
+    std::vector<HostCopies::Segment> segments;
+    std::vector<uint32_t> slots;  // one per segment
+  };
+  std::map<std::pair<uint64_t, uint32_t>, AheadCopy> aheads;
+  uint64_t ahead_copies = 0, ahead_bytes = 0, ahead_settled = 0, ahead_settled_bytes = 0;
+  uint64_t ahead_abandoned = 0, ahead_late = 0, ahead_no_slot = 0;
   std::string copy_kernel_off;
   uint64_t kernel_copies = 0, engine_copies = 0;
   void set_up_copy_kernel();
@@ -782,6 +811,18 @@ class AdvisorImpl {
   // What became of an eviction offered to evict_by_copy().
   enum class CopyOut : uint8_t { copied, to_driver, kept };
   CopyOut evict_by_copy(uint64_t address, uint64_t length, uint64_t g, uint64_t j, uint64_t due);
+  enum class Reach : uint8_t { none, reached, unknown };
+  Reach submitted_reach(uint64_t j, uint64_t lo, uint64_t hi, uint64_t due);
+  // UMSWAP_EVICT_COPY_AHEAD: at launch g, the copy out of action i's range, ahead of its last use.
+  void copy_ahead(LivePlan& p, uint64_t g, uint32_t i);
+  // At its eviction (launch g, ordered after the last use): the check and the discard.
+  CopyOut settle_ahead(AheadCopy rec, uint64_t g);
+  // Its pieces forgotten (the GPU still holds the range), its slots freed once its copy is done.
+  void abandon_ahead(AheadCopy& rec);
+  void discard_behind(std::vector<HostCopies::Segment> segments, uint64_t ticket, uint32_t copy,
+                      CUstream ds);
+  bool seal_copy_out(uint64_t ticket, uint64_t g, CUstream ds);
+  void count_copy_out(uint64_t g, uint64_t bytes);
   bool restore_by_copy(uint64_t address, uint64_t length, uint64_t g);
   void tend_copies();
   void issue_restore(const LivePlan* p, Restore r);
@@ -1353,8 +1394,9 @@ void AdvisorImpl::run() {
   if (matcher) {
     std::string why;
     auto p = std::make_unique<LivePlan>();
-    if (make_replay_plan(*matcher, budget, config.prefetch_bytes_per_s, config.evict_bytes_per_s,
-                         &p->plan, &p->base, &p->period, &why, use_lifetimes(), populate_ahead())) {
+    if (make_replay_plan(*matcher, budget, config.room_slack, config.prefetch_bytes_per_s,
+                         config.evict_bytes_per_s, &p->plan, &p->base, &p->period, &why,
+                         use_lifetimes(), populate_ahead())) {
       if (config.place && use_lifetimes()) {
         place_from_trace();
         place_at = boundary_at_or_after(p->base, p->period, launched.load());
@@ -1862,7 +1904,8 @@ std::unique_ptr<LivePlan> AdvisorImpl::build_plan(uint64_t e, uint64_t first,
     in.steps.push_back(
         {step_first[i], static_cast<uint32_t>(step_first[i + 1] - step_first[i]), 0.0});
   }
-  in.budget_bytes = budget;
+  in.room_slack_bytes = config.room_slack < budget ? config.room_slack : 0;
+  in.budget_bytes = budget - in.room_slack_bytes;
   in.prefetch_bytes_per_s = config.prefetch_bytes_per_s;
   in.evict_bytes_per_s = config.evict_bytes_per_s;
   in.populate_ahead_steps = populate_ahead();
@@ -1999,6 +2042,28 @@ void AdvisorImpl::index_plan(LivePlan& plan_ref) {
     }
   }
   for (uint64_t i = 0; i < p->period; ++i) p->first_action[i + 1] += p->first_action[i];
+  // Copies ahead: each starts at the launch after the use before its range's last one, which
+  // therefore records its event.
+  p->first_ahead.assign(p->period + 1, 0);
+  p->ahead_actions.clear();
+  if (config.evict_copy_ahead && copy_hash_fn && check_fn) {
+    std::vector<std::pair<uint64_t, uint32_t>> starts;  // (phase, action)
+    for (uint32_t i = 0; i < plan_data.actions.size(); ++i) {
+      const Action& a = plan_data.actions[i];
+      if (a.kind != ActionKind::evict || a.copy_back <= a.wait_back || a.copy_back > p->period) {
+        continue;
+      }
+      const uint64_t after = (a.at_step + p->period - a.copy_back % p->period) % p->period;
+      p->needs_event[after] = 1;
+      starts.emplace_back((after + 1) % p->period, i);
+    }
+    std::sort(starts.begin(), starts.end());
+    for (const auto& [phase, i] : starts) {
+      ++p->first_ahead[phase + 1];
+      p->ahead_actions.push_back(i);
+    }
+    for (uint64_t i = 0; i < p->period; ++i) p->first_ahead[i + 1] += p->first_ahead[i];
+  }
   // evict_due: per buffer, the actions in step order, walked cyclically after each eviction.
   const std::vector<Action>& acts = plan_data.actions;
   p->evict_due.assign(acts.size(), UINT32_MAX);
@@ -2328,6 +2393,11 @@ void AdvisorImpl::apply(uint64_t n) {
         go_live_copies();
       }
     }
+    // Copies ahead whose eviction was never reached (a buffer gone, a plan replaced).
+    while (!aheads.empty() && aheads.begin()->first.first < g) {
+      abandon_ahead(aheads.begin()->second);
+      aheads.erase(aheads.begin());
+    }
     bool prefetched_here = false;
     // The plan prefetches at g (issued or skipped): launches wait for actions_done(g), which must
     // be written right after g's actions. Left to the write at the end of apply(), it would queue
@@ -2372,9 +2442,28 @@ void AdvisorImpl::apply(uint64_t n) {
           if (!ordered) ++copy_skipped_unordered;
           if (p.evict_due[i] == UINT32_MAX) ++copy_skipped_not_back;
         }
-        const CopyOut out = !ordered || p.evict_due[i] == UINT32_MAX
-                                ? CopyOut::to_driver
-                                : evict_by_copy(address, a.range.length, g, j, g + p.evict_due[i]);
+        const auto by_copy = [&] {
+          return !ordered || p.evict_due[i] == UINT32_MAX
+                     ? CopyOut::to_driver
+                     : evict_by_copy(address, a.range.length, g, j, g + p.evict_due[i]);
+        };
+        CopyOut out = CopyOut::to_driver;
+        if (const auto it = aheads.find({g, i}); it != aheads.end()) {
+          // Copied ahead: checked and discarded now, unless the eviction cannot be ordered after
+          // its last use or is not this one (a plan that replaced the one it was made for).
+          AheadCopy rec = std::move(it->second);
+          aheads.erase(it);
+          const uint64_t lo = (address + kPage - 1) / kPage * kPage;
+          if (ordered && copies_live.load(std::memory_order_relaxed) && rec.lo == lo &&
+              rec.hi == (address + a.range.length) / kPage * kPage) {
+            out = settle_ahead(std::move(rec), g);
+          } else {
+            abandon_ahead(rec);
+            out = by_copy();
+          }
+        } else {
+          out = by_copy();
+        }
         if (out == CopyOut::to_driver) {
           migrate(address, a.range.length, false, g);
         } else if (out == CopyOut::kept) {
@@ -2405,6 +2494,13 @@ void AdvisorImpl::apply(uint64_t n) {
     evictions_issued();
     if (progress_device && !waits_off.load() && prefetch_planned) {
       d.stream_write_value64(stream, progress_device, actions_done(g), 0);
+    }
+    // After this launch's own actions: copies ahead that may start now (the use before their
+    // range's last one was launch g - 1).
+    if (!p.first_ahead.empty()) {
+      for (uint32_t x = p.first_ahead[phase]; x < p.first_ahead[phase + 1]; ++x) {
+        copy_ahead(p, g, p.ahead_actions[x]);
+      }
     }
     // Launches that wait for g's prefetches wait for its copies back too (none: the value only).
     if (prefetch_planned && copies_live.load(std::memory_order_relaxed)) {
@@ -2517,6 +2613,23 @@ void AdvisorImpl::set_up_copy_kernel() {
     return off(fmt::format("{} was not found in its module (error {})", kCopyKernelName,
                            static_cast<int>(r)));
   }
+  if (!config.evict_copy_ahead) return;
+  // UMSWAP_EVICT_COPY_AHEAD: its two kernels and their slots, or copies out after the last use.
+  void* memory = nullptr;
+  const uint64_t bytes = uint64_t{kAheadSlots} * kCopyKernelGrid * 8 + 8;
+  if (d.module_get_function(&copy_hash_fn, module, kCopyHashKernelName) != CUDA_SUCCESS ||
+      d.module_get_function(&check_fn, module, kCheckKernelName) != CUDA_SUCCESS ||
+      d.mem_host_alloc(&memory, bytes, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE) !=
+          CUDA_SUCCESS) {
+    copy_hash_fn = check_fn = nullptr;
+    log_warning(
+        "UMSWAP_EVICT_COPY_AHEAD: its kernels or pinned memory could not be had; copies "
+        "out start after their range's last use");
+    return;
+  }
+  ahead_memory = static_cast<volatile uint64_t*>(memory);
+  ahead_memory[uint64_t{kAheadSlots} * kCopyKernelGrid] = 0;
+  for (uint32_t slot = kAheadSlots; slot-- > 0;) free_slots.push_back(slot);
 }
 
 // One copy of umswap's between pinned host memory and the GPU on stream s: by the copy kernel
@@ -2655,22 +2768,14 @@ AdvisorImpl::CopyOut AdvisorImpl::evict_by_copy(uint64_t address, uint64_t lengt
     // this see the range held (guard()).
     std::optional<Timed> timed(scan_s);
     std::lock_guard lock(copies_mutex);
-    const uint64_t n = launched.load(std::memory_order_acquire);
-    if (n > j + 1) {
-      if (n - j - 1 > kScanLimit) return CopyOut::to_driver;
-      tracer::StepLog log;
-      if (!tracer::copy_steps(j + 1, n - j - 1, &log)) return CopyOut::to_driver;
-      for (uint64_t i = 0; i + j + 1 < n; ++i) {
-        const uint64_t covered = covered_launch(j + 1 + i);
-        for (uint64_t h = log.first_hit[i]; h < log.first_hit[i + 1]; ++h) {
-          const tracer::PointerHit& hit = log.hits[h];
-          const uint64_t end = hit.limit ? hit.limit : hit.base + hit.size;
-          if (hit.pointer < hi && end > lo && (covered == UINT64_MAX || covered < due)) {
-            ++copy_reached;
-            return CopyOut::kept;
-          }
-        }
-      }
+    switch (submitted_reach(j, lo, hi, due)) {
+      case Reach::unknown:
+        return CopyOut::to_driver;
+      case Reach::reached:
+        ++copy_reached;
+        return CopyOut::kept;
+      case Reach::none:
+        break;
     }
     timed.emplace(take_s);  // the host blocks' allocation: pinned memory the first time
     segments = copies->take(lo, hi - lo, out_ticket + 1, due);
@@ -2749,55 +2854,265 @@ AdvisorImpl::CopyOut AdvisorImpl::evict_by_copy(uint64_t address, uint64_t lengt
         stop_copies("could not order a discard after its copy to the host");
         return CopyOut::copied;
       }
-      std::vector<CUdeviceptr> starts;
-      std::vector<size_t> sizes;
-      for (size_t i = group.begin; i < group.end; ++i) {
-        starts.push_back(pieces[i].address);
-        sizes.push_back(pieces[i].length);
-      }
-      // UMSWAP_EVICT_COPY=keep (a diagnostic): the GPU pages stay.
-      CUresult r = CUDA_SUCCESS;
-      if (!config.evict_copy_keep) {
-        const Timed timed(managed_call_s);
-        before_managed_op(ds);
-        r = d.mem_discard_batch_async(starts.data(), sizes.data(), starts.size(), 0, ds);
-      }
-      if (r != CUDA_SUCCESS) {
-        ++copy_failures;
-        // The GPU and the host both hold the data: the copy back rewrites the same bytes.
-        if (warned_copy_failure.first()) {
-          log_warning("advisor: cuMemDiscardBatchAsync failed (error {})", static_cast<int>(r));
-        }
-      } else {
-        discard_notes.push_back(
-            {out_ticket, group.copy,
-             std::vector<HostCopies::Segment>(pieces.begin() + static_cast<ptrdiff_t>(group.begin),
-                                              pieces.begin() + static_cast<ptrdiff_t>(group.end))});
-      }
+      discard_behind(
+          std::vector<HostCopies::Segment>(pieces.begin() + static_cast<ptrdiff_t>(group.begin),
+                                           pieces.begin() + static_cast<ptrdiff_t>(group.end)),
+          out_ticket, group.copy, ds);
     }
-    CUevent e = take_event();
-    if (!e || d.event_record(e, ds) != CUDA_SUCCESS ||
-        d.event_record(discarded_event, ds) != CUDA_SUCCESS) {
+    if (!seal_copy_out(out_ticket, g, ds)) {
       stop_copies("could not record an event after a copy to the host");
       return CopyOut::copied;
     }
-    discards_issued = true;
-    out_events.push_back({out_ticket, e});
-    if (config.evict_copy_room_plan) {
-      if (!out_ticket_at.empty() && out_ticket_at.back().first == g) {
-        out_ticket_at.back().second = out_ticket;
-      } else {
-        out_ticket_at.emplace_back(g, out_ticket);
-      }
-    }
-    std::lock_guard lock(copies_mutex);
-    copies->copied(out_ticket);  // discarded in the GPU's order: a copy back must come after
   }
+  count_copy_out(g, bytes);
+  return CopyOut::copied;
+}
+
+// The discard on ds of `segments`, held by copy out `ticket`, behind `copy` (the correlation id
+// of the copy they follow, for the residency count).
+void AdvisorImpl::discard_behind(std::vector<HostCopies::Segment> segments, uint64_t ticket,
+                                 uint32_t copy, CUstream ds) {
+  std::vector<CUdeviceptr> starts;
+  std::vector<size_t> sizes;
+  for (const HostCopies::Segment& s : segments) {
+    starts.push_back(s.address);
+    sizes.push_back(s.length);
+  }
+  // UMSWAP_EVICT_COPY=keep (a diagnostic): the GPU pages stay.
+  CUresult r = CUDA_SUCCESS;
+  if (!config.evict_copy_keep) {
+    const Timed timed(managed_call_s);
+    before_managed_op(ds);
+    r = d.mem_discard_batch_async(starts.data(), sizes.data(), starts.size(), 0, ds);
+  }
+  if (r != CUDA_SUCCESS) {
+    ++copy_failures;
+    // The GPU and the host both hold the data: the copy back rewrites the same bytes.
+    if (warned_copy_failure.first()) {
+      log_warning("advisor: cuMemDiscardBatchAsync failed (error {})", static_cast<int>(r));
+    }
+  } else {
+    discard_notes.push_back({ticket, copy, std::move(segments)});
+  }
+}
+
+// After the discards of copy out `ticket` (made at launch g) on ds: its event, and its pieces
+// marked discarded, in the GPU's order (a copy back must come after). False: an event could not
+// be recorded (the caller stops copies).
+bool AdvisorImpl::seal_copy_out(uint64_t ticket, uint64_t g, CUstream ds) {
+  CUevent e = take_event();
+  if (!e || d.event_record(e, ds) != CUDA_SUCCESS ||
+      d.event_record(discarded_event, ds) != CUDA_SUCCESS) {
+    return false;
+  }
+  discards_issued = true;
+  out_events.push_back({ticket, e});
+  if (config.evict_copy_room_plan) {
+    if (!out_ticket_at.empty() && out_ticket_at.back().first == g) {
+      out_ticket_at.back().second = ticket;
+    } else {
+      out_ticket_at.emplace_back(g, ticket);
+    }
+  }
+  std::lock_guard lock(copies_mutex);
+  copies->copied(ticket);
+  return true;
+}
+
+void AdvisorImpl::count_copy_out(uint64_t g, uint64_t bytes) {
   copied_out.push_back({g, bytes});
   copied_out_bytes += bytes;
   evicted.push_back({g, bytes});
   evicted_bytes += bytes;
+}
+
+// Whether a launch the program has submitted after launch j reaches [lo, hi) without waiting for
+// the copies back up to launch `due`. Under copies_mutex: a launch submitted after this sees what
+// is taken under the same lock (guard()).
+AdvisorImpl::Reach AdvisorImpl::submitted_reach(uint64_t j, uint64_t lo, uint64_t hi,
+                                                uint64_t due) {
+  const uint64_t n = launched.load(std::memory_order_acquire);
+  if (n <= j + 1) return Reach::none;
+  if (n - j - 1 > kScanLimit) return Reach::unknown;
+  tracer::StepLog log;
+  if (!tracer::copy_steps(j + 1, n - j - 1, &log)) return Reach::unknown;
+  for (uint64_t i = 0; i + j + 1 < n; ++i) {
+    const uint64_t covered = covered_launch(j + 1 + i);
+    for (uint64_t h = log.first_hit[i]; h < log.first_hit[i + 1]; ++h) {
+      const tracer::PointerHit& hit = log.hits[h];
+      const uint64_t end = hit.limit ? hit.limit : hit.base + hit.size;
+      if (hit.pointer < hi && end > lo && (covered == UINT64_MAX || covered < due)) {
+        return Reach::reached;
+      }
+    }
+  }
+  return Reach::none;
+}
+
+// UMSWAP_EVICT_COPY_AHEAD. At launch g, the launch after the use before the range's last one
+// (launch j, its eviction's wait): the range's whole pages are taken as held ahead (launches up
+// to j still reach them, HostCopies::take's `through`) and copied to the host by the hashing copy
+// kernel on `stream`, after launch g - 1. settle_ahead() does the rest at the eviction.
+// Nothing is done (the eviction copies as usual) when a launch the program has already submitted
+// past j reaches the range (the guard did not see it), when launch g - 1 cannot be waited for, or
+// when no hash slot is free.
+void AdvisorImpl::copy_ahead(LivePlan& p, uint64_t g, uint32_t i) {
+  const Action& a = p.plan.actions[i];
+  const uint64_t ge = g + a.copy_back - 1;  // the eviction's launch
+  if (!copies_live.load(std::memory_order_relaxed) || p.evict_due[i] == UINT32_MAX ||
+      ge < waits_from.load(std::memory_order_acquire) || ge < a.wait_back ||
+      !resolve(p, a.range.buffer) || aheads.count({ge, i}) != 0) {
+    return;
+  }
+  const uint64_t j = ge - a.wait_back;  // the last use
+  const uint64_t address = p.address[a.range.buffer] + a.range.offset;
+  const uint64_t lo = (address + kPage - 1) / kPage * kPage;
+  const uint64_t hi = (address + a.range.length) / kPage * kPage;
+  if (hi <= lo) return;
+  if (free_slots.empty()) {
+    ++ahead_no_slot;
+    return;
+  }
+  if (!wait_for_launch(p, g - 1)) return;
+  std::optional<std::vector<HostCopies::Segment>> segments;
+  {
+    const Timed timed(take_s);
+    std::lock_guard lock(copies_mutex);
+    if (submitted_reach(j, lo, hi, ge + p.evict_due[i]) != Reach::none) {
+      ++ahead_late;
+      return;
+    }
+    segments = copies->take(lo, hi - lo, out_ticket + 1, ge + p.evict_due[i], j);
+  }
+  if (!segments || segments->empty()) return;
+  const uint64_t ticket = ++out_ticket;
+  AheadCopy rec{lo, hi, ticket, {}, {}};
+  uint64_t bytes = 0;
+  for (const HostCopies::Segment& s : *segments) {
+    if (free_slots.empty()) {
+      // Out of slots: the rest is not copied ahead (forgotten; the eviction copies it).
+      std::lock_guard lock(copies_mutex);
+      const std::vector<HostCopies::Segment> rest = copies->settle(s.address, hi, ticket, ticket);
+      for (const HostCopies::Segment& r : rest) copies->give_back(r.address, r.length, in_ticket);
+      ++ahead_no_slot;
+      break;
+    }
+    const uint32_t slot = free_slots.back();
+    uint64_t dst = s.host, src = s.address, units = s.length / 16, hashes = slot_hashes(slot);
+    void* args[] = {&dst, &src, &units, &hashes};
+    const auto t0 = std::chrono::steady_clock::now();
+    const CUresult r = d.launch_kernel(copy_hash_fn, kCopyKernelBlocks, 1, 1, kCopyKernelThreads, 1,
+                                       1, 0, stream, args, nullptr);
+    copy_call_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    issued_calls.fetch_add(1, std::memory_order_relaxed);
+    if (r != CUDA_SUCCESS) {
+      ++copy_failures;
+      // Nothing is discarded yet: every held range goes back, copies stop.
+      stop_copies(fmt::format("a copy ahead to the host failed (error {})", static_cast<int>(r)));
+      for (uint32_t used : rec.slots) held_slots.emplace_back(used, ticket);
+      return;
+    }
+    free_slots.pop_back();
+    rec.slots.push_back(slot);
+    rec.segments.push_back(s);
+    tracer::note_own_copy(tracer::last_own_copy(), s.address, s.length, false, true);
+    ++kernel_copies;
+    ++copy_calls;
+    bytes += s.length;
+  }
+  // Its event: the host blocks and slots it wrote are reusable once it is done (abandon_ahead()).
+  if (CUevent e = take_event(); e && d.event_record(e, stream) == CUDA_SUCCESS) {
+    out_events.push_back({ticket, e});
+  }
+  if (rec.segments.empty()) return;
+  ++ahead_copies;
+  ahead_bytes += bytes;
+  aheads.emplace(std::make_pair(ge, i), std::move(rec));
+}
+
+// The eviction of a range copied ahead, at launch g, with `stream` ordered after its last use:
+// on the discard stream, after that, the check kernel over each segment copied (a part the last
+// use changed is copied again), then the discard of what is still held (a launch past the last
+// use may have had parts given back). The check counts as the copy out (CopyOut::copied; kept
+// when nothing is held any more).
+AdvisorImpl::CopyOut AdvisorImpl::settle_ahead(AheadCopy rec, uint64_t g) {
+  std::vector<HostCopies::Segment> held;
+  {
+    std::lock_guard lock(copies_mutex);
+    held = copies->settle(rec.lo, rec.hi, rec.ticket, out_ticket + 1);
+  }
+  if (held.empty()) {
+    ++copy_reached;
+    kept_reached_bytes += rec.hi - rec.lo;
+    abandon_ahead(rec);
+    return CopyOut::kept;
+  }
+  const uint64_t ticket = ++out_ticket;
+  for (uint32_t slot : rec.slots) held_slots.emplace_back(slot, ticket);
+  const CUstream ds = discard_stream ? discard_stream : stream;
+  const auto give_up = [&](const std::string& why) {
+    // Not discarded: the settled pieces are ordinary copies in flight, which stop_copies() forgets.
+    stop_copies(why);
+    return CopyOut::copied;
+  };
+  // After the last use (`stream` waits for it), and so after the copy ahead (queued on `stream`
+  // before that wait).
+  if (ds != stream) {
+    if (piece_events.empty()) {
+      CUevent e = nullptr;
+      if (d.event_create(&e, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS) piece_events.push_back(e);
+    }
+    if (piece_events.empty() || d.event_record(piece_events[0], stream) != CUDA_SUCCESS ||
+        d.stream_wait_event(ds, piece_events[0], 0) != CUDA_SUCCESS) {
+      return give_up("could not order the check of a copy ahead after its range's last use");
+    }
+  }
+  uint32_t check = 0;
+  for (size_t k = 0; k < rec.segments.size(); ++k) {
+    const HostCopies::Segment& s = rec.segments[k];
+    const bool still = std::any_of(held.begin(), held.end(), [&](const HostCopies::Segment& h) {
+      return h.address < s.address + s.length && s.address < h.address + h.length;
+    });
+    if (!still) continue;
+    uint64_t dst = s.host, src = s.address, units = s.length / 16,
+             hashes = slot_hashes(rec.slots[k]), changed = changed_word();
+    void* args[] = {&dst, &src, &units, &hashes, &changed};
+    const auto t0 = std::chrono::steady_clock::now();
+    const CUresult r = d.launch_kernel(check_fn, kCopyKernelBlocks, 1, 1, kCopyKernelThreads, 1, 1,
+                                       0, ds, args, nullptr);
+    copy_call_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    issued_calls.fetch_add(1, std::memory_order_relaxed);
+    if (r != CUDA_SUCCESS) {
+      ++copy_failures;
+      return give_up(
+          fmt::format("the check of a copy ahead failed (error {})", static_cast<int>(r)));
+    }
+    check = tracer::last_own_copy();
+    tracer::note_own_copy(check, s.address, s.length, false);
+  }
+  uint64_t bytes = 0;
+  for (const HostCopies::Segment& h : held) bytes += h.length;
+  discard_behind(held, ticket, check, ds);
+  if (!seal_copy_out(ticket, g, ds)) {
+    return give_up("could not record an event after the check of a copy ahead");
+  }
+  ++ahead_settled;
+  ahead_settled_bytes += bytes;
+  count_copy_out(g, bytes);
   return CopyOut::copied;
+}
+
+void AdvisorImpl::abandon_ahead(AheadCopy& rec) {
+  ++ahead_abandoned;
+  {
+    std::lock_guard lock(copies_mutex);
+    // Ordinary pieces of its own copy out for a moment, then forgotten: the GPU holds the range.
+    for (const HostCopies::Segment& s : copies->settle(rec.lo, rec.hi, rec.ticket, rec.ticket)) {
+      copies->give_back(s.address, s.length, in_ticket);
+    }
+  }
+  for (uint32_t slot : rec.slots) held_slots.emplace_back(slot, rec.ticket);
+  rec.slots.clear();
 }
 
 // The prefetch of [address, address + length) at launch g: the parts held on the host go back
@@ -2982,6 +3297,16 @@ void AdvisorImpl::tend_copies() {
   if (!copies) return;
   out_done = poll(out_events, out_done);
   in_done = poll(in_events, in_done);
+  // Hash slots whose copies (ahead, or their checks) are done.
+  for (size_t k = 0; k < held_slots.size();) {
+    if (held_slots[k].second <= out_done) {
+      free_slots.push_back(held_slots[k].first);
+      held_slots[k] = held_slots.back();
+      held_slots.pop_back();
+    } else {
+      ++k;
+    }
+  }
   // Discards seen done: the residency count takes them off the GPU where CUPTI saw the copy they
   // follow end (without its record: now, a little after they ran, and the count errs high).
   while (!discard_notes.empty() && discard_notes.front().ticket <= out_done) {
@@ -3021,7 +3346,7 @@ void AdvisorImpl::guard(uint64_t index, const std::vector<tracer::PointerHit>* h
       rescue_ranges.clear();
       for (const tracer::PointerHit& h : *hits) {
         const uint64_t end = h.limit ? h.limit : h.base + h.size;
-        if (copies->reaches(h.pointer, end, covered)) {
+        if (copies->reaches(h.pointer, end, covered, index)) {
           log_debug(
               "UMSWAP_EVICT_COPY: launch {} reaches [{:#x}, {:#x}) held on the host; it waits "
               "for the copies back up to launch {} (UINT64_MAX: none); held: {}",
@@ -3352,6 +3677,21 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
         {"chunk_bytes", a.config.evict_copy_chunk},
         {"out_piece_bytes", a.config.evict_copy_out_piece},
         {"path", a.copy_fn ? "kernel" : "engine"},
+        // UMSWAP_EVICT_COPY_AHEAD: copies out made before their range's last use; settled: checked
+        // and discarded at their eviction; abandoned: forgotten (the range stayed on the GPU or
+        // was copied as usual); changed_parts: thread parts (1/8192 of a range each) the checks
+        // found changed and copied again.
+        {"ahead",
+         {{"on", a.copy_hash_fn != nullptr && a.check_fn != nullptr},
+          {"copies", a.ahead_copies},
+          {"bytes", a.ahead_bytes},
+          {"settled", a.ahead_settled},
+          {"settled_bytes", a.ahead_settled_bytes},
+          {"abandoned", a.ahead_abandoned},
+          {"late", a.ahead_late},
+          {"no_slot", a.ahead_no_slot},
+          {"changed_parts",
+           a.ahead_memory ? a.ahead_memory[AdvisorImpl::kAheadSlots * kCopyKernelGrid] : 0}}},
         {"kernel_off", a.copy_kernel_off},
         {"kernel_copies", a.kernel_copies},
         {"engine_copies", a.engine_copies},

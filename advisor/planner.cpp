@@ -759,6 +759,7 @@ struct RawAction {
   ActionKind kind;
   uint32_t aux;  // wait_back or use_ahead
   uint32_t block;
+  uint32_t copy_back = 0;  // evict: Action::copy_back
 };
 
 }  // namespace
@@ -906,7 +907,14 @@ Plan make_plan(const PlanInput& input) {
       continue;
     }
     // Evicted at the launch after the last use; back at p in [u1 + 2, u2].
-    raw.push_back({static_cast<uint32_t>((u1 + 1) % S), ActionKind::evict, 1, b});
+    // The use before the last one, if the block stayed resident since and its data is not new at
+    // the last use: its copy may start there (Action::copy_back).
+    uint32_t copy_back = 0;
+    if (const uint64_t i1 = tr.use_at(b, u1 % S);
+        i1 != UINT64_MAX && tr.prev_dist[i1] < S && !nonkept[i1] && !tr.dead[i1]) {
+      copy_back = tr.prev_dist[i1] + 1;
+    }
+    raw.push_back({static_cast<uint32_t>((u1 + 1) % S), ActionKind::evict, 1, b, copy_back});
     const uint64_t ahead = std::min<uint64_t>(tr.prev_dist[j] - 2, max_ahead[tr.use_step[j]]);
     uint64_t p = u2;
     if (ahead > 0) {
@@ -958,6 +966,9 @@ Plan make_plan(const PlanInput& input) {
           prev.range.length += bytes;
           if (it->kind == ActionKind::evict) {
             prev.wait_back = std::min(prev.wait_back, it->aux);
+            prev.copy_back = prev.copy_back == 0 || it->copy_back == 0
+                                 ? 0
+                                 : std::min(prev.copy_back, it->copy_back);
           } else {
             prev.use_ahead = std::min(prev.use_ahead, it->aux);
           }
@@ -969,6 +980,7 @@ Plan make_plan(const PlanInput& input) {
       a.kind = it->kind;
       a.wait_back = it->kind == ActionKind::evict ? it->aux : 0;
       a.use_ahead = it->kind == ActionKind::prefetch ? it->aux : 0;
+      a.copy_back = it->kind == ActionKind::evict ? it->copy_back : 0;
       a.range = {buffer, k * g, bytes};
       plan.actions.push_back(a);
     }
@@ -1070,10 +1082,12 @@ Plan make_plan(const PlanInput& input) {
     const Simulation sim = simulate_on(tr, input, plan, 2, true);
     plan.peak_resident_at_frees_bytes = std::max(plan.peak_resident_bytes, sim.peak_resident_bytes);
     const std::vector<uint64_t>& held = sim.resident_by_step;
+    const int64_t room_cap =
+        static_cast<int64_t>(C) +
+        static_cast<int64_t>(std::min<uint64_t>(input.room_slack_bytes, uint64_t{1} << 61));
     plan.room_wait_back.assign(S, Plan::kNoRoomWait);
     for (uint64_t t = S; t < 2 * S; ++t) {
-      const int64_t left =
-          std::max<int64_t>(0, static_cast<int64_t>(C) - static_cast<int64_t>(held[t - S]));
+      const int64_t left = std::max<int64_t>(0, room_cap - static_cast<int64_t>(held[t - S]));
       const size_t k = find.rightmost_below(t - S + 1, t, before[t + 1] - left,
                                             std::numeric_limits<int64_t>::min());
       if (k != RoomTree::npos) plan.room_wait_back[t - S] = static_cast<uint32_t>(t - k);
@@ -1086,8 +1100,7 @@ Plan make_plan(const PlanInput& input) {
     for (uint64_t u = 0; u < 2 * S; ++u) out_before[u + 1] = out_before[u] + out_at[u % S];
     plan.restore_room_back.assign(S, Plan::kNoRoomWait);
     for (uint64_t t = S; t < 2 * S; ++t) {
-      const int64_t left =
-          std::max<int64_t>(0, static_cast<int64_t>(C) - static_cast<int64_t>(held[t - S]));
+      const int64_t left = std::max<int64_t>(0, room_cap - static_cast<int64_t>(held[t - S]));
       const auto first_fit = std::lower_bound(out_before.begin(), out_before.begin() + t + 1,
                                               out_before[t + 1] - left);
       const auto k = static_cast<uint64_t>(first_fit - out_before.begin());  // k - 1: the wait

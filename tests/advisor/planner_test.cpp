@@ -393,6 +393,81 @@ TEST(Planner, OneRangeIsOnePrefetch) {
   EXPECT_EQ(b_in->use_ahead, 2u);
 }
 
+// UMSWAP_EVICT_COPY_AHEAD: an eviction names the use before its range's last one.
+TEST(Planner, EvictionsNameTheUseBeforeTheLastOne) {
+  Builder t;
+  const uint32_t a = t.buffer(64 * MiB);
+  const uint32_t b = t.buffer(64 * MiB);
+  const uint32_t x = t.buffer(kBlock);
+  t.step({whole(t.in, a)})
+      .step({whole(t.in, a), whole(t.in, x)})
+      .step({whole(t.in, b)})
+      .step({whole(t.in, b), whole(t.in, x)});
+  t.in.budget_bytes = 66 * MiB;
+  const Plan plan = make_plan(t.in);
+  expect_clean(t.in, plan, 3);
+  int evictions = 0;
+  for (const Action& act : plan.actions) {
+    if (act.kind != ActionKind::evict) continue;
+    ++evictions;
+    // A leaves at step 2 after its last use at 1; its use before that is step 0. B likewise,
+    // across the iteration's end.
+    EXPECT_EQ(act.at_step, act.range.buffer == a ? 2u : 0u);
+    EXPECT_EQ(act.wait_back, 1u);
+    EXPECT_EQ(act.copy_back, 2u);
+  }
+  EXPECT_EQ(evictions, 2);
+  // Used once an iteration: nothing before the last use.
+  Builder once;
+  const uint32_t c = once.buffer(64 * MiB);
+  const uint32_t d = once.buffer(64 * MiB);
+  const uint32_t y = once.buffer(kBlock);
+  once.step({whole(once.in, c)})
+      .step({whole(once.in, y)})
+      .step({whole(once.in, d)})
+      .step({whole(once.in, y)});
+  once.in.budget_bytes = 66 * MiB;
+  for (const Action& act : make_plan(once.in).actions) {
+    if (act.kind == ActionKind::evict) {
+      EXPECT_EQ(act.copy_back, 0u);
+    }
+  }
+}
+
+TEST(Planner, CopyBackNamesATouchWithNoneBetweenItAndTheLastUse) {
+  uint64_t named = 0;
+  for (uint32_t seed = 1; seed <= 12; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    const PlanInput in = random_trace(seed, 300, 30, 8, 5, 0.5);
+    const Plan plan = make_plan(in);
+    const uint64_t S = in.steps.size();
+    const auto touches = [&](uint64_t step, const PlanRange& r) {
+      const PlanStep& st = in.steps[step % S];
+      for (uint64_t k = st.first_range; k < st.first_range + st.range_count; ++k) {
+        const PlanRange& x = in.ranges[k];
+        const uint64_t lo = x.offset / kBlock * kBlock, hi = x.offset + x.length;
+        if (x.buffer == r.buffer && x.length > 0 && lo < r.offset + r.length && r.offset < hi) {
+          return true;
+        }
+      }
+      return false;
+    };
+    for (const Action& act : plan.actions) {
+      if (act.kind != ActionKind::evict || act.copy_back == 0) continue;
+      ++named;
+      ASSERT_GT(act.copy_back, act.wait_back);
+      ASSERT_LE(act.copy_back, S);
+      const uint64_t at = act.at_step + S;
+      EXPECT_TRUE(touches(at - act.copy_back, act.range));
+      EXPECT_TRUE(touches(at - act.wait_back, act.range));
+      for (uint64_t k = at - act.copy_back + 1; k < at - act.wait_back; ++k) {
+        EXPECT_FALSE(touches(k, act.range)) << "step " << k % S;
+      }
+    }
+  }
+  EXPECT_GT(named, 0u);
+}
+
 TEST(Planner, LookaheadLimitsHowEarly) {
   // Two steps that each fill the budget (0 and 12) leave no gap to keep; between them every step
   // touches a buffer of its own, and there is room to prefetch far ahead.
@@ -1039,6 +1114,30 @@ TEST(PlannerRoomWaits, MatchADirectScanOnRandomTraces) {
 // back run on their own stream, in order: earlier prefetches count as arrived). Where the room
 // allows, a copy back waits for an earlier eviction than the newest one issued before it (what
 // UMSWAP_EVICT_COPY_ROOM=all waits for).
+// UMSWAP_ROOM_SLACK: the same schedule, with waits for earlier evictions or none.
+TEST(PlannerRoomWaits, SlackLeavesTheScheduleAndOnlyLoosensTheWaits) {
+  int looser = 0;
+  for (uint32_t seed = 1; seed <= 8; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    PlanInput in = random_lifetime_trace(seed, 150, 5, 20, 0.3, 3);  // as room_cases()
+    const Plan tight = make_plan(in);
+    in.room_slack_bytes = 4 * kBlock;
+    const Plan slack = make_plan(in);
+    ASSERT_EQ(slack.actions.size(), tight.actions.size());
+    for (size_t i = 0; i < slack.actions.size(); ++i) {
+      EXPECT_EQ(slack.actions[i].at_step, tight.actions[i].at_step);
+      EXPECT_EQ(slack.actions[i].range, tight.actions[i].range);
+    }
+    ASSERT_EQ(slack.room_wait_back.size(), tight.room_wait_back.size());
+    for (size_t t = 0; t < slack.room_wait_back.size(); ++t) {
+      EXPECT_GE(slack.room_wait_back[t], tight.room_wait_back[t]) << "launch " << t;
+      EXPECT_GE(slack.restore_room_back[t], tight.restore_room_back[t]) << "launch " << t;
+      looser += slack.room_wait_back[t] > tight.room_wait_back[t];
+    }
+  }
+  EXPECT_GT(looser, 0);
+}
+
 TEST(PlannerRoomWaits, CopiesBackWaitOnlyForTheEvictionsTheirRoomNeeds) {
   int steps = 0, relieved = 0;
   for (const RoomCase& c : room_cases()) {

@@ -472,6 +472,16 @@ TEST(ParseOptions, EvictCopySideStreamsIsABoolean) {
   EXPECT_TRUE(warnings.empty());
 }
 
+TEST(ParseOptions, EvictCopyAheadIsABooleanOffByDefault) {
+  std::vector<std::string> warnings;
+  EXPECT_FALSE(parse({}, &warnings).evict_copy_ahead);
+  EXPECT_TRUE(parse({{"UMSWAP_EVICT_COPY_AHEAD", "1"}}, &warnings).evict_copy_ahead);
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_FALSE(parse({{"UMSWAP_EVICT_COPY_AHEAD", "sometimes"}}, &warnings).evict_copy_ahead);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("UMSWAP_EVICT_COPY_AHEAD"), std::string::npos) << warnings[0];
+}
+
 TEST(ParseOptions, EvictCopyChunkIsASize) {
   std::vector<std::string> warnings;
   EXPECT_EQ(parse({}, &warnings).evict_copy_chunk, 0u);
@@ -623,6 +633,8 @@ TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
                                                   "UMSWAP_EVICT_COPY_ROOM",
                                                   "UMSWAP_EVICT_COPY_PATH",
                                                   "UMSWAP_EVICT_COPY_SIDE_STREAMS",
+                                                  "UMSWAP_ROOM_SLACK",
+                                                  "UMSWAP_EVICT_COPY_AHEAD",
                                                   "UMSWAP_MANAGED_OPS_CAP",
                                                   "UMSWAP_POPULATE_AHEAD",
                                                   "UMSWAP_LEARN_EVICT",
@@ -636,7 +648,7 @@ TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
                                                   "UMSWAP_DISCARD_FREED",
                                                   "UMSWAP_LIFETIMES",
                                                   "UMSWAP_PLACEMENT"}));
-  EXPECT_EQ(option_table().size(), 30u);  // no duplicates
+  EXPECT_EQ(option_table().size(), 32u);  // no duplicates
 }
 
 TEST(OptionTable, EveryEntryHasAMeaning) {
@@ -701,6 +713,8 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
                                              "UMSWAP_EVICT_COPY_ROOM=all",
                                              "UMSWAP_EVICT_COPY_PATH=kernel",
                                              "UMSWAP_EVICT_COPY_SIDE_STREAMS=1",
+                                             "UMSWAP_EVICT_COPY_AHEAD=0",
+                                             "UMSWAP_ROOM_SLACK=0",
                                              "UMSWAP_EVICT_COPY_CHUNK=8M",
                                              "UMSWAP_EVICT_COPY_OUT_PIECE=32M",
                                              "UMSWAP_MANAGED_OPS_CAP=8",

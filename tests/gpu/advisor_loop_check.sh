@@ -6,6 +6,9 @@
 # 5%; online (and without waits, and with copies), also while learning: evictions of the least
 # recently used blocks at each launch, and the learning iterations before the last one ahead of
 # the plan within budget + 5%.
+# With UMSWAP_EVICT_COPY_AHEAD=1 too (copies out made before each buffer's last forward use, which
+# rewrites it; checked and copied again after it): the same checks, copies made ahead and settled,
+# changed parts found.
 # Then replayed with both waits by a run whose second half of buffers comes from another call
 # site, so the trace's plan finds only half of them. Checked: the advisor relearns this process's
 # iteration and switches to that plan, same checksum; faults and budget as above only when no
@@ -53,6 +56,11 @@ UMSWAP_EVICT_COPY=1 UMSWAP_EVICT_COPY_PATH=engine UMSWAP_EVICT_COPY_ROOM=plan ti
 # The same with umswap's copy kernel instead of copy engines.
 UMSWAP_EVICT_COPY=1 UMSWAP_EVICT_COPY_PATH=kernel timeout -s KILL 120 \
   "$umswap" run --budget 1G --stats "$dir/kernel.json" -- "$loop" $args > "$dir/kernel.out"
+# The same with copies out made ahead of each buffer's last forward use (UMSWAP_EVICT_COPY_AHEAD):
+# that use rewrites the whole buffer while or after it is copied, so the check after it must copy
+# every part again.
+UMSWAP_EVICT_COPY=1 UMSWAP_EVICT_COPY_AHEAD=1 timeout -s KILL 120 \
+  "$umswap" run --budget 1G --stats "$dir/ahead.json" -- "$loop" $args > "$dir/ahead.out"
 # A launch off the plan (iteration 10's loss kernel takes the first buffer, held on the host by
 # then): the guard holds it until what it reaches is copied back; copies go on.
 "$umswap" run --mode passthrough -- "$loop" $args --stray 10 > "$dir/native_stray.out"
@@ -83,7 +91,7 @@ native = checksum("native")
 native_stray = checksum("native_stray")
 ok = True
 budget = 1 << 30
-for mode in ("online", "evictwait", "copy", "room", "kernel", "stray", "graph", "relearn", "replay", "nowait"):
+for mode in ("online", "evictwait", "copy", "room", "kernel", "ahead", "stray", "graph", "relearn", "replay", "nowait"):
     s = json.load(open(f"{d}/{mode}.json"))
     a = s.get("advisor", {})
     its = s.get("iterations", [])
@@ -147,14 +155,14 @@ for mode in ("online", "evictwait", "copy", "room", "kernel", "stray", "graph", 
         # wait (Plan::room_wait_back); here every eviction's room goes to a prefetch, so the
         # count is reported, and the budget and the faults above are what is checked.
         print(f"  launches that waited for evictions: {a.get('evict_waits_placed')}")
-    if mode in ("copy", "room", "kernel", "stray", "graph"):
+    if mode in ("copy", "room", "kernel", "ahead", "stray", "graph"):
         # UMSWAP_EVICT_COPY's own stats, and its copies against the steps by CUPTI's times.
         c = a.get("evict_copy") or {}
         check = s.get("copy_check") or {}
         off = c.get("off_reason") or ""
         print(f"  evict_copy: {c}")
         print(f"  copy_check: {check}")
-    if mode in ("copy", "room", "kernel"):
+    if mode in ("copy", "room", "kernel", "ahead"):
         # Steady iterations evicted by copy (and brought back by copy), copies stopped only when
         # the loop ended (its checksum copies leave the plan), the same results. The count places
         # each discard where CUPTI saw the copy before it end, and each populate where the copy
@@ -177,6 +185,12 @@ for mode in ("online", "evictwait", "copy", "room", "kernel", "stray", "graph", 
             # and pinned blocks are 16-byte aligned: none is left to a copy engine).
             good = (good and c.get("path") == "kernel" and c.get("kernel_copies", 0) > 0
                     and c.get("engine_copies") == 0)
+        if mode == "ahead":
+            # Copies made ahead, checked and discarded at their evictions; the last uses changed
+            # what was copied ahead, and the checks copied it again (the checksum above).
+            h = c.get("ahead") or {}
+            good = (good and h.get("on") is True and h.get("copies", 0) > 0
+                    and h.get("settled", 0) > 0 and h.get("changed_parts", 0) > 0)
     if mode == "stray":
         # The guard caught the stray launch and brought back what it reaches (not everything):
         # copies stayed in force, no fault, the same results as natively with the same stray.
@@ -192,7 +206,7 @@ for mode in ("online", "evictwait", "copy", "room", "kernel", "stray", "graph", 
                 and check.get("harmful", 0) == 0
                 and a.get("opaque_calls", 0) >= 1
                 and off.startswith("the program issued a CUDA graph launch"))
-    if mode not in ("online", "evictwait", "copy", "room", "kernel", "stray", "graph", "relearn"):  # without UMSWAP_PREFETCH_WAIT: reported, not checked
+    if mode not in ("online", "evictwait", "copy", "room", "kernel", "ahead", "stray", "graph", "relearn"):  # without UMSWAP_PREFETCH_WAIT: reported, not checked
         print("  (not checked: without UMSWAP_PREFETCH_WAIT late prefetches fault)")
         continue
     print(f"  {'PASS' if good else 'FAIL'}")

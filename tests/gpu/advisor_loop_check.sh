@@ -6,9 +6,6 @@
 # 5%; online (and without waits, and with copies), also while learning: evictions of the least
 # recently used blocks at each launch, and the learning iterations before the last one ahead of
 # the plan within budget + 5%.
-# With UMSWAP_EVICT_COPY_AHEAD=1 too (copies out made before each buffer's last forward use, which
-# rewrites it; checked and copied again after it): the same checks, copies made ahead and settled,
-# changed parts found.
 # Then replayed with both waits by a run whose second half of buffers comes from another call
 # site, so the trace's plan finds only half of them. Checked: the advisor relearns this process's
 # iteration and switches to that plan, same checksum; faults and budget as above only when no
@@ -21,7 +18,10 @@
 # coming back (the stats' copy_check, from CUPTI's times); again with UMSWAP_EVICT_COPY_ROOM=plan
 # (copies back wait only for the copies out their own ranges and their room need), and with
 # UMSWAP_EVICT_COPY_PATH=kernel (umswap's copy kernel moves the bytes, not a copy engine: it must
-# have loaded and made the copies; the default, set here to say so). Then with a stray launch off the plan
+# have loaded and made the copies; the default, set here to say so). And with
+# UMSWAP_EVICT_COPY_AHEAD=1 (copies out made before each buffer's last forward use, which rewrites
+# it, then checked and copied again after it): the same checks, copies made ahead and settled, and
+# changed parts found. Then with a stray launch off the plan
 # (advisor_loop --stray): the guard catches it and brings back what it reaches, copies go on, no
 # fault, the same checksum as natively with the same stray. Then with a CUDA graph launch in
 # iteration 10 (advisor_loop --graph: the same loss kernel, captured): the tracer cannot see into

@@ -75,6 +75,10 @@ void sleep_us(long us) {
 }
 
 constexpr uint64_t kPage = uint64_t{2} << 20;  // the slab allocator's discard unit
+// The whole 2 MiB pages inside [address, address + length), as [lo, hi) (empty: hi <= lo).
+constexpr std::pair<uint64_t, uint64_t> whole_pages(uint64_t address, uint64_t length) {
+  return {(address + kPage - 1) / kPage * kPage, (address + length) / kPage * kPage};
+}
 // Raises `a` to `value` if it is below (any thread; the watchdog reads the highest waits).
 void raise_to(std::atomic<uint64_t>& a, uint64_t value) {
   uint64_t seen = a.load(std::memory_order_relaxed);
@@ -819,6 +823,9 @@ class AdvisorImpl {
   CopyOut settle_ahead(AheadCopy rec, uint64_t g);
   // Its pieces forgotten (the GPU still holds the range), its slots freed once its copy is done.
   void abandon_ahead(AheadCopy& rec);
+  // A hashing copy or a check (copy_kernel.h) on s, with the copy kernel's grid; its call time
+  // counted as a copy's.
+  CUresult launch_copy_kernel(CUfunction f, void** args, CUstream s);
   void discard_behind(std::vector<HostCopies::Segment> segments, uint64_t ticket, uint32_t copy,
                       CUstream ds);
   bool seal_copy_out(uint64_t ticket, uint64_t g, CUstream ds);
@@ -2044,9 +2051,10 @@ void AdvisorImpl::index_plan(LivePlan& plan_ref) {
   for (uint64_t i = 0; i < p->period; ++i) p->first_action[i + 1] += p->first_action[i];
   // Copies ahead: each starts at the launch after the use before its range's last one, which
   // therefore records its event.
-  p->first_ahead.assign(p->period + 1, 0);
+  p->first_ahead.clear();
   p->ahead_actions.clear();
   if (config.evict_copy_ahead && copy_hash_fn && check_fn) {
+    p->first_ahead.assign(p->period + 1, 0);
     std::vector<std::pair<uint64_t, uint32_t>> starts;  // (phase, action)
     for (uint32_t i = 0; i < plan_data.actions.size(); ++i) {
       const Action& a = plan_data.actions[i];
@@ -2453,9 +2461,8 @@ void AdvisorImpl::apply(uint64_t n) {
           // its last use or is not this one (a plan that replaced the one it was made for).
           AheadCopy rec = std::move(it->second);
           aheads.erase(it);
-          const uint64_t lo = (address + kPage - 1) / kPage * kPage;
-          if (ordered && copies_live.load(std::memory_order_relaxed) && rec.lo == lo &&
-              rec.hi == (address + a.range.length) / kPage * kPage) {
+          if (ordered && copies_live.load(std::memory_order_relaxed) &&
+              std::pair(rec.lo, rec.hi) == whole_pages(address, a.range.length)) {
             out = settle_ahead(std::move(rec), g);
           } else {
             abandon_ahead(rec);
@@ -2758,8 +2765,7 @@ AdvisorImpl::CopyOut AdvisorImpl::evict_by_copy(uint64_t address, uint64_t lengt
     ++copy_skipped_early;
     return CopyOut::to_driver;
   }
-  const uint64_t lo = (address + kPage - 1) / kPage * kPage;
-  const uint64_t hi = (address + length) / kPage * kPage;
+  const auto [lo, hi] = whole_pages(address, length);
   if (hi <= lo) return CopyOut::to_driver;
   std::optional<std::vector<HostCopies::Segment>> segments;
   {
@@ -2965,9 +2971,7 @@ void AdvisorImpl::copy_ahead(LivePlan& p, uint64_t g, uint32_t i) {
     return;
   }
   const uint64_t j = ge - a.wait_back;  // the last use
-  const uint64_t address = p.address[a.range.buffer] + a.range.offset;
-  const uint64_t lo = (address + kPage - 1) / kPage * kPage;
-  const uint64_t hi = (address + a.range.length) / kPage * kPage;
+  const auto [lo, hi] = whole_pages(p.address[a.range.buffer] + a.range.offset, a.range.length);
   if (hi <= lo) return;
   if (free_slots.empty()) {
     ++ahead_no_slot;
@@ -3000,12 +3004,7 @@ void AdvisorImpl::copy_ahead(LivePlan& p, uint64_t g, uint32_t i) {
     const uint32_t slot = free_slots.back();
     uint64_t dst = s.host, src = s.address, units = s.length / 16, hashes = slot_hashes(slot);
     void* args[] = {&dst, &src, &units, &hashes};
-    const auto t0 = std::chrono::steady_clock::now();
-    const CUresult r = d.launch_kernel(copy_hash_fn, kCopyKernelBlocks, 1, 1, kCopyKernelThreads, 1,
-                                       1, 0, stream, args, nullptr);
-    copy_call_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    issued_calls.fetch_add(1, std::memory_order_relaxed);
-    if (r != CUDA_SUCCESS) {
+    if (const CUresult r = launch_copy_kernel(copy_hash_fn, args, stream); r != CUDA_SUCCESS) {
       ++copy_failures;
       // Nothing is discarded yet: every held range goes back, copies stop.
       stop_copies(fmt::format("a copy ahead to the host failed (error {})", static_cast<int>(r)));
@@ -3041,9 +3040,8 @@ AdvisorImpl::CopyOut AdvisorImpl::settle_ahead(AheadCopy rec, uint64_t g) {
     std::lock_guard lock(copies_mutex);
     held = copies->settle(rec.lo, rec.hi, rec.ticket, out_ticket + 1);
   }
-  if (held.empty()) {
+  if (held.empty()) {  // the guard gave it back: the caller counts it kept
     ++copy_reached;
-    kept_reached_bytes += rec.hi - rec.lo;
     abandon_ahead(rec);
     return CopyOut::kept;
   }
@@ -3077,12 +3075,7 @@ AdvisorImpl::CopyOut AdvisorImpl::settle_ahead(AheadCopy rec, uint64_t g) {
     uint64_t dst = s.host, src = s.address, units = s.length / 16,
              hashes = slot_hashes(rec.slots[k]), changed = changed_word();
     void* args[] = {&dst, &src, &units, &hashes, &changed};
-    const auto t0 = std::chrono::steady_clock::now();
-    const CUresult r = d.launch_kernel(check_fn, kCopyKernelBlocks, 1, 1, kCopyKernelThreads, 1, 1,
-                                       0, ds, args, nullptr);
-    copy_call_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    issued_calls.fetch_add(1, std::memory_order_relaxed);
-    if (r != CUDA_SUCCESS) {
+    if (const CUresult r = launch_copy_kernel(check_fn, args, ds); r != CUDA_SUCCESS) {
       ++copy_failures;
       return give_up(
           fmt::format("the check of a copy ahead failed (error {})", static_cast<int>(r)));
@@ -3100,6 +3093,12 @@ AdvisorImpl::CopyOut AdvisorImpl::settle_ahead(AheadCopy rec, uint64_t g) {
   ahead_settled_bytes += bytes;
   count_copy_out(g, bytes);
   return CopyOut::copied;
+}
+
+CUresult AdvisorImpl::launch_copy_kernel(CUfunction f, void** args, CUstream s) {
+  const Timed timed(copy_call_s);
+  issued_calls.fetch_add(1, std::memory_order_relaxed);
+  return d.launch_kernel(f, kCopyKernelBlocks, 1, 1, kCopyKernelThreads, 1, 1, 0, s, args, nullptr);
 }
 
 void AdvisorImpl::abandon_ahead(AheadCopy& rec) {
@@ -3493,9 +3492,8 @@ void AdvisorImpl::build_drops(LivePlan& p) {
       ++table->unresolved;
       continue;
     }
-    const uint64_t address = p.address[drop.range.buffer] + drop.range.offset;
-    const uint64_t first = (address + kPage - 1) / kPage * kPage;
-    const uint64_t end = (address + drop.range.length) / kPage * kPage;
+    const auto [first, end] =
+        whole_pages(p.address[drop.range.buffer] + drop.range.offset, drop.range.length);
     // The plan was made with populates ahead only when their stream exists.
     const uint32_t ahead = drop.populate_ahead;
     for (uint64_t page = first; page < end; page += kPage) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 
 #include "umswap/core/log.h"
 
@@ -19,6 +20,10 @@ uint64_t this_thread_number() {
   static std::atomic<uint64_t> next{1};
   thread_local const uint64_t number = next.fetch_add(1, std::memory_order_relaxed);
   return number;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 uint64_t round_up(uint64_t value, uint64_t granule) {
@@ -77,6 +82,8 @@ nlohmann::json to_json(const SlabStats& s) {
       {"swept_bytes", s.swept_bytes},
       {"populate_calls", s.populate_calls},
       {"populate_deferred_bytes", s.populate_deferred_bytes},
+      {"discard_call_seconds", s.discard_call_seconds},
+      {"populate_call_seconds", s.populate_call_seconds},
       {"arena_bytes", s.arena_bytes},
       {"placed", s.placed},
       {"placement_taken", s.placement_taken},
@@ -160,8 +167,10 @@ void SlabAllocator::discard_dead_pages(uint64_t address, uint64_t size,
 
 uint64_t SlabAllocator::discard_ranges(CUstream stream, bool synchronize) {
   if (range_starts_.empty()) return 0;
+  const auto start = std::chrono::steady_clock::now();
   CUresult r = driver_.mem_discard_batch_async(range_starts_.data(), range_sizes_.data(),
                                                range_starts_.size(), 0, stream);
+  stats_.discard_call_seconds += seconds_since(start);
   if (r == CUDA_SUCCESS && synchronize && driver_.stream_synchronize) {
     r = driver_.stream_synchronize(stream);
   }
@@ -239,9 +248,11 @@ void SlabAllocator::populate_discarded(uint64_t address, uint64_t size, CUstream
   where.type = CU_MEM_LOCATION_TYPE_DEVICE;
   where.id = device;
   size_t where_from = 0;  // the one location applies to every range
+  const auto start = std::chrono::steady_clock::now();
   r = driver_.mem_discard_and_prefetch_batch_async(range_starts_.data(), range_sizes_.data(),
                                                    range_starts_.size(), &where, &where_from, 1, 0,
                                                    discard_stream(stream));
+  stats_.populate_call_seconds += seconds_since(start);
   if (r != CUDA_SUCCESS) {
     stop_discarding("cuMemDiscardAndPrefetchBatchAsync", r);
     return;

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -58,7 +59,8 @@ struct FakeEvent {
 // Everything the fakes see; recreated for every test.
 struct Fakes {
   std::vector<std::unique_ptr<FakeEvent>> events;
-  bool events_complete_at_once = false;  // a record on an idle stream completes at once
+  std::chrono::milliseconds call_takes{0};  // how long each discard or populate call blocks
+  bool events_complete_at_once = false;     // a record on an idle stream completes at once
   int records = 0;
   int synchronizes = 0;
   int ctx_synchronizes = 0;
@@ -131,6 +133,7 @@ CUresult CUDAAPI fake_ctx_synchronize() {
 CUresult CUDAAPI fake_discard(CUdeviceptr* ptrs, size_t* sizes, size_t count, unsigned long long,
                               CUstream stream) {
   if (g->discard_fails) return CUDA_ERROR_NOT_SUPPORTED;
+  std::this_thread::sleep_for(g->call_takes);
   DriverCall call{.ranges = {}, .stream = stream};
   for (size_t i = 0; i < count; ++i) call.ranges.emplace_back(ptrs[i], sizes[i]);
   g->discards.push_back(call);
@@ -146,6 +149,7 @@ CUresult CUDAAPI fake_discard_and_prefetch(CUdeviceptr* ptrs, size_t* sizes, siz
   EXPECT_EQ(where[0].type, CU_MEM_LOCATION_TYPE_DEVICE);
   EXPECT_EQ(where[0].id, 3);
   if (g->prefetch_fails) return CUDA_ERROR_NOT_SUPPORTED;
+  std::this_thread::sleep_for(g->call_takes);
   DriverCall call{.ranges = {}, .stream = stream};
   for (size_t i = 0; i < count; ++i) call.ranges.emplace_back(ptrs[i], sizes[i]);
   g->prefetches.push_back(call);
@@ -679,6 +683,26 @@ TEST_F(SlabAllocatorTest, AnAllocationPopulatesExactlyTheDiscardedPagesItOverlap
   EXPECT_EQ(alloc(12 * MiB, kT), a);
   EXPECT_EQ(g->prefetches.size(), 2u);
   EXPECT_EQ(g->discards.size(), 1u);
+}
+
+// The host time the freeing and allocating threads spend inside the discard and populate calls
+// (a managed-memory call blocks while about 57 wait on the GPU): in the stats.
+TEST_F(SlabAllocatorTest, TheTimeInsideDiscardAndPopulateCallsIsCounted) {
+  g->call_takes = std::chrono::milliseconds(20);
+  std::vector<uint64_t> chosen;
+  const CUdeviceptr a = discard_four_pages(chosen);
+  ASSERT_EQ(g->discards.size(), 1u);
+  EXPECT_GE(slabs_->stats().discard_call_seconds, 0.020);
+  EXPECT_EQ(slabs_->stats().populate_call_seconds, 0.0);
+  g->events_complete_at_once = true;
+  ASSERT_EQ(alloc(7 * MiB + 1, kT), a);
+  ASSERT_EQ(g->prefetches.size(), 1u);
+  const SlabStats s = slabs_->stats();
+  EXPECT_GE(s.populate_call_seconds, 0.020);
+  EXPECT_LT(s.discard_call_seconds, 10.0);
+  const nlohmann::json j = to_json(s);
+  EXPECT_EQ(j.at("discard_call_seconds"), s.discard_call_seconds);
+  EXPECT_EQ(j.at("populate_call_seconds"), s.populate_call_seconds);
 }
 
 TEST_F(SlabAllocatorTest, PagesLeftToPopulateLaterAreForgottenNotPopulated) {

@@ -134,6 +134,8 @@ struct SlabStats {
   uint64_t swept_bytes = 0;              // of discarded_bytes: by sweep_free_pages()
   uint64_t populate_calls = 0;           // cuMemDiscardAndPrefetchBatchAsync calls that succeeded
   uint64_t populate_deferred_bytes = 0;  // discarded bytes left to populate_later's taker
+  double discard_call_seconds = 0;       // host time inside those discard calls
+  double populate_call_seconds = 0;      // and inside those populate calls
   uint64_t arena_bytes = 0;              // set_placement(): the arena's size
   uint64_t placed = 0;                   // large allocations served at their planned offset
   uint64_t placement_taken = 0;      // matched, but the planned range was not free (or unplanned)

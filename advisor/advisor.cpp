@@ -571,6 +571,10 @@ class AdvisorImpl {
   uint64_t late_start_events = 0;
   HostGate gate;                               // UMSWAP_HOST_GATE (advisor thread)
   std::atomic<uint64_t> discards_approved{0};  // pages the allocator was told to discard
+  // Host time the launching threads spend in on_step (ns), and inside the launch path's
+  // populate calls (a managed-memory call blocks once about 57 wait on the GPU).
+  std::atomic<uint64_t> launch_path_ns{0}, launch_populate_call_ns{0};
+  std::atomic<uint64_t> launch_populate_longest_ns{0};
   std::string state = "starting";
   std::string fallback;  // why replay fell back to online, or why advice is off
   OnceFlag warned_call_failure;
@@ -772,8 +776,12 @@ class AdvisorImpl {
   // (launch path), and where the GPU, the words and the advisor thread were.
   struct LaunchWaits {
     std::atomic<uint64_t> index{UINT64_MAX}, stream{0}, restore{0}, progress{0}, populates{0};
+    // When the launch path began and left this launch (steady_clock ns; 0: not noted).
+    std::atomic<int64_t> entered{0}, left{0};
   };
-  std::array<LaunchWaits, 1024> launch_waits;
+  // The last launches' waits: for the stall report, and in the stats file (launch_waits), where
+  // they can be set beside a trace's kernel times. Room for about three GPT-2 iterations.
+  std::array<LaunchWaits, 8192> launch_waits;
   void note_launch_wait(uint64_t index, CUstream s, uint64_t restore, uint64_t progress,
                         uint64_t populates = 0);
   void gate_report(const char* what, uint64_t launch);
@@ -939,6 +947,21 @@ bool Advisor::start(const AdvisorConfig& config, const AdvisorDriver& driver, Re
 void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
                       const std::vector<tracer::PointerHit>* hits) {
   AdvisorImpl& a = *impl_;
+  // The launch path's host time, in all and for this launch (the stats' launch_waits).
+  struct Noted {
+    AdvisorImpl& a;
+    uint64_t index;
+    CUstream stream;
+    int64_t entered = now_ns();
+    ~Noted() {
+      const int64_t left = now_ns();
+      a.launch_path_ns.fetch_add(static_cast<uint64_t>(left - entered), std::memory_order_relaxed);
+      a.note_launch_wait(index, stream, 0, 0);
+      AdvisorImpl::LaunchWaits& w = a.launch_waits[index % a.launch_waits.size()];
+      w.entered.store(entered, std::memory_order_relaxed);
+      w.left.store(left, std::memory_order_relaxed);
+    }
+  } noted{a, index, stream};
   a.launched.store(index + 1, std::memory_order_release);
   LivePlan* p = a.plan_at(index);
   // While learning, and once a plan is staged until the advisor thread takes it up (the launches
@@ -1148,7 +1171,17 @@ void AdvisorImpl::populate_ranges(std::span<const DropTable::Populate> ranges, C
   std::atomic<uint64_t>& calls = early ? early_populates : launch_populates;
   std::atomic<uint64_t>& bytes_done = early ? early_populated_bytes : launch_populated_bytes;
   for (const auto& [address, bytes, ahead] : ranges) {
-    if (d.mem_prefetch_async(address, bytes, gpu, 0, s) == CUDA_SUCCESS) {
+    const int64_t before = now_ns();
+    const CUresult r = d.mem_prefetch_async(address, bytes, gpu, 0, s);
+    if (!early) {
+      const auto took = static_cast<uint64_t>(now_ns() - before);
+      launch_populate_call_ns.fetch_add(took, std::memory_order_relaxed);
+      uint64_t longest = launch_populate_longest_ns.load(std::memory_order_relaxed);
+      while (took > longest && !launch_populate_longest_ns.compare_exchange_weak(
+                                   longest, took, std::memory_order_relaxed)) {
+      }
+    }
+    if (r == CUDA_SUCCESS) {
       calls.fetch_add(1, std::memory_order_relaxed);
       bytes_done.fetch_add(bytes, std::memory_order_relaxed);
       tracer::note_launch_populate(address, bytes);  // at this launch's GPU start
@@ -1593,6 +1626,8 @@ void AdvisorImpl::note_launch_wait(uint64_t index, CUstream s, uint64_t restore,
     w.restore.store(0, std::memory_order_relaxed);
     w.progress.store(0, std::memory_order_relaxed);
     w.populates.store(0, std::memory_order_relaxed);
+    w.entered.store(0, std::memory_order_relaxed);
+    w.left.store(0, std::memory_order_relaxed);
     w.stream.store(reinterpret_cast<uint64_t>(s), std::memory_order_relaxed);
     w.index.store(index, std::memory_order_release);
   }
@@ -3592,6 +3627,9 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
         {"call_seconds", a.learn_call_s}}},
       {"launch_populates", a.launch_populates.load()},
       {"launch_populated_bytes", a.launch_populated_bytes.load()},
+      {"launch_populate_call_seconds", a.launch_populate_call_ns.load() * 1e-9},
+      {"launch_populate_longest_call_seconds", a.launch_populate_longest_ns.load() * 1e-9},
+      {"launch_path_seconds", a.launch_path_ns.load() * 1e-9},
       {"populate_ahead", a.populate_ahead()},
       {"early_populates", a.early_populates.load()},
       {"early_populated_bytes", a.early_populated_bytes.load()},
@@ -3730,6 +3768,21 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
         {"peak_resident_at_frees_bytes", last->plan.peak_resident_at_frees_bytes},
         {"drops", last->plan.drops.size()}};
     advisor["discards_approved"] = a.discards_approved.load();
+    // The last launches, oldest first: [launch, copy-back word value waited for, progress value
+    // (even: evictions for room, odd: a launch's actions), populates, steady_clock ns when the
+    // launch path began and left it].
+    nlohmann::json waits = nlohmann::json::array();
+    std::vector<std::array<uint64_t, 6>> rows;
+    for (const auto& w : a.launch_waits) {
+      const uint64_t index = w.index.load();
+      if (index == UINT64_MAX) continue;
+      rows.push_back({index, w.restore.load(), w.progress.load(), w.populates.load(),
+                      static_cast<uint64_t>(w.entered.load()),
+                      static_cast<uint64_t>(w.left.load())});
+    }
+    std::sort(rows.begin(), rows.end());
+    for (const auto& r : rows) waits.push_back(r);
+    advisor["launch_waits"] = std::move(waits);
     advisor["swept_bytes"] = a.swept_bytes;
     if (const std::shared_ptr<const DropTable> table = last->drops.load()) {
       // How the last plan's drops fared: page windows never discarded (their pages stay

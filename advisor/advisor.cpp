@@ -782,8 +782,9 @@ class AdvisorImpl {
   // The last launches' waits: for the stall report, and in the stats file (launch_waits), where
   // they can be set beside a trace's kernel times. Room for about three GPT-2 iterations.
   std::array<LaunchWaits, 8192> launch_waits;
-  void note_launch_wait(uint64_t index, CUstream s, uint64_t restore, uint64_t progress,
-                        uint64_t populates = 0);
+  // Launch `index`'s entry, started afresh if it held another launch; returns it.
+  LaunchWaits& note_launch_wait(uint64_t index, CUstream s, uint64_t restore, uint64_t progress,
+                                uint64_t populates = 0);
   void gate_report(const char* what, uint64_t launch);
   // UMSWAP_EVICT_COPY_PATH=kernel: the loaded copy kernel (null: copy engines copy), why it is not
   // used when asked for, and how many copies each path made.
@@ -956,8 +957,7 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
     ~Noted() {
       const int64_t left = now_ns();
       a.launch_path_ns.fetch_add(static_cast<uint64_t>(left - entered), std::memory_order_relaxed);
-      a.note_launch_wait(index, stream, 0, 0);
-      AdvisorImpl::LaunchWaits& w = a.launch_waits[index % a.launch_waits.size()];
+      AdvisorImpl::LaunchWaits& w = a.note_launch_wait(index, stream, 0, 0);
       w.entered.store(entered, std::memory_order_relaxed);
       w.left.store(left, std::memory_order_relaxed);
     }
@@ -1619,8 +1619,9 @@ void AdvisorImpl::watch_waits() {
   }
 }
 
-void AdvisorImpl::note_launch_wait(uint64_t index, CUstream s, uint64_t restore, uint64_t progress,
-                                   uint64_t populates) {
+AdvisorImpl::LaunchWaits& AdvisorImpl::note_launch_wait(uint64_t index, CUstream s,
+                                                        uint64_t restore, uint64_t progress,
+                                                        uint64_t populates) {
   LaunchWaits& w = launch_waits[index % launch_waits.size()];
   if (w.index.load(std::memory_order_relaxed) != index) {
     w.restore.store(0, std::memory_order_relaxed);
@@ -1634,6 +1635,7 @@ void AdvisorImpl::note_launch_wait(uint64_t index, CUstream s, uint64_t restore,
   if (restore) w.restore.store(restore, std::memory_order_relaxed);
   if (progress) w.progress.store(progress, std::memory_order_relaxed);
   if (populates) w.populates.store(populates, std::memory_order_relaxed);
+  return w;
 }
 
 void AdvisorImpl::gate_report(const char* what, uint64_t launch) {

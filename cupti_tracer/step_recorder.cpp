@@ -1,5 +1,7 @@
 #include "umswap/tracer/step_recorder.h"
 
+#include "umswap/tracer/own_calls.h"
+
 #include <algorithm>
 #include <memory>
 #include <optional>
@@ -79,6 +81,7 @@ uint64_t StepRecorder::record(const LoggedStep& step, CUstream stream,
   }
   const uint64_t index = launches_++;
   if (options_.observer) {
+    const OwnCallsScope own;  // the launch path's calls are no steps (under launch_mutex_)
     options_.observer->on_step(index, step.key, stream, recording() ? &scratch_ : nullptr);
   }
   return index;

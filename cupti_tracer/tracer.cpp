@@ -1,4 +1,5 @@
 #include "umswap/tracer/tracer.h"
+#include "umswap/tracer/own_calls.h"
 
 #include <cupti.h>
 
@@ -241,8 +242,6 @@ struct PendingLaunch {
   CUstream stream = nullptr;
 };
 thread_local PendingLaunch t_pending __attribute__((tls_model("initial-exec")));
-// umswap's own copies (the advisor thread's, UMSWAP_EVICT_COPY) are not the program's steps.
-thread_local bool t_untraced __attribute__((tls_model("initial-exec"))) = false;
 // The correlation id of the untraced thread's last copy between host and device
 // (last_own_copy()).
 thread_local uint32_t t_own_copy __attribute__((tls_model("initial-exec"))) = 0;
@@ -266,7 +265,7 @@ void CUPTIAPI Tracer::on_callback(void* self, CUpti_CallbackDomain domain, CUpti
     return;
   }
   if (domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
-  if (t_untraced) {
+  if (t_own_calls) {
     const auto* cb = static_cast<const CUpti_CallbackData*>(data);
     if (cb->callbackSite == CUPTI_API_ENTER &&
         (cbid == CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2 ||
@@ -295,6 +294,7 @@ void CUPTIAPI Tracer::on_callback(void* self, CUpti_CallbackDomain domain, CUpti
     if (t_pending.active) {
       t_pending.active = false;
       if (tracer->config_.observer) {
+        const OwnCallsScope own;
         tracer->config_.observer->after_step(t_pending.index, t_pending.stream);
       }
     }
@@ -361,7 +361,10 @@ void CUPTIAPI Tracer::on_callback(void* self, CUpti_CallbackDomain domain, CUpti
       if (call.what == MemoryCallClass::opaque) {
         // A graph launched inside a capture becomes a node of the graph being captured.
         if (tracer->captured(call.stream)) break;
-        if (tracer->config_.observer) tracer->config_.observer->on_opaque(call.stream, call.opaque);
+        if (tracer->config_.observer) {
+          const OwnCallsScope own;
+          tracer->config_.observer->on_opaque(call.stream, call.opaque);
+        }
         break;
       }
       tracer->on_memory_call(call, corr, pointers);
@@ -1270,7 +1273,7 @@ void prepare_launch(CUfunction f) {
 }
 
 void before_blocking_call() {
-  if (!t_untraced) tracer_instance().before_blocking_call();
+  if (!t_own_calls) tracer_instance().before_blocking_call();
 }
 
 void note_residency_by_copy(uint64_t address, uint64_t bytes, bool on_gpu, uint32_t copy,
@@ -1298,7 +1301,7 @@ void note_own_copy(uint32_t correlation, uint64_t address, uint64_t length, bool
 }
 
 void untrace_this_thread() {
-  t_untraced = true;
+  t_own_calls = true;
 }
 
 void note_lifetime(uint64_t address, uint64_t bytes, bool freed) {

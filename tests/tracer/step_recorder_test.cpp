@@ -2,6 +2,7 @@
 // observer sees every launch in order (logged or dropped), markers and detected periods count as
 // boundaries, and launches from several threads stay serialized while a reader copies the log.
 #include "umswap/tracer/step_recorder.h"
+#include "umswap/tracer/own_calls.h"
 
 #include <gtest/gtest.h>
 
@@ -54,6 +55,7 @@ class Observer final : public LaunchObserver {
   void on_step(uint64_t index, uint32_t key, CUstream stream,
                const std::vector<PointerHit>* hits) override {
     hit_counts.push_back(hits ? hits->size() : SIZE_MAX);
+    (t_own_calls ? own_calls_steps : traced_steps) += 1;
     if (index != keys.size()) ++out_of_order;
     keys.push_back(key);
     streams.push_back(reinterpret_cast<uint64_t>(stream));
@@ -63,7 +65,8 @@ class Observer final : public LaunchObserver {
 
   std::vector<uint32_t> keys;  // by launch index
   std::vector<uint64_t> streams;
-  std::vector<size_t> hit_counts;  // hits handed to on_step, by launch index
+  std::vector<size_t> hit_counts;                  // hits handed to on_step, by launch index
+  uint64_t own_calls_steps = 0, traced_steps = 0;  // on_step calls with t_own_calls set, and not
   uint64_t out_of_order = 0;
 };
 
@@ -138,6 +141,26 @@ TEST_F(StepRecorderTest, KernelsAndCopiesAreScannedLoggedAndObserved) {
   EXPECT_EQ(log.size(), 3u);
   EXPECT_EQ(observer.keys.size(), 4u);
   EXPECT_EQ(observer.hit_counts.back(), SIZE_MAX);  // not looked at: null
+}
+
+// The observer (the advisor's launch path) runs under the recorder's launch lock; the CUDA calls
+// it makes there are umswap's own, or the tracer would take one (a stream write) for a step of
+// the program's and wait for that lock on the same thread, for good (GPT-2 with
+// UMSWAP_POPULATE_SIDE, H200, 2026-11-27). Only for the observer's call: the program's thread is
+// traced again after it, and a thread untraced for good stays so.
+TEST_F(StepRecorderTest, TheObserversCallsAreUmswapsOwnAndOnlyThose) {
+  Observer observer;
+  StepRecorder r({.observer = &observer});
+  const uint32_t k = r.intern("kernel");
+  ASSERT_FALSE(t_own_calls);
+  launch(r, k, kA, kB);
+  EXPECT_FALSE(t_own_calls);
+  t_own_calls = true;  // the advisor thread's, for good
+  launch(r, k, kA, kB);
+  EXPECT_TRUE(t_own_calls);
+  t_own_calls = false;
+  EXPECT_EQ(observer.own_calls_steps, 2u);
+  EXPECT_EQ(observer.traced_steps, 0u);
 }
 
 // A batch of copies (cuMemcpyBatchAsync) touches every operand; one named twice is one hit, and

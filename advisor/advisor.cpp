@@ -519,6 +519,25 @@ class AdvisorImpl {
   std::mutex launch_populate_mutex;
   std::atomic<uint64_t> early_populates{0}, early_populated_bytes{0};
   std::atomic<uint64_t> early_populate_waits{0}, early_populate_failures{0};
+  // UMSWAP_POPULATE_SIDE: the batches of populates at their use issued on launch_populate_stream
+  // that may still wait on the GPU, oldest first (an event recorded behind each, and its number of
+  // calls), and the events free for reuse. Under launch_populate_mutex.
+  struct SideBatch {
+    CUevent done;
+    size_t calls;
+  };
+  std::deque<SideBatch> side_pending;
+  size_t side_pending_calls = 0;
+  std::vector<CUevent> side_spare;
+  std::atomic<uint64_t> side_populate_batches{0}, side_populate_throttled{0};
+  std::atomic<uint64_t> side_populate_throttle_ns{0}, side_populate_timeouts{0};
+  std::atomic<uint64_t> side_populate_failures{0}, side_populate_most_waiting{0};
+  // Drops the batches seen done; waits (polling, outside any call that could block) until `calls`
+  // more fit under config.populate_side, at most 2 s. False on timeout.
+  bool make_side_room(size_t calls);
+  // The populates `now` on launch_populate_stream, ordered after the launching stream's work so
+  // far and before its next; false (nothing issued) when they must go on the launching stream.
+  bool populate_beside(std::span<const DropTable::Populate> now, CUstream launching);
   // Populates on the launching stream (`early` false) or ahead of their use; counted.
   void populate_ranges(std::span<const DropTable::Populate> ranges, CUstream s, bool early);
   // UMSWAP_POPULATE_AHEAD as plans use it: 0 without its stream.
@@ -772,6 +791,9 @@ class AdvisorImpl {
   OnceFlag warned_stuck;         // the watchdog's report_stuck()
   OnceFlag warned_wait_failure;  // launch path
   void report_stuck(const char* waiting_for, std::chrono::steady_clock::duration waited);
+  // The watchdog's report, once (with report_stuck's), of no launch for a while under a plan.
+  void report_quiet(std::chrono::steady_clock::duration quiet);
+  void report_state();  // both reports' tail: where things stood, and the stacks if asked
   // UMSWAP_HOST_GATE's timeout reports (the first few): what recent launches wait for on the GPU
   // (launch path), and where the GPU, the words and the advisor thread were.
   struct LaunchWaits {
@@ -1199,6 +1221,7 @@ void AdvisorImpl::launch_populate(const LivePlan& p, const DropTable& t, uint64_
     populate_ranges(t.populate_at[phase], launching, false);
     return;
   }
+  const bool side = config.populate_side > 0 && d.event_query;
   thread_local DropTable::Populates now;
   now.clear();
   bool wait = false;
@@ -1213,7 +1236,7 @@ void AdvisorImpl::launch_populate(const LivePlan& p, const DropTable& t, uint64_
   const DropTable::Populates* early =
       phase < t.populate_early.size() ? &t.populate_early[phase] : nullptr;
   const bool issue = early && !early->empty();
-  if (!wait && !issue) {
+  if (!wait && !issue && (!side || now.empty())) {
     populate_ranges(now, launching, false);
     return;
   }
@@ -1227,7 +1250,7 @@ void AdvisorImpl::launch_populate(const LivePlan& p, const DropTable& t, uint64_
       early_populate_failures.fetch_add(1, std::memory_order_relaxed);
     }
   }
-  populate_ranges(now, launching, false);
+  if (!side || !populate_beside(now, launching)) populate_ranges(now, launching, false);
   if (!issue) return;
   // After everything the launching stream has so far: the discards at the frees before this
   // launch (a free at this phase or later does not discard these pages: DropTable::Window).
@@ -1241,6 +1264,76 @@ void AdvisorImpl::launch_populate(const LivePlan& p, const DropTable& t, uint64_
   if (d.event_record(launch_populated_event, launch_populate_stream) != CUDA_SUCCESS) {
     early_populate_failures.fetch_add(1, std::memory_order_relaxed);
   }
+}
+
+bool AdvisorImpl::make_side_room(size_t calls) {
+  const auto drop_done = [&] {
+    while (!side_pending.empty() && d.event_query(side_pending.front().done) == CUDA_SUCCESS) {
+      side_pending_calls -= side_pending.front().calls;
+      side_spare.push_back(side_pending.front().done);
+      side_pending.pop_front();
+    }
+  };
+  drop_done();
+  if (side_pending.empty() || side_pending_calls + calls <= config.populate_side) return true;
+  side_populate_throttled.fetch_add(1, std::memory_order_relaxed);
+  const int64_t start = now_ns();
+  bool fits = true;
+  while (!side_pending.empty() && side_pending_calls + calls > config.populate_side) {
+    if (now_ns() - start > 2'000'000'000) {
+      fits = false;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+    drop_done();
+  }
+  side_populate_throttle_ns.fetch_add(static_cast<uint64_t>(now_ns() - start),
+                                      std::memory_order_relaxed);
+  if (!fits) side_populate_timeouts.fetch_add(1, std::memory_order_relaxed);
+  return fits;
+}
+
+bool AdvisorImpl::populate_beside(std::span<const DropTable::Populate> now, CUstream launching) {
+  if (now.empty()) return true;
+  // Past the cap for 2 s: on the launching stream, as without the option (its thread then blocks
+  // in its next launch until the GPU runs them, which is what the option avoids, not a danger).
+  if (!make_side_room(now.size())) return false;
+  CUevent batch_done = nullptr;
+  if (!side_spare.empty()) {
+    batch_done = side_spare.back();
+    side_spare.pop_back();
+  } else if (d.event_create(&batch_done, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+    side_populate_failures.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  // After everything on the launching stream so far (the discards at the frees before this launch
+  // among it), as on that stream.
+  if (d.event_record(launch_issue_event, launching) != CUDA_SUCCESS ||
+      d.stream_wait_event(launch_populate_stream, launch_issue_event, 0) != CUDA_SUCCESS) {
+    side_spare.push_back(batch_done);
+    side_populate_failures.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  populate_ranges(now, launch_populate_stream, false);
+  // The launch waits for them. Recorded behind every populate issued on that stream so far (ahead
+  // ones too), as launch_populated_event is.
+  if (d.event_record(batch_done, launch_populate_stream) != CUDA_SUCCESS ||
+      d.stream_wait_event(launching, batch_done, 0) != CUDA_SUCCESS) {
+    // The populates were issued but the launch cannot be ordered after them: wait for them here,
+    // outside the driver's calls that block, so the launch never finds its pages half populated.
+    side_populate_failures.fetch_add(1, std::memory_order_relaxed);
+    while (d.event_query(batch_done) == CUDA_ERROR_NOT_READY) {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+    side_spare.push_back(batch_done);
+    return true;
+  }
+  (void)d.event_record(launch_populated_event, launch_populate_stream);
+  side_pending.push_back({batch_done, now.size()});
+  side_pending_calls += now.size();
+  side_populate_batches.fetch_add(1, std::memory_order_relaxed);
+  raise_to(side_populate_most_waiting, side_pending_calls);
+  return true;
 }
 
 bool AdvisorImpl::populate_later(uint64_t page) {
@@ -1329,14 +1422,14 @@ bool AdvisorImpl::set_up() {
     log_warning("advisor off: {}", fallback);
     return false;
   }
-  if (config.populate_ahead > 0 &&
+  if ((config.populate_ahead > 0 || config.populate_side > 0) &&
       (d.stream_create(&launch_populate_stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
        d.event_create(&launch_issue_event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
        d.event_create(&launch_populated_event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)) {
     launch_populate_stream = nullptr;  // populates at their use, on the launching stream
     log_warning(
-        "UMSWAP_POPULATE_AHEAD: could not create its stream or events; dropped pages "
-        "are populated at their use");
+        "UMSWAP_POPULATE_AHEAD/UMSWAP_POPULATE_SIDE: could not create their stream or events; "
+        "dropped pages are populated at their use, on the launching stream");
   }
   device_for_launches.store(device, std::memory_order_relaxed);
   for (EventRing* ring : {&done, &reached}) {
@@ -1539,7 +1632,7 @@ void AdvisorImpl::watch_waits() {
   auto since = std::chrono::steady_clock::now(), issued_since = since, restore_since = since;
   uint64_t seen_launched = 0;
   auto launched_since = since;
-  bool dumped = false;
+  bool dumped = false, reported_quiet = false;
   while (!stop.load(std::memory_order_acquire)) {
     sleep_us(100000);
     const uint64_t value = *progress_host;
@@ -1575,6 +1668,15 @@ void AdvisorImpl::watch_waits() {
           l, value, wanted,
           copy_words ? copy_words[(restored_device.load() - restored_base) / sizeof(uint64_t)] : 0,
           copies_live.load());
+    }
+    // A stall neither word shows (the launch path or the program's thread held, or the GPU
+    // waiting on an event): no launch for 30 s while a plan is in force. Said once, with every
+    // thread's stack under UMSWAP_HANG_STACKS=1; a program that pauses that long between
+    // launches with a plan in force gets the same report, which is harmless.
+    if (!reported_quiet && seen_launched == launched.load() &&
+        now - launched_since > std::chrono::seconds(30) && plan.load() != nullptr) {
+      reported_quiet = true;
+      report_quiet(now - launched_since);
     }
     if (value >= kReleased || wanted == 0 || value >= wanted - 1) {
       watched = UINT64_MAX;
@@ -1724,6 +1826,22 @@ void AdvisorImpl::report_stuck(const char* waiting_for,
       "docs/advisor.md, \"Closing the advisor's calls\")",
       std::chrono::duration_cast<std::chrono::seconds>(waited).count(), waiting_for, doing.load(),
       applied_through.load(), launched.load());
+  report_state();
+}
+
+void AdvisorImpl::report_quiet(std::chrono::steady_clock::duration quiet) {
+  if (!warned_stuck.first()) return;
+  log_warning(
+      "advisor: no launch came for {} s while a plan is in force (the advisor thread last began "
+      "{}, at launch {} of {} launched); if the program did not mean to pause, something holds "
+      "its thread or the GPU that neither word launches wait on shows; set UMSWAP_HANG_STACKS=1 "
+      "for every thread's stack",
+      std::chrono::duration_cast<std::chrono::seconds>(quiet).count(), doing.load(),
+      applied_through.load(), launched.load());
+  report_state();
+}
+
+void AdvisorImpl::report_state() {
   gate_report("where things stood at launch", applied_through.load());
   if (config.hang_stacks) {
     log_warning("advisor: every thread's stack follows (UMSWAP_HANG_STACKS=1)");
@@ -3637,6 +3755,13 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
       {"early_populated_bytes", a.early_populated_bytes.load()},
       {"early_populate_waits", a.early_populate_waits.load()},
       {"early_populate_failures", a.early_populate_failures.load()},
+      {"populate_side", a.launch_populate_stream ? a.config.populate_side : 0},
+      {"side_populate_batches", a.side_populate_batches.load()},
+      {"side_populate_most_waiting", a.side_populate_most_waiting.load()},
+      {"side_populate_throttled", a.side_populate_throttled.load()},
+      {"side_populate_throttle_seconds", a.side_populate_throttle_ns.load() * 1e-9},
+      {"side_populate_timeouts", a.side_populate_timeouts.load()},
+      {"side_populate_failures", a.side_populate_failures.load()},
       {"prefetch_call_seconds", a.prefetch_call_s},
       {"evict_call_seconds", a.evict_call_s},
       {"longest_call_seconds", a.longest_call_s},

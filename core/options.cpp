@@ -110,6 +110,12 @@ constexpr std::array kOptionTable = {
                "up to this many launches before its next use, on a stream of its own, where the "
                "budget has room; 0: at the use, on the program's stream. 4 made no measured "
                "difference on VGG-16 or GPT-2 (docs/advisor.md)"},
+    OptionInfo{"UMSWAP_POPULATE_SIDE", "0",
+               "experimental, 0-48: a dropped page's populate at its next use goes on a stream "
+               "of its own, ordered as on the program's stream, so that the program's thread "
+               "does not block in its next launch until the GPU has run the populate; at most "
+               "this many such calls wait on the GPU at once (the launch path waits, outside "
+               "the driver, before issuing more). 0: on the program's stream (docs/advisor.md)"},
     OptionInfo{"UMSWAP_LEARN_EVICT", "1",
                "1: while the advisor learns (no plan in force yet), each launch first sends the "
                "least recently used 2 MiB blocks to the host, on its own stream, until the blocks "
@@ -345,6 +351,7 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
   read_int("UMSWAP_CALLSITE_DEPTH", 0, 32, &options.callsite_depth, "8");
   read_int("UMSWAP_MANAGED_OPS_CAP", 0, 48, &options.managed_ops_cap, "0");
   read_int("UMSWAP_POPULATE_AHEAD", 0, 64, &options.populate_ahead, "0");
+  read_int("UMSWAP_POPULATE_SIDE", 0, 48, &options.populate_side, "0");
   if (const char* v = read("UMSWAP_TRACE")) options.trace_path = std::string(trim(v));
   if (const char* v = read("UMSWAP_TRACE_ITERATIONS")) {
     const std::string_view t = trim(v);
@@ -432,6 +439,7 @@ std::vector<std::string> describe(const Options& options) {
                   SizeSpec{options.evict_copy_out_piece}.to_string()),
       fmt::format("UMSWAP_MANAGED_OPS_CAP={}", options.managed_ops_cap),
       fmt::format("UMSWAP_POPULATE_AHEAD={}", options.populate_ahead),
+      fmt::format("UMSWAP_POPULATE_SIDE={}", options.populate_side),
       fmt::format("UMSWAP_LEARN_EVICT={}", options.learn_evict ? 1 : 0),
       fmt::format("UMSWAP_HOST_GATE={}", options.host_gate),
       fmt::format("UMSWAP_HANG_STACKS={}", options.hang_stacks ? 1 : 0),

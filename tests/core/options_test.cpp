@@ -509,6 +509,21 @@ TEST(ParseOptions, EvictCopyOutPieceIsASizeOffByDefault) {
   EXPECT_NE(warnings[0].find("using the default 0"), std::string::npos) << warnings[0];
 }
 
+TEST(ParseOptions, PopulateSideIsAWholeNumberUpTo48) {
+  std::vector<std::string> warnings;
+  EXPECT_EQ(parse({}, &warnings).populate_side, 0);
+  EXPECT_EQ(parse({{"UMSWAP_POPULATE_SIDE", "8"}}, &warnings).populate_side, 8);
+  EXPECT_EQ(parse({{"UMSWAP_POPULATE_SIDE", " 48"}}, &warnings).populate_side, 48);
+  EXPECT_TRUE(warnings.empty());
+  for (const char* bad : {"49", "-1", "2.5", "yes"}) {
+    warnings.clear();
+    EXPECT_EQ(parse({{"UMSWAP_POPULATE_SIDE", bad}}, &warnings).populate_side, 0) << bad;
+    ASSERT_EQ(warnings.size(), 1u) << bad;
+    EXPECT_NE(warnings[0].find("UMSWAP_POPULATE_SIDE"), std::string::npos);
+    EXPECT_NE(warnings[0].find("from 0 to 48"), std::string::npos);
+  }
+}
+
 TEST(ParseOptions, PopulateAheadIsAWholeNumberUpTo64) {
   std::vector<std::string> warnings;
   EXPECT_EQ(parse({}, &warnings).populate_ahead, 0);
@@ -637,6 +652,7 @@ TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
                                                   "UMSWAP_EVICT_COPY_AHEAD",
                                                   "UMSWAP_MANAGED_OPS_CAP",
                                                   "UMSWAP_POPULATE_AHEAD",
+                                                  "UMSWAP_POPULATE_SIDE",
                                                   "UMSWAP_LEARN_EVICT",
                                                   "UMSWAP_EVICT_COPY_CHUNK",
                                                   "UMSWAP_EVICT_COPY_OUT_PIECE",
@@ -648,7 +664,7 @@ TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
                                                   "UMSWAP_DISCARD_FREED",
                                                   "UMSWAP_LIFETIMES",
                                                   "UMSWAP_PLACEMENT"}));
-  EXPECT_EQ(option_table().size(), 32u);  // no duplicates
+  EXPECT_EQ(option_table().size(), 33u);  // no duplicates
 }
 
 TEST(OptionTable, EveryEntryHasAMeaning) {
@@ -689,6 +705,7 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
   o.placement = false;
   o.managed_ops_cap = 8;
   o.populate_ahead = 4;
+  o.populate_side = 8;
   o.evict_copy_chunk = 8 * MiB;
   o.evict_copy_out_piece = 32 * MiB;
   o.evict_copy = false;
@@ -719,6 +736,7 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
                                              "UMSWAP_EVICT_COPY_OUT_PIECE=32M",
                                              "UMSWAP_MANAGED_OPS_CAP=8",
                                              "UMSWAP_POPULATE_AHEAD=4",
+                                             "UMSWAP_POPULATE_SIDE=8",
                                              "UMSWAP_LEARN_EVICT=0",
                                              "UMSWAP_HOST_GATE=1",
                                              "UMSWAP_HANG_STACKS=1",

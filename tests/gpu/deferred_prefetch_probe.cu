@@ -40,7 +40,16 @@
 //               the GPU or host, a populate, a discard): is Y's completion held by the gate?
 //   behind ...  a stream waits (event) for the gated stream after its kernel, then a prefetch is
 //               issued on it: does the call block? (the advisor's hang at batch 16 did)
-// usage: deferred_prefetch_probe [release_ms [hol]]   (128 MiB of managed memory)
+// Across threads (`threads` runs only these): thread A leaves a populate (a prefetch of discarded
+// chunk 50) pending on the gated stream and launches a kernel behind it, which blocks A until the
+// gate opens. Meanwhile thread B times calls on an idle stream: a kernel launch, an event record,
+// an event query, a 4 KiB copy to pinned memory, a stream write, a prefetch of another chunk. A
+// call of B's held until the gate opens means a thread blocked behind a pending managed call holds
+// the others out of the driver (the launch path's populates are on the program's stream).
+//   threads-plain  A as above
+//   threads-side   A's populate on a side stream that waits (event) for the gated one, and the
+//                  gated stream waits (event) for the populate before A's kernel
+// usage: deferred_prefetch_probe [release_ms [hol|threads]]   (128 MiB of managed memory)
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -107,6 +116,7 @@ void report(const char* name, const std::vector<double>& calls, double release_m
 int main(int argc, char** argv) {
   const int release_ms = argc > 1 ? std::atoi(argv[1]) : 1500;
   const bool only_hol = argc > 2 && std::string(argv[2]) == "hol";
+  const bool only_threads = argc > 2 && std::string(argv[2]) == "threads";
   CHECK(cudaSetDevice(0));
   CHECK(cudaFree(nullptr));
   char* p = nullptr;
@@ -139,6 +149,91 @@ int main(int argc, char** argv) {
     call();
     return ms_since(t);
   };
+  {
+    cudaStream_t side;
+    CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+    cudaEvent_t reached, populated, marker;
+    CHECK(cudaEventCreateWithFlags(&reached, cudaEventDisableTiming));
+    CHECK(cudaEventCreateWithFlags(&populated, cudaEventDisableTiming));
+    CHECK(cudaEventCreateWithFlags(&marker, cudaEventDisableTiming));
+    void* pinned = nullptr;
+    CHECK(cudaHostAlloc(&pinned, 4096, cudaHostAllocMapped));
+    CUdeviceptr pinned_device = 0;
+    CHECK_CU(cuMemHostGetDevicePointer(&pinned_device, pinned, 0));
+    empty_kernel<<<1, 1, 0, idle>>>();  // loaded before timing
+    CHECK(cudaStreamSynchronize(idle));
+    for (const bool use_side : {false, true}) {
+      place_all(gpu);
+      CUdeviceptr d = reinterpret_cast<CUdeviceptr>(p + 50 * kChunk);
+      size_t size = kChunk;
+      CHECK_CU(cuMemDiscardBatchAsync(&d, &size, 1, 0, reinterpret_cast<CUstream>(idle)));
+      CHECK(cudaStreamSynchronize(idle));
+      block_pend();
+      double a_ms = 0;
+      std::atomic<bool> a_started{false};
+      std::thread a([&] {
+        const auto t = Clock::now();
+        if (use_side) {
+          CHECK(cudaEventRecord(reached, pend));
+          CHECK(cudaStreamWaitEvent(side, reached, 0));
+          CHECK(cudaMemPrefetchAsync(p + 50 * kChunk, kChunk, gpu, 0, side));
+          CHECK(cudaEventRecord(populated, side));
+          CHECK(cudaStreamWaitEvent(pend, populated, 0));
+        } else {
+          CHECK(cudaMemPrefetchAsync(p + 50 * kChunk, kChunk, gpu, 0, pend));
+        }
+        a_started = true;
+        empty_kernel<<<1, 1, 0, pend>>>();
+        CHECK(cudaGetLastError());
+        a_ms = ms_since(t);
+      });
+      while (!a_started) std::this_thread::yield();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // A inside its launch
+      struct Call {
+        const char* name;
+        std::function<void()> call;
+      };
+      const Call calls[] = {
+          {"kernel", [&] { empty_kernel<<<1, 1, 0, idle>>>(); }},
+          {"record", [&] { CHECK(cudaEventRecord(marker, idle)); }},
+          {"query", [&] { (void)cudaEventQuery(marker); }},
+          {"copy",
+           [&] {
+             CHECK(cudaMemcpyAsync(pinned, p + 51 * kChunk, 4096, cudaMemcpyDeviceToHost, idle));
+           }},
+          {"write",
+           [&] {
+             CHECK_CU(cuStreamWriteValue32(reinterpret_cast<CUstream>(idle), pinned_device, 7, 0));
+           }},
+          {"prefetch",
+           [&] { CHECK(cudaMemPrefetchAsync(p + 52 * kChunk, kChunk, host, 0, idle)); }},
+      };
+      const auto b_start = Clock::now();
+      for (const Call& c : calls) {
+        const double ms = timed(c.call);
+        std::printf("%s B's %-8s at %6.1f ms: call %.1f ms (%s)\n",
+                    use_side ? "threads-side " : "threads-plain", c.name, ms_since(b_start), ms,
+                    ms > release_ms / 2.0 ? "HELD until the gate opened" : "returned");
+      }
+      a.join();
+      CHECK(cudaStreamSynchronize(pend));
+      CHECK(cudaStreamSynchronize(side));
+      CHECK(cudaStreamSynchronize(idle));
+      gate.join();
+      std::printf("%s A's launch behind the populate took %.1f ms (%s)\n",
+                  use_side ? "threads-side " : "threads-plain", a_ms,
+                  a_ms > release_ms / 2.0 ? "blocked until the gate opened" : "returned");
+    }
+    CHECK(cudaFreeHost(pinned));
+    CHECK(cudaEventDestroy(reached));
+    CHECK(cudaEventDestroy(populated));
+    CHECK(cudaEventDestroy(marker));
+    CHECK(cudaStreamDestroy(side));
+    if (only_threads) {
+      CHECK(cudaFree(p));
+      return 0;
+    }
+  }
   // Head of line: does work left pending on the gated stream hold back a managed call on another
   // stream that is only busy (a 50 ms kernel ahead of it), which the driver also defers? Timed is
   // when an event after the busy stream's call completes, not the call. Pending on the gated

@@ -86,7 +86,8 @@ struct Options {
   // The advisor's prefetches and discards left waiting on the GPU at once (0: no cap): the
   // driver blocks the call after about 57 (docs/advisor.md, "A hang with the cuDNN sample").
   int managed_ops_cap = 0;
-  int populate_ahead = 0;             // UMSWAP_POPULATE_AHEAD: launches
+  int populate_ahead = 0;  // UMSWAP_POPULATE_AHEAD: launches
+  int populate_side = 0;  // UMSWAP_POPULATE_SIDE: populates at use beside the stream; calls waiting
   bool learn_evict = true;            // UMSWAP_LEARN_EVICT: LRU evictions while learning
   uint64_t evict_copy_chunk = 0;      // UMSWAP_EVICT_COPY_CHUNK: a restore's first piece; 0 = whole
   uint64_t evict_copy_out_piece = 0;  // UMSWAP_EVICT_COPY_OUT_PIECE: copy-out pieces; 0 = whole

@@ -593,6 +593,10 @@ class AdvisorImpl {
   // Host time the launching threads spend in on_step (ns), and inside the launch path's
   // populate calls (a managed-memory call blocks once about 57 wait on the GPU).
   std::atomic<uint64_t> launch_path_ns{0}, launch_populate_call_ns{0};
+  // Threads inside the launch path now, and when the latest entered it (the watchdog's
+  // report_quiet()).
+  std::atomic<uint32_t> launch_path_inside{0};
+  std::atomic<int64_t> launch_path_entered_ns{0};
   std::atomic<uint64_t> launch_populate_longest_ns{0};
   std::string state = "starting";
   std::string fallback;  // why replay fell back to online, or why advice is off
@@ -789,9 +793,10 @@ class AdvisorImpl {
   std::string copy_off_reason;                   // why copies stopped (empty: they did not)
   OnceFlag warned_copy_failure;
   OnceFlag warned_stuck;         // the watchdog's report_stuck()
+  OnceFlag warned_quiet;         // its report_quiet()
   OnceFlag warned_wait_failure;  // launch path
   void report_stuck(const char* waiting_for, std::chrono::steady_clock::duration waited);
-  // The watchdog's report, once (with report_stuck's), of no launch for a while under a plan.
+  // The watchdog's report, once, of a launch held in the launch path with no other coming.
   void report_quiet(std::chrono::steady_clock::duration quiet);
   void report_state();  // both reports' tail: where things stood, and the stacks if asked
   // UMSWAP_HOST_GATE's timeout reports (the first few): what recent launches wait for on the GPU
@@ -976,8 +981,13 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
     uint64_t index;
     CUstream stream;
     int64_t entered = now_ns();
+    Noted(AdvisorImpl& impl, uint64_t i, CUstream s) : a(impl), index(i), stream(s) {
+      a.launch_path_entered_ns.store(entered, std::memory_order_relaxed);
+      a.launch_path_inside.fetch_add(1, std::memory_order_relaxed);
+    }
     ~Noted() {
       const int64_t left = now_ns();
+      a.launch_path_inside.fetch_sub(1, std::memory_order_relaxed);
       a.launch_path_ns.fetch_add(static_cast<uint64_t>(left - entered), std::memory_order_relaxed);
       AdvisorImpl::LaunchWaits& w = a.note_launch_wait(index, stream, 0, 0);
       w.entered.store(entered, std::memory_order_relaxed);
@@ -1320,9 +1330,11 @@ bool AdvisorImpl::populate_beside(std::span<const DropTable::Populate> now, CUst
   if (d.event_record(batch_done, launch_populate_stream) != CUDA_SUCCESS ||
       d.stream_wait_event(launching, batch_done, 0) != CUDA_SUCCESS) {
     // The populates were issued but the launch cannot be ordered after them: wait for them here,
-    // outside the driver's calls that block, so the launch never finds its pages half populated.
+    // outside the driver's calls that block, for at most 2 s (past that the launch faults in what
+    // is not populated yet: slower, never wrong).
     side_populate_failures.fetch_add(1, std::memory_order_relaxed);
-    while (d.event_query(batch_done) == CUDA_ERROR_NOT_READY) {
+    const int64_t start = now_ns();
+    while (d.event_query(batch_done) == CUDA_ERROR_NOT_READY && now_ns() - start < 2'000'000'000) {
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
     side_spare.push_back(batch_done);
@@ -1669,11 +1681,14 @@ void AdvisorImpl::watch_waits() {
           copy_words ? copy_words[(restored_device.load() - restored_base) / sizeof(uint64_t)] : 0,
           copies_live.load());
     }
-    // A stall neither word shows (the launch path or the program's thread held, or the GPU
-    // waiting on an event): no launch for 30 s while a plan is in force. Said once, with every
-    // thread's stack under UMSWAP_HANG_STACKS=1; a program that pauses that long between
-    // launches with a plan in force gets the same report, which is harmless.
+    // A stall neither word shows: a launch that has been inside umswap's launch path for 30 s,
+    // no launch coming meanwhile, with a plan in force (the launch path waited there once for a
+    // lock its own thread held, d388d01). Said once, with every thread's stack under
+    // UMSWAP_HANG_STACKS=1. A program that only pauses between launches (saving a checkpoint) is
+    // outside the launch path and gets no report.
     if (!reported_quiet && seen_launched == launched.load() &&
+        launch_path_inside.load(std::memory_order_relaxed) > 0 &&
+        now_ns() - launch_path_entered_ns.load(std::memory_order_relaxed) > 30'000'000'000 &&
         now - launched_since > std::chrono::seconds(30) && plan.load() != nullptr) {
       reported_quiet = true;
       report_quiet(now - launched_since);
@@ -1830,12 +1845,12 @@ void AdvisorImpl::report_stuck(const char* waiting_for,
 }
 
 void AdvisorImpl::report_quiet(std::chrono::steady_clock::duration quiet) {
-  if (!warned_stuck.first()) return;
+  if (!warned_quiet.first()) return;
   log_warning(
-      "advisor: no launch came for {} s while a plan is in force (the advisor thread last began "
-      "{}, at launch {} of {} launched); if the program did not mean to pause, something holds "
-      "its thread or the GPU that neither word launches wait on shows; set UMSWAP_HANG_STACKS=1 "
-      "for every thread's stack",
+      "advisor: a launch has been inside umswap's launch path for {} s and no other came (the "
+      "advisor thread last began {}, at launch {} of {} launched); something holds the launching "
+      "thread that neither word launches wait on shows; UMSWAP_HANG_STACKS=1 prints every "
+      "thread's stack",
       std::chrono::duration_cast<std::chrono::seconds>(quiet).count(), doing.load(),
       applied_through.load(), launched.load());
   report_state();

@@ -5,6 +5,8 @@
 #
 #   ./scripts/setup.sh            install what is missing, configure, build
 #   UMSWAP_PRESET=debug ./scripts/setup.sh
+# bash only (pipefail): run with `sh`, the script starts itself again under bash.
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

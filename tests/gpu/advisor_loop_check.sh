@@ -34,6 +34,10 @@
 # "to the GPU" and "to the host" tracks.
 # usage: advisor_loop_check.sh UMSWAP ADVISOR_LOOP
 set -eu
+if [ $# -lt 2 ]; then
+  echo "usage: $(basename "$0") UMSWAP LOOP" >&2
+  exit 2
+fi
 umswap=$1
 loop=$2
 dir=$(mktemp -d)

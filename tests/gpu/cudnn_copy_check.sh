@@ -14,7 +14,13 @@
 #    while the GPU waited for the advisor thread, itself behind the load in the driver; fixed by
 #    waiting for the advisor before a function's first use (tracer.cpp, before_first_use()).
 # usage: cudnn_copy_check.sh UMSWAP CUDNN_VGG16
+# bash only (pipefail): run with `sh`, the script starts itself again under bash.
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 set -euo pipefail
+if [ $# -lt 2 ]; then
+  echo "usage: $(basename "$0") UMSWAP SAMPLE" >&2
+  exit 2
+fi
 umswap=$1
 sample=$2
 work=$(mktemp -d)

@@ -8,7 +8,13 @@
 # NVLink multicast stays off (NCCL_NVLS_ENABLE=0).
 # usage: ddp_check.sh UMSWAP [BUDGET]      (exit 77: no PyTorch with 2 GPUs, no torchrun)
 # UMSWAP_MANAGED_LIMIT must be set by the caller (per process: each rank is capped on its own).
+# bash only (pipefail): run with `sh`, the script starts itself again under bash.
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 set -uo pipefail
+if [ $# -lt 1 ]; then
+  echo "usage: $(basename "$0") UMSWAP" >&2
+  exit 2
+fi
 umswap=$1
 budget=${2:-256M}
 here=$(cd "$(dirname "$0")" && pwd)

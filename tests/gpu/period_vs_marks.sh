@@ -4,7 +4,13 @@
 # once with an NVTX mark at each iteration start (`umswap record --marker`), and the period must
 # equal the median number of steps between marks.
 # usage: period_vs_marks.sh UMSWAP SCRIPT [script args...]     (exit 77: no PyTorch/GPU)
+# bash only (pipefail): run with `sh`, the script starts itself again under bash.
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 set -uo pipefail
+if [ $# -lt 2 ]; then
+  echo "usage: $(basename "$0") UMSWAP SCRIPT" >&2
+  exit 2
+fi
 umswap=$1 script=$2
 shift 2
 work=$(mktemp -d)

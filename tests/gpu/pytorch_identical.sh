@@ -2,7 +2,13 @@
 # A small PyTorch training loop gives bit-identical losses natively and under `umswap run`, and
 # the managed limit turns into torch.OutOfMemoryError that the program catches and survives.
 # usage: pytorch_identical.sh UMSWAP SMALL_CNN_PY        (exit 77: no PyTorch with CUDA here)
+# bash only (pipefail): run with `sh`, the script starts itself again under bash.
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 set -uo pipefail
+if [ $# -lt 2 ]; then
+  echo "usage: $(basename "$0") UMSWAP SCRIPT" >&2
+  exit 2
+fi
 umswap=$1
 script=$2
 work=$(mktemp -d)

@@ -2,7 +2,13 @@
 # The bundled sample gives bit-identical results natively and under `umswap run`, for both the
 # static-cudart and the shared-cudart build, and every allocation it makes is umswap's.
 # usage: sample_identical.sh UMSWAP MLP_TRAIN_STATIC MLP_TRAIN_SHARED
+# bash only (pipefail): run with `sh`, the script starts itself again under bash.
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 set -euo pipefail
+if [ $# -lt 1 ]; then
+  echo "usage: $(basename "$0") UMSWAP" >&2
+  exit 2
+fi
 umswap=$1
 shift
 work=$(mktemp -d)

@@ -7,7 +7,13 @@
 # every kernel running on umswap's managed allocations (measured on an H200, 2026-11-22).
 # usage: sanitizer_check.sh UMSWAP CUDNN_VGG16 MLP_TRAIN   (exit 77: no compute-sanitizer or GPU)
 # UMSWAP_MANAGED_LIMIT must be set by the caller.
+# bash only (pipefail): run with `sh`, the script starts itself again under bash.
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 set -uo pipefail
+if [ $# -lt 3 ]; then
+  echo "usage: $(basename "$0") UMSWAP VGG MLP" >&2
+  exit 2
+fi
 umswap=$1 vgg=$2 mlp=$3
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

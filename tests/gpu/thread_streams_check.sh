@@ -2,7 +2,13 @@
 # Launches from 4 host threads on 4 streams, recorded with `umswap record`: the program's output
 # is the same as natively, and every thread's launches are in the trace (thread_streams_check).
 # usage: thread_streams_check.sh UMSWAP THREAD_STREAMS THREAD_STREAMS_CHECK
+# bash only (pipefail): run with `sh`, the script starts itself again under bash.
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 set -euo pipefail
+if [ $# -lt 3 ]; then
+  echo "usage: $(basename "$0") UMSWAP PROBE CHECK" >&2
+  exit 2
+fi
 umswap=$1 probe=$2 check=$3
 launches=50
 work=$(mktemp -d)

@@ -24,7 +24,13 @@
 #                  returning page (copy_check)
 # usage: torch_hardening.sh UMSWAP CASE       (exit 77: no PyTorch with CUDA here)
 # UMSWAP_MANAGED_LIMIT comes from CTest (tests/gpu/CMakeLists.txt); it is passed through.
+# bash only (pipefail): run with `sh`, the script starts itself again under bash.
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 set -uo pipefail
+if [ $# -lt 2 ]; then
+  echo "usage: $(basename "$0") UMSWAP CASE" >&2
+  exit 2
+fi
 umswap=$1
 case=$2
 here=$(cd "$(dirname "$0")" && pwd)

@@ -1,7 +1,13 @@
 #!/bin/bash
 # Records trace_probe under `umswap record`, checks the trace (trace_check), and runs `umswap
 # report` and `umswap timeline` on it. usage: trace_probe_check.sh UMSWAP TRACE_PROBE TRACE_CHECK
+# bash only (pipefail): run with `sh`, the script starts itself again under bash.
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 set -euo pipefail
+if [ $# -lt 3 ]; then
+  echo "usage: $(basename "$0") UMSWAP PROBE CHECK" >&2
+  exit 2
+fi
 umswap=$1 probe=$2 check=$3
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -593,10 +593,6 @@ class AdvisorImpl {
   // Host time the launching threads spend in on_step (ns), and inside the launch path's
   // populate calls (a managed-memory call blocks once about 57 wait on the GPU).
   std::atomic<uint64_t> launch_path_ns{0}, launch_populate_call_ns{0};
-  // Threads inside the launch path now, and when the latest entered it (the watchdog's
-  // report_quiet()).
-  std::atomic<uint32_t> launch_path_inside{0};
-  std::atomic<int64_t> launch_path_entered_ns{0};
   std::atomic<uint64_t> launch_populate_longest_ns{0};
   std::string state = "starting";
   std::string fallback;  // why replay fell back to online, or why advice is off
@@ -975,23 +971,23 @@ bool Advisor::start(const AdvisorConfig& config, const AdvisorDriver& driver, Re
 void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
                       const std::vector<tracer::PointerHit>* hits) {
   AdvisorImpl& a = *impl_;
-  // The launch path's host time, in all and for this launch (the stats' launch_waits).
+  // The launch path's host time, in all and for this launch (the stats' launch_waits): entered
+  // now, left when it returns (0 meanwhile: the watchdog's report_quiet() reads that).
   struct Noted {
     AdvisorImpl& a;
     uint64_t index;
-    CUstream stream;
+    AdvisorImpl::LaunchWaits& w;
     int64_t entered = now_ns();
-    Noted(AdvisorImpl& impl, uint64_t i, CUstream s) : a(impl), index(i), stream(s) {
-      a.launch_path_entered_ns.store(entered, std::memory_order_relaxed);
-      a.launch_path_inside.fetch_add(1, std::memory_order_relaxed);
+    Noted(AdvisorImpl& impl, uint64_t i, CUstream s)
+        : a(impl), index(i), w(impl.note_launch_wait(i, s, 0, 0)) {
+      w.entered.store(entered, std::memory_order_relaxed);
     }
     ~Noted() {
       const int64_t left = now_ns();
-      a.launch_path_inside.fetch_sub(1, std::memory_order_relaxed);
       a.launch_path_ns.fetch_add(static_cast<uint64_t>(left - entered), std::memory_order_relaxed);
-      AdvisorImpl::LaunchWaits& w = a.note_launch_wait(index, stream, 0, 0);
-      w.entered.store(entered, std::memory_order_relaxed);
-      w.left.store(left, std::memory_order_relaxed);
+      if (w.index.load(std::memory_order_relaxed) == index) {
+        w.left.store(left, std::memory_order_relaxed);
+      }
     }
   } noted{a, index, stream};
   a.launched.store(index + 1, std::memory_order_release);
@@ -1681,17 +1677,19 @@ void AdvisorImpl::watch_waits() {
           copy_words ? copy_words[(restored_device.load() - restored_base) / sizeof(uint64_t)] : 0,
           copies_live.load());
     }
-    // A stall neither word shows: a launch that has been inside umswap's launch path for 30 s,
-    // no launch coming meanwhile, with a plan in force (the launch path waited there once for a
-    // lock its own thread held, d388d01). Said once, with every thread's stack under
-    // UMSWAP_HANG_STACKS=1. A program that only pauses between launches (saving a checkpoint) is
-    // outside the launch path and gets no report.
-    if (!reported_quiet && seen_launched == launched.load() &&
-        launch_path_inside.load(std::memory_order_relaxed) > 0 &&
-        now_ns() - launch_path_entered_ns.load(std::memory_order_relaxed) > 30'000'000'000 &&
-        now - launched_since > std::chrono::seconds(30) && plan.load() != nullptr) {
-      reported_quiet = true;
-      report_quiet(now - launched_since);
+    // A stall neither word shows: the latest launch still inside umswap's launch path after 30 s
+    // (its launch_waits entry entered, not left), with a plan in force (the launch path waited
+    // there once for a lock its own thread held, d388d01). Said once, with every thread's stack
+    // under UMSWAP_HANG_STACKS=1. A program that only pauses between launches (saving a checkpoint)
+    // is outside the launch path and gets no report.
+    if (const uint64_t l = launched.load(); !reported_quiet && l > 0 && plan.load() != nullptr) {
+      const LaunchWaits& w = launch_waits[(l - 1) % launch_waits.size()];
+      const int64_t entered = w.entered.load(std::memory_order_relaxed);
+      if (w.index.load(std::memory_order_acquire) == l - 1 && entered != 0 &&
+          w.left.load(std::memory_order_relaxed) == 0 && now_ns() - entered > 30'000'000'000) {
+        reported_quiet = true;
+        report_quiet(std::chrono::nanoseconds(now_ns() - entered));
+      }
     }
     if (value >= kReleased || wanted == 0 || value >= wanted - 1) {
       watched = UINT64_MAX;

@@ -56,28 +56,25 @@ std::string grid(bool hashed) {
   return out;
 }
 
-// Loads the units at %at, %at + %step, ... into a, b, c, d (count of them).
-std::string load(int count) {
-  std::string out = "  add.u64 %s, %src, %at;\n";
+// The units at %at, %at + %step, ... (count of them) of src loaded into a, b, c, d (to_dst
+// false), or stored from them at the same offsets of dst.
+std::string units(int count, bool to_dst) {
+  const std::string at = to_dst ? "%t" : "%s";
+  std::string out = "  add.u64 " + at + (to_dst ? ", %dst, %at;\n" : ", %src, %at;\n");
   for (int i = 0; i < count; ++i) {
-    const char r = static_cast<char>('a' + i);
-    if (i > 0) out += "  add.u64 %s, %s, %step;\n";
-    out += std::string("  ld.global.nc.v4.u32 {%") + r + "0, %" + r + "1, %" + r + "2, %" + r +
-           "3}, [%s];\n";
+    const std::string r(1, static_cast<char>('a' + i));
+    const std::string regs = "{%" + r + "0, %" + r + "1, %" + r + "2, %" + r + "3}";
+    if (i > 0) out += "  add.u64 " + at + ", " + at + ", %step;\n";
+    out += to_dst ? "  st.global.v4.u32 [" + at + "], " + regs + ";\n"
+                  : "  ld.global.nc.v4.u32 " + regs + ", [" + at + "];\n";
   }
   return out;
 }
-
-// Stores them at the same offsets of dst.
+std::string load(int count) {
+  return units(count, false);
+}
 std::string store(int count) {
-  std::string out = "  add.u64 %t, %dst, %at;\n";
-  for (int i = 0; i < count; ++i) {
-    const char r = static_cast<char>('a' + i);
-    if (i > 0) out += "  add.u64 %t, %t, %step;\n";
-    out += std::string("  st.global.v4.u32 [%t], {%") + r + "0, %" + r + "1, %" + r + "2, %" + r +
-           "3};\n";
-  }
-  return out;
+  return units(count, true);
 }
 
 // Folds them into %h, in order, two 8-byte words each (copy_thread_hash()).

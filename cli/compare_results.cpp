@@ -630,6 +630,14 @@ std::vector<ModeRow> compute_baseline_rows(const std::vector<ModeOutcome>& basel
       row.timing_source = t.source;
       row.ratio_to_native = ratio(row.steady_median_ms, native_ms);
       row.peak_allocated_bytes = get_u64(o.output.summary, "peak_allocated_bytes");
+      // What save_on_cpu copied each way per iteration, where the script counts it (the bundled
+      // samples do, samples/pytorch/common.py).
+      auto bytes = [&](std::string_view key) {
+        const std::optional<double> v = get_double(o.output.summary, key);
+        return v && *v >= 0 ? v : std::nullopt;
+      };
+      row.bytes_in_per_iteration = bytes("offload_bytes_in_per_iteration");
+      row.bytes_out_per_iteration = bytes("offload_bytes_out_per_iteration");
       row.checksum = o.output.checksum;
       if (native) check_result(row, *native, o, loss_tolerance);
     }
@@ -1116,6 +1124,8 @@ json compare_json(const CompareReport& report) {
         {"ratio_to_native", opt(r.ratio_to_native)},
         {"peak_allocated_bytes", opt(r.peak_allocated_bytes)},
         {"peak_reserved_bytes", opt(get_u64(o.output.summary, "peak_reserved_bytes"))},
+        {"bytes_in_per_iteration", opt(r.bytes_in_per_iteration)},
+        {"bytes_out_per_iteration", opt(r.bytes_out_per_iteration)},
         {"checksum", text_or_null(r.checksum)},
         {"result_match", result_match_json(r)},
         {"result_basis", text_or_null(r.result_basis)},

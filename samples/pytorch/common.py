@@ -17,7 +17,10 @@ hashed bit for bit, so that two runs can be compared exactly (`umswap compare` t
 checksums instead of losses; so does scripts/evict_copy_check.py).
 
 steady_median_ms is the median of the iterations after the first two (null if there are none);
-the peaks are torch.cuda.max_memory_allocated() and max_memory_reserved() over the loop. An
+the peaks are torch.cuda.max_memory_allocated() and max_memory_reserved() over the loop. With
+--offload the summary also has "offload_bytes_out_per_iteration" and
+"offload_bytes_in_per_iteration": the bytes save_on_cpu copied to the host and back, over the
+timed iterations, divided by their number (`umswap compare` shows them in its offload row). An
 iteration that runs out of GPU memory prints `oom at iter <i>: OutOfMemoryError` and ends the
 loop; the summary then has "oom": true and the script exits 1.
 
@@ -157,13 +160,33 @@ def cuda_or_skip(torch):
     return SKIP
 
 
+# Bytes save_on_cpu copied to the host ("out") and back ("in") (forward_context with offload),
+# counted from the start of the timed loop.
+_offloaded = {"out": 0, "in": 0, "counting": False}
+
+
 def forward_context(torch, precision, offload):
-    """The context a forward pass runs in: bf16 autocast and/or save_on_cpu, as asked."""
+    """The context a forward pass runs in: bf16 autocast and/or save_on_cpu, as asked. With
+    offload, the bytes of every tensor save_on_cpu packs and unpacks are counted (its own hooks
+    do the work; the count adds one addition per saved tensor each way)."""
     ctx = contextlib.ExitStack()
     if precision == "bf16":
         ctx.enter_context(torch.autocast("cuda", dtype=torch.bfloat16))
     if offload:
-        ctx.enter_context(torch.autograd.graph.save_on_cpu(pin_memory=True))
+        saver = torch.autograd.graph.save_on_cpu(pin_memory=True)
+
+        def counted(hook, direction):
+            def call(value):
+                result = hook(value)
+                if _offloaded["counting"]:
+                    tensor = value if direction == "out" else result
+                    _offloaded[direction] += tensor.numel() * tensor.element_size()
+                return result
+            return call
+
+        saver.pack_hook = counted(saver.pack_hook, "out")
+        saver.unpack_hook = counted(saver.unpack_hook, "in")
+        ctx.enter_context(saver)
     return ctx
 
 
@@ -174,6 +197,7 @@ def timed_loop(torch, steps, iteration, nvtx_mark=None):
     oom_error = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
     times = []
     torch.cuda.reset_peak_memory_stats()
+    _offloaded.update({"out": 0, "in": 0, "counting": True})
     for i in range(steps):
         torch.cuda.synchronize()
         if nvtx_mark:
@@ -203,6 +227,9 @@ def print_summary(torch, times, oom, settings):
         "iters": len(times),
         "oom": oom,
     }
+    if _offloaded["out"] and times and not oom:
+        summary["offload_bytes_out_per_iteration"] = _offloaded["out"] // len(times)
+        summary["offload_bytes_in_per_iteration"] = _offloaded["in"] // len(times)
     summary.update(settings)
     print("summary " + json.dumps(summary), flush=True)
     return 1 if oom else 0

@@ -998,6 +998,33 @@ TEST(CompareBaselines, RowsFromTheScriptsOutput) {
                        "peak_allocated_bytes"));
 }
 
+TEST(CompareBaselines, SaveOnCpusBytesEachWayFromTheSummary) {
+  // The bundled scripts count what save_on_cpu copies (samples/pytorch/common.py); the offload
+  // row shows it in GB, the JSON in bytes. A negative or missing count is unknown.
+  std::string text = script_output(250, 5.0, 12 * kGiB);
+  const std::string counted =
+      "\"offload_bytes_out_per_iteration\": 42877372804, "
+      "\"offload_bytes_in_per_iteration\": 42000000000, \"iters\"";
+  text.replace(text.find("\"iters\""), std::string("\"iters\"").size(), counted);
+  std::string negative = script_output(250, 5.0, 12 * kGiB);
+  negative.replace(negative.find("\"iters\""), std::string("\"iters\"").size(),
+                   "\"offload_bytes_out_per_iteration\": -1, \"iters\"");
+  const CompareReport report =
+      baseline_report({baseline_outcome(CompareBaseline::offload, text),
+                       baseline_outcome(CompareBaseline::offload, negative)});
+  const ModeRow& offload = report.baseline_rows[0];
+  EXPECT_DOUBLE_EQ(*offload.bytes_out_per_iteration, 42877372804.0);
+  EXPECT_DOUBLE_EQ(*offload.bytes_in_per_iteration, 42e9);
+  EXPECT_FALSE(report.baseline_rows[1].bytes_out_per_iteration);
+  EXPECT_FALSE(report.baseline_rows[1].bytes_in_per_iteration);
+  const std::string table = render_table(report.baseline_rows);
+  EXPECT_TRUE(contains(table, "900.0          -     42.00      42.88     12.00")) << table;
+  EXPECT_TRUE(contains(table, "900.0          -         -          -     12.00")) << table;
+  const json j = compare_json(report);
+  EXPECT_EQ(j["baselines"][0]["bytes_out_per_iteration"], 42877372804.0);
+  EXPECT_EQ(j["baselines"][0]["bytes_in_per_iteration"], 42e9);
+  EXPECT_TRUE(j["baselines"][1]["bytes_out_per_iteration"].is_null());
+}
 TEST(CompareBaselines, AFailedBaselineKeepsItsRowAndIsNotCompared) {
   const CompareReport report = baseline_report(
       {failed_baseline(CompareBaseline::offload,

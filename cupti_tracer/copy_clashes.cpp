@@ -13,6 +13,26 @@ struct Span {
   CopyClashKind kind;
 };
 
+using CopiesByPage = std::unordered_map<uint64_t, std::vector<const OwnCopySpan*>>;
+
+// Per 2 MiB page, the copies that cover it, in time order (copies ahead and spans without a
+// proper end left out); *counted: how many copies were taken.
+CopiesByPage copies_by_page(std::span<const OwnCopySpan> copies, uint64_t* counted) {
+  CopiesByPage by_page;
+  for (const OwnCopySpan& c : copies) {
+    if (c.length == 0 || c.end_ns < c.start_ns || c.ahead) continue;
+    ++*counted;
+    for (uint64_t p = c.address / kPage * kPage; p < c.address + c.length; p += kPage) {
+      by_page[p].push_back(&c);
+    }
+  }
+  for (auto& [page, list] : by_page) {
+    std::sort(list.begin(), list.end(),
+              [](const OwnCopySpan* a, const OwnCopySpan* b) { return a->start_ns < b->start_ns; });
+  }
+  return by_page;
+}
+
 }  // namespace
 
 const char* to_string(CopyClashKind kind) {
@@ -30,19 +50,9 @@ const char* to_string(CopyClashKind kind) {
 CopyClashReport find_copy_clashes(std::span<const OwnCopySpan> copies,
                                   std::span<const StepAccessSpan> accesses, size_t keep) {
   CopyClashReport report;
-  // Per page, its copies in time order.
-  std::unordered_map<uint64_t, std::vector<const OwnCopySpan*>> by_page;
-  for (const OwnCopySpan& c : copies) {
-    if (c.length == 0 || c.end_ns < c.start_ns || c.ahead) continue;
-    ++report.copies;
-    for (uint64_t p = c.address / kPage * kPage; p < c.address + c.length; p += kPage) {
-      by_page[p].push_back(&c);
-    }
-  }
+  const CopiesByPage by_page = copies_by_page(copies, &report.copies);
   std::unordered_map<uint64_t, std::vector<Span>> spans;
-  for (auto& [page, list] : by_page) {
-    std::sort(list.begin(), list.end(),
-              [](const OwnCopySpan* a, const OwnCopySpan* b) { return a->start_ns < b->start_ns; });
+  for (const auto& [page, list] : by_page) {
     std::vector<Span>& out = spans[page];
     for (size_t i = 0; i < list.size(); ++i) {
       if (list[i]->to_gpu) continue;
@@ -96,6 +106,49 @@ CopyClashReport find_copy_clashes(std::span<const OwnCopySpan> copies,
       report.first.push_back(c);
     }
   }
+  return report;
+}
+
+UnforeseenReport find_unforeseen_faults(std::span<const OwnCopySpan> copies,
+                                        std::span<const FaultAt> faults, size_t keep) {
+  UnforeseenReport report;
+  uint64_t counted = 0;
+  const CopiesByPage by_page = copies_by_page(copies, &counted);
+  // Per page, its discarded windows [copy out's end, copy back's start), in time order.
+  std::unordered_map<uint64_t, std::vector<std::pair<uint64_t, uint64_t>>> windows;
+  for (const auto& [page, list] : by_page) {
+    for (size_t i = 0; i + 1 < list.size(); ++i) {
+      if (list[i]->to_gpu && !list[i + 1]->to_gpu && list[i + 1]->start_ns < list[i]->end_ns) {
+        ++report.outs_before_back;
+        if (report.outs_before_back_pages.size() < keep)
+          report.outs_before_back_pages.push_back(page);
+      }
+      if (list[i]->to_gpu || !list[i + 1]->to_gpu) continue;
+      if (list[i + 1]->start_ns <= list[i]->end_ns) continue;
+      windows[page].emplace_back(list[i]->end_ns, list[i + 1]->start_ns);
+      ++report.windows;
+    }
+  }
+  std::vector<UnforeseenAccess> found;
+  for (const FaultAt& f : faults) {
+    const uint64_t page = f.address / kPage * kPage;
+    const auto it = windows.find(page);
+    if (it == windows.end()) continue;
+    const auto& list = it->second;
+    // The last window that starts at or before the fault.
+    auto w = std::upper_bound(list.begin(), list.end(), f.time_ns,
+                              [](uint64_t t, const auto& x) { return t < x.first; });
+    if (w == list.begin()) continue;
+    --w;
+    if (f.time_ns >= w->second) continue;
+    ++report.faults;
+    found.push_back({f.address, page, f.time_ns, f.access, f.time_ns - w->first});
+  }
+  std::sort(found.begin(), found.end(), [](const UnforeseenAccess& a, const UnforeseenAccess& b) {
+    return a.time_ns < b.time_ns;
+  });
+  if (found.size() > keep) found.resize(keep);
+  report.first = std::move(found);
   return report;
 }
 

@@ -178,6 +178,10 @@ class Tracer {
   std::unordered_set<uint64_t> used_;
   std::atomic<uint64_t> first_use_waits_{0};
   std::atomic<uint64_t> prepared_count_{0}, read_in_callback_{0};
+  // Functions whose first parameter's layout the driver refused with another error than "no such
+  // parameter" (the layout is unknown, so their launches' pointers are not seen); the last error.
+  std::atomic<uint64_t> layouts_unknown_{0};
+  std::atomic<int> layout_error_{0};
   // CUDA graph captures begun and not yet ended (any thread), and the calls captured in them.
   std::atomic<int64_t> captures_open_{0};
   std::atomic<uint64_t> captured_calls_{0};
@@ -429,7 +433,13 @@ std::vector<ParamSlot> Tracer::read_params(CUfunction f) {
     if (as_kernel) {
       r = driver_.kernel_get_param_info(reinterpret_cast<CUkernel>(f), i, &offset, &size);
     }
-    if (r != CUDA_SUCCESS) break;  // no count API: the first invalid index ends the list
+    if (r != CUDA_SUCCESS) {
+      if (i == 0 && r != CUDA_ERROR_INVALID_VALUE) {
+        layouts_unknown_.fetch_add(1, std::memory_order_relaxed);
+        layout_error_.store(static_cast<int>(r), std::memory_order_relaxed);
+      }
+      break;  // no count API: the first invalid index ends the list
+    }
     params.push_back({static_cast<uint32_t>(offset), static_cast<uint32_t>(size)});
   }
   return params;
@@ -739,6 +749,45 @@ void Tracer::check_own_copies(const trace::Trace& t, RunSummary& summary) {
     }
   }
   summary.copy_clashes = find_copy_clashes(copies, accesses);
+  {
+    std::vector<FaultAt> faults;
+    faults.reserve(t.faults.size());
+    for (const trace::Fault& f : t.faults) faults.push_back({f.time_ns, f.address, f.access});
+    UnforeseenReport u = find_unforeseen_faults(copies, faults);
+    for (const UnforeseenAccess& a : u.first) {
+      RunSummary::UnforeseenDetail& d = summary.unforeseen_details.emplace_back();
+      for (const trace::Fault& f : t.faults) {
+        if (f.time_ns == a.time_ns && f.address == a.address) {
+          d.buffer = f.buffer;
+          break;
+        }
+      }
+      // The steps running on the GPU then (the faulting kernel is among them).
+      for (size_t i = 0; i < t.steps.size() && d.steps.size() < 4; ++i) {
+        const trace::Step& s = t.steps[i];
+        if (s.start_ns && s.start_ns <= a.time_ns && a.time_ns <= s.end_ns) {
+          d.steps.push_back(fmt::format(
+              "step {} {}", i, s.name < t.names.size() ? t.names[s.name].substr(0, 160) : "?"));
+        }
+      }
+    }
+    if (u.outs_before_back > 0) {
+      log_warning(
+          "UMSWAP_EVICT_COPY: {} copies to the host of pages began before those pages' copy back "
+          "had ended: they may have saved pages not yet filled, and the program's results may "
+          "have changed (the stats file's copy_check unforeseen names the pages)",
+          u.outs_before_back);
+    }
+    if (u.faults > 0) {
+      log_warning(
+          "UMSWAP_EVICT_COPY: {} GPU page faults hit pages while umswap held them on the host "
+          "(discarded on the GPU): a kernel reached memory through a pointer umswap could not "
+          "see, and the program's results may have changed (the stats file's copy_check "
+          "unforeseen names the first)",
+          u.faults);
+    }
+    summary.unforeseen = std::move(u);
+  }
   std::vector<std::pair<uint64_t, uint64_t>> windows;
   for (size_t i = 0; i < t.iterations.size(); ++i) {
     windows.push_back(iteration_window(t.iterations, i));
@@ -1118,6 +1167,8 @@ void Tracer::summarize(trace::Trace t) {
   summary->has_unified_memory_counters = um_counters_;
   summary->layouts_prepared = prepared_count_.load(std::memory_order_relaxed);
   summary->layouts_read_in_callback = read_in_callback_.load(std::memory_order_relaxed);
+  summary->layouts_unknown = layouts_unknown_.load(std::memory_order_relaxed);
+  summary->layout_error = layout_error_.load(std::memory_order_relaxed);
   summary->first_uses = first_use_waits_.load(std::memory_order_relaxed);
   summary->captured_calls = captured_calls_.load(std::memory_order_relaxed);
   std::vector<ResidencyEvent> events;

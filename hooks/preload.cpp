@@ -354,6 +354,8 @@ void Preload::write_stats_at_exit() {
                       {"dropped_records", summary->trace.dropped_records}};
     j["kernel_layouts"] = {{"read_before_launch", summary->layouts_prepared},
                            {"read_inside_launch", summary->layouts_read_in_callback},
+                           {"unknown", summary->layouts_unknown},
+                           {"last_error", summary->layout_error},
                            {"first_uses", summary->first_uses}};
     j["captured_calls"] = summary->captured_calls;
     if (summary->has_unified_memory_counters) {
@@ -377,6 +379,33 @@ void Preload::write_stats_at_exit() {
                          {"clashes", c->clashes},
                          {"harmful", c->harmful},
                          {"first", std::move(first)}};
+      if (const auto& u = summary->unforeseen) {
+        nlohmann::json caught = nlohmann::json::array();
+        for (size_t i = 0; i < u->first.size(); ++i) {
+          const tracer::UnforeseenAccess& a = u->first[i];
+          nlohmann::json x = {{"address", fmt::format("{:#x}", a.address)},
+                              {"access", a.access},
+                              {"ns_into_window", a.ns_into_window}};
+          if (i < summary->unforeseen_details.size()) {
+            const auto& d = summary->unforeseen_details[i];
+            const auto& bufs = summary->trace.buffers;
+            if (d.buffer < bufs.size()) {
+              x["buffer"] = {{"index", d.buffer},
+                             {"base", fmt::format("{:#x}", bufs[d.buffer].base)},
+                             {"size", bufs[d.buffer].size}};
+            }
+            x["steps_running"] = d.steps;
+          }
+          caught.push_back(std::move(x));
+        }
+        nlohmann::json pages = nlohmann::json::array();
+        for (uint64_t page : u->outs_before_back_pages) pages.push_back(fmt::format("{:#x}", page));
+        j["copy_check"]["unforeseen"] = {{"windows", u->windows},
+                                         {"faults", u->faults},
+                                         {"first", std::move(caught)},
+                                         {"copies_out_before_copy_back_ended", u->outs_before_back},
+                                         {"pages", std::move(pages)}};
+      }
       if (summary->copy_idle_iteration != UINT64_MAX) {
         // Where neither copy direction ran in one steady iteration: a diagnostic for the time
         // the copies leave on the table (copy_clashes.h, copy_idle_gaps()).

@@ -190,3 +190,67 @@ TEST(CopyIdleGaps, LongestFirstWithTheStepsBusyInThem) {
 
 }  // namespace
 }  // namespace umswap::tracer
+
+namespace umswap::tracer {
+namespace {
+
+// find_unforeseen_faults: a fault on a page between its copy out and its copy back is an access
+// nobody foresaw; faults before, after, on other pages, or after a copy out that was never copied
+// back (its range freed) are not.
+TEST(UnforeseenFaults, OnlyFaultsInsideADiscardedWindowCount) {
+  const std::vector<OwnCopySpan> copies = {
+      {100 * kMiB, 4 * kMiB, false, 100, 200},
+      {100 * kMiB, 4 * kMiB, true, 500, 600},
+      // 200 MiB: out, out again (the first one's range was freed), then back.
+      {200 * kMiB, 2 * kMiB, false, 100, 150},
+      {200 * kMiB, 2 * kMiB, false, 700, 750},
+      {200 * kMiB, 2 * kMiB, true, 900, 950}};
+  const std::vector<FaultAt> faults = {
+      {50, 100 * kMiB, 1},          // before the copy out
+      {300, 103 * kMiB + 64, 1},    // second page, discarded: counts
+      {150, 101 * kMiB, 2},         // during the copy out: the page was still there
+      {650, 100 * kMiB, 2},         // after the copy back
+      {400, 110 * kMiB, 2},         // another page
+      {400, 200 * kMiB + 4096, 2},  // between the two copies out: the first range was freed
+      {800, 200 * kMiB + 8192, 3},  // after the second copy out, before its copy back: counts
+  };
+  const UnforeseenReport r = find_unforeseen_faults(copies, faults);
+  EXPECT_EQ(r.windows, 3u);  // two pages of the first range, one of the second
+  EXPECT_EQ(r.faults, 2u);
+  ASSERT_EQ(r.first.size(), 2u);
+  EXPECT_EQ(r.first[0].address, 103 * kMiB + 64);
+  EXPECT_EQ(r.first[0].page, 102 * kMiB);
+  EXPECT_EQ(r.first[0].ns_into_window, 100u);
+  EXPECT_EQ(r.first[1].address, 200 * kMiB + 8192);
+  EXPECT_EQ(r.first[1].access, 3);
+  EXPECT_EQ(r.first[1].ns_into_window, 50u);
+}
+
+// A copy out of a page that starts before the copy back before it has ended read pages not yet
+// filled (issue 36).
+TEST(UnforeseenFaults, ACopyOutBeforeTheCopyBackEndedIsCounted) {
+  const std::vector<OwnCopySpan> copies = {
+      {0, 4 * kMiB, false, 0, 10},
+      {0, 4 * kMiB, true, 100, 200},
+      {0, 2 * kMiB, false, 150, 260},          // first page: out while its copy back still ran
+      {2 * kMiB, 2 * kMiB, false, 300, 310}};  // second page: out after the copy back
+  const UnforeseenReport r = find_unforeseen_faults(copies, {});
+  EXPECT_EQ(r.outs_before_back, 1u);
+  ASSERT_EQ(r.outs_before_back_pages.size(), 1u);
+  EXPECT_EQ(r.outs_before_back_pages[0], 0u);
+}
+
+TEST(UnforeseenFaults, KeepsTheFirstByTime) {
+  const std::vector<OwnCopySpan> copies = {{0, 2 * kMiB, false, 0, 10},
+                                           {0, 2 * kMiB, true, 1000, 1010}};
+  std::vector<FaultAt> faults;
+  for (uint64_t t = 900; t > 20; t -= 10) faults.push_back({t, 4096, 1});
+  const UnforeseenReport r = find_unforeseen_faults(copies, faults, 3);
+  EXPECT_EQ(r.faults, faults.size());
+  ASSERT_EQ(r.first.size(), 3u);
+  EXPECT_EQ(r.first[0].time_ns, 30u);
+  EXPECT_EQ(r.first[2].time_ns, 50u);
+}
+
+}  // namespace
+}  // namespace umswap::tracer

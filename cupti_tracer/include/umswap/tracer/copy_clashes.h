@@ -61,6 +61,34 @@ struct CopyClashReport {
 CopyClashReport find_copy_clashes(std::span<const OwnCopySpan> copies,
                                   std::span<const StepAccessSpan> accesses, size_t keep = 16);
 
+// A GPU page fault on a page while it was discarded (after its copy out ended and before its copy
+// back began): an access that neither the plan nor the launch path's guard saw (a pointer the
+// parameter scan cannot see, such as one stored in a pointer table in device memory). The data
+// it read was not the program's, or what it wrote is lost to the copy back: such a fault means
+// the program's results may have changed. Only a copy out followed directly by a copy back of
+// the same page forms a window (a copy out whose range was freed is not copied back).
+struct FaultAt {
+  uint64_t time_ns = 0;  // when the driver began to serve it (CUPTI)
+  uint64_t address = 0;
+  uint8_t access = 0;  // CUPTI's access type: 1 read, 2 write, 3 atomic, 4 prefetch
+};
+struct UnforeseenAccess {
+  uint64_t address = 0, page = 0, time_ns = 0;
+  uint8_t access = 0;
+  uint64_t ns_into_window = 0;  // how long after the copy out ended
+};
+struct UnforeseenReport {
+  uint64_t windows = 0;                 // page windows from a copy out to its copy back
+  uint64_t faults = 0;                  // faults inside a window
+  std::vector<UnforeseenAccess> first;  // the first `keep` of them, by time
+  // Copies out of a page that began before the copy back just before them ended: they read pages
+  // not filled yet and saved them to the host (issue 36's cause); the first `keep` pages.
+  uint64_t outs_before_back = 0;
+  std::vector<uint64_t> outs_before_back_pages;
+};
+UnforeseenReport find_unforeseen_faults(std::span<const OwnCopySpan> copies,
+                                        std::span<const FaultAt> faults, size_t keep = 16);
+
 // How long umswap's copies kept the link busy within a window of the GPU's clock (an
 // iteration): the union of the copies out's spans, of the copies back's, and of their overlap,
 // each clipped to the window. Out and in both high with little overlap: the two directions took

@@ -100,6 +100,9 @@ struct RunSummary {
   // New functions' parameter layouts read before the driver's launch (prepare_launch()), and
   // those read inside it, for launches that came by none of umswap's launch hooks.
   uint64_t layouts_prepared = 0, layouts_read_in_callback = 0;
+  // Functions whose layout the driver could not give (their pointers go unseen), its last error.
+  uint64_t layouts_unknown = 0;
+  int layout_error = 0;
   // Functions whose first use waited for the advisor to catch up (lazy module loading).
   uint64_t first_uses = 0;
   // Launches, copies and memsets captured into CUDA graphs: not steps (their graph's launches
@@ -109,6 +112,16 @@ struct RunSummary {
   // of report.first; absent when umswap copied nothing.
   std::optional<CopyClashReport> copy_clashes;
   std::vector<std::string> copy_clash_names;
+  // GPU page faults on pages umswap had copied to the host and discarded (copy_clashes.h,
+  // find_unforeseen_faults()): accesses nobody foresaw, which may have changed the program's
+  // results. For each of report.first: the buffer (index into trace.buffers, UINT32_MAX: none)
+  // and the steps that ran on the GPU at the fault's time ("step <index> <kernel>").
+  std::optional<UnforeseenReport> unforeseen;
+  struct UnforeseenDetail {
+    uint32_t buffer = UINT32_MAX;
+    std::vector<std::string> steps;
+  };
+  std::vector<UnforeseenDetail> unforeseen_details;
   // By trace.iterations index (empty when umswap copied nothing): how long its copies kept the
   // link busy each way in the iteration's GPU time (copy_busy()).
   std::vector<CopyBusy> iteration_copy_busy;

@@ -782,6 +782,9 @@ class AdvisorImpl {
   // eviction could not be ordered after its last use; the plan does not bring the whole range
   // back before evicting it again (dead parts, say); before the waits began.
   uint64_t copy_reached = 0, copy_skipped_unordered = 0, copy_skipped_not_back = 0;
+  // Copies out ordered after a copy back of their range still on its way (copy_back_pending()),
+  // and evictions left to the driver because that copy back had no event to wait for.
+  uint64_t copies_out_after_back = 0, copy_out_unordered_back = 0;
   uint64_t kept_reached_bytes = 0;  // evictions evict_by_copy() kept: not made at all
   uint64_t copy_skipped_early = 0;
   // Launches after a last use the advisor scans before a copy out; past it, the driver evicts.
@@ -934,6 +937,7 @@ class AdvisorImpl {
   }
   CUevent take_event();
   uint64_t poll(std::deque<TicketEvent>& q, uint64_t seen);
+  bool copy_back_event(uint64_t ticket, CUevent* event);
 };
 
 Advisor::Advisor() : impl_(new AdvisorImpl) {
@@ -2911,6 +2915,22 @@ void AdvisorImpl::before_managed_op(CUstream s) {
 
 // The highest ticket of `q` whose event is done (at least `seen`); done events go back to the
 // spares.
+// The event after the copies back up to `ticket` on restore_stream, for a copy out to wait for
+// (issue_restore records one after each restore): *event stays null when they are seen done.
+// False: not issued yet, or issued without an event (the caller leaves the range to the driver).
+bool AdvisorImpl::copy_back_event(uint64_t ticket, CUevent* event) {
+  *event = nullptr;
+  in_done = poll(in_events, in_done);
+  if (ticket <= in_done) return true;
+  for (const TicketEvent& t : in_events) {
+    if (t.ticket >= ticket) {
+      *event = static_cast<CUevent>(t.event);
+      return true;
+    }
+  }
+  return false;
+}
+
 uint64_t AdvisorImpl::poll(std::deque<TicketEvent>& q, uint64_t seen) {
   while (!q.empty() && d.event_query(q.front().event) == CUDA_SUCCESS) {
     seen = std::max(seen, q.front().ticket);
@@ -2936,6 +2956,7 @@ AdvisorImpl::CopyOut AdvisorImpl::evict_by_copy(uint64_t address, uint64_t lengt
   const auto [lo, hi] = whole_pages(address, length);
   if (hi <= lo) return CopyOut::to_driver;
   std::optional<std::vector<HostCopies::Segment>> segments;
+  CUevent after_back = nullptr;
   {
     // No launch submitted after the last use may reach the range unless it waits for its copy
     // back (a plan off the mark): the copy waits for launch j only. Launches submitted after
@@ -2951,6 +2972,15 @@ AdvisorImpl::CopyOut AdvisorImpl::evict_by_copy(uint64_t address, uint64_t lengt
       case Reach::none:
         break;
     }
+    // A copy back of part of the range still on its way (a stop's, a rescue's, a plan's): the
+    // GPU pages hold nothing until it lands, so the copy out waits for it (issue 36).
+    if (const uint64_t back = copies->copy_back_pending(lo, hi); back != 0) {
+      if (!copy_back_event(back, &after_back)) {
+        ++copy_out_unordered_back;
+        return CopyOut::to_driver;  // the driver's eviction is coherent whatever is in flight
+      }
+      if (after_back) ++copies_out_after_back;
+    }
     timed.emplace(take_s);  // the host blocks' allocation: pinned memory the first time
     segments = copies->take(lo, hi - lo, out_ticket + 1, due);
   }
@@ -2959,6 +2989,9 @@ AdvisorImpl::CopyOut AdvisorImpl::evict_by_copy(uint64_t address, uint64_t lengt
     return CopyOut::to_driver;
   }
   ++out_ticket;
+  if (after_back && d.stream_wait_event(stream, after_back, 0) != CUDA_SUCCESS) {
+    d.stream_synchronize(restore_stream);
+  }
   if (lo > address) migrate(address, lo - address, false, g);
   if (address + length > hi) migrate(hi, address + length - hi, false, g);
   // The ranges copied, then discarded behind their copies: all in one discard, or with
@@ -3150,7 +3183,9 @@ void AdvisorImpl::copy_ahead(LivePlan& p, uint64_t g, uint32_t i) {
   {
     const Timed timed(take_s);
     std::lock_guard lock(copies_mutex);
-    if (submitted_reach(j, lo, hi, ge + p.evict_due[i]) != Reach::none) {
+    // Or part of the range is on its way back (copy_back_pending()): the eviction copies it.
+    if (submitted_reach(j, lo, hi, ge + p.evict_due[i]) != Reach::none ||
+        copies->copy_back_pending(lo, hi) != 0) {
       ++ahead_late;
       return;
     }
@@ -3836,8 +3871,10 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
         {"driver_fallbacks", a.copy_fallbacks},
         // Not copied because a launch already submitted reaches the range: left on the GPU.
         {"kept_reached", {{"evictions", a.copy_reached}, {"bytes", a.kept_reached_bytes}}},
+        {"copies_out_after_copy_back", a.copies_out_after_back},
         {"left_to_driver",
          {{"unordered", a.copy_skipped_unordered},
+          {"copy_back_not_issued", a.copy_out_unordered_back},
           {"not_brought_back_whole", a.copy_skipped_not_back},
           {"before_the_waits", a.copy_skipped_early}}},
         {"rescues", a.copy_rescues},

@@ -40,6 +40,41 @@ struct FakeHost {
 
 constexpr uint64_t kMiB = 1 << 20;
 
+// Issue 36: a range given back (its copy back queued, not yet seen done) and taken again for a
+// copy out. Its GPU pages hold nothing until the copy back lands, so the advisor must order the
+// copy out after it: copy_back_pending() names that copy back, for every kind of give back, a
+// stop's give_back_all() included (untracked by the guard, which was how BERT lost data after a
+// plan switch), until retire() sees it done.
+TEST(HostCopies, ACopyBackOnItsWayIsNamedUntilSeenDone) {
+  FakeHost host;
+  HostCopies c = host.make(64 * kMiB);
+  ASSERT_TRUE(c.take(100 * kMiB, 8 * kMiB, 1));
+  c.copied(1);
+  EXPECT_EQ(c.copy_back_pending(100 * kMiB, 108 * kMiB), 0u);  // held, not on its way back
+  // A stop gives everything back (ticket 5); the new plan takes part of it again at once.
+  ASSERT_EQ(c.give_back_all(5).copy_in.size(), 1u);
+  EXPECT_FALSE(c.returning(100 * kMiB, 108 * kMiB));  // the guard does not track a stop's
+  EXPECT_EQ(c.copy_back_pending(104 * kMiB, 106 * kMiB), 5u);
+  EXPECT_EQ(c.copy_back_pending(108 * kMiB, 110 * kMiB), 0u);  // past the range
+  EXPECT_EQ(c.copy_back_pending(90 * kMiB, 100 * kMiB), 0u);   // before it
+  ASSERT_TRUE(c.take(104 * kMiB, 2 * kMiB, 2));
+  c.copied(2);
+  // A plan's give back of that part (ticket 6) while the stop's is still on its way: the newest.
+  ASSERT_EQ(c.give_back(104 * kMiB, 2 * kMiB, 6, 40).copy_in.size(), 1u);
+  EXPECT_EQ(c.copy_back_pending(100 * kMiB, 108 * kMiB), 6u);
+  EXPECT_EQ(c.copy_back_pending(100 * kMiB, 102 * kMiB), 5u);
+  c.retire(2, 5);  // the stop's copies back are done
+  EXPECT_EQ(c.copy_back_pending(100 * kMiB, 102 * kMiB), 0u);
+  EXPECT_EQ(c.copy_back_pending(100 * kMiB, 108 * kMiB), 6u);
+  c.retire(2, 6);
+  EXPECT_EQ(c.copy_back_pending(100 * kMiB, 108 * kMiB), 0u);
+  // Given back because its memory was freed (ticket 0): no copy back comes.
+  ASSERT_TRUE(c.take(200 * kMiB, 2 * kMiB, 3));
+  c.copied(3);
+  c.give_back(200 * kMiB, 2 * kMiB, 0, HostCopies::kUntracked);
+  EXPECT_EQ(c.copy_back_pending(200 * kMiB, 202 * kMiB), 0u);
+}
+
 TEST(HostCopies, TakeCopyDiscardGiveBack) {
   FakeHost host;
   HostCopies c = host.make(64 * kMiB);

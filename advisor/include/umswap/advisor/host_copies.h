@@ -96,6 +96,13 @@ class HostCopies {
   uint64_t returning_count() const { return returning_.size(); }
   // Whether a range given back and not yet seen copied back overlaps [address, end).
   bool returning(uint64_t address, uint64_t end) const;
+  // The newest ticket of the copies back that give_back() (any: a plan's, a rescue's, a stop's
+  // give_back_all(); not one with ticket 0, whose memory is gone) handed out over
+  // [address, end) and retire() has not seen done; 0: none. Until that copy back is done the GPU
+  // pages of those parts hold nothing (populated, not yet filled), so a copy out of them taken
+  // meanwhile must be ordered after it on the GPU, or it saves empty pages to the host and a later
+  // copy back writes them over the program's data (issue 36: BERT's loss after a plan switch).
+  uint64_t copy_back_pending(uint64_t address, uint64_t end) const;
   // The pieces overlapping [address, end) as text (for a debug log): address, length, due.
   std::string describe(uint64_t address, uint64_t end) const;
   // Makes blocks whose copies are done (out_done, in_done: the highest tickets seen done)
@@ -145,7 +152,11 @@ class HostCopies {
   struct Returning {
     uint64_t end = 0, ticket = 0, back_by = 0;
   };
-  std::multimap<uint64_t, Returning> returning_;               // by address
+  std::multimap<uint64_t, Returning> returning_;  // by address
+  // Every copy back handed out and not seen done (copy_back_pending()); back_by unused.
+  std::multimap<uint64_t, Returning> backs_;
+  std::deque<std::pair<uint64_t, uint64_t>> backs_order_;  // (ticket, address), by ticket
+  uint64_t backs_longest_ = 0;
   std::deque<std::pair<uint64_t, uint64_t>> returning_order_;  // (ticket, address), by ticket
   uint64_t returning_longest_ = 0;
   uint64_t held_bytes_ = 0, host_bytes_ = 0, blocks_allocated_ = 0;

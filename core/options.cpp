@@ -59,12 +59,14 @@ constexpr std::array kOptionTable = {
                "1 (experimental): a launch waits for the evictions whose room it needs, so that "
                "the GPU holds the budget (with UMSWAP_PREFETCH_WAIT=1; docs/advisor.md); 0: "
                "evictions run beside the program"},
-    OptionInfo{"UMSWAP_EVICT_COPY", "1",
-               "1: evictions are copies to pinned host memory (52 GB/s against the driver's "
-               "11-18) and the GPU pages are discarded, so the GPU holds the budget; turns both "
-               "waits on; 0: evictions are the driver's migrations to the host (the budget is "
-               "then not held); keep (a diagnostic): the same copies, the GPU pages kept (no "
-               "memory saved); docs/advisor.md"},
+    OptionInfo{"UMSWAP_EVICT_COPY", "0",
+               "0: evictions are the driver's migrations to the host, which keep every access "
+               "correct, foreseen or not; 1 (fast, not safe for every program): copies to pinned "
+               "host memory (52 GB/s against the driver's 11-18), the GPU pages discarded, both "
+               "waits on: a kernel that reaches a discarded range through a pointer umswap cannot "
+               "see (a pointer table in device memory) reads garbage; check a program with "
+               "`umswap run --verify` first; keep (a diagnostic): the same copies, the GPU pages "
+               "kept; docs/advisor.md"},
     OptionInfo{"UMSWAP_EVICT_COPY_ROOM", "all",
                "with UMSWAP_EVICT_COPY: what a copy back waits for besides its own range's copy "
                "out; all: every eviction umswap copied before it; plan (experimental, not yet "
@@ -368,7 +370,7 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
   if (const char* v = read("UMSWAP_REPLAY")) options.replay_path = trim(v);
   read_bool("UMSWAP_PREFETCH_WAIT", &options.prefetch_wait, "0");
   read_bool("UMSWAP_EVICT_WAIT", &options.evict_wait, "0");
-  if (const std::optional<int> c = read_bool_or("UMSWAP_EVICT_COPY", "keep", "1")) {
+  if (const std::optional<int> c = read_bool_or("UMSWAP_EVICT_COPY", "keep", "0")) {
     options.evict_copy = *c != 0;
     options.evict_copy_keep = *c == 2;
   }

@@ -14,7 +14,8 @@
 //     (stats: advisor.replay_relearned). The launch path takes the new plan from its first launch
 //     (next_plan), the advisor thread once it has applied the old one up to there.
 //
-// Execution: one non-blocking stream of the advisor's own. At each launch the tracer calls
+// Execution: non-blocking streams of the advisor's own (the driver's migrations take turns on
+// one; copies, populates and discards have their own). At each launch the tracer calls
 // on_step() (serialized, cheap: compares the key with the plan, publishes the launch count);
 // the advisor thread, polling every 50 us, issues the actions of every launch it has not handled
 // yet, evictions before prefetches. The two directions of migration never overlap because they
@@ -52,8 +53,28 @@
 //     advisor has brought it all back (docs/advisor.md "Evictions umswap copies").
 //   * on_finish() (from the tracer's exit handler, before the CUDA runtime tears down) stops and
 //     joins the thread; stats() may be called afterwards.
-// Nothing here can change the program's results: managed memory stays coherent whatever is
-// prefetched or evicted; a wrong plan costs time, never correctness.
+//
+// The invariant (DESIGN.md, "Two engines, one invariant"): an access the plan did not foresee
+// costs time, never correctness. What keeps it, and where it does not hold:
+//   * Default (UMSWAP_EVICT_COPY=0): every prefetch and eviction is the driver's migration of
+//     managed memory (cuMemPrefetchAsync), which stays coherent whatever a kernel touches,
+//     through its parameters or through pointers stored in device memory: an access nobody
+//     foresaw faults the page back (slow, never wrong).
+//   * UMSWAP_EVICT_COPY=1 (opt-in, fast): an eviction copies the range to pinned host memory and
+//     discards its GPU pages. The launch path's guard brings a held range back before any launch
+//     whose parameters point into it, but a kernel that reaches it through a pointer the
+//     parameter scan cannot see (a pointer table in device memory: grouped or batched GEMMs,
+//     foreach lists passed through memory, custom extensions) reads discarded pages, and what it
+//     writes there is lost to the copy back. umswap cannot find such kernels in general, so this
+//     path is not the default; `umswap run --verify` runs a program on it once and reports every
+//     GPU page fault on a discarded page (copy_clashes.h, find_unforeseen_faults()).
+//   * Within the copy path, a copy out never reads pages whose copy back is still on its way
+//     (HostCopies::copy_back_pending(): it waits for that copy back's event, or the driver
+//     evicts): before 2026-11-28 a plan switch's copies back raced the new plan's copies out,
+//     which saved pages not yet filled and later wrote them over the program's tensors (issue 36).
+// Streams: the advisor uses several of its own (evictions, copies back, populates, discards,
+// sweeps), ordered among themselves and with the program's streams by events and stream waits;
+// the program's streams are never reordered.
 #pragma once
 
 #include <cuda.h>

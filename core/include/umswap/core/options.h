@@ -76,7 +76,7 @@ struct Options {
   std::string replay_path;            // trace the replay mode plans from
   bool prefetch_wait = false;         // a launch waits for its late prefetch rather than fault
   bool evict_wait = false;            // a launch waits for the evictions the plan makes at it
-  bool evict_copy = true;             // evictions copied to pinned host memory, GPU pages discarded
+  bool evict_copy = false;            // evictions copied to pinned host memory, GPU pages discarded
   bool evict_copy_keep = false;       // diagnostic: the same copies, GPU pages not discarded
   bool evict_copy_room_plan = false;  // a copy back waits only for the evictions its room needs
   bool evict_copy_kernel = true;      // copies by umswap's copy kernel, not a copy engine

@@ -4,21 +4,89 @@
 #include "umswap/cli/child_process.h"
 #include "umswap/cli/command_line.h"
 #include "umswap/cli/preload_library.h"
+#include "umswap/cli/verify_report.h"
 #include "umswap/core/cupti_paths.h"
 #include "umswap/core/environment.h"
 #include "umswap/core/log.h"
 #include "umswap/core/options.h"
+#include "umswap/core/stats_file.h"
 #include "umswap/core/trace_file.h"
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <system_error>
 
 namespace umswap::cli {
-int run_command(const RunFlags& flags) {
+namespace {
+
+// The stats files a run wrote to `pattern` (`%p`: one per process).
+std::vector<std::filesystem::path> stats_files(const std::string& pattern) {
+  std::vector<std::filesystem::path> out;
+  const size_t at = pattern.find("%p");
+  std::error_code ec;
+  if (at == std::string::npos) {
+    if (std::filesystem::exists(pattern, ec)) out.emplace_back(pattern);
+    return out;
+  }
+  const std::filesystem::path path(pattern);
+  const std::string name = path.filename().string();
+  const size_t p = name.find("%p");
+  if (p == std::string::npos) return out;  // %p in a folder's name: not looked for
+  const std::string head = name.substr(0, p), tail = name.substr(p + 2);
+  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : ".";
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.size() > head.size() + tail.size() && n.starts_with(head) && n.ends_with(tail)) {
+      out.push_back(e.path());
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// After `umswap run --verify`: the stats files judged (verify_report.h), the verdict printed.
+int finish_verify(const std::string& pattern, int child_status, const std::string& temp_dir) {
+  std::vector<nlohmann::json> stats;
+  std::vector<std::string> names;
+  for (const auto& f : stats_files(pattern)) {
+    std::string error;
+    if (auto j = read_stats_file(f.string(), &error)) {
+      stats.push_back(std::move(*j));
+      names.push_back(f.filename().string());
+    } else {
+      log(LogLevel::warning, "verify: {} not read: {}", f.string(), error);
+    }
+  }
+  const VerifyVerdict v = judge_verify(stats, names);
+  std::fputs(v.text.c_str(), stderr);
+  if (!temp_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(temp_dir, ec);
+  }
+  if (child_status != 0) return child_status;
+  return v.ok ? 0 : kVerifyFailedExitCode;
+}
+
+}  // namespace
+
+int run_command(const RunFlags& given) {
+  RunFlags flags = given;
+  std::string verify_dir;
+  if (flags.verify && !flags.stats_path) {
+    std::string dir = (std::filesystem::temp_directory_path() / "umswap-verify-XXXXXX").string();
+    if (!::mkdtemp(dir.data())) {
+      log(LogLevel::error, "--verify: cannot make a temporary folder for the stats files");
+      return kUsageErrorExitCode;
+    }
+    verify_dir = dir;
+    flags.stats_path = dir + "/stats-%p.json";
+  }
   if (flags.replay_trace) {
     // Checked here, before anything runs, so a bad trace is one clear line rather than a warning
     // from inside the program.
@@ -68,6 +136,7 @@ int run_command(const RunFlags& flags) {
     ::setenv("UMSWAP_CUPTI_LIBRARY", cupti->c_str(), 1);
   }
   const int status = run_child(flags.command);
+  if (flags.verify) return finish_verify(*flags.stats_path, status, verify_dir);
   if (!flags.record) return status;
   return finish_record(*flags.record, status);
 }

@@ -173,7 +173,7 @@ CommandLine parse_command_line(std::span<const std::string> args) {
   run->allow_extras();
   run->add_flag("-h,--help", want_help);
   std::string budget, limit, mode, stats;
-  bool verbose = false;
+  bool verbose = false, verify = false;
   auto* budget_option = run->add_option("--budget", budget);
   auto* limit_option = run->add_option("--limit", limit);
   auto* mode_option = run->add_option("--mode", mode);
@@ -182,6 +182,7 @@ CommandLine parse_command_line(std::span<const std::string> args) {
     option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // the last one given wins
   }
   run->add_flag("--verbose", verbose);
+  run->add_flag("--verify", verify);
 
   // `record`: the flags of `run` (bound to the same variables) plus where the trace goes.
   CLI::App* record = app.add_subcommand("record");
@@ -217,6 +218,7 @@ CommandLine parse_command_line(std::span<const std::string> args) {
   }
   auto* replay_trace_option = replay->add_option("trace", replay_trace);
   replay->add_flag("--verbose", verbose);
+  replay->add_flag("--verify", verify);
 
   // `compare`: its own flags; the command after `--` is optional.
   CLI::App* compare = app.add_subcommand("compare");
@@ -463,6 +465,7 @@ CommandLine parse_command_line(std::span<const std::string> args) {
     flags.stats_path = stats;
   }
   flags.verbose = verbose;
+  flags.verify = verify;
   if (command.empty()) {
     if (flags.record) {
       return usage_error("record: no command given",

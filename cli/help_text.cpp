@@ -179,6 +179,10 @@ std::string help_text() {
   append_wrapped(out, "  127", 10, "the command was not found");
   append_wrapped(out, "  2", 10,
                  "usage error: a bad flag or value, no command, libumswap.so not found");
+  append_wrapped(out, "  3", 10,
+                 "--verify: the command succeeded, but the check found an access to a range "
+                 "while it was away, a copy out that overtook its copy back, or nothing evicted "
+                 "to check (the report above says which)");
   out += "\nExit codes of report and timeline:\n";
   append_wrapped(out, "  0", 10, "done");
   append_wrapped(out, "  1", 10,

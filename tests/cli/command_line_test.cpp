@@ -30,6 +30,15 @@ TEST(CommandLine, RunWithAllFlags) {
   EXPECT_EQ(cl.run_flags.command, (std::vector<std::string>{"python", "train.py"}));
 }
 
+TEST(CommandLine, VerifyOnRunAndReplayNotRecord) {
+  EXPECT_TRUE(parse({"run", "--verify", "--", "true"}).run_flags.verify);
+  EXPECT_FALSE(parse({"run", "--", "true"}).run_flags.verify);
+  EXPECT_TRUE(parse({"replay", "t.umtrace", "--verify", "--", "true"}).run_flags.verify);
+  const CommandLine record = parse({"record", "-o", "t.umtrace", "--verify", "--", "true"});
+  EXPECT_EQ(record.action, Action::error);
+  EXPECT_TRUE(contains(record.message, "--verify")) << record.message;
+}
+
 TEST(CommandLine, FlagsNotGivenStayUnset) {
   const CommandLine cl = parse({"run", "--", "true"});
   ASSERT_EQ(cl.action, Action::run) << cl.message;

@@ -26,8 +26,11 @@ struct RunFlags {
   std::optional<Mode> mode;               // --mode    → UMSWAP_MODE
   std::optional<std::string> stats_path;  // --stats   → UMSWAP_STATS
   bool verbose = false;                   // --verbose → UMSWAP_VERBOSE=1
-  std::vector<std::string> command;       // everything after `--`, verbatim; never empty
-  std::optional<RecordFlags> record;      // set for `umswap record`
+  // --verify (run, replay) → UMSWAP_EVICT_COPY=1 and a stats file (a temporary one without
+  // --stats) judged at exit (verify_report.h).
+  bool verify = false;
+  std::vector<std::string> command;   // everything after `--`, verbatim; never empty
+  std::optional<RecordFlags> record;  // set for `umswap record`
   // Set for `umswap replay TRACE`: the trace, made absolute → UMSWAP_MODE=replay, UMSWAP_REPLAY.
   // `mode` is then unset (the parser refuses --mode with replay).
   std::optional<std::string> replay_trace;

@@ -25,6 +25,12 @@ inline constexpr std::array kRunFlags = {
         "online (default), managed or passthrough (see Modes); replay: use `umswap replay`"},
     RunFlagInfo{"--stats", "FILE", "UMSWAP_STATS",
                 "write a JSON stats file at exit (`%p` is replaced by the process id)"},
+    RunFlagInfo{"--verify", "", "UMSWAP_EVICT_COPY",
+                "run once on the fast eviction path (copies to the host, GPU pages discarded) "
+                "and check it: every GPU access to a range while it was away, every copy out "
+                "that overtook its copy back, every step on a page while it was away is "
+                "reported with its buffer and kernel; exit 3 if any (or if nothing was evicted: "
+                "give --budget below the footprint); costs a stats file and its analysis at exit"},
     RunFlagInfo{"--verbose", "", "UMSWAP_VERBOSE",
                 "print the environment set for the command; the library reports its options "
                 "and notable events"},

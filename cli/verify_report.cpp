@@ -1,0 +1,147 @@
+#include "umswap/cli/verify_report.h"
+
+#include <fmt/format.h>
+
+#include <cstdint>
+
+namespace umswap::cli {
+namespace {
+
+using nlohmann::json;
+
+uint64_t number(const json& j, std::initializer_list<const char*> path) {
+  const json* at = &j;
+  for (const char* key : path) {
+    if (!at->is_object() || !at->contains(key)) return 0;
+    at = &(*at)[key];
+  }
+  return at->is_number_unsigned() || at->is_number_integer() ? at->get<uint64_t>() : 0;
+}
+
+std::string gib(uint64_t bytes) {
+  return fmt::format("{:.2f} GiB", bytes / double(1ull << 30));
+}
+
+}  // namespace
+
+VerifyVerdict judge_verify(const std::vector<json>& stats, const std::vector<std::string>& names) {
+  VerifyVerdict v;
+  const std::string p = "umswap: verify: ";
+  if (stats.empty()) {
+    v.text = p + "NOT VERIFIED: no stats file was written (did the program use CUDA?)\n";
+    return v;
+  }
+  bool failed = false, copied_any = false;
+  std::string lines;
+  for (size_t i = 0; i < stats.size(); ++i) {
+    const json& s = stats[i];
+    const std::string who = stats.size() > 1 ? fmt::format("{}: ", names[i]) : std::string();
+    const uint64_t out = number(s, {"advisor", "evict_copy", "copied_out_bytes"});
+    const uint64_t in = number(s, {"advisor", "evict_copy", "copied_in_bytes"});
+    const uint64_t faults = number(s, {"copy_check", "unforeseen", "faults"});
+    const uint64_t windows = number(s, {"copy_check", "unforeseen", "windows"});
+    const uint64_t early =
+        number(s, {"copy_check", "unforeseen", "copies_out_before_copy_back_ended"});
+    const uint64_t harmful = number(s, {"copy_check", "harmful"});
+    const uint64_t lost = number(s, {"advisor", "evict_copy", "lost_bytes"});
+    const uint64_t dropped = number(s, {"detection", "dropped_records"});
+    if (out == 0) {
+      lines += p + who + "nothing was copied to the host";
+      const json* ec = s.contains("advisor") && s["advisor"].contains("evict_copy")
+                           ? &s["advisor"]["evict_copy"]
+                           : nullptr;
+      if (ec && ec->contains("off_reason") && (*ec)["off_reason"].is_string() &&
+          !(*ec)["off_reason"].get<std::string>().empty()) {
+        lines += fmt::format(" (copies off: {})", (*ec)["off_reason"].get<std::string>());
+      }
+      lines += "\n";
+      continue;
+    }
+    copied_any = true;
+    if (faults > 0) {
+      failed = true;
+      lines += p + who +
+               fmt::format(
+                   "FAILED: {} GPU page faults on pages umswap held on the host (their GPU "
+                   "pages discarded): a kernel reached them through a pointer umswap cannot see "
+                   "(a pointer table in device memory), read garbage or wrote bytes the copy "
+                   "back then overwrote\n",
+                   faults);
+      if (s["copy_check"]["unforeseen"].contains("first")) {
+        size_t shown = 0;
+        for (const json& f : s["copy_check"]["unforeseen"]["first"]) {
+          if (shown++ == 4) break;
+          std::string where = f.value("address", "?");
+          if (f.contains("buffer")) {
+            where +=
+                fmt::format(" in buffer {} at {} ({})", number(f, {"buffer", "index"}),
+                            f["buffer"].value("base", "?"), gib(number(f, {"buffer", "size"})));
+          }
+          std::string steps;
+          if (f.contains("steps_running")) {
+            for (const json& st : f["steps_running"]) {
+              steps += (steps.empty() ? "" : "; ") + st.get<std::string>();
+            }
+          }
+          lines += p + who +
+                   fmt::format("  {} ({}), while on the GPU: {}\n", where,
+                               number(f, {"access"}) == 2   ? "write"
+                               : number(f, {"access"}) == 3 ? "atomic"
+                                                            : "read",
+                               steps.empty() ? "no step recorded" : steps);
+        }
+      }
+    }
+    if (early > 0) {
+      failed = true;
+      lines += p + who +
+               fmt::format(
+                   "FAILED: {} copies to the host began before the copy back of their pages had "
+                   "ended (they may have saved pages not yet filled)\n",
+                   early);
+    }
+    if (harmful > 0) {
+      failed = true;
+      lines += p + who +
+               fmt::format(
+                   "FAILED: {} steps ran on a page while it was discarded or coming back "
+                   "(copy_check.first names them)\n",
+                   harmful);
+    }
+    if (lost > 0) {
+      failed = true;
+      lines += p + who + fmt::format("FAILED: {} of copies back failed and were lost\n", gib(lost));
+    }
+    if (faults == 0 && early == 0 && harmful == 0 && lost == 0) {
+      lines += p + who +
+               fmt::format(
+                   "passed: {} copied to the host and {} back; {} page windows from a copy out "
+                   "to its copy back, no access to a discarded page, no copy out before its copy "
+                   "back had ended, no step on a page while it was away\n",
+                   gib(out), gib(in), windows);
+    }
+    if (dropped > 0) {
+      lines += p + who +
+               fmt::format(
+                   "note: CUPTI dropped {} records: an access in what was dropped is not "
+                   "checked\n",
+                   dropped);
+    }
+  }
+  if (!copied_any) {
+    v.text = lines + p +
+             "NOT VERIFIED: nothing was evicted by copy; give --budget below the program's "
+             "footprint so that umswap evicts\n";
+    return v;
+  }
+  v.ok = !failed;
+  v.text = lines;
+  if (failed) {
+    v.text += p +
+              "the copy path (UMSWAP_EVICT_COPY=1) is not safe for this program; umswap's "
+              "default (UMSWAP_EVICT_COPY=0, the driver's migrations) keeps it correct\n";
+  }
+  return v;
+}
+
+}  // namespace umswap::cli

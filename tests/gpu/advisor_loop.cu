@@ -5,6 +5,7 @@
 // ahead of it.
 //
 //   advisor_loop [--buffers N] [--mib M] [--iterations I] [--alt-sites] [--stray S] [--graph G]
+//                [--table host|device]
 // --alt-sites allocates the second half of the buffers from another call site: a trace recorded
 // without it finds only the first half in a run with it (the replay relearning test).
 // --stray S: in iteration S the loss kernel takes the middle buffer instead of the last, after
@@ -14,6 +15,12 @@
 // --graph G: in iteration G the loss kernel runs as a CUDA graph (captured before the loop, the
 // same kernel on the same buffer): the results are the same as without it, but the tracer cannot
 // see what a graph touches (UMSWAP_EVICT_COPY must stop copying before it runs).
+// --table host|device: every iteration, between the walks, one kernel reads the middle buffer and
+// another writes the one before it only through a pointer table in device memory (filled once by
+// a copy from the host, or by a kernel), as batched GEMMs, grouped kernels and custom extensions
+// reach memory: no parameter of theirs points at those buffers, which the plan keeps off the GPU
+// between the walks. The invariant under test: an access the plan did not foresee costs time,
+// never correctness.
 // prints `iter <i> ms <float>` per iteration and `checksum <hex>` (FNV-1a of every buffer) at the
 // end; the checksum is the same natively and under umswap, whatever it prefetched or evicted.
 #include <cuda_runtime.h>
@@ -47,6 +54,27 @@ __global__ void backward(float* x, const float* y, size_t n) {
   }
 }
 
+// Through the table only: out[i] += 0.25 * table[0][i] (a read of table[0]'s buffer), and
+// table[1][i] = f(i, round) (a write of table[1]'s buffer that does not read it).
+__global__ void table_read(const float* const* table, float* out, size_t n) {
+  const float* r = table[0];
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    out[i] += 0.25f * r[i];
+  }
+}
+
+__global__ void table_write(float* const* table, size_t n, int round) {
+  float* w = table[1];
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    w[i] = static_cast<float>(round) + 1.0f / (1.0f + static_cast<float>(i & 511));
+  }
+}
+
+__global__ void make_table(float** table, float* a, float* b) {
+  table[0] = a;
+  table[1] = b;
+}
+
 // Two call sites for the same allocation (not inlined: each keeps its own return address).
 __attribute__((noinline)) cudaError_t allocate_here(float** p, size_t bytes) {
   return cudaMalloc(p, bytes);
@@ -62,6 +90,7 @@ int main(int argc, char** argv) {
   size_t mib = 256;
   bool alt_sites = false;
   int stray = -1, graph_at = -1;
+  const char* table_mode = nullptr;
   for (int i = 1; i < argc; ++i) {
     const bool has_value = i + 1 < argc;
     if (!std::strcmp(argv[i], "--alt-sites")) {
@@ -76,14 +105,17 @@ int main(int argc, char** argv) {
       stray = std::atoi(argv[++i]);
     } else if (has_value && !std::strcmp(argv[i], "--graph")) {
       graph_at = std::atoi(argv[++i]);
+    } else if (has_value && !std::strcmp(argv[i], "--table") &&
+               (!std::strcmp(argv[i + 1], "host") || !std::strcmp(argv[i + 1], "device"))) {
+      table_mode = argv[++i];
     } else {
       std::fprintf(stderr,
                    "usage: advisor_loop [--buffers N] [--mib M] [--iterations I] [--alt-sites] "
-                   "[--stray S] [--graph G]\n");
+                   "[--stray S] [--graph G] [--table host|device]\n");
       return 2;
     }
   }
-  if (buffers < 2 || mib == 0 || iterations < 1) {
+  if (buffers < 4 || mib == 0 || iterations < 1) {
     std::fprintf(stderr, "advisor_loop: bad arguments\n");
     return 2;
   }
@@ -97,6 +129,17 @@ int main(int argc, char** argv) {
   }
   cudaStream_t stream;
   CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  float** table = nullptr;
+  if (table_mode) {
+    CHECK(cudaMalloc(&table, 2 * sizeof(float*)));
+    float* const targets[2] = {buf[buffers / 2], buf[buffers / 2 - 1]};
+    if (!std::strcmp(table_mode, "host")) {
+      CHECK(cudaMemcpy(table, targets, sizeof targets, cudaMemcpyHostToDevice));
+    } else {
+      make_table<<<1, 1, 0, stream>>>(table, targets[0], targets[1]);
+      CHECK(cudaGetLastError());
+    }
+  }
   cudaGraphExec_t loss_graph = nullptr;
   if (graph_at >= 0) {
     cudaGraph_t g;
@@ -121,6 +164,12 @@ int main(int argc, char** argv) {
     } else {
       loss<<<1024, 256, 0, stream>>>(buf[it == stray ? buffers / 2 : buffers - 1], n);
     }
+    if (table) {
+      // Once the GPU is done with the forward walk, as the stray launch.
+      CHECK(cudaStreamSynchronize(stream));
+      table_read<<<1024, 256, 0, stream>>>(table, buf[buffers - 1], n);
+      table_write<<<1024, 256, 0, stream>>>(table, n, it);
+    }
     for (int b = buffers - 1; b >= 0; --b) {
       backward<<<1024, 256, 0, stream>>>(buf[b], buf[(b + buffers - 1) % buffers], n);
     }
@@ -139,6 +188,7 @@ int main(int argc, char** argv) {
     CHECK(cudaFree(b));
   }
   if (loss_graph) CHECK(cudaGraphExecDestroy(loss_graph));
+  if (table) CHECK(cudaFree(table));
   std::printf("checksum %016llx\n", static_cast<unsigned long long>(h));
   return 0;
 }

@@ -164,6 +164,11 @@ for mode in ("online", "evictwait", "copy", "room", "kernel", "ahead", "stray", 
         c = a.get("evict_copy") or {}
         check = s.get("copy_check") or {}
         off = c.get("off_reason") or ""
+        # No GPU fault on a page while it was discarded, no copy out before its page's copy
+        # back ended (copy_clashes.h, find_unforeseen_faults(); issue 36).
+        unf = check.get("unforeseen") or {}
+        unforeseen_ok = (unf.get("faults", 0) == 0
+                         and unf.get("copies_out_before_copy_back_ended", 0) == 0)
         print(f"  evict_copy: {c}")
         print(f"  copy_check: {check}")
     if mode in ("copy", "room", "kernel", "ahead"):
@@ -177,6 +182,7 @@ for mode in ("online", "evictwait", "copy", "room", "kernel", "ahead", "stray", 
         good = (a.get("plans", 0) >= 1 and len(steady) >= 2 and all(f == 0 for f in faults)
                 and peak is not None and peak <= budget * 1.05
                 and check.get("pages_checked", 0) > 0 and check.get("harmful") == 0
+                and unforeseen_ok
                 and same and a.get("late_start_events") == 0 and c.get("used")
                 and c.get("copied_in_bytes", 0) > 0 and c.get("failures") == 0
                 and c.get("guard_hits") == 0 and all(b > 0 for b in steady_copied)
@@ -200,6 +206,7 @@ for mode in ("online", "evictwait", "copy", "room", "kernel", "ahead", "stray", 
         # copies stayed in force, no fault, the same results as natively with the same stray.
         good = (a.get("plans", 0) >= 1 and len(steady) >= 2 and all(f == 0 for f in faults)
                 and check.get("pages_checked", 0) > 0 and check.get("harmful") == 0
+                and unforeseen_ok
                 and same and c.get("used") and c.get("failures") == 0
                 and c.get("guard_hits", 0) >= 1 and c.get("rescued_bytes", 0) > 0
                 and off.startswith(("the program ends", "the plan ends")))
@@ -207,7 +214,7 @@ for mode in ("online", "evictwait", "copy", "room", "kernel", "ahead", "stray", 
         # The graph launch stopped the copies for good, before it ran (everything came back
         # first): the same results as natively, no step on a discarded page.
         good = (a.get("plans", 0) >= 1 and same and c.get("used") and c.get("failures") == 0
-                and check.get("harmful", 0) == 0
+                and check.get("harmful", 0) == 0 and unforeseen_ok
                 and a.get("opaque_calls", 0) >= 1
                 and off.startswith("the program issued a CUDA graph launch"))
     if mode not in ("online", "evictwait", "copy", "room", "kernel", "ahead", "stray", "graph", "relearn"):  # without UMSWAP_PREFETCH_WAIT: reported, not checked

@@ -1,0 +1,370 @@
+#!/usr/bin/env python3
+"""umswap's correctness matrix: does umswap change what a model learns? One invocation, one GPU.
+
+    python3 tests/gpu/correctness_matrix.py --umswap build/bin/umswap [options] [-- ENV=VALUE ...]
+
+For every model of matrix_models.py (cnn, mlm, decoder, lstm, embbag, moe by default), every
+allocator (PyTorch's default caching allocator, `backend:cudaMallocAsync`) and every determinism
+setting (PyTorch's defaults; torch.use_deterministic_algorithms): two native runs, then one run
+under `umswap run --budget B` for each budget (100%, 50%, 25% of the larger native peak of
+reserved memory), 20 steps each; plus tests/gpu/cupy_check.py's loop under umswap at 50% of its
+footprint. Runs go side by side (--jobs at a time), each umswap run with UMSWAP_MANAGED_LIMIT set
+(--limit) so that the managed memory of all runs together stays far below the card's.
+
+Each umswap run is compared step by step with the two native runs of its row:
+  * where the two native runs agree bit for bit (losses and, deterministic, the weights'
+    checksum), the umswap run must too: "identical" or "DIFFERS";
+  * otherwise every step's loss must lie within the natives' own spread: |umswap - mean| <=
+    max(4 * the largest native difference up to that step, 0.5% of |mean|): "within" or
+    "OUTSIDE" (the column gives the worst step's distance in units of that spread).
+It also reports, from the umswap run's stats, the peak GPU-resident bytes counted against the
+budget, GPU page faults per steady iteration, and the faults on pages umswap had discarded
+(copy_check.unforeseen: an access nobody foresaw; anything but 0 fails the row).
+
+Prints a markdown table (also --markdown FILE) and writes --json FILE. Exit 0: every row passed;
+1: a row failed or a run crashed; 2: bad arguments; 77: no torch or GPU.
+"""
+import argparse
+import concurrent.futures as futures
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODELS = os.path.join(HERE, "matrix_models.py")
+CUPY = os.path.join(HERE, "cupy_loop.py")
+ITER = re.compile(r"^iter (\d+) ms ([0-9.]+) loss (\S+)$", re.M)
+SUMMARY = re.compile(r"^summary (\{.*\})$", re.M)
+ALLOCATORS = {"default": None, "async": "backend:cudaMallocAsync"}
+
+
+def parse_size(text):
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGT]?)", text.strip().upper())
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (say 12G)")
+    return int(float(m.group(1)) * 1024 ** " KMGT".index(m.group(2) or " "))
+
+
+def run(cmd, env, log, timeout):
+    t0 = time.time()
+    try:
+        p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, timeout=timeout)
+        out, rc = p.stdout, p.returncode
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (
+            e.stdout or "")
+        out += f"\n[matrix: killed after {timeout} s]\n"
+        rc = 124
+    seconds = round(time.time() - t0, 1)
+    with open(log, "w") as f:
+        f.write(out)
+        f.write(f"\n[matrix: exit {rc} after {seconds} s]\n")
+    return parse_log(log)
+
+
+def parse_log(log):
+    """A run's result from its log (what run() wrote, or a log of a matrix that was stopped)."""
+    with open(log) as f:
+        out = f.read()
+    losses = [float(x[2]) for x in ITER.findall(out)]
+    ms = [float(x[1]) for x in ITER.findall(out)]
+    s = SUMMARY.search(out)
+    summary = json.loads(s.group(1)) if s else {}
+    e = re.search(r"^\[matrix: exit (-?\d+) after ([0-9.]+) s\]$", out, re.M)
+    rc = int(e.group(1)) if e else (124 if "[matrix: killed after" in out else
+                                    0 if s or "checksum" in out else 1)
+    return {"rc": rc, "losses": losses, "ms": ms, "summary": summary, "log": log,
+            "seconds": float(e.group(2)) if e else None}
+
+
+def stats_of(path):
+    try:
+        with open(path) as f:
+            s = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    its = s.get("iterations", [])
+    adv = s.get("advisor", {})
+    cc = s.get("copy_check") or {}
+    steady = [i.get("gpu_page_faults", 0) for i in its[len(its) // 2:]] if its else []
+    return {
+        "peak_resident": s.get("peak_resident_bytes", adv.get("peak_resident_bytes")),
+        "planned_peak": adv.get("peak_resident_applied_bytes"),
+        "faults_steady_max": max(steady) if steady else None,
+        "unforeseen": (cc.get("unforeseen") or {}).get("faults", 0),
+        "harmful": cc.get("harmful", 0),
+        "evict_copy_off": (adv.get("evict_copy") or {}).get("off_reason"),
+        "guard_hits": (adv.get("evict_copy") or {}).get("guard_hits"),
+        "verify": s.get("verify"),
+    }
+
+
+def judge(n1, n2, u):
+    """(verdict, worst) for umswap run u against natives n1, n2 (run dicts)."""
+    if u["rc"] == 124:
+        return "TIMEOUT", None
+    if u["rc"] != 0 or not u["losses"]:
+        return "FAILED", None
+    a, b, x = n1["losses"], n2["losses"], u["losses"]
+    steps = min(len(a), len(b))
+    if len(x) != steps:
+        return "FAILED", None
+    same_natives = a == b and n1["summary"].get("checksum") == n2["summary"].get("checksum")
+    if same_natives:
+        ok = x == a and u["summary"].get("checksum") == n1["summary"].get("checksum")
+        return ("identical" if ok else "DIFFERS"), 0.0 if ok else None
+    worst, spread, verdict = 0.0, 0.0, "within"
+    for i in range(steps):
+        spread = max(spread, abs(a[i] - b[i]))
+        mean = (a[i] + b[i]) / 2
+        allowed = max(4 * spread, 5e-3 * abs(mean))
+        d = abs(x[i] - mean)
+        if d != d or d > allowed:  # NaN or outside
+            verdict = "OUTSIDE"
+        worst = max(worst, d / allowed if allowed else float("inf"))
+    return verdict, round(worst, 3)
+
+
+def rejudge(a):
+    """Rebuild natives and results from the logs in a.rejudge and report them."""
+    natives, results = {}, []
+    pat = re.compile(r"^(\w+)-(\w+)-det(\w+)-(native(\d)|b(\d+))\.log$")
+    for name in sorted(os.listdir(a.rejudge)):
+        path = os.path.join(a.rejudge, name)
+        m = pat.match(name)
+        if m and m.group(1) != "cupy":
+            r = parse_log(path)
+            if m.group(5):
+                natives[(m.group(1), m.group(2), m.group(3), int(m.group(5)))] = r
+            else:
+                b = int(m.group(6))
+                results.append(((m.group(1), m.group(2), m.group(3), b, None,
+                                 path[:-4] + ".json"), r))
+        elif name.startswith("cupy-native") or name == "cupy-b50.log":
+            k = ("cupy", "native", "-", int(name[11])) if "native" in name else (
+                "cupy", "umswap", "-", 50, None, path[:-4] + ".json")
+            results.append((k, parse_log(path)))
+    # Budgets as the matrix gave them: a share of the larger native peak.
+    fixed = []
+    for key, r in results:
+        if key[0] != "cupy" and key[4] is None:
+            n = [natives.get(key[:3] + (k,)) for k in (1, 2)]
+            peak = max((x["summary"].get("peak_reserved_bytes") or 0) for x in n if x)
+            key = key[:4] + (peak * key[3] // 100,) + key[5:]
+        fixed.append((key, r))
+    cupy = {k[1] + str(k[3]) for k, _ in fixed if k[0] == "cupy"}
+    if cupy != {"native1", "native2", "umswap50"}:
+        fixed = [(k, r) for k, r in fixed if k[0] != "cupy"]
+    return report(a, natives, fixed, time.time(), a.rejudge)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n", 2)[2])
+    ap.add_argument("--umswap", required=True, help="the umswap command")
+    ap.add_argument("--models", default="cnn,mlm,decoder,lstm,embbag,moe")
+    ap.add_argument("--allocators", default="default,async")
+    ap.add_argument("--determinism", default="off,on", help="off, on or off,on (default)")
+    ap.add_argument("--budgets", default="100,50,25", help="percents of native peak")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--jobs", type=int, default=8, help="runs at a time (default 8)")
+    ap.add_argument("--limit", type=parse_size, default=parse_size("12G"),
+                    help="UMSWAP_MANAGED_LIMIT of each umswap run (default 12G)")
+    ap.add_argument("--timeout", type=int, default=300, help="seconds a run may take")
+    ap.add_argument("--no-cupy", action="store_true")
+    ap.add_argument("--out", help="directory for logs and stats (default: a temporary one)")
+    ap.add_argument("--json")
+    ap.add_argument("--markdown")
+    ap.add_argument("--rejudge", metavar="DIR",
+                    help="run nothing: judge the logs a (possibly stopped) matrix left in DIR")
+    ap.add_argument("env", nargs="*", help="-- ENV=VALUE ... for every umswap run")
+    a = ap.parse_args()
+    extra = {}
+    for kv in a.env:
+        if "=" not in kv:
+            ap.error(f"not ENV=VALUE: {kv!r}")
+        k, v = kv.split("=", 1)
+        extra[k] = v
+    models = [m for m in a.models.split(",") if m]
+    allocs = [x for x in a.allocators.split(",") if x]
+    dets = [x for x in a.determinism.split(",") if x]
+    budgets = [int(x) for x in a.budgets.split(",") if x]
+    if (not models or any(x not in ALLOCATORS for x in allocs) or
+            any(x not in ("off", "on") for x in dets) or not budgets or
+            any(not 0 < b <= 100 for b in budgets) or a.steps < 3 or a.jobs < 1):
+        ap.error("bad --models, --allocators, --determinism, --budgets, --steps or --jobs")
+    if a.jobs * a.limit > 110 * 1024 ** 3:
+        ap.error("--jobs x --limit must stay under 110G (never oversubscribe a shared GPU)")
+    if not shutil.which(a.umswap) and not os.access(a.umswap, os.X_OK):
+        ap.error(f"no umswap command at {a.umswap}")
+    if a.rejudge:
+        return rejudge(a)
+    try:
+        import torch  # noqa: F401
+        if not torch.cuda.is_available():
+            print("skip: no CUDA GPU")
+            return 77
+    except ImportError:
+        print("skip: no torch")
+        return 77
+    out = a.out or tempfile.mkdtemp(prefix="umswap-matrix-")
+    os.makedirs(out, exist_ok=True)
+    started = time.time()
+    base = dict(os.environ)
+    base.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    base["PYTHONUNBUFFERED"] = "1"
+
+    def env_for(alloc, managed):
+        e = dict(base)
+        if ALLOCATORS[alloc]:
+            e["PYTORCH_CUDA_ALLOC_CONF"] = ALLOCATORS[alloc]
+        if managed:
+            e["UMSWAP_MANAGED_LIMIT"] = str(a.limit)
+            e.update(extra)
+        return e
+
+    def model_cmd(model, det):
+        return [sys.executable, MODELS, model, "--steps", str(a.steps)] + (
+            ["--deterministic"] if det == "on" else [])
+
+    rows = [(m, al, d) for m in models for al in allocs for d in dets]
+    natives = {}
+    with futures.ThreadPoolExecutor(a.jobs) as pool:
+        jobs = {}
+        for (m, al, d) in rows:
+            for k in (1, 2):
+                log = os.path.join(out, f"{m}-{al}-det{d}-native{k}.log")
+                jobs[pool.submit(run, model_cmd(m, d), env_for(al, False), log, a.timeout)] = (
+                    m, al, d, k)
+        for f in futures.as_completed(jobs):
+            natives[jobs[f]] = f.result()
+        print(f"matrix: {len(jobs)} native runs in {time.time() - started:.0f} s", flush=True)
+        if all(r["rc"] == 77 for r in natives.values()):
+            print("skip: the models cannot run here")
+            return 77
+        jobs = {}
+        for (m, al, d) in rows:
+            n1, n2 = natives[(m, al, d, 1)], natives[(m, al, d, 2)]
+            peak = max(r["summary"].get("peak_reserved_bytes") or
+                       r["summary"].get("peak_allocated_bytes") or 0 for r in (n1, n2))
+            if not peak:
+                continue
+            for b in sorted(budgets):
+                budget = peak * b // 100
+                stats = os.path.join(out, f"{m}-{al}-det{d}-b{b}.json")
+                log = os.path.join(out, f"{m}-{al}-det{d}-b{b}.log")
+                cmd = [a.umswap, "run", "--limit", str(a.limit), "--budget", str(budget),
+                       "--stats", stats, "--"] + model_cmd(m, d)
+                jobs[pool.submit(run, cmd, env_for(al, True), log, a.timeout)] = (
+                    m, al, d, b, budget, stats)
+        if not a.no_cupy:
+            sys.path.insert(0, HERE)
+            import cupy_loop
+            budget = cupy_loop.footprint() // 2
+            for k in (1, 2):
+                log = os.path.join(out, f"cupy-native{k}.log")
+                jobs[pool.submit(run, [sys.executable, CUPY], env_for("default", False), log,
+                                 a.timeout)] = ("cupy", "native", "-", k, 0, None)
+            stats = os.path.join(out, "cupy-b50.json")
+            log = os.path.join(out, "cupy-b50.log")
+            jobs[pool.submit(run, [a.umswap, "run", "--limit", str(a.limit), "--budget",
+                                   str(budget), "--stats", stats, "--", sys.executable, CUPY],
+                             env_for("default", True), log, a.timeout)] = (
+                "cupy", "umswap", "-", 50, budget, stats)
+        results = []
+        for f in futures.as_completed(jobs):
+            results.append((jobs[f], f.result()))
+    return report(a, natives, results, started, out)
+
+
+def report(a, natives, results, started, out):
+    table, failed = [], False
+    for (m, al, d, b, budget, stats), u in sorted(results, key=lambda x: x[0][:4]):
+        if m == "cupy":
+            continue
+        n1, n2 = natives[(m, al, d, 1)], natives[(m, al, d, 2)]
+        verdict, worst = judge(n1, n2, u)
+        st = stats_of(stats)
+        ok = verdict in ("identical", "within") and not st.get("unforeseen")
+        failed |= not ok
+        table.append({"model": m, "allocator": al, "deterministic": d, "budget_pct": b,
+                      "budget_bytes": budget, "verdict": verdict, "worst_in_spread": worst,
+                      "native_last": n1["losses"][-1] if n1["losses"] else None,
+                      "native_spread_last": abs(n1["losses"][-1] - n2["losses"][-1])
+                      if n1["losses"] and n2["losses"] else None,
+                      "umswap_last": u["losses"][-1] if u["losses"] else None,
+                      "native_ms": sorted(n1["ms"][2:])[len(n1["ms"][2:]) // 2] if len(
+                          n1["ms"]) > 2 else None,
+                      "umswap_ms": sorted(u["ms"][2:])[len(u["ms"][2:]) // 2] if len(
+                          u["ms"]) > 2 else None,
+                      "seconds": u["seconds"], "rc": u["rc"], "ok": ok, **st})
+    # Rows asked for and not run (a matrix stopped before it got to them).
+    done = {(r["model"], r["allocator"], r["deterministic"], r["budget_pct"]) for r in table}
+    for m in [x for x in a.models.split(",") if x]:
+        for al in [x for x in a.allocators.split(",") if x]:
+            for d in [x for x in a.determinism.split(",") if x]:
+                for b in sorted(int(x) for x in a.budgets.split(",") if x):
+                    if (m, al, d, b) not in done:
+                        failed = True
+                        table.append({"model": m, "allocator": al, "deterministic": d,
+                                      "budget_pct": b, "verdict": "NOT RUN", "ok": False})
+    cupy = {k[1] + str(k[3]): (k, r) for (k, r) in results if k[0] == "cupy"}
+    if cupy:
+        # CuPy: every iteration's loss and the final weights' checksum against two native runs.
+        def checksum(r):
+            m = re.search(r"^checksum (\S+)", open(r["log"]).read(), re.M)
+            return m.group(1) if m else None
+        (_, n1), (_, n2) = cupy["native1"], cupy["native2"]
+        (key, u) = cupy["umswap50"]
+        for r in (n1, n2, u):
+            r["summary"] = {"checksum": checksum(r)}
+        verdict, worst = judge(n1, n2, u)
+        st = stats_of(key[5])
+        ok = verdict in ("identical", "within") and not st.get("unforeseen")
+        failed |= not ok
+        table.append({"model": "cupy loop", "allocator": "cupy pool", "deterministic": "-",
+                      "budget_pct": 50, "budget_bytes": key[4], "verdict": verdict,
+                      "worst_in_spread": worst,
+                      "native_last": n1["losses"][-1] if n1["losses"] else None,
+                      "native_spread_last": abs(n1["losses"][-1] - n2["losses"][-1])
+                      if n1["losses"] and n2["losses"] else None,
+                      "umswap_last": u["losses"][-1] if u["losses"] else None,
+                      "native_ms": None, "umswap_ms": None, "seconds": u["seconds"],
+                      "rc": u["rc"], "ok": ok, **st})
+    gib = 1024 ** 3
+    lines = ["| model | allocator | det. | budget | verdict (worst / spread) | last loss native "
+             "(spread) / umswap | peak counted / budget | faults (steady max) | unforeseen | "
+             "ms native / umswap |", "|" + " --- |" * 10]
+    for r in table:
+        pr = r.get("peak_resident")
+        lines.append(
+            f"| {r['model']} | {r.get('allocator', '-')} | {r.get('deterministic', '-')} | "
+            f"{r.get('budget_pct', '-')}% ({(r.get('budget_bytes') or 0) / gib:.2f} GiB) | "
+            f"{r['verdict']}{'' if r.get('worst_in_spread') in (None, 0.0) else ' (%.2f)' % r['worst_in_spread']} | "
+            f"{r.get('native_last', '-')} ({r.get('native_spread_last', '-')}) / {r.get('umswap_last', '-')} | "
+            f"{'-' if pr is None else '%.2f' % (pr / gib)} / {(r.get('budget_bytes') or 0) / gib:.2f} | "
+            f"{r.get('faults_steady_max', '-')} | {r.get('unforeseen', '-')} | "
+            f"{r.get('native_ms') or '-'} / {r.get('umswap_ms') or '-'} |")
+    text = "\n".join(lines)
+    print(text)
+    print(f"matrix: {len(table)} rows, {sum(1 for r in table if not r['ok'])} failed, "
+          f"{time.time() - started:.0f} s; logs in {out}")
+    if a.markdown:
+        with open(a.markdown, "w") as f:
+            f.write(text + "\n")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"rows": table, "natives": {"|".join(map(str, k)): v for k, v in
+                                                  natives.items()}}, f, indent=1)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,5 +1,5 @@
 #!/bin/bash
-# UMSWAP_EVICT_COPY (the default) on the bundled cuDNN trainer (samples/cudnn_vgg16: cudaMalloc buffers, a
+# UMSWAP_EVICT_COPY=1 (opt-in since 2026-11-28, set here) on the bundled cuDNN trainer (samples/cudnn_vgg16: cudaMalloc buffers, a
 # cudaDeviceSynchronize and a copy of the loss to pageable memory every iteration): natively,
 # then under `umswap run --budget` at about half its footprint with copies by copy engine and by
 # umswap's copy kernel, and under `umswap replay` of a trace recorded first (copies by engine).
@@ -42,7 +42,7 @@ for run in engine kernel replay; do
     path=engine
     command=(replay "$work/trace.umtrace")
   fi
-  if ! UMSWAP_EVICT_COPY_PATH=$path UMSWAP_VERBOSE=2 \
+  if ! UMSWAP_EVICT_COPY=1 UMSWAP_EVICT_COPY_PATH=$path UMSWAP_VERBOSE=2 \
       UMSWAP_HANG_STACKS=1 \
       timeout -s KILL 120 "$umswap" "${command[@]}" --budget 1200M --stats "$work/$run.json" -- \
       "$sample" $args >"$work/$run.out" 2>"$work/$run.err"; then

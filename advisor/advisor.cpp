@@ -2913,8 +2913,6 @@ void AdvisorImpl::before_managed_op(CUstream s) {
   ops->issued(s);
 }
 
-// The highest ticket of `q` whose event is done (at least `seen`); done events go back to the
-// spares.
 // The event after the copies back up to `ticket` on restore_stream, for a copy out to wait for
 // (issue_restore records one after each restore): *event stays null when they are seen done.
 // False: not issued yet, or issued without an event (the caller leaves the range to the driver).
@@ -2924,13 +2922,15 @@ bool AdvisorImpl::copy_back_event(uint64_t ticket, CUevent* event) {
   if (ticket <= in_done) return true;
   for (const TicketEvent& t : in_events) {
     if (t.ticket >= ticket) {
-      *event = static_cast<CUevent>(t.event);
+      *event = t.event;
       return true;
     }
   }
   return false;
 }
 
+// The highest ticket of `q` whose event is done (at least `seen`); done events go back to the
+// spares.
 uint64_t AdvisorImpl::poll(std::deque<TicketEvent>& q, uint64_t seen) {
   while (!q.empty() && d.event_query(q.front().event) == CUDA_SUCCESS) {
     seen = std::max(seen, q.front().ticket);

@@ -147,12 +147,8 @@ HostCopies::Returned HostCopies::give_back(uint64_t address, uint64_t length, ui
       r.copy_in.push_back({it->first, p.end - it->first, p.block->host + p.block_offset});
       r.out_ticket = std::max(r.out_ticket, p.ticket);
       p.block->in_ticket = std::max(p.block->in_ticket, ticket);
-      if (ticket != 0) {
-        backs_.emplace(it->first, Returning{p.end, ticket, 0});
-        backs_order_.emplace_back(ticket, it->first);
-        backs_longest_ = std::max(backs_longest_, p.end - it->first);
-      }
-      if (back_by != kUntracked) {
+      // Kept until seen done: for copy_back_pending() always, for the guard when tracked.
+      if (ticket != 0 || back_by != kUntracked) {
         returning_.emplace(it->first, Returning{p.end, ticket, back_by});
         returning_order_.emplace_back(ticket, it->first);
         returning_longest_ = std::max(returning_longest_, p.end - it->first);
@@ -183,25 +179,38 @@ bool HostCopies::returning(uint64_t address, uint64_t end) const {
   return returning_after(address, end, UINT64_MAX);
 }
 
-uint64_t HostCopies::copy_back_pending(uint64_t address, uint64_t end) const {
-  uint64_t newest = 0;
-  auto b = backs_.lower_bound(address > backs_longest_ ? address - backs_longest_ : 0);
-  for (; b != backs_.end() && b->first < end; ++b) {
-    if (b->second.end > address) newest = std::max(newest, b->second.ticket);
-  }
-  return newest;
+uint64_t HostCopies::returning_count() const {
+  return static_cast<uint64_t>(
+      std::count_if(returning_.begin(), returning_.end(),
+                    [](const auto& r) { return r.second.back_by != kUntracked; }));
 }
 
-bool HostCopies::returning_after(uint64_t address, uint64_t end, uint64_t covered) const {
+template <typename F>
+void HostCopies::for_returning(uint64_t address, uint64_t end, F&& f) const {
   // Returning ranges may overlap one another (given back, taken and given back again before the
   // first copy back was seen done): every one starting within the longest length before.
   auto r = returning_.lower_bound(address > returning_longest_ ? address - returning_longest_ : 0);
   for (; r != returning_.end() && r->first < end; ++r) {
-    if (r->second.end > address && (covered == UINT64_MAX || r->second.back_by > covered)) {
-      return true;
-    }
+    if (r->second.end > address && f(r->second)) return;
   }
-  return false;
+}
+
+uint64_t HostCopies::copy_back_pending(uint64_t address, uint64_t end) const {
+  uint64_t newest = 0;
+  for_returning(address, end, [&](const Returning& r) {
+    newest = std::max(newest, r.ticket);
+    return false;
+  });
+  return newest;
+}
+
+bool HostCopies::returning_after(uint64_t address, uint64_t end, uint64_t covered) const {
+  bool found = false;
+  for_returning(address, end, [&](const Returning& r) {
+    found = r.back_by != kUntracked && (covered == UINT64_MAX || r.back_by > covered);
+    return found;
+  });
+  return found;
 }
 
 bool HostCopies::reaches(uint64_t address, uint64_t end, uint64_t covered, uint64_t index) const {
@@ -226,29 +235,18 @@ std::string HostCopies::describe(uint64_t address, uint64_t end) const {
   return out;
 }
 
-namespace {
-
-// Forgets the entries of `map` whose copies back (tickets, in `order`'s order) are done.
-template <typename Map>
-void forget_done(std::deque<std::pair<uint64_t, uint64_t>>& order, Map& map, uint64_t in_done) {
-  while (!order.empty() && order.front().first <= in_done) {
-    const auto [ticket, address] = order.front();
-    order.pop_front();
-    auto [lo, hi] = map.equal_range(address);
+void HostCopies::retire(uint64_t out_done, uint64_t in_done) {
+  while (!returning_order_.empty() && returning_order_.front().first <= in_done) {
+    const auto [ticket, address] = returning_order_.front();
+    returning_order_.pop_front();
+    auto [lo, hi] = returning_.equal_range(address);
     for (auto it = lo; it != hi; ++it) {
       if (it->second.ticket == ticket) {
-        map.erase(it);
+        returning_.erase(it);
         break;
       }
     }
   }
-}
-
-}  // namespace
-
-void HostCopies::retire(uint64_t out_done, uint64_t in_done) {
-  forget_done(backs_order_, backs_, in_done);
-  forget_done(returning_order_, returning_, in_done);
   if (frozen_) return;
   for (size_t i = 0; i < retiring_.size();) {
     const auto& b = retiring_[i];

@@ -20,41 +20,47 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <system_error>
 
 namespace umswap::cli {
 namespace {
 
-// The stats files a run wrote to `pattern` (`%p`: one per process).
-std::vector<std::filesystem::path> stats_files(const std::string& pattern) {
-  std::vector<std::filesystem::path> out;
-  const size_t at = pattern.find("%p");
-  std::error_code ec;
-  if (at == std::string::npos) {
-    if (std::filesystem::exists(pattern, ec)) out.emplace_back(pattern);
-    return out;
-  }
+// The files `pattern` names (`%p` in the file's name: one per process) with their times.
+using StatsFiles = std::map<std::filesystem::path, std::filesystem::file_time_type>;
+StatsFiles stats_files(const std::string& pattern) {
+  StatsFiles out;
   const std::filesystem::path path(pattern);
   const std::string name = path.filename().string();
   const size_t p = name.find("%p");
-  if (p == std::string::npos) return out;  // %p in a folder's name: not looked for
+  std::error_code ec;
+  const auto add = [&](const std::filesystem::path& f) {
+    const auto t = std::filesystem::last_write_time(f, ec);
+    if (!ec) out.emplace(f, t);
+  };
+  if (p == std::string::npos) {
+    add(path);
+    return out;
+  }
   const std::string head = name.substr(0, p), tail = name.substr(p + 2);
   const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : ".";
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     const std::string n = e.path().filename().string();
     if (n.size() > head.size() + tail.size() && n.starts_with(head) && n.ends_with(tail)) {
-      out.push_back(e.path());
+      add(e.path());
     }
   }
-  std::sort(out.begin(), out.end());
   return out;
 }
 
 // After `umswap run --verify`: the stats files judged (verify_report.h), the verdict printed.
-int finish_verify(const std::string& pattern, int child_status, const std::string& temp_dir) {
+// `before`: the files there before the run (one it did not write again is not its own).
+int finish_verify(const std::string& pattern, const StatsFiles& before, int child_status,
+                  const std::string& temp_dir) {
   std::vector<nlohmann::json> stats;
   std::vector<std::string> names;
-  for (const auto& f : stats_files(pattern)) {
+  for (const auto& [f, time] : stats_files(pattern)) {
+    if (const auto old = before.find(f); old != before.end() && old->second == time) continue;
     std::string error;
     if (auto j = read_stats_file(f.string(), &error)) {
       stats.push_back(std::move(*j));
@@ -135,8 +141,9 @@ int run_command(const RunFlags& given) {
     ::setenv("NVTX_INJECTION64_PATH", cupti->c_str(), 1);
     ::setenv("UMSWAP_CUPTI_LIBRARY", cupti->c_str(), 1);
   }
+  const StatsFiles before = flags.verify ? stats_files(*flags.stats_path) : StatsFiles();
   const int status = run_child(flags.command);
-  if (flags.verify) return finish_verify(*flags.stats_path, status, verify_dir);
+  if (flags.verify) return finish_verify(*flags.stats_path, before, status, verify_dir);
   if (!flags.record) return status;
   return finish_record(*flags.record, status);
 }

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <string>
+#include <utility>
 
 namespace umswap::cli {
 namespace {
@@ -92,25 +94,20 @@ VerifyVerdict judge_verify(const std::vector<json>& stats, const std::vector<std
         }
       }
     }
-    if (early > 0) {
+    // The other failures: one line each, with what was counted.
+    const std::pair<uint64_t, std::string> others[] = {
+        {early, fmt::format("{} copies to the host began before the copy back of their pages had "
+                            "ended (they may have saved pages not yet filled)",
+                            early)},
+        {harmful, fmt::format("{} steps ran on a page while it was discarded or coming back "
+                              "(copy_check.first names them)",
+                              harmful)},
+        {lost, fmt::format("{} of copies back failed and were lost", gib(lost))},
+    };
+    for (const auto& [count, what] : others) {
+      if (count == 0) continue;
       failed = true;
-      lines += p + who +
-               fmt::format(
-                   "FAILED: {} copies to the host began before the copy back of their pages had "
-                   "ended (they may have saved pages not yet filled)\n",
-                   early);
-    }
-    if (harmful > 0) {
-      failed = true;
-      lines += p + who +
-               fmt::format(
-                   "FAILED: {} steps ran on a page while it was discarded or coming back "
-                   "(copy_check.first names them)\n",
-                   harmful);
-    }
-    if (lost > 0) {
-      failed = true;
-      lines += p + who + fmt::format("FAILED: {} of copies back failed and were lost\n", gib(lost));
+      lines += p + who + "FAILED: " + what + "\n";
     }
     if (faults == 0 && early == 0 && harmful == 0 && lost == 0) {
       lines += p + who +

@@ -142,7 +142,7 @@ UnforeseenReport find_unforeseen_faults(std::span<const OwnCopySpan> copies,
     --w;
     if (f.time_ns >= w->second) continue;
     ++report.faults;
-    found.push_back({f.address, page, f.time_ns, f.access, f.time_ns - w->first});
+    found.push_back({f.address, page, f.time_ns, f.access, f.buffer, f.time_ns - w->first});
   }
   std::sort(found.begin(), found.end(), [](const UnforeseenAccess& a, const UnforeseenAccess& b) {
     return a.time_ns < b.time_ns;

@@ -752,21 +752,17 @@ void Tracer::check_own_copies(const trace::Trace& t, RunSummary& summary) {
   {
     std::vector<FaultAt> faults;
     faults.reserve(t.faults.size());
-    for (const trace::Fault& f : t.faults) faults.push_back({f.time_ns, f.address, f.access});
+    for (const trace::Fault& f : t.faults) {
+      faults.push_back({f.time_ns, f.address, f.access, f.buffer});
+    }
     UnforeseenReport u = find_unforeseen_faults(copies, faults);
     for (const UnforeseenAccess& a : u.first) {
-      RunSummary::UnforeseenDetail& d = summary.unforeseen_details.emplace_back();
-      for (const trace::Fault& f : t.faults) {
-        if (f.time_ns == a.time_ns && f.address == a.address) {
-          d.buffer = f.buffer;
-          break;
-        }
-      }
+      std::vector<std::string>& steps = summary.unforeseen_steps.emplace_back();
       // The steps running on the GPU then (the faulting kernel is among them).
-      for (size_t i = 0; i < t.steps.size() && d.steps.size() < 4; ++i) {
+      for (size_t i = 0; i < t.steps.size() && steps.size() < 4; ++i) {
         const trace::Step& s = t.steps[i];
         if (s.start_ns && s.start_ns <= a.time_ns && a.time_ns <= s.end_ns) {
-          d.steps.push_back(fmt::format(
+          steps.push_back(fmt::format(
               "step {} {}", i, s.name < t.names.size() ? t.names[s.name].substr(0, 160) : "?"));
         }
       }

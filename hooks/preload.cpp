@@ -386,16 +386,14 @@ void Preload::write_stats_at_exit() {
           nlohmann::json x = {{"address", fmt::format("{:#x}", a.address)},
                               {"access", a.access},
                               {"ns_into_window", a.ns_into_window}};
-          if (i < summary->unforeseen_details.size()) {
-            const auto& d = summary->unforeseen_details[i];
-            const auto& bufs = summary->trace.buffers;
-            if (d.buffer < bufs.size()) {
-              x["buffer"] = {{"index", d.buffer},
-                             {"base", fmt::format("{:#x}", bufs[d.buffer].base)},
-                             {"size", bufs[d.buffer].size}};
-            }
-            x["steps_running"] = d.steps;
+          const auto& bufs = summary->trace.buffers;
+          if (a.buffer < bufs.size()) {
+            x["buffer"] = {{"index", a.buffer},
+                           {"base", fmt::format("{:#x}", bufs[a.buffer].base)},
+                           {"size", bufs[a.buffer].size}};
           }
+          if (i < summary->unforeseen_steps.size())
+            x["steps_running"] = summary->unforeseen_steps[i];
           caught.push_back(std::move(x));
         }
         nlohmann::json pages = nlohmann::json::array();

@@ -93,7 +93,7 @@ class HostCopies {
   // waits for none; any held or returning piece reaches it. Launch `index` reaches no piece taken
   // ahead whose last use (`through`) it is not past.
   bool reaches(uint64_t address, uint64_t end, uint64_t covered, uint64_t index = UINT64_MAX) const;
-  uint64_t returning_count() const { return returning_.size(); }
+  uint64_t returning_count() const;  // ranges given back with a launch to cover them
   // Whether a range given back and not yet seen copied back overlaps [address, end).
   bool returning(uint64_t address, uint64_t end) const;
   // The newest ticket of the copies back that give_back() (any: a plan's, a rescue's, a stop's
@@ -152,11 +152,12 @@ class HostCopies {
   struct Returning {
     uint64_t end = 0, ticket = 0, back_by = 0;
   };
-  std::multimap<uint64_t, Returning> returning_;  // by address
-  // Every copy back handed out and not seen done (copy_back_pending()); back_by unused.
-  std::multimap<uint64_t, Returning> backs_;
-  std::deque<std::pair<uint64_t, uint64_t>> backs_order_;  // (ticket, address), by ticket
-  uint64_t backs_longest_ = 0;
+  // By address: every copy back handed out and not seen done; back_by kUntracked for those the
+  // guard does not follow (a stop's), which only copy_back_pending() sees.
+  std::multimap<uint64_t, Returning> returning_;
+  // Calls f(r) for each returning range overlapping [address, end) until f returns true.
+  template <typename F>
+  void for_returning(uint64_t address, uint64_t end, F&& f) const;
   std::deque<std::pair<uint64_t, uint64_t>> returning_order_;  // (ticket, address), by ticket
   uint64_t returning_longest_ = 0;
   uint64_t held_bytes_ = 0, host_bytes_ = 0, blocks_allocated_ = 0;

@@ -70,12 +70,14 @@ CopyClashReport find_copy_clashes(std::span<const OwnCopySpan> copies,
 struct FaultAt {
   uint64_t time_ns = 0;  // when the driver began to serve it (CUPTI)
   uint64_t address = 0;
-  uint8_t access = 0;  // CUPTI's access type: 1 read, 2 write, 3 atomic, 4 prefetch
+  uint8_t access = 0;            // CUPTI's access type: 1 read, 2 write, 3 atomic, 4 prefetch
+  uint32_t buffer = UINT32_MAX;  // the caller's buffer index, passed through
 };
 struct UnforeseenAccess {
   uint64_t address = 0, page = 0, time_ns = 0;
   uint8_t access = 0;
-  uint64_t ns_into_window = 0;  // how long after the copy out ended
+  uint32_t buffer = UINT32_MAX;  // FaultAt::buffer
+  uint64_t ns_into_window = 0;   // how long after the copy out ended
 };
 struct UnforeseenReport {
   uint64_t windows = 0;                 // page windows from a copy out to its copy back

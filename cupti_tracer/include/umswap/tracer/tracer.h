@@ -114,14 +114,10 @@ struct RunSummary {
   std::vector<std::string> copy_clash_names;
   // GPU page faults on pages umswap had copied to the host and discarded (copy_clashes.h,
   // find_unforeseen_faults()): accesses nobody foresaw, which may have changed the program's
-  // results. For each of report.first: the buffer (index into trace.buffers, UINT32_MAX: none)
-  // and the steps that ran on the GPU at the fault's time ("step <index> <kernel>").
+  // results (each one's buffer indexes trace.buffers). For each of report.first: the steps that
+  // ran on the GPU at the fault's time ("step <index> <kernel>").
   std::optional<UnforeseenReport> unforeseen;
-  struct UnforeseenDetail {
-    uint32_t buffer = UINT32_MAX;
-    std::vector<std::string> steps;
-  };
-  std::vector<UnforeseenDetail> unforeseen_details;
+  std::vector<std::vector<std::string>> unforeseen_steps;
   // By trace.iterations index (empty when umswap copied nothing): how long its copies kept the
   // link busy each way in the iteration's GPU time (copy_busy()).
   std::vector<CopyBusy> iteration_copy_busy;

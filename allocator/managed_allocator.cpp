@@ -38,6 +38,11 @@ nlohmann::json to_json(const AllocatorStats& s) {
       {"captured_allocations", s.captured},
       {"async_pool_fallback", s.pool_fallback},
       {"async_slabs", s.slabs ? to_json(*s.slabs) : nlohmann::json(nullptr)},
+      {"populated_on_allocation",
+       {{"allocations", s.populated},
+        {"bytes", s.populated_bytes},
+        {"skipped_past_budget", s.populate_skipped},
+        {"failures", s.populate_failures}}},
   };
 }
 
@@ -178,7 +183,39 @@ CUresult ManagedAllocator::managed(AllocApi api, size_t bytes, unsigned flags, C
   CUdeviceptr ptr = 0;
   const CUresult status = driver_.mem_alloc_managed(&ptr, bytes, flags);
   const bool app_managed = api == AllocApi::cudaMallocManaged || api == AllocApi::cuMemAllocManaged;
-  return finish(status, api, bytes, site, ptr, false, app_managed, out, slab);
+  const CUresult result = finish(status, api, bytes, site, ptr, false, app_managed, out, slab);
+  if (result == CUDA_SUCCESS && !app_managed && populate_up_to_ != 0) populate(ptr, bytes);
+  return result;
+}
+
+void ManagedAllocator::populate(CUdeviceptr ptr, size_t bytes) {
+  if (managed_bytes_.load(std::memory_order_relaxed) > populate_up_to_) {
+    populate_skipped_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  std::call_once(populate_stream_once_, [this] {
+    if (!driver_.mem_prefetch_async || !driver_.stream_create ||
+        driver_.stream_create(&populate_stream_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+      populate_stream_ = nullptr;
+      log_warning(
+          "cannot populate new allocations on the GPU (no prefetch or stream); kernels populate "
+          "them by page faults");
+    }
+  });
+  CUdevice device = 0;
+  const bool on_device = populate_stream_ && driver_.ctx_get_device(&device) == CUDA_SUCCESS;
+  CUmemLocation gpu{};
+  gpu.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  gpu.id = device;
+  if (!on_device ||
+      driver_.mem_prefetch_async(ptr, bytes, gpu, 0, populate_stream_) != CUDA_SUCCESS ||
+      driver_.stream_synchronize(populate_stream_) != CUDA_SUCCESS) {
+    populate_failures_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  populated_.fetch_add(1, std::memory_order_relaxed);
+  populated_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  if (populated_hook_) populated_hook_(ptr, bytes);
 }
 
 size_t ManagedAllocator::pitch_alignment() {
@@ -316,6 +353,10 @@ AllocatorStats ManagedAllocator::stats() const {
   s.unmanaged_vmm = unmanaged_vmm_.load(std::memory_order_relaxed);
   s.escaped = escaped_.load(std::memory_order_relaxed);
   s.captured = captured_.load(std::memory_order_relaxed);
+  s.populated = populated_.load(std::memory_order_relaxed);
+  s.populated_bytes = populated_bytes_.load(std::memory_order_relaxed);
+  s.populate_skipped = populate_skipped_.load(std::memory_order_relaxed);
+  s.populate_failures = populate_failures_.load(std::memory_order_relaxed);
   s.pool_fallback = pool_.load(std::memory_order_acquire) == nullptr &&
                     managed_bytes_peak_.load() > 0 &&
                     allocations_[static_cast<int>(AllocApi::cudaMallocAsync)].load() +

@@ -211,6 +211,8 @@ void Preload::create_allocator_once() {
     api.ctx_synchronize = d.cuCtxSynchronize;
     api.mem_discard_batch_async = d.cuMemDiscardBatchAsync;
     api.mem_discard_and_prefetch_batch_async = d.cuMemDiscardAndPrefetchBatchAsync;
+    api.mem_prefetch_async = d.cuMemPrefetchAsync_v2;
+    api.stream_create = d.cuStreamCreate;
     if (!api.complete()) {
       log_warning("the CUDA driver lacks functions umswap needs; allocations are not redirected");
       return;
@@ -230,6 +232,21 @@ void Preload::create_allocator_once() {
       limit = options_.managed_limit.resolve(total);
     }
     allocator_ = new ManagedAllocator(api, registry_, limit, options_.async_slabs);
+    // cudaMalloc's memory is on the GPU when the program gets it; so is umswap's, within the
+    // budget, where the advisor moves memory (not in mode managed, plain unified memory): a
+    // kernel that touches it first then takes no page fault, which some kernels' results depend
+    // on (managed_allocator.h).
+    if (advises(options_.mode)) {
+      CUdevice device = 0;
+      size_t total = 0;
+      if (d.cuCtxGetDevice(&device) != CUDA_SUCCESS) device = 0;
+      if (d.cuDeviceTotalMem_v2(&total, device) != CUDA_SUCCESS) total = 0;
+      const uint64_t up_to =
+          options_.budget.is_zero() ? UINT64_MAX : options_.budget.resolve(total);
+      allocator_->populate_on_allocation(up_to, [](uint64_t address, uint64_t bytes) {
+        tracer::note_residency(address, bytes, true);
+      });
+    }
     allocator_->set_before_free([](uint64_t base, uint64_t size) {
       if (advisor::Advisor* advisor = g_advisor.load(std::memory_order_acquire)) {
         advisor->before_free(base, size);
@@ -360,6 +377,17 @@ void Preload::write_stats_at_exit() {
     j["captured_calls"] = summary->captured_calls;
     if (summary->has_unified_memory_counters) {
       j["peak_resident_bytes"] = summary->peak_resident;
+      // The kernels that took GPU page faults: some compute differently when they do
+      // (docs/RELIABILITY.md, "Kernels that a page fault changes").
+      const tracer::FaultKernelReport& f = summary->fault_kernels;
+      nlohmann::json kernels = nlohmann::json::array();
+      const auto& names = summary->trace.names;
+      for (const tracer::KernelFaults& k : f.by_kernel) {
+        kernels.push_back({{"kernel", k.name < names.size() ? names[k.name].substr(0, 200) : "?"},
+                           {"faults", k.faults}});
+      }
+      j["fault_kernels"] = {
+          {"faults", f.faults}, {"outside_kernels", f.outside}, {"kernels", std::move(kernels)}};
     }
     if (const auto& c = summary->copy_clashes) {
       // UMSWAP_EVICT_COPY's copies against the steps (copy_clashes.h): a diagnostic.

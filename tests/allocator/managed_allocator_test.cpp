@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <latch>
@@ -54,6 +55,7 @@ struct FakeDriver {
   size_t info_free = 70 * GiB;
   size_t info_total = 80 * GiB;
   int events = 0;
+  bool fail_prefetch = false;
 
   CUdeviceptr hand_out(size_t bytes) {
     CUdeviceptr p = next;
@@ -207,6 +209,23 @@ CUresult CUDAAPI fake_discard_and_prefetch(CUdeviceptr* ptrs, size_t* sizes, siz
     g_fake->calls.push_back(
         fmt::format("populate {:#x} {} stream={:#x}", ptrs[i], sizes[i], as_int(stream)));
   }
+  return CUDA_SUCCESS;
+}
+
+const CUstream kPopulateStream = reinterpret_cast<CUstream>(uintptr_t{0x5c});
+
+CUresult CUDAAPI fake_prefetch(CUdeviceptr ptr, size_t bytes, CUmemLocation to, unsigned,
+                               CUstream stream) {
+  std::lock_guard lock(g_fake->mutex);
+  g_fake->calls.push_back(fmt::format("prefetch {:#x} {} type={} id={} stream={:#x}", ptr, bytes,
+                                      static_cast<int>(to.type), to.id, as_int(stream)));
+  return g_fake->fail_prefetch ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI fake_stream_create(CUstream* stream, unsigned flags) {
+  std::lock_guard lock(g_fake->mutex);
+  g_fake->calls.push_back(fmt::format("stream_create {}", flags));
+  *stream = kPopulateStream;
   return CUDA_SUCCESS;
 }
 
@@ -889,12 +908,12 @@ TEST_F(ManagedAllocatorTest, ToJsonHasEveryKeyAndTheTotals) {
   const nlohmann::json j = to_json(a.stats());
   std::set<std::string> keys;
   for (const auto& [key, value] : j.items()) keys.insert(key);
-  EXPECT_EQ(keys,
-            (std::set<std::string>{
-                "allocations", "allocations_by_api", "frees", "live_buffers", "managed_bytes",
-                "managed_bytes_peak", "managed_limit_bytes", "cap_hits", "largest_refused_bytes",
-                "driver_allocation_failures", "unmanaged_vmm_allocations", "async_slabs",
-                "escaped_allocations", "async_pool_fallback", "captured_allocations"}));
+  EXPECT_EQ(keys, (std::set<std::string>{
+                      "allocations", "allocations_by_api", "frees", "live_buffers", "managed_bytes",
+                      "managed_bytes_peak", "managed_limit_bytes", "cap_hits",
+                      "largest_refused_bytes", "driver_allocation_failures",
+                      "unmanaged_vmm_allocations", "async_slabs", "escaped_allocations",
+                      "async_pool_fallback", "captured_allocations", "populated_on_allocation"}));
   EXPECT_EQ(j["allocations"], 3);
   EXPECT_EQ(j["frees"], 1);
   EXPECT_EQ(j["live_buffers"], 2);
@@ -919,6 +938,120 @@ TEST_F(ManagedAllocatorTest, ToJsonHasEveryKeyAndTheTotals) {
   EXPECT_EQ(sum, j["allocations"].get<uint64_t>());
   EXPECT_EQ(by_api["cudaMalloc"], 2);
   EXPECT_EQ(by_api["cuMemAllocAsync"], 1);
+}
+
+// --- populate_on_allocation --------------------------------------------------------------------
+
+DriverApi fake_driver_api_with_prefetch() {
+  DriverApi api = fake_driver_api();
+  api.mem_prefetch_async = &fake_prefetch;
+  api.stream_create = &fake_stream_create;
+  return api;
+}
+
+std::vector<std::string> populate_calls(const std::vector<std::string>& all) {
+  std::vector<std::string> out;
+  for (const std::string& c : all) {
+    if (c.starts_with("prefetch") || c.starts_with("sync") || c.starts_with("stream_create")) {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+TEST_F(ManagedAllocatorTest, APlainAllocationIsOnTheGpuBeforeItIsHandedOut) {
+  ManagedAllocator a(fake_driver_api_with_prefetch(), registry_, 0);
+  std::vector<std::pair<uint64_t, uint64_t>> heard;
+  a.populate_on_allocation(
+      UINT64_MAX, [&](uint64_t address, uint64_t bytes) { heard.emplace_back(address, bytes); });
+  CUdeviceptr p = 0, q = 0;
+  ASSERT_EQ(a.allocate(AllocApi::cudaMalloc, 3 * MiB, 1, &p), CUDA_SUCCESS);
+  ASSERT_EQ(a.allocate(AllocApi::cuMemAlloc, MiB, 1, &q), CUDA_SUCCESS);
+  // A prefetch to device 0 on the allocator's own stream, waited for, before each returns.
+  EXPECT_EQ(
+      populate_calls(calls()),
+      (std::vector<std::string>{
+          "stream_create 1", fmt::format("prefetch {:#x} {} type=1 id=0 stream=0x5c", p, 3 * MiB),
+          "sync stream=0x5c", fmt::format("prefetch {:#x} {} type=1 id=0 stream=0x5c", q, MiB),
+          "sync stream=0x5c"}));
+  EXPECT_EQ(heard, (std::vector<std::pair<uint64_t, uint64_t>>{{p, 3 * MiB}, {q, MiB}}));
+  const AllocatorStats s = a.stats();
+  EXPECT_EQ(s.populated, 2u);
+  EXPECT_EQ(s.populated_bytes, 4 * MiB);
+  EXPECT_EQ(s.populate_skipped, 0u);
+  EXPECT_EQ(s.populate_failures, 0u);
+}
+
+TEST_F(ManagedAllocatorTest, TheProgramsOwnManagedMemoryAndDefaultsAreNotPopulated) {
+  {
+    ManagedAllocator a(fake_driver_api_with_prefetch(), registry_, 0);
+    a.populate_on_allocation(UINT64_MAX, nullptr);
+    CUdeviceptr p = 0;
+    ASSERT_EQ(a.allocate_managed(AllocApi::cudaMallocManaged, MiB, CU_MEM_ATTACH_GLOBAL, 1, &p),
+              CUDA_SUCCESS);
+    EXPECT_TRUE(populate_calls(calls()).empty());
+  }
+  ManagedAllocator b(fake_driver_api_with_prefetch(), registry_, 0);  // never asked to
+  CUdeviceptr p = 0;
+  ASSERT_EQ(b.allocate(AllocApi::cudaMalloc, MiB, 1, &p), CUDA_SUCCESS);
+  EXPECT_TRUE(populate_calls(calls()).empty());
+  EXPECT_EQ(b.stats().populated, 0u);
+}
+
+TEST_F(ManagedAllocatorTest, PastTheBudgetAnAllocationIsLeftToItsFirstTouch) {
+  ManagedAllocator a(fake_driver_api_with_prefetch(), registry_, 0);
+  a.populate_on_allocation(6 * MiB, nullptr);
+  CUdeviceptr p = 0, q = 0, r = 0;
+  ASSERT_EQ(a.allocate(AllocApi::cudaMalloc, 4 * MiB, 1, &p), CUDA_SUCCESS);
+  ASSERT_EQ(a.allocate(AllocApi::cudaMalloc, 4 * MiB, 1, &q), CUDA_SUCCESS);  // 8 MiB in use
+  ASSERT_EQ(a.free(p), std::optional<CUresult>(CUDA_SUCCESS));
+  ASSERT_EQ(a.allocate(AllocApi::cudaMalloc, 2 * MiB, 1, &r), CUDA_SUCCESS);  // 6 MiB: fits
+  const std::vector<std::string> c = populate_calls(calls());
+  EXPECT_EQ(std::count_if(c.begin(), c.end(),
+                          [](const std::string& s) { return s.starts_with("prefetch"); }),
+            2);
+  EXPECT_EQ(c.back(), "sync stream=0x5c");
+  const AllocatorStats s = a.stats();
+  EXPECT_EQ(s.populated, 2u);
+  EXPECT_EQ(s.populated_bytes, 6 * MiB);
+  EXPECT_EQ(s.populate_skipped, 1u);
+}
+
+TEST_F(ManagedAllocatorTest, AFailedPopulateStillHandsOutTheAllocation) {
+  g_fake->fail_prefetch = true;
+  ManagedAllocator a(fake_driver_api_with_prefetch(), registry_, 0);
+  bool heard = false;
+  a.populate_on_allocation(UINT64_MAX, [&](uint64_t, uint64_t) { heard = true; });
+  CUdeviceptr p = 0;
+  ASSERT_EQ(a.allocate(AllocApi::cudaMalloc, MiB, 1, &p), CUDA_SUCCESS);
+  EXPECT_NE(p, 0u);
+  EXPECT_FALSE(heard);
+  EXPECT_EQ(a.stats().populate_failures, 1u);
+  EXPECT_EQ(a.stats().populated, 0u);
+  // Without the driver's functions: counted the same, never a failed allocation.
+  ManagedAllocator b(fake_driver_api(), registry_, 0);
+  b.populate_on_allocation(UINT64_MAX, nullptr);
+  CUdeviceptr q = 0;
+  ASSERT_EQ(b.allocate(AllocApi::cudaMalloc, MiB, 1, &q), CUDA_SUCCESS);
+  EXPECT_EQ(b.stats().populate_failures, 1u);
+}
+
+TEST_F(ManagedAllocatorTest, ANewSlabIsPopulatedItsBlocksAreNot) {
+  DriverApi api = fake_driver_api_with_events();
+  api.mem_prefetch_async = &fake_prefetch;
+  api.stream_create = &fake_stream_create;
+  ManagedAllocator a(api, registry_, 0, /*slabs=*/true);
+  a.populate_on_allocation(UINT64_MAX, nullptr);
+  CUdeviceptr p = 0, q = 0;
+  ASSERT_EQ(a.allocate_async(AllocApi::cudaMallocAsync, MiB, kStream, 1, &p), CUDA_SUCCESS);
+  ASSERT_EQ(a.allocate_async(AllocApi::cudaMallocAsync, MiB, kStream, 1, &q), CUDA_SUCCESS);
+  const std::vector<std::string> c = populate_calls(calls());
+  ASSERT_EQ(std::count_if(c.begin(), c.end(),
+                          [](const std::string& s) { return s.starts_with("prefetch"); }),
+            1);  // the slab, once; both blocks come from it
+  const auto slab = registry_.find(p);
+  ASSERT_TRUE(slab.has_value());
+  EXPECT_EQ(a.stats().populated, 1u);
 }
 
 TEST_F(ManagedAllocatorTest, ToJsonReportsThePoolFallback) {

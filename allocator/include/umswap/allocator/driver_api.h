@@ -32,6 +32,10 @@ struct DriverApi {
   // UMSWAP_DISCARD_FREED only.
   PFN_cuMemDiscardBatchAsync_v13000 mem_discard_batch_async = nullptr;
   PFN_cuMemDiscardAndPrefetchBatchAsync_v13000 mem_discard_and_prefetch_batch_async = nullptr;
+  // Populating plain device allocations when they are made (populate_on_allocation()); optional:
+  // without them, a kernel's first touch populates the pages (a GPU page fault).
+  PFN_cuMemPrefetchAsync_v12020 mem_prefetch_async = nullptr;
+  PFN_cuStreamCreate_v2000 stream_create = nullptr;
 
   bool complete() const {
     return mem_alloc_managed && mem_free && mem_alloc_pitch && mem_get_info &&

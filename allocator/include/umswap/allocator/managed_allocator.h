@@ -15,6 +15,12 @@
 //     (cuMemGetDefaultMemPool(MANAGED)), so frees happen in stream order; if the pool is
 //     unavailable, they fall back (once, with a warning) to plain managed memory, and a
 //     stream-ordered free synchronizes its stream before freeing.
+//   * With populate_on_allocation(), a device allocation (cudaMalloc, cuMemAlloc, pitched, a new
+//     slab for stream-ordered ones; not the program's own managed memory) is on the GPU when it
+//     is handed out, as device memory is: no kernel takes a GPU page fault on its first touch of
+//     it. Some kernels compute differently when they fault (cuDNN's fused attention with
+//     dropout: docs/RELIABILITY.md, "Kernels that a page fault changes"), so a fault umswap can
+//     avoid is avoided.
 //   * Errors come back as the CUresult a driver call would give; nothing throws.
 // Thread safety: all member functions may be called concurrently.
 #pragma once
@@ -43,10 +49,14 @@ struct AllocatorStats {
   uint64_t cap_hits = 0;       // allocations refused by the limit
   uint64_t largest_refused = 0;
   uint64_t live_buffers = 0;
-  uint64_t driver_failures = 0;    // allocations the driver itself refused
-  uint64_t unmanaged_vmm = 0;      // cuMemCreate calls seen (left alone)
-  uint64_t escaped = 0;            // runtime allocations that did not reach the driver hooks
-  uint64_t captured = 0;           // stream-ordered allocations during graph capture (left alone)
+  uint64_t driver_failures = 0;  // allocations the driver itself refused
+  uint64_t unmanaged_vmm = 0;    // cuMemCreate calls seen (left alone)
+  uint64_t escaped = 0;          // runtime allocations that did not reach the driver hooks
+  uint64_t captured = 0;         // stream-ordered allocations during graph capture (left alone)
+  uint64_t populated = 0;        // allocations populated on the GPU when made
+  uint64_t populated_bytes = 0;
+  uint64_t populate_skipped = 0;   // not populated: past populate_on_allocation()'s bytes
+  uint64_t populate_failures = 0;  // the prefetch or its stream failed: left to the first touch
   bool pool_fallback = false;      // stream-ordered allocations fell back to plain managed
   std::optional<SlabStats> slabs;  // when stream-ordered allocations come from slabs
 
@@ -124,6 +134,18 @@ class ManagedAllocator {
     return slabs_ ? slabs_->sweep_free_pages(discard, stream) : 0;
   }
 
+  // Device allocations and new slabs are populated on the GPU before they are handed out (a
+  // prefetch on the allocator's own stream, waited for), while the managed bytes in use, this
+  // allocation's included, stay within `up_to`; past it (the budget) the advisor's evictions come
+  // first and the first touch populates. 0: off (plain managed memory, moved by page faults only).
+  // `populated` hears of each range put on the GPU (may be empty). Call before the first
+  // allocation; without the driver's prefetch and stream functions nothing is populated.
+  void populate_on_allocation(uint64_t up_to,
+                              std::function<void(uint64_t address, uint64_t bytes)> populated) {
+    populate_up_to_ = up_to;
+    populated_hook_ = std::move(populated);
+  }
+
   // The program destroys `stream` (before the real call).
   void stream_ends(CUstream stream) {
     if (slabs_) slabs_->stream_ends(stream);
@@ -149,6 +171,8 @@ class ManagedAllocator {
                    bool slab);
   CUresult create_slab(uint64_t bytes, CallSiteId site, CUdeviceptr* out);
   void destroy_slab(CUdeviceptr base);
+  // populate_on_allocation()'s work for one new buffer; any thread.
+  void populate(CUdeviceptr ptr, size_t bytes);
   size_t pitch_alignment();
   CUmemoryPool managed_pool();  // nullptr when unavailable
 
@@ -169,6 +193,14 @@ class ManagedAllocator {
   std::atomic<uint64_t> escaped_{0};
   std::atomic<uint64_t> captured_{0};
   std::atomic<size_t> pitch_alignment_{0};
+  uint64_t populate_up_to_ = 0;
+  std::function<void(uint64_t, uint64_t)> populated_hook_;
+  std::once_flag populate_stream_once_;
+  CUstream populate_stream_ = nullptr;  // null when it could not be made
+  std::atomic<uint64_t> populated_{0};
+  std::atomic<uint64_t> populated_bytes_{0};
+  std::atomic<uint64_t> populate_skipped_{0};
+  std::atomic<uint64_t> populate_failures_{0};
 
   std::unique_ptr<SlabAllocator> slabs_;
   SlabHooks hooks_;  // what the SlabSource made in the constructor forwards to

@@ -1276,6 +1276,16 @@ void Tracer::summarize(trace::Trace t) {
     summary->iteration_peak_step.push_back(
         when != 0 && after != by_start.begin() ? std::prev(after)->second : UINT64_MAX);
   }
+  {
+    // Which kernels took the faults (fault_kernels.h).
+    std::vector<StepSpan> spans;
+    spans.reserve(t.steps.size());
+    for (const trace::Step& s : t.steps) spans.push_back({s.start_ns, s.end_ns, s.name});
+    std::vector<uint64_t> fault_times;
+    fault_times.reserve(t.faults.size());
+    for (const trace::Fault& f : t.faults) fault_times.push_back(f.time_ns);
+    summary->fault_kernels = faults_by_kernel(spans, fault_times);
+  }
   summary->peak_resident = peaks.overall;
   summary->iteration_peak_resident = std::move(peaks.by_window);
   summary->iteration_peak_resident_free = std::move(peaks.free_by_window);

@@ -35,6 +35,7 @@
 #include "umswap/allocator/registry.h"
 #include "umswap/core/trace.h"
 #include "umswap/tracer/copy_clashes.h"
+#include "umswap/tracer/fault_kernels.h"
 #include "umswap/tracer/launch_log.h"
 #include "umswap/tracer/lifetimes.h"
 #include "umswap/tracer/param_scanner.h"
@@ -110,6 +111,9 @@ struct RunSummary {
   uint64_t captured_calls = 0;
   // UMSWAP_EVICT_COPY's copies checked against the steps (copy_clashes.h), with the kernel names
   // of report.first; absent when umswap copied nothing.
+  // The GPU page faults recorded (the first 2^20) by the kernels running when they came
+  // (fault_kernels.h); name indexes trace.names.
+  FaultKernelReport fault_kernels;
   std::optional<CopyClashReport> copy_clashes;
   std::vector<std::string> copy_clash_names;
   // GPU page faults on pages umswap had copied to the host and discarded (copy_clashes.h,

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The training loops of umswap's correctness matrix (correctness_matrix.py runs them).
 
-    python3 matrix_models.py MODEL [--steps N] [--deterministic] [--scale S]
+    python3 matrix_models.py MODEL [--steps N] [--deterministic] [--scale S] [--attn eager]
+                            [--step-sums]
 
 MODEL is one of: cnn (torchvision ResNet-50, SGD with momentum), mlm (transformers'
 BertForMaskedLM: tied input and output embeddings, AdamW, bf16 autocast), decoder (a Llama-style
@@ -18,6 +19,11 @@ after the last step, hashed bit for bit. Inputs are random and fixed by the seed
 command gives the same losses natively up to the run-to-run spread of non-deterministic kernels,
 and with --deterministic (torch.use_deterministic_algorithms, CUBLAS_WORKSPACE_CONFIG) bit for
 bit. Exit 77 when torch (or a model's library) or a GPU is missing.
+
+--attn eager gives the BERT models transformers' eager attention (SDPA's fused attention has a
+backward pass that is not deterministic even under --deterministic). --step-sums adds
+` wsum <int>` to each `iter` line: the integer sum of the weights' bits after that step (exact and
+order-free, so equal runs print equal sums).
 """
 import argparse
 import hashlib
@@ -30,7 +36,7 @@ SKIP = 77
 MODELS = ("cnn", "mlm", "decoder", "lstm", "embbag", "moe", "bert-issue")
 
 
-def build(name, torch, scale):
+def build(name, torch, scale, attn=None):
     """(model, optimizers, step(i) -> loss tensor, autocast dtype or None)."""
     nn = torch.nn
     g = torch.Generator(device="cuda").manual_seed(1234)
@@ -58,6 +64,8 @@ def build(name, torch, scale):
             cfg = BertConfig(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
                              intermediate_size=4096)
             batch, seq = 32, 512
+        if attn:
+            cfg._attn_implementation = attn
         model = BertForMaskedLM(cfg).to(dev)
         ids = torch.randint(0, cfg.vocab_size, (batch, seq), device=dev, generator=g)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -180,6 +188,8 @@ def main():
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--deterministic", action="store_true")
     p.add_argument("--scale", type=float, default=1.0, help="batch scale (default 1)")
+    p.add_argument("--attn", choices=("eager",), help="attention of the BERT models")
+    p.add_argument("--step-sums", action="store_true", help="weights' bit sum after each step")
     a = p.parse_args()
     if a.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -197,10 +207,19 @@ def main():
     if a.deterministic:
         torch.use_deterministic_algorithms(True, warn_only=True)
     try:
-        model, opts, step, dtype = build(a.model, torch, a.scale)
+        model, opts, step, dtype = build(a.model, torch, a.scale, a.attn)
     except ImportError as e:
         print(f"matrix_models: {e}", file=sys.stderr)
         return SKIP
+    def weight_sum():
+        total = 0
+        with torch.no_grad():
+            for t in model.parameters():
+                bits = t.detach().contiguous().view(-1).view(torch.int32 if t.element_size() == 4
+                                                             else torch.int16)
+                total += int(bits.sum(dtype=torch.int64))
+        return total
+
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     for i in range(a.steps):
@@ -219,7 +238,8 @@ def main():
         value = loss.item()
         torch.cuda.synchronize()
         ms = (time.perf_counter() - t0) * 1e3
-        print(f"iter {i} ms {ms:.3f} loss {value!r}", flush=True)
+        sums = f" wsum {weight_sum()}" if a.step_sums else ""
+        print(f"iter {i} ms {ms:.3f} loss {value!r}{sums}", flush=True)
     summary = {"model": a.model, "steps": a.steps, "deterministic": a.deterministic,
                "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
                "peak_allocated_bytes": torch.cuda.max_memory_allocated()}
@@ -227,7 +247,7 @@ def main():
         h = hashlib.sha256()
         for name, t in sorted(model.state_dict().items()):
             h.update(name.encode())
-            h.update(t.detach().contiguous().view(torch.uint8).cpu().numpy().tobytes())
+            h.update(t.detach().reshape(-1).contiguous().view(torch.uint8).cpu().numpy().tobytes())
         summary["checksum"] = h.hexdigest()[:16]
     print("summary " + json.dumps(summary), flush=True)
     return 0

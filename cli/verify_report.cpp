@@ -24,6 +24,29 @@ std::string gib(uint64_t bytes) {
   return fmt::format("{:.2f} GiB", bytes / double(1ull << 30));
 }
 
+// GPU page faults inside kernels (the stats' fault_kernels): not a failure umswap can judge, but
+// a fault changes what some kernels compute (cuDNN's fused attention with dropout), so the run
+// names the kernels that took them. Empty without faults in kernels.
+std::string fault_kernels_warning(const json& s, const std::string& prefix) {
+  const uint64_t faults = number(s, {"fault_kernels", "faults"});
+  const uint64_t outside = number(s, {"fault_kernels", "outside_kernels"});
+  if (faults <= outside) return {};
+  std::string top;
+  size_t shown = 0;
+  for (const json& k : s["fault_kernels"].value("kernels", json::array())) {
+    if (shown++ == 3) break;
+    top += fmt::format("{}{} ({})", top.empty() ? "" : "; ", k.value("kernel", "?").substr(0, 100),
+                       number(k, {"faults"}));
+  }
+  return prefix +
+         fmt::format(
+             "warning: {} GPU page faults came while kernels ran, most while: {}. A fault changes "
+             "what some kernels compute (cuDNN's fused attention with dropout; "
+             "docs/RELIABILITY.md, \"Kernels that a page fault changes\"): if one of these is "
+             "such a kernel, this run's results may differ from native's\n",
+             faults - outside, top.empty() ? "?" : top);
+}
+
 }  // namespace
 
 VerifyVerdict judge_verify(const std::vector<json>& stats, const std::vector<std::string>& names) {
@@ -124,6 +147,7 @@ VerifyVerdict judge_verify(const std::vector<json>& stats, const std::vector<std
                    "checked\n",
                    dropped);
     }
+    lines += fault_kernels_warning(s, p + who);
   }
   if (!copied_any) {
     v.text = lines + p +
@@ -136,7 +160,7 @@ VerifyVerdict judge_verify(const std::vector<json>& stats, const std::vector<std
   if (failed) {
     v.text += p +
               "the copy path (UMSWAP_EVICT_COPY=1) is not safe for this program; umswap's "
-              "default (UMSWAP_EVICT_COPY=0, the driver's migrations) keeps it correct\n";
+              "default (UMSWAP_EVICT_COPY=0, the driver's migrations) keeps its data coherent\n";
   }
   return v;
 }

@@ -50,6 +50,25 @@ TEST(VerifyReport, AFaultOnADiscardedPageFailsAndNamesBufferAndKernel) {
   EXPECT_TRUE(contains(v.text, "UMSWAP_EVICT_COPY=0")) << v.text;
 }
 
+TEST(VerifyReport, FaultsInKernelsAreNamedNotFailed) {
+  json s = copied(1 << 30);
+  s["fault_kernels"] = {{"faults", 120},
+                        {"outside_kernels", 20},
+                        {"kernels", json::array({{{"kernel", "cudnn_sdpa_fprop"}, {"faults", 90}},
+                                                 {{"kernel", "gemm"}, {"faults", 10}}})}};
+  const VerifyVerdict v = judge_verify({s}, {"a.json"});
+  EXPECT_TRUE(v.ok) << v.text;
+  EXPECT_TRUE(contains(v.text,
+                       "warning: 100 GPU page faults came while kernels ran, most while: "
+                       "cudnn_sdpa_fprop (90); gemm (10)"))
+      << v.text;
+  // None in kernels: no warning.
+  s["fault_kernels"]["outside_kernels"] = 120;
+  EXPECT_FALSE(contains(judge_verify({s}, {"a.json"}).text, "warning")) << v.text;
+  s.erase("fault_kernels");
+  EXPECT_FALSE(contains(judge_verify({s}, {"a.json"}).text, "warning"));
+}
+
 TEST(VerifyReport, EachOtherProblemFails) {
   for (const char* what : {"early", "harmful", "lost"}) {
     json s = copied(1 << 30);

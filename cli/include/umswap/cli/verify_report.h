@@ -12,6 +12,9 @@
 //   * a copy back failed and its bytes were lost (advisor.evict_copy.lost_bytes).
 // It is not verified (also a failure, with its reason) when no stats file was written, or
 // nothing was copied to the host (no budget below the footprint, or copies turned off).
+// GPU page faults that came while kernels ran (fault_kernels) are named in a warning, not judged:
+// a fault changes what some kernels compute (cuDNN's fused attention with dropout), and which
+// kernels those are cannot be told from the stats.
 #pragma once
 
 #include <nlohmann/json.hpp>

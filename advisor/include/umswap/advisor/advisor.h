@@ -68,6 +68,12 @@
 //     writes there is lost to the copy back. umswap cannot find such kernels in general, so this
 //     path is not the default; `umswap run --verify` runs a program on it once and reports every
 //     GPU page fault on a discarded page (copy_clashes.h, find_unforeseen_faults()).
+//   * Not for every kernel: a GPU page fault changes what some kernels compute (cuDNN's fused
+//     attention with dropout, with or without umswap; docs/RELIABILITY.md, "Kernels that a page
+//     fault changes"). The driver path serves an access nobody foresaw by a fault, so for such a
+//     kernel the invariant holds only where it takes no fault. New allocations are populated
+//     before the program gets them (ManagedAllocator::populate_on_allocation()), so a run
+//     without a budget takes none; under a budget the plan still leaves faults (issue 36, open).
 //   * Within the copy path, a copy out never reads pages whose copy back is still on its way
 //     (HostCopies::copy_back_pending(): it waits for that copy back's event, or the driver
 //     evicts): before 2026-11-28 a plan switch's copies back raced the new plan's copies out,

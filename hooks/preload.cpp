@@ -213,6 +213,7 @@ void Preload::create_allocator_once() {
     api.mem_discard_and_prefetch_batch_async = d.cuMemDiscardAndPrefetchBatchAsync;
     api.mem_prefetch_async = d.cuMemPrefetchAsync_v2;
     api.stream_create = d.cuStreamCreate;
+    api.thread_exchange_capture_mode = d.cuThreadExchangeStreamCaptureMode;
     if (!api.complete()) {
       log_warning("the CUDA driver lacks functions umswap needs; allocations are not redirected");
       return;

@@ -942,17 +942,27 @@ TEST_F(ManagedAllocatorTest, ToJsonHasEveryKeyAndTheTotals) {
 
 // --- populate_on_allocation --------------------------------------------------------------------
 
+CUresult CUDAAPI fake_exchange_capture_mode(CUstreamCaptureMode* mode) {
+  static CUstreamCaptureMode thread_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  std::lock_guard lock(g_fake->mutex);
+  g_fake->calls.push_back(fmt::format("capture_mode {}", static_cast<int>(*mode)));
+  std::swap(*mode, thread_mode);
+  return CUDA_SUCCESS;
+}
+
 DriverApi fake_driver_api_with_prefetch() {
   DriverApi api = fake_driver_api();
   api.mem_prefetch_async = &fake_prefetch;
   api.stream_create = &fake_stream_create;
+  api.thread_exchange_capture_mode = &fake_exchange_capture_mode;
   return api;
 }
 
 std::vector<std::string> populate_calls(const std::vector<std::string>& all) {
   std::vector<std::string> out;
   for (const std::string& c : all) {
-    if (c.starts_with("prefetch") || c.starts_with("sync") || c.starts_with("stream_create")) {
+    if (c.starts_with("prefetch") || c.starts_with("sync") || c.starts_with("stream_create") ||
+        c.starts_with("capture_mode")) {
       out.push_back(c);
     }
   }
@@ -967,13 +977,15 @@ TEST_F(ManagedAllocatorTest, APlainAllocationIsOnTheGpuBeforeItIsHandedOut) {
   CUdeviceptr p = 0, q = 0;
   ASSERT_EQ(a.allocate(AllocApi::cudaMalloc, 3 * MiB, 1, &p), CUDA_SUCCESS);
   ASSERT_EQ(a.allocate(AllocApi::cuMemAlloc, MiB, 1, &q), CUDA_SUCCESS);
-  // A prefetch to device 0 on the allocator's own stream, waited for, before each returns.
-  EXPECT_EQ(
-      populate_calls(calls()),
-      (std::vector<std::string>{
-          "stream_create 1", fmt::format("prefetch {:#x} {} type=1 id=0 stream=0x5c", p, 3 * MiB),
-          "sync stream=0x5c", fmt::format("prefetch {:#x} {} type=1 id=0 stream=0x5c", q, MiB),
-          "sync stream=0x5c"}));
+  // A prefetch to device 0 on the allocator's own stream, waited for, before each returns, with
+  // the thread in the relaxed capture mode (2) meanwhile and its own (0, global) given back after.
+  EXPECT_EQ(populate_calls(calls()),
+            (std::vector<std::string>{
+                "stream_create 1", "capture_mode 2",
+                fmt::format("prefetch {:#x} {} type=1 id=0 stream=0x5c", p, 3 * MiB),
+                "sync stream=0x5c", "capture_mode 0", "capture_mode 2",
+                fmt::format("prefetch {:#x} {} type=1 id=0 stream=0x5c", q, MiB),
+                "sync stream=0x5c", "capture_mode 0"}));
   EXPECT_EQ(heard, (std::vector<std::pair<uint64_t, uint64_t>>{{p, 3 * MiB}, {q, MiB}}));
   const AllocatorStats s = a.stats();
   EXPECT_EQ(s.populated, 2u);
@@ -1010,7 +1022,7 @@ TEST_F(ManagedAllocatorTest, PastTheBudgetAnAllocationIsLeftToItsFirstTouch) {
   EXPECT_EQ(std::count_if(c.begin(), c.end(),
                           [](const std::string& s) { return s.starts_with("prefetch"); }),
             2);
-  EXPECT_EQ(c.back(), "sync stream=0x5c");
+  EXPECT_EQ(c.back(), "capture_mode 0");
   const AllocatorStats s = a.stats();
   EXPECT_EQ(s.populated, 2u);
   EXPECT_EQ(s.populated_bytes, 6 * MiB);

@@ -36,6 +36,9 @@ struct DriverApi {
   // without them, a kernel's first touch populates the pages (a GPU page fault).
   PFN_cuMemPrefetchAsync_v12020 mem_prefetch_async = nullptr;
   PFN_cuStreamCreate_v2000 stream_create = nullptr;
+  // Around that populate, the calling thread takes the relaxed capture mode (a program thread in
+  // the middle of a global-mode graph capture must not have it invalidated by umswap's calls).
+  PFN_cuThreadExchangeStreamCaptureMode_v10010 thread_exchange_capture_mode = nullptr;
 
   bool complete() const {
     return mem_alloc_managed && mem_free && mem_alloc_pitch && mem_get_info &&

@@ -229,8 +229,15 @@ std::string HostCopies::describe(uint64_t address, uint64_t end) const {
   auto it = pieces_.upper_bound(address);
   if (it != pieces_.begin() && std::prev(it)->second.end > address) --it;
   for (; it != pieces_.end() && it->first < end; ++it) {
-    out += "[" + std::to_string(it->first) + " +" + std::to_string(it->second.end - it->first) +
-           " due " + std::to_string(it->second.due) + "] ";
+    // Appended piece by piece: `"[" + std::to_string(...)` trips GCC 12's -Wrestrict at -O3
+    // (a false positive) in a Release build.
+    out += '[';
+    out += std::to_string(it->first);
+    out += " +";
+    out += std::to_string(it->second.end - it->first);
+    out += " due ";
+    out += std::to_string(it->second.due);
+    out += "] ";
   }
   return out;
 }

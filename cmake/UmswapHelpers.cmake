@@ -1,10 +1,15 @@
 # Project-wide helpers: one place decides warnings and how a test is added.
 
-# Warnings are errors in umswap's own code (not in third-party headers, which come in as SYSTEM).
+# Warnings for umswap's own code (not third-party headers, which come in as SYSTEM); errors with
+# UMSWAP_WERROR (the presets' builds).
 function(umswap_warnings target)
   target_compile_options(${target} PRIVATE
-    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Werror -Wshadow -Wnon-virtual-dtor>
-    $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Werror>)
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wshadow -Wnon-virtual-dtor>
+    $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra>)
+  if(UMSWAP_WERROR)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Werror>
+                                             $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Werror>)
+  endif()
 endfunction()
 
 # umswap_add_test(NAME <name> SOURCES <files...> [LIBS <libs...>] [LABELS <labels...>]

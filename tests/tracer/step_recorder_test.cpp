@@ -209,7 +209,11 @@ TEST_F(StepRecorderTest, MarkersAndDetectedPeriodsAreBoundaries) {
   // No markers: the detector locks on the period and reports boundaries as launches go on.
   StepRecorder detected({});
   std::vector<uint32_t> keys;
-  for (int k = 0; k < 10; ++k) keys.push_back(detected.intern("k" + std::to_string(k)));
+  for (int k = 0; k < 10; ++k) {
+    std::string name = "k";  // not `"k" + std::to_string(k)`: GCC 12's -Wrestrict at -O3
+    name += std::to_string(k);
+    keys.push_back(detected.intern(name));
+  }
   for (int i = 0; i < 2000; ++i) launch(detected, keys[i % 10], kA, 0);
   EXPECT_GT(detected.boundaries(), 100u);
   const StepRecorder::Recording run = detected.stop();

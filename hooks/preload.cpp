@@ -218,15 +218,20 @@ void Preload::create_allocator_once() {
       log_warning("the CUDA driver lacks functions umswap needs; allocations are not redirected");
       return;
     }
-    uint64_t limit = options_.managed_limit.bytes;
-    if (options_.managed_limit.is_percent) {
-      // A percentage refers to the memory of the GPU the program is using.
+    // A percentage (of the limit or the budget) refers to the memory of the GPU the program is
+    // using; 0 when it cannot be read.
+    const auto gpu_total = [&d] {
       CUdevice device = 0;
       size_t total = 0;
       if (d.cuCtxGetDevice(&device) != CUDA_SUCCESS && d.cuDeviceGet(&device, 0) != CUDA_SUCCESS) {
         device = 0;
       }
-      if (d.cuDeviceTotalMem_v2(&total, device) != CUDA_SUCCESS || total == 0) {
+      return d.cuDeviceTotalMem_v2(&total, device) == CUDA_SUCCESS ? total : size_t{0};
+    };
+    uint64_t limit = options_.managed_limit.bytes;
+    if (options_.managed_limit.is_percent) {
+      const size_t total = gpu_total();
+      if (total == 0) {
         log_warning("cannot read GPU memory size for UMSWAP_MANAGED_LIMIT={}; no cap is applied",
                     options_.managed_limit.to_string());
       }
@@ -238,12 +243,8 @@ void Preload::create_allocator_once() {
     // kernel that touches it first then takes no page fault, which some kernels' results depend
     // on (managed_allocator.h).
     if (advises(options_.mode)) {
-      CUdevice device = 0;
-      size_t total = 0;
-      if (d.cuCtxGetDevice(&device) != CUDA_SUCCESS) device = 0;
-      if (d.cuDeviceTotalMem_v2(&total, device) != CUDA_SUCCESS) total = 0;
       const uint64_t up_to =
-          options_.budget.is_zero() ? UINT64_MAX : options_.budget.resolve(total);
+          options_.budget.is_zero() ? UINT64_MAX : options_.budget.resolve(gpu_total());
       allocator_->populate_on_allocation(up_to, [](uint64_t address, uint64_t bytes) {
         tracer::note_residency(address, bytes, true);
       });

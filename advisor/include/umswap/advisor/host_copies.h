@@ -101,7 +101,7 @@ class HostCopies {
   // [address, end) and retire() has not seen done; 0: none. Until that copy back is done the GPU
   // pages of those parts hold nothing (populated, not yet filled), so a copy out of them taken
   // meanwhile must be ordered after it on the GPU, or it saves empty pages to the host and a later
-  // copy back writes them over the program's data (issue 36: BERT's loss after a plan switch).
+  // copy back writes them over the program's data (found while chasing issue 36; not its cause).
   uint64_t copy_back_pending(uint64_t address, uint64_t end) const;
   // The pieces overlapping [address, end) as text (for a debug log): address, length, due.
   std::string describe(uint64_t address, uint64_t end) const;

@@ -84,7 +84,8 @@ struct UnforeseenReport {
   uint64_t faults = 0;                  // faults inside a window
   std::vector<UnforeseenAccess> first;  // the first `keep` of them, by time
   // Copies out of a page that began before the copy back just before them ended: they read pages
-  // not filled yet and saved them to the host (issue 36's cause); the first `keep` pages.
+  // not filled yet and saved them to the host (a race fixed on 2026-11-28,
+  // HostCopies::copy_back_pending()); the first `keep` pages.
   uint64_t outs_before_back = 0;
   std::vector<uint64_t> outs_before_back_pages;
 };

@@ -109,11 +109,11 @@ struct RunSummary {
   // Launches, copies and memsets captured into CUDA graphs: not steps (their graph's launches
   // are, as opaque calls).
   uint64_t captured_calls = 0;
-  // UMSWAP_EVICT_COPY's copies checked against the steps (copy_clashes.h), with the kernel names
-  // of report.first; absent when umswap copied nothing.
   // The GPU page faults recorded (the first 2^20) by the kernels running when they came
   // (fault_kernels.h); name indexes trace.names.
   FaultKernelReport fault_kernels;
+  // UMSWAP_EVICT_COPY's copies checked against the steps (copy_clashes.h), with the kernel names
+  // of report.first; absent when umswap copied nothing.
   std::optional<CopyClashReport> copy_clashes;
   std::vector<std::string> copy_clash_names;
   // GPU page faults on pages umswap had copied to the host and discarded (copy_clashes.h,

@@ -27,6 +27,7 @@
 #include "umswap/advisor/pending_ops.h"
 #include "umswap/advisor/planner.h"
 #include "umswap/advisor/replay.h"
+#include "umswap/advisor/resident_launches.h"
 #include "umswap/allocator/managed_allocator.h"
 #include "umswap/allocator/placement.h"
 #include "umswap/core/driver_lock.h"
@@ -492,6 +493,27 @@ class AdvisorImpl {
   std::atomic<uint64_t> waits_placed{0};
   std::atomic<uint64_t> evict_waits_placed{0};
   std::atomic<uint64_t> launch_populates{0}, launch_populated_bytes{0};
+  // Kernels that must find their memory on the GPU (resident_launches.h), by step key: 0 not
+  // asked yet, 1 no, 2 yes. Launching threads (any of them; a key's answer never changes).
+  static constexpr uint32_t kResidentKeys = 1 << 16;
+  mutable std::array<std::atomic<uint8_t>, kResidentKeys> resident_keys{};
+  std::atomic<uint64_t> resident_launches{0}, resident_calls{0}, resident_bytes{0},
+      resident_failures{0}, resident_unscanned{0}, resident_call_ns{0};
+  bool needs_resident(uint32_t key) const;
+  void make_resident(const std::vector<tracer::PointerHit>* hits, CUstream s);
+  // No migration of the advisor's runs beside such a launch: the launch waits for those issued
+  // before it (open_resident_launch, on_step), those issued after it wait for it (after_step,
+  // close_resident_launch), and migrate() issues none while one is between the two. The events
+  // are created by set_up() (advisor thread); the rest under resident_mutex, any thread.
+  void open_resident_launch(CUstream s);
+  void close_resident_launch(CUstream s);
+  void hold_for_resident_launches(std::unique_lock<std::mutex>& lock);
+  std::mutex resident_mutex;
+  int resident_open = 0;
+  CUevent resident_before = nullptr, resident_after = nullptr;
+  std::atomic<bool> resident_gate_ready{false};
+  std::atomic<uint64_t> resident_gate_failures{0}, resident_gate_timeouts{0},
+      resident_gate_waits{0};
   // UMSWAP_LEARN_EVICT, on the launch path while no plan is in force (learn_step()): the blocks
   // the launches touched, least recently used out to the host past the budget. Under
   // learn_mutex; the evictor is made at the first launch (on the launching thread, whose context
@@ -1026,6 +1048,9 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
     a.guard(index, hits, a.cover(own_wait, index, stream), stream);
   }
   a.wait_for_stop(stream);
+  // A kernel whose results change on memory that is not GPU-resident runs only once everything
+  // its parameters point at is on the GPU, whatever the plan did (resident_launches.h).
+  if (a.needs_resident(key)) a.make_resident(hits, stream);
   if (!p || index < p->base) return;
   const uint64_t phase = (index - p->base) % p->period;
   // Before anything this launch adds to its stream (its populates, its waits: a prefetch that
@@ -1192,6 +1217,96 @@ std::shared_ptr<const DropTable> AdvisorImpl::applied_drops(LivePlan** plan_out,
   if (plan_out) *plan_out = p;
   if (launched_out) *launched_out = n;
   return p->drops.load(std::memory_order_acquire);
+}
+
+bool AdvisorImpl::needs_resident(uint32_t key) const {
+  if (key >= kResidentKeys) return needs_resident_memory(tracer::key_view(key));
+  std::atomic<uint8_t>& known = resident_keys[key];
+  uint8_t v = known.load(std::memory_order_relaxed);
+  if (v == 0) {
+    v = needs_resident_memory(tracer::key_view(key)) ? 2 : 1;
+    known.store(v, std::memory_order_relaxed);
+  }
+  return v == 2;
+}
+
+// Everything the launch's parameters point at, to the GPU on the launching stream before the
+// launch: the launch starts once it is there (stream order), the plan's evictions of a range wait
+// for its last user to finish, and the learning evictor's run on this stream before it. Pointers
+// the parameters do not show (a table in device memory) are not covered.
+void AdvisorImpl::make_resident(const std::vector<tracer::PointerHit>* hits, CUstream s) {
+  resident_launches.fetch_add(1, std::memory_order_relaxed);
+  open_resident_launch(s);
+  if (!hits) {  // not scanned (the tracer stopped recording)
+    resident_unscanned.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  thread_local std::vector<LaunchReach> reaches;
+  thread_local std::vector<ResidentRange> ranges;
+  reaches.clear();
+  for (const tracer::PointerHit& h : *hits) {
+    reaches.push_back({h.pointer, h.limit ? h.limit : h.base + h.size, h.base, h.base + h.size});
+  }
+  resident_ranges(reaches, ranges, kPage);
+  CUmemLocation gpu{};
+  gpu.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  gpu.id = device_for_launches.load(std::memory_order_relaxed);
+  const int64_t before = now_ns();
+  for (const ResidentRange& r : ranges) {
+    if (d.mem_prefetch_async(r.address, r.length, gpu, 0, s) == CUDA_SUCCESS) {
+      resident_calls.fetch_add(1, std::memory_order_relaxed);
+      resident_bytes.fetch_add(r.length, std::memory_order_relaxed);
+      tracer::note_launch_populate(r.address, r.length);
+    } else {
+      resident_failures.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  resident_call_ns.fetch_add(static_cast<uint64_t>(now_ns() - before), std::memory_order_relaxed);
+}
+
+namespace {
+thread_local bool t_resident_open = false;  // this thread is between on_step and after_step of one
+}  // namespace
+
+void AdvisorImpl::open_resident_launch(CUstream s) {
+  if (!resident_gate_ready.load(std::memory_order_acquire)) return;  // no migration issued yet
+  std::lock_guard lock(resident_mutex);
+  if (t_resident_open) return;
+  ++resident_open;
+  t_resident_open = true;
+  if (d.event_record(resident_before, stream) != CUDA_SUCCESS ||
+      d.stream_wait_event(s, resident_before, 0) != CUDA_SUCCESS) {
+    resident_gate_failures.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void AdvisorImpl::close_resident_launch(CUstream s) {
+  if (!t_resident_open) return;
+  std::lock_guard lock(resident_mutex);
+  t_resident_open = false;
+  --resident_open;
+  if (d.event_record(resident_after, s) != CUDA_SUCCESS ||
+      d.stream_wait_event(stream, resident_after, 0) != CUDA_SUCCESS) {
+    resident_gate_failures.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+// Advisor thread, `lock` on resident_mutex held: returns once no launch that must find its memory
+// on the GPU is between on_step and after_step (its after_step has put its wait on `stream`), or
+// after 1 s (counted: a launch whose after_step never came).
+void AdvisorImpl::hold_for_resident_launches(std::unique_lock<std::mutex>& lock) {
+  if (resident_open == 0) return;
+  resident_gate_waits.fetch_add(1, std::memory_order_relaxed);
+  const int64_t start = now_ns();
+  while (resident_open > 0) {
+    lock.unlock();
+    sleep_us(10);
+    lock.lock();
+    if (now_ns() - start > 1'000'000'000) {
+      resident_gate_timeouts.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+  }
 }
 
 void AdvisorImpl::populate_ranges(std::span<const DropTable::Populate> ranges, CUstream s,
@@ -1393,6 +1508,7 @@ bool AdvisorImpl::discard_page(uint64_t page) {
 
 void Advisor::after_step(uint64_t index, CUstream stream) {
   AdvisorImpl& a = *impl_;
+  a.close_resident_launch(stream);
   if (!a.context.load(std::memory_order_relaxed)) {
     CUcontext c = nullptr;
     if (a.d.ctx_get_current(&c) == CUDA_SUCCESS && c) a.context.store(c);
@@ -1428,7 +1544,9 @@ bool AdvisorImpl::set_up() {
   if (d.ctx_get_device(&device) != CUDA_SUCCESS ||
       d.stream_create(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
       d.stream_create(&sweep_stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
-      d.event_create(&barrier, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+      d.event_create(&barrier, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
+      d.event_create(&resident_before, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
+      d.event_create(&resident_after, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
     state = "off";
     fallback = "could not create the advisor's stream";
     log_warning("advisor off: {}", fallback);
@@ -1455,6 +1573,7 @@ bool AdvisorImpl::set_up() {
     }
   }
   events_ready.store(true, std::memory_order_release);
+  resident_gate_ready.store(true, std::memory_order_release);
   gate.from = d.event_query ? config.host_gate : 0;
   gate.stop = &stop;
   gate.on_timeout = [this](const char* what, uint64_t launch) {
@@ -2408,8 +2527,11 @@ void AdvisorImpl::migrate(uint64_t address, uint64_t length, bool to_gpu, uint64
   where.type = to_gpu ? CU_MEM_LOCATION_TYPE_DEVICE : CU_MEM_LOCATION_TYPE_HOST;
   where.id = to_gpu ? device : 0;
   before_managed_op(stream);
+  std::unique_lock held(resident_mutex);
+  hold_for_resident_launches(held);
   const auto t0 = std::chrono::steady_clock::now();
   const CUresult r = d.mem_prefetch_async(address, length, where, 0, stream);
+  held.unlock();
   issued_calls.fetch_add(1, std::memory_order_relaxed);
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   (to_gpu ? prefetch_call_s : evict_call_s) += took;
@@ -3793,6 +3915,16 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
         {"failed_calls", a.learn_failed_calls},
         {"skipped_ranges", a.learn_skipped},
         {"call_seconds", a.learn_call_s}}},
+      {"resident_launches",
+       {{"launches", a.resident_launches.load()},
+        {"prefetch_calls", a.resident_calls.load()},
+        {"prefetched_bytes", a.resident_bytes.load()},
+        {"failed_calls", a.resident_failures.load()},
+        {"unscanned_launches", a.resident_unscanned.load()},
+        {"migrations_held", a.resident_gate_waits.load()},
+        {"hold_timeouts", a.resident_gate_timeouts.load()},
+        {"order_failures", a.resident_gate_failures.load()},
+        {"call_seconds", a.resident_call_ns.load() * 1e-9}}},
       {"launch_populates", a.launch_populates.load()},
       {"launch_populated_bytes", a.launch_populated_bytes.load()},
       {"launch_populate_call_seconds", a.launch_populate_call_ns.load() * 1e-9},

@@ -142,6 +142,11 @@ uint32_t StepRecorder::intern(std::string_view name) {
   return id;
 }
 
+std::string_view StepRecorder::key_view(uint32_t key) const {
+  if (key >= names_published_.load(std::memory_order_acquire)) return {};
+  return **names_.at(key);
+}
+
 std::string StepRecorder::key_name(uint32_t key) const {
   if (key >= names_published_.load(std::memory_order_acquire)) return {};
   return **names_.at(key);

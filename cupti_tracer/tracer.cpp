@@ -1405,6 +1405,11 @@ std::string key_name(uint32_t key) {
   return r ? r->key_name(key) : std::string();
 }
 
+std::string_view key_view(uint32_t key) {
+  const StepRecorder* r = tracer_instance().recorder();
+  return r ? r->key_view(key) : std::string_view();
+}
+
 const RunSummary* run_summary() {
   return tracer_instance().summary();
 }

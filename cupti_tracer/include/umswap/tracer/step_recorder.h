@@ -106,6 +106,8 @@ class StepRecorder {
   uint32_t intern(std::string_view name);
   // The name a key stands for; empty if unknown.
   std::string key_name(uint32_t key) const;
+  // The same without a copy (the string lives as long as the recorder); empty if unknown.
+  std::string_view key_view(uint32_t key) const;
 
   const LaunchLog& log() const { return log_; }
   bool recording() const { return recording_.load(std::memory_order_relaxed); }

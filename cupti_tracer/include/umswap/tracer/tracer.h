@@ -76,6 +76,8 @@ bool copy_steps(uint64_t first, uint64_t count, StepLog* out);
 uint64_t logged_steps();
 // The kernel name (or "memcpy ..."/"memset") a step key stands for; empty if unknown.
 std::string key_name(uint32_t key);
+// The same without a copy: valid while the tracer lives (until the process exits); no lock.
+std::string_view key_view(uint32_t key);
 
 // What finish() assembled, for the stats file: the run's trace (also when none is written) and
 // GPU-resident bytes counted from CUPTI's unified-memory records (transfers to the GPU add their

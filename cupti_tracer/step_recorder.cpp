@@ -32,7 +32,7 @@ uint64_t StepRecorder::record_kernel(const FunctionLayout& function, const void*
                         .correlation = correlation,
                         .kind = trace::StepKind::kernel};
   std::lock_guard lock(launch_mutex_);
-  if (recording()) {
+  if (scans()) {
     if (params) {
       scan_kernel_params(function.params, params, snapshot, scratch_);
     } else {
@@ -50,7 +50,7 @@ uint64_t StepRecorder::record_copy(trace::StepKind kind, uint32_t key, CUstream 
                         .correlation = correlation,
                         .kind = kind};
   std::lock_guard lock(launch_mutex_);
-  if (recording()) {
+  if (scans()) {
     scratch_.clear();
     for (uint64_t ptr : pointers) {
       const BufferRecord* r = ptr ? snapshot.find(ptr) : nullptr;
@@ -82,7 +82,7 @@ uint64_t StepRecorder::record(const LoggedStep& step, CUstream stream,
   const uint64_t index = launches_++;
   if (options_.observer) {
     const OwnCallsScope own;  // the launch path's calls are no steps (under launch_mutex_)
-    options_.observer->on_step(index, step.key, stream, recording() ? &scratch_ : nullptr);
+    options_.observer->on_step(index, step.key, stream, scans() ? &scratch_ : nullptr);
   }
   return index;
 }

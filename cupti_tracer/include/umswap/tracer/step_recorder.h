@@ -111,6 +111,9 @@ class StepRecorder {
 
   const LaunchLog& log() const { return log_; }
   bool recording() const { return recording_.load(std::memory_order_relaxed); }
+  // A launch's pointers are looked up while recording, and after it for an observer (the
+  // advisor's launch path needs them for as long as the program runs: resident_launches.h).
+  bool scans() const { return recording() || options_.observer != nullptr; }
   // Iteration boundaries seen so far (markers and detected ones): a change says an iteration
   // ended.
   uint64_t boundaries() const { return boundaries_.load(std::memory_order_relaxed); }

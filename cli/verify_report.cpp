@@ -47,6 +47,25 @@ std::string fault_kernels_warning(const json& s, const std::string& prefix) {
              faults - outside, top.empty() ? "?" : top);
 }
 
+// GPU page faults inside kernels that compute differently on memory not on the GPU (the stats'
+// fault_kernels.must_be_resident; advisor/resident_launches.h): umswap brings such a kernel's
+// memory to the GPU before it runs, so a fault inside one means a pointer it could not see or a
+// migration it did not hold back, and the run's results may not be the program's. Empty if none.
+std::string resident_faults_failure(const json& s, const std::string& prefix) {
+  const uint64_t faults = number(s, {"fault_kernels", "must_be_resident", "faults"});
+  if (faults == 0) return {};
+  std::string which;
+  for (const json& k : s["fault_kernels"]["must_be_resident"].value("kernels", json::array())) {
+    which += fmt::format("{}{} ({})", which.empty() ? "" : "; ",
+                         k.value("kernel", "?").substr(0, 100), number(k, {"faults"}));
+  }
+  return prefix + fmt::format(
+                      "FAILED: {} GPU page faults inside kernels that compute differently on "
+                      "memory not on the GPU: {}. This run's results may differ from native's "
+                      "(docs/RELIABILITY.md, \"Kernels that a page fault changes\")\n",
+                      faults, which.empty() ? "?" : which);
+}
+
 }  // namespace
 
 VerifyVerdict judge_verify(const std::vector<json>& stats, const std::vector<std::string>& names) {
@@ -56,7 +75,7 @@ VerifyVerdict judge_verify(const std::vector<json>& stats, const std::vector<std
     v.text = p + "NOT VERIFIED: no stats file was written (did the program use CUDA?)\n";
     return v;
   }
-  bool failed = false, copied_any = false;
+  bool failed = false, copied_any = false, resident_failed = false;
   std::string lines;
   for (size_t i = 0; i < stats.size(); ++i) {
     const json& s = stats[i];
@@ -70,6 +89,10 @@ VerifyVerdict judge_verify(const std::vector<json>& stats, const std::vector<std
     const uint64_t harmful = number(s, {"copy_check", "harmful"});
     const uint64_t lost = number(s, {"advisor", "evict_copy", "lost_bytes"});
     const uint64_t dropped = number(s, {"detection", "dropped_records"});
+    if (const std::string f = resident_faults_failure(s, p + who); !f.empty()) {
+      resident_failed = true;
+      lines += f;
+    }
     if (out == 0) {
       lines += p + who + "nothing was copied to the host";
       const json* ec = s.contains("advisor") && s["advisor"].contains("evict_copy")
@@ -149,13 +172,13 @@ VerifyVerdict judge_verify(const std::vector<json>& stats, const std::vector<std
     }
     lines += fault_kernels_warning(s, p + who);
   }
-  if (!copied_any) {
+  if (!copied_any && !resident_failed) {
     v.text = lines + p +
              "NOT VERIFIED: nothing was evicted by copy; give --budget below the program's "
              "footprint so that umswap evicts\n";
     return v;
   }
-  v.ok = !failed;
+  v.ok = !failed && !resident_failed;
   v.text = lines;
   if (failed) {
     v.text += p +

@@ -1284,7 +1284,8 @@ void Tracer::summarize(trace::Trace t) {
     std::vector<uint64_t> fault_times;
     fault_times.reserve(t.faults.size());
     for (const trace::Fault& f : t.faults) fault_times.push_back(f.time_ns);
-    summary->fault_kernels = faults_by_kernel(spans, fault_times);
+    // Every kernel that faulted (the stats show the first few and check them all).
+    summary->fault_kernels = faults_by_kernel(spans, fault_times, SIZE_MAX);
   }
   summary->peak_resident = peaks.overall;
   summary->iteration_peak_resident = std::move(peaks.by_window);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "umswap/advisor/advisor.h"
+#include "umswap/advisor/resident_launches.h"
 #include "umswap/allocator/call_site.h"
 #include "umswap/core/environment.h"
 #include "umswap/core/log.h"
@@ -382,14 +383,26 @@ void Preload::write_stats_at_exit() {
       // The kernels that took GPU page faults: some compute differently when they do
       // (docs/RELIABILITY.md, "Kernels that a page fault changes").
       const tracer::FaultKernelReport& f = summary->fault_kernels;
-      nlohmann::json kernels = nlohmann::json::array();
+      // Those that must find their memory on the GPU (resident_launches.h) are all listed: a
+      // fault inside one may have changed the program's results (`umswap run --verify` fails).
+      nlohmann::json kernels = nlohmann::json::array(), resident = nlohmann::json::array();
+      uint64_t resident_faults = 0;
       const auto& names = summary->trace.names;
       for (const tracer::KernelFaults& k : f.by_kernel) {
-        kernels.push_back({{"kernel", k.name < names.size() ? names[k.name].substr(0, 200) : "?"},
-                           {"faults", k.faults}});
+        const std::string_view name =
+            k.name < names.size() ? std::string_view(names[k.name]) : std::string_view("?");
+        const nlohmann::json entry = {{"kernel", name.substr(0, 200)}, {"faults", k.faults}};
+        if (kernels.size() < 12) kernels.push_back(entry);
+        if (advisor::needs_resident_memory(name)) {
+          resident_faults += k.faults;
+          resident.push_back(entry);
+        }
       }
       j["fault_kernels"] = {
-          {"faults", f.faults}, {"outside_kernels", f.outside}, {"kernels", std::move(kernels)}};
+          {"faults", f.faults},
+          {"outside_kernels", f.outside},
+          {"kernels", std::move(kernels)},
+          {"must_be_resident", {{"faults", resident_faults}, {"kernels", std::move(resident)}}}};
     }
     if (const auto& c = summary->copy_clashes) {
       // UMSWAP_EVICT_COPY's copies against the steps (copy_clashes.h): a diagnostic.

@@ -69,6 +69,32 @@ TEST(VerifyReport, FaultsInKernelsAreNamedNotFailed) {
   EXPECT_FALSE(contains(judge_verify({s}, {"a.json"}).text, "warning"));
 }
 
+TEST(VerifyReport, FaultsInKernelsThatMustBeResidentFail) {
+  for (const bool copied_any : {true, false}) {
+    json s = copied(copied_any ? 1 << 30 : 0);
+    s["fault_kernels"] = {
+        {"faults", 120},
+        {"outside_kernels", 0},
+        {"kernels", json::array({{{"kernel", "gemm"}, {"faults", 117}}})},
+        {"must_be_resident",
+         {{"faults", 3},
+          {"kernels",
+           json::array({{{"kernel", "cudnn_generated_fort_native_sdpa_fprop"}, {"faults", 3}}})}}}};
+    const VerifyVerdict v = judge_verify({s}, {"a.json"});
+    EXPECT_FALSE(v.ok) << v.text;
+    EXPECT_TRUE(contains(v.text,
+                         "FAILED: 3 GPU page faults inside kernels that compute differently on "
+                         "memory not on the GPU: cudnn_generated_fort_native_sdpa_fprop (3)"))
+        << v.text;
+    EXPECT_FALSE(contains(v.text, "NOT VERIFIED")) << v.text;
+    // None inside them: the copy path's verdict alone (passed, or not verified without copies).
+    s["fault_kernels"]["must_be_resident"]["faults"] = 0;
+    const VerifyVerdict clean = judge_verify({s}, {"a.json"});
+    EXPECT_EQ(clean.ok, copied_any) << clean.text;
+    EXPECT_FALSE(contains(clean.text, "inside kernels that compute")) << clean.text;
+  }
+}
+
 TEST(VerifyReport, EachOtherProblemFails) {
   for (const char* what : {"early", "harmful", "lost"}) {
     json s = copied(1 << 30);

@@ -48,9 +48,11 @@
 // Contract:
 //   * start() once, from the first CUDA-using thread, outside any lock; on failure the program
 //     runs on plain managed memory and the caller says so once.
-//   * on_step()/after_step() run on launching threads and never allocate; on_step() blocks only
-//     with UMSWAP_EVICT_COPY, for a launch that reaches memory copied to the host, until the
-//     advisor has brought it all back (docs/advisor.md "Evictions umswap copies").
+//   * on_step()/after_step() run on launching threads and allocate only to grow thread-local
+//     scratch; on_step() blocks with UMSWAP_EVICT_COPY, for a launch that reaches memory copied
+//     to the host, until the advisor has brought it all back (docs/advisor.md "Evictions umswap
+//     copies"), and for a launch that must find its memory on the GPU, for its prefetch calls
+//     and while the advisor thread issues one migration (resident_mutex).
 //   * on_finish() (from the tracer's exit handler, before the CUDA runtime tears down) stops and
 //     joins the thread; stats() may be called afterwards.
 //
@@ -68,12 +70,16 @@
 //     writes there is lost to the copy back. umswap cannot find such kernels in general, so this
 //     path is not the default; `umswap run --verify` runs a program on it once and reports every
 //     GPU page fault on a discarded page (copy_clashes.h, find_unforeseen_faults()).
-//   * Not for every kernel: a GPU page fault changes what some kernels compute (cuDNN's fused
-//     attention with dropout, with or without umswap; docs/RELIABILITY.md, "Kernels that a page
-//     fault changes"). The driver path serves an access nobody foresaw by a fault, so for such a
-//     kernel the invariant holds only where it takes no fault. New allocations are populated
-//     before the program gets them (ManagedAllocator::populate_on_allocation()), so a run
-//     without a budget takes none; under a budget the plan still leaves faults (issue 36, open).
+//   * Not for every kernel: cuDNN's fused attention with dropout computes a different output when
+//     part of its memory is not on the GPU (faulted in, or read through a mapping to the host),
+//     with or without umswap (docs/RELIABILITY.md, "Kernels that a page fault changes"). For such
+//     kernels (resident_launches.h) the launch path makes the invariant true itself: everything
+//     their parameters point at is prefetched to the GPU on their stream before they run, they
+//     wait for the migrations issued before them, and migrate() issues none while one is being
+//     launched (the later ones wait for it on the advisor's stream). What it cannot cover: a
+//     pointer such a kernel loads from memory, and a kernel with the same flaw not named there.
+//     New allocations are also populated before the program gets them
+//     (ManagedAllocator::populate_on_allocation()), so a run without a budget takes no faults.
 //   * Within the copy path, a copy out never reads pages whose copy back is still on its way
 //     (HostCopies::copy_back_pending(): it waits for that copy back's event, or the driver
 //     evicts): before 2026-11-28 a plan switch's copies back raced the new plan's copies out,

@@ -115,12 +115,10 @@ uint64_t boundary_at_or_after(uint64_t base, uint64_t period, uint64_t n) {
 struct DropTable {
   struct Window {
     uint32_t last_use, next_use;
-    uint32_t slot;            // index into `discarded`
-    uint32_t populate_ahead;  // as its Drop's (0 when nothing is populated ahead)
+    uint32_t slot;  // index into `discarded`
   };
   struct Populate {
     uint64_t address, bytes;
-    uint32_t ahead;  // launches before its use at which it is issued (0: at the use)
   };
   using Populates = std::vector<Populate>;
   std::unordered_map<uint64_t, std::vector<Window>> windows;
@@ -132,10 +130,8 @@ struct DropTable {
   mutable std::atomic<uint64_t> asked_outside{0};
   mutable std::atomic<uint64_t> unplanned{0};  // pages discarded because no range touches them
   // By phase: the whole pages of the drops whose next use is at that launch, which the launch
-  // path populates on the GPU (the allocator leaves them): at that launch on its stream, or,
-  // with `ahead`, at an earlier launch on launch_populate_stream (populate_early).
+  // path populates on the GPU at that launch, on its stream (the allocator leaves them).
   std::vector<Populates> populate_at;
-  std::vector<Populates> populate_early;  // by phase: the populates issued ahead at that launch
 };
 
 // A plan in force: the planner's actions indexed by phase, and where its buffers live now.
@@ -533,39 +529,8 @@ class AdvisorImpl {
   double learn_call_s = 0;
   OnceFlag warned_learn_failure;
   void learn_step(uint64_t index, CUstream s, const std::vector<tracer::PointerHit>* hits);
-  // Populates issued ahead of their use (UMSWAP_POPULATE_AHEAD), on launch_populate_stream after
-  // launch_issue_event (recorded on the launching stream); launch_populated_event follows them,
-  // and their users' streams wait for it. Under launch_populate_mutex (several launching threads).
-  CUstream launch_populate_stream = nullptr;
-  CUevent launch_issue_event = nullptr, launch_populated_event = nullptr;
-  std::mutex launch_populate_mutex;
-  std::atomic<uint64_t> early_populates{0}, early_populated_bytes{0};
-  std::atomic<uint64_t> early_populate_waits{0}, early_populate_failures{0};
-  // UMSWAP_POPULATE_SIDE: the batches of populates at their use issued on launch_populate_stream
-  // that may still wait on the GPU, oldest first (an event recorded behind each, and its number of
-  // calls), and the events free for reuse. Under launch_populate_mutex.
-  struct SideBatch {
-    CUevent done;
-    size_t calls;
-  };
-  std::deque<SideBatch> side_pending;
-  size_t side_pending_calls = 0;
-  std::vector<CUevent> side_spare;
-  std::atomic<uint64_t> side_populate_batches{0}, side_populate_throttled{0};
-  std::atomic<uint64_t> side_populate_throttle_ns{0}, side_populate_timeouts{0};
-  std::atomic<uint64_t> side_populate_failures{0}, side_populate_most_waiting{0};
-  // Drops the batches seen done; waits (polling, outside any call that could block) until `calls`
-  // more fit under config.populate_side, at most 2 s. False on timeout.
-  bool make_side_room(size_t calls);
-  // The populates `now` on launch_populate_stream, ordered after the launching stream's work so
-  // far and before its next; false (nothing issued) when they must go on the launching stream.
-  bool populate_beside(std::span<const DropTable::Populate> now, CUstream launching);
-  // Populates on the launching stream (`early` false) or ahead of their use; counted.
-  void populate_ranges(std::span<const DropTable::Populate> ranges, CUstream s, bool early);
-  // UMSWAP_POPULATE_AHEAD as plans use it: 0 without its stream.
-  uint32_t populate_ahead() const { return launch_populate_stream ? config.populate_ahead : 0; }
-  void launch_populate(const LivePlan& p, const DropTable& t, uint64_t index, uint64_t phase,
-                       CUstream launching);
+  // Populates on the launching stream; counted.
+  void populate_ranges(std::span<const DropTable::Populate> ranges, CUstream s);
   std::atomic<CUdevice> device_for_launches{0};
 
   // Advisor thread.
@@ -1060,8 +1025,7 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
     a.reached.record(a.d, index, stream);
   }
   // Dropped pages this launch is the next user of, populated on the GPU so that it neither
-  // faults them in (0.6 GB/s measured) nor had them from their allocation on; and those a later
-  // launch will use, populated ahead.
+  // faults them in (0.6 GB/s measured) nor had them from their allocation on.
   const bool populates = index >= p->applied_from && p->populates[phase];
   if (const std::shared_ptr<const DropTable> table =
           populates ? p->drops.load(std::memory_order_acquire) : nullptr;
@@ -1069,7 +1033,7 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
     if (!table->populate_at[phase].empty()) {
       a.note_launch_wait(index, stream, 0, 0, table->populate_at[phase].size());
     }
-    a.launch_populate(*p, *table, index, phase, stream);
+    a.populate_ranges(table->populate_at[phase], stream);
   }
   if (!p->keys.empty()) {
     if (p->keys[phase] != key) {
@@ -1309,158 +1273,26 @@ void AdvisorImpl::hold_for_resident_launches(std::unique_lock<std::mutex>& lock)
   }
 }
 
-void AdvisorImpl::populate_ranges(std::span<const DropTable::Populate> ranges, CUstream s,
-                                  bool early) {
+void AdvisorImpl::populate_ranges(std::span<const DropTable::Populate> ranges, CUstream s) {
   if (ranges.empty()) return;
   CUmemLocation gpu{};
   gpu.type = CU_MEM_LOCATION_TYPE_DEVICE;
   gpu.id = device_for_launches.load(std::memory_order_relaxed);
-  std::atomic<uint64_t>& calls = early ? early_populates : launch_populates;
-  std::atomic<uint64_t>& bytes_done = early ? early_populated_bytes : launch_populated_bytes;
-  for (const auto& [address, bytes, ahead] : ranges) {
+  for (const auto& [address, bytes] : ranges) {
     const int64_t before = now_ns();
     const CUresult r = d.mem_prefetch_async(address, bytes, gpu, 0, s);
-    if (!early) {
-      const auto took = static_cast<uint64_t>(now_ns() - before);
-      launch_populate_call_ns.fetch_add(took, std::memory_order_relaxed);
-      uint64_t longest = launch_populate_longest_ns.load(std::memory_order_relaxed);
-      while (took > longest && !launch_populate_longest_ns.compare_exchange_weak(
-                                   longest, took, std::memory_order_relaxed)) {
-      }
+    const auto took = static_cast<uint64_t>(now_ns() - before);
+    launch_populate_call_ns.fetch_add(took, std::memory_order_relaxed);
+    uint64_t longest = launch_populate_longest_ns.load(std::memory_order_relaxed);
+    while (took > longest && !launch_populate_longest_ns.compare_exchange_weak(
+                                 longest, took, std::memory_order_relaxed)) {
     }
     if (r == CUDA_SUCCESS) {
-      calls.fetch_add(1, std::memory_order_relaxed);
-      bytes_done.fetch_add(bytes, std::memory_order_relaxed);
+      launch_populates.fetch_add(1, std::memory_order_relaxed);
+      launch_populated_bytes.fetch_add(bytes, std::memory_order_relaxed);
       tracer::note_launch_populate(address, bytes);  // at this launch's GPU start
-    } else if (early) {
-      early_populate_failures.fetch_add(1, std::memory_order_relaxed);
     }
   }
-}
-
-// At launch `index` (phase `phase` of plan p): the populates whose use this is, unless issued
-// ahead (then the launch's stream waits for them), and the populates issued ahead here.
-void AdvisorImpl::launch_populate(const LivePlan& p, const DropTable& t, uint64_t index,
-                                  uint64_t phase, CUstream launching) {
-  if (!launch_populate_stream) {  // the default: each at its use
-    populate_ranges(t.populate_at[phase], launching, false);
-    return;
-  }
-  const bool side = config.populate_side > 0 && d.event_query;
-  thread_local DropTable::Populates now;
-  now.clear();
-  bool wait = false;
-  for (const DropTable::Populate& r : t.populate_at[phase]) {
-    // Issued ahead only if that launch was under this plan's actions.
-    if (r.ahead > 0 && index >= p.applied_from + r.ahead) {
-      wait = true;
-    } else {
-      now.push_back(r);
-    }
-  }
-  const DropTable::Populates* early =
-      phase < t.populate_early.size() ? &t.populate_early[phase] : nullptr;
-  const bool issue = early && !early->empty();
-  if (!wait && !issue && (!side || now.empty())) {
-    populate_ranges(now, launching, false);
-    return;
-  }
-  std::lock_guard lock(launch_populate_mutex);
-  // The event's latest record follows every populate issued ahead so far, this launch's among
-  // them (none is issued after it here: those below come after the wait).
-  if (wait) {
-    if (d.stream_wait_event(launching, launch_populated_event, 0) == CUDA_SUCCESS) {
-      early_populate_waits.fetch_add(1, std::memory_order_relaxed);
-    } else {
-      early_populate_failures.fetch_add(1, std::memory_order_relaxed);
-    }
-  }
-  if (!side || !populate_beside(now, launching)) populate_ranges(now, launching, false);
-  if (!issue) return;
-  // After everything the launching stream has so far: the discards at the frees before this
-  // launch (a free at this phase or later does not discard these pages: DropTable::Window).
-  if (d.event_record(launch_issue_event, launching) != CUDA_SUCCESS ||
-      d.stream_wait_event(launch_populate_stream, launch_issue_event, 0) != CUDA_SUCCESS) {
-    // Not ordered after the discards: not issued; their users fault the pages in.
-    early_populate_failures.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
-  populate_ranges(*early, launch_populate_stream, true);
-  if (d.event_record(launch_populated_event, launch_populate_stream) != CUDA_SUCCESS) {
-    early_populate_failures.fetch_add(1, std::memory_order_relaxed);
-  }
-}
-
-bool AdvisorImpl::make_side_room(size_t calls) {
-  const auto drop_done = [&] {
-    while (!side_pending.empty() && d.event_query(side_pending.front().done) == CUDA_SUCCESS) {
-      side_pending_calls -= side_pending.front().calls;
-      side_spare.push_back(side_pending.front().done);
-      side_pending.pop_front();
-    }
-  };
-  drop_done();
-  if (side_pending.empty() || side_pending_calls + calls <= config.populate_side) return true;
-  side_populate_throttled.fetch_add(1, std::memory_order_relaxed);
-  const int64_t start = now_ns();
-  bool fits = true;
-  while (!side_pending.empty() && side_pending_calls + calls > config.populate_side) {
-    if (now_ns() - start > 2'000'000'000) {
-      fits = false;
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
-    drop_done();
-  }
-  side_populate_throttle_ns.fetch_add(static_cast<uint64_t>(now_ns() - start),
-                                      std::memory_order_relaxed);
-  if (!fits) side_populate_timeouts.fetch_add(1, std::memory_order_relaxed);
-  return fits;
-}
-
-bool AdvisorImpl::populate_beside(std::span<const DropTable::Populate> now, CUstream launching) {
-  if (now.empty()) return true;
-  // Past the cap for 2 s: on the launching stream, as without the option (its thread then blocks
-  // in its next launch until the GPU runs them, which is what the option avoids, not a danger).
-  if (!make_side_room(now.size())) return false;
-  CUevent batch_done = nullptr;
-  if (!side_spare.empty()) {
-    batch_done = side_spare.back();
-    side_spare.pop_back();
-  } else if (d.event_create(&batch_done, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
-    side_populate_failures.fetch_add(1, std::memory_order_relaxed);
-    return false;
-  }
-  // After everything on the launching stream so far (the discards at the frees before this launch
-  // among it), as on that stream.
-  if (d.event_record(launch_issue_event, launching) != CUDA_SUCCESS ||
-      d.stream_wait_event(launch_populate_stream, launch_issue_event, 0) != CUDA_SUCCESS) {
-    side_spare.push_back(batch_done);
-    side_populate_failures.fetch_add(1, std::memory_order_relaxed);
-    return false;
-  }
-  populate_ranges(now, launch_populate_stream, false);
-  // The launch waits for them. Recorded behind every populate issued on that stream so far (ahead
-  // ones too), as launch_populated_event is.
-  if (d.event_record(batch_done, launch_populate_stream) != CUDA_SUCCESS ||
-      d.stream_wait_event(launching, batch_done, 0) != CUDA_SUCCESS) {
-    // The populates were issued but the launch cannot be ordered after them: wait for them here,
-    // outside the driver's calls that block, for at most 2 s (past that the launch faults in what
-    // is not populated yet: slower, never wrong).
-    side_populate_failures.fetch_add(1, std::memory_order_relaxed);
-    const int64_t start = now_ns();
-    while (d.event_query(batch_done) == CUDA_ERROR_NOT_READY && now_ns() - start < 2'000'000'000) {
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    }
-    side_spare.push_back(batch_done);
-    return true;
-  }
-  (void)d.event_record(launch_populated_event, launch_populate_stream);
-  side_pending.push_back({batch_done, now.size()});
-  side_pending_calls += now.size();
-  side_populate_batches.fetch_add(1, std::memory_order_relaxed);
-  raise_to(side_populate_most_waiting, side_pending_calls);
-  return true;
 }
 
 bool AdvisorImpl::populate_later(uint64_t page) {
@@ -1468,16 +1300,8 @@ bool AdvisorImpl::populate_later(uint64_t page) {
   return table && table->windows.contains(page);
 }
 
-// A sweep's discard runs on sweep_stream, in no order with the launches' streams: never of a
-// page that a launch populates ahead (the two could run at once).
+// A sweep's discard (on sweep_stream): as a free's.
 bool AdvisorImpl::sweep_may_discard(uint64_t page) {
-  if (const std::shared_ptr<const DropTable> table = applied_drops(nullptr, nullptr)) {
-    if (const auto it = table->windows.find(page); it != table->windows.end()) {
-      for (const DropTable::Window& w : it->second) {
-        if (w.populate_ahead != 0) return false;
-      }
-    }
-  }
   return discard_page(page);
 }
 
@@ -1495,8 +1319,7 @@ bool AdvisorImpl::discard_page(uint64_t page) {
   }
   const uint64_t phase = (n - 1 - p->base) % p->period;  // the free came after launch n - 1
   for (const DropTable::Window& w : it->second) {
-    if (Drop{{}, w.last_use, w.next_use, Drop::kAfterLastUse, w.populate_ahead}.may_discard_at(
-            phase, p->period)) {
+    if (Drop{{}, w.last_use, w.next_use, Drop::kAfterLastUse}.covers(phase)) {
       discards_approved.fetch_add(1, std::memory_order_relaxed);
       table->discarded[w.slot].fetch_add(1, std::memory_order_relaxed);
       return true;
@@ -1551,15 +1374,6 @@ bool AdvisorImpl::set_up() {
     fallback = "could not create the advisor's stream";
     log_warning("advisor off: {}", fallback);
     return false;
-  }
-  if ((config.populate_ahead > 0 || config.populate_side > 0) &&
-      (d.stream_create(&launch_populate_stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
-       d.event_create(&launch_issue_event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
-       d.event_create(&launch_populated_event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)) {
-    launch_populate_stream = nullptr;  // populates at their use, on the launching stream
-    log_warning(
-        "UMSWAP_POPULATE_AHEAD/UMSWAP_POPULATE_SIDE: could not create their stream or events; "
-        "dropped pages are populated at their use, on the launching stream");
   }
   device_for_launches.store(device, std::memory_order_relaxed);
   for (EventRing* ring : {&done, &reached}) {
@@ -1622,7 +1436,6 @@ bool AdvisorImpl::set_up() {
   if (g_op_log) {
     for (auto [on, name] : {std::pair{stream, "main"},
                             {sweep_stream, "sweep"},
-                            {launch_populate_stream, "launch populate"},
                             {restore_stream, "restore"},
                             {populate_stream, "populate"},
                             {discard_stream, "discard"}}) {
@@ -1660,7 +1473,7 @@ void AdvisorImpl::run() {
     auto p = std::make_unique<LivePlan>();
     if (make_replay_plan(*matcher, budget, config.room_slack, config.prefetch_bytes_per_s,
                          config.evict_bytes_per_s, &p->plan, &p->base, &p->period, &why,
-                         use_lifetimes(), populate_ahead())) {
+                         use_lifetimes())) {
       if (config.place && use_lifetimes()) {
         place_from_trace();
         place_at = boundary_at_or_after(p->base, p->period, launched.load());
@@ -2206,7 +2019,6 @@ std::unique_ptr<LivePlan> AdvisorImpl::build_plan(uint64_t e, uint64_t first,
   in.budget_bytes = budget - in.room_slack_bytes;
   in.prefetch_bytes_per_s = config.prefetch_bytes_per_s;
   in.evict_bytes_per_s = config.evict_bytes_per_s;
-  in.populate_ahead_steps = populate_ahead();
   if (use_lifetimes()) {
     std::vector<std::pair<uint64_t, uint64_t>> buffers;  // (base, size) by plan buffer
     for (size_t b = 0; b < p->address.size(); ++b) {
@@ -2325,7 +2137,6 @@ void AdvisorImpl::index_plan(LivePlan& plan_ref) {
   for (const Drop& drop : plan_data.drops) {
     if (drop.next_use >= p->period) continue;
     p->populates[drop.next_use] = 1;
-    p->populates[drop.populated_at(p->period)] = 1;
   }
   p->first_action.assign(p->period + 1, 0);
   for (const Action& a : plan_data.actions) {
@@ -3810,7 +3621,6 @@ void AdvisorImpl::stop_copies(const std::string& why, bool for_good) {
 void AdvisorImpl::build_drops(LivePlan& p) {
   auto table = std::make_shared<DropTable>();
   table->populate_at.resize(p.period);
-  table->populate_early.resize(p.period);
   uint64_t slots = 0;
   for (const Drop& drop : p.plan.drops) {
     if (!resolve(p, drop.range.buffer)) {
@@ -3819,17 +3629,12 @@ void AdvisorImpl::build_drops(LivePlan& p) {
     }
     const auto [first, end] =
         whole_pages(p.address[drop.range.buffer] + drop.range.offset, drop.range.length);
-    // The plan was made with populates ahead only when their stream exists.
-    const uint32_t ahead = drop.populate_ahead;
     for (uint64_t page = first; page < end; page += kPage) {
       table->windows[page].push_back(
-          {drop.last_use, drop.next_use, static_cast<uint32_t>(slots++), ahead});
+          {drop.last_use, drop.next_use, static_cast<uint32_t>(slots++)});
     }
     if (first < end && drop.next_use < p.period) {
-      table->populate_at[drop.next_use].push_back({first, end - first, ahead});
-      if (ahead > 0)
-        table->populate_early[drop.populated_at(p.period)].push_back(
-            table->populate_at[drop.next_use].back());
+      table->populate_at[drop.next_use].push_back({first, end - first});
     }
   }
   table->discarded = std::vector<std::atomic<uint32_t>>(slots);
@@ -3930,18 +3735,6 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
       {"launch_populate_call_seconds", a.launch_populate_call_ns.load() * 1e-9},
       {"launch_populate_longest_call_seconds", a.launch_populate_longest_ns.load() * 1e-9},
       {"launch_path_seconds", a.launch_path_ns.load() * 1e-9},
-      {"populate_ahead", a.populate_ahead()},
-      {"early_populates", a.early_populates.load()},
-      {"early_populated_bytes", a.early_populated_bytes.load()},
-      {"early_populate_waits", a.early_populate_waits.load()},
-      {"early_populate_failures", a.early_populate_failures.load()},
-      {"populate_side", a.launch_populate_stream ? a.config.populate_side : 0},
-      {"side_populate_batches", a.side_populate_batches.load()},
-      {"side_populate_most_waiting", a.side_populate_most_waiting.load()},
-      {"side_populate_throttled", a.side_populate_throttled.load()},
-      {"side_populate_throttle_seconds", a.side_populate_throttle_ns.load() * 1e-9},
-      {"side_populate_timeouts", a.side_populate_timeouts.load()},
-      {"side_populate_failures", a.side_populate_failures.load()},
       {"prefetch_call_seconds", a.prefetch_call_s},
       {"evict_call_seconds", a.evict_call_s},
       {"longest_call_seconds", a.longest_call_s},

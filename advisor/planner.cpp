@@ -869,7 +869,7 @@ Plan make_plan(const PlanInput& input) {
   std::vector<RawAction> raw;
   raw.reserve(2 * moved.size());
   struct RawDrop {
-    uint32_t block, last_use, next_use, room_at, populate_ahead;
+    uint32_t block, last_use, next_use, room_at;
   };
   std::vector<RawDrop> dropped;
   std::vector<uint8_t> resident_at_start(tr.blocks(), 0);
@@ -887,23 +887,9 @@ Plan make_plan(const PlanInput& input) {
     const uint64_t u2 = tr.use_step[j] + S;  // unrolled use, in [S, 2S)
     const uint64_t u1 = u2 - tr.prev_dist[j];
     if (tr.dead[j]) {  // discarded at a free, populated when handed out again
-      // Populated ahead of the use where the room allows, from the launch after the free on.
       const uint64_t room_at = u1 + tr.dead_hold[j];
-      uint64_t ahead = 0;
-      if (input.populate_ahead_steps > 0 && room_at < u2) {
-        const uint64_t most = std::min<uint64_t>(
-            {input.populate_ahead_steps, u2 - room_at, max_ahead[tr.use_step[j]]});
-        if (most > 0) {
-          const uint64_t p = tree.last_unfit(u2 - most, u2 - 1, bytes, false) + 1;
-          if (p < u2) {
-            tree.add(p, u2 - 1, -bytes, 0);
-            ahead = u2 - p;
-            if (p < S) resident_at_start[b] = 1;  // populated in the iteration before
-          }
-        }
-      }
       dropped.push_back({b, static_cast<uint32_t>(u1 % S), static_cast<uint32_t>(u2 % S),
-                         static_cast<uint32_t>(room_at % S), static_cast<uint32_t>(ahead)});
+                         static_cast<uint32_t>(room_at % S)});
       continue;
     }
     // Evicted at the launch after the last use; back at p in [u1 + 2, u2].
@@ -1004,7 +990,6 @@ Plan make_plan(const PlanInput& input) {
     if (x.last_use != y.last_use) return x.last_use < y.last_use;
     if (x.next_use != y.next_use) return x.next_use < y.next_use;
     if (x.room_at != y.room_at) return x.room_at < y.room_at;
-    if (x.populate_ahead != y.populate_ahead) return x.populate_ahead < y.populate_ahead;
     return tr.block_index[x.block] < tr.block_index[y.block];
   });
   for (const RawDrop& d : dropped) {
@@ -1015,17 +1000,13 @@ Plan make_plan(const PlanInput& input) {
       Drop& prev = plan.drops.back();
       if (prev.range.buffer == buffer && prev.last_use == d.last_use &&
           prev.next_use == d.next_use && prev.room_at == d.room_at &&
-          prev.populate_ahead == d.populate_ahead &&
           prev.range.offset + prev.range.length == offset) {
         prev.range.length += tr.block_bytes[d.block];
         continue;
       }
     }
-    plan.drops.push_back({{buffer, offset, tr.block_bytes[d.block]},
-                          d.last_use,
-                          d.next_use,
-                          d.room_at,
-                          d.populate_ahead});
+    plan.drops.push_back(
+        {{buffer, offset, tr.block_bytes[d.block]}, d.last_use, d.next_use, d.room_at});
   }
   std::sort(plan.drops.begin(), plan.drops.end(), [](const Drop& x, const Drop& y) {
     if (x.range.buffer != y.range.buffer) return x.range.buffer < y.range.buffer;
@@ -1177,8 +1158,7 @@ Simulation simulate_on(const Trace& tr, const PlanInput& input, const Plan& plan
   // Drops: at the launch after last_use (with drops_at_frees, at room_at), of blocks whose gap
   // from last_use to next_use is dead.
   std::vector<std::vector<uint32_t>> drops_at(S);
-  std::vector<std::vector<uint32_t>> populates_at(S);  // dropped blocks populated ahead of use
-  std::vector<uint8_t> dropped(tr.blocks(), 0);        // not resident because dropped
+  std::vector<uint8_t> dropped(tr.blocks(), 0);  // not resident because dropped
   for (const Drop& d : plan.drops) {
     if (d.last_use >= S || d.next_use >= S)
       bad_input("simulate", "a drop names step " +
@@ -1196,13 +1176,6 @@ Simulation simulate_on(const Trace& tr, const PlanInput& input, const Plan& plan
         bad_input("simulate", "a drop's room_at names step " + std::to_string(d.room_at) +
                                   ", but the iteration has " + std::to_string(S) + " steps");
       drops_at[at_free ? d.room_at : (d.last_use + 1) % S].push_back(b);
-      if (d.populate_ahead > 0) {
-        if (d.populate_ahead >= S)
-          bad_input("simulate", "a drop is populated " + std::to_string(d.populate_ahead) +
-                                    " steps ahead, but the iteration has " + std::to_string(S) +
-                                    " steps");
-        populates_at[d.populated_at(S)].push_back(b);
-      }
       // Dropped across the iteration boundary and not resident at the start: dropped already.
       if (!resident[b] && d.last_use == tr.last_use_step(b) && d.next_use == tr.first_use_step(b))
         dropped[b] = 1;
@@ -1241,13 +1214,6 @@ Simulation simulate_on(const Trace& tr, const PlanInput& input, const Plan& plan
                        }
                      });
         }
-      }
-      for (const uint32_t b : populates_at[i]) {
-        if (resident[b] || !dropped[b]) continue;  // not dropped (yet): nothing to populate
-        dropped[b] = 0;
-        resident[b] = 1;
-        resident_bytes += tr.block_bytes[b];
-        sim.bytes_populated += tr.block_bytes[b];
       }
       sim.peak_resident_bytes = std::max(sim.peak_resident_bytes, resident_bytes);
       for (uint64_t j = tr.step_begin[i]; j < tr.step_begin[i + 1]; ++j) {

@@ -146,8 +146,7 @@ std::optional<size_t> replay_iteration(const trace::Trace& t) {
 
 bool make_replay_plan(const ReplayMatcher& matcher, uint64_t budget, uint64_t room_slack,
                       double prefetch_bytes_per_s, double evict_bytes_per_s, Plan* plan,
-                      uint64_t* base, uint64_t* period, std::string* why, bool lifetimes,
-                      uint32_t populate_ahead) {
+                      uint64_t* base, uint64_t* period, std::string* why, bool lifetimes) {
   const trace::Trace& t = matcher.trace();
   const uint64_t p = t.detection.period;
   if (const std::optional<size_t> i = replay_iteration(t)) {
@@ -157,7 +156,6 @@ bool make_replay_plan(const ReplayMatcher& matcher, uint64_t budget, uint64_t ro
     in.room_slack_bytes = slack;
     in.prefetch_bytes_per_s = prefetch_bytes_per_s;
     in.evict_bytes_per_s = evict_bytes_per_s;
-    in.populate_ahead_steps = populate_ahead;
     try {
       *plan = make_plan(in);
     } catch (const std::exception& e) {

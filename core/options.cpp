@@ -107,17 +107,6 @@ constexpr std::array kOptionTable = {
                "blocks the 57th or so such call until one runs, and a blocked advisor never "
                "writes the words launches wait for. 8 ended the cuDNN sample's hang with "
                "UMSWAP_EVICT_COPY; 0: no cap (docs/advisor.md)"},
-    OptionInfo{"UMSWAP_POPULATE_AHEAD", "0",
-               "experimental, 0-64: a page dropped at a free (dead data) is populated on the GPU "
-               "up to this many launches before its next use, on a stream of its own, where the "
-               "budget has room; 0: at the use, on the program's stream. 4 made no measured "
-               "difference on VGG-16 or GPT-2 (docs/advisor.md)"},
-    OptionInfo{"UMSWAP_POPULATE_SIDE", "0",
-               "experimental, 0-48: a dropped page's populate at its next use goes on a stream "
-               "of its own, ordered as on the program's stream, so that the program's thread "
-               "does not block in its next launch until the GPU has run the populate; at most "
-               "this many such calls wait on the GPU at once (the launch path waits, outside "
-               "the driver, before issuing more). 0: on the program's stream (docs/advisor.md)"},
     OptionInfo{"UMSWAP_LEARN_EVICT", "1",
                "1: while the advisor learns (no plan in force yet), each launch first sends the "
                "least recently used 2 MiB blocks to the host, on its own stream, until the blocks "
@@ -262,8 +251,25 @@ std::span<const OptionInfo> option_table() {
   return kOptionTable;
 }
 
+// Options that were measured, did not help and are gone (docs/lab/tried-and-removed.md): set,
+// each is named in a warning and ignored.
+constexpr RemovedOption kRemovedOptions[] = {
+    {"UMSWAP_POPULATE_AHEAD", "populating dropped pages ahead of their use made no difference"},
+    {"UMSWAP_POPULATE_SIDE", "populating dropped pages beside the program's stream did not help"},
+};
+
+std::span<const RemovedOption> removed_options() {
+  return kRemovedOptions;
+}
+
 Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warnings) {
   Options options;
+  for (const auto& [name, why] : kRemovedOptions) {
+    const char* v = lookup ? lookup(std::string(name).c_str()) : nullptr;
+    if (v && warnings) {
+      warnings->push_back(fmt::format("{} is no longer an option ({}); ignored", name, why));
+    }
+  }
   auto warn = [&](const char* name, const char* value, std::string_view why,
                   std::string_view default_text) {
     if (warnings) {
@@ -352,8 +358,6 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
   }
   read_int("UMSWAP_CALLSITE_DEPTH", 0, 32, &options.callsite_depth, "8");
   read_int("UMSWAP_MANAGED_OPS_CAP", 0, 48, &options.managed_ops_cap, "0");
-  read_int("UMSWAP_POPULATE_AHEAD", 0, 64, &options.populate_ahead, "0");
-  read_int("UMSWAP_POPULATE_SIDE", 0, 48, &options.populate_side, "0");
   if (const char* v = read("UMSWAP_TRACE")) options.trace_path = std::string(trim(v));
   if (const char* v = read("UMSWAP_TRACE_ITERATIONS")) {
     const std::string_view t = trim(v);
@@ -440,8 +444,6 @@ std::vector<std::string> describe(const Options& options) {
       fmt::format("UMSWAP_EVICT_COPY_OUT_PIECE={}",
                   SizeSpec{options.evict_copy_out_piece}.to_string()),
       fmt::format("UMSWAP_MANAGED_OPS_CAP={}", options.managed_ops_cap),
-      fmt::format("UMSWAP_POPULATE_AHEAD={}", options.populate_ahead),
-      fmt::format("UMSWAP_POPULATE_SIDE={}", options.populate_side),
       fmt::format("UMSWAP_LEARN_EVICT={}", options.learn_evict ? 1 : 0),
       fmt::format("UMSWAP_HOST_GATE={}", options.host_gate),
       fmt::format("UMSWAP_HANG_STACKS={}", options.hang_stacks ? 1 : 0),

@@ -881,95 +881,22 @@ TEST(PlannerLifetimes, RandomTracesReplayCleanlyAndMoveLess) {
   EXPECT_GT(dropped, 0u);
 }
 
-// Drops populated ahead of their next use (PlanInput::populate_ahead_steps): never before the
-// launch after the free, never more launches ahead than asked, and counted from there, so the
-// plan still replays within its budget, with the same bytes moved.
-TEST(PlannerLifetimes, DropsArePopulatedAheadWithinTheRoomAfterTheFree) {
-  int ahead_drops = 0, short_of_asked = 0;
-  for (uint32_t seed = 1; seed <= 10; ++seed) {
-    for (const double fraction : {0.4, 0.7, 0.9}) {
-      for (const uint32_t asked : {1u, 3u, 8u}) {
-        SCOPED_TRACE("seed " + std::to_string(seed) + " fraction " + std::to_string(fraction) +
-                     " ahead " + std::to_string(asked));
-        PlanInput in = random_lifetime_trace(seed, 120, 4, 24, fraction, 3);
-        const Plan at_use = make_plan(in);
-        in.populate_ahead_steps = asked;
-        const Plan plan = make_plan(in);
-        if (!plan.unfit_steps.empty()) continue;
-        expect_clean(in, plan, 4);
-        EXPECT_EQ(simulate(in, plan, 3, true).peak_resident_bytes,
-                  plan.peak_resident_at_frees_bytes);
-        EXPECT_EQ(plan.bytes_prefetched_per_iteration, at_use.bytes_prefetched_per_iteration);
-        EXPECT_EQ(plan.bytes_dropped_per_iteration, at_use.bytes_dropped_per_iteration);
-        const auto S = static_cast<uint32_t>(in.steps.size());
-        for (const Drop& d : plan.drops) {
-          EXPECT_LE(d.populate_ahead, asked);
-          const uint32_t room_at =
-              d.room_at == Drop::kAfterLastUse ? (d.last_use + 1) % S : d.room_at;
-          // The launch that populates is in [room_at, next_use), cyclically.
-          const uint32_t gap = (d.next_use + S - room_at) % S;
-          EXPECT_LE(d.populate_ahead, gap == 0 ? S : gap);
-          ahead_drops += d.populate_ahead > 0;
-          short_of_asked += d.populate_ahead > 0 && d.populate_ahead < std::min(asked, gap);
-        }
-      }
-    }
-  }
-  EXPECT_GT(ahead_drops, 100);
-  EXPECT_GT(short_of_asked, 0);  // the room, not only the free, bounds some
-}
-
-// A free at or after the launch that populates a drop ahead must not discard it.
-TEST(PlannerLifetimes, NoDiscardFromTheLaunchThatPopulatesAhead) {
-  Drop d{{}, 3, 9, Drop::kAfterLastUse, 0};  // window [3, 9) of 12
-  EXPECT_FALSE(d.may_discard_at(2, 12));
-  EXPECT_TRUE(d.may_discard_at(3, 12));
-  EXPECT_TRUE(d.may_discard_at(8, 12));
-  EXPECT_FALSE(d.may_discard_at(9, 12));
-  d.populate_ahead = 2;  // populated at launch 7
-  EXPECT_TRUE(d.may_discard_at(6, 12));
-  EXPECT_FALSE(d.may_discard_at(7, 12));
-  EXPECT_FALSE(d.may_discard_at(8, 12));
-  const Drop wraps{{}, 10, 2, Drop::kAfterLastUse, 3};  // window [10, 2), populated at 11
-  EXPECT_TRUE(wraps.may_discard_at(10, 12));
-  EXPECT_FALSE(wraps.may_discard_at(11, 12));
-  EXPECT_FALSE(wraps.may_discard_at(0, 12));
-  const Drop across{{}, 10, 4, Drop::kAfterLastUse, 3};  // window [10, 4), populated at 1
-  EXPECT_TRUE(across.may_discard_at(11, 12));
-  EXPECT_TRUE(across.may_discard_at(0, 12));
-  EXPECT_FALSE(across.may_discard_at(1, 12));
-  EXPECT_FALSE(across.may_discard_at(5, 12));
-  const Drop whole{{}, 5, 5, Drop::kAfterLastUse, 0};  // any free
-  EXPECT_TRUE(whole.may_discard_at(5, 12));
-  EXPECT_TRUE(whole.may_discard_at(4, 12));
-}
-
-// With no room to spare, a drop is populated at its use; given room, ahead of it.
-TEST(PlannerLifetimes, DropsArePopulatedAtTheirUseWithoutRoom) {
-  Builder t;
-  const uint32_t w = t.buffer(kBlock);
-  const uint32_t slab = t.buffer(3 * kBlock);
-  const PlanRange x{slab, 0, kBlock}, y{slab, kBlock, kBlock}, z{slab, 2 * kBlock, kBlock};
-  t.step({whole(t.in, w), x}).step({x, y}).step({y, z}).step({whole(t.in, w), z});
-  t.in.lifetimes = {{0, false, y}, {1, true, x}, {1, false, z},
-                    {2, true, y},  {3, true, z}, {3, false, x}};
-  t.in.populate_ahead_steps = 4;
-  t.in.budget_bytes = 3 * kBlock;  // w and y kept; x and z dropped, every step full
-  const Plan tight = make_plan(t.in);
-  expect_clean(t.in, tight, 4);
-  ASSERT_EQ(tight.drops.size(), 2u);
-  for (const Drop& d : tight.drops) EXPECT_EQ(d.populate_ahead, 0u);
-
-  // A step using only w after the last: x (freed after step 1, used again at step 0) fits at it.
-  t.step({whole(t.in, w)});
-  t.in.lifetimes.back().after_step = 4;  // x allocated after the new step
-  const Plan roomy = make_plan(t.in);
-  expect_clean(t.in, roomy, 4);
-  ASSERT_FALSE(roomy.drops.empty());
-  EXPECT_EQ(roomy.drops[0].range, x);
-  EXPECT_EQ(roomy.drops[0].populate_ahead, 1u);  // at step 4
-  const Simulation sim = simulate(t.in, roomy, 3);
-  EXPECT_EQ(sim.resident_by_step[4], 3 * kBlock);  // w, z (held to its free) and x populated
+// A free discards a dropped block only inside its window [last_use, next_use), cyclically.
+TEST(PlannerLifetimes, AFreeDiscardsOnlyInsideTheWindow) {
+  const Drop d{{}, 3, 9, Drop::kAfterLastUse};  // window [3, 9) of 12
+  EXPECT_FALSE(d.covers(2));
+  EXPECT_TRUE(d.covers(3));
+  EXPECT_TRUE(d.covers(8));
+  EXPECT_FALSE(d.covers(9));
+  const Drop across{{}, 10, 4, Drop::kAfterLastUse};  // window [10, 4)
+  EXPECT_TRUE(across.covers(11));
+  EXPECT_TRUE(across.covers(0));
+  EXPECT_TRUE(across.covers(3));
+  EXPECT_FALSE(across.covers(4));
+  EXPECT_FALSE(across.covers(9));
+  const Drop whole{{}, 5, 5, Drop::kAfterLastUse};  // any free
+  EXPECT_TRUE(whole.covers(5));
+  EXPECT_TRUE(whole.covers(4));
 }
 
 // Freed launches after their last use: the plan holds each block until its free, so its budget

@@ -511,33 +511,20 @@ TEST(ParseOptions, EvictCopyOutPieceIsASizeOffByDefault) {
   EXPECT_NE(warnings[0].find("using the default 0"), std::string::npos) << warnings[0];
 }
 
-TEST(ParseOptions, PopulateSideIsAWholeNumberUpTo48) {
+TEST(ParseOptions, RemovedOptionsAreNamedAndIgnored) {
   std::vector<std::string> warnings;
-  EXPECT_EQ(parse({}, &warnings).populate_side, 0);
-  EXPECT_EQ(parse({{"UMSWAP_POPULATE_SIDE", "8"}}, &warnings).populate_side, 8);
-  EXPECT_EQ(parse({{"UMSWAP_POPULATE_SIDE", " 48"}}, &warnings).populate_side, 48);
+  parse({{"UMSWAP_POPULATE_AHEAD", "4"}, {"UMSWAP_POPULATE_SIDE", "8"}}, &warnings);
+  ASSERT_EQ(warnings.size(), 2u);
+  EXPECT_NE(warnings[0].find("UMSWAP_POPULATE_AHEAD is no longer an option"), std::string::npos)
+      << warnings[0];
+  EXPECT_NE(warnings[1].find("UMSWAP_POPULATE_SIDE is no longer an option"), std::string::npos)
+      << warnings[1];
+  warnings.clear();
+  parse({}, &warnings);
   EXPECT_TRUE(warnings.empty());
-  for (const char* bad : {"49", "-1", "2.5", "yes"}) {
-    warnings.clear();
-    EXPECT_EQ(parse({{"UMSWAP_POPULATE_SIDE", bad}}, &warnings).populate_side, 0) << bad;
-    ASSERT_EQ(warnings.size(), 1u) << bad;
-    EXPECT_NE(warnings[0].find("UMSWAP_POPULATE_SIDE"), std::string::npos);
-    EXPECT_NE(warnings[0].find("from 0 to 48"), std::string::npos);
-  }
-}
-
-TEST(ParseOptions, PopulateAheadIsAWholeNumberUpTo64) {
-  std::vector<std::string> warnings;
-  EXPECT_EQ(parse({}, &warnings).populate_ahead, 0);
-  EXPECT_EQ(parse({{"UMSWAP_POPULATE_AHEAD", "0"}}, &warnings).populate_ahead, 0);
-  EXPECT_EQ(parse({{"UMSWAP_POPULATE_AHEAD", "64 "}}, &warnings).populate_ahead, 64);
-  EXPECT_TRUE(warnings.empty());
-  for (const char* bad : {"65", "-2", "4.5", "far"}) {
-    warnings.clear();
-    EXPECT_EQ(parse({{"UMSWAP_POPULATE_AHEAD", bad}}, &warnings).populate_ahead, 0) << bad;
-    ASSERT_EQ(warnings.size(), 1u) << bad;
-    EXPECT_NE(warnings[0].find("UMSWAP_POPULATE_AHEAD"), std::string::npos);
-    EXPECT_NE(warnings[0].find("from 0 to 64"), std::string::npos);
+  for (const OptionInfo& o : option_table()) {
+    EXPECT_NE(std::string(o.name), "UMSWAP_POPULATE_AHEAD");
+    EXPECT_NE(std::string(o.name), "UMSWAP_POPULATE_SIDE");
   }
 }
 
@@ -632,7 +619,12 @@ std::set<std::string> table_names() {
 TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
   FakeEnv env({});
   parse_options(env.lookup(), nullptr);
-  EXPECT_EQ(table_names(), env.asked());
+  std::set<std::string> asked = env.asked();
+  for (const RemovedOption& r : removed_options()) {
+    EXPECT_EQ(asked.erase(std::string(r.name)), 1u) << r.name;  // asked, to be named if set
+    EXPECT_FALSE(table_names().contains(std::string(r.name))) << r.name;
+  }
+  EXPECT_EQ(table_names(), asked);
   EXPECT_EQ(table_names(), (std::set<std::string>{"UMSWAP_MODE",
                                                   "UMSWAP_BUDGET",
                                                   "UMSWAP_MANAGED_LIMIT",
@@ -653,8 +645,6 @@ TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
                                                   "UMSWAP_ROOM_SLACK",
                                                   "UMSWAP_EVICT_COPY_AHEAD",
                                                   "UMSWAP_MANAGED_OPS_CAP",
-                                                  "UMSWAP_POPULATE_AHEAD",
-                                                  "UMSWAP_POPULATE_SIDE",
                                                   "UMSWAP_LEARN_EVICT",
                                                   "UMSWAP_EVICT_COPY_CHUNK",
                                                   "UMSWAP_EVICT_COPY_OUT_PIECE",
@@ -666,7 +656,7 @@ TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
                                                   "UMSWAP_DISCARD_FREED",
                                                   "UMSWAP_LIFETIMES",
                                                   "UMSWAP_PLACEMENT"}));
-  EXPECT_EQ(option_table().size(), 33u);  // no duplicates
+  EXPECT_EQ(option_table().size(), 31u);  // no duplicates
 }
 
 TEST(OptionTable, EveryEntryHasAMeaning) {
@@ -706,8 +696,6 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
   o.lifetimes = false;
   o.placement = false;
   o.managed_ops_cap = 8;
-  o.populate_ahead = 4;
-  o.populate_side = 8;
   o.evict_copy_chunk = 8 * MiB;
   o.evict_copy_out_piece = 32 * MiB;
   o.evict_copy = false;
@@ -737,8 +725,6 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
                                              "UMSWAP_EVICT_COPY_CHUNK=8M",
                                              "UMSWAP_EVICT_COPY_OUT_PIECE=32M",
                                              "UMSWAP_MANAGED_OPS_CAP=8",
-                                             "UMSWAP_POPULATE_AHEAD=4",
-                                             "UMSWAP_POPULATE_SIDE=8",
                                              "UMSWAP_LEARN_EVICT=0",
                                              "UMSWAP_HOST_GATE=1",
                                              "UMSWAP_HANG_STACKS=1",

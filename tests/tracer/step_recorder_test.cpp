@@ -145,9 +145,9 @@ TEST_F(StepRecorderTest, KernelsAndCopiesAreScannedLoggedAndObserved) {
 
 // The observer (the advisor's launch path) runs under the recorder's launch lock; the CUDA calls
 // it makes there are umswap's own, or the tracer would take one (a stream write) for a step of
-// the program's and wait for that lock on the same thread, for good (GPT-2 with
-// UMSWAP_POPULATE_SIDE, H200, 2026-11-27). Only for the observer's call: the program's thread is
-// traced again after it, and a thread untraced for good stays so.
+// the program's and wait for that lock on the same thread, for good (GPT-2 with populates beside
+// the program's stream, an experiment since removed, H200, 2026-11-27). Only for the observer's
+// call: the program's thread is traced again after it, and a thread untraced for good stays so.
 TEST_F(StepRecorderTest, TheObserversCallsAreUmswapsOwnAndOnlyThose) {
   Observer observer;
   StepRecorder r({.observer = &observer});

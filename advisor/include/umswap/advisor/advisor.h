@@ -183,14 +183,6 @@ struct AdvisorConfig {
   // many bytes (whole 2 MiB pages), each discarded right behind its own copy, so that the room a
   // large eviction makes comes free while it copies (0: one discard after the whole range).
   uint64_t evict_copy_out_piece = 0;
-  // UMSWAP_POPULATE_AHEAD: a dropped page is populated up to this many launches before its next
-  // use, on a stream of its own, where the plan has room (0: at the use, on its stream).
-  uint32_t populate_ahead = 0;
-  // UMSWAP_POPULATE_SIDE: a dropped page's populate at its use goes on that stream too (ordered
-  // after the launching stream's work so far, and the launch after it), so that the launching
-  // thread does not block in its next launch behind a pending managed-memory call; at most this
-  // many such calls wait on the GPU at once (0: on the launching stream).
-  uint32_t populate_side = 0;
   // UMSWAP_LEARN_EVICT: while learning, each launch evicts the least recently used blocks past
   // the budget and prefetches its own, on its stream (learning_evictor.h).
   bool learn_evict = false;

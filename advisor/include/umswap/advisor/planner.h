@@ -119,10 +119,6 @@ struct PlanInput {
   // which the GPU does not see when the free comes later (VGG-16 at 50%: a plan peak of 9.78 GiB
   // held 12.25 with drops at the frees).
   bool hold_until_free = true;
-  // A dropped block is populated up to this many launches before its next use, as early as the
-  // room allows within that (and within lookahead_seconds), never before its free (Drop::
-  // populate_ahead); 0: at its next use.
-  uint32_t populate_ahead_steps = 0;
   // The room waits (Plan::room_wait_back, restore_room_back) count this many bytes more room than
   // budget_bytes: a plan made for a budget this much below the GPU's whose launches may run ahead
   // of its evictions by that much (UMSWAP_ROOM_SLACK). 0: the waits hold the plan's own budget.
@@ -164,29 +160,12 @@ struct Drop {
   // may come launches after the last use); kAfterLastUse: last_use + 1. The plan itself counts
   // the room free from last_use + 1 (see Plan::peak_resident_at_frees_bytes).
   uint32_t room_at = kAfterLastUse;
-  // Launches before next_use at which the launch path populates the range on the GPU (on a
-  // stream of its own, ordered after the program's stream there), so that the next user does not
-  // wait for it; the plan counts the range resident from there. 0: at next_use, on the
-  // program's stream. Never before room_at (the discard at the free comes first).
-  uint32_t populate_ahead = 0;
-  // Whether a free after the launch at iteration phase `phase` falls in the window.
+  // Whether a free after the launch at iteration phase `phase` falls in the window (and may
+  // discard the block: it is populated at next_use, on the program's stream).
   bool covers(uint64_t phase) const {
     if (last_use == next_use) return true;
     if (last_use < next_use) return last_use <= phase && phase < next_use;
     return phase >= last_use || phase < next_use;
-  }
-  // The phase of the launch that populates the block (next_use when not ahead).
-  uint64_t populated_at(uint64_t period) const {
-    return (next_use + period - populate_ahead % period) % period;
-  }
-  // Whether a free after the launch at `phase` may discard the block: in the window, and before
-  // the launch that populates it ahead (a prefetch beside a discard is undefined).
-  bool may_discard_at(uint64_t phase, uint64_t period) const {
-    if (populate_ahead == 0 || populate_ahead >= period) return covers(phase);
-    const uint64_t until = populated_at(period);
-    if (until == last_use) return false;  // populated at once: never room_at <= it
-    if (last_use < until) return last_use <= phase && phase < until;
-    return phase >= last_use || phase < until;
   }
 };
 
@@ -253,8 +232,8 @@ struct Simulation {
   bool prefetch_of_resident = false;  // wasted prefetch (block already resident)
   bool evict_of_absent = false;
   // Drops: applied at the launch after last_use (at room_at with drops_at_frees), before
-  // evictions; a block dropped and not resident is populated (not a miss, no bytes in) at the
-  // launch populate_ahead before its next use, after that launch's actions, or at the use.
+  // evictions; a block dropped and not resident is populated (not a miss, no bytes in) at its
+  // next use.
   uint64_t bytes_dropped = 0, bytes_populated = 0;
   bool drop_of_live = false;  // a drop whose window is not a dead gap of its block
   // Of the last iteration simulated: the bytes resident at each step, after its actions and its

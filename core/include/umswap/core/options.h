@@ -86,8 +86,6 @@ struct Options {
   // The advisor's prefetches and discards left waiting on the GPU at once (0: no cap): the
   // driver blocks the call after about 57 (docs/advisor.md, "A hang with the cuDNN sample").
   int managed_ops_cap = 0;
-  int populate_ahead = 0;  // UMSWAP_POPULATE_AHEAD: launches
-  int populate_side = 0;  // UMSWAP_POPULATE_SIDE: populates at use beside the stream; calls waiting
   bool learn_evict = true;            // UMSWAP_LEARN_EVICT: LRU evictions while learning
   uint64_t evict_copy_chunk = 0;      // UMSWAP_EVICT_COPY_CHUNK: a restore's first piece; 0 = whole
   uint64_t evict_copy_out_piece = 0;  // UMSWAP_EVICT_COPY_OUT_PIECE: copy-out pieces; 0 = whole
@@ -107,6 +105,13 @@ struct OptionInfo {
   std::string_view default_text;  // as a user would write it
   std::string_view meaning;       // one line
 };
+// Options measured, found not to help and removed: parse_options() names each one that is set
+// in a warning and ignores it.
+struct RemovedOption {
+  std::string_view name;
+  std::string_view why;
+};
+std::span<const RemovedOption> removed_options();
 std::span<const OptionInfo> option_table();
 
 using EnvLookup = std::function<const char*(const char* name)>;

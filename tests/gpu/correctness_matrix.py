@@ -50,7 +50,24 @@ def parse_size(text):
     return int(float(m.group(1)) * 1024 ** " KMGT".index(m.group(2) or " "))
 
 
-def run(cmd, env, log, timeout):
+# The umswap runs' relative cost, measured (H200, 2026-11-29): lower budgets and these models run
+# longest, so they start first and the matrix's tail is short.
+MODEL_COST = {"decoder": 6, "lstm": 5, "embbag": 4, "mlm": 3, "moe": 2, "cnn": 1}
+
+
+def longest_first(keys):
+    """Umswap runs (model, allocator, det, budget%, ...) in the order to start them."""
+    return sorted(keys, key=lambda k: (k[3], -MODEL_COST.get(k[0], 0),
+                                       k[1] != "default", k[2] != "on"))
+
+
+def run(cmd, env, log, timeout, deadline=None):
+    """Runs cmd; None if the deadline (time.time()) leaves it less than 10 s (not started)."""
+    if deadline is not None:
+        left = deadline - time.time()
+        if left < 10:
+            return None
+        timeout = min(timeout, int(left))
     t0 = time.time()
     try:
         p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -178,6 +195,9 @@ def main():
     ap.add_argument("--limit", type=parse_size, default=parse_size("12G"),
                     help="UMSWAP_MANAGED_LIMIT of each umswap run (default 12G)")
     ap.add_argument("--timeout", type=int, default=300, help="seconds a run may take")
+    ap.add_argument("--deadline", type=int, default=0,
+                    help="seconds the whole matrix may take: no run starts, and none runs, past "
+                         "it; rows left are NOT RUN (default 0: no deadline)")
     ap.add_argument("--no-cupy", action="store_true")
     ap.add_argument("--out", help="directory for logs and stats (default: a temporary one)")
     ap.add_argument("--json")
@@ -198,8 +218,10 @@ def main():
     budgets = [int(x) for x in a.budgets.split(",") if x]
     if (not models or any(x not in ALLOCATORS for x in allocs) or
             any(x not in ("off", "on") for x in dets) or not budgets or
-            any(not 0 < b <= 100 for b in budgets) or a.steps < 3 or a.jobs < 1):
-        ap.error("bad --models, --allocators, --determinism, --budgets, --steps or --jobs")
+            any(not 0 < b <= 100 for b in budgets) or a.steps < 3 or a.jobs < 1 or
+            a.deadline < 0):
+        ap.error("bad --models, --allocators, --determinism, --budgets, --steps, --jobs or "
+                 "--deadline")
     if a.jobs * a.limit > 110 * 1024 ** 3:
         ap.error("--jobs x --limit must stay under 110G (never oversubscribe a shared GPU)")
     if not shutil.which(a.umswap) and not os.access(a.umswap, os.X_OK):
@@ -217,6 +239,7 @@ def main():
     out = a.out or tempfile.mkdtemp(prefix="umswap-matrix-")
     os.makedirs(out, exist_ok=True)
     started = time.time()
+    deadline = started + a.deadline if a.deadline else None
     base = dict(os.environ)
     base.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     base["PYTHONUNBUFFERED"] = "1"
@@ -241,46 +264,51 @@ def main():
         for (m, al, d) in rows:
             for k in (1, 2):
                 log = os.path.join(out, f"{m}-{al}-det{d}-native{k}.log")
-                jobs[pool.submit(run, model_cmd(m, d), env_for(al, False), log, a.timeout)] = (
-                    m, al, d, k)
+                jobs[pool.submit(run, model_cmd(m, d), env_for(al, False), log, a.timeout,
+                                 deadline)] = (m, al, d, k)
         for f in futures.as_completed(jobs):
             natives[jobs[f]] = f.result()
         print(f"matrix: {len(jobs)} native runs in {time.time() - started:.0f} s", flush=True)
-        if all(r["rc"] == 77 for r in natives.values()):
+        if all(r is not None and r["rc"] == 77 for r in natives.values()):
             print("skip: the models cannot run here")
             return 77
         jobs = {}
+        planned = []
         for (m, al, d) in rows:
             n1, n2 = natives[(m, al, d, 1)], natives[(m, al, d, 2)]
+            if n1 is None or n2 is None:
+                continue  # not run before the deadline: the row is NOT RUN
             peak = max(r["summary"].get("peak_reserved_bytes") or
                        r["summary"].get("peak_allocated_bytes") or 0 for r in (n1, n2))
             if not peak:
                 continue
             for b in sorted(budgets):
-                budget = peak * b // 100
-                stats = os.path.join(out, f"{m}-{al}-det{d}-b{b}.json")
-                log = os.path.join(out, f"{m}-{al}-det{d}-b{b}.log")
-                cmd = [a.umswap, "run", "--limit", str(a.limit), "--budget", str(budget),
-                       "--stats", stats, "--"] + model_cmd(m, d)
-                jobs[pool.submit(run, cmd, env_for(al, True), log, a.timeout)] = (
-                    m, al, d, b, budget, stats)
-        if not a.no_cupy:
+                planned.append((m, al, d, b, peak * b // 100))
+        if not a.no_cupy:  # first: short, and its natives run beside it
             sys.path.insert(0, HERE)
             import cupy_loop
             budget = cupy_loop.footprint() // 2
             for k in (1, 2):
                 log = os.path.join(out, f"cupy-native{k}.log")
                 jobs[pool.submit(run, [sys.executable, CUPY], env_for("default", False), log,
-                                 a.timeout)] = ("cupy", "native", "-", k, 0, None)
+                                 a.timeout, deadline)] = ("cupy", "native", "-", k, 0, None)
             stats = os.path.join(out, "cupy-b50.json")
             log = os.path.join(out, "cupy-b50.log")
             jobs[pool.submit(run, [a.umswap, "run", "--limit", str(a.limit), "--budget",
                                    str(budget), "--stats", stats, "--", sys.executable, CUPY],
-                             env_for("default", True), log, a.timeout)] = (
+                             env_for("default", True), log, a.timeout, deadline)] = (
                 "cupy", "umswap", "-", 50, budget, stats)
+        for (m, al, d, b, budget) in longest_first(planned):
+            stats = os.path.join(out, f"{m}-{al}-det{d}-b{b}.json")
+            log = os.path.join(out, f"{m}-{al}-det{d}-b{b}.log")
+            cmd = [a.umswap, "run", "--limit", str(a.limit), "--budget", str(budget),
+                   "--stats", stats, "--"] + model_cmd(m, d)
+            jobs[pool.submit(run, cmd, env_for(al, True), log, a.timeout, deadline)] = (
+                m, al, d, b, budget, stats)
         results = []
         for f in futures.as_completed(jobs):
-            results.append((jobs[f], f.result()))
+            if f.result() is not None:  # None: not started before the deadline (NOT RUN)
+                results.append((jobs[f], f.result()))
     return report(a, natives, results, started, out)
 
 
@@ -316,7 +344,11 @@ def report(a, natives, results, started, out):
                         table.append({"model": m, "allocator": al, "deterministic": d,
                                       "budget_pct": b, "verdict": "NOT RUN", "ok": False})
     cupy = {k[1] + str(k[3]): (k, r) for (k, r) in results if k[0] == "cupy"}
-    if cupy:
+    if cupy and set(cupy) != {"native1", "native2", "umswap50"}:
+        failed = True
+        table.append({"model": "cupy loop", "allocator": "cupy pool", "deterministic": "-",
+                      "budget_pct": 50, "verdict": "NOT RUN", "ok": False})
+    elif cupy:
         # CuPy: every iteration's loss and the final weights' checksum against two native runs.
         def checksum(r):
             m = re.search(r"^checksum (\S+)", open(r["log"]).read(), re.M)

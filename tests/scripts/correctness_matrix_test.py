@@ -38,5 +38,31 @@ class Judge(unittest.TestCase):
         self.assertEqual(cm.judge(a, b, run([10.0]))[0], "FAILED")
 
 
+class Schedule(unittest.TestCase):
+    def test_lowest_budgets_and_slowest_models_start_first(self):
+        keys = [("cnn", "async", "off", 100, 1), ("decoder", "default", "on", 50, 1),
+                ("cnn", "default", "off", 25, 1), ("decoder", "async", "off", 25, 1),
+                ("decoder", "default", "on", 25, 1), ("lstm", "default", "off", 25, 1)]
+        self.assertEqual(cm.longest_first(keys), [
+            ("decoder", "default", "on", 25, 1), ("decoder", "async", "off", 25, 1),
+            ("lstm", "default", "off", 25, 1), ("cnn", "default", "off", 25, 1),
+            ("decoder", "default", "on", 50, 1), ("cnn", "async", "off", 100, 1)])
+
+    def test_a_run_past_the_deadline_does_not_start_and_one_near_it_is_cut(self):
+        import tempfile
+        import time
+        with tempfile.TemporaryDirectory() as d:
+            log = os.path.join(d, "x.log")
+            self.assertIsNone(cm.run(["true"], dict(os.environ), log, 60, time.time() + 5))
+            self.assertFalse(os.path.exists(log))
+            t0 = time.time()
+            r = cm.run(["sleep", "30"], dict(os.environ), log, 60, time.time() + 12)
+            self.assertLess(time.time() - t0, 20)
+            self.assertEqual(r["rc"], 124)
+            r = cm.run(["sh", "-c", "echo 'iter 0 ms 1.0 loss 2.5'"], dict(os.environ), log, 60,
+                       None)
+            self.assertEqual((r["rc"], r["losses"]), (0, [2.5]))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -153,13 +153,12 @@ void SlabAllocator::discard_dead_pages(uint64_t address, uint64_t size,
   const auto [inside, inside_bytes] = whole_pages(merged->first, merged->second.size);
   const uint64_t first = std::max(inside, address / kPage * kPage);
   const uint64_t last = std::min(inside + inside_bytes, round_up(address + size, kPage));
-  const bool all = discard_mode_ == DiscardMode::all;
   range_starts_.clear();
   range_sizes_.clear();
   // None of these pages is in discarded_: the freed block overlaps each, and its allocation
   // populated and forgot every discarded page it overlapped.
   for (uint64_t page = first; page < last; page += kPage) {
-    if (!all && !(source_.discard_page && source_.discard_page(page))) continue;
+    if (!(source_.discard_page && source_.discard_page(page))) continue;
     add_page(range_starts_, range_sizes_, page);
   }
   discard_ranges(discard_stream(stream), false);

@@ -135,9 +135,6 @@ constexpr std::array kOptionTable = {
     OptionInfo{"UMSWAP_ASYNC_SLABS", "1",
                "1: cudaMallocAsync allocations are blocks of umswap's managed slabs (exact "
                "extents for the advisor); 0: the driver's managed memory pool"},
-    OptionInfo{"UMSWAP_DISCARD_FREED", "0",
-               "1 (experiment, slow: docs/advisor.md): a freed slab block's whole 2 MiB pages "
-               "are discarded and an allocation populates its pages on the GPU"},
     OptionInfo{"UMSWAP_LIFETIMES", "1",
                "1: the advisor plans with the allocations and frees of slab blocks: dead data "
                "is discarded at its free, not moved; 0: every byte a kernel touched is live"},
@@ -256,6 +253,7 @@ std::span<const OptionInfo> option_table() {
 constexpr RemovedOption kRemovedOptions[] = {
     {"UMSWAP_POPULATE_AHEAD", "populating dropped pages ahead of their use made no difference"},
     {"UMSWAP_POPULATE_SIDE", "populating dropped pages beside the program's stream did not help"},
+    {"UMSWAP_DISCARD_FREED", "discarding every freed block made PyTorch 4-80x slower"},
 };
 
 std::span<const RemovedOption> removed_options() {
@@ -407,7 +405,6 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
   }
   read_choice("UMSWAP_EVICT_COPY_PATH", "engine", "kernel", &options.evict_copy_kernel);
   read_bool("UMSWAP_ASYNC_SLABS", &options.async_slabs, "1");
-  read_bool("UMSWAP_DISCARD_FREED", &options.discard_freed, "0");
   read_bool("UMSWAP_LIFETIMES", &options.lifetimes, "1");
   read_bool("UMSWAP_PLACEMENT", &options.placement, "1");
   if (options.mode == Mode::replay && options.replay_path.empty() && warnings) {
@@ -452,7 +449,6 @@ std::vector<std::string> describe(const Options& options) {
                                            : options.close_calls    ? "1"
                                                                     : "0"),
       fmt::format("UMSWAP_ASYNC_SLABS={}", options.async_slabs ? 1 : 0),
-      fmt::format("UMSWAP_DISCARD_FREED={}", options.discard_freed ? 1 : 0),
       fmt::format("UMSWAP_LIFETIMES={}", options.lifetimes ? 1 : 0),
       fmt::format("UMSWAP_PLACEMENT={}", options.placement ? 1 : 0),
   };

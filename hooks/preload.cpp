@@ -260,9 +260,8 @@ void Preload::create_allocator_once() {
   });
 }
 
-// What slab blocks do beyond allocating: the UMSWAP_DISCARD_FREED experiment discards every
-// wholly free page; with UMSWAP_LIFETIMES (the default) the tracer logs every block's allocation
-// and free, and a free discards the pages the advisor's plan drops.
+// What slab blocks do beyond allocating: with UMSWAP_LIFETIMES (the default) the tracer logs every
+// block's allocation and free, and a free discards the pages the advisor's plan drops.
 void Preload::configure_slabs() {
   SlabHooks hooks;
   hooks.residency = [](uint64_t address, uint64_t bytes, bool on_gpu) {
@@ -281,26 +280,14 @@ void Preload::configure_slabs() {
       return advisor != nullptr && advisor->populate_later(page);
     };
   }
-  if (options_.discard_freed) {
-    hooks.discards = DiscardMode::all;
-  } else if (options_.lifetimes && advises(options_.mode)) {
+  if (options_.lifetimes && advises(options_.mode)) {
     hooks.discards = DiscardMode::planned;
   }
   if (allocator_->configure_slabs(hooks)) {
     planned_discards_.store(hooks.discards == DiscardMode::planned);
-    if (options_.discard_freed) {
-      log_warning(
-          "UMSWAP_DISCARD_FREED is an experiment: freed cudaMallocAsync blocks are discarded and "
-          "new ones populated; it made PyTorch VGG-16 4-80x slower where measured "
-          "(docs/advisor.md)");
-    }
     return;
   }
-  if (hooks.discards == DiscardMode::all) {
-    log_warning(
-        "UMSWAP_DISCARD_FREED needs cudaMallocAsync slabs (UMSWAP_ASYNC_SLABS=1) and a driver "
-        "with cuMemDiscardBatchAsync; it is off");
-  } else if (hooks.discards == DiscardMode::planned && options_.verbose >= 1) {
+  if (hooks.discards == DiscardMode::planned && options_.verbose >= 1) {
     log_info(
         "the driver cannot discard managed memory (cuMemDiscardBatchAsync) or there are no "
         "slabs: the advisor plans without allocation lifetimes");

@@ -1254,7 +1254,7 @@ TEST_F(SlabbedAllocatorTest, ADiscardModeWithoutTheDriverFunctionsChangesNothing
   {
     ManagedAllocator a(fake_driver_api_with_events(), registry_, 0, true);
     Heard refused;
-    EXPECT_FALSE(a.configure_slabs(refused.hooks(DiscardMode::all, true)));
+    EXPECT_FALSE(a.configure_slabs(refused.hooks(DiscardMode::planned, true)));
     CUdeviceptr p = 0;
     ASSERT_EQ(a.allocate_async(AllocApi::cudaMallocAsync, 64 * MiB, kStream, 9, &p), CUDA_SUCCESS);
     EXPECT_EQ(a.free_async(p, kStream), std::optional<CUresult>(CUDA_SUCCESS));

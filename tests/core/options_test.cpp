@@ -256,7 +256,6 @@ void expect_defaults(const Options& o) {
   EXPECT_EQ(o.prefetch_wait, d.prefetch_wait);
   EXPECT_EQ(o.evict_wait, d.evict_wait);
   EXPECT_EQ(o.async_slabs, d.async_slabs);
-  EXPECT_EQ(o.discard_freed, d.discard_freed);
   EXPECT_EQ(o.lifetimes, d.lifetimes);
   EXPECT_EQ(o.placement, d.placement);
 }
@@ -653,10 +652,9 @@ TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
                                                   "UMSWAP_OP_LOG",
                                                   "UMSWAP_CLOSE_CALLS",
                                                   "UMSWAP_ASYNC_SLABS",
-                                                  "UMSWAP_DISCARD_FREED",
                                                   "UMSWAP_LIFETIMES",
                                                   "UMSWAP_PLACEMENT"}));
-  EXPECT_EQ(option_table().size(), 31u);  // no duplicates
+  EXPECT_EQ(option_table().size(), 30u);  // no duplicates
 }
 
 TEST(OptionTable, EveryEntryHasAMeaning) {
@@ -692,7 +690,6 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
   o.prefetch_wait = true;
   o.evict_wait = true;
   o.async_slabs = false;
-  o.discard_freed = true;
   o.lifetimes = false;
   o.placement = false;
   o.managed_ops_cap = 8;
@@ -731,7 +728,6 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
                                              "UMSWAP_OP_LOG=0",
                                              "UMSWAP_CLOSE_CALLS=waits",
                                              "UMSWAP_ASYNC_SLABS=0",
-                                             "UMSWAP_DISCARD_FREED=1",
                                              "UMSWAP_LIFETIMES=0",
                                              "UMSWAP_PLACEMENT=0"}));
   std::set<std::string> names;

@@ -26,19 +26,17 @@
 //   * When no slab can be created (the cap, or the driver), allocate() waits for every pending
 //     event, gives wholly free slabs back through `SlabSource::destroy`, and tries again before it
 //     returns the error.
-//   * set_discard_mode(): `planned` (UMSWAP_LIFETIMES=1, the default when an advisor runs) or
-//     `all` (UMSWAP_DISCARD_FREED, an experiment) drops dead 2 MiB pages from the GPU without a
-//     transfer. At a stream-ordered free (free(), not free_sync()) of [a, a + size),
-//     once the block is marked free and merged with its neighbours, the candidates are the whole
-//     2 MiB pages (aligned in absolute addresses) that lie inside the merged free block, overlap
-//     [a, a + size) (none is discarded already: the block's allocation populated them): a page
-//     shared by two blocks becomes one when
-//     the second is freed, and a neighbour another stream freed, not yet safe to merge, keeps its
-//     pages out. `planned` discards the candidates `SlabSource::discard_page` accepts (none
-//     without it), `all` every candidate. The chosen pages go in one cuMemDiscardBatchAsync on
-//     the freeing stream (on the per-thread stream when the program frees on the legacy stream,
-//     which that API refuses, and which the legacy stream waits for), before any event recorded
-//     for the free, so the event covers the discard too.
+//   * set_discard_mode(): `planned` (UMSWAP_LIFETIMES=1, the default when an advisor runs) drops
+//     dead 2 MiB pages from the GPU without a transfer. At a stream-ordered free (free(), not
+//     free_sync()) of [a, a + size), once the block is marked free and merged with its neighbours,
+//     the candidates are the whole 2 MiB pages (aligned in absolute addresses) that lie inside the
+//     merged free block, overlap [a, a + size) (none is discarded already: the block's allocation
+//     populated them): a page shared by two blocks becomes one when the second is freed, and a
+//     neighbour another stream freed, not yet safe to merge, keeps its pages out. `planned`
+//     discards the candidates `SlabSource::discard_page` accepts (none without it). The chosen
+//     pages go in one cuMemDiscardBatchAsync on the freeing stream (on the per-thread stream when
+//     the program frees on the legacy stream, which that API refuses, and which the legacy stream
+//     waits for), before any event recorded for the free, so the event covers the discard too.
 //     Discarded pages are remembered while they stay free (a slab given back forgets its own).
 //     An allocation on stream t populates the remembered pages it overlaps, edge pages included
 //     (they hold no live data: nothing touched them since), with one
@@ -91,7 +89,7 @@ namespace umswap {
 
 // Which dead pages a free discards (contract above): none, those SlabSource::discard_page
 // accepts, or every candidate.
-enum class DiscardMode { off, planned, all };
+enum class DiscardMode { off, planned };
 
 // Where slabs come from and go back to, and who hears what happens in them.
 struct SlabSource {

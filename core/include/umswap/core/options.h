@@ -94,7 +94,6 @@ struct Options {
   int close_calls = 2;  // UMSWAP_CLOSE_CALLS: 0 off, 1 after event waits and managed calls, 2 waits
   bool hang_stacks = false;    // every thread prints its stack when the watchdog finds a stall
   bool async_slabs = true;     // stream-ordered allocations from slabs, not the managed pool
-  bool discard_freed = false;  // slabs: discard freed blocks, populate new ones (experimental)
   bool lifetimes = true;       // slabs: plan with block lifetimes; drop dead data at frees
   bool placement = true;       // slabs with lifetimes: pack an iteration's blocks in an arena
 };

@@ -1471,9 +1471,8 @@ void AdvisorImpl::run() {
   if (matcher) {
     std::string why;
     auto p = std::make_unique<LivePlan>();
-    if (make_replay_plan(*matcher, budget, config.room_slack, config.prefetch_bytes_per_s,
-                         config.evict_bytes_per_s, &p->plan, &p->base, &p->period, &why,
-                         use_lifetimes())) {
+    if (make_replay_plan(*matcher, budget, config.prefetch_bytes_per_s, config.evict_bytes_per_s,
+                         &p->plan, &p->base, &p->period, &why, use_lifetimes())) {
       if (config.place && use_lifetimes()) {
         place_from_trace();
         place_at = boundary_at_or_after(p->base, p->period, launched.load());
@@ -2015,8 +2014,7 @@ std::unique_ptr<LivePlan> AdvisorImpl::build_plan(uint64_t e, uint64_t first,
     in.steps.push_back(
         {step_first[i], static_cast<uint32_t>(step_first[i + 1] - step_first[i]), 0.0});
   }
-  in.room_slack_bytes = config.room_slack < budget ? config.room_slack : 0;
-  in.budget_bytes = budget - in.room_slack_bytes;
+  in.budget_bytes = budget;
   in.prefetch_bytes_per_s = config.prefetch_bytes_per_s;
   in.evict_bytes_per_s = config.evict_bytes_per_s;
   if (use_lifetimes()) {

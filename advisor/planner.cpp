@@ -1063,9 +1063,7 @@ Plan make_plan(const PlanInput& input) {
     const Simulation sim = simulate_on(tr, input, plan, 2, true);
     plan.peak_resident_at_frees_bytes = std::max(plan.peak_resident_bytes, sim.peak_resident_bytes);
     const std::vector<uint64_t>& held = sim.resident_by_step;
-    const int64_t room_cap =
-        static_cast<int64_t>(C) +
-        static_cast<int64_t>(std::min<uint64_t>(input.room_slack_bytes, uint64_t{1} << 61));
+    const auto room_cap = static_cast<int64_t>(C);
     plan.room_wait_back.assign(S, Plan::kNoRoomWait);
     for (uint64_t t = S; t < 2 * S; ++t) {
       const int64_t left = std::max<int64_t>(0, room_cap - static_cast<int64_t>(held[t - S]));

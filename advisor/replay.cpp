@@ -144,16 +144,14 @@ std::optional<size_t> replay_iteration(const trace::Trace& t) {
   return std::nullopt;
 }
 
-bool make_replay_plan(const ReplayMatcher& matcher, uint64_t budget, uint64_t room_slack,
-                      double prefetch_bytes_per_s, double evict_bytes_per_s, Plan* plan,
-                      uint64_t* base, uint64_t* period, std::string* why, bool lifetimes) {
+bool make_replay_plan(const ReplayMatcher& matcher, uint64_t budget, double prefetch_bytes_per_s,
+                      double evict_bytes_per_s, Plan* plan, uint64_t* base, uint64_t* period,
+                      std::string* why, bool lifetimes) {
   const trace::Trace& t = matcher.trace();
   const uint64_t p = t.detection.period;
   if (const std::optional<size_t> i = replay_iteration(t)) {
     const uint64_t first = t.iterations.front().first_step;
-    const uint64_t slack = room_slack < budget ? room_slack : 0;
-    PlanInput in = plan_input_from_trace(t, *i, budget - slack, lifetimes);
-    in.room_slack_bytes = slack;
+    PlanInput in = plan_input_from_trace(t, *i, budget, lifetimes);
     in.prefetch_bytes_per_s = prefetch_bytes_per_s;
     in.evict_bytes_per_s = evict_bytes_per_s;
     try {

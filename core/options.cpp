@@ -81,10 +81,6 @@ constexpr std::array kOptionTable = {
                "with UMSWAP_EVICT_COPY: 1: a copy back's populate and a copy out's discard run on "
                "streams of their own, so that the copies each way follow each other without "
                "them in between; 0: each runs on its copy's stream, right before or after it"},
-    OptionInfo{"UMSWAP_ROOM_SLACK", "0",
-               "experimental: plans are made for the budget less this size, and launches wait "
-               "for the evictions only as far as the whole budget needs, so that the program runs "
-               "up to this far ahead of them; 0: launches wait to the plan's own budget"},
     OptionInfo{"UMSWAP_EVICT_COPY_AHEAD", "0",
                "with UMSWAP_EVICT_COPY and the copy kernel (experimental): a range's copy out "
                "starts once the use before its last one is done, and after the last use a check "
@@ -254,6 +250,7 @@ constexpr RemovedOption kRemovedOptions[] = {
     {"UMSWAP_POPULATE_AHEAD", "populating dropped pages ahead of their use made no difference"},
     {"UMSWAP_POPULATE_SIDE", "populating dropped pages beside the program's stream did not help"},
     {"UMSWAP_DISCARD_FREED", "discarding every freed block made PyTorch 4-80x slower"},
+    {"UMSWAP_ROOM_SLACK", "letting launches run ahead of the plan's evictions did not help"},
 };
 
 std::span<const RemovedOption> removed_options() {
@@ -395,7 +392,6 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
   read_bytes("UMSWAP_EVICT_COPY_OUT_PIECE", &options.evict_copy_out_piece);
   read_bool("UMSWAP_EVICT_COPY_SIDE_STREAMS", &options.evict_copy_side_streams, "1");
   read_bool("UMSWAP_EVICT_COPY_AHEAD", &options.evict_copy_ahead, "0");
-  read_bytes("UMSWAP_ROOM_SLACK", &options.room_slack);
   read_bool("UMSWAP_LEARN_EVICT", &options.learn_evict, "1");
   read_int("UMSWAP_HOST_GATE", 0, 56, &options.host_gate, "0");
   read_bool("UMSWAP_HANG_STACKS", &options.hang_stacks, "0");
@@ -436,7 +432,6 @@ std::vector<std::string> describe(const Options& options) {
       fmt::format("UMSWAP_EVICT_COPY_PATH={}", options.evict_copy_kernel ? "kernel" : "engine"),
       fmt::format("UMSWAP_EVICT_COPY_SIDE_STREAMS={}", options.evict_copy_side_streams ? 1 : 0),
       fmt::format("UMSWAP_EVICT_COPY_AHEAD={}", options.evict_copy_ahead ? 1 : 0),
-      fmt::format("UMSWAP_ROOM_SLACK={}", SizeSpec{options.room_slack}.to_string()),
       fmt::format("UMSWAP_EVICT_COPY_CHUNK={}", SizeSpec{options.evict_copy_chunk}.to_string()),
       fmt::format("UMSWAP_EVICT_COPY_OUT_PIECE={}",
                   SizeSpec{options.evict_copy_out_piece}.to_string()),

@@ -139,7 +139,6 @@ void Preload::start_advisor(advisor::Advisor* advisor) {
   config.evict_copy_kernel = options_.evict_copy_kernel;
   config.evict_copy_side_streams = options_.evict_copy_side_streams;
   config.evict_copy_ahead = options_.evict_copy_ahead;
-  config.room_slack = options_.room_slack;
   config.managed_ops_cap = static_cast<uint32_t>(options_.managed_ops_cap);
   config.evict_copy_chunk = options_.evict_copy_chunk;
   config.evict_copy_out_piece = options_.evict_copy_out_piece;

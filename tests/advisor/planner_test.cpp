@@ -1041,30 +1041,6 @@ TEST(PlannerRoomWaits, MatchADirectScanOnRandomTraces) {
 // back run on their own stream, in order: earlier prefetches count as arrived). Where the room
 // allows, a copy back waits for an earlier eviction than the newest one issued before it (what
 // UMSWAP_EVICT_COPY_ROOM=all waits for).
-// UMSWAP_ROOM_SLACK: the same schedule, with waits for earlier evictions or none.
-TEST(PlannerRoomWaits, SlackLeavesTheScheduleAndOnlyLoosensTheWaits) {
-  int looser = 0;
-  for (uint32_t seed = 1; seed <= 8; ++seed) {
-    SCOPED_TRACE("seed " + std::to_string(seed));
-    PlanInput in = random_lifetime_trace(seed, 150, 5, 20, 0.3, 3);  // as room_cases()
-    const Plan tight = make_plan(in);
-    in.room_slack_bytes = 4 * kBlock;
-    const Plan slack = make_plan(in);
-    ASSERT_EQ(slack.actions.size(), tight.actions.size());
-    for (size_t i = 0; i < slack.actions.size(); ++i) {
-      EXPECT_EQ(slack.actions[i].at_step, tight.actions[i].at_step);
-      EXPECT_EQ(slack.actions[i].range, tight.actions[i].range);
-    }
-    ASSERT_EQ(slack.room_wait_back.size(), tight.room_wait_back.size());
-    for (size_t t = 0; t < slack.room_wait_back.size(); ++t) {
-      EXPECT_GE(slack.room_wait_back[t], tight.room_wait_back[t]) << "launch " << t;
-      EXPECT_GE(slack.restore_room_back[t], tight.restore_room_back[t]) << "launch " << t;
-      looser += slack.room_wait_back[t] > tight.room_wait_back[t];
-    }
-  }
-  EXPECT_GT(looser, 0);
-}
-
 TEST(PlannerRoomWaits, CopiesBackWaitOnlyForTheEvictionsTheirRoomNeeds) {
   int steps = 0, relieved = 0;
   for (const RoomCase& c : room_cases()) {

@@ -121,7 +121,7 @@ TEST(ReplayPlan, InputComesFromTheTraceIterationAndPlansCycleFromItsStart) {
   Plan plan;
   uint64_t base = 0, period = 0;
   std::string why;
-  ASSERT_TRUE(make_replay_plan(m, 1 << 30, 0, 40e9, 12e9, &plan, &base, &period, &why)) << why;
+  ASSERT_TRUE(make_replay_plan(m, 1 << 30, 40e9, 12e9, &plan, &base, &period, &why)) << why;
   EXPECT_EQ(base, 1u);
   EXPECT_EQ(period, 2u);
   EXPECT_TRUE(plan.actions.empty());  // fits: nothing to move

@@ -641,7 +641,6 @@ TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
                                                   "UMSWAP_EVICT_COPY_ROOM",
                                                   "UMSWAP_EVICT_COPY_PATH",
                                                   "UMSWAP_EVICT_COPY_SIDE_STREAMS",
-                                                  "UMSWAP_ROOM_SLACK",
                                                   "UMSWAP_EVICT_COPY_AHEAD",
                                                   "UMSWAP_MANAGED_OPS_CAP",
                                                   "UMSWAP_LEARN_EVICT",
@@ -654,7 +653,7 @@ TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
                                                   "UMSWAP_ASYNC_SLABS",
                                                   "UMSWAP_LIFETIMES",
                                                   "UMSWAP_PLACEMENT"}));
-  EXPECT_EQ(option_table().size(), 30u);  // no duplicates
+  EXPECT_EQ(option_table().size(), 29u);  // no duplicates
 }
 
 TEST(OptionTable, EveryEntryHasAMeaning) {
@@ -718,7 +717,6 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
                                              "UMSWAP_EVICT_COPY_PATH=kernel",
                                              "UMSWAP_EVICT_COPY_SIDE_STREAMS=1",
                                              "UMSWAP_EVICT_COPY_AHEAD=0",
-                                             "UMSWAP_ROOM_SLACK=0",
                                              "UMSWAP_EVICT_COPY_CHUNK=8M",
                                              "UMSWAP_EVICT_COPY_OUT_PIECE=32M",
                                              "UMSWAP_MANAGED_OPS_CAP=8",

@@ -170,9 +170,6 @@ struct AdvisorConfig {
   // its range's last one (Action::copy_back) is copied out from there, hashed; after the last use
   // a check kernel copies again what changed, then the range is discarded.
   bool evict_copy_ahead = false;
-  // UMSWAP_ROOM_SLACK: plans are made for the budget less this (when it is smaller than the
-  // budget), and the launches' room waits count the whole budget (PlanInput::room_slack_bytes).
-  uint64_t room_slack = 0;
   // UMSWAP_MANAGED_OPS_CAP: at most this many of the advisor's prefetches and discards wait on
   // the GPU at once (0: no cap).
   uint32_t managed_ops_cap = 0;

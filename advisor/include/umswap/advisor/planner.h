@@ -119,10 +119,6 @@ struct PlanInput {
   // which the GPU does not see when the free comes later (VGG-16 at 50%: a plan peak of 9.78 GiB
   // held 12.25 with drops at the frees).
   bool hold_until_free = true;
-  // The room waits (Plan::room_wait_back, restore_room_back) count this many bytes more room than
-  // budget_bytes: a plan made for a budget this much below the GPU's whose launches may run ahead
-  // of its evictions by that much (UMSWAP_ROOM_SLACK). 0: the waits hold the plan's own budget.
-  uint64_t room_slack_bytes = 0;
 };
 
 enum class ActionKind : uint8_t { evict = 0, prefetch = 1 };

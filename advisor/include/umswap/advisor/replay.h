@@ -86,11 +86,9 @@ std::optional<size_t> replay_iteration(const trace::Trace& t);
 // Plans from the trace's last complete iteration (replay_iteration). `base` = the trace's first
 // iteration's first step (phase 0), `period` its steps per iteration. False with `why` when the
 // trace has no usable iteration or planning fails.
-// room_slack: planned for budget - room_slack, room waits to the budget (PlanInput::
-// room_slack_bytes; ignored unless below the budget).
-bool make_replay_plan(const ReplayMatcher& matcher, uint64_t budget, uint64_t room_slack,
-                      double prefetch_bytes_per_s, double evict_bytes_per_s, Plan* plan,
-                      uint64_t* base, uint64_t* period, std::string* why, bool lifetimes = true);
+bool make_replay_plan(const ReplayMatcher& matcher, uint64_t budget, double prefetch_bytes_per_s,
+                      double evict_bytes_per_s, Plan* plan, uint64_t* base, uint64_t* period,
+                      std::string* why, bool lifetimes = true);
 
 // Appends to in.lifetimes, at iteration-relative positions, the lifetimes (program order) logged
 // after launch `first_step` up to the iteration's last launch (first_step + step_count - 1).

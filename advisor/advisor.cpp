@@ -700,8 +700,8 @@ class AdvisorImpl {
   // need not wait for them. Null: they run on restore_stream and `stream`.
   CUstream populate_stream = nullptr, discard_stream = nullptr;
   CUevent populated_event = nullptr;
-  // One event per discard of a copy out (several with UMSWAP_EVICT_COPY_OUT_PIECE, each after its
-  // own piece's copy), created as needed and reused: a wait takes the record made before it.
+  // The event each copy out's discard waits for (after its copies), created once and reused: a
+  // wait takes the record made before it.
   std::vector<CUevent> piece_events;
   // The restored words, one per epoch: a plan that ends releases its word for good, and the next
   // plan's copies count on a fresh one (a released word cannot be taken back from waits already
@@ -2925,15 +2925,11 @@ AdvisorImpl::CopyOut AdvisorImpl::evict_by_copy(uint64_t address, uint64_t lengt
   }
   if (lo > address) migrate(address, lo - address, false, g);
   if (address + length > hi) migrate(hi, address + length - hi, false, g);
-  // The ranges copied, then discarded behind their copies: all in one discard, or with
-  // UMSWAP_EVICT_COPY_OUT_PIECE and a discard stream of their own, in pieces of at most that
-  // size, each discarded right behind its own copy (its room comes free while the next copies).
+  // The ranges copied, then discarded behind their copies in one discard (on the discard
+  // stream when there is one, after piece_events[0], recorded on `stream` after the last copy).
   const CUstream ds = discard_stream ? discard_stream : stream;
-  const bool piecewise = ds != stream && config.evict_copy_out_piece >= kPage;
-  const std::vector<HostCopies::Segment> pieces =
-      piecewise ? pipeline_pieces(*segments, config.evict_copy_out_piece, kPage, 1) : *segments;
-  // Each group is discarded in one call; with ds != stream after piece_events[its index],
-  // recorded on `stream` after its last copy.
+  const std::vector<HostCopies::Segment>& pieces = *segments;
+  // The discard's group of pieces (one: all of them).
   struct Group {
     size_t begin = 0, end = 0;  // into pieces
     uint32_t copy = 0;          // the correlation id of its last copy
@@ -2958,7 +2954,7 @@ AdvisorImpl::CopyOut AdvisorImpl::evict_by_copy(uint64_t address, uint64_t lengt
     tracer::note_own_copy(tracer::last_own_copy(), s.address, s.length, false);
     bytes += s.length;
     ++copy_calls;
-    if (!piecewise && i + 1 < pieces.size()) continue;
+    if (i + 1 < pieces.size()) continue;
     if (ds != stream) {
       // Its own event: the discards are issued once every copy is (nothing is discarded when a
       // copy fails). On discard_stream, a wait takes the event's latest record.
@@ -2974,7 +2970,7 @@ AdvisorImpl::CopyOut AdvisorImpl::evict_by_copy(uint64_t address, uint64_t lengt
         return CopyOut::copied;
       }
     }
-    groups.push_back({piecewise ? i : 0, i + 1, tracer::last_own_copy()});
+    groups.push_back({0, i + 1, tracer::last_own_copy()});
   }
   if (!groups.empty()) {
     // Each discard right behind its copy, in the GPU's order (done on the host's word, later, it
@@ -3342,10 +3338,6 @@ void AdvisorImpl::issue_restore(const LivePlan* p, Restore r) {
     // there), not for all of them: the next segment is populated while this one is copied. On
     // one stream populates and copies run in turn whatever the order.
     const bool pipelined = ps != restore_stream;
-    // UMSWAP_EVICT_COPY_CHUNK: the first copy waits for a small populate, not a whole segment's.
-    if (pipelined && config.evict_copy_chunk > 0) {
-      r.segments = pipeline_pieces(r.segments, config.evict_copy_chunk, kPage);
-    }
     const auto populate = [&](const HostCopies::Segment& s) {
       const Timed timed(managed_call_s);
       before_managed_op(ps);
@@ -3810,8 +3802,6 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
         {"frees_waiting_for_copies", a.freed_waits.load()},
         {"room", a.config.evict_copy_room_plan ? "plan" : "all"},
         {"side_streams", a.populate_stream != nullptr},
-        {"chunk_bytes", a.config.evict_copy_chunk},
-        {"out_piece_bytes", a.config.evict_copy_out_piece},
         {"path", a.copy_fn ? "kernel" : "engine"},
         // UMSWAP_EVICT_COPY_AHEAD: copies out made before their range's last use; settled: checked
         // and discarded at their eviction; abandoned: forgotten (the range stayed on the GPU or

@@ -267,24 +267,4 @@ void HostCopies::retire(uint64_t out_done, uint64_t in_done) {
   }
 }
 
-std::vector<HostCopies::Segment> pipeline_pieces(const std::vector<HostCopies::Segment>& segments,
-                                                 uint64_t first, uint64_t unit, uint64_t growth) {
-  if (unit == 0 || first < unit) return segments;
-  std::vector<HostCopies::Segment> out;
-  uint64_t next = first / unit * unit;
-  const uint64_t factor = std::max<uint64_t>(growth, 1);
-  const uint64_t most = UINT64_MAX / factor;
-  for (const HostCopies::Segment& s : segments) {
-    uint64_t done = 0;
-    while (done < s.length) {
-      const uint64_t left = s.length - done;
-      const uint64_t piece = left <= next ? left : next;
-      out.push_back({s.address + done, piece, s.host + done});
-      done += piece;
-      if (next < most) next *= factor;
-    }
-  }
-  return out;
-}
-
 }  // namespace umswap::advisor

@@ -86,17 +86,6 @@ constexpr std::array kOptionTable = {
                "starts once the use before its last one is done, and after the last use a check "
                "kernel copies again whatever that use changed, before the discard; so the link "
                "copies while the last users run. 0: a copy out starts after the last use"},
-    OptionInfo{
-        "UMSWAP_EVICT_COPY_CHUNK", "0",
-        "with UMSWAP_EVICT_COPY and side streams (experimental, not yet measured): a copy "
-        "back's first piece (a size, rounded down to 2 MiB), each next one 3 times larger up "
-        "to whole segments, so that its copy waits for a small populate (about 7 us a MiB "
-        "on an H200); 0: whole segments"},
-    OptionInfo{"UMSWAP_EVICT_COPY_OUT_PIECE", "0",
-               "with UMSWAP_EVICT_COPY and side streams (experimental, do not use: GPT-2 took "
-               "tens of thousands of page faults an iteration with it, docs/advisor.md): a copy "
-               "out is made in pieces of at most this size (rounded down to 2 MiB), each "
-               "discarded as soon as it is copied; 0: one discard after the whole range"},
     OptionInfo{"UMSWAP_MANAGED_OPS_CAP", "0",
                "experimental: at most this many of the advisor's prefetches and discards wait on "
                "the GPU at once; it waits (outside the driver) before issuing more. The driver "
@@ -251,6 +240,8 @@ constexpr RemovedOption kRemovedOptions[] = {
     {"UMSWAP_POPULATE_SIDE", "populating dropped pages beside the program's stream did not help"},
     {"UMSWAP_DISCARD_FREED", "discarding every freed block made PyTorch 4-80x slower"},
     {"UMSWAP_ROOM_SLACK", "letting launches run ahead of the plan's evictions did not help"},
+    {"UMSWAP_EVICT_COPY_CHUNK", "copying back in growing pieces did not help"},
+    {"UMSWAP_EVICT_COPY_OUT_PIECE", "copying out in pieces made tens of thousands of faults"},
 };
 
 std::span<const RemovedOption> removed_options() {
@@ -374,22 +365,6 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
     options.evict_copy_keep = *c == 2;
   }
   read_choice("UMSWAP_EVICT_COPY_ROOM", "all", "plan", &options.evict_copy_room_plan);
-  // A size in bytes (not a percentage); a bad value keeps the field's default, 0.
-  auto read_bytes = [&](const char* name, uint64_t* field) {
-    const char* v = read(name);
-    if (!v) return;
-    std::string why;
-    const std::optional<SizeSpec> s = parse_size(v, &why);
-    if (!s) {
-      warn(name, v, why, "0");
-    } else if (s->is_percent) {
-      warn(name, v, "is a percentage, not a size (examples: 8M, 16M)", "0");
-    } else {
-      *field = s->bytes;
-    }
-  };
-  read_bytes("UMSWAP_EVICT_COPY_CHUNK", &options.evict_copy_chunk);
-  read_bytes("UMSWAP_EVICT_COPY_OUT_PIECE", &options.evict_copy_out_piece);
   read_bool("UMSWAP_EVICT_COPY_SIDE_STREAMS", &options.evict_copy_side_streams, "1");
   read_bool("UMSWAP_EVICT_COPY_AHEAD", &options.evict_copy_ahead, "0");
   read_bool("UMSWAP_LEARN_EVICT", &options.learn_evict, "1");
@@ -432,9 +407,6 @@ std::vector<std::string> describe(const Options& options) {
       fmt::format("UMSWAP_EVICT_COPY_PATH={}", options.evict_copy_kernel ? "kernel" : "engine"),
       fmt::format("UMSWAP_EVICT_COPY_SIDE_STREAMS={}", options.evict_copy_side_streams ? 1 : 0),
       fmt::format("UMSWAP_EVICT_COPY_AHEAD={}", options.evict_copy_ahead ? 1 : 0),
-      fmt::format("UMSWAP_EVICT_COPY_CHUNK={}", SizeSpec{options.evict_copy_chunk}.to_string()),
-      fmt::format("UMSWAP_EVICT_COPY_OUT_PIECE={}",
-                  SizeSpec{options.evict_copy_out_piece}.to_string()),
       fmt::format("UMSWAP_MANAGED_OPS_CAP={}", options.managed_ops_cap),
       fmt::format("UMSWAP_LEARN_EVICT={}", options.learn_evict ? 1 : 0),
       fmt::format("UMSWAP_HOST_GATE={}", options.host_gate),

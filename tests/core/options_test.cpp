@@ -483,33 +483,6 @@ TEST(ParseOptions, EvictCopyAheadIsABooleanOffByDefault) {
   EXPECT_NE(warnings[0].find("UMSWAP_EVICT_COPY_AHEAD"), std::string::npos) << warnings[0];
 }
 
-TEST(ParseOptions, EvictCopyChunkIsASize) {
-  std::vector<std::string> warnings;
-  EXPECT_EQ(parse({}, &warnings).evict_copy_chunk, 0u);
-  EXPECT_EQ(parse({{"UMSWAP_EVICT_COPY_CHUNK", "16M"}}, &warnings).evict_copy_chunk, 16 * MiB);
-  EXPECT_EQ(parse({{"UMSWAP_EVICT_COPY_CHUNK", " 0 "}}, &warnings).evict_copy_chunk, 0u);
-  EXPECT_TRUE(warnings.empty());
-  for (const char* bad : {"5%", "fast", "-1M"}) {
-    warnings.clear();
-    EXPECT_EQ(parse({{"UMSWAP_EVICT_COPY_CHUNK", bad}}, &warnings).evict_copy_chunk, 0u) << bad;
-    ASSERT_EQ(warnings.size(), 1u) << bad;
-    EXPECT_NE(warnings[0].find("UMSWAP_EVICT_COPY_CHUNK"), std::string::npos) << warnings[0];
-    EXPECT_NE(warnings[0].find("using the default 0"), std::string::npos) << warnings[0];
-  }
-}
-
-TEST(ParseOptions, EvictCopyOutPieceIsASizeOffByDefault) {
-  std::vector<std::string> warnings;
-  EXPECT_EQ(parse({}, &warnings).evict_copy_out_piece, 0u);
-  EXPECT_EQ(parse({{"UMSWAP_EVICT_COPY_OUT_PIECE", "32M"}}, &warnings).evict_copy_out_piece,
-            32 * MiB);
-  EXPECT_TRUE(warnings.empty());
-  EXPECT_EQ(parse({{"UMSWAP_EVICT_COPY_OUT_PIECE", "10%"}}, &warnings).evict_copy_out_piece, 0u);
-  ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_NE(warnings[0].find("UMSWAP_EVICT_COPY_OUT_PIECE"), std::string::npos) << warnings[0];
-  EXPECT_NE(warnings[0].find("using the default 0"), std::string::npos) << warnings[0];
-}
-
 TEST(ParseOptions, RemovedOptionsAreNamedAndIgnored) {
   std::vector<std::string> warnings;
   parse({{"UMSWAP_POPULATE_AHEAD", "4"}, {"UMSWAP_POPULATE_SIDE", "8"}}, &warnings);
@@ -644,8 +617,6 @@ TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
                                                   "UMSWAP_EVICT_COPY_AHEAD",
                                                   "UMSWAP_MANAGED_OPS_CAP",
                                                   "UMSWAP_LEARN_EVICT",
-                                                  "UMSWAP_EVICT_COPY_CHUNK",
-                                                  "UMSWAP_EVICT_COPY_OUT_PIECE",
                                                   "UMSWAP_HOST_GATE",
                                                   "UMSWAP_HANG_STACKS",
                                                   "UMSWAP_OP_LOG",
@@ -653,7 +624,7 @@ TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
                                                   "UMSWAP_ASYNC_SLABS",
                                                   "UMSWAP_LIFETIMES",
                                                   "UMSWAP_PLACEMENT"}));
-  EXPECT_EQ(option_table().size(), 29u);  // no duplicates
+  EXPECT_EQ(option_table().size(), 27u);  // no duplicates
 }
 
 TEST(OptionTable, EveryEntryHasAMeaning) {
@@ -692,8 +663,6 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
   o.lifetimes = false;
   o.placement = false;
   o.managed_ops_cap = 8;
-  o.evict_copy_chunk = 8 * MiB;
-  o.evict_copy_out_piece = 32 * MiB;
   o.evict_copy = false;
   o.learn_evict = false;
   o.hang_stacks = true;
@@ -717,8 +686,6 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
                                              "UMSWAP_EVICT_COPY_PATH=kernel",
                                              "UMSWAP_EVICT_COPY_SIDE_STREAMS=1",
                                              "UMSWAP_EVICT_COPY_AHEAD=0",
-                                             "UMSWAP_EVICT_COPY_CHUNK=8M",
-                                             "UMSWAP_EVICT_COPY_OUT_PIECE=32M",
                                              "UMSWAP_MANAGED_OPS_CAP=8",
                                              "UMSWAP_LEARN_EVICT=0",
                                              "UMSWAP_HOST_GATE=1",

@@ -173,13 +173,6 @@ struct AdvisorConfig {
   // UMSWAP_MANAGED_OPS_CAP: at most this many of the advisor's prefetches and discards wait on
   // the GPU at once (0: no cap).
   uint32_t managed_ops_cap = 0;
-  // UMSWAP_EVICT_COPY_CHUNK: with side streams, a copy back's first piece (pipeline_pieces(); 0:
-  // whole segments).
-  uint64_t evict_copy_chunk = 0;
-  // UMSWAP_EVICT_COPY_OUT_PIECE: with side streams, a copy out is made in pieces of at most this
-  // many bytes (whole 2 MiB pages), each discarded right behind its own copy, so that the room a
-  // large eviction makes comes free while it copies (0: one discard after the whole range).
-  uint64_t evict_copy_out_piece = 0;
   // UMSWAP_LEARN_EVICT: while learning, each launch evicts the least recently used blocks past
   // the budget and prefetches its own, on its stream (learning_evictor.h).
   bool learn_evict = false;

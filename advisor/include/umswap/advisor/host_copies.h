@@ -193,15 +193,4 @@ CopyBackOutcome copy_back(const std::vector<HostCopies::Segment>& segments, Copy
   return out;
 }
 
-// A restore's segments cut into pieces for pipelining a copy back behind its populates
-// (UMSWAP_EVICT_COPY_CHUNK): each copy waits for its own piece's populate, so the first copy waits
-// for `first` bytes to be populated instead of a whole segment (a populate takes about 7 us per
-// MiB on an H200, a copy about 20). Pieces grow `growth` times each, while the copies run, up to
-// whole segments: no piece spans two segments, and every piece but a segment's last is a multiple
-// of `unit`. first == 0 (or below unit) leaves the segments as they are. Few more pieces than
-// segments: about log_growth(total / first).
-std::vector<HostCopies::Segment> pipeline_pieces(const std::vector<HostCopies::Segment>& segments,
-                                                 uint64_t first, uint64_t unit,
-                                                 uint64_t growth = 3);
-
 }  // namespace umswap::advisor

@@ -86,8 +86,6 @@ struct Options {
   // driver blocks the call after about 57 (docs/advisor.md, "A hang with the cuDNN sample").
   int managed_ops_cap = 0;
   bool learn_evict = true;            // UMSWAP_LEARN_EVICT: LRU evictions while learning
-  uint64_t evict_copy_chunk = 0;      // UMSWAP_EVICT_COPY_CHUNK: a restore's first piece; 0 = whole
-  uint64_t evict_copy_out_piece = 0;  // UMSWAP_EVICT_COPY_OUT_PIECE: copy-out pieces; 0 = whole
   int host_gate = 0;                  // UMSWAP_HOST_GATE: 0 off, 1 always, N: while N calls wait
   bool op_log = false;                // each stream's calls numbered, for stall reports (op_log.h)
   int close_calls = 2;  // UMSWAP_CLOSE_CALLS: 0 off, 1 after event waits and managed calls, 2 waits

@@ -1200,6 +1200,21 @@ bool AdvisorImpl::needs_resident(uint32_t key) const {
 // the parameters do not show (a table in device memory) are not covered.
 void AdvisorImpl::make_resident(const std::vector<tracer::PointerHit>* hits, CUstream s) {
   resident_launches.fetch_add(1, std::memory_order_relaxed);
+  // In the relaxed capture mode for these calls (the thread's own mode back after): another
+  // thread's capture in the global mode must not end because of them (this launch's stream is
+  // not capturing: the tracer hands no captured launch to the advisor).
+  struct RelaxedCapture {
+    const AdvisorDriver& d;
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    bool swapped = false;
+    explicit RelaxedCapture(const AdvisorDriver& driver) : d(driver) {
+      swapped =
+          d.thread_exchange_capture_mode && d.thread_exchange_capture_mode(&mode) == CUDA_SUCCESS;
+    }
+    ~RelaxedCapture() {
+      if (swapped) d.thread_exchange_capture_mode(&mode);
+    }
+  } relaxed(d);
   open_resident_launch(s);
   if (!hits) {  // not scanned (the tracer stopped recording)
     resident_unscanned.fetch_add(1, std::memory_order_relaxed);

@@ -29,7 +29,7 @@ struct DriverApi {
   PFN_cuEventSynchronize_v2000 event_synchronize = nullptr;
   PFN_cuEventDestroy_v4000 event_destroy = nullptr;
   PFN_cuCtxSynchronize_v2000 ctx_synchronize = nullptr;
-  // UMSWAP_DISCARD_FREED only.
+  // The slabs' planned discards (DiscardMode::planned) only.
   PFN_cuMemDiscardBatchAsync_v13000 mem_discard_batch_async = nullptr;
   PFN_cuMemDiscardAndPrefetchBatchAsync_v13000 mem_discard_and_prefetch_batch_async = nullptr;
   // Populating plain device allocations when they are made (populate_on_allocation()); optional:
@@ -45,7 +45,7 @@ struct DriverApi {
            mem_get_default_mem_pool && mem_alloc_from_pool_async && mem_free_async &&
            stream_synchronize && ctx_get_device && device_total_mem;
   }
-  // What SlabAllocator needs (UMSWAP_DISCARD_FREED needs the two after them and ctx_get_device).
+  // What SlabAllocator needs (its discards need the two after them and ctx_get_device).
   bool has_slab_functions() const {
     return event_create && event_record && event_query && event_synchronize && event_destroy &&
            ctx_synchronize;

@@ -167,8 +167,8 @@ bool tracer_saw_calls();
 // calls do nothing.
 void yield_cupti(const std::string& what);
 // umswap discarded [address, address + bytes) of managed memory (on_gpu false) or populated it
-// on the GPU without a transfer (on_gpu true; UMSWAP_DISCARD_FREED): the residency count removes
-// or adds its pages as a transfer would, without counting bytes moved.
+// on the GPU without a transfer (on_gpu true; the slabs' planned discards): the residency count
+// removes or adds its pages as a transfer would, without counting bytes moved.
 void note_residency(uint64_t address, uint64_t bytes, bool on_gpu);
 // The same for a populate issued from the launch path (Observer::on_step), placed at the GPU
 // start of the step being launched.

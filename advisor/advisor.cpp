@@ -28,6 +28,7 @@
 #include "umswap/advisor/planner.h"
 #include "umswap/advisor/replay.h"
 #include "umswap/advisor/resident_launches.h"
+#include "umswap/allocator/driver_api.h"
 #include "umswap/allocator/managed_allocator.h"
 #include "umswap/allocator/placement.h"
 #include "umswap/core/driver_lock.h"
@@ -696,13 +697,16 @@ class AdvisorImpl {
   // UMSWAP_EVICT_COPY_SIDE_STREAMS: the populates of the plan's copies back run on
   // populate_stream, so that the next launch's populates overlap this one's copies in
   // (populated_event orders each copy after its own populate); the discards behind the copies out
-  // run on discard_stream (piece_events order each after its copy), so that the next copy out
+  // run on discard_stream (copied_event orders each after its copies), so that the next copy out
   // need not wait for them. Null: they run on restore_stream and `stream`.
   CUstream populate_stream = nullptr, discard_stream = nullptr;
   CUevent populated_event = nullptr;
-  // The event each copy out's discard waits for (after its copies), created once and reused: a
-  // wait takes the record made before it.
-  std::vector<CUevent> piece_events;
+  // The event a discard on discard_stream waits for (recorded on `stream` after the copies it
+  // follows), made at its first use (record_copied()) and reused: a wait takes the record made
+  // before it.
+  CUevent copied_event = nullptr;
+  // copied_event recorded on `stream` now; false if it cannot be.
+  bool record_copied();
   // The restored words, one per epoch: a plan that ends releases its word for good, and the next
   // plan's copies count on a fresh one (a released word cannot be taken back from waits already
   // placed on it).
@@ -1200,21 +1204,9 @@ bool AdvisorImpl::needs_resident(uint32_t key) const {
 // the parameters do not show (a table in device memory) are not covered.
 void AdvisorImpl::make_resident(const std::vector<tracer::PointerHit>* hits, CUstream s) {
   resident_launches.fetch_add(1, std::memory_order_relaxed);
-  // In the relaxed capture mode for these calls (the thread's own mode back after): another
-  // thread's capture in the global mode must not end because of them (this launch's stream is
-  // not capturing: the tracer hands no captured launch to the advisor).
-  struct RelaxedCapture {
-    const AdvisorDriver& d;
-    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-    bool swapped = false;
-    explicit RelaxedCapture(const AdvisorDriver& driver) : d(driver) {
-      swapped =
-          d.thread_exchange_capture_mode && d.thread_exchange_capture_mode(&mode) == CUDA_SUCCESS;
-    }
-    ~RelaxedCapture() {
-      if (swapped) d.thread_exchange_capture_mode(&mode);
-    }
-  } relaxed(d);
+  // Another thread's capture in the global mode must not end because of these calls (this
+  // launch's stream is not capturing: the tracer hands no captured launch to the advisor).
+  const RelaxedCaptureScope relaxed(d.thread_exchange_capture_mode);
   open_resident_launch(s);
   if (!hits) {  // not scanned (the tracer stopped recording)
     resident_unscanned.fetch_add(1, std::memory_order_relaxed);
@@ -1224,7 +1216,7 @@ void AdvisorImpl::make_resident(const std::vector<tracer::PointerHit>* hits, CUs
   thread_local std::vector<ResidentRange> ranges;
   reaches.clear();
   for (const tracer::PointerHit& h : *hits) {
-    reaches.push_back({h.pointer, h.limit ? h.limit : h.base + h.size, h.base, h.base + h.size});
+    reaches.push_back({h.pointer, h.reach_end(), h.base, h.base + h.size});
   }
   resident_ranges(reaches, ranges, kPage);
   CUmemLocation gpu{};
@@ -1923,7 +1915,7 @@ void AdvisorImpl::learn_step(uint64_t index, CUstream s,
   learn_fresh.clear();
   if (hits) {
     for (const tracer::PointerHit& hit : *hits) {
-      const uint64_t end = hit.limit ? hit.limit : hit.base + hit.size;
+      const uint64_t end = hit.reach_end();
       learning_evictor->touch(index, hit.pointer, end, hit.base, hit.base + hit.size, &learn_fresh);
     }
   }
@@ -2941,18 +2933,11 @@ AdvisorImpl::CopyOut AdvisorImpl::evict_by_copy(uint64_t address, uint64_t lengt
   if (lo > address) migrate(address, lo - address, false, g);
   if (address + length > hi) migrate(hi, address + length - hi, false, g);
   // The ranges copied, then discarded behind their copies in one discard (on the discard
-  // stream when there is one, after piece_events[0], recorded on `stream` after the last copy).
+  // stream when there is one, ordered after the copies by copied_event).
   const CUstream ds = discard_stream ? discard_stream : stream;
-  const std::vector<HostCopies::Segment>& pieces = *segments;
-  // The discard's group of pieces (one: all of them).
-  struct Group {
-    size_t begin = 0, end = 0;  // into pieces
-    uint32_t copy = 0;          // the correlation id of its last copy
-  };
-  std::vector<Group> groups;
   uint64_t bytes = 0;
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    const HostCopies::Segment& s = pieces[i];
+  uint32_t last_copy = 0;  // the correlation id of the last copy
+  for (const HostCopies::Segment& s : *segments) {
     const auto t0 = std::chrono::steady_clock::now();
     const CUresult r = copy_async(s.host, s.address, s.length, true, stream);
     const double took =
@@ -2966,48 +2951,23 @@ AdvisorImpl::CopyOut AdvisorImpl::evict_by_copy(uint64_t address, uint64_t lengt
       stop_copies(fmt::format("a copy to the host failed (error {})", static_cast<int>(r)));
       return CopyOut::copied;
     }
-    tracer::note_own_copy(tracer::last_own_copy(), s.address, s.length, false);
+    last_copy = tracer::last_own_copy();
+    tracer::note_own_copy(last_copy, s.address, s.length, false);
     bytes += s.length;
     ++copy_calls;
-    if (i + 1 < pieces.size()) continue;
-    if (ds != stream) {
-      // Its own event: the discards are issued once every copy is (nothing is discarded when a
-      // copy fails). On discard_stream, a wait takes the event's latest record.
-      while (piece_events.size() <= groups.size()) {
-        CUevent e = nullptr;
-        if (d.event_create(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) break;
-        piece_events.push_back(e);
-      }
-      if (piece_events.size() <= groups.size() ||
-          d.event_record(piece_events[groups.size()], stream) != CUDA_SUCCESS) {
-        // Not discarded: every held range goes back (the same bytes), copies stop.
-        stop_copies("could not order a discard after its copy to the host");
-        return CopyOut::copied;
-      }
-    }
-    groups.push_back({0, i + 1, tracer::last_own_copy()});
   }
-  if (!groups.empty()) {
-    // Each discard right behind its copy, in the GPU's order (done on the host's word, later, it
-    // came after the copy back when the program ran ahead of the GPU: nothing left the GPU).
-    for (size_t k = 0; k < groups.size(); ++k) {
-      const Group& group = groups[k];
-      if (ds != stream && d.stream_wait_event(ds, piece_events[k], 0) != CUDA_SUCCESS &&
-          d.stream_synchronize(stream) != CUDA_SUCCESS) {
-        // The copies are not known done, so nothing more is discarded; those discarded come back
-        // (copied() orders the copies back after them), copies stop.
-        if (k > 0) {
-          std::lock_guard lock(copies_mutex);
-          copies->copied(out_ticket);
-        }
-        stop_copies("could not order a discard after its copy to the host");
-        return CopyOut::copied;
-      }
-      discard_behind(
-          std::vector<HostCopies::Segment>(pieces.begin() + static_cast<ptrdiff_t>(group.begin),
-                                           pieces.begin() + static_cast<ptrdiff_t>(group.end)),
-          out_ticket, group.copy, ds);
+  if (!segments->empty()) {
+    // The discard right behind the copies, in the GPU's order (done on the host's word, later, it
+    // came after the copy back when the program ran ahead of the GPU: nothing left the GPU). Not
+    // discarded when it cannot be ordered: every held range goes back (the same bytes), copies
+    // stop.
+    if (ds != stream &&
+        (!record_copied() || (d.stream_wait_event(ds, copied_event, 0) != CUDA_SUCCESS &&
+                              d.stream_synchronize(stream) != CUDA_SUCCESS))) {
+      stop_copies("could not order a discard after its copy to the host");
+      return CopyOut::copied;
     }
+    discard_behind(*segments, out_ticket, last_copy, ds);
     if (!seal_copy_out(out_ticket, g, ds)) {
       stop_copies("could not record an event after a copy to the host");
       return CopyOut::copied;
@@ -3015,6 +2975,14 @@ AdvisorImpl::CopyOut AdvisorImpl::evict_by_copy(uint64_t address, uint64_t lengt
   }
   count_copy_out(g, bytes);
   return CopyOut::copied;
+}
+
+bool AdvisorImpl::record_copied() {
+  if (!copied_event && d.event_create(&copied_event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+    copied_event = nullptr;
+    return false;
+  }
+  return d.event_record(copied_event, stream) == CUDA_SUCCESS;
 }
 
 // The discard on ds of `segments`, held by copy out `ticket`, behind `copy` (the correlation id
@@ -3089,7 +3057,7 @@ AdvisorImpl::Reach AdvisorImpl::submitted_reach(uint64_t j, uint64_t lo, uint64_
     const uint64_t covered = covered_launch(j + 1 + i);
     for (uint64_t h = log.first_hit[i]; h < log.first_hit[i + 1]; ++h) {
       const tracer::PointerHit& hit = log.hits[h];
-      const uint64_t end = hit.limit ? hit.limit : hit.base + hit.size;
+      const uint64_t end = hit.reach_end();
       if (hit.pointer < hi && end > lo && (covered == UINT64_MAX || covered < due)) {
         return Reach::reached;
       }
@@ -3200,15 +3168,9 @@ AdvisorImpl::CopyOut AdvisorImpl::settle_ahead(AheadCopy rec, uint64_t g) {
   };
   // After the last use (`stream` waits for it), and so after the copy ahead (queued on `stream`
   // before that wait).
-  if (ds != stream) {
-    if (piece_events.empty()) {
-      CUevent e = nullptr;
-      if (d.event_create(&e, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS) piece_events.push_back(e);
-    }
-    if (piece_events.empty() || d.event_record(piece_events[0], stream) != CUDA_SUCCESS ||
-        d.stream_wait_event(ds, piece_events[0], 0) != CUDA_SUCCESS) {
-      return give_up("could not order the check of a copy ahead after its range's last use");
-    }
+  if (ds != stream &&
+      (!record_copied() || d.stream_wait_event(ds, copied_event, 0) != CUDA_SUCCESS)) {
+    return give_up("could not order the check of a copy ahead after its range's last use");
   }
   uint32_t check = 0;
   for (size_t k = 0; k < rec.segments.size(); ++k) {
@@ -3485,7 +3447,7 @@ void AdvisorImpl::guard(uint64_t index, const std::vector<tracer::PointerHit>* h
     } else {
       rescue_ranges.clear();
       for (const tracer::PointerHit& h : *hits) {
-        const uint64_t end = h.limit ? h.limit : h.base + h.size;
+        const uint64_t end = h.reach_end();
         if (copies->reaches(h.pointer, end, covered, index)) {
           log_debug(
               "UMSWAP_EVICT_COPY: launch {} reaches [{:#x}, {:#x}) held on the host; it waits "

@@ -207,17 +207,14 @@ void ManagedAllocator::populate(CUdeviceptr ptr, size_t bytes) {
   CUmemLocation gpu{};
   gpu.type = CU_MEM_LOCATION_TYPE_DEVICE;
   gpu.id = device;
-  // The program's thread may be capturing a graph: in the global mode a call the driver deems
-  // unsafe may invalidate that capture (as for the advisor's thread, relax_capture_mode()); in
-  // the relaxed mode it does not.
-  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-  const bool relaxed = on_device && driver_.thread_exchange_capture_mode &&
-                       driver_.thread_exchange_capture_mode(&mode) == CUDA_SUCCESS;
-  const bool done =
-      on_device &&
-      driver_.mem_prefetch_async(ptr, bytes, gpu, 0, populate_stream_) == CUDA_SUCCESS &&
-      driver_.stream_synchronize(populate_stream_) == CUDA_SUCCESS;
-  if (relaxed) driver_.thread_exchange_capture_mode(&mode);  // the thread's own mode back
+  // The program's thread may be capturing a graph (as for the advisor's thread,
+  // relax_capture_mode()).
+  bool done = false;
+  if (on_device) {
+    const RelaxedCaptureScope relaxed(driver_.thread_exchange_capture_mode);
+    done = driver_.mem_prefetch_async(ptr, bytes, gpu, 0, populate_stream_) == CUDA_SUCCESS &&
+           driver_.stream_synchronize(populate_stream_) == CUDA_SUCCESS;
+  }
   if (!done) {
     populate_failures_.fetch_add(1, std::memory_order_relaxed);
     return;

@@ -251,7 +251,7 @@ std::span<const RemovedOption> removed_options() {
 Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warnings) {
   Options options;
   for (const auto& [name, why] : kRemovedOptions) {
-    const char* v = lookup ? lookup(std::string(name).c_str()) : nullptr;
+    const char* v = lookup ? lookup(name) : nullptr;
     if (v && warnings) {
       warnings->push_back(fmt::format("{} is no longer an option ({}); ignored", name, why));
     }

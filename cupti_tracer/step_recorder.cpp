@@ -148,8 +148,7 @@ std::string_view StepRecorder::key_view(uint32_t key) const {
 }
 
 std::string StepRecorder::key_name(uint32_t key) const {
-  if (key >= names_published_.load(std::memory_order_acquire)) return {};
-  return **names_.at(key);
+  return std::string(key_view(key));
 }
 
 StepRecorder::Recording StepRecorder::stop() {

@@ -10,6 +10,29 @@
 
 namespace umswap {
 
+// The calling thread in the relaxed stream-capture mode while this lives, its own mode back after.
+// In the global mode a call the driver deems unsafe, made while any program thread captures a
+// CUDA graph in the global mode, invalidates that capture; in the relaxed mode it does not. For
+// umswap's calls on a program's thread (a populate, a launch's prefetches). A null `exchange`, or
+// one that fails, changes nothing.
+class RelaxedCaptureScope {
+ public:
+  explicit RelaxedCaptureScope(PFN_cuThreadExchangeStreamCaptureMode_v10010 exchange)
+      : exchange_(exchange) {
+    swapped_ = exchange_ && exchange_(&mode_) == CUDA_SUCCESS;
+  }
+  ~RelaxedCaptureScope() {
+    if (swapped_) exchange_(&mode_);
+  }
+  RelaxedCaptureScope(const RelaxedCaptureScope&) = delete;
+  RelaxedCaptureScope& operator=(const RelaxedCaptureScope&) = delete;
+
+ private:
+  PFN_cuThreadExchangeStreamCaptureMode_v10010 exchange_;
+  CUstreamCaptureMode mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;
+  bool swapped_ = false;
+};
+
 struct DriverApi {
   PFN_cuMemAllocManaged_v6000 mem_alloc_managed = nullptr;
   PFN_cuMemFree_v3020 mem_free = nullptr;

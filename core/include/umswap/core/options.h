@@ -104,8 +104,8 @@ struct OptionInfo {
 // Options measured, found not to help and removed: parse_options() names each one that is set
 // in a warning and ignores it.
 struct RemovedOption {
-  std::string_view name;
-  std::string_view why;
+  const char* name;
+  const char* why;
 };
 std::span<const RemovedOption> removed_options();
 std::span<const OptionInfo> option_table();

@@ -62,6 +62,9 @@ struct PointerHit {
   // (Registry::Snapshot::allocation_end). 0 for any other buffer (its end is base + size).
   uint64_t limit = 0;
 
+  // The end of what the pointer may reach: its block's (limit) or its buffer's.
+  uint64_t reach_end() const { return limit ? limit : base + size; }
+
   friend bool operator==(const PointerHit&, const PointerHit&) = default;
 };
 

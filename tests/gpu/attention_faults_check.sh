@@ -4,6 +4,10 @@
 # umswap populates new allocations on the GPU before the program gets them, so the kernel's first
 # touch takes no fault. The same program on plain managed memory (`--mode managed`) is run too and
 # its result printed, not judged: it shows whether this GPU and cuDNN still have the hazard.
+# Then under a budget: each trial first writes 1 GiB (--pressure-mib), the budget is 512 MiB, so
+# the kernel's inputs are evicted between trials; the kernel must still give native's output (a
+# resident launch: advisor/include/umswap/advisor/resident_launches.h), and the run must have
+# evicted something, or the check tested nothing.
 # usage: attention_faults_check.sh UMSWAP
 # Exit 0 pass, 1 fail, 77 skip (no torch, GPU or cuDNN attention).
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
@@ -48,4 +52,31 @@ for mode in online managed; do
     echo "plain managed memory (not judged): $differ of $trials trials differ from native's output"
   fi
 done
+python3 "$script" --trials 16 --pressure-mib 1024 > "$work/native-p.out" 2> "$work/native-p.err" || {
+  echo "FAIL: the native run with pressure failed"; tail -n 5 "$work/native-p.err"; exit 1; }
+native_p=$(awk 'NR == 1 {print $3}' "$work/native-p.out")
+if [ "$(awk '{print $3}' "$work/native-p.out" | sort -u | wc -l)" -ne 1 ]; then
+  echo "natively, with pressure, the trials differ: budget case not judged"
+elif ! timeout -s KILL 300 "$umswap" run --budget 512M --stats "$work/budget.json" -- \
+    python3 "$script" --trials 16 --pressure-mib 1024 > "$work/budget.out" 2> "$work/budget.err"; then
+  echo "FAIL: --budget 512M: the run failed or hung"; tail -n 10 "$work/budget.err"
+  status=1
+else
+  differ=$(awk -v n="$native_p" '$3 != n' "$work/budget.out" | wc -l)
+  trials=$(wc -l < "$work/budget.out")
+  read -r evicted resident state < <(python3 -c 'import json, sys
+a = json.load(open(sys.argv[1]))["advisor"]
+evicted = a.get("evicted_bytes", 0) + a.get("learn_evict", {}).get("evicted_bytes", 0)
+print(evicted, a.get("resident_launches", {}).get("launches", 0), a.get("state"))' \
+    "$work/budget.json")
+  if [ "$differ" -eq 0 ] && [ "$trials" -eq 16 ] && [ "${evicted:-0}" -gt 0 ]; then
+    echo "--budget 512M: all $trials trials give native's output ($native_p);" \
+      "$evicted bytes evicted, $resident resident launches"
+  else
+    echo "FAIL: --budget 512M: $differ of $trials trials differ from native's output ($native_p);" \
+      "${evicted:-?} bytes evicted (none: the check tested nothing), ${resident:-?} resident" \
+      "launches, advisor state ${state:-?}"
+    status=1
+  fi
+fi
 exit $status

@@ -28,6 +28,7 @@
 #include "umswap/advisor/planner.h"
 #include "umswap/advisor/replay.h"
 #include "umswap/advisor/resident_launches.h"
+#include "umswap/advisor/round_trips.h"
 #include "umswap/allocator/driver_api.h"
 #include "umswap/allocator/managed_allocator.h"
 #include "umswap/allocator/placement.h"
@@ -834,6 +835,24 @@ class AdvisorImpl {
   std::string copy_kernel_off;
   uint64_t kernel_copies = 0, engine_copies = 0;
   void set_up_copy_kernel();
+  // umswap run --verify (round_trips.h): the page hash kernel and its pinned, mapped memory of
+  // kTripSlots slots, one page's hash each; trips_off says why the round trips are not hashed.
+  // Advisor thread only, as the copies.
+  static constexpr uint64_t kTripSlots = uint64_t{1} << 20;
+  CUfunction hash_fn = nullptr;
+  const volatile uint64_t* trip_memory = nullptr;
+  std::unique_ptr<RoundTrips> trips;
+  std::string trips_off;
+  // The kernels of the launches of the first mismatches' copies out and back (by mismatch).
+  std::vector<std::pair<std::string, std::string>> mismatch_kernels;
+  void set_up_round_trips(CUmodule module);
+  // On s, the hashes of the whole pages of [address, address + length) leaving (with copy out
+  // `ticket`) or back (copy back `ticket`) at launch g.
+  void hash_pages(uint64_t address, uint64_t length, bool leaving, uint64_t ticket, uint64_t g,
+                  CUstream s);
+  void settle_round_trips();
+  // The stats' advisor.evict_copy.round_trips (the buffers of mismatches from the summary).
+  nlohmann::json round_trips_json(const tracer::RunSummary* summary) const;
   CUresult copy_async(uint64_t dst, uint64_t src, uint64_t bytes, bool to_host, CUstream s);
   void set_up_copies();
   void relax_capture_mode();
@@ -1559,6 +1578,9 @@ void AdvisorImpl::run() {
   release_waits();
   if (relearn_task.valid()) relearn_task.wait();  // reads the tracer's log: not past the exit
   if (stream) d.stream_synchronize(stream);
+  if (trips && restore_stream && d.stream_synchronize(restore_stream) == CUDA_SUCCESS) {
+    tend_copies();  // --verify: the last round trips compared
+  }
   if (progress_host) *progress_host = kReleased;
 }
 
@@ -2730,6 +2752,7 @@ void AdvisorImpl::set_up_copy_kernel() {
     return off(fmt::format("{} was not found in its module (error {})", kCopyKernelName,
                            static_cast<int>(r)));
   }
+  if (config.verify) set_up_round_trips(module);
   if (!config.evict_copy_ahead) return;
   // UMSWAP_EVICT_COPY_AHEAD: its two kernels and their slots, or copies out after the last use.
   void* memory = nullptr;
@@ -2747,6 +2770,116 @@ void AdvisorImpl::set_up_copy_kernel() {
   ahead_memory = static_cast<volatile uint64_t*>(memory);
   ahead_memory[uint64_t{kAheadSlots} * kCopyKernelGrid] = 0;
   for (uint32_t slot = kAheadSlots; slot-- > 0;) free_slots.push_back(slot);
+}
+
+// umswap run --verify: the page hash kernel from the copy kernel's module and its slots; without
+// them the round trips are not hashed (the stats say why).
+void AdvisorImpl::set_up_round_trips(CUmodule module) {
+  void* memory = nullptr;
+  if (const CUresult r = d.module_get_function(&hash_fn, module, kPageHashKernelName);
+      r != CUDA_SUCCESS) {
+    hash_fn = nullptr;
+    trips_off = fmt::format("{} was not found in the copy kernel's module (error {})",
+                            kPageHashKernelName, static_cast<int>(r));
+  } else if (const CUresult m = d.mem_host_alloc(
+                 &memory, kTripSlots * 8, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE);
+             m != CUDA_SUCCESS) {
+    trips_off = fmt::format("no pinned memory for the hashes (error {})", static_cast<int>(m));
+  } else {
+    trip_memory = static_cast<const volatile uint64_t*>(memory);
+    trips = std::make_unique<RoundTrips>(kTripSlots);
+    return;
+  }
+  log_warning("umswap run --verify: {}; the round trips are not hashed", trips_off);
+}
+
+void AdvisorImpl::hash_pages(uint64_t address, uint64_t length, bool leaving, uint64_t ticket,
+                             uint64_t g, CUstream s) {
+  if (!trips) return;
+  const auto [lo, hi] = whole_pages(address, length);
+  if (hi <= lo) return;
+  const uint64_t pages = (hi - lo) / kPageBytes;
+  const std::optional<uint64_t> first =
+      leaving ? trips->leave(lo, pages, ticket, g) : trips->back(lo, pages, ticket, g);
+  if (!first) return;
+  uint64_t src = lo, hashes = reinterpret_cast<uint64_t>(trip_memory) + *first * 8;
+  void* args[] = {&src, &hashes};
+  CUresult r = CUDA_SUCCESS;
+  {
+    const Timed timed(copy_call_s);
+    r = d.launch_kernel(hash_fn, static_cast<unsigned>(pages), 1, 1, kPageHashThreads, 1, 1, 0, s,
+                        args, nullptr);
+  }
+  if (r != CUDA_SUCCESS) {
+    // Its slots will hold no hash: no round trip is compared from here on (a false mismatch
+    // would be worse than none). The memory stays: hashes launched before may still write it.
+    trips_off = fmt::format("a launch of the hash kernel failed (error {})", static_cast<int>(r));
+    trips.reset();
+    log_warning("umswap run --verify: {}; round trips are no longer hashed", trips_off);
+  }
+}
+
+// Compares the round trips whose copies are seen done (tend_copies()).
+void AdvisorImpl::settle_round_trips() {
+  if (!trips) return;
+  const size_t had = trips->mismatches().size();
+  trips->settle(out_done, in_done, [&](uint64_t slot) { return trip_memory[slot]; });
+  const auto name = [](uint64_t launch) {
+    const std::vector<uint32_t> key = tracer::copy_keys(launch, 1);
+    return tracer::key_name(key.empty() ? UINT32_MAX : key[0]);
+  };
+  for (size_t i = had; i < trips->mismatches().size(); ++i) {
+    const RoundTrips::Mismatch& m = trips->mismatches()[i];
+    mismatch_kernels.emplace_back(name(m.left_at), name(m.back_at));
+    log_warning(
+        "umswap run --verify: the 2 MiB page at {:#x} came back different from what left the "
+        "GPU (copied out at launch {}, {}; back at launch {}, {})",
+        m.page, m.left_at, mismatch_kernels.back().first, m.back_at,
+        mismatch_kernels.back().second);
+  }
+}
+
+nlohmann::json AdvisorImpl::round_trips_json(const tracer::RunSummary* summary) const {
+  nlohmann::json j = {
+      {"hashed", trips != nullptr},
+      {"off_reason", trips_off.empty() ? nlohmann::json(nullptr) : nlohmann::json(trips_off)}};
+  if (!trips) return j;
+  const RoundTrips::Counts& c = trips->counts();
+  nlohmann::json first = nlohmann::json::array();
+  for (size_t i = 0; i < trips->mismatches().size(); ++i) {
+    const RoundTrips::Mismatch& m = trips->mismatches()[i];
+    nlohmann::json x = {{"page", fmt::format("{:#x}", m.page)},
+                        {"left_at_launch", m.left_at},
+                        {"back_at_launch", m.back_at},
+                        {"left_hash", fmt::format("{:#018x}", m.left_hash)},
+                        {"back_hash", fmt::format("{:#018x}", m.back_hash)}};
+    if (i < mismatch_kernels.size()) {
+      x["left_kernel"] = mismatch_kernels[i].first;
+      x["back_kernel"] = mismatch_kernels[i].second;
+    }
+    if (summary) {
+      const auto& bufs = summary->trace.buffers;
+      for (size_t b = 0; b < bufs.size(); ++b) {
+        if (bufs[b].base < m.page + kPageBytes && m.page < bufs[b].base + bufs[b].size) {
+          x["buffer"] = {
+              {"index", b}, {"base", fmt::format("{:#x}", bufs[b].base)}, {"size", bufs[b].size}};
+          break;
+        }
+      }
+    }
+    first.push_back(std::move(x));
+  }
+  // Pages of 2 MiB.
+  j.update({{"page_bytes", kPageBytes},
+            {"checked_pages", c.checked},
+            {"mismatched_pages", c.mismatches},
+            {"first_mismatches", std::move(first)},
+            {"not_compared_pages",
+             {{"no_slot", c.no_slot},
+              {"unmatched", c.unmatched},
+              {"away_at_exit", trips->away()},
+              {"returning_at_exit", trips->returning()}}}});
+  return j;
 }
 
 // One copy of umswap's between pinned host memory and the GPU on stream s: by the copy kernel
@@ -2955,6 +3088,8 @@ AdvisorImpl::CopyOut AdvisorImpl::evict_by_copy(uint64_t address, uint64_t lengt
     tracer::note_own_copy(last_copy, s.address, s.length, false);
     bytes += s.length;
     ++copy_calls;
+    // --verify: hashed as it leaves, after its copy and before its discard (same stream).
+    hash_pages(s.address, s.length, true, out_ticket, g, stream);
   }
   if (!segments->empty()) {
     // The discard right behind the copies, in the GPU's order (done on the host's word, later, it
@@ -3353,6 +3488,8 @@ void AdvisorImpl::issue_restore(const LivePlan* p, Restore r) {
       if (!first_copy) first_copy = copy;
       tracer::note_own_copy(copy, s.address, s.length, true);
       ++copy_calls;
+      // --verify: hashed once back, before the event and the word launches wait for.
+      hash_pages(s.address, s.length, false, r.ticket, r.g, restore_stream);
       return true;
     });
     const uint64_t bytes = out.bytes;
@@ -3409,6 +3546,7 @@ void AdvisorImpl::tend_copies() {
       ++k;
     }
   }
+  settle_round_trips();
   // Discards seen done: the residency count takes them off the GPU where CUPTI saw the copy they
   // follow end (without its record: now, a little after they ran, and the count errs high).
   while (!discard_notes.empty() && discard_notes.front().ticket <= out_done) {
@@ -3802,6 +3940,7 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
         {"copies_back_waiting_for_their_room", a.room_waits_narrowed},
         {"host_bytes", a.copies ? a.copies->host_bytes() : 0},
     };
+    if (a.config.verify) advisor["evict_copy"]["round_trips"] = a.round_trips_json(summary);
   }
   if (a.placement) {
     nlohmann::json candidates = nlohmann::json::array();

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace umswap::advisor {
 
@@ -126,6 +127,99 @@ std::string build_ptx() {
   ptx += kRegisters + std::string("  ld.param.u64 %hashes, [hashes_param];\n") + grid(true) +
          loop("H", true, true, "HDONE") + "HDONE:\n  st.global.u64 [%slot], %h;\n  ret;\n}\n\n";
 
+  // umswap_hash_pages(src, hashes): block b hashes the 2 MiB page at src + b * 2 MiB into
+  // hashes[b] (page_hash()): its 1024 threads fold their units, four loads in flight each, then
+  // 32 of them fold 32 thread hashes each through shared memory, then thread 0 folds those 32.
+  ptx += R"(.visible .entry umswap_hash_pages(.param .u64 src_param, .param .u64 hashes_param)
+{
+  .shared .align 8 .b64 threads_h[1024];
+  .shared .align 8 .b64 warps_h[32];
+  .reg .pred %more;
+  .reg .b32 %bid, %tidx, %i;
+  .reg .b32 %a<4>, %b<4>, %c<4>, %d<4>;
+  .reg .b64 %src, %hashes, %at, %end, %step, %h, %x, %prime, %t, %s, %sh;
+  ld.param.u64 %src, [src_param];
+  ld.param.u64 %hashes, [hashes_param];
+  cvta.to.global.u64 %src, %src;
+  cvta.to.global.u64 %hashes, %hashes;
+  mov.u32 %bid, %ctaid.x;
+  mov.u32 %tidx, %tid.x;
+  cvt.u64.u32 %t, %bid;
+  shl.b64 %at, %t, 21;
+  add.u64 %at, %src, %at;                 // the page
+  add.u64 %end, %at, 2097152;
+  cvt.u64.u32 %t, %tidx;
+  shl.b64 %x, %t, 4;
+  add.u64 %at, %at, %x;                   // this thread's first unit
+  mov.u64 %step, 16384;                   // 1024 units
+  mov.u64 %h, 0xcbf29ce484222325;
+  mov.u64 %prime, 0x100000001b3;
+
+PFOUR:                                    // units at, +1024, +2048, +3072 (128 per thread)
+  setp.ge.u64 %more, %at, %end;
+  @%more bra PFOLD;
+  mov.u64 %s, %at;
+  ld.global.nc.v4.u32 {%a0, %a1, %a2, %a3}, [%s];
+  add.u64 %s, %s, %step;
+  ld.global.nc.v4.u32 {%b0, %b1, %b2, %b3}, [%s];
+  add.u64 %s, %s, %step;
+  ld.global.nc.v4.u32 {%c0, %c1, %c2, %c3}, [%s];
+  add.u64 %s, %s, %step;
+  ld.global.nc.v4.u32 {%d0, %d1, %d2, %d3}, [%s];
+)";
+  ptx += hash(4);
+  ptx += R"(  add.u64 %at, %at, 65536;
+  bra.uni PFOUR;
+
+PFOLD:
+  mov.u64 %sh, threads_h;
+  shl.b64 %x, %t, 3;
+  add.u64 %s, %sh, %x;
+  st.shared.u64 [%s], %h;
+  bar.sync 0;
+  setp.ge.u32 %more, %tidx, 32;
+  @%more bra PWARPS;
+  shl.b64 %x, %t, 8;                      // thread w folds thread hashes 32w .. 32w + 31
+  add.u64 %s, %sh, %x;
+  mov.u64 %h, 0xcbf29ce484222325;
+  mov.u32 %i, 0;
+PW:
+  ld.shared.u64 %x, [%s];
+  xor.b64 %h, %h, %x;
+  mul.lo.u64 %h, %h, %prime;
+  add.u64 %s, %s, 8;
+  add.u32 %i, %i, 1;
+  setp.lt.u32 %more, %i, 32;
+  @%more bra PW;
+  mov.u64 %sh, warps_h;
+  shl.b64 %x, %t, 3;
+  add.u64 %s, %sh, %x;
+  st.shared.u64 [%s], %h;
+PWARPS:
+  bar.sync 0;
+  setp.ne.u32 %more, %tidx, 0;
+  @%more bra PDONE;
+  mov.u64 %s, warps_h;
+  mov.u64 %h, 0xcbf29ce484222325;
+  mov.u32 %i, 0;
+PL:
+  ld.shared.u64 %x, [%s];
+  xor.b64 %h, %h, %x;
+  mul.lo.u64 %h, %h, %prime;
+  add.u64 %s, %s, 8;
+  add.u32 %i, %i, 1;
+  setp.lt.u32 %more, %i, 32;
+  @%more bra PL;
+  cvt.u64.u32 %t, %bid;
+  shl.b64 %t, %t, 3;
+  add.u64 %s, %hashes, %t;
+  st.global.u64 [%s], %h;
+PDONE:
+  ret;
+}
+
+)";
+
   // umswap_check16(dst, src, units, hashes, changed): hashes src's units as the copy did; a
   // thread whose hash differs from hashes[i] copies its units to dst again and adds 1 to
   // *changed. Launched with the same grid as the copy it checks.
@@ -168,6 +262,22 @@ uint64_t copy_thread_hash(const void* src, uint64_t units, uint64_t thread, uint
       std::memcpy(&word, bytes + u * 16 + static_cast<uint64_t>(half) * 8, 8);
       h = (h ^ word) * kPrime;
     }
+  }
+  return h;
+}
+
+uint64_t page_hash(const void* page) {
+  constexpr uint64_t kBasis = 0xcbf29ce484222325ull, kPrime = 0x100000001b3ull;
+  const auto fold = [](uint64_t h, uint64_t word) { return (h ^ word) * kPrime; };
+  std::vector<uint64_t> threads(kPageHashThreads);
+  for (uint64_t t = 0; t < kPageHashThreads; ++t) {
+    threads[t] = copy_thread_hash(page, kPageBytes / 16, t, kPageHashThreads);
+  }
+  uint64_t h = kBasis;
+  for (uint64_t w = 0; w < 32; ++w) {
+    uint64_t hw = kBasis;
+    for (uint64_t i = 0; i < 32; ++i) hw = fold(hw, threads[w * 32 + i]);
+    h = fold(h, hw);
   }
   return h;
 }

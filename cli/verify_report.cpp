@@ -66,6 +66,62 @@ std::string resident_faults_failure(const json& s, const std::string& prefix) {
                       faults, which.empty() ? "?" : which);
 }
 
+// The round trips (advisor.evict_copy.round_trips; advisor/round_trips.h): each range copied to
+// the host hashed on the GPU as it left and once back. A difference fails the run (*mismatched);
+// otherwise one line says how many agreed and how many were not compared.
+std::string round_trips_report(const json& s, const std::string& prefix, bool* mismatched) {
+  if (!s.contains("advisor") || !s["advisor"].contains("evict_copy") ||
+      !s["advisor"]["evict_copy"].contains("round_trips")) {
+    return {};
+  }
+  const json& r = s["advisor"]["evict_copy"]["round_trips"];
+  if (!r.value("hashed", false)) {
+    const std::string why = r.contains("off_reason") && r["off_reason"].is_string()
+                                ? r["off_reason"].get<std::string>()
+                                : std::string("?");
+    return prefix + "note: the round trips were not hashed (" + why + ")\n";
+  }
+  const uint64_t page = number(r, {"page_bytes"}) ? number(r, {"page_bytes"}) : (2ull << 20);
+  const uint64_t bad = number(r, {"mismatched_pages"});
+  const uint64_t skipped = number(r, {"not_compared_pages", "no_slot"}) +
+                           number(r, {"not_compared_pages", "unmatched"}) +
+                           number(r, {"not_compared_pages", "away_at_exit"}) +
+                           number(r, {"not_compared_pages", "returning_at_exit"});
+  std::string out;
+  if (bad > 0) {
+    *mismatched = true;
+    out += prefix + fmt::format(
+                        "FAILED: {} pages ({}) came back from the host different from what left "
+                        "the GPU (each hashed on the GPU as it left and once it was back)\n",
+                        bad, gib(bad * page));
+    size_t shown = 0;
+    for (const json& m : r.value("first_mismatches", json::array())) {
+      if (shown++ == 4) break;
+      std::string where = "page " + m.value("page", "?");
+      if (m.contains("buffer")) {
+        where += fmt::format(" in buffer {} at {}", number(m, {"buffer", "index"}),
+                             m["buffer"].value("base", "?"));
+      }
+      out += prefix +
+             fmt::format("  {}: out at launch {} ({}), back at launch {} ({})\n", where,
+                         number(m, {"left_at_launch"}), m.value("left_kernel", "?").substr(0, 80),
+                         number(m, {"back_at_launch"}), m.value("back_kernel", "?").substr(0, 80));
+    }
+  } else {
+    const uint64_t checked = number(r, {"checked_pages"});
+    out += prefix + fmt::format(
+                        "round trips: {} pages ({}) hashed on the GPU as they left and once "
+                        "back, every one the same",
+                        checked, gib(checked * page));
+    out += skipped == 0 ? std::string("\n")
+                        : fmt::format(
+                              "; {} pages not compared (no hash slot free, not seen "
+                              "leaving, or not back by the end)\n",
+                              skipped);
+  }
+  return out;
+}
+
 }  // namespace
 
 VerifyVerdict judge_verify(const std::vector<json>& stats, const std::vector<std::string>& names) {
@@ -75,7 +131,7 @@ VerifyVerdict judge_verify(const std::vector<json>& stats, const std::vector<std
     v.text = p + "NOT VERIFIED: no stats file was written (did the program use CUDA?)\n";
     return v;
   }
-  bool failed = false, copied_any = false, resident_failed = false;
+  bool failed = false, copied_any = false, resident_failed = false, mismatched = false;
   std::string lines;
   for (size_t i = 0; i < stats.size(); ++i) {
     const json& s = stats[i];
@@ -155,7 +211,8 @@ VerifyVerdict judge_verify(const std::vector<json>& stats, const std::vector<std
       failed = true;
       lines += p + who + "FAILED: " + what + "\n";
     }
-    if (faults == 0 && early == 0 && harmful == 0 && lost == 0) {
+    const std::string trips = round_trips_report(s, p + who, &mismatched);
+    if (faults == 0 && early == 0 && harmful == 0 && lost == 0 && !mismatched) {
       lines += p + who +
                fmt::format(
                    "passed: {} copied to the host and {} back; {} page windows from a copy out "
@@ -163,6 +220,7 @@ VerifyVerdict judge_verify(const std::vector<json>& stats, const std::vector<std
                    "back had ended, no step on a page while it was away\n",
                    gib(out), gib(in), windows);
     }
+    lines += trips;
     if (dropped > 0) {
       lines += p + who +
                fmt::format(
@@ -178,8 +236,13 @@ VerifyVerdict judge_verify(const std::vector<json>& stats, const std::vector<std
              "footprint so that umswap evicts\n";
     return v;
   }
-  v.ok = !failed && !resident_failed;
+  v.ok = !failed && !resident_failed && !mismatched;
   v.text = lines;
+  if (mismatched) {
+    v.text += p +
+              "a range that came back different is umswap's fault, not the program's: please "
+              "report it with the stats file (advisor.evict_copy.round_trips)\n";
+  }
   if (failed) {
     v.text += p +
               "the copy path (UMSWAP_EVICT_COPY=1) is not safe for this program; umswap's "

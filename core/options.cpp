@@ -92,6 +92,10 @@ constexpr std::array kOptionTable = {
                "blocks the 57th or so such call until one runs, and a blocked advisor never "
                "writes the words launches wait for. 8 ended the cuDNN sample's hang with "
                "UMSWAP_EVICT_COPY; 0: no cap (docs/advisor.md)"},
+    OptionInfo{"UMSWAP_VERIFY", "0",
+               "set by `umswap run --verify`: with UMSWAP_EVICT_COPY, each range copied to the "
+               "host is hashed on the GPU as it leaves and once it is back, and the two must "
+               "agree (the stats' advisor.evict_copy.round_trips)"},
     OptionInfo{"UMSWAP_LEARN_EVICT", "1",
                "1: while the advisor learns (no plan in force yet), each launch first sends the "
                "least recently used 2 MiB blocks to the host, on its own stream, until the blocks "
@@ -367,6 +371,7 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
   read_choice("UMSWAP_EVICT_COPY_ROOM", "all", "plan", &options.evict_copy_room_plan);
   read_bool("UMSWAP_EVICT_COPY_SIDE_STREAMS", &options.evict_copy_side_streams, "1");
   read_bool("UMSWAP_EVICT_COPY_AHEAD", &options.evict_copy_ahead, "0");
+  read_bool("UMSWAP_VERIFY", &options.verify, "0");
   read_bool("UMSWAP_LEARN_EVICT", &options.learn_evict, "1");
   read_int("UMSWAP_HOST_GATE", 0, 56, &options.host_gate, "0");
   read_bool("UMSWAP_HANG_STACKS", &options.hang_stacks, "0");
@@ -408,6 +413,7 @@ std::vector<std::string> describe(const Options& options) {
       fmt::format("UMSWAP_EVICT_COPY_SIDE_STREAMS={}", options.evict_copy_side_streams ? 1 : 0),
       fmt::format("UMSWAP_EVICT_COPY_AHEAD={}", options.evict_copy_ahead ? 1 : 0),
       fmt::format("UMSWAP_MANAGED_OPS_CAP={}", options.managed_ops_cap),
+      fmt::format("UMSWAP_VERIFY={}", options.verify ? 1 : 0),
       fmt::format("UMSWAP_LEARN_EVICT={}", options.learn_evict ? 1 : 0),
       fmt::format("UMSWAP_HOST_GATE={}", options.host_gate),
       fmt::format("UMSWAP_HANG_STACKS={}", options.hang_stacks ? 1 : 0),

@@ -20,7 +20,12 @@ using umswap::advisor::copy_kernel_ptx;
 using umswap::advisor::copy_thread_hash;
 using umswap::advisor::kCheckKernelName;
 using umswap::advisor::kCopyHashKernelName;
+using umswap::advisor::kCopyKernelGrid;
 using umswap::advisor::kCopyKernelName;
+using umswap::advisor::kPageBytes;
+using umswap::advisor::kPageHashKernelName;
+using umswap::advisor::kPageHashThreads;
+using umswap::advisor::page_hash;
 
 TEST(CopyKernel, PtxDeclaresTheEntryPoint) {
   const std::string ptx(copy_kernel_ptx());
@@ -100,4 +105,23 @@ TEST(CopyKernel, ThreadHashCoversItsOwnUnitsAndSeesEveryChangedWord) {
   // A thread with no units keeps the offset basis; so does every thread over no units.
   EXPECT_EQ(copy_thread_hash(words.data(), 10, 20, kThreads), 0xcbf29ce484222325ull);
   EXPECT_EQ(copy_thread_hash(words.data(), 0, 0, kThreads), 0xcbf29ce484222325ull);
+}
+
+// umswap run --verify's page hash (round_trips.h): one value per 2 MiB page, which changes with
+// any word of it and with the order of its words.
+TEST(CopyKernel, PageHashSeesEveryChangedWordAndItsOrder) {
+  EXPECT_NE(copy_kernel_ptx().find(std::string(".entry ") + kPageHashKernelName + "("),
+            std::string_view::npos);
+  static_assert(kPageHashThreads == 1024);
+  std::vector<uint64_t> words(kPageBytes / 8);
+  for (size_t i = 0; i < words.size(); ++i) words[i] = i * 0x9e3779b97f4a7c15ull + 1;
+  const uint64_t before = page_hash(words.data());
+  EXPECT_EQ(page_hash(words.data()), before);
+  for (const size_t at : {size_t{0}, size_t{4321}, words.size() - 1}) {
+    words[at] ^= 1;
+    EXPECT_NE(page_hash(words.data()), before) << at;
+    words[at] ^= 1;
+  }
+  std::swap(words[10], words[12]);
+  EXPECT_NE(page_hash(words.data()), before);
 }

@@ -50,6 +50,51 @@ TEST(VerifyReport, AFaultOnADiscardedPageFailsAndNamesBufferAndKernel) {
   EXPECT_TRUE(contains(v.text, "UMSWAP_EVICT_COPY=0")) << v.text;
 }
 
+// The round trips (advisor/round_trips.h): equal hashes are counted in the verdict, a range
+// back different fails it with its launches, unhashed trips are said to be so.
+TEST(VerifyReport, RoundTripsThatCameBackDifferentFail) {
+  json s = copied(1 << 30);
+  s["advisor"]["evict_copy"]["round_trips"] = {
+      {"hashed", true},
+      {"page_bytes", 2 << 20},
+      {"checked_pages", 512},
+      {"mismatched_pages", 0},
+      {"not_compared_pages", {{"no_slot", 0}, {"unmatched", 0}, {"away_at_exit", 0}}}};
+  VerifyVerdict v = judge_verify({s}, {"a.json"});
+  EXPECT_TRUE(v.ok) << v.text;
+  EXPECT_TRUE(contains(v.text, "round trips: 512 pages (1.00 GiB) hashed")) << v.text;
+  EXPECT_FALSE(contains(v.text, "not compared")) << v.text;
+
+  s["advisor"]["evict_copy"]["round_trips"]["not_compared_pages"]["unmatched"] = 3;
+  v = judge_verify({s}, {"a.json"});
+  EXPECT_TRUE(v.ok) << v.text;
+  EXPECT_TRUE(contains(v.text, "3 pages not compared")) << v.text;
+
+  s["advisor"]["evict_copy"]["round_trips"]["mismatched_pages"] = 2;
+  s["advisor"]["evict_copy"]["round_trips"]["first_mismatches"] =
+      json::array({{{"page", "0x7f0000200000"},
+                    {"left_at_launch", 1200},
+                    {"back_at_launch", 1290},
+                    {"left_kernel", "relu_fwd"},
+                    {"back_kernel", "relu_bwd"},
+                    {"buffer", {{"index", 7}, {"base", "0x7f0000000000"}, {"size", 1 << 30}}}}});
+  v = judge_verify({s}, {"a.json"});
+  EXPECT_FALSE(v.ok);
+  EXPECT_TRUE(contains(v.text, "FAILED: 2 pages")) << v.text;
+  EXPECT_TRUE(contains(v.text,
+                       "page 0x7f0000200000 in buffer 7 at 0x7f0000000000: out at "
+                       "launch 1200 (relu_fwd), back at launch 1290 (relu_bwd)"))
+      << v.text;
+  EXPECT_TRUE(contains(v.text, "umswap's fault")) << v.text;
+  EXPECT_FALSE(contains(v.text, "passed:")) << v.text;
+
+  s["advisor"]["evict_copy"]["round_trips"] = {{"hashed", false},
+                                               {"off_reason", "no pinned memory for the hashes"}};
+  v = judge_verify({s}, {"a.json"});
+  EXPECT_TRUE(v.ok) << v.text;
+  EXPECT_TRUE(contains(v.text, "not hashed (no pinned memory for the hashes)")) << v.text;
+}
+
 TEST(VerifyReport, FaultsInKernelsAreNamedNotFailed) {
   json s = copied(1 << 30);
   s["fault_kernels"] = {{"faults", 120},
@@ -135,14 +180,16 @@ TEST(VerifyReport, OneBadProcessFailsTheRunAndIsNamed) {
 class VerifyEndToEnd : public umswap_test::UmswapProcess {};
 
 // The stand-in program writes to UMSWAP_STATS (a temporary file's %p pattern without --stats),
-// as libumswap.so would: it sees UMSWAP_EVICT_COPY=1, and the verdict decides the exit code.
+// as libumswap.so would: it sees UMSWAP_EVICT_COPY=1 and UMSWAP_VERIFY=1, and the verdict decides
+// the exit code.
 TEST_F(VerifyEndToEnd, TheVerdictDecidesTheExitCode) {
   const std::string clean = copied(1 << 30).dump();
   json bad_json = copied(1 << 30);
   bad_json["copy_check"]["unforeseen"]["faults"] = 7;
   const std::string bad = bad_json.dump();
   const auto writer = [](const std::string& text) {
-    return "test \"$UMSWAP_EVICT_COPY\" = 1 || exit 9; f=$(printf '%s' \"$UMSWAP_STATS\" | sed "
+    return "test \"$UMSWAP_EVICT_COPY\" = 1 && test \"$UMSWAP_VERIFY\" = 1 || exit 9; f=$(printf "
+           "'%s' \"$UMSWAP_STATS\" | sed "
            "\"s/%p/$$/\"); printf '%s' '" +
            text + "' > \"$f\"";
   };

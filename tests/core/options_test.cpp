@@ -616,6 +616,7 @@ TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
                                                   "UMSWAP_EVICT_COPY_SIDE_STREAMS",
                                                   "UMSWAP_EVICT_COPY_AHEAD",
                                                   "UMSWAP_MANAGED_OPS_CAP",
+                                                  "UMSWAP_VERIFY",
                                                   "UMSWAP_LEARN_EVICT",
                                                   "UMSWAP_HOST_GATE",
                                                   "UMSWAP_HANG_STACKS",
@@ -624,7 +625,7 @@ TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
                                                   "UMSWAP_ASYNC_SLABS",
                                                   "UMSWAP_LIFETIMES",
                                                   "UMSWAP_PLACEMENT"}));
-  EXPECT_EQ(option_table().size(), 27u);  // no duplicates
+  EXPECT_EQ(option_table().size(), 28u);  // no duplicates
 }
 
 TEST(OptionTable, EveryEntryHasAMeaning) {
@@ -687,6 +688,7 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
                                              "UMSWAP_EVICT_COPY_SIDE_STREAMS=1",
                                              "UMSWAP_EVICT_COPY_AHEAD=0",
                                              "UMSWAP_MANAGED_OPS_CAP=8",
+                                             "UMSWAP_VERIFY=0",
                                              "UMSWAP_LEARN_EVICT=0",
                                              "UMSWAP_HOST_GATE=1",
                                              "UMSWAP_HANG_STACKS=1",

@@ -173,6 +173,9 @@ struct AdvisorConfig {
   // UMSWAP_MANAGED_OPS_CAP: at most this many of the advisor's prefetches and discards wait on
   // the GPU at once (0: no cap).
   uint32_t managed_ops_cap = 0;
+  // umswap run --verify (UMSWAP_VERIFY): with evict_copy, each range copied out is hashed on the
+  // GPU as it leaves and once it is back (round_trips.h); the stats say what agreed.
+  bool verify = false;
   // UMSWAP_LEARN_EVICT: while learning, each launch evicts the least recently used blocks past
   // the budget and prefetches its own, on its stream (learning_evictor.h).
   bool learn_evict = false;

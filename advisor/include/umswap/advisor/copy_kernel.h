@@ -34,12 +34,26 @@ inline constexpr const char* kCopyHashKernelName = "umswap_copy16_hash";
 inline constexpr const char* kCheckKernelName = "umswap_check16";
 inline constexpr unsigned kCopyKernelGrid = kCopyKernelBlocks * kCopyKernelThreads;
 
+// umswap_hash_pages(src, hashes): launched with one block of kPageHashThreads threads per 2 MiB
+// page of [src, src + pages * 2 MiB), writes page b's hash (page_hash()) to hashes[b], copying
+// nothing. umswap run --verify hashes each page it copies out as it leaves the GPU and again once
+// it is back (round_trips.h).
+inline constexpr const char* kPageHashKernelName = "umswap_hash_pages";
+inline constexpr unsigned kPageHashThreads = 1024;
+inline constexpr uint64_t kPageBytes = uint64_t{2} << 20;
+
 // The hash thread `thread` of a grid of `threads` computes over the `units` 16-byte units at
 // `src` (what the kernels compute, for tests): FNV-1a's constants on the two 8-byte words of each
 // of its units (thread, thread + threads, ...), in rising order. Each step (xor a word, multiply
 // by an odd number) is a bijection of the state, so one changed word always changes the hash;
 // changes in several words cancel out only if they are chosen against the state.
 uint64_t copy_thread_hash(const void* src, uint64_t units, uint64_t thread, uint64_t threads);
+
+// The hash umswap_hash_pages writes for the 2 MiB page at `page`: each of kPageHashThreads
+// threads hashes its units as copy_thread_hash() does (thread t: units t, t + 1024, ...); then,
+// FNV-1a's way, each of 32 groups of 32 consecutive thread hashes is folded into one, and the 32
+// group hashes into the page's. A change in one word always changes it.
+uint64_t page_hash(const void* page);
 
 // The kernel's PTX (ISA 7.0, sm_75 and newer), NUL-terminated.
 std::string_view copy_kernel_ptx();

@@ -85,6 +85,7 @@ struct Options {
   // The advisor's prefetches and discards left waiting on the GPU at once (0: no cap): the
   // driver blocks the call after about 57 (docs/advisor.md, "A hang with the cuDNN sample").
   int managed_ops_cap = 0;
+  bool verify = false;                // UMSWAP_VERIFY (umswap run --verify): round trips hashed
   bool learn_evict = true;            // UMSWAP_LEARN_EVICT: LRU evictions while learning
   int host_gate = 0;                  // UMSWAP_HOST_GATE: 0 off, 1 always, N: while N calls wait
   bool op_log = false;                // each stream's calls numbered, for stall reports (op_log.h)

@@ -29,8 +29,11 @@ inline constexpr std::array kRunFlags = {
                 "run once on the fast eviction path (copies to the host, GPU pages discarded) "
                 "and check it: every GPU access to a range while it was away, every copy out "
                 "that overtook its copy back, every step on a page while it was away is "
-                "reported with its buffer and kernel; exit 3 if any (or if nothing was evicted: "
-                "give --budget below the footprint); costs a stats file and its analysis at exit"},
+                "reported with its buffer and kernel, and every range is hashed on the GPU as it "
+                "leaves and once it is back (the two must agree); exit 3 if any fails (or if "
+                "nothing was evicted: give --budget below the footprint); costs a stats file, "
+                "its analysis at exit and one read of each range on the GPU each way (and sets "
+                "UMSWAP_VERIFY=1)"},
     RunFlagInfo{"--verbose", "", "UMSWAP_VERBOSE",
                 "print the environment set for the command; the library reports its options "
                 "and notable events"},

@@ -183,7 +183,8 @@ int cli_main(int argc, char** argv) {
   const CommandLine command_line = parse_command_line(args);
   switch (command_line.action) {
     case CommandLine::Action::help:
-      std::fputs(help_text().c_str(), command_line.exit_code == 0 ? stdout : stderr);
+      std::fputs(help_text(command_line.help_all).c_str(),
+                 command_line.exit_code == 0 ? stdout : stderr);
       return command_line.exit_code;
     case CommandLine::Action::version:
       std::fputs(version_text().c_str(), stdout);

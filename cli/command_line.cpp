@@ -164,9 +164,10 @@ CommandLine parse_command_line(std::span<const std::string> args) {
   CLI::App app{"", "umswap"};
   app.set_help_flag();
   app.allow_extras();
-  bool want_help = false;
+  bool want_help = false, want_help_all = false;
   bool want_version = false;
   app.add_flag("-h,--help", want_help);
+  app.add_flag("--help-all", want_help_all);
   app.add_flag("--version", want_version);
   CLI::App* run = app.add_subcommand("run");
   run->set_help_flag();
@@ -272,6 +273,11 @@ CommandLine parse_command_line(std::span<const std::string> args) {
     return usage_error(e.what(), "run 'umswap --help' for usage");
   }
 
+  if (want_help_all) {
+    CommandLine result = help(0);
+    result.help_all = true;
+    return result;
+  }
   if (want_help) return help(0);
   if (want_version) {
     CommandLine result;

@@ -50,16 +50,17 @@ std::string_view default_of(std::string_view variable) {
 
 }  // namespace
 
-std::string help_text() {
+std::string help_text(bool all) {
   std::string out;
   out += fmt::format(
       "umswap {} - run an unmodified CUDA program with more memory than the GPU has.\n"
       "It preloads libumswap.so, which turns the program's device allocations into CUDA managed\n"
       "memory and can record which kernels touch which buffers in each training iteration.\n\n",
       UMSWAP_CLI_VERSION);
-  out += fmt::format("Usage:\n  {}\n  {}\n  {}\n  {}\n  {}\n  {}\n  umswap --help | --version\n\n",
-                     detail::kRunUsage, detail::kRecordUsage, detail::kReplayUsage,
-                     detail::kCompareUsage, detail::kReportUsage, detail::kTimelineUsage);
+  out += fmt::format(
+      "Usage:\n  {}\n  {}\n  {}\n  {}\n  {}\n  {}\n  umswap --help | --help-all | --version\n\n",
+      detail::kRunUsage, detail::kRecordUsage, detail::kReplayUsage, detail::kCompareUsage,
+      detail::kReportUsage, detail::kTimelineUsage);
   out += "Commands:\n";
   append_wrapped(out, "  run", 18, "run a command with libumswap.so preloaded");
   append_wrapped(out, "  record", 18,
@@ -152,15 +153,31 @@ std::string help_text() {
   append_wrapped(out, "  passthrough", 18,
                  "the library is loaded but redirects nothing: the baseline to compare with");
   out += "\nEnvironment read by libumswap.so in the command (default in brackets):\n";
-  size_t name_width = 0;
+  size_t name_width = 0, advanced = 0;
   for (const OptionInfo& option : option_table()) {
     name_width = std::max(name_width, option.name.size());
+    if (option.advanced) ++advanced;
   }
-  for (const OptionInfo& option : option_table()) {
-    const std::string label =
-        fmt::format("  {:<{}} [{}]", option.name, name_width,
-                    option.default_text.empty() ? "unset" : option.default_text);
-    append_wrapped(out, label, name_width + 14, option.meaning);
+  const auto list = [&](bool advanced_ones) {
+    for (const OptionInfo& option : option_table()) {
+      if (option.advanced != advanced_ones) continue;
+      const std::string label =
+          fmt::format("  {:<{}} [{}]", option.name, name_width,
+                      option.default_text.empty() ? "unset" : option.default_text);
+      append_wrapped(out, label, name_width + 14, option.meaning);
+    }
+  };
+  list(false);
+  if (all) {
+    out +=
+        "\nExperiments and diagnostics (the defaults are what was measured best; change them "
+        "to\nmeasure, or when a report asks you to):\n";
+    list(true);
+  } else {
+    out += fmt::format(
+        "  ({} more, experiments and diagnostics whose defaults you need not change: umswap "
+        "--help-all)\n",
+        advanced);
   }
   out += "\nRead by umswap itself:\n";
   append_wrapped(out, fmt::format("  {:<{}}", "UMSWAP_LIBRARY", name_width), name_width + 14,

@@ -27,6 +27,9 @@ std::string lower(std::string_view s) {
   return out;
 }
 
+// An experiment or a diagnostic (OptionInfo::advanced): only `umswap --help-all` lists it.
+constexpr bool kAdvanced = true;
+
 // Every option, its default and meaning. parse_options() and the help text both read this, so
 // the two cannot drift apart.
 constexpr std::array kOptionTable = {
@@ -43,7 +46,8 @@ constexpr std::array kOptionTable = {
                "write a JSON stats file here at exit (`%p` is replaced by the process id)"},
     OptionInfo{"UMSWAP_VERBOSE", "0", "0 quiet; 1 resolved options and notable events; 2 debug"},
     OptionInfo{"UMSWAP_CALLSITE_DEPTH", "8",
-               "stack frames hashed into an allocation's call-site identity (0-32; 0 = off)"},
+               "stack frames hashed into an allocation's call-site identity (0-32; 0 = off)",
+               kAdvanced},
     OptionInfo{"UMSWAP_TRACE", "",
                "record an access trace (kernels, buffers, iterations) to this file at exit"},
     OptionInfo{"UMSWAP_TRACE_ITERATIONS", "0",
@@ -54,11 +58,13 @@ constexpr std::array kOptionTable = {
     OptionInfo{"UMSWAP_REPLAY", "", "trace to plan from in replay mode (`umswap replay` sets it)"},
     OptionInfo{"UMSWAP_PREFETCH_WAIT", "0",
                "1 (experimental): a launch waits for its late prefetch instead of taking page "
-               "faults; a 2 s stall turns the waits off"},
+               "faults; a 2 s stall turns the waits off",
+               kAdvanced},
     OptionInfo{"UMSWAP_EVICT_WAIT", "0",
                "1 (experimental): a launch waits for the evictions whose room it needs, so that "
                "the GPU holds the budget (with UMSWAP_PREFETCH_WAIT=1; docs/advisor.md); 0: "
-               "evictions run beside the program"},
+               "evictions run beside the program",
+               kAdvanced},
     OptionInfo{"UMSWAP_EVICT_COPY", "0",
                "0: evictions are the driver's migrations to the host, which keep every access "
                "correct, foreseen or not; 1 (fast, not safe for every program): copies to pinned "
@@ -71,36 +77,43 @@ constexpr std::array kOptionTable = {
                "with UMSWAP_EVICT_COPY: what a copy back waits for besides its own range's copy "
                "out; all: every eviction umswap copied before it; plan (experimental, not yet "
                "measured): only those the plan needs for its room, so that copies each way can "
-               "overlap"},
+               "overlap",
+               kAdvanced},
     OptionInfo{"UMSWAP_EVICT_COPY_PATH", "kernel",
                "with UMSWAP_EVICT_COPY: what moves the bytes; kernel: a copy kernel of umswap's "
                "on a few SMs, whose two directions together reach about 75 GB/s on an H200 "
                "(if it does not load, copy engines copy, said once); engine: cuMemcpyAsync (a "
-               "copy engine; managed <-> pinned copies each way share about 52 GB/s there)"},
+               "copy engine; managed <-> pinned copies each way share about 52 GB/s there)",
+               kAdvanced},
     OptionInfo{"UMSWAP_EVICT_COPY_SIDE_STREAMS", "1",
                "with UMSWAP_EVICT_COPY: 1: a copy back's populate and a copy out's discard run on "
                "streams of their own, so that the copies each way follow each other without "
-               "them in between; 0: each runs on its copy's stream, right before or after it"},
+               "them in between; 0: each runs on its copy's stream, right before or after it",
+               kAdvanced},
     OptionInfo{"UMSWAP_EVICT_COPY_AHEAD", "0",
                "with UMSWAP_EVICT_COPY and the copy kernel (experimental): a range's copy out "
                "starts once the use before its last one is done, and after the last use a check "
                "kernel copies again whatever that use changed, before the discard; so the link "
-               "copies while the last users run. 0: a copy out starts after the last use"},
+               "copies while the last users run. 0: a copy out starts after the last use",
+               kAdvanced},
     OptionInfo{"UMSWAP_MANAGED_OPS_CAP", "0",
                "experimental: at most this many of the advisor's prefetches and discards wait on "
                "the GPU at once; it waits (outside the driver) before issuing more. The driver "
                "blocks the 57th or so such call until one runs, and a blocked advisor never "
                "writes the words launches wait for. 8 ended the cuDNN sample's hang with "
-               "UMSWAP_EVICT_COPY; 0: no cap (docs/advisor.md)"},
+               "UMSWAP_EVICT_COPY; 0: no cap (docs/advisor.md)",
+               kAdvanced},
     OptionInfo{"UMSWAP_VERIFY", "0",
                "set by `umswap run --verify`: with UMSWAP_EVICT_COPY, each range copied to the "
                "host is hashed on the GPU as it leaves and once it is back, and the two must "
-               "agree (the stats' advisor.evict_copy.round_trips)"},
+               "agree (the stats' advisor.evict_copy.round_trips)",
+               kAdvanced},
     OptionInfo{"UMSWAP_LEARN_EVICT", "1",
                "1: while the advisor learns (no plan in force yet), each launch first sends the "
                "least recently used 2 MiB blocks to the host, on its own stream, until the blocks "
                "counted on the GPU with its own fit in the budget, then prefetches its own; 0: "
-               "the learning iterations fault the whole footprint in (docs/advisor.md)"},
+               "the learning iterations fault the whole footprint in (docs/advisor.md)",
+               kAdvanced},
     OptionInfo{"UMSWAP_HOST_GATE", "0",
                "(experimental) where one of the advisor's streams would wait on the GPU for a "
                "launch, the advisor thread instead polls that launch's event and issues its next "
@@ -109,27 +122,34 @@ constexpr std::array kOptionTable = {
                "every such wait (it then trails the GPU: slower, docs/advisor.md); N from 2 to "
                "56: only while N or more of its calls may be waiting on the GPU (no N measured "
                "both safe and fast yet); 0: never, its streams wait on the GPU and it runs "
-               "ahead"},
+               "ahead",
+               kAdvanced},
     OptionInfo{"UMSWAP_HANG_STACKS", "0",
                "1 (a diagnostic): when launches have waited 10 s for the advisor thread, every "
-               "thread of the program prints its call stack to stderr"},
+               "thread of the program prints its call stack to stderr",
+               kAdvanced},
     OptionInfo{"UMSWAP_OP_LOG", "0",
                "1 (a diagnostic): the advisor's calls on each stream are followed by a write of "
-               "their number, and a stall report says which call each stream is held at"},
+               "their number, and a stall report says which call each stream is held at",
+               kAdvanced},
     OptionInfo{"UMSWAP_CLOSE_CALLS", "waits",
                "waits: on the advisor's streams, a stream write between event waits and the "
                "prefetch or discard after them (without, the bundled cuDNN sample hung with "
                "copies: docs/advisor.md); 1: a write after each event wait, prefetch and "
-               "discard there (costs GPT-2 more); 0: none"},
+               "discard there (costs GPT-2 more); 0: none",
+               kAdvanced},
     OptionInfo{"UMSWAP_ASYNC_SLABS", "1",
                "1: cudaMallocAsync allocations are blocks of umswap's managed slabs (exact "
-               "extents for the advisor); 0: the driver's managed memory pool"},
+               "extents for the advisor); 0: the driver's managed memory pool",
+               kAdvanced},
     OptionInfo{"UMSWAP_LIFETIMES", "1",
                "1: the advisor plans with the allocations and frees of slab blocks: dead data "
-               "is discarded at its free, not moved; 0: every byte a kernel touched is live"},
+               "is discarded at its free, not moved; 0: every byte a kernel touched is live",
+               kAdvanced},
     OptionInfo{"UMSWAP_PLACEMENT", "1",
                "1 (with UMSWAP_LIFETIMES): once an iteration repeats, its large slab blocks go "
-               "to planned addresses packed in one arena; 0: first fit in slabs"},
+               "to planned addresses packed in one arena; 0: first fit in slabs",
+               kAdvanced},
 };
 
 }  // namespace

@@ -137,7 +137,7 @@ TEST(CommandLine, LastFlagWins) {
 }
 
 TEST(HelpText, ListsFlagsModesVariablesExitCodesExamples) {
-  const std::string help = help_text();
+  const std::string help = help_text(true);
   for (const char* part :
        {"--budget SIZE", "--limit SIZE", "--mode MODE", "--stats FILE", "--verbose", "passthrough",
         "UMSWAP_MANAGED_LIMIT", "UMSWAP_CALLSITE_DEPTH", "UMSWAP_LIBRARY", "expandable_segments",
@@ -152,6 +152,28 @@ TEST(HelpText, ListsFlagsModesVariablesExitCodesExamples) {
     EXPECT_LE(end - start, 100u) << help.substr(start, end - start);
     start = end + 1;
   }
+}
+
+// `umswap --help` lists the variables a user sets; the experiments and diagnostics only under
+// `umswap --help-all`, and --help says how many it left out and where they are.
+TEST(HelpText, AdvancedVariablesOnlyUnderHelpAll) {
+  const std::string help = help_text(), all = help_text(true);
+  size_t advanced = 0;
+  for (const OptionInfo& option : option_table()) {
+    const std::string name = std::string(option.name) + " ";
+    EXPECT_EQ(contains(help, name), !option.advanced) << option.name;
+    EXPECT_TRUE(contains(all, name)) << option.name;
+    if (option.advanced) ++advanced;
+  }
+  EXPECT_GT(advanced, 0u);
+  EXPECT_TRUE(contains(help, std::to_string(advanced) + " more")) << help;
+  EXPECT_TRUE(contains(help, "umswap --help-all")) << help;
+  EXPECT_TRUE(contains(all, "Experiments and diagnostics")) << all;
+  const CommandLine cl = parse({"--help-all"});
+  EXPECT_EQ(cl.action, Action::help);
+  EXPECT_TRUE(cl.help_all);
+  EXPECT_EQ(cl.exit_code, 0);
+  EXPECT_FALSE(parse({"--help"}).help_all);
 }
 
 TEST(VersionText, NamesTheVersion) {

@@ -32,7 +32,8 @@ struct CommandLine {
     report,    // print the report of `trace_flags.trace_path`
     timeline,  // write the timeline of `trace_flags.trace_path` to `trace_flags.output_path`
     compare,   // run the command of `compare_flags` once per mode and print the table
-    help,      // print help_text(); exit with `exit_code` (0 when asked for, 2 without a command)
+    help,      // print help_text(help_all); exit with `exit_code` (0 when asked for, 2 without a
+               // command)
     version,   // print version_text(); exit 0
     error,     // print `message` to stderr; exit with `exit_code` (2)
   };
@@ -41,6 +42,7 @@ struct CommandLine {
   TraceCommandFlags trace_flags;
   CompareFlags compare_flags;
   int exit_code = 0;
+  bool help_all = false;  // --help-all: the advanced variables too
   std::string message;  // for error: complete lines (`umswap: error: ...\n`), ready to print
 };
 
@@ -48,7 +50,8 @@ struct CommandLine {
 // passed through untouched (so `umswap run -- python --help` runs python's help).
 CommandLine parse_command_line(std::span<const std::string> args);
 
-std::string help_text();
+// all: also the variables that are experiments or diagnostics (OptionInfo::advanced).
+std::string help_text(bool all = false);
 std::string version_text();  // `umswap <version>\n`
 
 }  // namespace umswap::cli

@@ -101,6 +101,8 @@ struct OptionInfo {
   std::string_view name;          // UMSWAP_...
   std::string_view default_text;  // as a user would write it
   std::string_view meaning;       // one line
+  // An experiment or a diagnostic: `umswap --help` leaves it out, `umswap --help-all` lists it.
+  bool advanced = false;
 };
 // Options measured, found not to help and removed: parse_options() names each one that is set
 // in a warning and ignores it.

@@ -163,10 +163,6 @@ struct LivePlan {
   std::vector<uint32_t> wait_ahead;    // per phase: launches back to its last prefetch's issue
   std::vector<uint8_t> populates;      // per phase: a drop's next use, or a populate ahead of one
   std::vector<uint32_t> first_action;  // per phase, CSR into plan.actions (size period + 1)
-  // UMSWAP_EVICT_COPY_AHEAD: per phase, CSR into ahead_actions (size period + 1): the evictions
-  // whose copies out start at that launch (the launch after the use before their last one).
-  std::vector<uint32_t> first_ahead;
-  std::vector<uint32_t> ahead_actions;  // action indices
   // By action index, for evictions: launches from it to the last prefetch that brings part of
   // its range back before the range is evicted again (UMSWAP_EVICT_COPY: a launch that waits
   // for the copies back up to there finds it all); UINT32_MAX: none within an iteration.
@@ -807,31 +803,6 @@ class AdvisorImpl {
   // UMSWAP_EVICT_COPY_PATH=kernel: the loaded copy kernel (null: copy engines copy), why it is not
   // used when asked for, and how many copies each path made.
   CUfunction copy_fn = nullptr;
-  // UMSWAP_EVICT_COPY_AHEAD (copy_kernel.h): the hashing copy and the check, and their pinned,
-  // mapped memory: kAheadSlots slots of one hash per thread of the grid, then the count of
-  // thread parts the checks found changed. A slot is free again once the copy out that last used
-  // it is seen done (held_slots).
-  CUfunction copy_hash_fn = nullptr, check_fn = nullptr;
-  static constexpr uint32_t kAheadSlots = 256;
-  volatile uint64_t* ahead_memory = nullptr;
-  std::vector<uint32_t> free_slots;
-  std::vector<std::pair<uint32_t, uint64_t>> held_slots;  // (slot, copy-out ticket)
-  uint64_t slot_hashes(uint32_t slot) const {
-    return reinterpret_cast<uint64_t>(ahead_memory) + uint64_t{slot} * kCopyKernelGrid * 8;
-  }
-  uint64_t changed_word() const {
-    return reinterpret_cast<uint64_t>(ahead_memory) + uint64_t{kAheadSlots} * kCopyKernelGrid * 8;
-  }
-  // A copy out made ahead, by (the launch of its eviction, the eviction's action index).
-  struct AheadCopy {
-    uint64_t lo = 0, hi = 0;  // the whole 2 MiB pages of the eviction's range
-    uint64_t ticket = 0;      // its copy out's
-    std::vector<HostCopies::Segment> segments;
-    std::vector<uint32_t> slots;  // one per segment
-  };
-  std::map<std::pair<uint64_t, uint32_t>, AheadCopy> aheads;
-  uint64_t ahead_copies = 0, ahead_bytes = 0, ahead_settled = 0, ahead_settled_bytes = 0;
-  uint64_t ahead_abandoned = 0, ahead_late = 0, ahead_no_slot = 0;
   std::string copy_kernel_off;
   uint64_t kernel_copies = 0, engine_copies = 0;
   void set_up_copy_kernel();
@@ -862,15 +833,6 @@ class AdvisorImpl {
   CopyOut evict_by_copy(uint64_t address, uint64_t length, uint64_t g, uint64_t j, uint64_t due);
   enum class Reach : uint8_t { none, reached, unknown };
   Reach submitted_reach(uint64_t j, uint64_t lo, uint64_t hi, uint64_t due);
-  // UMSWAP_EVICT_COPY_AHEAD: at launch g, the copy out of action i's range, ahead of its last use.
-  void copy_ahead(LivePlan& p, uint64_t g, uint32_t i);
-  // At its eviction (launch g, ordered after the last use): the check and the discard.
-  CopyOut settle_ahead(AheadCopy rec, uint64_t g);
-  // Its pieces forgotten (the GPU still holds the range), its slots freed once its copy is done.
-  void abandon_ahead(AheadCopy& rec);
-  // A hashing copy or a check (copy_kernel.h) on s, with the copy kernel's grid; its call time
-  // counted as a copy's.
-  CUresult launch_copy_kernel(CUfunction f, void** args, CUstream s);
   void discard_behind(std::vector<HostCopies::Segment> segments, uint64_t ticket, uint32_t copy,
                       CUstream ds);
   bool seal_copy_out(uint64_t ticket, uint64_t g, CUstream ds);
@@ -2178,29 +2140,6 @@ void AdvisorImpl::index_plan(LivePlan& plan_ref) {
     }
   }
   for (uint64_t i = 0; i < p->period; ++i) p->first_action[i + 1] += p->first_action[i];
-  // Copies ahead: each starts at the launch after the use before its range's last one, which
-  // therefore records its event.
-  p->first_ahead.clear();
-  p->ahead_actions.clear();
-  if (config.evict_copy_ahead && copy_hash_fn && check_fn) {
-    p->first_ahead.assign(p->period + 1, 0);
-    std::vector<std::pair<uint64_t, uint32_t>> starts;  // (phase, action)
-    for (uint32_t i = 0; i < plan_data.actions.size(); ++i) {
-      const Action& a = plan_data.actions[i];
-      if (a.kind != ActionKind::evict || a.copy_back <= a.wait_back || a.copy_back > p->period) {
-        continue;
-      }
-      const uint64_t after = (a.at_step + p->period - a.copy_back % p->period) % p->period;
-      p->needs_event[after] = 1;
-      starts.emplace_back((after + 1) % p->period, i);
-    }
-    std::sort(starts.begin(), starts.end());
-    for (const auto& [phase, i] : starts) {
-      ++p->first_ahead[phase + 1];
-      p->ahead_actions.push_back(i);
-    }
-    for (uint64_t i = 0; i < p->period; ++i) p->first_ahead[i + 1] += p->first_ahead[i];
-  }
   // evict_due: per buffer, the actions in step order, walked cyclically after each eviction.
   const std::vector<Action>& acts = plan_data.actions;
   p->evict_due.assign(acts.size(), UINT32_MAX);
@@ -2533,11 +2472,6 @@ void AdvisorImpl::apply(uint64_t n) {
         go_live_copies();
       }
     }
-    // Copies ahead whose eviction was never reached (a buffer gone, a plan replaced).
-    while (!aheads.empty() && aheads.begin()->first.first < g) {
-      abandon_ahead(aheads.begin()->second);
-      aheads.erase(aheads.begin());
-    }
     bool prefetched_here = false;
     // The plan prefetches at g (issued or skipped): launches wait for actions_done(g), which must
     // be written right after g's actions. Left to the write at the end of apply(), it would queue
@@ -2587,22 +2521,7 @@ void AdvisorImpl::apply(uint64_t n) {
                      ? CopyOut::to_driver
                      : evict_by_copy(address, a.range.length, g, j, g + p.evict_due[i]);
         };
-        CopyOut out = CopyOut::to_driver;
-        if (const auto it = aheads.find({g, i}); it != aheads.end()) {
-          // Copied ahead: checked and discarded now, unless the eviction cannot be ordered after
-          // its last use or is not this one (a plan that replaced the one it was made for).
-          AheadCopy rec = std::move(it->second);
-          aheads.erase(it);
-          if (ordered && copies_live.load(std::memory_order_relaxed) &&
-              std::pair(rec.lo, rec.hi) == whole_pages(address, a.range.length)) {
-            out = settle_ahead(std::move(rec), g);
-          } else {
-            abandon_ahead(rec);
-            out = by_copy();
-          }
-        } else {
-          out = by_copy();
-        }
+        const CopyOut out = by_copy();
         if (out == CopyOut::to_driver) {
           migrate(address, a.range.length, false, g);
         } else if (out == CopyOut::kept) {
@@ -2633,13 +2552,6 @@ void AdvisorImpl::apply(uint64_t n) {
     evictions_issued();
     if (progress_device && !waits_off.load() && prefetch_planned) {
       d.stream_write_value64(stream, progress_device, actions_done(g), 0);
-    }
-    // After this launch's own actions: copies ahead that may start now (the use before their
-    // range's last one was launch g - 1).
-    if (!p.first_ahead.empty()) {
-      for (uint32_t x = p.first_ahead[phase]; x < p.first_ahead[phase + 1]; ++x) {
-        copy_ahead(p, g, p.ahead_actions[x]);
-      }
     }
     // Launches that wait for g's prefetches wait for its copies back too (none: the value only).
     if (prefetch_planned && copies_live.load(std::memory_order_relaxed)) {
@@ -2725,6 +2637,10 @@ void AdvisorImpl::set_up_copies() {
         d.mem_free_host(reinterpret_cast<void*>(host));
       },
       limit);
+  if (config.verify && !trips && trips_off.empty()) {
+    trips_off = copy_kernel_off.empty() ? "the copy kernel is not used (UMSWAP_EVICT_COPY_PATH)"
+                                        : "the copy kernel is off: " + copy_kernel_off;
+  }
   log_info("UMSWAP_EVICT_COPY: evictions are copied to pinned host memory (up to {}){}",
            format_bytes(limit),
            config.evict_copy_keep ? " (keep: a diagnostic, the GPU pages are not discarded)"
@@ -2753,23 +2669,6 @@ void AdvisorImpl::set_up_copy_kernel() {
                            static_cast<int>(r)));
   }
   if (config.verify) set_up_round_trips(module);
-  if (!config.evict_copy_ahead) return;
-  // UMSWAP_EVICT_COPY_AHEAD: its two kernels and their slots, or copies out after the last use.
-  void* memory = nullptr;
-  const uint64_t bytes = uint64_t{kAheadSlots} * kCopyKernelGrid * 8 + 8;
-  if (d.module_get_function(&copy_hash_fn, module, kCopyHashKernelName) != CUDA_SUCCESS ||
-      d.module_get_function(&check_fn, module, kCheckKernelName) != CUDA_SUCCESS ||
-      d.mem_host_alloc(&memory, bytes, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE) !=
-          CUDA_SUCCESS) {
-    copy_hash_fn = check_fn = nullptr;
-    log_warning(
-        "UMSWAP_EVICT_COPY_AHEAD: its kernels or pinned memory could not be had; copies "
-        "out start after their range's last use");
-    return;
-  }
-  ahead_memory = static_cast<volatile uint64_t*>(memory);
-  ahead_memory[uint64_t{kAheadSlots} * kCopyKernelGrid] = 0;
-  for (uint32_t slot = kAheadSlots; slot-- > 0;) free_slots.push_back(slot);
 }
 
 // umswap run --verify: the page hash kernel from the copy kernel's module and its slots; without
@@ -3201,161 +3100,6 @@ AdvisorImpl::Reach AdvisorImpl::submitted_reach(uint64_t j, uint64_t lo, uint64_
   return Reach::none;
 }
 
-// UMSWAP_EVICT_COPY_AHEAD. At launch g, the launch after the use before the range's last one
-// (launch j, its eviction's wait): the range's whole pages are taken as held ahead (launches up
-// to j still reach them, HostCopies::take's `through`) and copied to the host by the hashing copy
-// kernel on `stream`, after launch g - 1. settle_ahead() does the rest at the eviction.
-// Nothing is done (the eviction copies as usual) when a launch the program has already submitted
-// past j reaches the range (the guard did not see it), when launch g - 1 cannot be waited for, or
-// when no hash slot is free.
-void AdvisorImpl::copy_ahead(LivePlan& p, uint64_t g, uint32_t i) {
-  const Action& a = p.plan.actions[i];
-  const uint64_t ge = g + a.copy_back - 1;  // the eviction's launch
-  if (!copies_live.load(std::memory_order_relaxed) || p.evict_due[i] == UINT32_MAX ||
-      ge < waits_from.load(std::memory_order_acquire) || ge < a.wait_back ||
-      !resolve(p, a.range.buffer) || aheads.count({ge, i}) != 0) {
-    return;
-  }
-  const uint64_t j = ge - a.wait_back;  // the last use
-  const auto [lo, hi] = whole_pages(p.address[a.range.buffer] + a.range.offset, a.range.length);
-  if (hi <= lo) return;
-  if (free_slots.empty()) {
-    ++ahead_no_slot;
-    return;
-  }
-  if (!wait_for_launch(p, g - 1)) return;
-  std::optional<std::vector<HostCopies::Segment>> segments;
-  {
-    const Timed timed(take_s);
-    std::lock_guard lock(copies_mutex);
-    // Or part of the range is on its way back (copy_back_pending()): the eviction copies it.
-    if (submitted_reach(j, lo, hi, ge + p.evict_due[i]) != Reach::none ||
-        copies->copy_back_pending(lo, hi) != 0) {
-      ++ahead_late;
-      return;
-    }
-    segments = copies->take(lo, hi - lo, out_ticket + 1, ge + p.evict_due[i], j);
-  }
-  if (!segments || segments->empty()) return;
-  const uint64_t ticket = ++out_ticket;
-  AheadCopy rec{lo, hi, ticket, {}, {}};
-  uint64_t bytes = 0;
-  for (const HostCopies::Segment& s : *segments) {
-    if (free_slots.empty()) {
-      // Out of slots: the rest is not copied ahead (forgotten; the eviction copies it).
-      std::lock_guard lock(copies_mutex);
-      const std::vector<HostCopies::Segment> rest = copies->settle(s.address, hi, ticket, ticket);
-      for (const HostCopies::Segment& r : rest) copies->give_back(r.address, r.length, in_ticket);
-      ++ahead_no_slot;
-      break;
-    }
-    const uint32_t slot = free_slots.back();
-    uint64_t dst = s.host, src = s.address, units = s.length / 16, hashes = slot_hashes(slot);
-    void* args[] = {&dst, &src, &units, &hashes};
-    if (const CUresult r = launch_copy_kernel(copy_hash_fn, args, stream); r != CUDA_SUCCESS) {
-      ++copy_failures;
-      // Nothing is discarded yet: every held range goes back, copies stop.
-      stop_copies(fmt::format("a copy ahead to the host failed (error {})", static_cast<int>(r)));
-      for (uint32_t used : rec.slots) held_slots.emplace_back(used, ticket);
-      return;
-    }
-    free_slots.pop_back();
-    rec.slots.push_back(slot);
-    rec.segments.push_back(s);
-    tracer::note_own_copy(tracer::last_own_copy(), s.address, s.length, false, true);
-    ++kernel_copies;
-    ++copy_calls;
-    bytes += s.length;
-  }
-  // Its event: the host blocks and slots it wrote are reusable once it is done (abandon_ahead()).
-  if (CUevent e = take_event(); e && d.event_record(e, stream) == CUDA_SUCCESS) {
-    out_events.push_back({ticket, e});
-  }
-  if (rec.segments.empty()) return;
-  ++ahead_copies;
-  ahead_bytes += bytes;
-  aheads.emplace(std::make_pair(ge, i), std::move(rec));
-}
-
-// The eviction of a range copied ahead, at launch g, with `stream` ordered after its last use:
-// on the discard stream, after that, the check kernel over each segment copied (a part the last
-// use changed is copied again), then the discard of what is still held (a launch past the last
-// use may have had parts given back). The check counts as the copy out (CopyOut::copied; kept
-// when nothing is held any more).
-AdvisorImpl::CopyOut AdvisorImpl::settle_ahead(AheadCopy rec, uint64_t g) {
-  std::vector<HostCopies::Segment> held;
-  {
-    std::lock_guard lock(copies_mutex);
-    held = copies->settle(rec.lo, rec.hi, rec.ticket, out_ticket + 1);
-  }
-  if (held.empty()) {  // the guard gave it back: the caller counts it kept
-    ++copy_reached;
-    abandon_ahead(rec);
-    return CopyOut::kept;
-  }
-  const uint64_t ticket = ++out_ticket;
-  for (uint32_t slot : rec.slots) held_slots.emplace_back(slot, ticket);
-  const CUstream ds = discard_stream ? discard_stream : stream;
-  const auto give_up = [&](const std::string& why) {
-    // Not discarded: the settled pieces are ordinary copies in flight, which stop_copies() forgets.
-    stop_copies(why);
-    return CopyOut::copied;
-  };
-  // After the last use (`stream` waits for it), and so after the copy ahead (queued on `stream`
-  // before that wait).
-  if (ds != stream &&
-      (!record_copied() || d.stream_wait_event(ds, copied_event, 0) != CUDA_SUCCESS)) {
-    return give_up("could not order the check of a copy ahead after its range's last use");
-  }
-  uint32_t check = 0;
-  for (size_t k = 0; k < rec.segments.size(); ++k) {
-    const HostCopies::Segment& s = rec.segments[k];
-    const bool still = std::any_of(held.begin(), held.end(), [&](const HostCopies::Segment& h) {
-      return h.address < s.address + s.length && s.address < h.address + h.length;
-    });
-    if (!still) continue;
-    uint64_t dst = s.host, src = s.address, units = s.length / 16,
-             hashes = slot_hashes(rec.slots[k]), changed = changed_word();
-    void* args[] = {&dst, &src, &units, &hashes, &changed};
-    if (const CUresult r = launch_copy_kernel(check_fn, args, ds); r != CUDA_SUCCESS) {
-      ++copy_failures;
-      return give_up(
-          fmt::format("the check of a copy ahead failed (error {})", static_cast<int>(r)));
-    }
-    check = tracer::last_own_copy();
-    tracer::note_own_copy(check, s.address, s.length, false);
-  }
-  uint64_t bytes = 0;
-  for (const HostCopies::Segment& h : held) bytes += h.length;
-  discard_behind(held, ticket, check, ds);
-  if (!seal_copy_out(ticket, g, ds)) {
-    return give_up("could not record an event after the check of a copy ahead");
-  }
-  ++ahead_settled;
-  ahead_settled_bytes += bytes;
-  count_copy_out(g, bytes);
-  return CopyOut::copied;
-}
-
-CUresult AdvisorImpl::launch_copy_kernel(CUfunction f, void** args, CUstream s) {
-  const Timed timed(copy_call_s);
-  issued_calls.fetch_add(1, std::memory_order_relaxed);
-  return d.launch_kernel(f, kCopyKernelBlocks, 1, 1, kCopyKernelThreads, 1, 1, 0, s, args, nullptr);
-}
-
-void AdvisorImpl::abandon_ahead(AheadCopy& rec) {
-  ++ahead_abandoned;
-  {
-    std::lock_guard lock(copies_mutex);
-    // Ordinary pieces of its own copy out for a moment, then forgotten: the GPU holds the range.
-    for (const HostCopies::Segment& s : copies->settle(rec.lo, rec.hi, rec.ticket, rec.ticket)) {
-      copies->give_back(s.address, s.length, in_ticket);
-    }
-  }
-  for (uint32_t slot : rec.slots) held_slots.emplace_back(slot, rec.ticket);
-  rec.slots.clear();
-}
-
 // The prefetch of [address, address + length) at launch g: the parts held on the host go back
 // by copy (collected in pending_in; issue_restore() at the end of launch g); the rest goes
 // through the driver. False: nothing of it is held (the caller prefetches it all).
@@ -3536,16 +3280,6 @@ void AdvisorImpl::tend_copies() {
   if (!copies) return;
   out_done = poll(out_events, out_done);
   in_done = poll(in_events, in_done);
-  // Hash slots whose copies (ahead, or their checks) are done.
-  for (size_t k = 0; k < held_slots.size();) {
-    if (held_slots[k].second <= out_done) {
-      free_slots.push_back(held_slots[k].first);
-      held_slots[k] = held_slots.back();
-      held_slots.pop_back();
-    } else {
-      ++k;
-    }
-  }
   settle_round_trips();
   // Discards seen done: the residency count takes them off the GPU where CUPTI saw the copy they
   // follow end (without its record: now, a little after they ran, and the count errs high).
@@ -3586,7 +3320,7 @@ void AdvisorImpl::guard(uint64_t index, const std::vector<tracer::PointerHit>* h
       rescue_ranges.clear();
       for (const tracer::PointerHit& h : *hits) {
         const uint64_t end = h.reach_end();
-        if (copies->reaches(h.pointer, end, covered, index)) {
+        if (copies->reaches(h.pointer, end, covered)) {
           log_debug(
               "UMSWAP_EVICT_COPY: launch {} reaches [{:#x}, {:#x}) held on the host; it waits "
               "for the copies back up to launch {} (UINT64_MAX: none); held: {}",
@@ -3918,21 +3652,6 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
         {"room", a.config.evict_copy_room_plan ? "plan" : "all"},
         {"side_streams", a.populate_stream != nullptr},
         {"path", a.copy_fn ? "kernel" : "engine"},
-        // UMSWAP_EVICT_COPY_AHEAD: copies out made before their range's last use; settled: checked
-        // and discarded at their eviction; abandoned: forgotten (the range stayed on the GPU or
-        // was copied as usual); changed_parts: thread parts (1/8192 of a range each) the checks
-        // found changed and copied again.
-        {"ahead",
-         {{"on", a.copy_hash_fn != nullptr && a.check_fn != nullptr},
-          {"copies", a.ahead_copies},
-          {"bytes", a.ahead_bytes},
-          {"settled", a.ahead_settled},
-          {"settled_bytes", a.ahead_settled_bytes},
-          {"abandoned", a.ahead_abandoned},
-          {"late", a.ahead_late},
-          {"no_slot", a.ahead_no_slot},
-          {"changed_parts",
-           a.ahead_memory ? a.ahead_memory[AdvisorImpl::kAheadSlots * kCopyKernelGrid] : 0}}},
         {"kernel_off", a.copy_kernel_off},
         {"kernel_copies", a.kernel_copies},
         {"engine_copies", a.engine_copies},

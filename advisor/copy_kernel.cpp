@@ -8,9 +8,9 @@ namespace umswap::advisor {
 
 // Written by hand (read it with the PTX ISA manual), from the pieces below;
 // tests/advisor/copy_kernel_test.cpp has ptxas check it where the toolkit has ptxas, and the GPU
-// tests run it (UMSWAP_EVICT_COPY_PATH=kernel; tests/gpu/copy_hash_test.cpp for the hashing copy
-// and the check). Four 16-byte loads in flight per thread: a copy over the PCIe link needs many
-// reads outstanding. ld.global.nc: the source does not change while the kernel runs (the stream
+// tests run it (UMSWAP_EVICT_COPY_PATH=kernel; tests/gpu/copy_hash_test.cpp for the page hash).
+// Four 16-byte loads in flight per thread: a copy over the PCIe link needs many reads
+// outstanding. ld.global.nc: the source does not change while the kernel runs (the stream
 // orders it after the source's last writer).
 namespace {
 
@@ -18,17 +18,15 @@ constexpr char kRegisters[] = R"(  .reg .pred %more;
   .reg .b32 %bid, %bdim, %tidx, %gdim;
   .reg .b32 %a<4>, %b<4>, %c<4>, %d<4>;
   .reg .b64 %dst, %src, %end, %at, %step, %step4, %ahead, %last, %s, %t;
-  .reg .b64 %hashes, %slot, %first, %h, %x, %prime, %want, %changed, %one;
   ld.param.u64 %dst, [dst_param];
   ld.param.u64 %src, [src_param];
   ld.param.u64 %end, [units_param];
 )";
 
 // The grid-stride set-up: %at this thread's first byte, %step the bytes per pass of the grid,
-// %ahead three passes (the fourth unit of a round); with hashes, %slot its hash's address and
-// FNV-1a's offset basis and prime (on 8-byte words) in %h and %prime.
-std::string grid(bool hashed) {
-  std::string out = R"(  cvta.to.global.u64 %dst, %dst;
+// %ahead three passes (the fourth unit of a round).
+std::string grid() {
+  return R"(  cvta.to.global.u64 %dst, %dst;
   cvta.to.global.u64 %src, %src;
   shl.b64 %end, %end, 4;                  // bytes
   mov.u32 %bid, %ctaid.x;
@@ -38,23 +36,12 @@ std::string grid(bool hashed) {
   mul.wide.u32 %at, %bid, %bdim;
   cvt.u64.u32 %t, %tidx;
   add.u64 %at, %at, %t;                   // this thread's index in the grid
-)";
-  if (hashed) {
-    out += R"(  cvta.to.global.u64 %hashes, %hashes;
-  shl.b64 %slot, %at, 3;
-  add.u64 %slot, %hashes, %slot;          // its hash
-  mov.u64 %h, 0xcbf29ce484222325;
-  mov.u64 %prime, 0x100000001b3;
-)";
-  }
-  out += R"(  shl.b64 %at, %at, 4;                    // its first byte
-  mov.u64 %first, %at;
+  shl.b64 %at, %at, 4;                    // its first byte
   mul.wide.u32 %step, %gdim, %bdim;
   shl.b64 %step, %step, 4;
   shl.b64 %step4, %step, 2;
   mul.lo.u64 %ahead, %step, 3;
 )";
-  return out;
 }
 
 // The units at %at, %at + %step, ... (count of them) of src loaded into a, b, c, d (to_dst
@@ -78,7 +65,7 @@ std::string store(int count) {
   return units(count, true);
 }
 
-// Folds them into %h, in order, two 8-byte words each (copy_thread_hash()).
+// Folds a, b, c, d into %h, in order, two 8-byte words each (copy_thread_hash()).
 std::string hash(int count) {
   std::string out;
   for (int i = 0; i < count; ++i) {
@@ -93,19 +80,14 @@ std::string hash(int count) {
 }
 
 // The grid-stride loop: rounds of four units while the fourth exists, then one at a time, each
-// unit loaded, then stored (copy) and/or hashed; on to `done`. Labels get `tag` in front.
-std::string loop(const std::string& tag, bool copy, bool hashed, const std::string& done) {
-  const std::string four = tag + "FOUR", one = tag + "ONE";
-  std::string out = four + ":\n";
+// unit loaded, then stored; on to DONE.
+std::string loop() {
+  std::string out = "FOUR:\n";
   out += "  add.u64 %last, %at, %ahead;\n  setp.ge.u64 %more, %last, %end;\n";
-  out += "  @%more bra " + one + ";\n" + load(4);
-  if (copy) out += store(4);
-  if (hashed) out += hash(4);
-  out += "  add.u64 %at, %at, %step4;\n  bra.uni " + four + ";\n\n" + one + ":\n";
-  out += "  setp.ge.u64 %more, %at, %end;\n  @%more bra " + done + ";\n" + load(1);
-  if (copy) out += store(1);
-  if (hashed) out += hash(1);
-  out += "  add.u64 %at, %at, %step;\n  bra.uni " + one + ";\n\n";
+  out += "  @%more bra ONE;\n" + load(4) + store(4);
+  out += "  add.u64 %at, %at, %step4;\n  bra.uni FOUR;\n\nONE:\n";
+  out += "  setp.ge.u64 %more, %at, %end;\n  @%more bra DONE;\n" + load(1) + store(1);
+  out += "  add.u64 %at, %at, %step;\n  bra.uni ONE;\n\n";
   return out;
 }
 
@@ -116,16 +98,7 @@ std::string build_ptx() {
                               .param .u64 units_param)
 {
 )";
-  ptx += kRegisters + grid(false) + loop("", true, false, "DONE") + "DONE:\n  ret;\n}\n\n";
-
-  // umswap_copy16_hash(dst, src, units, hashes): copies as umswap_copy16 and leaves in hashes[i]
-  // (one per thread of the grid) the hash of the units thread i copied, in rising order.
-  ptx += R"(.visible .entry umswap_copy16_hash(.param .u64 dst_param, .param .u64 src_param,
-                                   .param .u64 units_param, .param .u64 hashes_param)
-{
-)";
-  ptx += kRegisters + std::string("  ld.param.u64 %hashes, [hashes_param];\n") + grid(true) +
-         loop("H", true, true, "HDONE") + "HDONE:\n  st.global.u64 [%slot], %h;\n  ret;\n}\n\n";
+  ptx += kRegisters + grid() + loop() + "DONE:\n  ret;\n}\n\n";
 
   // umswap_hash_pages(src, hashes): block b hashes the 2 MiB page at src + b * 2 MiB into
   // hashes[b] (page_hash()): its 1024 threads fold their units, four loads in flight each, then
@@ -220,33 +193,6 @@ PDONE:
 
 )";
 
-  // umswap_check16(dst, src, units, hashes, changed): hashes src's units as the copy did; a
-  // thread whose hash differs from hashes[i] copies its units to dst again and adds 1 to
-  // *changed. Launched with the same grid as the copy it checks.
-  ptx += R"(.visible .entry umswap_check16(.param .u64 dst_param, .param .u64 src_param,
-                               .param .u64 units_param, .param .u64 hashes_param,
-                               .param .u64 changed_param)
-{
-)";
-  ptx += kRegisters +
-         std::string(
-             "  ld.param.u64 %hashes, [hashes_param];\n"
-             "  ld.param.u64 %changed, [changed_param];\n"
-             "  cvta.to.global.u64 %changed, %changed;\n") +
-         grid(true) + loop("C", false, true, "CCOMPARE");
-  ptx += R"(CCOMPARE:
-  ld.global.u64 %want, [%slot];
-  setp.eq.u64 %more, %want, %h;
-  @%more bra CDONE;
-  mov.u64 %one, 1;
-  atom.global.add.u64 %one, [%changed], %one;
-  mov.u64 %at, %first;
-
-CCOPY:                                    // changed: copy this thread's units again
-  setp.ge.u64 %more, %at, %end;
-  @%more bra CDONE;
-)";
-  ptx += load(1) + store(1) + "  add.u64 %at, %at, %step;\n  bra.uni CCOPY;\n\nCDONE:\n  ret;\n}\n";
   return ptx;
 }
 

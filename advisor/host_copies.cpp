@@ -52,8 +52,7 @@ std::shared_ptr<HostCopies::Block> HostCopies::block_for(uint64_t bytes) {
 }
 
 std::optional<std::vector<HostCopies::Segment>> HostCopies::take(uint64_t address, uint64_t length,
-                                                                 uint64_t ticket, uint64_t due,
-                                                                 uint64_t through) {
+                                                                 uint64_t ticket, uint64_t due) {
   const uint64_t end = address + length;
   // The gaps no piece covers.
   std::vector<std::pair<uint64_t, uint64_t>> gaps;
@@ -74,7 +73,7 @@ std::optional<std::vector<HostCopies::Segment>> HostCopies::take(uint64_t addres
   block->out_ticket = ticket;
   uint64_t offset = 0;
   for (const auto& [lo, hi] : gaps) {
-    pieces_[lo] = Piece{hi, block, offset, false, ticket, due, through};
+    pieces_[lo] = Piece{hi, block, offset, false, ticket, due};
     ++block->pieces;
     ++copying_;
     out.push_back({lo, hi - lo, block->host + offset});
@@ -88,26 +87,10 @@ std::vector<HostCopies::Segment> HostCopies::copied(uint64_t out_done) {
   std::vector<Segment> out;
   if (copying_ == 0) return out;
   for (auto& [address, piece] : pieces_) {
-    if (piece.discarded || piece.ticket > out_done || piece.through != kNotAhead) continue;
+    if (piece.discarded || piece.ticket > out_done) continue;
     piece.discarded = true;
     --copying_;
     out.push_back({address, piece.end - address, piece.block->host + piece.block_offset});
-  }
-  return out;
-}
-
-std::vector<HostCopies::Segment> HostCopies::settle(uint64_t address, uint64_t end,
-                                                    uint64_t ticket_was, uint64_t ticket) {
-  std::vector<Segment> out;
-  auto it = pieces_.upper_bound(address);
-  if (it != pieces_.begin() && std::prev(it)->second.end > address) --it;
-  for (; it != pieces_.end() && it->first < end; ++it) {
-    Piece& p = it->second;
-    if (p.through == kNotAhead || p.ticket != ticket_was || p.discarded) continue;
-    p.through = kNotAhead;
-    p.ticket = ticket;
-    p.block->out_ticket = std::max(p.block->out_ticket, ticket);
-    out.push_back({it->first, p.end - it->first, p.block->host + p.block_offset});
   }
   return out;
 }
@@ -213,12 +196,11 @@ bool HostCopies::returning_after(uint64_t address, uint64_t end, uint64_t covere
   return found;
 }
 
-bool HostCopies::reaches(uint64_t address, uint64_t end, uint64_t covered, uint64_t index) const {
+bool HostCopies::reaches(uint64_t address, uint64_t end, uint64_t covered) const {
   auto it = pieces_.upper_bound(address);
   if (it != pieces_.begin() && std::prev(it)->second.end > address) --it;
   for (; it != pieces_.end() && it->first < end; ++it) {
     const Piece& p = it->second;
-    if (p.through != kNotAhead && index <= p.through) continue;  // its last use or before
     if (covered == UINT64_MAX || p.due > covered) return true;
   }
   return returning_after(address, end, covered);

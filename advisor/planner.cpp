@@ -759,7 +759,6 @@ struct RawAction {
   ActionKind kind;
   uint32_t aux;  // wait_back or use_ahead
   uint32_t block;
-  uint32_t copy_back = 0;  // evict: Action::copy_back
 };
 
 }  // namespace
@@ -893,14 +892,7 @@ Plan make_plan(const PlanInput& input) {
       continue;
     }
     // Evicted at the launch after the last use; back at p in [u1 + 2, u2].
-    // The use before the last one, if the block stayed resident since and its data is not new at
-    // the last use: its copy may start there (Action::copy_back).
-    uint32_t copy_back = 0;
-    if (const uint64_t i1 = tr.use_at(b, u1 % S);
-        i1 != UINT64_MAX && tr.prev_dist[i1] < S && !nonkept[i1] && !tr.dead[i1]) {
-      copy_back = tr.prev_dist[i1] + 1;
-    }
-    raw.push_back({static_cast<uint32_t>((u1 + 1) % S), ActionKind::evict, 1, b, copy_back});
+    raw.push_back({static_cast<uint32_t>((u1 + 1) % S), ActionKind::evict, 1, b});
     const uint64_t ahead = std::min<uint64_t>(tr.prev_dist[j] - 2, max_ahead[tr.use_step[j]]);
     uint64_t p = u2;
     if (ahead > 0) {
@@ -952,9 +944,6 @@ Plan make_plan(const PlanInput& input) {
           prev.range.length += bytes;
           if (it->kind == ActionKind::evict) {
             prev.wait_back = std::min(prev.wait_back, it->aux);
-            prev.copy_back = prev.copy_back == 0 || it->copy_back == 0
-                                 ? 0
-                                 : std::min(prev.copy_back, it->copy_back);
           } else {
             prev.use_ahead = std::min(prev.use_ahead, it->aux);
           }
@@ -966,7 +955,6 @@ Plan make_plan(const PlanInput& input) {
       a.kind = it->kind;
       a.wait_back = it->kind == ActionKind::evict ? it->aux : 0;
       a.use_ahead = it->kind == ActionKind::prefetch ? it->aux : 0;
-      a.copy_back = it->kind == ActionKind::evict ? it->copy_back : 0;
       a.range = {buffer, k * g, bytes};
       plan.actions.push_back(a);
     }

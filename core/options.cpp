@@ -90,12 +90,6 @@ constexpr std::array kOptionTable = {
                "streams of their own, so that the copies each way follow each other without "
                "them in between; 0: each runs on its copy's stream, right before or after it",
                kAdvanced},
-    OptionInfo{"UMSWAP_EVICT_COPY_AHEAD", "0",
-               "with UMSWAP_EVICT_COPY and the copy kernel (experimental): a range's copy out "
-               "starts once the use before its last one is done, and after the last use a check "
-               "kernel copies again whatever that use changed, before the discard; so the link "
-               "copies while the last users run. 0: a copy out starts after the last use",
-               kAdvanced},
     OptionInfo{"UMSWAP_MANAGED_OPS_CAP", "0",
                "experimental: at most this many of the advisor's prefetches and discards wait on "
                "the GPU at once; it waits (outside the driver) before issuing more. The driver "
@@ -266,6 +260,7 @@ constexpr RemovedOption kRemovedOptions[] = {
     {"UMSWAP_ROOM_SLACK", "letting launches run ahead of the plan's evictions did not help"},
     {"UMSWAP_EVICT_COPY_CHUNK", "copying back in growing pieces did not help"},
     {"UMSWAP_EVICT_COPY_OUT_PIECE", "copying out in pieces made tens of thousands of faults"},
+    {"UMSWAP_EVICT_COPY_AHEAD", "copying out before the last use did not make GPT-2 faster"},
 };
 
 std::span<const RemovedOption> removed_options() {
@@ -390,7 +385,6 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
   }
   read_choice("UMSWAP_EVICT_COPY_ROOM", "all", "plan", &options.evict_copy_room_plan);
   read_bool("UMSWAP_EVICT_COPY_SIDE_STREAMS", &options.evict_copy_side_streams, "1");
-  read_bool("UMSWAP_EVICT_COPY_AHEAD", &options.evict_copy_ahead, "0");
   read_bool("UMSWAP_VERIFY", &options.verify, "0");
   read_bool("UMSWAP_LEARN_EVICT", &options.learn_evict, "1");
   read_int("UMSWAP_HOST_GATE", 0, 56, &options.host_gate, "0");
@@ -431,7 +425,6 @@ std::vector<std::string> describe(const Options& options) {
       fmt::format("UMSWAP_EVICT_COPY_ROOM={}", options.evict_copy_room_plan ? "plan" : "all"),
       fmt::format("UMSWAP_EVICT_COPY_PATH={}", options.evict_copy_kernel ? "kernel" : "engine"),
       fmt::format("UMSWAP_EVICT_COPY_SIDE_STREAMS={}", options.evict_copy_side_streams ? 1 : 0),
-      fmt::format("UMSWAP_EVICT_COPY_AHEAD={}", options.evict_copy_ahead ? 1 : 0),
       fmt::format("UMSWAP_MANAGED_OPS_CAP={}", options.managed_ops_cap),
       fmt::format("UMSWAP_VERIFY={}", options.verify ? 1 : 0),
       fmt::format("UMSWAP_LEARN_EVICT={}", options.learn_evict ? 1 : 0),

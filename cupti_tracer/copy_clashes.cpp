@@ -15,12 +15,12 @@ struct Span {
 
 using CopiesByPage = std::unordered_map<uint64_t, std::vector<const OwnCopySpan*>>;
 
-// Per 2 MiB page, the copies that cover it, in time order (copies ahead and spans without a
-// proper end left out); *counted: how many copies were taken.
+// Per 2 MiB page, the copies that cover it, in time order (spans without a proper end left
+// out); *counted: how many copies were taken.
 CopiesByPage copies_by_page(std::span<const OwnCopySpan> copies, uint64_t* counted) {
   CopiesByPage by_page;
   for (const OwnCopySpan& c : copies) {
-    if (c.length == 0 || c.end_ns < c.start_ns || c.ahead) continue;
+    if (c.length == 0 || c.end_ns < c.start_ns) continue;
     ++*counted;
     for (uint64_t p = c.address / kPage * kPage; p < c.address + c.length; p += kPage) {
       by_page[p].push_back(&c);

@@ -74,8 +74,7 @@ class Tracer {
   void note_residency(uint64_t address, uint64_t bytes, bool on_gpu, uint64_t at_step,
                       uint32_t copy = 0);
   void note_lifetime(uint64_t address, uint64_t bytes, bool freed);
-  void note_own_copy(uint32_t correlation, uint64_t address, uint64_t length, bool to_gpu,
-                     bool ahead);
+  void note_own_copy(uint32_t correlation, uint64_t address, uint64_t length, bool to_gpu);
   static constexpr size_t kMaxOwnCopies = 1 << 20;  // 32 MiB of records at most
   std::vector<LifetimeEvent> copy_lifetimes(uint64_t from_step, uint64_t to_step);
   std::string yielded_to() {
@@ -197,7 +196,6 @@ class Tracer {
     uint32_t correlation;
     uint64_t address, length;
     bool to_gpu;
-    bool ahead;
   };
   std::vector<OwnCopy> own_copies_;  // under activity_mutex_
   std::atomic<size_t> buffers_out_{0};
@@ -714,12 +712,11 @@ void Tracer::note_residency(uint64_t address, uint64_t bytes, bool on_gpu, uint6
                          bytes, now, now, address, 0, true, step, copy});
 }
 
-void Tracer::note_own_copy(uint32_t correlation, uint64_t address, uint64_t length, bool to_gpu,
-                           bool ahead) {
+void Tracer::note_own_copy(uint32_t correlation, uint64_t address, uint64_t length, bool to_gpu) {
   if (!running() || correlation == 0) return;
   std::lock_guard lock(activity_mutex_);
   if (own_copies_.size() < kMaxOwnCopies) {
-    own_copies_.push_back({correlation, address, length, to_gpu, ahead});
+    own_copies_.push_back({correlation, address, length, to_gpu});
   }
 }
 
@@ -733,8 +730,7 @@ void Tracer::check_own_copies(const trace::Trace& t, RunSummary& summary) {
     copies.reserve(own_copies_.size());
     for (const OwnCopy& c : own_copies_) {
       if (const auto it = kernel_times_.find(c.correlation); it != kernel_times_.end()) {
-        copies.push_back(
-            {c.address, c.length, c.to_gpu, it->second.first, it->second.second, c.ahead});
+        copies.push_back({c.address, c.length, c.to_gpu, it->second.first, it->second.second});
       }
     }
   }
@@ -1353,9 +1349,8 @@ uint32_t last_own_copy() {
   return t_own_copy;
 }
 
-void note_own_copy(uint32_t correlation, uint64_t address, uint64_t length, bool to_gpu,
-                   bool ahead) {
-  tracer_instance().note_own_copy(correlation, address, length, to_gpu, ahead);
+void note_own_copy(uint32_t correlation, uint64_t address, uint64_t length, bool to_gpu) {
+  tracer_instance().note_own_copy(correlation, address, length, to_gpu);
 }
 
 void untrace_this_thread() {

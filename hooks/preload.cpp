@@ -138,7 +138,6 @@ void Preload::start_advisor(advisor::Advisor* advisor) {
   config.evict_copy_room_plan = options_.evict_copy_room_plan;
   config.evict_copy_kernel = options_.evict_copy_kernel;
   config.evict_copy_side_streams = options_.evict_copy_side_streams;
-  config.evict_copy_ahead = options_.evict_copy_ahead;
   config.managed_ops_cap = static_cast<uint32_t>(options_.managed_ops_cap);
   config.verify = options_.verify;
   config.learn_evict = options_.learn_evict;

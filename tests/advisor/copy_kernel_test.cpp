@@ -18,9 +18,6 @@ namespace {
 using umswap::advisor::copy_kernel_fits;
 using umswap::advisor::copy_kernel_ptx;
 using umswap::advisor::copy_thread_hash;
-using umswap::advisor::kCheckKernelName;
-using umswap::advisor::kCopyHashKernelName;
-using umswap::advisor::kCopyKernelGrid;
 using umswap::advisor::kCopyKernelName;
 using umswap::advisor::kPageBytes;
 using umswap::advisor::kPageHashKernelName;
@@ -31,9 +28,8 @@ TEST(CopyKernel, PtxDeclaresTheEntryPoint) {
   const std::string ptx(copy_kernel_ptx());
   EXPECT_EQ(ptx.c_str()[ptx.size()], '\0');  // cuModuleLoadData reads a C string
   EXPECT_NE(ptx.find(std::string(".visible .entry ") + kCopyKernelName + "("), std::string::npos);
-  EXPECT_NE(ptx.find(std::string(".visible .entry ") + kCopyHashKernelName + "("),
+  EXPECT_NE(ptx.find(std::string(".visible .entry ") + kPageHashKernelName + "("),
             std::string::npos);
-  EXPECT_NE(ptx.find(std::string(".visible .entry ") + kCheckKernelName + "("), std::string::npos);
   EXPECT_NE(ptx.find(".address_size 64"), std::string::npos);
   EXPECT_EQ(ptx.find('\0'), std::string::npos);
 }
@@ -79,8 +75,8 @@ TEST(CopyKernel, TakesSixteenByteAlignedCopiesOnly) {
 
 }  // namespace
 
-// The hash each thread of umswap_copy16_hash leaves (the GPU's are compared with these on a GPU:
-// tests/gpu/copy_hash_probe.cu).
+// The hash each thread of umswap_hash_pages computes before the page's folds (page_hash(); the
+// GPU's are compared with page_hash() on a GPU: tests/gpu/copy_hash_test.cpp).
 TEST(CopyKernel, ThreadHashCoversItsOwnUnitsAndSeesEveryChangedWord) {
   constexpr uint64_t kUnits = 1000, kThreads = 64;
   std::vector<uint64_t> words(kUnits * 2);

@@ -473,16 +473,6 @@ TEST(ParseOptions, EvictCopySideStreamsIsABoolean) {
   EXPECT_TRUE(warnings.empty());
 }
 
-TEST(ParseOptions, EvictCopyAheadIsABooleanOffByDefault) {
-  std::vector<std::string> warnings;
-  EXPECT_FALSE(parse({}, &warnings).evict_copy_ahead);
-  EXPECT_TRUE(parse({{"UMSWAP_EVICT_COPY_AHEAD", "1"}}, &warnings).evict_copy_ahead);
-  EXPECT_TRUE(warnings.empty());
-  EXPECT_FALSE(parse({{"UMSWAP_EVICT_COPY_AHEAD", "sometimes"}}, &warnings).evict_copy_ahead);
-  ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_NE(warnings[0].find("UMSWAP_EVICT_COPY_AHEAD"), std::string::npos) << warnings[0];
-}
-
 TEST(ParseOptions, RemovedOptionsAreNamedAndIgnored) {
   std::vector<std::string> warnings;
   parse({{"UMSWAP_POPULATE_AHEAD", "4"}, {"UMSWAP_POPULATE_SIDE", "8"}}, &warnings);
@@ -614,7 +604,6 @@ TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
                                                   "UMSWAP_EVICT_COPY_ROOM",
                                                   "UMSWAP_EVICT_COPY_PATH",
                                                   "UMSWAP_EVICT_COPY_SIDE_STREAMS",
-                                                  "UMSWAP_EVICT_COPY_AHEAD",
                                                   "UMSWAP_MANAGED_OPS_CAP",
                                                   "UMSWAP_VERIFY",
                                                   "UMSWAP_LEARN_EVICT",
@@ -625,7 +614,7 @@ TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
                                                   "UMSWAP_ASYNC_SLABS",
                                                   "UMSWAP_LIFETIMES",
                                                   "UMSWAP_PLACEMENT"}));
-  EXPECT_EQ(option_table().size(), 28u);  // no duplicates
+  EXPECT_EQ(option_table().size(), 27u);  // no duplicates
 }
 
 TEST(OptionTable, EveryEntryHasAMeaning) {
@@ -686,7 +675,6 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
                                              "UMSWAP_EVICT_COPY_ROOM=all",
                                              "UMSWAP_EVICT_COPY_PATH=kernel",
                                              "UMSWAP_EVICT_COPY_SIDE_STREAMS=1",
-                                             "UMSWAP_EVICT_COPY_AHEAD=0",
                                              "UMSWAP_MANAGED_OPS_CAP=8",
                                              "UMSWAP_VERIFY=0",
                                              "UMSWAP_LEARN_EVICT=0",

@@ -18,10 +18,8 @@
 # coming back (the stats' copy_check, from CUPTI's times); again with UMSWAP_EVICT_COPY_ROOM=plan
 # (copies back wait only for the copies out their own ranges and their room need), and with
 # UMSWAP_EVICT_COPY_PATH=kernel (umswap's copy kernel moves the bytes, not a copy engine: it must
-# have loaded and made the copies; the default, set here to say so). And with
-# UMSWAP_EVICT_COPY_AHEAD=1 (copies out made before each buffer's last forward use, which rewrites
-# it, then checked and copied again after it): the same checks, copies made ahead and settled, and
-# changed parts found. Then with a stray launch off the plan
+# have loaded and made the copies; the default, set here to say so). Then with a stray launch off
+# the plan
 # (advisor_loop --stray): the guard catches it and brings back what it reaches, copies go on, no
 # fault, the same checksum as natively with the same stray. Then with a CUDA graph launch in
 # iteration 10 (advisor_loop --graph: the same loss kernel, captured): the tracer cannot see into
@@ -60,11 +58,6 @@ UMSWAP_EVICT_COPY=1 UMSWAP_EVICT_COPY_PATH=engine UMSWAP_EVICT_COPY_ROOM=plan ti
 # The same with umswap's copy kernel instead of copy engines.
 UMSWAP_EVICT_COPY=1 UMSWAP_EVICT_COPY_PATH=kernel timeout -s KILL 120 \
   "$umswap" run --budget 1G --stats "$dir/kernel.json" -- "$loop" $args > "$dir/kernel.out"
-# The same with copies out made ahead of each buffer's last forward use (UMSWAP_EVICT_COPY_AHEAD):
-# that use rewrites the whole buffer while or after it is copied, so the check after it must copy
-# every part again.
-UMSWAP_EVICT_COPY=1 UMSWAP_EVICT_COPY_AHEAD=1 timeout -s KILL 120 \
-  "$umswap" run --budget 1G --stats "$dir/ahead.json" -- "$loop" $args > "$dir/ahead.out"
 # A launch off the plan (iteration 10's loss kernel takes the first buffer, held on the host by
 # then): the guard holds it until what it reaches is copied back; copies go on.
 "$umswap" run --mode passthrough -- "$loop" $args --stray 10 > "$dir/native_stray.out"
@@ -95,7 +88,7 @@ native = checksum("native")
 native_stray = checksum("native_stray")
 ok = True
 budget = 1 << 30
-for mode in ("online", "evictwait", "copy", "room", "kernel", "ahead", "stray", "graph", "relearn", "replay", "nowait"):
+for mode in ("online", "evictwait", "copy", "room", "kernel", "stray", "graph", "relearn", "replay", "nowait"):
     s = json.load(open(f"{d}/{mode}.json"))
     a = s.get("advisor", {})
     its = s.get("iterations", [])
@@ -159,7 +152,7 @@ for mode in ("online", "evictwait", "copy", "room", "kernel", "ahead", "stray", 
         # wait (Plan::room_wait_back); here every eviction's room goes to a prefetch, so the
         # count is reported, and the budget and the faults above are what is checked.
         print(f"  launches that waited for evictions: {a.get('evict_waits_placed')}")
-    if mode in ("copy", "room", "kernel", "ahead", "stray", "graph"):
+    if mode in ("copy", "room", "kernel", "stray", "graph"):
         # UMSWAP_EVICT_COPY's own stats, and its copies against the steps by CUPTI's times.
         c = a.get("evict_copy") or {}
         check = s.get("copy_check") or {}
@@ -171,7 +164,7 @@ for mode in ("online", "evictwait", "copy", "room", "kernel", "ahead", "stray", 
                          and unf.get("copies_out_before_copy_back_ended", 0) == 0)
         print(f"  evict_copy: {c}")
         print(f"  copy_check: {check}")
-    if mode in ("copy", "room", "kernel", "ahead"):
+    if mode in ("copy", "room", "kernel"):
         # Steady iterations evicted by copy (and brought back by copy), copies stopped only when
         # the loop ended (its checksum copies leave the plan), the same results. The count places
         # each discard where CUPTI saw the copy before it end, and each populate where the copy
@@ -195,12 +188,6 @@ for mode in ("online", "evictwait", "copy", "room", "kernel", "ahead", "stray", 
             # and pinned blocks are 16-byte aligned: none is left to a copy engine).
             good = (good and c.get("path") == "kernel" and c.get("kernel_copies", 0) > 0
                     and c.get("engine_copies") == 0)
-        if mode == "ahead":
-            # Copies made ahead, checked and discarded at their evictions; the last uses changed
-            # what was copied ahead, and the checks copied it again (the checksum above).
-            h = c.get("ahead") or {}
-            good = (good and h.get("on") is True and h.get("copies", 0) > 0
-                    and h.get("settled", 0) > 0 and h.get("changed_parts", 0) > 0)
     if mode == "stray":
         # The guard caught the stray launch and brought back what it reaches (not everything):
         # copies stayed in force, no fault, the same results as natively with the same stray.
@@ -217,7 +204,7 @@ for mode in ("online", "evictwait", "copy", "room", "kernel", "ahead", "stray", 
                 and check.get("harmful", 0) == 0 and unforeseen_ok
                 and a.get("opaque_calls", 0) >= 1
                 and off.startswith("the program issued a CUDA graph launch"))
-    if mode not in ("online", "evictwait", "copy", "room", "kernel", "ahead", "stray", "graph", "relearn"):  # without UMSWAP_PREFETCH_WAIT: reported, not checked
+    if mode not in ("online", "evictwait", "copy", "room", "kernel", "stray", "graph", "relearn"):  # without UMSWAP_PREFETCH_WAIT: reported, not checked
         print("  (not checked: without UMSWAP_PREFETCH_WAIT late prefetches fault)")
         continue
     print(f"  {'PASS' if good else 'FAIL'}")

@@ -10,22 +10,6 @@ namespace {
 
 constexpr uint64_t kMiB = 1 << 20;
 
-// A copy out made ahead of the range's last use is not checked: steps may use the range while it
-// runs (the check kernel after the last use is the copy out that counts).
-TEST(CopyClashes, ACopyAheadIsNotChecked) {
-  const std::vector<OwnCopySpan> copies = {{0, 2 * kMiB, false, 100, 200, true},
-                                           {0, 2 * kMiB, false, 300, 310},
-                                           {0, 2 * kMiB, true, 500, 600}};
-  // A step during the copy ahead and one right after it, before the check: neither clashes.
-  const std::vector<StepAccessSpan> steps = {{1, 150, 160, 0, 2 * kMiB}, {2, 250, 290, 0, 4096}};
-  const CopyClashReport r = find_copy_clashes(copies, steps);
-  EXPECT_EQ(r.copies, 2u);
-  EXPECT_EQ(r.clashes, 0u);
-  // One after the check and before the copy back does.
-  const std::vector<StepAccessSpan> late = {{3, 400, 410, 0, 4096}};
-  EXPECT_EQ(find_copy_clashes(copies, late).harmful, 1u);
-}
-
 // One 4 MiB range at 100 MiB copied out at [100, 200] ns and back at [500, 600] ns.
 std::vector<OwnCopySpan> one_round_trip() {
   return {{100 * kMiB, 4 * kMiB, false, 100, 200}, {100 * kMiB, 4 * kMiB, true, 500, 600}};

@@ -166,10 +166,6 @@ struct AdvisorConfig {
   // streams of their own (after the same waits), so that the copies each way follow each other
   // without them in between; false: on the copy's stream, right before or after it.
   bool evict_copy_side_streams = true;
-  // UMSWAP_EVICT_COPY_AHEAD: with the copy kernel, an eviction whose plan names the use before
-  // its range's last one (Action::copy_back) is copied out from there, hashed; after the last use
-  // a check kernel copies again what changed, then the range is discarded.
-  bool evict_copy_ahead = false;
   // UMSWAP_MANAGED_OPS_CAP: at most this many of the advisor's prefetches and discards wait on
   // the GPU at once (0: no cap).
   uint32_t managed_ops_cap = 0;

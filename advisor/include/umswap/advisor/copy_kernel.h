@@ -24,16 +24,6 @@ inline constexpr const char* kCopyKernelName = "umswap_copy16";
 inline constexpr unsigned kCopyKernelBlocks = 16;
 inline constexpr unsigned kCopyKernelThreads = 512;
 
-// UMSWAP_EVICT_COPY_AHEAD: a copy out made before the range's last use, then checked after it.
-// umswap_copy16_hash(dst, src, units, hashes) copies as umswap_copy16 and writes one 8-byte hash
-// per thread of the grid (hashes[i], kCopyKernelBlocks * kCopyKernelThreads of them) over the
-// units that thread copied; umswap_check16(dst, src, units, hashes, changed), launched with the
-// same grid over the same range once the last use is done, hashes the units again, and a thread
-// whose hash differs copies its units again and adds 1 to the 8-byte *changed.
-inline constexpr const char* kCopyHashKernelName = "umswap_copy16_hash";
-inline constexpr const char* kCheckKernelName = "umswap_check16";
-inline constexpr unsigned kCopyKernelGrid = kCopyKernelBlocks * kCopyKernelThreads;
-
 // umswap_hash_pages(src, hashes): launched with one block of kPageHashThreads threads per 2 MiB
 // page of [src, src + pages * 2 MiB), writes page b's hash (page_hash()) to hashes[b], copying
 // nothing. umswap run --verify hashes each page it copies out as it leaves the GPU and again once
@@ -43,7 +33,7 @@ inline constexpr unsigned kPageHashThreads = 1024;
 inline constexpr uint64_t kPageBytes = uint64_t{2} << 20;
 
 // The hash thread `thread` of a grid of `threads` computes over the `units` 16-byte units at
-// `src` (what the kernels compute, for tests): FNV-1a's constants on the two 8-byte words of each
+// `src` (page_hash()'s first step): FNV-1a's constants on the two 8-byte words of each
 // of its units (thread, thread + threads, ...), in rising order. Each step (xor a word, multiply
 // by an odd number) is a bijection of the state, so one changed word always changes the hash;
 // changes in several words cancel out only if they are chosen against the state.
@@ -55,7 +45,7 @@ uint64_t copy_thread_hash(const void* src, uint64_t units, uint64_t thread, uint
 // group hashes into the page's. A change in one word always changes it.
 uint64_t page_hash(const void* page);
 
-// The kernel's PTX (ISA 7.0, sm_75 and newer), NUL-terminated.
+// The kernels' PTX (ISA 7.0, sm_75 and newer), NUL-terminated.
 std::string_view copy_kernel_ptx();
 
 // Whether the kernel can copy [src, src + bytes) to dst: both addresses and the length are

@@ -62,20 +62,11 @@ class HostCopies {
   // Nothing is taken (nullopt) when the host memory cannot be had under the limit, or after
   // freeze().
   // `due`: the launch at which the plan brings the range back (reaches()).
-  // `through` (UMSWAP_EVICT_COPY_AHEAD): the copy out is made ahead of the range's last use, which
-  // is launch `through`: launches up to it may still reach the pieces (reaches()), and copied()
-  // leaves them alone until settle() says their last use is done. kNotAhead: an ordinary copy out.
-  static constexpr uint64_t kNotAhead = UINT64_MAX;
   std::optional<std::vector<Segment>> take(uint64_t address, uint64_t length, uint64_t ticket,
-                                           uint64_t due = UINT64_MAX, uint64_t through = kNotAhead);
+                                           uint64_t due = UINT64_MAX);
   // Pieces whose copy out is done (ticket <= out_done) and not discarded yet: marked discarded,
-  // returned so that the caller discards their GPU pages. Pieces taken ahead and not settled are
-  // left out.
+  // returned so that the caller discards their GPU pages.
   std::vector<Segment> copied(uint64_t out_done);
-  // The pieces of [address, end) taken ahead with `ticket_was` and still held (a launch past
-  // their last use may have had them given back): from now on ordinary pieces of the copy out
-  // `ticket` (> every ticket so far), which copied(ticket) marks discarded. Returned by address.
-  std::vector<Segment> settle(uint64_t address, uint64_t end, uint64_t ticket_was, uint64_t ticket);
   // Gives back what [address, address + length) holds; the copies in get `ticket` (increasing).
   // `back_by`: the launch whose wait covers these copies back; until retire() sees `ticket` done
   // they stay "returning", and reaches() counts them as missing for a launch covered only up to
@@ -90,9 +81,8 @@ class HostCopies {
   // Whether a held piece overlapping [address, end) comes back only after launch `covered`, or a
   // returning one (give_back) only after a launch past `covered`: a launch that waits for the
   // copies back issued up to `covered` would find it missing. covered == UINT64_MAX: the launch
-  // waits for none; any held or returning piece reaches it. Launch `index` reaches no piece taken
-  // ahead whose last use (`through`) it is not past.
-  bool reaches(uint64_t address, uint64_t end, uint64_t covered, uint64_t index = UINT64_MAX) const;
+  // waits for none; any held or returning piece reaches it.
+  bool reaches(uint64_t address, uint64_t end, uint64_t covered) const;
   uint64_t returning_count() const;  // ranges given back with a launch to cover them
   // Whether a range given back and not yet seen copied back overlaps [address, end).
   bool returning(uint64_t address, uint64_t end) const;
@@ -131,7 +121,6 @@ class HostCopies {
     bool discarded = false;
     uint64_t ticket = 0;           // of its copy out
     uint64_t due = UINT64_MAX;     // the launch that brings it back
-    uint64_t through = kNotAhead;  // taken ahead: its last use, launch `through` (take())
   };
   using Map = std::map<uint64_t, Piece>;  // by address
 

@@ -135,12 +135,6 @@ struct Action {
   // at_step itself; may reach into the next iteration). evict: 0.
   uint32_t use_ahead = 0;
   PlanRange range;  // block-aligned (granularity), coalesced
-  // evict (UMSWAP_EVICT_COPY_AHEAD): the step launched `copy_back` launches before at_step is the
-  // range's use before its last one (> wait_back; cyclic), after which its bytes may be copied
-  // out ahead and checked once the last use is done. 0: no such use (the range is used once an
-  // iteration, or its data is new at the last use, or it was moved in between). Coalesced: the
-  // latest of its blocks', 0 if any block has none.
-  uint32_t copy_back = 0;
 };
 
 // A block range whose data is dead between a use and the next one, and which the plan does not

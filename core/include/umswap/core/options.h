@@ -81,7 +81,6 @@ struct Options {
   bool evict_copy_room_plan = false;  // a copy back waits only for the evictions its room needs
   bool evict_copy_kernel = true;      // copies by umswap's copy kernel, not a copy engine
   bool evict_copy_side_streams = true;  // populates and discards beside the copies' streams
-  bool evict_copy_ahead = false;        // copies out before the last use, checked after it
   // The advisor's prefetches and discards left waiting on the GPU at once (0: no cap): the
   // driver blocks the call after about 57 (docs/advisor.md, "A hang with the cuDNN sample").
   int managed_ops_cap = 0;

@@ -28,10 +28,6 @@ struct OwnCopySpan {
   uint64_t address = 0, length = 0;  // managed memory
   bool to_gpu = false;               // a copy back (else a copy out)
   uint64_t start_ns = 0, end_ns = 0;
-  // A copy out made before the range's last use (UMSWAP_EVICT_COPY_AHEAD): steps may use the
-  // range while it runs; the check kernel after the last use is the copy out checked here. Counted
-  // in copy_busy(), not in find_copy_clashes().
-  bool ahead = false;
 };
 
 struct StepAccessSpan {

@@ -196,9 +196,7 @@ uint32_t last_own_copy();
 // A copy of umswap's own (`correlation`: last_own_copy() right after it) of [address, address +
 // length) to the GPU or to the host: checked against the steps at the end (RunSummary::
 // copy_clashes), where CUPTI recorded its times.
-// `ahead`: a copy out made before the range's last use (OwnCopySpan::ahead).
-void note_own_copy(uint32_t correlation, uint64_t address, uint64_t length, bool to_gpu,
-                   bool ahead = false);
+void note_own_copy(uint32_t correlation, uint64_t address, uint64_t length, bool to_gpu);
 // The calling thread's CUDA calls are umswap's own (the advisor thread's copies): not logged as
 // the program's steps.
 void untrace_this_thread();

@@ -24,7 +24,6 @@
 #include "umswap/advisor/learning_evictor.h"
 #include "umswap/advisor/online_learning.h"
 #include "umswap/advisor/op_log.h"
-#include "umswap/advisor/pending_ops.h"
 #include "umswap/advisor/planner.h"
 #include "umswap/advisor/replay.h"
 #include "umswap/advisor/resident_launches.h"
@@ -191,83 +190,10 @@ struct Transfer {
   uint64_t bytes;
 };
 
-// UMSWAP_HOST_GATE (AdvisorConfig::host_gate). The driver holds the caller of a managed-memory
-// call while about 57 such calls of the context wait on the GPU (docs/advisor.md); the advisor's
-// calls wait there for the program's launches, and the program's launches for words the advisor
-// thread has yet to issue. So with the gate the advisor thread waits for the launch itself, by
-// polling its event, and then issues calls that nothing holds back on the GPU (a call behind no
-// pending work was never held: deferred_prefetch_probe's idle-at-57).
-struct HostGate {
-  // Gate only while this many of the advisor's calls may wait (1: always; 0: off).
-  uint32_t from = 0;
-  bool on() const { return from != 0; }
-  uint64_t passed = 0;  // waits left to the GPU: fewer than `from` of its calls waited
-  const std::atomic<bool>* stop = nullptr;
-  uint64_t waits = 0;     // events waited for on the host
-  uint64_t already = 0;   // of which had run when first asked
-  uint64_t timeouts = 0;  // not run within the limit: the stream waits on the GPU instead
-  uint64_t reused = 0;    // re-recorded for a later launch while polled: no wait
-  uint64_t errors = 0;    // cuEventQuery failed: the stream waits on the GPU instead
-  double seconds = 0;
-  double longest_s = 0;
-  // Says where the GPU and the advisor were at a timeout (the first few; AdvisorImpl::gate_report).
-  std::function<void(const char* what, uint64_t launch)> on_timeout;
-  enum class Result { ran, reused, on_gpu };
-  // Polls `e` until it has run. `same()` false: the event was recorded again meanwhile. on_gpu:
-  // not run within `limit`, the advisor stopping, or an error; the caller waits on the GPU.
-  template <typename Same>
-  Result wait(const AdvisorDriver& d, CUevent e, std::chrono::milliseconds limit, Same same,
-              const char* what, uint64_t launch) {
-    ++waits;
-    CUresult r = d.event_query(e);
-    if (r == CUDA_SUCCESS) {
-      ++already;
-      return Result::ran;
-    }
-    const auto start = std::chrono::steady_clock::now();
-    Result result = Result::on_gpu;
-    for (int polls = 1;; ++polls) {
-      if (r == CUDA_SUCCESS) {
-        result = Result::ran;
-        break;
-      }
-      if (r != CUDA_ERROR_NOT_READY) {
-        ++errors;
-        break;
-      }
-      if (!same()) {
-        ++reused;
-        result = Result::reused;
-        break;
-      }
-      if (stop->load(std::memory_order_relaxed) ||
-          std::chrono::steady_clock::now() - start > limit) {
-        if (++timeouts <= 3 && on_timeout) on_timeout(what, launch);
-        break;
-      }
-      // A launch usually runs within microseconds of its predecessor: spin briefly, then sleep.
-      if (polls < 64) {
-        std::this_thread::yield();
-      } else {
-        sleep_us(10);
-      }
-      r = d.event_query(e);
-    }
-    const double took =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    seconds += took;
-    longest_s = std::max(longest_s, took);
-    return result;
-  }
-};
-// How long the gate waits for one launch before its stream waits on the GPU instead; for a
-// barrier (everything the program submitted), longer.
-constexpr std::chrono::milliseconds kGateLimit{2000}, kGateBarrierLimit{10000};
-
 // Events recorded on the application's streams at chosen launches, which the advisor's stream
 // waits for: slot = launch index modulo kEventRing; index[slot] says which launch it holds now.
 struct EventRing {
-  const char* name = "";  // what its events mark (gate reports)
+  const char* name = "";  // what its events mark (the watchdog's report)
   // The last GPU-side waits placed for its events (written by the advisor thread, read by the
   // reports, the watchdog's among them): launch, stream.
   std::array<std::atomic<uint64_t>, 8> placed_launch{};
@@ -284,10 +210,8 @@ struct EventRing {
   // Makes `waiter` wait for launch j's event; false when it was already reused, or is not
   // recorded within 20 ms while launch j may still be on its way (`launched`, the launches the
   // launch path has seen, is at most kEventSlack past it; further past, an event not there was
-  // never recorded, and waiting for it would only hold the advisor back). With the host gate on,
-  // the calling thread waits for the event instead (HostGate, when given), and `waiter` only if
-  // that gives up; false too when the event was reused while polled.
-  bool wait(const AdvisorDriver& d, uint64_t j, CUstream waiter, uint64_t launched, HostGate* gate);
+  // never recorded, and waiting for it would only hold the advisor back).
+  bool wait(const AdvisorDriver& d, uint64_t j, CUstream waiter, uint64_t launched);
 };
 
 // The advisor's calls on its own streams, followed there by a write of their number to a word of
@@ -573,7 +497,6 @@ class AdvisorImpl {
   uint64_t prefetched_bytes = 0, evicted_bytes = 0, prefetch_calls = 0, evict_calls = 0;
   uint64_t failed_calls = 0, stale_actions = 0, divergences = 0, late_events = 0;
   uint64_t late_start_events = 0;
-  HostGate gate;                               // UMSWAP_HOST_GATE (advisor thread)
   std::atomic<uint64_t> discards_approved{0};  // pages the allocator was told to discard
   // Host time the launching threads spend in on_step (ns), and inside the launch path's
   // populate calls (a managed-memory call blocks once about 57 wait on the GPU).
@@ -718,21 +641,6 @@ class AdvisorImpl {
   };
   std::deque<TicketEvent> out_events, in_events;
   std::vector<CUevent> spare_events;
-  // UMSWAP_MANAGED_OPS_CAP (pending_ops.h): at most that many of the advisor's prefetches and
-  // discards wait on the GPU at once; before another, it waits outside the driver (after 10 s
-  // it issues anyway). Marked at the end of every apply(). Measured (docs/advisor.md): a cap of
-  // 8 ended the cuDNN sample's hang with copies; 16 and 24 did not, though the advisor's own
-  // count stayed below them, so something else also takes the driver's slots (not found).
-  std::unique_ptr<PendingOps> ops;
-  uint64_t ops_throttled = 0, ops_throttle_timeouts = 0;
-  double ops_throttle_s = 0;
-  OnceFlag warned_ops_throttle;
-  void retire_ops();
-  void mark_ops();
-  void before_managed_op(CUstream s);
-  // UMSWAP_HOST_GATE: whether the next wait for a launch is taken on the host (always with 1;
-  // with N, only while N or more of the advisor's own calls may be waiting on the GPU).
-  bool gate_now();
   uint64_t out_ticket = 0, in_ticket = 0, out_done = 0, in_done = 0;
   // After the last discard (on discard_stream, or `stream`); copies back wait for it.
   CUevent discarded_event = nullptr;
@@ -799,7 +707,8 @@ class AdvisorImpl {
   // Launch `index`'s entry, started afresh if it held another launch; returns it.
   LaunchWaits& note_launch_wait(uint64_t index, CUstream s, uint64_t restore, uint64_t progress,
                                 uint64_t populates = 0);
-  void gate_report(const char* what, uint64_t launch);
+  // Where the GPU and the advisor stood at `launch` (the watchdog's report), said with `what`.
+  void report_where(const char* what, uint64_t launch);
   // UMSWAP_EVICT_COPY_PATH=kernel: the loaded copy kernel (null: copy engines copy), why it is not
   // used when asked for, and how many copies each path made.
   CUfunction copy_fn = nullptr;
@@ -1374,25 +1283,10 @@ bool AdvisorImpl::set_up() {
       }
     }
   }
-  events_ready.store(true, std::memory_order_release);
-  resident_gate_ready.store(true, std::memory_order_release);
-  gate.from = d.event_query ? config.host_gate : 0;
-  gate.stop = &stop;
-  gate.on_timeout = [this](const char* what, uint64_t launch) {
-    gate_report(what == done.name      ? "UMSWAP_HOST_GATE: not run in 2 s: the last use of launch"
-                : what == reached.name ? "UMSWAP_HOST_GATE: not reached in 2 s: launch"
-                                       : "UMSWAP_HOST_GATE: not run in 10 s: a barrier, at launch",
-                launch);
-    if (config.hang_stacks && gate.timeouts == 1) {
-      log_warning("advisor: {} threads wrote their stacks", dump_thread_stacks(2));
-    }
-  };
   done.name = "last use";
   reached.name = "reached";
-  // Counted for the cap, and for a gate that depends on the count (cap 0: counted only).
-  if ((config.managed_ops_cap != 0 || gate.from > 1) && d.event_query && d.event_record) {
-    ops = std::make_unique<PendingOps>(config.managed_ops_cap);
-  }
+  events_ready.store(true, std::memory_order_release);
+  resident_gate_ready.store(true, std::memory_order_release);
   // Asked for, not only turned on by the copies: then it is said to be experimental.
   const bool prefetch_wait_asked = config.prefetch_wait;
   if (config.evict_copy && (!config.prefetch_wait || !config.evict_wait)) {
@@ -1679,7 +1573,7 @@ AdvisorImpl::LaunchWaits& AdvisorImpl::note_launch_wait(uint64_t index, CUstream
   return w;
 }
 
-void AdvisorImpl::gate_report(const char* what, uint64_t launch) {
+void AdvisorImpl::report_where(const char* what, uint64_t launch) {
   // The GPU's place: the latest launch whose events have run.
   uint64_t done_through = 0, reached_through = 0;
   for (auto [ring, through] : {std::pair{&done, &done_through}, {&reached, &reached_through}}) {
@@ -1781,7 +1675,7 @@ void AdvisorImpl::report_quiet(std::chrono::steady_clock::duration quiet) {
 }
 
 void AdvisorImpl::report_state() {
-  gate_report("where things stood at launch", applied_through.load());
+  report_where("where things stood at launch", applied_through.load());
   if (config.hang_stacks) {
     log_warning("advisor: every thread's stack follows (UMSWAP_HANG_STACKS=1)");
     log_warning("advisor: {} threads wrote their stacks", dump_thread_stacks(2));
@@ -2303,7 +2197,6 @@ void AdvisorImpl::migrate(uint64_t address, uint64_t length, bool to_gpu, uint64
   CUmemLocation where{};
   where.type = to_gpu ? CU_MEM_LOCATION_TYPE_DEVICE : CU_MEM_LOCATION_TYPE_HOST;
   where.id = to_gpu ? device : 0;
-  before_managed_op(stream);
   std::unique_lock held(resident_mutex);
   hold_for_resident_launches(held);
   const auto t0 = std::chrono::steady_clock::now();
@@ -2330,20 +2223,12 @@ void AdvisorImpl::migrate(uint64_t address, uint64_t length, bool to_gpu, uint64
 void AdvisorImpl::barrier_all(const LivePlan& p) {
   for (uint64_t s : p.streams) {
     if (d.event_record(barrier, reinterpret_cast<CUstream>(s)) == CUDA_SUCCESS) {
-      // UMSWAP_HOST_GATE: the barrier is taken only while no launch waits for the advisor, so
-      // the program's streams get there by themselves.
-      if (gate_now() && gate.wait(
-                            d, barrier, kGateBarrierLimit, [] { return true; }, "barrier",
-                            launched.load()) == HostGate::Result::ran) {
-        continue;
-      }
       d.stream_wait_event(stream, barrier, 0);
     }
   }
 }
 
-bool EventRing::wait(const AdvisorDriver& d, uint64_t j, CUstream waiter, uint64_t launched,
-                     HostGate* gate) {
+bool EventRing::wait(const AdvisorDriver& d, uint64_t j, CUstream waiter, uint64_t launched) {
   const size_t slot = j % kEventRing;
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::milliseconds(launched > j + kEventSlack ? 0 : 20);
@@ -2353,18 +2238,6 @@ bool EventRing::wait(const AdvisorDriver& d, uint64_t j, CUstream waiter, uint64
     seen = index[slot].load(std::memory_order_acquire);
   }
   if (seen != j) return false;
-  if (gate) {
-    const auto same = [&] { return index[slot].load(std::memory_order_acquire) == j; };
-    switch (gate->wait(d, events[slot], kGateLimit, same, name, j)) {
-      case HostGate::Result::ran:
-        return true;
-      case HostGate::Result::reused:
-        return false;
-      case HostGate::Result::on_gpu:
-        if (!same()) return false;
-        break;
-    }
-  }
   const size_t k = placed_count.load(std::memory_order_relaxed);
   placed_launch[k % placed_launch.size()].store(j, std::memory_order_relaxed);
   placed_on[k % placed_on.size()].store(waiter, std::memory_order_relaxed);
@@ -2384,8 +2257,7 @@ bool AdvisorImpl::wait_for_launch(const LivePlan& p, uint64_t j) {
   bool recorded = false;
   {
     const Timed timed(event_wait_s);
-    recorded = done.wait(d, j, stream, launched.load(std::memory_order_acquire),
-                         gate_now() ? &gate : nullptr);
+    recorded = done.wait(d, j, stream, launched.load(std::memory_order_acquire));
   }
   if (!recorded) {
     // Not recorded (yet) or already reused: wait for everything instead; not while launches may
@@ -2538,8 +2410,7 @@ void AdvisorImpl::apply(uint64_t n) {
         // block freed just before it (discarded on the program's stream, not before then).
         if (!prefetched_here && g > p.applied_from && g >= p.barrier_covers) {
           const Timed timed(event_wait_s);
-          if (!reached.wait(d, g, stream, launched.load(std::memory_order_acquire),
-                            gate_now() ? &gate : nullptr)) {
+          if (!reached.wait(d, g, stream, launched.load(std::memory_order_acquire))) {
             ++late_start_events;
           }
         }
@@ -2568,8 +2439,6 @@ void AdvisorImpl::apply(uint64_t n) {
   }
   cursor = std::max(cursor, n);
   applied_through.store(cursor, std::memory_order_release);
-  mark_ops();
-  retire_ops();
 }
 
 // ---- UMSWAP_EVICT_COPY (host_copies.h; docs/advisor.md "Evictions umswap copies") ----
@@ -2815,74 +2684,6 @@ CUevent AdvisorImpl::take_event() {
   return e;
 }
 
-// The advisor's managed-memory calls seen run (their streams' events done).
-void AdvisorImpl::retire_ops() {
-  if (!ops) return;
-  ops->retire(
-      [this](PendingOps::Event e) {
-        return d.event_query(static_cast<CUevent>(e)) == CUDA_SUCCESS;
-      },
-      [this](PendingOps::Event e) { spare_events.push_back(static_cast<CUevent>(e)); });
-}
-
-bool AdvisorImpl::gate_now() {
-  if (!gate.on()) return false;
-  if (gate.from == 1 || !ops) return true;
-  mark_ops();
-  retire_ops();
-  if (ops->waiting() >= gate.from) return true;
-  ++gate.passed;
-  return false;
-}
-
-// An event after the calls on each stream since its last mark.
-void AdvisorImpl::mark_ops() {
-  if (!ops) return;
-  ops->mark([this](PendingOps::Stream s) -> PendingOps::Event {
-    CUevent e = take_event();
-    if (e && d.event_record(e, static_cast<CUstream>(s)) != CUDA_SUCCESS) {
-      spare_events.push_back(e);
-      e = nullptr;  // not tracked: counted as run (the cap leaves the driver a margin)
-    }
-    return e;
-  });
-}
-
-// Before a managed-memory call (a prefetch or a discard) on stream s: with
-// UMSWAP_MANAGED_OPS_CAP, waits until fewer than the cap of the advisor's wait on the GPU.
-void AdvisorImpl::before_managed_op(CUstream s) {
-  if (!ops) return;
-  if (ops->full()) {
-    mark_ops();
-    retire_ops();
-    if (ops->full()) {
-      ++ops_throttled;
-      const auto t0 = std::chrono::steady_clock::now();
-      const char* was_doing = doing.load(std::memory_order_relaxed);
-      doing.store("waiting for the GPU to run its queued prefetches", std::memory_order_relaxed);
-      while (ops->full() && !stop.load(std::memory_order_acquire)) {
-        sleep_us(50);
-        retire_ops();
-        if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(10)) {
-          // Something else holds the GPU: go on (the call may block in the driver).
-          ++ops_throttle_timeouts;
-          if (warned_ops_throttle.first()) {
-            log_warning(
-                "advisor: {} of its prefetches and discards have waited 10 s for the GPU to "
-                "reach them (UMSWAP_MANAGED_OPS_CAP={}); it issues more anyway",
-                ops->waiting(), ops->cap());
-          }
-          break;
-        }
-      }
-      ops_throttle_s +=
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      doing.store(was_doing, std::memory_order_relaxed);
-    }
-  }
-  ops->issued(s);
-}
-
 // The event after the copies back up to `ticket` on restore_stream, for a copy out to wait for
 // (issue_restore records one after each restore): *event stays null when they are seen done.
 // False: not issued yet, or issued without an event (the caller leaves the range to the driver).
@@ -3033,7 +2834,6 @@ void AdvisorImpl::discard_behind(std::vector<HostCopies::Segment> segments, uint
   CUresult r = CUDA_SUCCESS;
   if (!config.evict_copy_keep) {
     const Timed timed(managed_call_s);
-    before_managed_op(ds);
     r = d.mem_discard_batch_async(starts.data(), sizes.data(), starts.size(), 0, ds);
   }
   if (r != CUDA_SUCCESS) {
@@ -3180,8 +2980,7 @@ void AdvisorImpl::issue_restore(const LivePlan* p, Restore r) {
     const CUstream ps = p && populate_stream ? populate_stream : restore_stream;
     if (p && r.g > p->applied_from && r.g >= p->barrier_covers) {
       const Timed timed(event_wait_s);
-      if (!reached.wait(d, r.g, ps, launched.load(std::memory_order_acquire),
-                        gate_now() ? &gate : nullptr)) {
+      if (!reached.wait(d, r.g, ps, launched.load(std::memory_order_acquire))) {
         ++late_start_events;
       }
     }
@@ -3196,7 +2995,6 @@ void AdvisorImpl::issue_restore(const LivePlan* p, Restore r) {
     const bool pipelined = ps != restore_stream;
     const auto populate = [&](const HostCopies::Segment& s) {
       const Timed timed(managed_call_s);
-      before_managed_op(ps);
       d.mem_prefetch_async(s.address, s.length, gpu, 0, ps);
     };
     if (!pipelined) {
@@ -3585,22 +3383,6 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
       {"take_seconds", a.take_s},
       {"managed_call_seconds", a.managed_call_s},
       {"copy_call_seconds", a.copy_call_s},
-      {"host_gate",
-       {{"on", a.gate.on()},
-        {"from_waiting_calls", a.gate.from},
-        {"left_to_gpu", a.gate.passed},
-        {"waits", a.gate.waits},
-        {"already_run", a.gate.already},
-        {"seconds", a.gate.seconds},
-        {"longest_seconds", a.gate.longest_s},
-        {"timeouts", a.gate.timeouts},
-        {"reused", a.gate.reused},
-        {"errors", a.gate.errors}}},
-      {"managed_ops_cap", a.config.managed_ops_cap},
-      {"managed_ops_most_waiting", a.ops ? a.ops->most_waiting() : 0},
-      {"managed_ops_throttled", a.ops_throttled},
-      {"managed_ops_throttle_seconds", a.ops_throttle_s},
-      {"managed_ops_throttle_timeouts", a.ops_throttle_timeouts},
       {"most_launches_behind", a.most_behind},
       {"plan_buffers", a.plan_buffers},
       {"plan_buffers_found", a.plan_buffers_found},

@@ -90,13 +90,6 @@ constexpr std::array kOptionTable = {
                "streams of their own, so that the copies each way follow each other without "
                "them in between; 0: each runs on its copy's stream, right before or after it",
                kAdvanced},
-    OptionInfo{"UMSWAP_MANAGED_OPS_CAP", "0",
-               "experimental: at most this many of the advisor's prefetches and discards wait on "
-               "the GPU at once; it waits (outside the driver) before issuing more. The driver "
-               "blocks the 57th or so such call until one runs, and a blocked advisor never "
-               "writes the words launches wait for. 8 ended the cuDNN sample's hang with "
-               "UMSWAP_EVICT_COPY; 0: no cap (docs/advisor.md)",
-               kAdvanced},
     OptionInfo{"UMSWAP_VERIFY", "0",
                "set by `umswap run --verify`: with UMSWAP_EVICT_COPY, each range copied to the "
                "host is hashed on the GPU as it leaves and once it is back, and the two must "
@@ -107,16 +100,6 @@ constexpr std::array kOptionTable = {
                "least recently used 2 MiB blocks to the host, on its own stream, until the blocks "
                "counted on the GPU with its own fit in the budget, then prefetches its own; 0: "
                "the learning iterations fault the whole footprint in (docs/advisor.md)",
-               kAdvanced},
-    OptionInfo{"UMSWAP_HOST_GATE", "0",
-               "(experimental) where one of the advisor's streams would wait on the GPU for a "
-               "launch, the advisor thread instead polls that launch's event and issues its next "
-               "prefetch, eviction or discard once it has run, so that the call does not wait on "
-               "the GPU, where the driver holds the caller of about the 57th such call. 1: at "
-               "every such wait (it then trails the GPU: slower, docs/advisor.md); N from 2 to "
-               "56: only while N or more of its calls may be waiting on the GPU (no N measured "
-               "both safe and fast yet); 0: never, its streams wait on the GPU and it runs "
-               "ahead",
                kAdvanced},
     OptionInfo{"UMSWAP_HANG_STACKS", "0",
                "1 (a diagnostic): when launches have waited 10 s for the advisor thread, every "
@@ -261,6 +244,9 @@ constexpr RemovedOption kRemovedOptions[] = {
     {"UMSWAP_EVICT_COPY_CHUNK", "copying back in growing pieces did not help"},
     {"UMSWAP_EVICT_COPY_OUT_PIECE", "copying out in pieces made tens of thousands of faults"},
     {"UMSWAP_EVICT_COPY_AHEAD", "copying out before the last use did not make GPT-2 faster"},
+    {"UMSWAP_MANAGED_OPS_CAP",
+     "capping the advisor's waiting calls did not end the hang it was for"},
+    {"UMSWAP_HOST_GATE", "waiting for launches on the host was either slow or hung"},
 };
 
 std::span<const RemovedOption> removed_options() {
@@ -362,7 +348,6 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
     }
   }
   read_int("UMSWAP_CALLSITE_DEPTH", 0, 32, &options.callsite_depth, "8");
-  read_int("UMSWAP_MANAGED_OPS_CAP", 0, 48, &options.managed_ops_cap, "0");
   if (const char* v = read("UMSWAP_TRACE")) options.trace_path = std::string(trim(v));
   if (const char* v = read("UMSWAP_TRACE_ITERATIONS")) {
     const std::string_view t = trim(v);
@@ -387,7 +372,6 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
   read_bool("UMSWAP_EVICT_COPY_SIDE_STREAMS", &options.evict_copy_side_streams, "1");
   read_bool("UMSWAP_VERIFY", &options.verify, "0");
   read_bool("UMSWAP_LEARN_EVICT", &options.learn_evict, "1");
-  read_int("UMSWAP_HOST_GATE", 0, 56, &options.host_gate, "0");
   read_bool("UMSWAP_HANG_STACKS", &options.hang_stacks, "0");
   read_bool("UMSWAP_OP_LOG", &options.op_log, "0");
   if (const std::optional<int> c = read_bool_or("UMSWAP_CLOSE_CALLS", "waits", "waits")) {
@@ -425,10 +409,8 @@ std::vector<std::string> describe(const Options& options) {
       fmt::format("UMSWAP_EVICT_COPY_ROOM={}", options.evict_copy_room_plan ? "plan" : "all"),
       fmt::format("UMSWAP_EVICT_COPY_PATH={}", options.evict_copy_kernel ? "kernel" : "engine"),
       fmt::format("UMSWAP_EVICT_COPY_SIDE_STREAMS={}", options.evict_copy_side_streams ? 1 : 0),
-      fmt::format("UMSWAP_MANAGED_OPS_CAP={}", options.managed_ops_cap),
       fmt::format("UMSWAP_VERIFY={}", options.verify ? 1 : 0),
       fmt::format("UMSWAP_LEARN_EVICT={}", options.learn_evict ? 1 : 0),
-      fmt::format("UMSWAP_HOST_GATE={}", options.host_gate),
       fmt::format("UMSWAP_HANG_STACKS={}", options.hang_stacks ? 1 : 0),
       fmt::format("UMSWAP_OP_LOG={}", options.op_log ? 1 : 0),
       fmt::format("UMSWAP_CLOSE_CALLS={}", options.close_calls == 2 ? "waits"

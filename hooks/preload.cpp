@@ -138,13 +138,11 @@ void Preload::start_advisor(advisor::Advisor* advisor) {
   config.evict_copy_room_plan = options_.evict_copy_room_plan;
   config.evict_copy_kernel = options_.evict_copy_kernel;
   config.evict_copy_side_streams = options_.evict_copy_side_streams;
-  config.managed_ops_cap = static_cast<uint32_t>(options_.managed_ops_cap);
   config.verify = options_.verify;
   config.learn_evict = options_.learn_evict;
   config.hang_stacks = options_.hang_stacks;
   config.op_log = options_.op_log;
   config.close_calls = options_.close_calls;
-  config.host_gate = static_cast<uint32_t>(options_.host_gate);
   config.in_own_code = [] { return ReentryGuard::active(); };
   config.lifetimes = [this] { return planned_discards_.load(); };
   if (options_.placement) {

@@ -490,21 +490,6 @@ TEST(ParseOptions, RemovedOptionsAreNamedAndIgnored) {
   }
 }
 
-TEST(ParseOptions, ManagedOpsCapIsAWholeNumberUpTo48) {
-  std::vector<std::string> warnings;
-  EXPECT_EQ(parse({}, &warnings).managed_ops_cap, 0);
-  EXPECT_EQ(parse({{"UMSWAP_MANAGED_OPS_CAP", " 8"}}, &warnings).managed_ops_cap, 8);
-  EXPECT_EQ(parse({{"UMSWAP_MANAGED_OPS_CAP", "48"}}, &warnings).managed_ops_cap, 48);
-  EXPECT_TRUE(warnings.empty());
-  for (const char* bad : {"49", "-1", "8x", "many"}) {
-    warnings.clear();
-    EXPECT_EQ(parse({{"UMSWAP_MANAGED_OPS_CAP", bad}}, &warnings).managed_ops_cap, 0) << bad;
-    ASSERT_EQ(warnings.size(), 1u) << bad;
-    EXPECT_NE(warnings[0].find("UMSWAP_MANAGED_OPS_CAP"), std::string::npos);
-    EXPECT_NE(warnings[0].find("from 0 to 48"), std::string::npos);
-  }
-}
-
 TEST(ParseOptions, HangStacksIsABoolean) {
   std::vector<std::string> warnings;
   EXPECT_FALSE(parse({}, &warnings).hang_stacks);
@@ -536,21 +521,6 @@ TEST(ParseOptions, CloseCallsIsWaitsByDefaultOnOrOff) {
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find("UMSWAP_CLOSE_CALLS"), std::string::npos);
   EXPECT_NE(warnings[0].find("waits"), std::string::npos);
-}
-
-TEST(ParseOptions, HostGateIsOffByDefaultAlwaysAtOneOrFromACountOfWaitingCalls) {
-  std::vector<std::string> warnings;
-  EXPECT_EQ(parse({}, &warnings).host_gate, 0);
-  EXPECT_EQ(parse({{"UMSWAP_HOST_GATE", "1"}}, &warnings).host_gate, 1);
-  EXPECT_EQ(parse({{"UMSWAP_HOST_GATE", "16"}}, &warnings).host_gate, 16);
-  EXPECT_TRUE(warnings.empty());
-  for (const char* bad : {"gpu", "auto", "57", "-1", "2x"}) {
-    warnings.clear();
-    EXPECT_EQ(parse({{"UMSWAP_HOST_GATE", bad}}, &warnings).host_gate, 0) << bad;
-    ASSERT_EQ(warnings.size(), 1u) << bad;
-    EXPECT_NE(warnings[0].find("UMSWAP_HOST_GATE"), std::string::npos);
-    EXPECT_NE(warnings[0].find("from 0 to 56"), std::string::npos);
-  }
 }
 
 TEST(ParseOptions, LearnEvictIsABooleanOnByDefault) {
@@ -604,17 +574,15 @@ TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
                                                   "UMSWAP_EVICT_COPY_ROOM",
                                                   "UMSWAP_EVICT_COPY_PATH",
                                                   "UMSWAP_EVICT_COPY_SIDE_STREAMS",
-                                                  "UMSWAP_MANAGED_OPS_CAP",
                                                   "UMSWAP_VERIFY",
                                                   "UMSWAP_LEARN_EVICT",
-                                                  "UMSWAP_HOST_GATE",
                                                   "UMSWAP_HANG_STACKS",
                                                   "UMSWAP_OP_LOG",
                                                   "UMSWAP_CLOSE_CALLS",
                                                   "UMSWAP_ASYNC_SLABS",
                                                   "UMSWAP_LIFETIMES",
                                                   "UMSWAP_PLACEMENT"}));
-  EXPECT_EQ(option_table().size(), 27u);  // no duplicates
+  EXPECT_EQ(option_table().size(), 25u);  // no duplicates
 }
 
 TEST(OptionTable, EveryEntryHasAMeaning) {
@@ -652,11 +620,9 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
   o.async_slabs = false;
   o.lifetimes = false;
   o.placement = false;
-  o.managed_ops_cap = 8;
   o.evict_copy = false;
   o.learn_evict = false;
   o.hang_stacks = true;
-  o.host_gate = 1;
   const std::vector<std::string> lines = describe(o);
   EXPECT_EQ(lines, (std::vector<std::string>{"UMSWAP_MODE=passthrough",
                                              "UMSWAP_BUDGET=40G",
@@ -675,10 +641,8 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
                                              "UMSWAP_EVICT_COPY_ROOM=all",
                                              "UMSWAP_EVICT_COPY_PATH=kernel",
                                              "UMSWAP_EVICT_COPY_SIDE_STREAMS=1",
-                                             "UMSWAP_MANAGED_OPS_CAP=8",
                                              "UMSWAP_VERIFY=0",
                                              "UMSWAP_LEARN_EVICT=0",
-                                             "UMSWAP_HOST_GATE=1",
                                              "UMSWAP_HANG_STACKS=1",
                                              "UMSWAP_OP_LOG=0",
                                              "UMSWAP_CLOSE_CALLS=waits",

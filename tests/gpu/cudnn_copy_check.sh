@@ -9,7 +9,7 @@
 #  - online (2026-11-26 02:35): the advisor thread blocked for good inside cuMemPrefetchAsync;
 #    avoided since by a stream write after each of the advisor's event waits
 #    (UMSWAP_CLOSE_CALLS, =waits by default; docs/advisor.md "Closing the advisor's calls"), so this
-#    test runs with the defaults and no host gate (UMSWAP_HOST_GATE=1 was its earlier work-around);
+#    test runs with the defaults (a host gate, since removed, was its earlier work-around);
 #  - replay (12:21): a kernel's first launch loaded its module lazily, which waited for the GPU,
 #    while the GPU waited for the advisor thread, itself behind the load in the driver; fixed by
 #    waiting for the advisor before a function's first use (tracer.cpp, before_first_use()).
@@ -61,7 +61,7 @@ a = s.get("advisor", {})
 c = a.get("evict_copy") or {}
 print(f"{sys.argv[2]}: copied out {c.get('copied_out_bytes')} bytes, path {c.get('path')}, "
       f"off: {c.get('off_reason')}; lost {c.get('lost_bytes')} bytes; copy_check "
-      f"{s.get('copy_check', {}).get('harmful')} harmful; host gate {a.get('host_gate')}; "
+      f"{s.get('copy_check', {}).get('harmful')} harmful; "
       f"kernel layouts {s.get('kernel_layouts')}")
 ok = (c.get("copied_out_bytes", 0) > 0 and c.get("path") == sys.argv[3]
       and c.get("lost_bytes") == 0 and (s.get("copy_check") or {}).get("harmful") == 0)

@@ -166,9 +166,6 @@ struct AdvisorConfig {
   // streams of their own (after the same waits), so that the copies each way follow each other
   // without them in between; false: on the copy's stream, right before or after it.
   bool evict_copy_side_streams = true;
-  // UMSWAP_MANAGED_OPS_CAP: at most this many of the advisor's prefetches and discards wait on
-  // the GPU at once (0: no cap).
-  uint32_t managed_ops_cap = 0;
   // umswap run --verify (UMSWAP_VERIFY): with evict_copy, each range copied out is hashed on the
   // GPU as it leaves and once it is back (round_trips.h); the stats say what agreed.
   bool verify = false;
@@ -184,12 +181,6 @@ struct AdvisorConfig {
   // wait, prefetch and discard (1); docs/advisor.md, "Closing the advisor's calls": without, the
   // bundled cuDNN sample hung with copies. 0: none.
   int close_calls = 2;
-  // UMSWAP_HOST_GATE: where the advisor's streams would wait on the GPU for a launch of the
-  // program's (its last use, the GPU reaching it, a barrier), the advisor thread waits until that
-  // launch's event has run, so its managed-memory calls never wait on the GPU (the driver holds
-  // the caller of the 57th that does: docs/advisor.md). 0: they wait there; 1: always; N > 1:
-  // only while N or more of the advisor's calls may be waiting on the GPU.
-  uint32_t host_gate = 0;
   // True while umswap's own code runs on the calling thread (a hook): its blocking calls (the
   // allocator's, under its lock) do not wait for the advisor in before_blocking(). Empty: never.
   std::function<bool()> in_own_code;

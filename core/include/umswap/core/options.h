@@ -81,12 +81,8 @@ struct Options {
   bool evict_copy_room_plan = false;  // a copy back waits only for the evictions its room needs
   bool evict_copy_kernel = true;      // copies by umswap's copy kernel, not a copy engine
   bool evict_copy_side_streams = true;  // populates and discards beside the copies' streams
-  // The advisor's prefetches and discards left waiting on the GPU at once (0: no cap): the
-  // driver blocks the call after about 57 (docs/advisor.md, "A hang with the cuDNN sample").
-  int managed_ops_cap = 0;
   bool verify = false;                // UMSWAP_VERIFY (umswap run --verify): round trips hashed
   bool learn_evict = true;            // UMSWAP_LEARN_EVICT: LRU evictions while learning
-  int host_gate = 0;                  // UMSWAP_HOST_GATE: 0 off, 1 always, N: while N calls wait
   bool op_log = false;                // each stream's calls numbered, for stall reports (op_log.h)
   int close_calls = 2;  // UMSWAP_CLOSE_CALLS: 0 off, 1 after event waits and managed calls, 2 waits
   bool hang_stacks = false;    // every thread prints its stack when the watchdog finds a stall

@@ -650,7 +650,6 @@ class AdvisorImpl {
     uint64_t g;  // the launch that issues it; restored value g + 1
     uint64_t ticket = 0;
     std::vector<HostCopies::Segment> segments;
-    uint64_t out_ticket = 0;  // the newest copy out among the segments' (0: none or unknown)
   };
   // Discards issued behind copies out (ticket), noted in the residency count once seen done.
   struct DiscardNote {
@@ -661,11 +660,6 @@ class AdvisorImpl {
   std::deque<DiscardNote> discard_notes;
   std::vector<HostCopies::Segment> pending_in;  // the launch being applied's copies back
   uint64_t pending_ticket = 0;
-  uint64_t pending_out_ticket = 0;  // the newest copy out among pending_in's
-  // UMSWAP_EVICT_COPY_ROOM=plan: (launch, the last copy-out ticket issued at it), oldest first;
-  // entries seen done are dropped. And how often a copy back waited for less than all.
-  std::deque<std::pair<uint64_t, uint64_t>> out_ticket_at;
-  uint64_t room_waits_narrowed = 0, room_waits_all = 0;
   uint64_t restored_written = 0;          // the highest restored value queued
   std::atomic<bool> rescue_asked{false};  // the watchdog's request
   std::vector<Transfer> copied_out, copied_in;
@@ -744,13 +738,11 @@ class AdvisorImpl {
   Reach submitted_reach(uint64_t j, uint64_t lo, uint64_t hi, uint64_t due);
   void discard_behind(std::vector<HostCopies::Segment> segments, uint64_t ticket, uint32_t copy,
                       CUstream ds);
-  bool seal_copy_out(uint64_t ticket, uint64_t g, CUstream ds);
+  bool seal_copy_out(uint64_t ticket, CUstream ds);
   void count_copy_out(uint64_t g, uint64_t bytes);
   bool restore_by_copy(uint64_t address, uint64_t length, uint64_t g);
   void tend_copies();
   void issue_restore(const LivePlan* p, Restore r);
-  // Before a copy back: restore_stream waits for the copies out it must follow.
-  void wait_for_copies_out(const LivePlan* p, const Restore& r, CUstream waiter);
   void stop_copies(const std::string& why, bool for_good = true);
   void guard(uint64_t index, const std::vector<tracer::PointerHit>* hits, uint64_t covered,
              CUstream on);
@@ -2426,9 +2418,8 @@ void AdvisorImpl::apply(uint64_t n) {
     }
     // Launches that wait for g's prefetches wait for its copies back too (none: the value only).
     if (prefetch_planned && copies_live.load(std::memory_order_relaxed)) {
-      issue_restore(&p, {g, pending_ticket, std::move(pending_in), pending_out_ticket});
+      issue_restore(&p, {g, pending_ticket, std::move(pending_in)});
       pending_in.clear();
-      pending_out_ticket = 0;
       if (copy_back_failed) stop_copies("a copy back to the GPU failed");
     }
   }
@@ -2803,7 +2794,7 @@ AdvisorImpl::CopyOut AdvisorImpl::evict_by_copy(uint64_t address, uint64_t lengt
       return CopyOut::copied;
     }
     discard_behind(*segments, out_ticket, last_copy, ds);
-    if (!seal_copy_out(out_ticket, g, ds)) {
+    if (!seal_copy_out(out_ticket, ds)) {
       stop_copies("could not record an event after a copy to the host");
       return CopyOut::copied;
     }
@@ -2847,10 +2838,10 @@ void AdvisorImpl::discard_behind(std::vector<HostCopies::Segment> segments, uint
   }
 }
 
-// After the discards of copy out `ticket` (made at launch g) on ds: its event, and its pieces
-// marked discarded, in the GPU's order (a copy back must come after). False: an event could not
-// be recorded (the caller stops copies).
-bool AdvisorImpl::seal_copy_out(uint64_t ticket, uint64_t g, CUstream ds) {
+// After the discards of copy out `ticket` on ds: its event, and its pieces marked discarded, in
+// the GPU's order (a copy back must come after). False: an event could not be recorded (the
+// caller stops copies).
+bool AdvisorImpl::seal_copy_out(uint64_t ticket, CUstream ds) {
   CUevent e = take_event();
   if (!e || d.event_record(e, ds) != CUDA_SUCCESS ||
       d.event_record(discarded_event, ds) != CUDA_SUCCESS) {
@@ -2858,13 +2849,6 @@ bool AdvisorImpl::seal_copy_out(uint64_t ticket, uint64_t g, CUstream ds) {
   }
   discards_issued = true;
   out_events.push_back({ticket, e});
-  if (config.evict_copy_room_plan) {
-    if (!out_ticket_at.empty() && out_ticket_at.back().first == g) {
-      out_ticket_at.back().second = ticket;
-    } else {
-      out_ticket_at.emplace_back(g, ticket);
-    }
-  }
   std::lock_guard lock(copies_mutex);
   copies->copied(ticket);
   return true;
@@ -2923,56 +2907,15 @@ bool AdvisorImpl::restore_by_copy(uint64_t address, uint64_t length, uint64_t g)
   if (!r.copy_in.empty()) {
     pending_ticket = ++in_ticket;
     pending_in.insert(pending_in.end(), r.copy_in.begin(), r.copy_in.end());
-    pending_out_ticket = std::max(pending_out_ticket, r.out_ticket);
   }
   return true;
-}
-
-// restore_stream waits for the copies out (and their discards) that the copy back `r` must
-// follow: every one issued so far (UMSWAP_EVICT_COPY_ROOM=all, and outside a plan), or (plan)
-// those of its own ranges and those issued up to the launch whose evictions its room needs.
-void AdvisorImpl::wait_for_copies_out(const LivePlan* p, const Restore& r, CUstream waiter) {
-  const std::vector<uint32_t>* back = p ? &p->plan.restore_room_back : nullptr;
-  if (!config.evict_copy_room_plan || !back || back->empty() || r.out_ticket == 0 ||
-      r.g < p->base) {
-    d.stream_wait_event(waiter, discarded_event, 0);
-    ++room_waits_all;
-    return;
-  }
-  // Its own ranges' copies out (and discards), then those issued at or before the launch whose
-  // evictions the plan's room at g needs.
-  uint64_t need = r.out_ticket;
-  const uint64_t phase = (r.g - p->base) % p->period;
-  const uint32_t b = phase < back->size() ? (*back)[phase] : 0;  // unknown: its own evictions
-  if (b != Plan::kNoRoomWait && r.g >= b) {
-    const uint64_t by = r.g - b;
-    for (auto it = out_ticket_at.rbegin(); it != out_ticket_at.rend(); ++it) {
-      if (it->first <= by) {
-        need = std::max(need, it->second);
-        break;
-      }
-    }
-  }
-  out_done = poll(out_events, out_done);
-  while (!out_ticket_at.empty() && out_ticket_at.front().second <= out_done) {
-    out_ticket_at.pop_front();
-  }
-  ++room_waits_narrowed;
-  if (need <= out_done) return;  // done already
-  // The first event at or after ticket `need` (one per copy out, in ticket order, after its
-  // discard).
-  const auto it = std::lower_bound(out_events.begin(), out_events.end(), need,
-                                   [](const TicketEvent& e, uint64_t t) { return e.ticket < t; });
-  if (it == out_events.end() || d.stream_wait_event(waiter, it->event, 0) != CUDA_SUCCESS) {
-    d.stream_wait_event(waiter, discarded_event, 0);
-  }
 }
 
 // Issues launch g's copies back on restore_stream, at once and ordered on the GPU (nothing is
 // left for the host to issue later: a synchronous copy of the program's can hold the driver
 // while its stream waits for them): after the GPU reaches launch g (p given: its "reached"
-// event, as the driver's prefetches) and after the copies out and discards it must follow
-// (wait_for_copies_out()); then the restored word says g + 1.
+// event, as the driver's prefetches) and after every copy out and discard issued before it; then
+// the restored word says g + 1.
 void AdvisorImpl::issue_restore(const LivePlan* p, Restore r) {
   const uint64_t value = r.g + 1;
   if (!r.segments.empty()) {
@@ -2984,7 +2927,8 @@ void AdvisorImpl::issue_restore(const LivePlan* p, Restore r) {
         ++late_start_events;
       }
     }
-    if (discards_issued) wait_for_copies_out(p, r, ps);
+    // After every copy out and discard issued so far (the last discard's event).
+    if (discards_issued) d.stream_wait_event(ps, discarded_event, 0);
     CUmemLocation gpu{};
     gpu.type = CU_MEM_LOCATION_TYPE_DEVICE;
     gpu.id = device;
@@ -3431,14 +3375,11 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
         {"lost_bytes", a.copy_lost_bytes},
         {"freed_while_held_bytes", a.freed_held_bytes.load()},
         {"frees_waiting_for_copies", a.freed_waits.load()},
-        {"room", a.config.evict_copy_room_plan ? "plan" : "all"},
         {"side_streams", a.populate_stream != nullptr},
         {"path", a.copy_fn ? "kernel" : "engine"},
         {"kernel_off", a.copy_kernel_off},
         {"kernel_copies", a.kernel_copies},
         {"engine_copies", a.engine_copies},
-        {"copies_back_waiting_for_all", a.room_waits_all},
-        {"copies_back_waiting_for_their_room", a.room_waits_narrowed},
         {"host_bytes", a.copies ? a.copies->host_bytes() : 0},
     };
     if (a.config.verify) advisor["evict_copy"]["round_trips"] = a.round_trips_json(summary);

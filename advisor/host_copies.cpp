@@ -128,7 +128,6 @@ HostCopies::Returned HostCopies::give_back(uint64_t address, uint64_t length, ui
     Piece& p = it->second;
     if (p.discarded) {
       r.copy_in.push_back({it->first, p.end - it->first, p.block->host + p.block_offset});
-      r.out_ticket = std::max(r.out_ticket, p.ticket);
       p.block->in_ticket = std::max(p.block->in_ticket, ticket);
       // Kept until seen done: for copy_back_pending() always, for the guard when tracked.
       if (ticket != 0 || back_by != kUntracked) {

@@ -1059,21 +1059,6 @@ Plan make_plan(const PlanInput& input) {
                                             std::numeric_limits<int64_t>::min());
       if (k != RoomTree::npos) plan.room_wait_back[t - S] = static_cast<uint32_t>(t - k);
     }
-    // Copies back: only evictions are pending. out_before[u] = the bytes evicted at steps before
-    // u; the evictions pending from step k through t are out_before[t + 1] - out_before[k], more
-    // than the room left for every k up to the last one below out_before[t + 1] - left, which is
-    // an eviction step (a step without evictions adds nothing): that one must be done.
-    std::vector<int64_t> out_before(2 * S + 1, 0);
-    for (uint64_t u = 0; u < 2 * S; ++u) out_before[u + 1] = out_before[u] + out_at[u % S];
-    plan.restore_room_back.assign(S, Plan::kNoRoomWait);
-    for (uint64_t t = S; t < 2 * S; ++t) {
-      const int64_t left = std::max<int64_t>(0, room_cap - static_cast<int64_t>(held[t - S]));
-      const auto first_fit = std::lower_bound(out_before.begin(), out_before.begin() + t + 1,
-                                              out_before[t + 1] - left);
-      const auto k = static_cast<uint64_t>(first_fit - out_before.begin());  // k - 1: the wait
-      if (k >= 1 && k - 1 > t - S)
-        plan.restore_room_back[t - S] = static_cast<uint32_t>(t - (k - 1));
-    }
   }
   return plan;
 }

@@ -73,12 +73,6 @@ constexpr std::array kOptionTable = {
                "see (a pointer table in device memory) reads garbage; check a program with "
                "`umswap run --verify` first; keep (a diagnostic): the same copies, the GPU pages "
                "kept; docs/advisor.md"},
-    OptionInfo{"UMSWAP_EVICT_COPY_ROOM", "all",
-               "with UMSWAP_EVICT_COPY: what a copy back waits for besides its own range's copy "
-               "out; all: every eviction umswap copied before it; plan (experimental, not yet "
-               "measured): only those the plan needs for its room, so that copies each way can "
-               "overlap",
-               kAdvanced},
     OptionInfo{"UMSWAP_EVICT_COPY_PATH", "kernel",
                "with UMSWAP_EVICT_COPY: what moves the bytes; kernel: a copy kernel of umswap's "
                "on a few SMs, whose two directions together reach about 75 GB/s on an H200 "
@@ -247,6 +241,7 @@ constexpr RemovedOption kRemovedOptions[] = {
     {"UMSWAP_MANAGED_OPS_CAP",
      "capping the advisor's waiting calls did not end the hang it was for"},
     {"UMSWAP_HOST_GATE", "waiting for launches on the host was either slow or hung"},
+    {"UMSWAP_EVICT_COPY_ROOM", "copies back waiting only for their room made no difference"},
 };
 
 std::span<const RemovedOption> removed_options() {
@@ -368,7 +363,6 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
     options.evict_copy = *c != 0;
     options.evict_copy_keep = *c == 2;
   }
-  read_choice("UMSWAP_EVICT_COPY_ROOM", "all", "plan", &options.evict_copy_room_plan);
   read_bool("UMSWAP_EVICT_COPY_SIDE_STREAMS", &options.evict_copy_side_streams, "1");
   read_bool("UMSWAP_VERIFY", &options.verify, "0");
   read_bool("UMSWAP_LEARN_EVICT", &options.learn_evict, "1");
@@ -406,7 +400,6 @@ std::vector<std::string> describe(const Options& options) {
       fmt::format("UMSWAP_EVICT_WAIT={}", options.evict_wait ? 1 : 0),
       fmt::format("UMSWAP_EVICT_COPY={}",
                   options.evict_copy_keep ? "keep" : (options.evict_copy ? "1" : "0")),
-      fmt::format("UMSWAP_EVICT_COPY_ROOM={}", options.evict_copy_room_plan ? "plan" : "all"),
       fmt::format("UMSWAP_EVICT_COPY_PATH={}", options.evict_copy_kernel ? "kernel" : "engine"),
       fmt::format("UMSWAP_EVICT_COPY_SIDE_STREAMS={}", options.evict_copy_side_streams ? 1 : 0),
       fmt::format("UMSWAP_VERIFY={}", options.verify ? 1 : 0),

@@ -135,7 +135,6 @@ void Preload::start_advisor(advisor::Advisor* advisor) {
   config.evict_wait = options_.evict_wait;
   config.evict_copy = options_.evict_copy;
   config.evict_copy_keep = options_.evict_copy_keep;
-  config.evict_copy_room_plan = options_.evict_copy_room_plan;
   config.evict_copy_kernel = options_.evict_copy_kernel;
   config.evict_copy_side_streams = options_.evict_copy_side_streams;
   config.verify = options_.verify;

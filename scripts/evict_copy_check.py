@@ -6,9 +6,7 @@ natively, then under `umswap run --budget B` once per variant and round:
 
   copy    UMSWAP_EVICT_COPY=1: evictions copied to pinned host memory by a copy engine
           (UMSWAP_EVICT_COPY_PATH=engine), GPU pages discarded;
-  room    the same with UMSWAP_EVICT_COPY_ROOM=plan: a copy back waits only for the copies
-          out its own ranges and its room need (experimental);
-  kernel  room, with UMSWAP_EVICT_COPY_PATH=kernel (the default path): umswap's copy kernel
+  kernel  copy, with UMSWAP_EVICT_COPY_PATH=kernel (the default path): umswap's copy kernel
           moves the bytes, not a copy engine;
   keep    UMSWAP_EVICT_COPY=keep: the same copies out and back, GPU pages kept (a diagnostic);
   off     UMSWAP_EVICT_COPY=0: the driver path (evictions by cudaMemPrefetchAsync), same budget;
@@ -50,10 +48,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ITER = re.compile(r"^iter (\d+) ms ([0-9.]+) loss ([-0-9.einfa]+)", re.M)
 VARIANTS = {
     "copy": {"UMSWAP_EVICT_COPY": "1", "UMSWAP_EVICT_COPY_PATH": "engine"},
-    "room": {"UMSWAP_EVICT_COPY": "1", "UMSWAP_EVICT_COPY_ROOM": "plan",
-             "UMSWAP_EVICT_COPY_PATH": "engine"},
-    "kernel": {"UMSWAP_EVICT_COPY": "1", "UMSWAP_EVICT_COPY_ROOM": "plan",
-               "UMSWAP_EVICT_COPY_PATH": "kernel"},
+    "kernel": {"UMSWAP_EVICT_COPY": "1", "UMSWAP_EVICT_COPY_PATH": "kernel"},
     "keep": {"UMSWAP_EVICT_COPY": "keep"},
     "off": {"UMSWAP_EVICT_COPY": "0"},
     "native": None,
@@ -152,10 +147,6 @@ def describe_stats(path):
                      f"stops {ec.get('rescues')}, off: {ec.get('off_reason') or '-'}")
         for k in ec.get("guard_kernels", [])[:8]:
             lines.append(f"    caught {k}")
-        if "room" in ec:
-            lines.append(f"  copies back (UMSWAP_EVICT_COPY_ROOM={ec['room']}): "
-                         f"{ec.get('copies_back_waiting_for_all')} waited for every copy out, "
-                         f"{ec.get('copies_back_waiting_for_their_room')} for their room only")
         if "path" in ec:
             off = f" (kernel off: {ec['kernel_off']})" if ec.get("kernel_off") else ""
             lines.append(f"  copy path {ec['path']}: {ec.get('kernel_copies')} kernel copies, "
@@ -177,7 +168,7 @@ def main():
     ap.add_argument("--limit", required=True, help="UMSWAP_MANAGED_LIMIT for every umswap run")
     ap.add_argument("--budget", required=True, help="a size (13.86G) or a share of native peak (29%%)")
     ap.add_argument("--variants", default="copy,keep",
-                    help="comma-separated, of copy, room, kernel, keep, off, native (default copy,keep)")
+                    help="comma-separated, of copy, kernel, keep, off, native (default copy,keep)")
     ap.add_argument("--rounds", type=int, default=1, help="runs of each variant (default 1)")
     ap.add_argument("--tolerance", type=float, default=0.05,
                     help="largest |loss - native| a run may show (default 0.05)")

@@ -489,26 +489,6 @@ TEST(HostCopies, RandomCopiesOutAndBackRestoreTheLastWrittenBytes) {
   EXPECT_GT(checked, 1000u);  // the property was exercised, not skipped
 }
 
-// A copy back must follow the copy out (and discard) of every piece it brings back: give_back
-// names the newest of them.
-TEST(HostCopies, GivingBackNamesTheNewestCopyOutItBringsBack) {
-  FakeHost host;
-  HostCopies c = host.make(64 * kMiB);
-  ASSERT_TRUE(c.take(100 * kMiB, 4 * kMiB, 1));
-  ASSERT_TRUE(c.take(104 * kMiB, 4 * kMiB, 2));
-  ASSERT_TRUE(c.take(200 * kMiB, 4 * kMiB, 3));
-  EXPECT_EQ(c.copied(3).size(), 3u);
-  EXPECT_EQ(c.give_back(100 * kMiB, 2 * kMiB, 1).out_ticket, 1u);
-  EXPECT_EQ(c.give_back(100 * kMiB, 8 * kMiB, 2).out_ticket, 2u);  // pieces of tickets 1 and 2
-  EXPECT_EQ(c.give_back(300 * kMiB, 4 * kMiB, 3).out_ticket, 0u);  // nothing held there
-  // A piece still copying out is forgotten, not copied in: it names no ticket.
-  ASSERT_TRUE(c.take(400 * kMiB, 4 * kMiB, 4));
-  const HostCopies::Returned r = c.give_back(400 * kMiB, 4 * kMiB, 4);
-  EXPECT_TRUE(r.copy_in.empty());
-  EXPECT_EQ(r.out_ticket, 0u);
-  EXPECT_EQ(c.give_back_all(5).out_ticket, 3u);
-}
-
 TEST(CopyBack, ACopyThatFailsIsTriedOnceMoreAndOneThatFailsTwiceIsLost) {
   const std::vector<HostCopies::Segment> segments = {
       {0x200000, 4096, 0x1000}, {0x400000, 8192, 0x3000}, {0x600000, 512, 0x6000}};

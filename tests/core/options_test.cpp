@@ -372,7 +372,6 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"UMSWAP_MODE", "turbo", "online"}, BadValue{"UMSWAP_PREFETCH_WAIT", "maybe", "0"},
         BadValue{"UMSWAP_EVICT_WAIT", "sometimes", "0"},
         BadValue{"UMSWAP_EVICT_COPY", "sometimes", "0"},
-        BadValue{"UMSWAP_EVICT_COPY_ROOM", "some", "all"},
         BadValue{"UMSWAP_EVICT_COPY_PATH", "dma", "kernel"},
         BadValue{"UMSWAP_EVICT_COPY_SIDE_STREAMS", "both", "1"},
         BadValue{"UMSWAP_ASYNC_SLABS", "some", "1"}, BadValue{"UMSWAP_LIFETIMES", "maybe", "1"},
@@ -446,14 +445,6 @@ TEST(ParseOptions, EvictCopyIsOffByDefaultAndTakesKeepAsADiagnostic) {
   const Options on = parse({{"UMSWAP_EVICT_COPY", "1"}}, &warnings);
   EXPECT_TRUE(on.evict_copy);
   EXPECT_FALSE(on.evict_copy_keep);
-  EXPECT_TRUE(warnings.empty());
-}
-
-TEST(ParseOptions, EvictCopyRoomIsAllOrPlan) {
-  std::vector<std::string> warnings;
-  EXPECT_FALSE(parse({}, &warnings).evict_copy_room_plan);
-  EXPECT_TRUE(parse({{"UMSWAP_EVICT_COPY_ROOM", " plan"}}, &warnings).evict_copy_room_plan);
-  EXPECT_FALSE(parse({{"UMSWAP_EVICT_COPY_ROOM", "all"}}, &warnings).evict_copy_room_plan);
   EXPECT_TRUE(warnings.empty());
 }
 
@@ -571,7 +562,6 @@ TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
                                                   "UMSWAP_PREFETCH_WAIT",
                                                   "UMSWAP_EVICT_WAIT",
                                                   "UMSWAP_EVICT_COPY",
-                                                  "UMSWAP_EVICT_COPY_ROOM",
                                                   "UMSWAP_EVICT_COPY_PATH",
                                                   "UMSWAP_EVICT_COPY_SIDE_STREAMS",
                                                   "UMSWAP_VERIFY",
@@ -582,7 +572,7 @@ TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
                                                   "UMSWAP_ASYNC_SLABS",
                                                   "UMSWAP_LIFETIMES",
                                                   "UMSWAP_PLACEMENT"}));
-  EXPECT_EQ(option_table().size(), 25u);  // no duplicates
+  EXPECT_EQ(option_table().size(), 24u);  // no duplicates
 }
 
 TEST(OptionTable, EveryEntryHasAMeaning) {
@@ -638,7 +628,6 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
                                              "UMSWAP_PREFETCH_WAIT=1",
                                              "UMSWAP_EVICT_WAIT=1",
                                              "UMSWAP_EVICT_COPY=0",
-                                             "UMSWAP_EVICT_COPY_ROOM=all",
                                              "UMSWAP_EVICT_COPY_PATH=kernel",
                                              "UMSWAP_EVICT_COPY_SIDE_STREAMS=1",
                                              "UMSWAP_VERIFY=0",

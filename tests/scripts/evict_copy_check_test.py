@@ -44,7 +44,6 @@ UMSWAP = textwrap.dedent("""\
     with open(stats + ".args", "w") as f:
         env = __import__("os").environ
         json.dump({"args": a, "copy": env.get("UMSWAP_EVICT_COPY"),
-                   "room": env.get("UMSWAP_EVICT_COPY_ROOM"),
                    "path": env.get("UMSWAP_EVICT_COPY_PATH")}, f)
     rc = subprocess.call(a[a.index("--") + 1:])
     json.dump({"iterations": [{"gpu_page_faults": 0, "wall_ms": 20.4, "copy_out_busy_ms": 9.6,
@@ -57,8 +56,6 @@ UMSWAP = textwrap.dedent("""\
                                          "kind": "discarded", "ns_into_span": 3}]},
                "advisor": {"opaque_calls": 3, "first_opaque_call": "a host function",
                            "evict_copy": {"guard_hits": 2, "rescued_bytes": 4096, "rescues": 0,
-                                          "room": "plan", "copies_back_waiting_for_all": 1,
-                                          "copies_back_waiting_for_their_room": 7,
                                           "path": "kernel", "kernel_copies": 12,
                                           "engine_copies": 0, "kernel_off": "",
                                           "guard_kernels": ["launch 9 (ln): 4.00 KiB"]}}},
@@ -121,7 +118,6 @@ class WholeRuns(unittest.TestCase):
         self.assertIn("all runs matched native", p.stdout)
         self.assertIn("copy_check: 1 harmful of 1 clashes", p.stdout)
         self.assertIn("caught launch 9 (ln)", p.stdout)
-        self.assertIn("1 waited for every copy out, 7 for their room only", p.stdout)
         self.assertIn("stream callbacks: 3 (first: a host function)", p.stdout)
         for name, setting in (("copy1", "1"), ("keep1", "keep")):
             with open(os.path.join(out, name + ".json.args")) as f:
@@ -164,20 +160,10 @@ class WholeRuns(unittest.TestCase):
         self.assertEqual(p.returncode, 1, p.stdout)
         self.assertIn("(killed at --timeout)", p.stdout)
 
-    def test_the_room_variant_copies_with_the_plans_room_waits(self):
-        p, out = self.run_check({}, "--variants", "copy,room")
-        self.assertEqual(p.returncode, 0, p.stdout)
-        self.assertIn("room1 (UMSWAP_EVICT_COPY=1 UMSWAP_EVICT_COPY_ROOM=plan UMSWAP_EVICT_COPY_PATH=engine)", p.stdout)
-        for name, room in (("copy1", None), ("room1", "plan")):
-            with open(os.path.join(out, name + ".json.args")) as f:
-                seen = json.load(f)
-            self.assertEqual((seen["copy"], seen["room"]), ("1", room))
-
-    def test_the_kernel_variant_copies_by_kernel_with_the_room_waits(self):
+    def test_the_kernel_variant_copies_by_kernel(self):
         p, out = self.run_check({}, "--variants", "kernel")
         self.assertEqual(p.returncode, 0, p.stdout)
-        self.assertIn("kernel1 (UMSWAP_EVICT_COPY=1 UMSWAP_EVICT_COPY_ROOM=plan "
-                      "UMSWAP_EVICT_COPY_PATH=kernel)", p.stdout)
+        self.assertIn("kernel1 (UMSWAP_EVICT_COPY=1 UMSWAP_EVICT_COPY_PATH=kernel)", p.stdout)
         self.assertIn("copy path kernel: 12 kernel copies, 0 copy-engine copies", p.stdout)
         self.assertIn("copies busy per iteration, out/in/both ms of wall: 10/8/1 of 20 10/8/1",
                       p.stdout)
@@ -185,7 +171,7 @@ class WholeRuns(unittest.TestCase):
         self.assertIn("    12.2: 4.5, 4.0, ampere_sgemm", p.stdout)
         with open(os.path.join(out, "kernel1.json.args")) as f:
             seen = json.load(f)
-        self.assertEqual((seen["copy"], seen["room"], seen["path"]), ("1", "plan", "kernel"))
+        self.assertEqual((seen["copy"], seen["path"]), ("1", "kernel"))
 
     def test_bad_arguments(self):
         p, _ = self.run_check({}, "--variants", "fast")

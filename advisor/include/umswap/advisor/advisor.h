@@ -153,10 +153,6 @@ struct AdvisorConfig {
   // the GPU pages are not discarded, so a launch that reads a range before its copy back still
   // finds the data, while a stale copy back still overwrites newer bytes.
   bool evict_copy_keep = false;
-  // UMSWAP_EVICT_COPY_ROOM=plan: a copy back of the plan waits for the copies out of its own
-  // ranges and for the evictions its room needs (Plan::restore_room_back), not for every copy out
-  // issued before it (the default), so that copies each way can overlap.
-  bool evict_copy_room_plan = false;
   // UMSWAP_EVICT_COPY_PATH=kernel (the default): the copies are umswap's copy kernel
   // (copy_kernel.h) on a few SMs instead of cuMemcpyAsync, whose two directions share one copy
   // engine's bandwidth for managed memory. If the kernel does not load, a copy engine copies (said

@@ -49,7 +49,6 @@ class HostCopies {
   struct Returned {
     std::vector<Segment> copy_in;  // discarded: populate, then copy these in
     uint64_t forgotten_bytes = 0;  // still copying: the GPU pages were never discarded
-    uint64_t out_ticket = 0;       // the newest copy out among copy_in's (0: none)
   };
 
   HostCopies(Alloc alloc, Free free, uint64_t limit);

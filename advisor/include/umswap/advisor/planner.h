@@ -188,13 +188,6 @@ struct Plan {
   // O(S log S). For UMSWAP_EVICT_WAIT.
   static constexpr uint32_t kNoRoomWait = UINT32_MAX;
   std::vector<uint32_t> room_wait_back;
-  // By step: the same for UMSWAP_EVICT_COPY's copies back of the prefetches issued at the step,
-  // which run on a stream of their own, behind none of the advisor's evictions: for the GPU to
-  // hold no more than the plan's peak once they land, the evictions of the step this many
-  // launches before it must be done (0: its own; kNoRoomWait: none). Counts the evictions not
-  // done yet as still on the GPU and every earlier prefetch as arrived (the copies back run in
-  // order; an earlier prefetch not arrived only leaves more room). For UMSWAP_EVICT_COPY_ROOM=plan.
-  std::vector<uint32_t> restore_room_back;
 };
 
 // Throws std::invalid_argument with a clear message for bad input (no steps, budget 0,

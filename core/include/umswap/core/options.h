@@ -78,7 +78,6 @@ struct Options {
   bool evict_wait = false;            // a launch waits for the evictions the plan makes at it
   bool evict_copy = false;            // evictions copied to pinned host memory, GPU pages discarded
   bool evict_copy_keep = false;       // diagnostic: the same copies, GPU pages not discarded
-  bool evict_copy_room_plan = false;  // a copy back waits only for the evictions its room needs
   bool evict_copy_kernel = true;      // copies by umswap's copy kernel, not a copy engine
   bool evict_copy_side_streams = true;  // populates and discards beside the copies' streams
   bool verify = false;                // UMSWAP_VERIFY (umswap run --verify): round trips hashed

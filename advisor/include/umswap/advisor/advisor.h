@@ -167,7 +167,7 @@ struct AdvisorConfig {
   bool verify = false;
   // UMSWAP_LEARN_EVICT: while learning, each launch evicts the least recently used blocks past
   // the budget and prefetches its own, on its stream (learning_evictor.h).
-  bool learn_evict = false;
+  bool learn_evict = true;
   // UMSWAP_HANG_STACKS: when the watchdog reports a stall, every thread prints its stack.
   bool hang_stacks = false;
   // UMSWAP_OP_LOG (a diagnostic, op_log.h): calls followed on the GPU, for the stall reports.

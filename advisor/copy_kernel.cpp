@@ -91,6 +91,15 @@ std::string loop() {
   return out;
 }
 
+// Folds the 32 words of shared memory at %s into %h (FNV-1a from its offset basis); `label`
+// names the loop.
+std::string fold32(const std::string& label) {
+  return "  mov.u64 %h, 0xcbf29ce484222325;\n  mov.u32 %i, 0;\n" + label + ":\n" +
+         "  ld.shared.u64 %x, [%s];\n  xor.b64 %h, %h, %x;\n  mul.lo.u64 %h, %h, %prime;\n" +
+         "  add.u64 %s, %s, 8;\n  add.u32 %i, %i, 1;\n  setp.lt.u32 %more, %i, 32;\n" +
+         "  @%more bra " + label + ";\n";
+}
+
 std::string build_ptx() {
   std::string ptx = ".version 7.0\n.target sm_75\n.address_size 64\n\n";
   // umswap_copy16(dst, src, units): copies `units` 16-byte units from src to dst.
@@ -154,17 +163,9 @@ PFOLD:
   @%more bra PWARPS;
   shl.b64 %x, %t, 8;                      // thread w folds thread hashes 32w .. 32w + 31
   add.u64 %s, %sh, %x;
-  mov.u64 %h, 0xcbf29ce484222325;
-  mov.u32 %i, 0;
-PW:
-  ld.shared.u64 %x, [%s];
-  xor.b64 %h, %h, %x;
-  mul.lo.u64 %h, %h, %prime;
-  add.u64 %s, %s, 8;
-  add.u32 %i, %i, 1;
-  setp.lt.u32 %more, %i, 32;
-  @%more bra PW;
-  mov.u64 %sh, warps_h;
+)";
+  ptx += fold32("PW");
+  ptx += R"(  mov.u64 %sh, warps_h;
   shl.b64 %x, %t, 3;
   add.u64 %s, %sh, %x;
   st.shared.u64 [%s], %h;
@@ -173,17 +174,9 @@ PWARPS:
   setp.ne.u32 %more, %tidx, 0;
   @%more bra PDONE;
   mov.u64 %s, warps_h;
-  mov.u64 %h, 0xcbf29ce484222325;
-  mov.u32 %i, 0;
-PL:
-  ld.shared.u64 %x, [%s];
-  xor.b64 %h, %h, %x;
-  mul.lo.u64 %h, %h, %prime;
-  add.u64 %s, %s, 8;
-  add.u32 %i, %i, 1;
-  setp.lt.u32 %more, %i, 32;
-  @%more bra PL;
-  cvt.u64.u32 %t, %bid;
+)";
+  ptx += fold32("PL");
+  ptx += R"(  cvt.u64.u32 %t, %bid;
   shl.b64 %t, %t, 3;
   add.u64 %s, %hashes, %t;
   st.global.u64 [%s], %h;

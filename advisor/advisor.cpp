@@ -688,8 +688,7 @@ class AdvisorImpl {
   // The watchdog's report, once, of a launch held in the launch path with no other coming.
   void report_quiet(std::chrono::steady_clock::duration quiet);
   void report_state();  // both reports' tail: where things stood, and the stacks if asked
-  // UMSWAP_HOST_GATE's timeout reports (the first few): what recent launches wait for on the GPU
-  // (launch path), and where the GPU, the words and the advisor thread were.
+  // For the watchdog's reports: what a recent launch waited for on the GPU (launch path).
   struct LaunchWaits {
     std::atomic<uint64_t> index{UINT64_MAX}, stream{0}, restore{0}, progress{0}, populates{0};
     // When the launch path began and left this launch (steady_clock ns; 0: not noted).

@@ -122,6 +122,22 @@ std::string round_trips_report(const json& s, const std::string& prefix, bool* m
   return out;
 }
 
+// The copy path stopped before the program's end (a stall, a call the tracer cannot see into, a
+// failure: advisor.evict_copy.off_reason): the evictions after it went through the driver, which
+// keeps data coherent, and the check covers the run before it. Empty if it ran to the end.
+std::string copies_stopped_note(const json& s, const std::string& prefix) {
+  if (!s.contains("advisor") || !s["advisor"].contains("evict_copy")) return {};
+  const json& ec = s["advisor"]["evict_copy"];
+  if (!ec.contains("off_reason") || !ec["off_reason"].is_string()) return {};
+  const std::string why = ec["off_reason"].get<std::string>();
+  if (why.empty() || why.starts_with("the program ends") || why.starts_with("the plan ends")) {
+    return {};
+  }
+  return prefix + "note: the copy path stopped before the end (" + why +
+         "); the evictions after that went through the driver, which keeps the data coherent, "
+         "so this check covers the run before it\n";
+}
+
 }  // namespace
 
 VerifyVerdict judge_verify(const std::vector<json>& stats, const std::vector<std::string>& names) {
@@ -221,6 +237,7 @@ VerifyVerdict judge_verify(const std::vector<json>& stats, const std::vector<std
                    gib(out), gib(in), windows);
     }
     lines += trips;
+    lines += copies_stopped_note(s, p + who);
     if (dropped > 0) {
       lines += p + who +
                fmt::format(

@@ -95,6 +95,21 @@ TEST(VerifyReport, RoundTripsThatCameBackDifferentFail) {
   EXPECT_TRUE(contains(v.text, "not hashed (no pinned memory for the hashes)")) << v.text;
 }
 
+// Copies that stopped before the program's end are said to have stopped (the check covers the
+// run before); stopping at the end is not worth a line.
+TEST(VerifyReport, CopiesStoppedEarlyAreSaid) {
+  json s = copied(1 << 30);
+  s["advisor"]["evict_copy"]["off_reason"] = "launches waited 2 s for the advisor";
+  VerifyVerdict v = judge_verify({s}, {"a.json"});
+  EXPECT_TRUE(v.ok) << v.text;
+  EXPECT_TRUE(contains(v.text, "note: the copy path stopped before the end (launches waited 2 s "
+                               "for the advisor)"))
+      << v.text;
+  s["advisor"]["evict_copy"]["off_reason"] = "the program ends";
+  v = judge_verify({s}, {"a.json"});
+  EXPECT_FALSE(contains(v.text, "stopped before the end")) << v.text;
+}
+
 TEST(VerifyReport, FaultsInKernelsAreNamedNotFailed) {
   json s = copied(1 << 30);
   s["fault_kernels"] = {{"faults", 120},

@@ -77,6 +77,7 @@ void sleep_us(long us) {
 }
 
 constexpr uint64_t kPage = uint64_t{2} << 20;  // the slab allocator's discard unit
+static_assert(kPage == kPageBytes, "whole_pages() gives the pages the hash kernel hashes");
 // The whole 2 MiB pages inside [address, address + length), as [lo, hi) (empty: hi <= lo).
 constexpr std::pair<uint64_t, uint64_t> whole_pages(uint64_t address, uint64_t length) {
   return {(address + kPage - 1) / kPage * kPage, (address + length) / kPage * kPage};
@@ -2556,7 +2557,7 @@ void AdvisorImpl::hash_pages(uint64_t address, uint64_t length, bool leaving, ui
   if (!trips) return;
   const auto [lo, hi] = whole_pages(address, length);
   if (hi <= lo) return;
-  const uint64_t pages = (hi - lo) / kPageBytes;
+  const uint64_t pages = (hi - lo) / kPage;
   const std::optional<uint64_t> first =
       leaving ? trips->leave(lo, pages, ticket, g) : trips->back(lo, pages, ticket, g);
   if (!first) return;
@@ -2618,7 +2619,7 @@ nlohmann::json AdvisorImpl::round_trips_json(const tracer::RunSummary* summary) 
     if (summary) {
       const auto& bufs = summary->trace.buffers;
       for (size_t b = 0; b < bufs.size(); ++b) {
-        if (bufs[b].base < m.page + kPageBytes && m.page < bufs[b].base + bufs[b].size) {
+        if (bufs[b].base < m.page + kPage && m.page < bufs[b].base + bufs[b].size) {
           x["buffer"] = {
               {"index", b}, {"base", fmt::format("{:#x}", bufs[b].base)}, {"size", bufs[b].size}};
           break;
@@ -2628,7 +2629,7 @@ nlohmann::json AdvisorImpl::round_trips_json(const tracer::RunSummary* summary) 
     first.push_back(std::move(x));
   }
   // Pages of 2 MiB.
-  j.update({{"page_bytes", kPageBytes},
+  j.update({{"page_bytes", kPage},
             {"checked_pages", c.checked},
             {"mismatched_pages", c.mismatches},
             {"first_mismatches", std::move(first)},

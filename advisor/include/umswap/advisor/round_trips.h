@@ -22,11 +22,13 @@
 #include <optional>
 #include <vector>
 
+#include "umswap/advisor/copy_kernel.h"
+
 namespace umswap::advisor {
 
 class RoundTrips {
  public:
-  static constexpr uint64_t kPage = uint64_t{2} << 20;
+  static constexpr uint64_t kPage = kPageBytes;  // what umswap_hash_pages hashes one of
   struct Mismatch {
     uint64_t page = 0;
     uint64_t left_at = 0, back_at = 0;  // the launches of the copy out and of the copy back

@@ -7,7 +7,6 @@
 #include <array>
 #include <atomic>
 #include <chrono>
-#include <deque>
 #include <functional>
 #include <future>
 #include <memory>
@@ -19,15 +18,14 @@
 #include <unordered_set>
 #include <vector>
 
-#include "umswap/advisor/copy_kernel.h"
-#include "umswap/advisor/host_copies.h"
+#include "umswap/advisor/advisor_common.h"
+#include "umswap/advisor/copy_evictor.h"
 #include "umswap/advisor/learning_evictor.h"
 #include "umswap/advisor/online_learning.h"
 #include "umswap/advisor/op_log.h"
 #include "umswap/advisor/planner.h"
 #include "umswap/advisor/replay.h"
 #include "umswap/advisor/resident_launches.h"
-#include "umswap/advisor/round_trips.h"
 #include "umswap/allocator/driver_api.h"
 #include "umswap/allocator/managed_allocator.h"
 #include "umswap/allocator/placement.h"
@@ -59,10 +57,6 @@ constexpr uint32_t kDivergeRun = 8;  // consecutive launches off the plan that e
 // threads): a launch this far behind the launch count is on its stream, and its events (if any)
 // are recorded.
 constexpr uint64_t kEventSlack = 8;
-// The prefetch-wait counter's "nobody waits" value. cuStreamWaitValue64's GEQ is a cyclic
-// comparison, (int64_t)(*addr - value) >= 0, so UINT64_MAX would release nothing (it hung
-// cudnn_vgg16); 2^62 is ahead of every launch index and within the comparison's half range.
-constexpr uint64_t kReleased = uint64_t{1} << 62;
 // The counter's values: launch g's evictions done (2g), all of launch g's actions done (2g + 1).
 constexpr uint64_t evictions_done(uint64_t g) {
   return 2 * g;
@@ -71,41 +65,12 @@ constexpr uint64_t actions_done(uint64_t g) {
   return 2 * g + 1;
 }
 
-void sleep_us(long us) {
-  timespec ts{0, us * 1000};
-  nanosleep(&ts, nullptr);
-}
-
-constexpr uint64_t kPage = uint64_t{2} << 20;  // the slab allocator's discard unit
-static_assert(kPage == kPageBytes, "whole_pages() gives the pages the hash kernel hashes");
-// The whole 2 MiB pages inside [address, address + length), as [lo, hi) (empty: hi <= lo).
-constexpr std::pair<uint64_t, uint64_t> whole_pages(uint64_t address, uint64_t length) {
-  return {(address + kPage - 1) / kPage * kPage, (address + length) / kPage * kPage};
-}
 // Raises `a` to `value` if it is below (any thread; the watchdog reads the highest waits).
 void raise_to(std::atomic<uint64_t>& a, uint64_t value) {
   uint64_t seen = a.load(std::memory_order_relaxed);
   while (seen < value && !a.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
   }
 }
-
-// highest_restore_wait: the restored value in the low 48 bits, its word's epoch above.
-constexpr uint64_t kRestoreWaitMask = (uint64_t{1} << 48) - 1;
-
-// Adds the time from its construction to its end to `total` (the advisor thread's figures).
-class Timed {
- public:
-  explicit Timed(double& total) : total_(total), start_(std::chrono::steady_clock::now()) {}
-  ~Timed() {
-    total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  }
-  Timed(const Timed&) = delete;
-  Timed& operator=(const Timed&) = delete;
-
- private:
-  double& total_;
-  std::chrono::steady_clock::time_point start_;
-};
 
 // The first launch at or after `n` that begins an iteration (base + k period).
 uint64_t boundary_at_or_after(uint64_t base, uint64_t period, uint64_t n) {
@@ -186,11 +151,6 @@ struct LivePlan {
   std::atomic<std::shared_ptr<const DropTable>> drops;
 };
 
-struct Transfer {
-  uint64_t launch;  // launch index it was issued at
-  uint64_t bytes;
-};
-
 // Events recorded on the application's streams at chosen launches, which the advisor's stream
 // waits for: slot = launch index modulo kEventRing; index[slot] says which launch it holds now.
 struct EventRing {
@@ -234,12 +194,6 @@ struct OpLogged {
   std::atomic<const char*> call_what{""};
 };
 OpLogged* g_op_log = nullptr;
-
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // Marks the advisor thread's call through a wrapper for the stall report.
 struct InCall {
@@ -374,7 +328,7 @@ bool start_op_log(AdvisorDriver& d, bool every_call, bool between_waits_only) {
 
 }  // namespace
 
-class AdvisorImpl {
+class AdvisorImpl final : public CopyEvictor::Host {
  public:
   AdvisorConfig config;
   AdvisorDriver d;
@@ -524,7 +478,7 @@ class AdvisorImpl {
   void barrier_all(const LivePlan& p);
   bool wait_for_launch(const LivePlan& p, uint64_t j);
   bool resolve(LivePlan& p, uint32_t buffer);
-  void migrate(uint64_t address, uint64_t length, bool to_gpu, uint64_t launch);
+  void migrate(uint64_t address, uint64_t length, bool to_gpu, uint64_t launch) override;
   void check_replay_keys(LivePlan& p);
   void drop_plan(uint64_t at, const char* why);
   void release_waits();
@@ -559,132 +513,19 @@ class AdvisorImpl {
   // after its 5 s: a stall report sets them beside the advisor's call.
   std::atomic<int64_t> blocking_since{0}, blocking_let_go_at{0};
   uint64_t plan_buffers = 0, plan_buffers_found = 0;  // at the last plan's first applied launch
-  // Host time the advisor thread spends inside cuMemPrefetchAsync, and how far it trails the
-  // launches (a thread blocked in the driver falls behind, and its prefetches come late).
-  double prefetch_call_s = 0, evict_call_s = 0, longest_call_s = 0;
-  // The advisor thread's time while a plan is in force: in all (planned_s), applying launches'
-  // actions (apply_s: issuing prefetches, evictions and copies) and tending copies (tend_copies_s).
-  // apply_s near planned_s: the thread, not the GPU, paces the plan.
-  double planned_s = 0, apply_s = 0, tend_copies_s = 0;
-  // Of apply_s: waiting for a launch's event to be recorded and placing the wait (event_wait_s),
-  // scanning the launches since an eviction's last use, the copies' lock included (scan_s),
-  // taking host space for a copy out (take_s: allocating pinned blocks until they are cached),
-  // issuing discards and populates (managed_call_s, the cap's waits included) and copies
-  // (copy_call_s).
-  double event_wait_s = 0, scan_s = 0, take_s = 0, managed_call_s = 0, copy_call_s = 0;
+  // How far the advisor thread trails the launches (a thread blocked in the driver falls behind,
+  // and its prefetches come late), and its host time (advisor_common.h).
   uint64_t most_behind = 0;
+  CallTimes times;
+  // UMSWAP_EVICT_COPY's evictions (copy_evictor.h): its own state; this is its Host.
+  CopyEvictor copier{config, d, *this, times};
 
-  // UMSWAP_EVICT_COPY (host_copies.h, docs/advisor.md "Evictions umswap copies"). An eviction is
-  // a copy to pinned host memory on `stream` followed there by a discard of the GPU pages; a
-  // prefetch of such a range is a populate and a copy back on restore_stream, ordered on the GPU
-  // after the launch that issues it and after the discards, then the `restored` word (mapped
-  // host memory) says g + 1: a launch waits for it as for the other counter. A range held on the
-  // host holds nothing on the GPU, so no launch may reach it before its copy back: the launch
-  // path checks every launch's pointers before it is submitted (one that does waits there until
-  // everything is back and copies have stopped), and the advisor copies out only ranges that no
-  // launch submitted after the last use reaches before their copy back; both under
-  // copies_mutex.
-  std::unique_ptr<HostCopies> copies;    // null: off
-  std::atomic<bool> copies_live{false};  // the launch path checks launches, places restore waits
-  std::mutex copies_mutex;               // `copies` (the launch path reads it)
-  // Held on the host when the program freed the allocation (Advisor::before_free), and the frees
-  // that waited for copies of it in flight.
-  std::atomic<uint64_t> freed_held_bytes{0}, freed_waits{0};
-  std::atomic<uint64_t> guard_launch{UINT64_MAX};  // a launch the launch path caught
-  std::atomic<const char*> opaque_call{nullptr};   // a call the tracer cannot see into
   // Graph launches, host functions and stream callbacks seen (the plan knows nothing of what
   // they touch), and the first one's name.
   std::atomic<uint64_t> opaque_calls{0};
   std::atomic<const char*> first_opaque{nullptr};
-  // A launch the guard caught reaching held ranges its waits do not cover: the advisor thread
-  // gives back those ranges (rounded out to 2 MiB pages) and records rescue_event after their
-  // copies back on restore_stream; the launch waits for it on its stream. rescue_ranges and
-  // rescue_serial under copies_mutex; one request at a time (the launch path holds the tracer's
-  // launch lock).
-  std::vector<std::pair<uint64_t, uint64_t>> rescue_ranges;
-  uint64_t rescue_serial = 0;
-  uint64_t rescue_launch = 0;  // the launch caught
-  std::atomic<uint64_t> rescue_wanted{0}, rescue_served{0};
-  CUevent rescue_event = nullptr;
-  uint64_t copy_rescued_bytes = 0;
-  std::vector<std::string> guard_kernels;  // the first kernels the guard caught, for the stats
-  // After stop_copies: stopped_event is recorded after the last copies back; launches wait for
-  // it until it is seen done. The number of the stop it belongs to (0: none pending), so that a
-  // launch that saw an earlier stop's event done cannot clear a later stop's (two stops in quick
-  // succession: the event is re-recorded between its query and its clearing).
-  std::atomic<uint64_t> stopped_pending{0};
-  uint64_t stops_recorded = 0;  // advisor thread
-  CUstream restore_stream = nullptr;
-  // UMSWAP_EVICT_COPY_SIDE_STREAMS: the populates of the plan's copies back run on
-  // populate_stream, so that the next launch's populates overlap this one's copies in
-  // (populated_event orders each copy after its own populate); the discards behind the copies out
-  // run on discard_stream (copied_event orders each after its copies), so that the next copy out
-  // need not wait for them. Null: they run on restore_stream and `stream`.
-  CUstream populate_stream = nullptr, discard_stream = nullptr;
-  CUevent populated_event = nullptr;
-  // The event a discard on discard_stream waits for (recorded on `stream` after the copies it
-  // follows), made at its first use (record_copied()) and reused: a wait takes the record made
-  // before it.
-  CUevent copied_event = nullptr;
-  // copied_event recorded on `stream` now; false if it cannot be.
-  bool record_copied();
-  // The restored words, one per epoch: a plan that ends releases its word for good, and the next
-  // plan's copies count on a fresh one (a released word cannot be taken back from waits already
-  // placed on it).
-  static constexpr uint32_t kEpochs = 64;
-  volatile uint64_t* copy_words = nullptr;
-  CUdeviceptr restored_base = 0;
-  uint32_t epoch = 0;
-  std::atomic<CUdeviceptr> restored_device{0};
-  struct TicketEvent {
-    uint64_t ticket;
-    CUevent event;
-  };
-  std::deque<TicketEvent> out_events, in_events;
-  std::vector<CUevent> spare_events;
-  uint64_t out_ticket = 0, in_ticket = 0, out_done = 0, in_done = 0;
-  // After the last discard (on discard_stream, or `stream`); copies back wait for it.
-  CUevent discarded_event = nullptr;
-  CUevent stopped_event = nullptr;  // after the copies back of the last stop_copies()
-  bool discards_issued = false;
-  struct Restore {
-    uint64_t g;  // the launch that issues it; restored value g + 1
-    uint64_t ticket = 0;
-    std::vector<HostCopies::Segment> segments;
-  };
-  // Discards issued behind copies out (ticket), noted in the residency count once seen done.
-  struct DiscardNote {
-    uint64_t ticket = 0;
-    uint32_t copy = 0;  // the correlation id of the copy the discard follows (0: unknown)
-    std::vector<HostCopies::Segment> segments;
-  };
-  std::deque<DiscardNote> discard_notes;
-  std::vector<HostCopies::Segment> pending_in;  // the launch being applied's copies back
-  uint64_t pending_ticket = 0;
-  uint64_t restored_written = 0;          // the highest restored value queued
-  std::atomic<bool> rescue_asked{false};  // the watchdog's request
-  std::vector<Transfer> copied_out, copied_in;
-  uint64_t copied_out_bytes = 0, copied_in_bytes = 0, copy_discarded_bytes = 0;
-  uint64_t copy_forgotten_bytes = 0, copy_calls = 0, copy_fallbacks = 0, copy_rescues = 0;
-  uint64_t copy_guard_hits = 0, copy_failures = 0;
-  uint64_t copy_lost_bytes = 0;   // copies back that failed twice, their GPU pages discarded
-  bool copy_back_failed = false;  // one did: copies stop after the restore
-  // Evictions left to the driver: a submitted launch reaches the range before its copy back; the
-  // eviction could not be ordered after its last use; the plan does not bring the whole range
-  // back before evicting it again (dead parts, say); before the waits began.
-  uint64_t copy_reached = 0, copy_skipped_unordered = 0, copy_skipped_not_back = 0;
-  // Copies out ordered after a copy back of their range still on its way (copy_back_pending()),
-  // and evictions left to the driver because that copy back had no event to wait for.
-  uint64_t copies_out_after_back = 0, copy_out_unordered_back = 0;
-  uint64_t kept_reached_bytes = 0;  // evictions evict_by_copy() kept: not made at all
-  uint64_t copy_skipped_early = 0;
-  // Launches after a last use the advisor scans before a copy out; past it, the driver evicts.
-  static constexpr uint64_t kScanLimit = 60000;  // below kCoverRing
-  std::string copy_off_reason;                   // why copies stopped (empty: they did not)
-  OnceFlag warned_copy_failure;
-  OnceFlag warned_stuck;         // the watchdog's report_stuck()
-  OnceFlag warned_quiet;         // its report_quiet()
-  OnceFlag warned_wait_failure;  // launch path
+  OnceFlag warned_stuck;  // the watchdog's report_stuck()
+  OnceFlag warned_quiet;  // its report_quiet()
   void report_stuck(const char* waiting_for, std::chrono::steady_clock::duration waited);
   // The watchdog's report, once, of a launch held in the launch path with no other coming.
   void report_quiet(std::chrono::steady_clock::duration quiet);
@@ -703,114 +544,22 @@ class AdvisorImpl {
                                 uint64_t populates = 0);
   // Where the GPU and the advisor stood at `launch` (the watchdog's report), said with `what`.
   void report_where(const char* what, uint64_t launch);
-  // UMSWAP_EVICT_COPY_PATH=kernel: the loaded copy kernel (null: copy engines copy), why it is not
-  // used when asked for, and how many copies each path made.
-  CUfunction copy_fn = nullptr;
-  std::string copy_kernel_off;
-  uint64_t kernel_copies = 0, engine_copies = 0;
-  void set_up_copy_kernel();
-  // umswap run --verify (round_trips.h): the page hash kernel and its pinned, mapped memory of
-  // kTripSlots slots, one page's hash each; trips_off says why the round trips are not hashed.
-  // Advisor thread only, as the copies.
-  static constexpr uint64_t kTripSlots = uint64_t{1} << 20;
-  CUfunction hash_fn = nullptr;
-  const volatile uint64_t* trip_memory = nullptr;
-  std::unique_ptr<RoundTrips> trips;
-  std::string trips_off;
-  // The kernels of the launches of the first mismatches' copies out and back (by mismatch).
-  std::vector<std::pair<std::string, std::string>> mismatch_kernels;
-  void set_up_round_trips(CUmodule module);
-  // On s, the hashes of the whole pages of [address, address + length) leaving (with copy out
-  // `ticket`) or back (copy back `ticket`) at launch g.
-  void hash_pages(uint64_t address, uint64_t length, bool leaving, uint64_t ticket, uint64_t g,
-                  CUstream s);
-  void settle_round_trips();
-  // The stats' advisor.evict_copy.round_trips (the buffers of mismatches from the summary).
-  nlohmann::json round_trips_json(const tracer::RunSummary* summary) const;
-  CUresult copy_async(uint64_t dst, uint64_t src, uint64_t bytes, bool to_host, CUstream s);
-  void set_up_copies();
   void relax_capture_mode();
-  void go_live_copies();
-  // What became of an eviction offered to evict_by_copy().
-  enum class CopyOut : uint8_t { copied, to_driver, kept };
-  CopyOut evict_by_copy(uint64_t address, uint64_t length, uint64_t g, uint64_t j, uint64_t due);
-  enum class Reach : uint8_t { none, reached, unknown };
-  Reach submitted_reach(uint64_t j, uint64_t lo, uint64_t hi, uint64_t due);
-  void discard_behind(std::vector<HostCopies::Segment> segments, uint64_t ticket, uint32_t copy,
-                      CUstream ds);
-  bool seal_copy_out(uint64_t ticket, CUstream ds);
-  void count_copy_out(uint64_t g, uint64_t bytes);
-  bool restore_by_copy(uint64_t address, uint64_t length, uint64_t g);
-  void tend_copies();
-  void issue_restore(const LivePlan* p, Restore r);
-  void stop_copies(const std::string& why, bool for_good = true);
-  void guard(uint64_t index, const std::vector<tracer::PointerHit>* hits, uint64_t covered,
-             CUstream on);
-  void serve_rescue();
-  // A launch whose wait for the copies back could not be placed on its stream waits here, on the
-  // host, until the restored word (mapped memory) reaches `value` or is released; the copies it
-  // waits for need nothing from the launch path.
-  void wait_on_host(CUdeviceptr word, uint64_t value, uint64_t index) {
-    if (!copy_words || word < restored_base) return;
-    const volatile uint64_t* w = copy_words + (word - restored_base) / sizeof(uint64_t);
-    if (warned_wait_failure.first()) {
-      log_warning(
-          "UMSWAP_EVICT_COPY: launch {} could not wait on the GPU for its copies back; it waits "
-          "on the host (and so do later ones that fail the same way)",
-          index);
-    }
-    while (*w < value && !stop.load(std::memory_order_acquire)) sleep_us(20);
+
+  // CopyEvictor::Host.
+  void wait_reached(uint64_t g, CUstream on) override {
+    const Timed timed(times.event_wait_s);
+    if (!reached.wait(d, g, on, launched.load(std::memory_order_acquire))) ++late_start_events;
   }
-  // While the copies back of the last stop_copies() are not seen done, `on` waits for them.
-  void wait_for_stop(CUstream on) {
-    uint64_t pending = stopped_pending.load(std::memory_order_acquire);
-    if (pending == 0) return;
-    if (d.event_query(stopped_event) == CUDA_SUCCESS) {
-      // Done: the stop read above, or a later one recorded since (then still pending: kept).
-      stopped_pending.compare_exchange_strong(pending, 0, std::memory_order_acq_rel);
-    } else {
-      d.stream_wait_event(on, stopped_event, 0);
-    }
+  void count(bool to_gpu, uint64_t launch, uint64_t bytes) override {
+    (to_gpu ? prefetched : evicted).push_back({launch, bytes});
+    (to_gpu ? prefetched_bytes : evicted_bytes) += bytes;
   }
-  // The launch up to which launch `index` on `stream` finds the copies back done: its own wait
-  // (placed further down on_step) or an earlier launch's on the same stream, which it runs
-  // after; UINT64_MAX: none. Launch path, under the tracer's launch lock; kept by launch index
-  // (covered_at) for the advisor's scan.
-  uint64_t cover(uint64_t own, uint64_t index, CUstream on) {
-    uint64_t result = UINT64_MAX;
-    for (StreamCover& e : stream_cover) {
-      if (!e.used || e.stream == on) {
-        e.used = true;
-        e.stream = on;
-        if (own != UINT64_MAX) e.covered = e.covered == UINT64_MAX ? own : std::max(e.covered, own);
-        result = e.covered;
-        break;
-      }
-    }
-    const size_t slot = index % kCoverRing;
-    covered_at[slot].first.store(index, std::memory_order_relaxed);
-    covered_at[slot].second.store(result, std::memory_order_release);
-    return result;
-  }
-  // Launch path only: per stream (the first 16 seen; later ones find no cover), the largest
-  // launch its waits cover so far.
-  struct StreamCover {
-    bool used = false;
-    CUstream stream = nullptr;
-    uint64_t covered = UINT64_MAX;
-  };
-  std::array<StreamCover, 16> stream_cover{};
-  static constexpr size_t kCoverRing = 65536;
-  std::array<std::pair<std::atomic<uint64_t>, std::atomic<uint64_t>>, kCoverRing> covered_at{};
-  // What cover() said for launch `index`, or UINT64_MAX (not kept any more, or none).
-  uint64_t covered_launch(uint64_t index) const {
-    const auto& e = covered_at[index % kCoverRing];
-    const uint64_t c = e.second.load(std::memory_order_acquire);
-    return e.first.load(std::memory_order_relaxed) == index ? c : UINT64_MAX;
-  }
-  CUevent take_event();
-  uint64_t poll(std::deque<TicketEvent>& q, uint64_t seen);
-  bool copy_back_event(uint64_t ticket, CUevent* event);
+  void note_doing(const char* what) override { doing.store(what, std::memory_order_relaxed); }
+  void issued_call() override { issued_calls.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t launches_seen() const override { return launched.load(std::memory_order_acquire); }
+  uint64_t waits_start() const override { return waits_from.load(std::memory_order_acquire); }
+  bool stopping() const override { return stop.load(std::memory_order_acquire); }
 };
 
 Advisor::Advisor() : impl_(new AdvisorImpl) {
@@ -882,23 +631,13 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
   // UMSWAP_EVICT_COPY: the launch up to which this one waits for the copies back (its own wait),
   // decided once: the guard counts on it, so it is placed further down even if copies stop
   // meanwhile.
-  // The word is read before copies_live: stop_copies() releases the word in use (after every copy
-  // back) and turns copies off before it hands out a fresh one. Read again after copies_live:
-  // a fresh word handed out and copies turned on again between the two reads (a relearned plan
-  // takes over at once) would otherwise pair the new epoch's copies with the released word,
-  // whose wait passes at once.
   CUdeviceptr restored = 0;
-  bool live = false;
-  do {
-    restored = a.restored_device.load(std::memory_order_seq_cst);
-    live = a.copies_live.load(std::memory_order_seq_cst);
-  } while (live && a.restored_device.load(std::memory_order_seq_cst) != restored);
   uint64_t own_wait = UINT64_MAX;
-  if (live) {
+  if (a.copier.begin_launch(&restored)) {
     if (p && index >= p->base) own_wait = p->covered(index, a.waits_from.load());
-    a.guard(index, hits, a.cover(own_wait, index, stream), stream);
+    a.copier.guard(index, hits, a.copier.cover(own_wait, index, stream), stream);
   }
-  a.wait_for_stop(stream);
+  a.copier.wait_for_stop(stream);
   // A kernel whose results change on memory that is not GPU-resident runs only once everything
   // its parameters point at is on the GPU, whatever the plan did (resident_launches.h).
   if (a.needs_resident(key)) a.make_resident(hits, stream);
@@ -936,11 +675,10 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
   if (own_wait != UINT64_MAX) {
     if (a.d.stream_wait_value64(stream, restored, own_wait + 1, CU_STREAM_WAIT_VALUE_GEQ) !=
         CUDA_SUCCESS) {
-      a.wait_on_host(restored, own_wait + 1, index);  // the guard counted on that wait
-    } else if (restored >= a.restored_base) {
+      a.copier.wait_on_host(restored, own_wait + 1, index);  // the guard counted on that wait
+    } else if (const std::optional<uint64_t> epoch = a.copier.epoch_of(restored)) {
       a.note_launch_wait(index, stream, own_wait + 1, 0);
-      raise_to(a.highest_restore_wait, (restored - a.restored_base) / sizeof(uint64_t) << 48 |
-                                           ((own_wait + 1) & kRestoreWaitMask));
+      raise_to(a.highest_restore_wait, *epoch << 48 | ((own_wait + 1) & kRestoreWaitMask));
     }
   }
   if (!a.progress_device) return;
@@ -984,7 +722,7 @@ void Advisor::before_blocking() {
   if (!p || (a.config.in_own_code && a.config.in_own_code())) return;
   const bool waits = a.progress_device && !a.waits_off.load(std::memory_order_relaxed) &&
                      a.waits_from.load(std::memory_order_acquire) != UINT64_MAX;
-  if (!waits && !a.copies_live.load(std::memory_order_acquire)) return;
+  if (!waits && !impl_->copier.live()) return;
   const uint64_t target = a.launched.load(std::memory_order_acquire);
   if (target <= p->applied_from || a.applied_through.load(std::memory_order_acquire) >= target) {
     return;
@@ -1013,41 +751,13 @@ void Advisor::before_blocking() {
 }
 
 void Advisor::before_free(uint64_t base, uint64_t size) {
-  AdvisorImpl& a = *impl_;
-  // Without copies in force nothing is held (a stop gives everything back).
-  if (!a.copies_live.load(std::memory_order_acquire)) return;
-  const uint64_t end = base + size;
-  bool in_flight = false;
-  {
-    std::lock_guard lock(a.copies_mutex);
-    if (!a.copies) return;
-    in_flight = a.copies->returning(base, end);
-    if (!in_flight && !a.copies->holds(base, end)) return;
-    // Ticket 0: no copy back is issued for these; their host blocks are reused once the copies
-    // out already issued are seen done, as for any range given back.
-    const HostCopies::Returned r = a.copies->give_back(base, size, 0, HostCopies::kUntracked);
-    in_flight = in_flight || r.forgotten_bytes > 0;  // a copy out still reading it
-    uint64_t bytes = r.forgotten_bytes;
-    for (const HostCopies::Segment& s : r.copy_in) bytes += s.length;
-    a.freed_held_bytes.fetch_add(bytes, std::memory_order_relaxed);
-  }
-  if (!in_flight) return;
-  a.freed_waits.fetch_add(1, std::memory_order_relaxed);
-  for (CUstream s : {a.stream, a.discard_stream, a.populate_stream, a.restore_stream}) {
-    if (s) a.d.stream_synchronize(s);
-  }
+  impl_->copier.before_free(base, size);
 }
 
 void Advisor::on_opaque(CUstream stream, const char* what) {
   AdvisorImpl& a = *impl_;
   if (a.opaque_calls.fetch_add(1, std::memory_order_relaxed) == 0) a.first_opaque.store(what);
-  if (a.copies_live.load(std::memory_order_seq_cst)) {
-    const char* none = nullptr;
-    a.opaque_call.compare_exchange_strong(none, what);
-    // No pointers: everything comes back and copies stop; returns once they have.
-    a.guard(a.launched.load(std::memory_order_acquire), nullptr, UINT64_MAX, stream);
-  }
-  a.wait_for_stop(stream);
+  a.copier.on_opaque(what, a.launched.load(std::memory_order_acquire), stream);
 }
 
 bool Advisor::discard_page(uint64_t page) {
@@ -1306,13 +1016,12 @@ bool AdvisorImpl::set_up() {
                   config.prefetch_wait ? "UMSWAP_PREFETCH_WAIT" : "UMSWAP_EVICT_WAIT");
     }
   }
-  set_up_copies();
+  copier.set_up(stream, device, progress_device != 0);
   if (g_op_log) {
-    for (auto [on, name] : {std::pair{stream, "main"},
-                            {sweep_stream, "sweep"},
-                            {restore_stream, "restore"},
-                            {populate_stream, "populate"},
-                            {discard_stream, "discard"}}) {
+    std::vector<std::pair<CUstream, const char*>> named = {{stream, "main"},
+                                                           {sweep_stream, "sweep"}};
+    for (const auto& e : copier.streams()) named.push_back(e);
+    for (auto [on, name] : named) {
       if (on) g_op_log->log->name(on, name);
     }
   }
@@ -1372,11 +1081,11 @@ void AdvisorImpl::run() {
     if (p && p->matcher) check_replay_keys(*p);
     p = plan.load(std::memory_order_relaxed);
     if (p) {
-      const Timed planned(planned_s);
+      const Timed planned(times.planned_s);
       const LivePlan* q = next_plan.load(std::memory_order_relaxed);
       doing.store("applying the plan", std::memory_order_relaxed);
       {
-        const Timed timed(apply_s);
+        const Timed timed(times.apply_s);
         apply(q ? std::min(n, q->applied_from) : n);
       }
       if (q && cursor >= q->applied_from) switch_to_next();
@@ -1385,29 +1094,13 @@ void AdvisorImpl::run() {
       if (relearning && !next_plan.load(std::memory_order_relaxed)) relearn(*p);
       doing.store("tending copies", std::memory_order_relaxed);
       {
-        const Timed timed(tend_copies_s);
-        tend_copies();
+        const Timed timed(times.tend_copies_s);
+        copier.tend();
       }
       doing.store("serving a rescue", std::memory_order_relaxed);
-      serve_rescue();
+      copier.serve_rescue();
       doing.store("waiting for launches", std::memory_order_relaxed);
-      if (rescue_asked.exchange(false)) {
-        const uint64_t caught = guard_launch.load();
-        if (const char* what = opaque_call.load()) {
-          stop_copies(
-              fmt::format("the program issued {}, whose memory accesses the tracer "
-                          "cannot see",
-                          what));
-        } else if (caught == UINT64_MAX) {
-          stop_copies("launches waited 2 s for the advisor");
-        } else {
-          const std::vector<uint32_t> key = tracer::copy_keys(caught, 1);
-          stop_copies(
-              fmt::format("launch {} ({}) reaches memory copied to the host (and the "
-                          "tracer cannot say where)",
-                          caught, tracer::key_name(key.empty() ? UINT32_MAX : key[0])));
-        }
-      }
+      copier.take_requests();
       sleep_us(50);
     } else if (pending_placement) {
       if (tend_placement(n)) {
@@ -1422,13 +1115,11 @@ void AdvisorImpl::run() {
       sleep_us(500);
     }
   }
-  stop_copies("the program ends");
+  copier.stop("the program ends");
   release_waits();
   if (relearn_task.valid()) relearn_task.wait();  // reads the tracer's log: not past the exit
   if (stream) d.stream_synchronize(stream);
-  if (trips && restore_stream && d.stream_synchronize(restore_stream) == CUDA_SUCCESS) {
-    tend_copies();  // --verify: the last round trips compared
-  }
+  copier.settle_at_exit();
   if (progress_host) *progress_host = kReleased;
 }
 
@@ -1461,10 +1152,9 @@ void AdvisorImpl::watch_waits() {
     // Launches waiting on a copy-back word that does not move: nothing but the advisor thread can
     // bring that memory back (releasing them would let them read discarded pages), so say where
     // it is, once, after 10 s.
-    if (copy_words) {
-      const uint64_t epoch_now = (restored_device.load() - restored_base) / sizeof(uint64_t);
+    if (const auto now_word = copier.word_now()) {
+      const auto [epoch_now, word] = *now_word;
       const uint64_t packed = highest_restore_wait.load(std::memory_order_relaxed);
-      const uint64_t word = copy_words[epoch_now];
       if (packed >> 48 == epoch_now && word < (packed & kRestoreWaitMask) && word < kReleased) {
         if (word != restore_watched) {
           restore_watched = word;
@@ -1485,9 +1175,7 @@ void AdvisorImpl::watch_waits() {
       log_debug(
           "advisor: no launch for 5 s: launched {}, progress {} (highest wait {}), restored {}, "
           "copies live {}",
-          l, value, wanted,
-          copy_words ? copy_words[(restored_device.load() - restored_base) / sizeof(uint64_t)] : 0,
-          copies_live.load());
+          l, value, wanted, copier.word_now() ? copier.word_now()->second : 0, copier.live());
     }
     // A stall neither word shows: the latest launch still inside umswap's launch path after 30 s
     // (its launch_waits entry entered, not left), with a plan in force (the launch path waited
@@ -1522,14 +1210,14 @@ void AdvisorImpl::watch_waits() {
     if (still < std::chrono::seconds(2) && now - since < std::chrono::seconds(10)) continue;
     // Ranges copied to the host must be back before launches run unchecked: the advisor thread
     // brings them back first (rescue), then the waits go.
-    if (copies_live.load()) {
+    if (copier.live()) {
       // Nothing but the advisor thread can bring copied memory back (driver calls). If it does
       // not take the request, say where it is, once: releasing the launches would let them read
       // discarded pages.
-      if (rescue_asked.load() && now - since > std::chrono::seconds(10)) {
+      if (copier.rescue_asked() && now - since > std::chrono::seconds(10)) {
         report_stuck("it to take the watchdog's request to bring copied memory back", now - since);
       }
-      rescue_asked.store(true);
+      copier.ask_rescue();
       continue;
     }
     if (wait_stalls.fetch_add(1) == 0) {
@@ -1601,25 +1289,22 @@ void AdvisorImpl::report_where(const char* what, uint64_t launch) {
                         : d.event_query(ring->events[slot]) == CUDA_SUCCESS ? "ran"
                                                                             : "not run";
       next += fmt::format(" {} on {} {}", j,
-                          on == stream            ? "main"
-                          : on == populate_stream ? "populate"
-                                                  : "other",
+                          on == stream                     ? "main"
+                          : on == copier.populate_stream() ? "populate"
+                                                           : "other",
                           ran);
     }
   }
   uint64_t word = 0;
-  if (copy_words) {
-    const CUdeviceptr r = restored_device.load();
-    if (r >= restored_base) word = copy_words[(r - restored_base) / sizeof(uint64_t)];
-  }
+  if (const auto now_word = copier.word_now()) word = now_word->second;
   log_warning(
       "advisor: {} {}: it was {} at {} of {} launched; "
       "GPU done through {}, reached {}; progress {} (highest wait {}), restored {} (highest wait "
       "{}, written {}); blocking calls held back {} times, {} let go after 5 s; next waits:{}",
       what, launch, doing.load(), applied_through.load(), launched.load(), done_through,
       reached_through, progress_host ? *progress_host : 0, highest_wait.load(), word,
-      highest_restore_wait.load() & kRestoreWaitMask, restored_written, blocking_waits.load(),
-      blocking_timeouts.load(), next);
+      highest_restore_wait.load() & kRestoreWaitMask, copier.restored_written(),
+      blocking_waits.load(), blocking_timeouts.load(), next);
   const int64_t t = now_ns();
   const auto ago = [t](int64_t at) {
     return at ? fmt::format("{:.2f} s ago", (t - at) / 1e9) : std::string("-");
@@ -1691,7 +1376,7 @@ void AdvisorImpl::drop_plan(uint64_t at, const char* why) {
     relearn_after_learning = false;
     relearned_at = 0;
   }
-  stop_copies(std::string("the plan ends: ") + why, false);
+  copier.stop(std::string("the plan ends: ") + why, false);
   if (p && !p->matcher) online.diverged(p->keys);  // maybe an inner loop (online_learning.h)
   if (p && !p->matcher && placement && p->period == placement_period &&
       placement_attempts < kPlacementAttempts) {
@@ -1958,7 +1643,7 @@ void AdvisorImpl::stage(std::unique_ptr<LivePlan> p) {
 // The advisor's cursor reached next_plan's applied_from: the launch path already takes it from
 // there (on_step), and the plan before it has handled every launch below.
 void AdvisorImpl::switch_to_next() {
-  stop_copies("a relearned plan takes over", false);  // the new plan knows nothing of them
+  copier.stop("a relearned plan takes over", false);  // the new plan knows nothing of them
   LivePlan* q = next_plan.load(std::memory_order_relaxed);
   plan.store(q, std::memory_order_release);
   next_plan.store(nullptr, std::memory_order_release);
@@ -2196,8 +1881,8 @@ void AdvisorImpl::migrate(uint64_t address, uint64_t length, bool to_gpu, uint64
   held.unlock();
   issued_calls.fetch_add(1, std::memory_order_relaxed);
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  (to_gpu ? prefetch_call_s : evict_call_s) += took;
-  longest_call_s = std::max(longest_call_s, took);
+  (to_gpu ? times.prefetch_call_s : times.evict_call_s) += took;
+  times.longest_call_s = std::max(times.longest_call_s, took);
   if (r != CUDA_SUCCESS) {
     ++failed_calls;
     if (warned_call_failure.first()) {
@@ -2248,7 +1933,7 @@ bool AdvisorImpl::wait_for_launch(const LivePlan& p, uint64_t j) {
   if (j < p.barrier_covers || (p.barrier_taken && j < p.applied_from)) return true;
   bool recorded = false;
   {
-    const Timed timed(event_wait_s);
+    const Timed timed(times.event_wait_s);
     recorded = done.wait(d, j, stream, launched.load(std::memory_order_acquire));
   }
   if (!recorded) {
@@ -2333,7 +2018,7 @@ void AdvisorImpl::apply(uint64_t n) {
       if (progress_device && !waits_off.load()) {
         d.stream_write_value64(stream, progress_device, actions_done(g), 0);
         waits_from.store(std::max(n, g + 1), std::memory_order_release);
-        go_live_copies();
+        copier.go_live();
       }
     }
     bool prefetched_here = false;
@@ -2375,38 +2060,22 @@ void AdvisorImpl::apply(uint64_t n) {
         const uint64_t j = g >= a.wait_back ? g - a.wait_back : 0;
         if (j != waited) ordered = wait_for_launch(p, j);
         waited = j;
-        // A copy out is followed by a discard: only after the last use is known done.
-        if (copies_live.load(std::memory_order_relaxed)) {
-          if (!ordered) ++copy_skipped_unordered;
-          if (p.evict_due[i] == UINT32_MAX) ++copy_skipped_not_back;
-        }
-        const auto by_copy = [&] {
-          return !ordered || p.evict_due[i] == UINT32_MAX
-                     ? CopyOut::to_driver
-                     : evict_by_copy(address, a.range.length, g, j, g + p.evict_due[i]);
-        };
-        const CopyOut out = by_copy();
-        if (out == CopyOut::to_driver) {
+        if (copier.evict(address, a.range.length, g, j, ordered,
+                         p.evict_due[i] == UINT32_MAX ? UINT64_MAX : g + p.evict_due[i]) ==
+            CopyEvictor::CopyOut::to_driver) {
           migrate(address, a.range.length, false, g);
-        } else if (out == CopyOut::kept) {
-          // A launch the program has already submitted uses the range again before a copy back
-          // could be waited for: the driver's eviction would only race that launch, which then
-          // faults the pages back. The range stays on the GPU, over the budget until its next
-          // use (the cuDNN sample at batch 64, H200 2026-11-26: 186-194 faults an iteration
-          // instead of 1,766-16,153, and faster; docs/advisor.md).
-          kept_reached_bytes += a.range.length;
         }
         evicted_here = true;
       } else {
         // Not before the GPU reaches launch g: the room the plan gives this prefetch may be a
         // block freed just before it (discarded on the program's stream, not before then).
         if (!prefetched_here && g > p.applied_from && g >= p.barrier_covers) {
-          const Timed timed(event_wait_s);
+          const Timed timed(times.event_wait_s);
           if (!reached.wait(d, g, stream, launched.load(std::memory_order_acquire))) {
             ++late_start_events;
           }
         }
-        if (!restore_by_copy(address, a.range.length, g)) {
+        if (!copier.restore(address, a.range.length, g)) {
           migrate(address, a.range.length, true, g);
         }
         prefetched_here = prefetch_planned = true;
@@ -2417,11 +2086,7 @@ void AdvisorImpl::apply(uint64_t n) {
       d.stream_write_value64(stream, progress_device, actions_done(g), 0);
     }
     // Launches that wait for g's prefetches wait for its copies back too (none: the value only).
-    if (prefetch_planned && copies_live.load(std::memory_order_relaxed)) {
-      issue_restore(&p, {g, pending_ticket, std::move(pending_in)});
-      pending_in.clear();
-      if (copy_back_failed) stop_copies("a copy back to the GPU failed");
-    }
+    if (prefetch_planned) copier.finish_launch(g, g > p.applied_from && g >= p.barrier_covers);
   }
   // Every launch seen is handled: a launch waiting on one whose actions were skipped (a buffer
   // gone) must not wait for a later prefetch that may never come.
@@ -2430,771 +2095,6 @@ void AdvisorImpl::apply(uint64_t n) {
   }
   cursor = std::max(cursor, n);
   applied_through.store(cursor, std::memory_order_release);
-}
-
-// ---- UMSWAP_EVICT_COPY (host_copies.h; docs/advisor.md "Evictions umswap copies") ----
-
-void AdvisorImpl::set_up_copies() {
-  if (!config.evict_copy) return;
-  const auto off = [this](const char* why) {
-    copy_off_reason = why;
-    log_warning("UMSWAP_EVICT_COPY: {}; evictions go through the driver", why);
-  };
-  if (!progress_device || !config.prefetch_wait) {
-    return off("needs the prefetch wait's counter (UMSWAP_PREFETCH_WAIT)");
-  }
-  if (!d.can_copy()) return off("the CUDA driver lacks the copy, discard or event functions");
-  // Pinned memory and the copy kernel's module (driver_lock.h).
-  const std::lock_guard setting_up(driver_setup_mutex());
-  void* words = nullptr;
-  if (d.stream_create(&restore_stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
-      d.event_create(&discarded_event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
-      d.event_create(&stopped_event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
-      d.event_create(&rescue_event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
-      d.mem_host_alloc(&words, kEpochs * sizeof(uint64_t),
-                       CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE) != CUDA_SUCCESS ||
-      d.mem_host_get_device_pointer(&restored_base, words, 0) != CUDA_SUCCESS) {
-    return off("could not create its stream, event or counters");
-  }
-  copy_words = static_cast<volatile uint64_t*>(words);
-  for (uint32_t i = 0; i < kEpochs; ++i) copy_words[i] = 0;
-  restored_device.store(restored_base, std::memory_order_release);
-  // The copy kernel's module only with a budget asked for: without one umswap evicts only past
-  // the GPU's whole memory (copy engines copy then), and loading a module is a context-wide call
-  // that must not come while a program thread captures a CUDA graph (a global-mode capture fails
-  // on it).
-  if (config.evict_copy_kernel && !config.budget.is_zero()) {
-    set_up_copy_kernel();
-  } else if (config.evict_copy_kernel) {
-    copy_kernel_off = "no budget was set (copy engines copy)";
-  }
-  if (config.evict_copy_side_streams &&
-      (d.stream_create(&populate_stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
-       d.event_create(&populated_event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
-       d.stream_create(&discard_stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)) {
-    // Populates and discards run on their copies' streams.
-    populate_stream = discard_stream = nullptr;
-  }
-  // Pinned host memory: at most half of the machine's memory.
-  const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
-  const uint64_t limit = pages > 0 && page_size > 0
-                             ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size) / 2
-                             : uint64_t{16} << 30;
-  copies = std::make_unique<HostCopies>(
-      [this](uint64_t bytes) -> uint64_t {
-        void* host = nullptr;
-        doing.store("allocating pinned memory", std::memory_order_relaxed);
-        // The copy kernel reads and writes it at its host address (unified addressing).
-        const unsigned flags =
-            CU_MEMHOSTALLOC_PORTABLE | (copy_fn ? CU_MEMHOSTALLOC_DEVICEMAP : 0u);
-        const std::lock_guard driver(driver_setup_mutex());
-        return d.mem_host_alloc(&host, bytes, flags) == CUDA_SUCCESS
-                   ? reinterpret_cast<uint64_t>(host)
-                   : 0;
-      },
-      [this](uint64_t host, uint64_t) {
-        const std::lock_guard driver(driver_setup_mutex());
-        d.mem_free_host(reinterpret_cast<void*>(host));
-      },
-      limit);
-  if (config.verify && !trips && trips_off.empty()) {
-    trips_off = copy_kernel_off.empty() ? "the copy kernel is not used (UMSWAP_EVICT_COPY_PATH)"
-                                        : "the copy kernel is off: " + copy_kernel_off;
-  }
-  log_info("UMSWAP_EVICT_COPY: evictions are copied to pinned host memory (up to {}){}",
-           format_bytes(limit),
-           config.evict_copy_keep ? " (keep: a diagnostic, the GPU pages are not discarded)"
-                                  : " and their GPU pages discarded");
-}
-
-// Loads the copy kernel (copy_kernel.h) into the program's context; if it cannot be, says so
-// once and leaves the copies to the copy engines.
-void AdvisorImpl::set_up_copy_kernel() {
-  const auto off = [this](std::string why) {
-    copy_kernel_off = std::move(why);
-    log_warning("UMSWAP_EVICT_COPY_PATH=kernel: {}; copy engines copy", copy_kernel_off);
-  };
-  if (!d.module_load_data || !d.module_get_function || !d.launch_kernel) {
-    return off("the CUDA driver lacks cuModuleLoadData, cuModuleGetFunction or cuLaunchKernel");
-  }
-  CUmodule module = nullptr;
-  if (const CUresult r = d.module_load_data(&module, copy_kernel_ptx().data()); r != CUDA_SUCCESS) {
-    return off(fmt::format("the driver did not load its PTX (error {})", static_cast<int>(r)));
-  }
-  // The module stays loaded for the life of the context: the kernel may run until the end.
-  if (const CUresult r = d.module_get_function(&copy_fn, module, kCopyKernelName);
-      r != CUDA_SUCCESS) {
-    copy_fn = nullptr;
-    return off(fmt::format("{} was not found in its module (error {})", kCopyKernelName,
-                           static_cast<int>(r)));
-  }
-  if (config.verify) set_up_round_trips(module);
-}
-
-// umswap run --verify: the page hash kernel from the copy kernel's module and its slots; without
-// them the round trips are not hashed (the stats say why).
-void AdvisorImpl::set_up_round_trips(CUmodule module) {
-  void* memory = nullptr;
-  if (const CUresult r = d.module_get_function(&hash_fn, module, kPageHashKernelName);
-      r != CUDA_SUCCESS) {
-    hash_fn = nullptr;
-    trips_off = fmt::format("{} was not found in the copy kernel's module (error {})",
-                            kPageHashKernelName, static_cast<int>(r));
-  } else if (const CUresult m = d.mem_host_alloc(
-                 &memory, kTripSlots * 8, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE);
-             m != CUDA_SUCCESS) {
-    trips_off = fmt::format("no pinned memory for the hashes (error {})", static_cast<int>(m));
-  } else {
-    trip_memory = static_cast<const volatile uint64_t*>(memory);
-    trips = std::make_unique<RoundTrips>(kTripSlots);
-    return;
-  }
-  log_warning("umswap run --verify: {}; the round trips are not hashed", trips_off);
-}
-
-void AdvisorImpl::hash_pages(uint64_t address, uint64_t length, bool leaving, uint64_t ticket,
-                             uint64_t g, CUstream s) {
-  if (!trips) return;
-  const auto [lo, hi] = whole_pages(address, length);
-  if (hi <= lo) return;
-  const uint64_t pages = (hi - lo) / kPage;
-  const std::optional<uint64_t> first =
-      leaving ? trips->leave(lo, pages, ticket, g) : trips->back(lo, pages, ticket, g);
-  if (!first) return;
-  uint64_t src = lo, hashes = reinterpret_cast<uint64_t>(trip_memory) + *first * 8;
-  void* args[] = {&src, &hashes};
-  CUresult r = CUDA_SUCCESS;
-  {
-    const Timed timed(copy_call_s);
-    r = d.launch_kernel(hash_fn, static_cast<unsigned>(pages), 1, 1, kPageHashThreads, 1, 1, 0, s,
-                        args, nullptr);
-  }
-  if (r != CUDA_SUCCESS) {
-    // Its slots will hold no hash: no round trip is compared from here on (a false mismatch
-    // would be worse than none). The memory stays: hashes launched before may still write it.
-    trips_off = fmt::format("a launch of the hash kernel failed (error {})", static_cast<int>(r));
-    trips.reset();
-    log_warning("umswap run --verify: {}; round trips are no longer hashed", trips_off);
-  }
-}
-
-// Compares the round trips whose copies are seen done (tend_copies()).
-void AdvisorImpl::settle_round_trips() {
-  if (!trips) return;
-  const size_t had = trips->mismatches().size();
-  trips->settle(out_done, in_done, [&](uint64_t slot) { return trip_memory[slot]; });
-  const auto name = [](uint64_t launch) {
-    const std::vector<uint32_t> key = tracer::copy_keys(launch, 1);
-    return tracer::key_name(key.empty() ? UINT32_MAX : key[0]);
-  };
-  for (size_t i = had; i < trips->mismatches().size(); ++i) {
-    const RoundTrips::Mismatch& m = trips->mismatches()[i];
-    mismatch_kernels.emplace_back(name(m.left_at), name(m.back_at));
-    log_warning(
-        "umswap run --verify: the 2 MiB page at {:#x} came back different from what left the "
-        "GPU (copied out at launch {}, {}; back at launch {}, {})",
-        m.page, m.left_at, mismatch_kernels.back().first, m.back_at,
-        mismatch_kernels.back().second);
-  }
-}
-
-nlohmann::json AdvisorImpl::round_trips_json(const tracer::RunSummary* summary) const {
-  nlohmann::json j = {
-      {"hashed", trips != nullptr},
-      {"off_reason", trips_off.empty() ? nlohmann::json(nullptr) : nlohmann::json(trips_off)}};
-  if (!trips) return j;
-  const RoundTrips::Counts& c = trips->counts();
-  nlohmann::json first = nlohmann::json::array();
-  for (size_t i = 0; i < trips->mismatches().size(); ++i) {
-    const RoundTrips::Mismatch& m = trips->mismatches()[i];
-    nlohmann::json x = {{"page", fmt::format("{:#x}", m.page)},
-                        {"left_at_launch", m.left_at},
-                        {"back_at_launch", m.back_at},
-                        {"left_hash", fmt::format("{:#018x}", m.left_hash)},
-                        {"back_hash", fmt::format("{:#018x}", m.back_hash)}};
-    if (i < mismatch_kernels.size()) {
-      x["left_kernel"] = mismatch_kernels[i].first;
-      x["back_kernel"] = mismatch_kernels[i].second;
-    }
-    if (summary) {
-      const auto& bufs = summary->trace.buffers;
-      for (size_t b = 0; b < bufs.size(); ++b) {
-        if (bufs[b].base < m.page + kPage && m.page < bufs[b].base + bufs[b].size) {
-          x["buffer"] = {
-              {"index", b}, {"base", fmt::format("{:#x}", bufs[b].base)}, {"size", bufs[b].size}};
-          break;
-        }
-      }
-    }
-    first.push_back(std::move(x));
-  }
-  // Pages of 2 MiB.
-  j.update({{"page_bytes", kPage},
-            {"checked_pages", c.checked},
-            {"mismatched_pages", c.mismatches},
-            {"first_mismatches", std::move(first)},
-            {"not_compared_pages",
-             {{"no_slot", c.no_slot},
-              {"unmatched", c.unmatched},
-              {"away_at_exit", trips->away()},
-              {"returning_at_exit", trips->returning()}}}});
-  return j;
-}
-
-// One copy of umswap's between pinned host memory and the GPU on stream s: by the copy kernel
-// when it is loaded and the copy fits it, else by a copy engine. Addresses are the process's
-// (unified addressing: a pinned host block has the same address on the GPU).
-CUresult AdvisorImpl::copy_async(uint64_t dst, uint64_t src, uint64_t bytes, bool to_host,
-                                 CUstream s) {
-  if (copy_fn && copy_kernel_fits(dst, src, bytes)) {
-    uint64_t units = bytes / 16;
-    void* args[] = {&dst, &src, &units};
-    ++kernel_copies;
-    return d.launch_kernel(copy_fn, kCopyKernelBlocks, 1, 1, kCopyKernelThreads, 1, 1, 0, s, args,
-                           nullptr);
-  }
-  ++engine_copies;
-  return to_host ? d.memcpy_dtoh_async(reinterpret_cast<void*>(dst), src, bytes, s)
-                 : d.memcpy_htod_async(dst, reinterpret_cast<const void*>(src), bytes, s);
-}
-
-// From the plan's first applied launch on (its waits in place).
-void AdvisorImpl::go_live_copies() {
-  if (!copies || copies->frozen()) return;
-  copies_live.store(true, std::memory_order_release);
-}
-
-CUevent AdvisorImpl::take_event() {
-  CUevent e = nullptr;
-  if (!spare_events.empty()) {
-    e = spare_events.back();
-    spare_events.pop_back();
-  } else if (d.event_create(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
-    e = nullptr;
-  }
-  return e;
-}
-
-// The event after the copies back up to `ticket` on restore_stream, for a copy out to wait for
-// (issue_restore records one after each restore): *event stays null when they are seen done.
-// False: not issued yet, or issued without an event (the caller leaves the range to the driver).
-bool AdvisorImpl::copy_back_event(uint64_t ticket, CUevent* event) {
-  *event = nullptr;
-  in_done = poll(in_events, in_done);
-  if (ticket <= in_done) return true;
-  for (const TicketEvent& t : in_events) {
-    if (t.ticket >= ticket) {
-      *event = t.event;
-      return true;
-    }
-  }
-  return false;
-}
-
-// The highest ticket of `q` whose event is done (at least `seen`); done events go back to the
-// spares.
-uint64_t AdvisorImpl::poll(std::deque<TicketEvent>& q, uint64_t seen) {
-  while (!q.empty() && d.event_query(q.front().event) == CUDA_SUCCESS) {
-    seen = std::max(seen, q.front().ticket);
-    spare_events.push_back(q.front().event);
-    q.pop_front();
-  }
-  return seen;
-}
-
-// Evicts [address, address + length) at launch g, ordered after launch j, by copying its whole
-// 2 MiB pages to pinned host memory (the rest through the driver). to_driver: nothing was done,
-// the caller evicts through the driver; kept: nothing was done, and the range must stay on the
-// GPU (a launch already submitted reaches it).
-// `due`: the launch whose prefetches bring it back.
-AdvisorImpl::CopyOut AdvisorImpl::evict_by_copy(uint64_t address, uint64_t length, uint64_t g,
-                                                uint64_t j, uint64_t due) {
-  // From waits_from on: the launches that use the range next carry their waits.
-  if (!copies_live.load(std::memory_order_relaxed)) return CopyOut::to_driver;
-  if (g < waits_from.load(std::memory_order_acquire)) {
-    ++copy_skipped_early;
-    return CopyOut::to_driver;
-  }
-  const auto [lo, hi] = whole_pages(address, length);
-  if (hi <= lo) return CopyOut::to_driver;
-  std::optional<std::vector<HostCopies::Segment>> segments;
-  CUevent after_back = nullptr;
-  {
-    // No launch submitted after the last use may reach the range unless it waits for its copy
-    // back (a plan off the mark): the copy waits for launch j only. Launches submitted after
-    // this see the range held (guard()).
-    std::optional<Timed> timed(scan_s);
-    std::lock_guard lock(copies_mutex);
-    switch (submitted_reach(j, lo, hi, due)) {
-      case Reach::unknown:
-        return CopyOut::to_driver;
-      case Reach::reached:
-        ++copy_reached;
-        return CopyOut::kept;
-      case Reach::none:
-        break;
-    }
-    // A copy back of part of the range still on its way (a stop's, a rescue's, a plan's): the
-    // GPU pages hold nothing until it lands, so the copy out waits for it (issue 36).
-    if (const uint64_t back = copies->copy_back_pending(lo, hi); back != 0) {
-      if (!copy_back_event(back, &after_back)) {
-        ++copy_out_unordered_back;
-        return CopyOut::to_driver;  // the driver's eviction is coherent whatever is in flight
-      }
-      if (after_back) ++copies_out_after_back;
-    }
-    timed.emplace(take_s);  // the host blocks' allocation: pinned memory the first time
-    segments = copies->take(lo, hi - lo, out_ticket + 1, due);
-  }
-  if (!segments) {
-    ++copy_fallbacks;
-    return CopyOut::to_driver;
-  }
-  ++out_ticket;
-  if (after_back && d.stream_wait_event(stream, after_back, 0) != CUDA_SUCCESS) {
-    d.stream_synchronize(restore_stream);
-  }
-  if (lo > address) migrate(address, lo - address, false, g);
-  if (address + length > hi) migrate(hi, address + length - hi, false, g);
-  // The ranges copied, then discarded behind their copies in one discard (on the discard
-  // stream when there is one, ordered after the copies by copied_event).
-  const CUstream ds = discard_stream ? discard_stream : stream;
-  uint64_t bytes = 0;
-  uint32_t last_copy = 0;  // the correlation id of the last copy
-  for (const HostCopies::Segment& s : *segments) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const CUresult r = copy_async(s.host, s.address, s.length, true, stream);
-    const double took =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    evict_call_s += took;
-    copy_call_s += took;
-    issued_calls.fetch_add(1, std::memory_order_relaxed);
-    if (r != CUDA_SUCCESS) {
-      ++copy_failures;
-      // Not discarded (its copy is not seen done); every held range goes back, copies stop.
-      stop_copies(fmt::format("a copy to the host failed (error {})", static_cast<int>(r)));
-      return CopyOut::copied;
-    }
-    last_copy = tracer::last_own_copy();
-    tracer::note_own_copy(last_copy, s.address, s.length, false);
-    bytes += s.length;
-    ++copy_calls;
-    // --verify: hashed as it leaves, after its copy and before its discard (same stream).
-    hash_pages(s.address, s.length, true, out_ticket, g, stream);
-  }
-  if (!segments->empty()) {
-    // The discard right behind the copies, in the GPU's order (done on the host's word, later, it
-    // came after the copy back when the program ran ahead of the GPU: nothing left the GPU). Not
-    // discarded when it cannot be ordered: every held range goes back (the same bytes), copies
-    // stop.
-    if (ds != stream &&
-        (!record_copied() || (d.stream_wait_event(ds, copied_event, 0) != CUDA_SUCCESS &&
-                              d.stream_synchronize(stream) != CUDA_SUCCESS))) {
-      stop_copies("could not order a discard after its copy to the host");
-      return CopyOut::copied;
-    }
-    discard_behind(*segments, out_ticket, last_copy, ds);
-    if (!seal_copy_out(out_ticket, ds)) {
-      stop_copies("could not record an event after a copy to the host");
-      return CopyOut::copied;
-    }
-  }
-  count_copy_out(g, bytes);
-  return CopyOut::copied;
-}
-
-bool AdvisorImpl::record_copied() {
-  if (!copied_event && d.event_create(&copied_event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
-    copied_event = nullptr;
-    return false;
-  }
-  return d.event_record(copied_event, stream) == CUDA_SUCCESS;
-}
-
-// The discard on ds of `segments`, held by copy out `ticket`, behind `copy` (the correlation id
-// of the copy they follow, for the residency count).
-void AdvisorImpl::discard_behind(std::vector<HostCopies::Segment> segments, uint64_t ticket,
-                                 uint32_t copy, CUstream ds) {
-  std::vector<CUdeviceptr> starts;
-  std::vector<size_t> sizes;
-  for (const HostCopies::Segment& s : segments) {
-    starts.push_back(s.address);
-    sizes.push_back(s.length);
-  }
-  // UMSWAP_EVICT_COPY=keep (a diagnostic): the GPU pages stay.
-  CUresult r = CUDA_SUCCESS;
-  if (!config.evict_copy_keep) {
-    const Timed timed(managed_call_s);
-    r = d.mem_discard_batch_async(starts.data(), sizes.data(), starts.size(), 0, ds);
-  }
-  if (r != CUDA_SUCCESS) {
-    ++copy_failures;
-    // The GPU and the host both hold the data: the copy back rewrites the same bytes.
-    if (warned_copy_failure.first()) {
-      log_warning("advisor: cuMemDiscardBatchAsync failed (error {})", static_cast<int>(r));
-    }
-  } else {
-    discard_notes.push_back({ticket, copy, std::move(segments)});
-  }
-}
-
-// After the discards of copy out `ticket` on ds: its event, and its pieces marked discarded, in
-// the GPU's order (a copy back must come after). False: an event could not be recorded (the
-// caller stops copies).
-bool AdvisorImpl::seal_copy_out(uint64_t ticket, CUstream ds) {
-  CUevent e = take_event();
-  if (!e || d.event_record(e, ds) != CUDA_SUCCESS ||
-      d.event_record(discarded_event, ds) != CUDA_SUCCESS) {
-    return false;
-  }
-  discards_issued = true;
-  out_events.push_back({ticket, e});
-  std::lock_guard lock(copies_mutex);
-  copies->copied(ticket);
-  return true;
-}
-
-void AdvisorImpl::count_copy_out(uint64_t g, uint64_t bytes) {
-  copied_out.push_back({g, bytes});
-  copied_out_bytes += bytes;
-  evicted.push_back({g, bytes});
-  evicted_bytes += bytes;
-}
-
-// Whether a launch the program has submitted after launch j reaches [lo, hi) without waiting for
-// the copies back up to launch `due`. Under copies_mutex: a launch submitted after this sees what
-// is taken under the same lock (guard()).
-AdvisorImpl::Reach AdvisorImpl::submitted_reach(uint64_t j, uint64_t lo, uint64_t hi,
-                                                uint64_t due) {
-  const uint64_t n = launched.load(std::memory_order_acquire);
-  if (n <= j + 1) return Reach::none;
-  if (n - j - 1 > kScanLimit) return Reach::unknown;
-  tracer::StepLog log;
-  if (!tracer::copy_steps(j + 1, n - j - 1, &log)) return Reach::unknown;
-  for (uint64_t i = 0; i + j + 1 < n; ++i) {
-    const uint64_t covered = covered_launch(j + 1 + i);
-    for (uint64_t h = log.first_hit[i]; h < log.first_hit[i + 1]; ++h) {
-      const tracer::PointerHit& hit = log.hits[h];
-      const uint64_t end = hit.reach_end();
-      if (hit.pointer < hi && end > lo && (covered == UINT64_MAX || covered < due)) {
-        return Reach::reached;
-      }
-    }
-  }
-  return Reach::none;
-}
-
-// The prefetch of [address, address + length) at launch g: the parts held on the host go back
-// by copy (collected in pending_in; issue_restore() at the end of launch g); the rest goes
-// through the driver. False: nothing of it is held (the caller prefetches it all).
-bool AdvisorImpl::restore_by_copy(uint64_t address, uint64_t length, uint64_t g) {
-  HostCopies::Returned r;
-  {
-    std::lock_guard lock(copies_mutex);
-    if (!copies || !copies->holds(address, address + length)) return false;
-    // Kept as returning until seen done: a launch off the plan that reaches them before launch
-    // g's wait covers it is caught by the guard.
-    r = copies->give_back(address, length, in_ticket + 1, g);
-  }
-  copy_forgotten_bytes += r.forgotten_bytes;
-  // The gaps between held parts: the driver (they may be on the host).
-  uint64_t at = address;
-  for (const HostCopies::Segment& s : r.copy_in) {
-    if (s.address > at) migrate(at, s.address - at, true, g);
-    at = s.address + s.length;
-  }
-  if (at < address + length) migrate(at, address + length - at, true, g);
-  if (!r.copy_in.empty()) {
-    pending_ticket = ++in_ticket;
-    pending_in.insert(pending_in.end(), r.copy_in.begin(), r.copy_in.end());
-  }
-  return true;
-}
-
-// Issues launch g's copies back on restore_stream, at once and ordered on the GPU (nothing is
-// left for the host to issue later: a synchronous copy of the program's can hold the driver
-// while its stream waits for them): after the GPU reaches launch g (p given: its "reached"
-// event, as the driver's prefetches) and after every copy out and discard issued before it; then
-// the restored word says g + 1.
-void AdvisorImpl::issue_restore(const LivePlan* p, Restore r) {
-  const uint64_t value = r.g + 1;
-  if (!r.segments.empty()) {
-    // The populates' stream: every wait a copy back has is placed before its populates.
-    const CUstream ps = p && populate_stream ? populate_stream : restore_stream;
-    if (p && r.g > p->applied_from && r.g >= p->barrier_covers) {
-      const Timed timed(event_wait_s);
-      if (!reached.wait(d, r.g, ps, launched.load(std::memory_order_acquire))) {
-        ++late_start_events;
-      }
-    }
-    // After every copy out and discard issued so far (the last discard's event).
-    if (discards_issued) d.stream_wait_event(ps, discarded_event, 0);
-    CUmemLocation gpu{};
-    gpu.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    gpu.id = device;
-    // Populate (a prefetch of discarded pages moves nothing), then copy in. With a stream of the
-    // populates' own, each copy waits for its own segment's populate (and so for those before it
-    // there), not for all of them: the next segment is populated while this one is copied. On
-    // one stream populates and copies run in turn whatever the order.
-    const bool pipelined = ps != restore_stream;
-    const auto populate = [&](const HostCopies::Segment& s) {
-      const Timed timed(managed_call_s);
-      d.mem_prefetch_async(s.address, s.length, gpu, 0, ps);
-    };
-    if (!pipelined) {
-      for (const HostCopies::Segment& s : r.segments) populate(s);
-    }
-    // Segments before this one are populated: copy_back() goes in order, a retry right away.
-    size_t populated = pipelined ? 0 : r.segments.size();
-    uint32_t first_copy = 0;
-    CUresult error = CUDA_SUCCESS;
-    const CopyBackOutcome out = copy_back(r.segments, [&](const HostCopies::Segment& s) {
-      const size_t i = static_cast<size_t>(&s - r.segments.data());
-      if (i >= populated) {
-        populate(s);
-        // A wait takes the event's latest record when placed: the next record does not move it.
-        if (d.event_record(populated_event, ps) != CUDA_SUCCESS ||
-            d.stream_wait_event(restore_stream, populated_event, 0) != CUDA_SUCCESS) {
-          // An unordered copy would land in unpopulated pages or before the room: stop, wait.
-          d.stream_synchronize(ps);
-        }
-        populated = i + 1;
-      }
-      CUresult e = CUDA_SUCCESS;
-      {
-        const Timed timed(copy_call_s);
-        e = copy_async(s.address, s.host, s.length, false, restore_stream);
-      }
-      if (e != CUDA_SUCCESS) {
-        ++copy_failures;
-        error = e;
-        return false;
-      }
-      const uint32_t copy = tracer::last_own_copy();
-      if (!first_copy) first_copy = copy;
-      tracer::note_own_copy(copy, s.address, s.length, true);
-      ++copy_calls;
-      // --verify: hashed once back, before the event and the word launches wait for.
-      hash_pages(s.address, s.length, false, r.ticket, r.g, restore_stream);
-      return true;
-    });
-    const uint64_t bytes = out.bytes;
-    if (!out.lost.empty()) {
-      // Copies stop after this restore (the callers); the lost bytes cannot come back. With
-      // UMSWAP_EVICT_COPY=keep the GPU still holds them.
-      uint64_t lost = 0;
-      for (const HostCopies::Segment& s : out.lost) lost += s.length;
-      if (!config.evict_copy_keep) copy_lost_bytes += lost;
-      copy_back_failed = true;
-      if (warned_copy_failure.first()) {
-        log_warning("advisor: {} copies back ({}, the first at {:#x}) failed twice (error {}){}",
-                    out.lost.size(), format_bytes(lost), out.lost.front().address,
-                    static_cast<int>(error),
-                    config.evict_copy_keep
-                        ? ""
-                        : ": those bytes are lost to the program, whose results from here on "
-                          "must not be trusted");
-      }
-    }
-    // The populates run right before the first copy, and on a stream of their own they run on
-    // ahead of the copies (each takes a fraction of its copy's time): all are placed at the
-    // first copy's start (without CUPTI's record: at launch g's GPU start, or now).
-    for (const HostCopies::Segment& s : r.segments) {
-      tracer::note_residency_by_copy(s.address, s.length, true, first_copy, p ? r.g : UINT64_MAX);
-    }
-    copied_in.push_back({r.g, bytes});
-    copied_in_bytes += bytes;
-    prefetched.push_back({r.g, bytes});
-    prefetched_bytes += bytes;
-    if (CUevent e = take_event(); e && d.event_record(e, restore_stream) == CUDA_SUCCESS) {
-      in_events.push_back({r.ticket, e});
-    }
-  }
-  if (value > restored_written) {
-    d.stream_write_value64(restore_stream, restored_device.load(), value, 0);
-    restored_written = value;
-  }
-}
-
-// Notes the discards seen done in the residency count, and makes host blocks whose copies are
-// done reusable.
-void AdvisorImpl::tend_copies() {
-  if (!copies) return;
-  out_done = poll(out_events, out_done);
-  in_done = poll(in_events, in_done);
-  settle_round_trips();
-  // Discards seen done: the residency count takes them off the GPU where CUPTI saw the copy they
-  // follow end (without its record: now, a little after they ran, and the count errs high).
-  while (!discard_notes.empty() && discard_notes.front().ticket <= out_done) {
-    const DiscardNote& n = discard_notes.front();
-    for (const HostCopies::Segment& s : n.segments) {
-      tracer::note_residency_by_copy(s.address, s.length, false, n.copy, UINT64_MAX);
-      copy_discarded_bytes += s.length;
-    }
-    discard_notes.pop_front();
-  }
-  std::lock_guard lock(copies_mutex);
-  copies->retire(out_done, in_done);
-}
-
-// The launch path's check (UMSWAP_EVICT_COPY), before launch `index` is submitted: if it points
-// into a range held on the host that its waits do not bring back first (a plan off the mark, or
-// the program past its loop), it waits here until the advisor thread has brought everything
-// back and stopped copying. Not in the driver: a synchronous copy waiting there could hold the
-// driver from the advisor's calls.
-// `covered`: the launch up to which this one waits for the copies back (UINT64_MAX: none).
-void AdvisorImpl::guard(uint64_t index, const std::vector<tracer::PointerHit>* hits,
-                        uint64_t covered, CUstream on) {
-  uint64_t serial = 0;  // 0: waits until copies stop
-  {
-    std::lock_guard lock(copies_mutex);
-    if (!copies) return;
-    // Frozen while still live: stop_copies() is giving everything back. The launch waits until it
-    // has (below), then for stopped_pending's event (on_step), not a moment less.
-    if (copies->frozen()) {
-      log_debug("UMSWAP_EVICT_COPY: launch {} waits for copies to stop", index);
-    } else if (!hits) {
-      // Unknown (the tracer stopped recording): everything comes back, copies stop.
-      uint64_t none = UINT64_MAX;
-      guard_launch.compare_exchange_strong(none, index);
-      rescue_asked.store(true, std::memory_order_release);
-    } else {
-      rescue_ranges.clear();
-      for (const tracer::PointerHit& h : *hits) {
-        const uint64_t end = h.reach_end();
-        if (copies->reaches(h.pointer, end, covered)) {
-          log_debug(
-              "UMSWAP_EVICT_COPY: launch {} reaches [{:#x}, {:#x}) held on the host; it waits "
-              "for the copies back up to launch {} (UINT64_MAX: none); held: {}",
-              index, h.pointer, end, covered, copies->describe(h.pointer, end));
-          rescue_ranges.emplace_back(h.pointer / kPage * kPage, (end + kPage - 1) / kPage * kPage);
-        }
-      }
-      if (rescue_ranges.empty()) return;
-      serial = ++rescue_serial;
-      rescue_launch = index;
-      rescue_wanted.store(serial, std::memory_order_release);
-    }
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  bool warned = false;
-  while (copies_live.load(std::memory_order_acquire) && !stop.load(std::memory_order_acquire) &&
-         (serial == 0 || rescue_served.load(std::memory_order_acquire) < serial)) {
-    sleep_us(20);
-    if (!warned && std::chrono::steady_clock::now() - t0 > std::chrono::seconds(10)) {
-      warned = true;
-      log_warning(
-          "UMSWAP_EVICT_COPY: launch {} has waited 10 s for the advisor to bring back "
-          "what it copied to the host",
-          index);
-    }
-  }
-  // Served: its stream waits for the copies back (recorded before rescue_served moved; a later
-  // request re-records it only after this launch is submitted). Stopped instead: on_step makes
-  // it wait for everything back.
-  if (serial && rescue_served.load(std::memory_order_acquire) >= serial) {
-    d.stream_wait_event(on, rescue_event, 0);
-  }
-}
-
-// The guard's request (guard()): the held ranges the caught launch reaches come back now, on
-// restore_stream behind the discards, and rescue_event follows them. Copies go on.
-void AdvisorImpl::serve_rescue() {
-  const uint64_t want = rescue_wanted.load(std::memory_order_acquire);
-  if (want == rescue_served.load(std::memory_order_relaxed)) return;
-  HostCopies::Returned back;
-  uint64_t caught = 0;
-  {
-    std::lock_guard lock(copies_mutex);
-    caught = rescue_launch;
-    if (copies && !copies->frozen()) {
-      ++in_ticket;
-      for (const auto& [lo, hi] : rescue_ranges) {
-        HostCopies::Returned r = copies->give_back(lo, hi - lo, in_ticket, HostCopies::kNoLaunch);
-        back.copy_in.insert(back.copy_in.end(), r.copy_in.begin(), r.copy_in.end());
-        back.forgotten_bytes += r.forgotten_bytes;
-      }
-    }
-  }
-  ++copy_guard_hits;
-  uint64_t bytes = 0;
-  for (const HostCopies::Segment& seg : back.copy_in) bytes += seg.length;
-  copy_rescued_bytes += bytes;
-  copy_forgotten_bytes += back.forgotten_bytes;
-  if (guard_kernels.size() < 8) {
-    const std::vector<uint32_t> key = tracer::copy_keys(caught, 1);
-    guard_kernels.push_back(fmt::format("launch {} ({}): {}", caught,
-                                        tracer::key_name(key.empty() ? UINT32_MAX : key[0]),
-                                        format_bytes(bytes)));
-  }
-  log_debug("UMSWAP_EVICT_COPY: launch {} caught; {} come back for it", caught,
-            format_bytes(bytes));
-  issue_restore(nullptr,
-                {restored_written ? restored_written - 1 : 0, in_ticket, std::move(back.copy_in)});
-  if (copy_back_failed) stop_copies("a copy back to the GPU failed");
-  if (d.event_record(rescue_event, restore_stream) != CUDA_SUCCESS) {
-    // The launch cannot be ordered after its copies back: everything comes back, copies stop.
-    stop_copies("could not record an event after copies back for a launch the guard caught");
-  }
-  rescue_served.store(want, std::memory_order_release);
-}
-
-// Every range held on the host goes back now, and copies stop: for the rest of the run
-// (`for_good`: the guard caught a launch, a copy failed, the watchdog asked, the program ends),
-// or until the next plan takes effect (a plan ends or another takes over: it knows nothing of
-// them). Nothing here waits on the host: restore_stream releases this epoch's word once every
-// copy back queued on it is done.
-void AdvisorImpl::stop_copies(const std::string& why, bool for_good) {
-  if (!copies || copies->frozen()) return;
-  doing.store("bringing everything copied back", std::memory_order_relaxed);
-  if (!for_good && epoch + 1 >= kEpochs) for_good = true;
-  ++copy_rescues;
-  if (for_good) copy_off_reason = why;
-  // When the program ends there is nothing to warn about (the stats keep the reason).
-  if (for_good && !stop.load()) {
-    log_warning(
-        "UMSWAP_EVICT_COPY: {}; everything copied to the host goes back, and evictions go "
-        "through the driver from now on",
-        why);
-  } else {
-    log_info("UMSWAP_EVICT_COPY: {}; everything copied to the host goes back", why);
-  }
-  out_done = poll(out_events, out_done);
-  tend_copies();  // discards seen due
-  // Every held range is discarded behind its copy on `stream`: the copies back wait for the last
-  // discard on restore_stream. Not for a launch: no "reached" wait.
-  HostCopies::Returned r;
-  {
-    std::lock_guard lock(copies_mutex);
-    copies->freeze();
-    r = copies->give_back_all(++in_ticket);
-  }
-  copy_forgotten_bytes += r.forgotten_bytes;
-  r.copy_in.insert(r.copy_in.end(), pending_in.begin(), pending_in.end());
-  pending_in.clear();
-  issue_restore(nullptr,
-                {restored_written ? restored_written - 1 : 0, in_ticket, std::move(r.copy_in)});
-  // Launches place no more waits for it; those placed wait for the copies back queued so far,
-  // and launches from now on wait for them all (on_step) until they are seen done.
-  d.stream_write_value64(restore_stream, restored_device.load(), kReleased, 0);
-  restored_written = kReleased;
-  // Its own event: a later plan's discards re-record discarded_event on `stream`, which the
-  // copies back here are not ordered before.
-  if (d.event_record(stopped_event, restore_stream) == CUDA_SUCCESS) {
-    stopped_pending.store(++stops_recorded, std::memory_order_release);
-  }
-  // Before the word changes: a launch that still sees copies live waits on the released word
-  // (on_step reads the word first). Frees launches waiting in guard(), which then wait for
-  // stopped_pending's event.
-  copies_live.store(false, std::memory_order_seq_cst);
-  if (!for_good) {
-    // A fresh word for the next plan; host blocks are reused once their copies are seen done.
-    ++epoch;
-    restored_written = 0;
-    restored_device.store(restored_base + epoch * sizeof(uint64_t), std::memory_order_seq_cst);
-    std::lock_guard lock(copies_mutex);
-    copies->unfreeze();
-  }
 }
 
 // The drops by page of this process, for the allocator's free path: only whole 2 MiB pages (the
@@ -3316,17 +2216,17 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
       {"launch_populate_call_seconds", a.launch_populate_call_ns.load() * 1e-9},
       {"launch_populate_longest_call_seconds", a.launch_populate_longest_ns.load() * 1e-9},
       {"launch_path_seconds", a.launch_path_ns.load() * 1e-9},
-      {"prefetch_call_seconds", a.prefetch_call_s},
-      {"evict_call_seconds", a.evict_call_s},
-      {"longest_call_seconds", a.longest_call_s},
-      {"planned_seconds", a.planned_s},
-      {"apply_seconds", a.apply_s},
-      {"tend_copies_seconds", a.tend_copies_s},
-      {"event_wait_seconds", a.event_wait_s},
-      {"scan_seconds", a.scan_s},
-      {"take_seconds", a.take_s},
-      {"managed_call_seconds", a.managed_call_s},
-      {"copy_call_seconds", a.copy_call_s},
+      {"prefetch_call_seconds", a.times.prefetch_call_s},
+      {"evict_call_seconds", a.times.evict_call_s},
+      {"longest_call_seconds", a.times.longest_call_s},
+      {"planned_seconds", a.times.planned_s},
+      {"apply_seconds", a.times.apply_s},
+      {"tend_copies_seconds", a.times.tend_copies_s},
+      {"event_wait_seconds", a.times.event_wait_s},
+      {"scan_seconds", a.times.scan_s},
+      {"take_seconds", a.times.take_s},
+      {"managed_call_seconds", a.times.managed_call_s},
+      {"copy_call_seconds", a.times.copy_call_s},
       {"most_launches_behind", a.most_behind},
       {"plan_buffers", a.plan_buffers},
       {"plan_buffers_found", a.plan_buffers_found},
@@ -3349,40 +2249,7 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
       {"evict_wait", a.config.evict_wait},
   };
   if (a.config.evict_copy) {
-    advisor["evict_copy"] = {
-        {"used", a.copies != nullptr},
-        {"off_reason",
-         a.copy_off_reason.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.copy_off_reason)},
-        {"copied_out_bytes", a.copied_out_bytes},
-        {"copied_in_bytes", a.copied_in_bytes},
-        {"discarded_bytes", a.copy_discarded_bytes},
-        {"forgotten_bytes", a.copy_forgotten_bytes},
-        {"copy_calls", a.copy_calls},
-        {"driver_fallbacks", a.copy_fallbacks},
-        // Not copied because a launch already submitted reaches the range: left on the GPU.
-        {"kept_reached", {{"evictions", a.copy_reached}, {"bytes", a.kept_reached_bytes}}},
-        {"copies_out_after_copy_back", a.copies_out_after_back},
-        {"left_to_driver",
-         {{"unordered", a.copy_skipped_unordered},
-          {"copy_back_not_issued", a.copy_out_unordered_back},
-          {"not_brought_back_whole", a.copy_skipped_not_back},
-          {"before_the_waits", a.copy_skipped_early}}},
-        {"rescues", a.copy_rescues},
-        {"guard_hits", a.copy_guard_hits},
-        {"rescued_bytes", a.copy_rescued_bytes},
-        {"guard_kernels", a.guard_kernels},
-        {"failures", a.copy_failures},
-        {"lost_bytes", a.copy_lost_bytes},
-        {"freed_while_held_bytes", a.freed_held_bytes.load()},
-        {"frees_waiting_for_copies", a.freed_waits.load()},
-        {"side_streams", a.populate_stream != nullptr},
-        {"path", a.copy_fn ? "kernel" : "engine"},
-        {"kernel_off", a.copy_kernel_off},
-        {"kernel_copies", a.kernel_copies},
-        {"engine_copies", a.engine_copies},
-        {"host_bytes", a.copies ? a.copies->host_bytes() : 0},
-    };
-    if (a.config.verify) advisor["evict_copy"]["round_trips"] = a.round_trips_json(summary);
+    advisor["evict_copy"] = a.copier.stats_json(summary);
   }
   if (a.placement) {
     nlohmann::json candidates = nlohmann::json::array();
@@ -3463,8 +2330,8 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
       const auto& steps = summary->trace.iterations;
       for (size_t i = 0; i < its.size() && i < steps.size(); ++i) {
         const uint64_t first = steps[i].first_step, end = first + steps[i].step_count;
-        its[i]["copied_in_bytes"] = sum_in(a.copied_in, first, end);
-        its[i]["copied_out_bytes"] = sum_in(a.copied_out, first, end);
+        its[i]["copied_in_bytes"] = sum_in(a.copier.copied_in(), first, end);
+        its[i]["copied_out_bytes"] = sum_in(a.copier.copied_out(), first, end);
         // How long the copies kept the link busy each way (CUPTI's times): out + in - both near
         // the wall time means the directions took turns; far below it, the copies waited.
         if (i < summary->iteration_copy_busy.size()) {

@@ -20,12 +20,16 @@
 
 #include "umswap/advisor/advisor_common.h"
 #include "umswap/advisor/copy_evictor.h"
+#include "umswap/advisor/event_ring.h"
 #include "umswap/advisor/learning_evictor.h"
+#include "umswap/advisor/logged_calls.h"
 #include "umswap/advisor/online_learning.h"
 #include "umswap/advisor/op_log.h"
 #include "umswap/advisor/planner.h"
+#include "umswap/advisor/progress.h"
 #include "umswap/advisor/replay.h"
 #include "umswap/advisor/resident_launches.h"
+#include "umswap/advisor/watchdog.h"
 #include "umswap/allocator/driver_api.h"
 #include "umswap/allocator/managed_allocator.h"
 #include "umswap/allocator/placement.h"
@@ -51,12 +55,7 @@ bool AdvisorDriver::complete() const {
 
 namespace {
 
-constexpr size_t kEventRing = 4096;  // last-use events, by launch index modulo this
 constexpr uint32_t kDivergeRun = 8;  // consecutive launches off the plan that end it
-// Launches that may be between on_step() and their submission at once (several launching
-// threads): a launch this far behind the launch count is on its stream, and its events (if any)
-// are recorded.
-constexpr uint64_t kEventSlack = 8;
 // The counter's values: launch g's evictions done (2g), all of launch g's actions done (2g + 1).
 constexpr uint64_t evictions_done(uint64_t g) {
   return 2 * g;
@@ -151,187 +150,15 @@ struct LivePlan {
   std::atomic<std::shared_ptr<const DropTable>> drops;
 };
 
-// Events recorded on the application's streams at chosen launches, which the advisor's stream
-// waits for: slot = launch index modulo kEventRing; index[slot] says which launch it holds now.
-struct EventRing {
-  const char* name = "";  // what its events mark (the watchdog's report)
-  // The last GPU-side waits placed for its events (written by the advisor thread, read by the
-  // reports, the watchdog's among them): launch, stream.
-  std::array<std::atomic<uint64_t>, 8> placed_launch{};
-  std::array<std::atomic<CUstream>, 8> placed_on{};
-  std::atomic<size_t> placed_count{0};
-  std::array<CUevent, kEventRing> events{};
-  std::array<std::atomic<uint64_t>, kEventRing> index{};
-  void record(const AdvisorDriver& d, uint64_t launch, CUstream stream) {
-    const size_t slot = launch % kEventRing;
-    if (d.event_record(events[slot], stream) == CUDA_SUCCESS) {
-      index[slot].store(launch, std::memory_order_release);
-    }
-  }
-  // Makes `waiter` wait for launch j's event; false when it was already reused, or is not
-  // recorded within 20 ms while launch j may still be on its way (`launched`, the launches the
-  // launch path has seen, is at most kEventSlack past it; further past, an event not there was
-  // never recorded, and waiting for it would only hold the advisor back).
-  bool wait(const AdvisorDriver& d, uint64_t j, CUstream waiter, uint64_t launched);
-};
-
-// The advisor's calls on its own streams, followed there by a write of their number to a word of
-// pinned memory (op_log.h): its event waits and managed-memory calls with UMSWAP_CLOSE_CALLS (on
-// by default: without a write after its event waits the advisor thread was seen to block for good
-// in a prefetch, docs/advisor.md "Closing the advisor's calls"), every call with UMSWAP_OP_LOG.
-// One per process (the advisor is one), set up before its streams.
-struct OpLogged {
-  AdvisorDriver real;
-  CUdeviceptr words = 0;
-  std::unique_ptr<OpLog> log;
-  // UMSWAP_CLOSE_CALLS=waits without UMSWAP_OP_LOG: one write before a managed call that follows
-  // event waits on its stream, none after.
-  bool between_waits_only = false;
-  // The advisor thread's prefetch or discard in progress (with UMSWAP_OP_LOG its copies too;
-  // steady_clock ns, 0: none), and which: a stall report says how long it has been in it.
-  std::thread::id advisor_thread;
-  std::atomic<int64_t> call_since{0};
-  std::atomic<const char*> call_what{""};
-};
-OpLogged* g_op_log = nullptr;
-
-// Marks the advisor thread's call through a wrapper for the stall report.
-struct InCall {
-  bool mine;
-  explicit InCall(const char* what) : mine(g_op_log->advisor_thread == std::this_thread::get_id()) {
-    if (!mine) return;
-    g_op_log->call_what.store(what, std::memory_order_relaxed);
-    g_op_log->call_since.store(now_ns(), std::memory_order_release);
-  }
-  ~InCall() {
-    if (mine) g_op_log->call_since.store(0, std::memory_order_release);
-  }
-};
-
-// Numbers a call on `s` and puts the write of its number after it there (followed streams only).
-void write_number(CUstream s, const char* what, uint64_t a, uint64_t b) {
-  uint64_t number = 0;
-  size_t word = 0;
-  if (g_op_log->log->note(s, what, a, b, &number, &word)) {
-    g_op_log->real.stream_write_value64(s, g_op_log->words + word * sizeof(uint64_t), number, 0);
-  }
-}
-// After a call UMSWAP_CLOSE_CALLS closes (an event wait, a managed call): its write, unless the
-// writes go only between waits and managed calls. Calls it does not close are wrapped only with
-// UMSWAP_OP_LOG (start_op_log), and always written.
-void op_logged(CUstream s, const char* what, uint64_t a, uint64_t b) {
-  if (!g_op_log->between_waits_only) write_number(s, what, a, b);
-}
-// UMSWAP_CLOSE_CALLS=waits: before a managed call, a write if event waits came before it.
-void close_waits_before(CUstream s) {
-  if (g_op_log->between_waits_only && g_op_log->log->take_wait(s)) {
-    write_number(s, "write after waits", 0, 0);
-  }
-}
-CUresult CUDAAPI logged_prefetch(CUdeviceptr p, size_t n, CUmemLocation to, unsigned flags,
-                                 CUstream s) {
-  close_waits_before(s);
-  const CUresult r =
-      (InCall("cuMemPrefetchAsync"), g_op_log->real.mem_prefetch_async(p, n, to, flags, s));
-  op_logged(s, to.type == CU_MEM_LOCATION_TYPE_HOST ? "prefetch to host" : "prefetch to gpu", p, n);
-  return r;
-}
-CUresult CUDAAPI logged_discard(CUdeviceptr* ps, size_t* sizes, size_t count,
-                                unsigned long long flags, CUstream s) {
-  close_waits_before(s);
-  const CUresult r = (InCall("cuMemDiscardBatchAsync"),
-                      g_op_log->real.mem_discard_batch_async(ps, sizes, count, flags, s));
-  op_logged(s, "discard", count ? ps[0] : 0, count ? sizes[0] : 0);
-  return r;
-}
-CUresult CUDAAPI logged_dtoh(void* to, CUdeviceptr from, size_t n, CUstream s) {
-  const CUresult r =
-      (InCall("cuMemcpyDtoHAsync"), g_op_log->real.memcpy_dtoh_async(to, from, n, s));
-  write_number(s, "copy out", from, n);
-  return r;
-}
-CUresult CUDAAPI logged_htod(CUdeviceptr to, const void* from, size_t n, CUstream s) {
-  const CUresult r =
-      (InCall("cuMemcpyHtoDAsync"), g_op_log->real.memcpy_htod_async(to, from, n, s));
-  write_number(s, "copy back", to, n);
-  return r;
-}
-CUresult CUDAAPI logged_record(CUevent e, CUstream s) {
-  const CUresult r = g_op_log->real.event_record(e, s);
-  write_number(s, "event record", reinterpret_cast<uintptr_t>(e), 0);
-  return r;
-}
-CUresult CUDAAPI logged_wait_event(CUstream s, CUevent e, unsigned flags) {
-  const CUresult r = g_op_log->real.stream_wait_event(s, e, flags);
-  if (g_op_log->between_waits_only) {
-    g_op_log->log->mark_wait(s);
-  } else {
-    write_number(s, "event wait", reinterpret_cast<uintptr_t>(e), 0);
-  }
-  return r;
-}
-CUresult CUDAAPI logged_write(CUstream s, CUdeviceptr at, cuuint64_t v, unsigned flags) {
-  const CUresult r = g_op_log->real.stream_write_value64(s, at, v, flags);
-  write_number(s, "word write", at, v);
-  return r;
-}
-CUresult CUDAAPI logged_wait_value(CUstream s, CUdeviceptr at, cuuint64_t v, unsigned flags) {
-  const CUresult r = g_op_log->real.stream_wait_value64(s, at, v, flags);
-  write_number(s, "word wait", at, v);
-  return r;
-}
-CUresult CUDAAPI logged_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                               unsigned by, unsigned bz, unsigned shared, CUstream s, void** params,
-                               void** extra) {
-  const CUresult r =
-      g_op_log->real.launch_kernel(f, gx, gy, gz, bx, by, bz, shared, s, params, extra);
-  write_number(s, "copy kernel", gx, 0);
-  return r;
-}
-
-// Puts the logging calls in `d`'s place (those it has); false, leaving `d` as it was, when the
-// words cannot be had. On the advisor thread, before any of its streams exist and before the
-// launch path uses `d` for stream calls (events_ready, progress_device are not set yet).
-bool start_op_log(AdvisorDriver& d, bool every_call, bool between_waits_only) {
-  if (g_op_log || !d.mem_host_alloc || !d.mem_host_get_device_pointer || !d.stream_write_value64) {
-    return false;
-  }
-  void* host = nullptr;
-  CUdeviceptr words = 0;
-  {
-    const std::lock_guard driver(driver_setup_mutex());  // pinned memory (driver_lock.h)
-    if (d.mem_host_alloc(&host, OpLog::kStreams * sizeof(uint64_t),
-                         CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE) != CUDA_SUCCESS ||
-        d.mem_host_get_device_pointer(&words, host, 0) != CUDA_SUCCESS) {
-      return false;
-    }
-  }
-  auto* logged = new OpLogged;
-  logged->real = d;
-  logged->words = words;
-  logged->log = std::make_unique<OpLog>(static_cast<volatile uint64_t*>(host));
-  logged->between_waits_only = between_waits_only && !every_call;
-  logged->advisor_thread = std::this_thread::get_id();
-  g_op_log = logged;  // never freed: launches may still use the wrappers at exit
-  d.mem_prefetch_async = logged_prefetch;
-  if (d.mem_discard_batch_async) d.mem_discard_batch_async = logged_discard;
-  d.stream_wait_event = logged_wait_event;
-  if (!every_call) return true;  // the launch path's event records and word waits stay direct
-  if (d.memcpy_dtoh_async) d.memcpy_dtoh_async = logged_dtoh;
-  if (d.memcpy_htod_async) d.memcpy_htod_async = logged_htod;
-  d.event_record = logged_record;
-  d.stream_write_value64 = logged_write;
-  if (d.stream_wait_value64) d.stream_wait_value64 = logged_wait_value;
-  if (d.launch_kernel) d.launch_kernel = logged_launch;
-  return true;
-}
-
 }  // namespace
 
 class AdvisorImpl final : public CopyEvictor::Host {
  public:
   AdvisorConfig config;
   AdvisorDriver d;
+  // Where the launch path and the advisor thread are, and the words launches wait on
+  // (progress.h): read by every thread, the watchdog's among them.
+  Progress words;
   Registry* registry = nullptr;
 
   // Launch path.
@@ -345,7 +172,6 @@ class AdvisorImpl final : public CopyEvictor::Host {
     LivePlan* q = next_plan.load(std::memory_order_acquire);
     return q && index >= q->applied_from ? q : plan.load(std::memory_order_acquire);
   }
-  std::atomic<uint64_t> launched{0};
   uint32_t mismatch_run = 0;
   std::atomic<bool> diverged{false};
   std::atomic<uint64_t> diverged_at{0};
@@ -354,15 +180,6 @@ class AdvisorImpl final : public CopyEvictor::Host {
   // Launches that finished on the GPU (recorded at API exit, for evictions), and launches the
   // GPU reached (recorded before the launch, for prefetches), by launch index modulo the ring.
   EventRing done, reached;
-  volatile uint64_t* progress_host =
-      nullptr;  // prefetch wait: last launch whose prefetches are done
-  CUdeviceptr progress_device = 0;
-  std::atomic<uint64_t> waits_from{UINT64_MAX};  // launch-path waits target launches >= this
-  std::atomic<bool> waits_off{false};            // the watchdog turned the waits off for good
-  std::atomic<uint64_t> highest_wait{0};  // largest counter value a launch waits for, plus one
-  // UMSWAP_EVICT_COPY: the largest restored value a launch waits for, with its word's epoch in the
-  // top 16 bits (the watchdog reports a word that stays below it).
-  std::atomic<uint64_t> highest_restore_wait{0};
   std::atomic<uint64_t> waits_placed{0};
   std::atomic<uint64_t> evict_waits_placed{0};
   std::atomic<uint64_t> launch_populates{0}, launch_populated_bytes{0};
@@ -412,7 +229,6 @@ class AdvisorImpl final : public CopyEvictor::Host {
 
   // Advisor thread.
   std::thread thread;
-  std::atomic<bool> stop{false};
   CUstream stream = nullptr;
   CUstream sweep_stream = nullptr;  // non-blocking, for the sweeps' discards (waits on nothing)
   CUevent barrier = nullptr;
@@ -482,7 +298,6 @@ class AdvisorImpl final : public CopyEvictor::Host {
   void check_replay_keys(LivePlan& p);
   void drop_plan(uint64_t at, const char* why);
   void release_waits();
-  void watch_waits();
   void build_drops(LivePlan& p);
   std::optional<Placement> make_placement(std::span<const BlockEvent> blocks, uint64_t start,
                                           uint64_t period, uint64_t arena_must_be);
@@ -498,20 +313,6 @@ class AdvisorImpl final : public CopyEvictor::Host {
   std::shared_ptr<const DropTable> applied_drops(LivePlan** plan_out, uint64_t* launched_out) const;
   bool use_lifetimes() const { return config.lifetimes && config.lifetimes(); }
 
-  // Prefetch-wait watchdog: its own thread, because the advisor thread itself can be the one
-  // stuck (inside the driver, measured on cudnn_vgg16).
-  std::thread watchdog;
-  std::atomic<uint64_t> wait_stalls{0};
-  std::atomic<uint64_t> issued_calls{0};  // migrations issued, for the watchdog
-  // What the advisor thread last began: for the watchdog's report of a stall it cannot break.
-  std::atomic<const char*> doing{"starting"};
-  // Every launch below it is applied (its actions issued, its words queued): for before_blocking,
-  // and the launch the advisor thread is at in the watchdog's report.
-  std::atomic<uint64_t> applied_through{0};
-  std::atomic<uint64_t> blocking_waits{0}, blocking_timeouts{0};
-  // The program's blocking call held now (steady_clock ns; 0: none), and when one was last let go
-  // after its 5 s: a stall report sets them beside the advisor's call.
-  std::atomic<int64_t> blocking_since{0}, blocking_let_go_at{0};
   uint64_t plan_buffers = 0, plan_buffers_found = 0;  // at the last plan's first applied launch
   // How far the advisor thread trails the launches (a thread blocked in the driver falls behind,
   // and its prefetches come late), and its host time (advisor_common.h).
@@ -519,54 +320,34 @@ class AdvisorImpl final : public CopyEvictor::Host {
   CallTimes times;
   // UMSWAP_EVICT_COPY's evictions (copy_evictor.h): its own state; this is its Host.
   CopyEvictor copier{config, d, *this, times};
+  // Its own thread, watching the words launches wait on (watchdog.h); the launch path notes each
+  // launch's waits in its log.
+  Watchdog watchdog{d, config, words, done, reached, copier};
 
   // Graph launches, host functions and stream callbacks seen (the plan knows nothing of what
   // they touch), and the first one's name.
   std::atomic<uint64_t> opaque_calls{0};
   std::atomic<const char*> first_opaque{nullptr};
-  OnceFlag warned_stuck;  // the watchdog's report_stuck()
-  OnceFlag warned_quiet;  // its report_quiet()
-  void report_stuck(const char* waiting_for, std::chrono::steady_clock::duration waited);
-  // The watchdog's report, once, of a launch held in the launch path with no other coming.
-  void report_quiet(std::chrono::steady_clock::duration quiet);
-  void report_state();  // both reports' tail: where things stood, and the stacks if asked
-  // For the watchdog's reports: what a recent launch waited for on the GPU (launch path).
-  struct LaunchWaits {
-    std::atomic<uint64_t> index{UINT64_MAX}, stream{0}, restore{0}, progress{0}, populates{0};
-    // When the launch path began and left this launch (steady_clock ns; 0: not noted).
-    std::atomic<int64_t> entered{0}, left{0};
-  };
-  // The last launches' waits: for the stall report, and in the stats file (launch_waits), where
-  // they can be set beside a trace's kernel times. Room for about three GPT-2 iterations.
-  std::array<LaunchWaits, 8192> launch_waits;
-  // Launch `index`'s entry, started afresh if it held another launch; returns it.
-  LaunchWaits& note_launch_wait(uint64_t index, CUstream s, uint64_t restore, uint64_t progress,
-                                uint64_t populates = 0);
-  // Where the GPU and the advisor stood at `launch` (the watchdog's report), said with `what`.
-  void report_where(const char* what, uint64_t launch);
   void relax_capture_mode();
 
   // CopyEvictor::Host.
   void wait_reached(uint64_t g, CUstream on) override {
     const Timed timed(times.event_wait_s);
-    if (!reached.wait(d, g, on, launched.load(std::memory_order_acquire))) ++late_start_events;
+    if (!reached.wait(d, g, on, words.launched.load(std::memory_order_acquire)))
+      ++late_start_events;
   }
   void count(bool to_gpu, uint64_t launch, uint64_t bytes) override {
     (to_gpu ? prefetched : evicted).push_back({launch, bytes});
     (to_gpu ? prefetched_bytes : evicted_bytes) += bytes;
   }
-  void note_doing(const char* what) override { doing.store(what, std::memory_order_relaxed); }
-  void issued_call() override { issued_calls.fetch_add(1, std::memory_order_relaxed); }
-  uint64_t launches_seen() const override { return launched.load(std::memory_order_acquire); }
-  uint64_t waits_start() const override { return waits_from.load(std::memory_order_acquire); }
-  bool stopping() const override { return stop.load(std::memory_order_acquire); }
+  void note_doing(const char* what) override { words.doing.store(what, std::memory_order_relaxed); }
+  void issued_call() override { words.issued_calls.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t launches_seen() const override { return words.launched.load(std::memory_order_acquire); }
+  uint64_t waits_start() const override { return words.waits_from.load(std::memory_order_acquire); }
+  bool stopping() const override { return words.stop.load(std::memory_order_acquire); }
 };
 
-Advisor::Advisor() : impl_(new AdvisorImpl) {
-  for (EventRing* ring : {&impl_->done, &impl_->reached}) {
-    for (auto& e : ring->index) e.store(UINT64_MAX);
-  }
-}
+Advisor::Advisor() : impl_(new AdvisorImpl) {}
 
 Advisor::~Advisor() {
   // Leaked on purpose when the thread still runs (exit paths): never joined from a destructor.
@@ -602,10 +383,10 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
   struct Noted {
     AdvisorImpl& a;
     uint64_t index;
-    AdvisorImpl::LaunchWaits& w;
+    LaunchWaitLog::Entry& w;
     int64_t entered = now_ns();
     Noted(AdvisorImpl& impl, uint64_t i, CUstream s)
-        : a(impl), index(i), w(impl.note_launch_wait(i, s, 0, 0)) {
+        : a(impl), index(i), w(impl.watchdog.launch_waits().note(i, s, 0, 0)) {
       w.entered.store(entered, std::memory_order_relaxed);
     }
     ~Noted() {
@@ -616,7 +397,7 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
       }
     }
   } noted{a, index, stream};
-  a.launched.store(index + 1, std::memory_order_release);
+  a.words.launched.store(index + 1, std::memory_order_release);
   LivePlan* p = a.plan_at(index);
   // While learning, and once a plan is staged until the advisor thread takes it up (the launches
   // in between have no actions yet: it begins the plan with a barrier, reset_to_start()).
@@ -634,7 +415,7 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
   CUdeviceptr restored = 0;
   uint64_t own_wait = UINT64_MAX;
   if (a.copier.begin_launch(&restored)) {
-    if (p && index >= p->base) own_wait = p->covered(index, a.waits_from.load());
+    if (p && index >= p->base) own_wait = p->covered(index, a.words.waits_from.load());
     a.copier.guard(index, hits, a.copier.cover(own_wait, index, stream), stream);
   }
   a.copier.wait_for_stop(stream);
@@ -656,7 +437,7 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
           populates ? p->drops.load(std::memory_order_acquire) : nullptr;
       table && phase < table->populate_at.size()) {
     if (!table->populate_at[phase].empty()) {
-      a.note_launch_wait(index, stream, 0, 0, table->populate_at[phase].size());
+      a.watchdog.launch_waits().note(index, stream, 0, 0, table->populate_at[phase].size());
     }
     a.populate_ranges(table->populate_at[phase], stream);
   }
@@ -677,34 +458,35 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
         CUDA_SUCCESS) {
       a.copier.wait_on_host(restored, own_wait + 1, index);  // the guard counted on that wait
     } else if (const std::optional<uint64_t> epoch = a.copier.epoch_of(restored)) {
-      a.note_launch_wait(index, stream, own_wait + 1, 0);
-      raise_to(a.highest_restore_wait, *epoch << 48 | ((own_wait + 1) & kRestoreWaitMask));
+      a.watchdog.launch_waits().note(index, stream, own_wait + 1, 0);
+      raise_to(a.words.highest_restore_wait, *epoch << 48 | ((own_wait + 1) & kRestoreWaitMask));
     }
   }
-  if (!a.progress_device) return;
+  if (!a.words.progress_device) return;
   // A launch waits for the counter to reach `value` (at most once: the larger of its waits).
   uint64_t value = 0;
   bool evict_wait = false;
   if (a.config.prefetch_wait && p->wait_ahead[phase] != UINT32_MAX &&
       index >= p->wait_ahead[phase]) {
     const uint64_t issued_at = index - p->wait_ahead[phase];
-    if (issued_at >= a.waits_from.load(std::memory_order_acquire)) value = actions_done(issued_at);
+    if (issued_at >= a.words.waits_from.load(std::memory_order_acquire))
+      value = actions_done(issued_at);
   }
   // UMSWAP_EVICT_WAIT: the evictions that must be done for this launch to run within the budget
   // (Plan::room_wait_back), not before the advisor has waits on.
   const std::vector<uint32_t>& room_wait = p->plan.room_wait_back;
   if (a.config.evict_wait && phase < room_wait.size() && room_wait[phase] != Plan::kNoRoomWait &&
-      index >= room_wait[phase] && index >= a.waits_from.load() &&
+      index >= room_wait[phase] && index >= a.words.waits_from.load() &&
       evictions_done(index - room_wait[phase]) > value) {
     value = evictions_done(index - room_wait[phase]);
     evict_wait = true;
   }
   if (value == 0) return;
-  if (a.d.stream_wait_value64(stream, a.progress_device, value, CU_STREAM_WAIT_VALUE_GEQ) ==
+  if (a.d.stream_wait_value64(stream, a.words.progress_device, value, CU_STREAM_WAIT_VALUE_GEQ) ==
       CUDA_SUCCESS) {
     (evict_wait ? a.evict_waits_placed : a.waits_placed).fetch_add(1, std::memory_order_relaxed);
-    raise_to(a.highest_wait, value + 1);
-    a.note_launch_wait(index, stream, 0, value);
+    raise_to(a.words.highest_wait, value + 1);
+    a.watchdog.launch_waits().note(index, stream, 0, value);
   }
 }
 
@@ -720,30 +502,32 @@ void Advisor::before_blocking() {
   // Cheapest first: this runs before every synchronize and every copy with a host side.
   const LivePlan* p = a.plan.load(std::memory_order_acquire);
   if (!p || (a.config.in_own_code && a.config.in_own_code())) return;
-  const bool waits = a.progress_device && !a.waits_off.load(std::memory_order_relaxed) &&
-                     a.waits_from.load(std::memory_order_acquire) != UINT64_MAX;
+  const bool waits = a.words.progress_device &&
+                     !a.words.waits_off.load(std::memory_order_relaxed) &&
+                     a.words.waits_from.load(std::memory_order_acquire) != UINT64_MAX;
   if (!waits && !impl_->copier.live()) return;
-  const uint64_t target = a.launched.load(std::memory_order_acquire);
-  if (target <= p->applied_from || a.applied_through.load(std::memory_order_acquire) >= target) {
+  const uint64_t target = a.words.launched.load(std::memory_order_acquire);
+  if (target <= p->applied_from ||
+      a.words.applied_through.load(std::memory_order_acquire) >= target) {
     return;
   }
-  a.blocking_waits.fetch_add(1, std::memory_order_relaxed);
+  a.words.blocking_waits.fetch_add(1, std::memory_order_relaxed);
   const auto start = std::chrono::steady_clock::now();
-  a.blocking_since.store(now_ns(), std::memory_order_relaxed);
+  a.words.blocking_since.store(now_ns(), std::memory_order_relaxed);
   struct Held {
     std::atomic<int64_t>& since;
     ~Held() { since.store(0, std::memory_order_relaxed); }
-  } held{a.blocking_since};
-  while (a.applied_through.load(std::memory_order_acquire) < target) {
-    if (a.stop.load(std::memory_order_acquire)) return;
+  } held{a.words.blocking_since};
+  while (a.words.applied_through.load(std::memory_order_acquire) < target) {
+    if (a.words.stop.load(std::memory_order_acquire)) return;
     // A relearned plan that takes over (switch_to_next) goes on applying the launches submitted,
     // which wait for its words: the wait goes on. A plan dropped has released its waits, and a
     // plan made since starts past the launches submitted.
     const LivePlan* now = a.plan.load(std::memory_order_acquire);
     if (!now || (now != p && target <= now->applied_from)) return;
     if (std::chrono::steady_clock::now() - start > std::chrono::seconds(5)) {
-      a.blocking_timeouts.fetch_add(1, std::memory_order_relaxed);
-      a.blocking_let_go_at.store(now_ns(), std::memory_order_relaxed);
+      a.words.blocking_timeouts.fetch_add(1, std::memory_order_relaxed);
+      a.words.blocking_let_go_at.store(now_ns(), std::memory_order_relaxed);
       return;
     }
     sleep_us(50);
@@ -757,7 +541,7 @@ void Advisor::before_free(uint64_t base, uint64_t size) {
 void Advisor::on_opaque(CUstream stream, const char* what) {
   AdvisorImpl& a = *impl_;
   if (a.opaque_calls.fetch_add(1, std::memory_order_relaxed) == 0) a.first_opaque.store(what);
-  a.copier.on_opaque(what, a.launched.load(std::memory_order_acquire), stream);
+  a.copier.on_opaque(what, a.words.launched.load(std::memory_order_acquire), stream);
 }
 
 bool Advisor::discard_page(uint64_t page) {
@@ -772,7 +556,7 @@ std::shared_ptr<const DropTable> AdvisorImpl::applied_drops(LivePlan** plan_out,
                                                             uint64_t* launched_out) const {
   LivePlan* p = plan.load(std::memory_order_acquire);
   if (!p) return nullptr;
-  const uint64_t n = launched.load(std::memory_order_acquire);
+  const uint64_t n = words.launched.load(std::memory_order_acquire);
   if (n == 0 || n - 1 < p->applied_from) return nullptr;
   if (plan_out) *plan_out = p;
   if (launched_out) *launched_out = n;
@@ -943,20 +727,21 @@ void Advisor::after_step(uint64_t index, CUstream stream) {
 void Advisor::on_finish() {
   AdvisorImpl& a = *impl_;
   if (!a.thread.joinable()) return;
-  a.stop.store(true);
+  a.words.stop.store(true);
   a.thread.join();
-  if (a.watchdog.joinable()) a.watchdog.join();
+  a.watchdog.join();
   a.plan.store(nullptr, std::memory_order_release);
-  if (a.progress_host) *a.progress_host = kReleased;  // no launch waits for the advisor any more
+  if (a.words.progress_host)
+    *a.words.progress_host = kReleased;  // no launch waits for the advisor any more
 }
 
 bool AdvisorImpl::set_up() {
-  while (!context.load() && !stop.load()) sleep_us(1000);
-  if (stop.load()) return false;
+  while (!context.load() && !words.stop.load()) sleep_us(1000);
+  if (words.stop.load()) return false;
   d.ctx_set_current(context.load());
   relax_capture_mode();  // once the driver is initialized (before, it answers error 3)
   if (config.op_log || config.close_calls) {
-    if (!start_op_log(d, config.op_log, config.close_calls == 2)) {
+    if (!start_logged_calls(d, config.op_log, config.close_calls == 2)) {
       log_warning("{}: no pinned memory for the calls' numbers; not followed",
                   config.op_log ? "UMSWAP_OP_LOG" : "UMSWAP_CLOSE_CALLS");
     } else if (config.op_log) {
@@ -1002,29 +787,24 @@ bool AdvisorImpl::set_up() {
         d.stream_write_value64 &&
         d.mem_host_alloc(&host, sizeof(uint64_t),
                          CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE) == CUDA_SUCCESS &&
-        d.mem_host_get_device_pointer(&progress_device, host, 0) == CUDA_SUCCESS) {
-      progress_host = static_cast<volatile uint64_t*>(host);
-      *progress_host = 0;
+        d.mem_host_get_device_pointer(&words.progress_device, host, 0) == CUDA_SUCCESS) {
+      words.progress_host = static_cast<volatile uint64_t*>(host);
+      *words.progress_host = 0;
       if (prefetch_wait_asked && !config.evict_copy) {
         log_warning(
             "UMSWAP_PREFETCH_WAIT is experimental: launches wait for the advisor's prefetches; a "
             "watchdog turns the waits off after a stall (docs/advisor.md)");
       }
     } else {
-      progress_device = 0;
+      words.progress_device = 0;
       log_warning("{}: stream memory operations unavailable; launches do not wait",
                   config.prefetch_wait ? "UMSWAP_PREFETCH_WAIT" : "UMSWAP_EVICT_WAIT");
     }
   }
-  copier.set_up(stream, device, progress_device != 0);
-  if (g_op_log) {
-    std::vector<std::pair<CUstream, const char*>> named = {{stream, "main"},
-                                                           {sweep_stream, "sweep"}};
-    for (const auto& e : copier.streams()) named.push_back(e);
-    for (auto [on, name] : named) {
-      if (on) g_op_log->log->name(on, name);
-    }
-  }
+  copier.set_up(stream, device, words.progress_device != 0);
+  name_logged_stream(stream, "main");
+  name_logged_stream(sweep_stream, "sweep");
+  for (const auto& [on, name] : copier.streams()) name_logged_stream(on, name);
   size_t total = 0;
   d.device_total_mem(&total, device);
   budget = config.budget.is_zero() ? total : config.budget.resolve(total);
@@ -1049,7 +829,7 @@ void AdvisorImpl::relax_capture_mode() {
 void AdvisorImpl::run() {
   tracer::untrace_this_thread();  // its copies are not the program's steps
   if (!set_up()) return;
-  if (progress_device) watchdog = std::thread([this] { watch_waits(); });
+  watchdog.start(stream, [this] { return plan.load() != nullptr; });
   state = "learning";
   if (matcher) {
     std::string why;
@@ -1058,7 +838,7 @@ void AdvisorImpl::run() {
                          &p->plan, &p->base, &p->period, &why, use_lifetimes())) {
       if (config.place && use_lifetimes()) {
         place_from_trace();
-        place_at = boundary_at_or_after(p->base, p->period, launched.load());
+        place_at = boundary_at_or_after(p->base, p->period, words.launched.load());
       }
       p->applied_from = p->base;
       p->source = "replay";
@@ -1071,8 +851,8 @@ void AdvisorImpl::run() {
       log_warning("replay: {}", fallback);
     }
   }
-  while (!stop.load(std::memory_order_acquire)) {
-    const uint64_t n = launched.load(std::memory_order_acquire);
+  while (!words.stop.load(std::memory_order_acquire)) {
+    const uint64_t n = words.launched.load(std::memory_order_acquire);
     LivePlan* p = plan.load(std::memory_order_relaxed);
     if (p && diverged.load(std::memory_order_acquire)) {
       drop_plan(diverged_at.load(), "the launches no longer match the plan");
@@ -1083,7 +863,7 @@ void AdvisorImpl::run() {
     if (p) {
       const Timed planned(times.planned_s);
       const LivePlan* q = next_plan.load(std::memory_order_relaxed);
-      doing.store("applying the plan", std::memory_order_relaxed);
+      words.doing.store("applying the plan", std::memory_order_relaxed);
       {
         const Timed timed(times.apply_s);
         apply(q ? std::min(n, q->applied_from) : n);
@@ -1092,14 +872,14 @@ void AdvisorImpl::run() {
       p = plan.load(std::memory_order_relaxed);
       tend(*p, n);
       if (relearning && !next_plan.load(std::memory_order_relaxed)) relearn(*p);
-      doing.store("tending copies", std::memory_order_relaxed);
+      words.doing.store("tending copies", std::memory_order_relaxed);
       {
         const Timed timed(times.tend_copies_s);
         copier.tend();
       }
-      doing.store("serving a rescue", std::memory_order_relaxed);
+      words.doing.store("serving a rescue", std::memory_order_relaxed);
       copier.serve_rescue();
-      doing.store("waiting for launches", std::memory_order_relaxed);
+      words.doing.store("waiting for launches", std::memory_order_relaxed);
       copier.take_requests();
       sleep_us(50);
     } else if (pending_placement) {
@@ -1120,243 +900,17 @@ void AdvisorImpl::run() {
   if (relearn_task.valid()) relearn_task.wait();  // reads the tracer's log: not past the exit
   if (stream) d.stream_synchronize(stream);
   copier.settle_at_exit();
-  if (progress_host) *progress_host = kReleased;
+  if (words.progress_host) *words.progress_host = kReleased;
 }
 
 // Releases every launch waiting on the counter, now and for good (until a new plan's reset
 // writes it again). The host write frees them at once; the stream write keeps a counter write
 // still queued on the advisor's stream (a lower value) from taking the release back.
 void AdvisorImpl::release_waits() {
-  waits_from.store(UINT64_MAX, std::memory_order_release);
-  if (!progress_device || waits_off.load()) return;
-  *progress_host = kReleased;
-  d.stream_write_value64(stream, progress_device, kReleased, 0);
-}
-
-// A launch must never wait for ever on the advisor. If launches wait for a counter value that
-// has not moved for 2 s (while the advisor thread issues nothing either; 10 s at most), the waits
-// are turned off for the rest of the run, with one warning: the counter is released from the host
-// (no driver call: the driver may be where the advisor thread is stuck), and released again if a
-// counter write still queued on the advisor's stream takes it back. Costs faults, never results.
-void AdvisorImpl::watch_waits() {
-  uint64_t watched = UINT64_MAX, issued = 0, restore_watched = UINT64_MAX;
-  auto since = std::chrono::steady_clock::now(), issued_since = since, restore_since = since;
-  uint64_t seen_launched = 0;
-  auto launched_since = since;
-  bool dumped = false, reported_quiet = false;
-  while (!stop.load(std::memory_order_acquire)) {
-    sleep_us(100000);
-    const uint64_t value = *progress_host;
-    const uint64_t wanted = highest_wait.load(std::memory_order_relaxed);
-    const auto now = std::chrono::steady_clock::now();
-    // Launches waiting on a copy-back word that does not move: nothing but the advisor thread can
-    // bring that memory back (releasing them would let them read discarded pages), so say where
-    // it is, once, after 10 s.
-    if (const auto now_word = copier.word_now()) {
-      const auto [epoch_now, word] = *now_word;
-      const uint64_t packed = highest_restore_wait.load(std::memory_order_relaxed);
-      if (packed >> 48 == epoch_now && word < (packed & kRestoreWaitMask) && word < kReleased) {
-        if (word != restore_watched) {
-          restore_watched = word;
-          restore_since = now;
-        } else if (now - restore_since > std::chrono::seconds(10)) {
-          report_stuck("copies back it has not issued", now - restore_since);
-        }
-      } else {
-        restore_watched = UINT64_MAX;
-      }
-    }
-    // Debug (UMSWAP_VERBOSE=2): the words launches wait on, once, when no launch came for 5 s.
-    if (const uint64_t l = launched.load(); l != seen_launched) {
-      seen_launched = l;
-      launched_since = now;
-    } else if (!dumped && now - launched_since > std::chrono::seconds(5)) {
-      dumped = true;
-      log_debug(
-          "advisor: no launch for 5 s: launched {}, progress {} (highest wait {}), restored {}, "
-          "copies live {}",
-          l, value, wanted, copier.word_now() ? copier.word_now()->second : 0, copier.live());
-    }
-    // A stall neither word shows: the latest launch still inside umswap's launch path after 30 s
-    // (its launch_waits entry entered, not left), with a plan in force (the launch path waited
-    // there once for a lock its own thread held, d388d01). Said once, with every thread's stack
-    // under UMSWAP_HANG_STACKS=1. A program that only pauses between launches (saving a checkpoint)
-    // is outside the launch path and gets no report.
-    if (const uint64_t l = launched.load(); !reported_quiet && l > 0 && plan.load() != nullptr) {
-      const LaunchWaits& w = launch_waits[(l - 1) % launch_waits.size()];
-      const int64_t entered = w.entered.load(std::memory_order_relaxed);
-      if (w.index.load(std::memory_order_acquire) == l - 1 && entered != 0 &&
-          w.left.load(std::memory_order_relaxed) == 0 && now_ns() - entered > 30'000'000'000) {
-        reported_quiet = true;
-        report_quiet(std::chrono::nanoseconds(now_ns() - entered));
-      }
-    }
-    if (value >= kReleased || wanted == 0 || value >= wanted - 1) {
-      watched = UINT64_MAX;
-      continue;
-    }
-    if (value != watched) {
-      watched = value;
-      since = now;
-      continue;
-    }
-    // A long migration queued ahead (the first planned launch moves the whole footprint) keeps
-    // the counter still while the advisor thread goes on issuing: that is progress, up to 10 s.
-    if (const uint64_t i = issued_calls.load(std::memory_order_relaxed); i != issued) {
-      issued = i;
-      issued_since = now;
-    }
-    const auto still = now - std::max(since, issued_since);
-    if (still < std::chrono::seconds(2) && now - since < std::chrono::seconds(10)) continue;
-    // Ranges copied to the host must be back before launches run unchecked: the advisor thread
-    // brings them back first (rescue), then the waits go.
-    if (copier.live()) {
-      // Nothing but the advisor thread can bring copied memory back (driver calls). If it does
-      // not take the request, say where it is, once: releasing the launches would let them read
-      // discarded pages.
-      if (copier.rescue_asked() && now - since > std::chrono::seconds(10)) {
-        report_stuck("it to take the watchdog's request to bring copied memory back", now - since);
-      }
-      copier.ask_rescue();
-      continue;
-    }
-    if (wait_stalls.fetch_add(1) == 0) {
-      log_warning(
-          "advisor: launches waited {} s for the advisor's stream (launch {}'s {}; its counter at "
-          "launch {}); waits are off for the rest of the run",
-          std::chrono::duration_cast<std::chrono::seconds>(now - since).count(), (wanted - 1) / 2,
-          (wanted - 1) % 2 ? "prefetches" : "evictions", value / 2);
-    }
-    waits_off.store(true);  // the advisor thread writes the counter no more
-    waits_from.store(UINT64_MAX, std::memory_order_release);
-    *progress_host = kReleased;
-    watched = UINT64_MAX;
-  }
-}
-
-AdvisorImpl::LaunchWaits& AdvisorImpl::note_launch_wait(uint64_t index, CUstream s,
-                                                        uint64_t restore, uint64_t progress,
-                                                        uint64_t populates) {
-  LaunchWaits& w = launch_waits[index % launch_waits.size()];
-  if (w.index.load(std::memory_order_relaxed) != index) {
-    w.restore.store(0, std::memory_order_relaxed);
-    w.progress.store(0, std::memory_order_relaxed);
-    w.populates.store(0, std::memory_order_relaxed);
-    w.entered.store(0, std::memory_order_relaxed);
-    w.left.store(0, std::memory_order_relaxed);
-    w.stream.store(reinterpret_cast<uint64_t>(s), std::memory_order_relaxed);
-    w.index.store(index, std::memory_order_release);
-  }
-  if (restore) w.restore.store(restore, std::memory_order_relaxed);
-  if (progress) w.progress.store(progress, std::memory_order_relaxed);
-  if (populates) w.populates.store(populates, std::memory_order_relaxed);
-  return w;
-}
-
-void AdvisorImpl::report_where(const char* what, uint64_t launch) {
-  // The GPU's place: the latest launch whose events have run.
-  uint64_t done_through = 0, reached_through = 0;
-  for (auto [ring, through] : {std::pair{&done, &done_through}, {&reached, &reached_through}}) {
-    for (size_t i = 0; i < kEventRing; ++i) {
-      const uint64_t j = ring->index[i].load(std::memory_order_acquire);
-      if (j != UINT64_MAX && j > *through && d.event_query(ring->events[i]) == CUDA_SUCCESS) {
-        *through = j;
-      }
-    }
-  }
-  std::string next;
-  int shown = 0;
-  for (uint64_t j = done_through + 1; j < launched.load() && shown < 6; ++j) {
-    const LaunchWaits& w = launch_waits[j % launch_waits.size()];
-    ++shown;
-    if (w.index.load(std::memory_order_acquire) != j) {
-      next += fmt::format(" [{}: none]", j);
-      continue;
-    }
-    next += fmt::format(" [{} on {:#x}: restored>={} progress>={} populates {}]", j,
-                        w.stream.load(), w.restore.load(), w.progress.load(), w.populates.load());
-  }
-  // The advisor's latest GPU-side waits for launches, and whether each has run.
-  for (const EventRing* ring : {&done, &reached}) {
-    next += fmt::format("; {} waits placed:", ring->name);
-    const size_t n = ring->placed_count.load(std::memory_order_acquire);
-    const size_t kept = ring->placed_launch.size();
-    for (size_t k = n > kept ? n - kept : 0; k < n; ++k) {
-      const uint64_t j = ring->placed_launch[k % kept].load(std::memory_order_relaxed);
-      const CUstream on = ring->placed_on[k % kept].load(std::memory_order_relaxed);
-      const size_t slot = j % kEventRing;
-      const char* ran = ring->index[slot].load() != j                       ? "re-recorded"
-                        : d.event_query(ring->events[slot]) == CUDA_SUCCESS ? "ran"
-                                                                            : "not run";
-      next += fmt::format(" {} on {} {}", j,
-                          on == stream                     ? "main"
-                          : on == copier.populate_stream() ? "populate"
-                                                           : "other",
-                          ran);
-    }
-  }
-  uint64_t word = 0;
-  if (const auto now_word = copier.word_now()) word = now_word->second;
-  log_warning(
-      "advisor: {} {}: it was {} at {} of {} launched; "
-      "GPU done through {}, reached {}; progress {} (highest wait {}), restored {} (highest wait "
-      "{}, written {}); blocking calls held back {} times, {} let go after 5 s; next waits:{}",
-      what, launch, doing.load(), applied_through.load(), launched.load(), done_through,
-      reached_through, progress_host ? *progress_host : 0, highest_wait.load(), word,
-      highest_restore_wait.load() & kRestoreWaitMask, copier.restored_written(),
-      blocking_waits.load(), blocking_timeouts.load(), next);
-  const int64_t t = now_ns();
-  const auto ago = [t](int64_t at) {
-    return at ? fmt::format("{:.2f} s ago", (t - at) / 1e9) : std::string("-");
-  };
-  std::string in_call = "-";
-  if (g_op_log) {
-    const int64_t since = g_op_log->call_since.load(std::memory_order_acquire);
-    if (since) in_call = fmt::format("in {} since {}", g_op_log->call_what.load(), ago(since));
-  }
-  log_warning(
-      "advisor: timing: the advisor thread's driver call: {}; the program's blocking call held "
-      "since: {}; one last let go after 5 s: {}",
-      in_call, ago(blocking_since.load()), ago(blocking_let_go_at.load()));
-  if (g_op_log) {
-    log_warning("advisor: each stream's calls (UMSWAP_OP_LOG):{}", g_op_log->log->describe());
-  }
-}
-
-// The watchdog's report, once, of launches left waiting on the advisor thread while copies are
-// live: nothing but that thread can bring copied memory back (driver calls), and releasing the
-// launches would let them read discarded pages. Says what it last began and where it is.
-void AdvisorImpl::report_stuck(const char* waiting_for,
-                               std::chrono::steady_clock::duration waited) {
-  if (!warned_stuck.first()) return;
-  log_warning(
-      "advisor: launches have waited {} s for the advisor thread, for {} (it last began {}, at "
-      "launch {} of {} launched); it may be blocked in a prefetch or discard inside the driver "
-      "(seen with UMSWAP_CLOSE_CALLS=0, and once about 57 such calls wait on the GPU; "
-      "docs/advisor.md, \"Closing the advisor's calls\")",
-      std::chrono::duration_cast<std::chrono::seconds>(waited).count(), waiting_for, doing.load(),
-      applied_through.load(), launched.load());
-  report_state();
-}
-
-void AdvisorImpl::report_quiet(std::chrono::steady_clock::duration quiet) {
-  if (!warned_quiet.first()) return;
-  log_warning(
-      "advisor: a launch has been inside umswap's launch path for {} s and no other came (the "
-      "advisor thread last began {}, at launch {} of {} launched); something holds the launching "
-      "thread that neither word launches wait on shows; UMSWAP_HANG_STACKS=1 prints every "
-      "thread's stack",
-      std::chrono::duration_cast<std::chrono::seconds>(quiet).count(), doing.load(),
-      applied_through.load(), launched.load());
-  report_state();
-}
-
-void AdvisorImpl::report_state() {
-  report_where("where things stood at launch", applied_through.load());
-  if (config.hang_stacks) {
-    log_warning("advisor: every thread's stack follows (UMSWAP_HANG_STACKS=1)");
-    log_warning("advisor: {} threads wrote their stacks", dump_thread_stacks(2));
-  }
+  words.waits_from.store(UINT64_MAX, std::memory_order_release);
+  if (!words.progress_device || words.waits_off.load()) return;
+  *words.progress_host = kReleased;
+  d.stream_write_value64(stream, words.progress_device, kReleased, 0);
 }
 
 void AdvisorImpl::drop_plan(uint64_t at, const char* why) {
@@ -1419,7 +973,8 @@ void AdvisorImpl::learn() {
     if (pending_placement) {
       placement_tried = true;
       placement_period = choice->period;
-      place_at = boundary_at_or_after(e, choice->period, launched.load(std::memory_order_acquire));
+      place_at =
+          boundary_at_or_after(e, choice->period, words.launched.load(std::memory_order_acquire));
       return;
     }
   }
@@ -1436,7 +991,8 @@ void AdvisorImpl::learn() {
   if (!p) return;
   p->learned_evicting = learn_moved.exchange(false, std::memory_order_relaxed);
   // From the next iteration boundary on (launch indices below it may already be running).
-  p->applied_from = boundary_at_or_after(e, p->period, launched.load(std::memory_order_acquire));
+  p->applied_from =
+      boundary_at_or_after(e, p->period, words.launched.load(std::memory_order_acquire));
   log_learned(*p, first);
   activate(std::move(p));
 }
@@ -1633,7 +1189,7 @@ void AdvisorImpl::stage(std::unique_ptr<LivePlan> p) {
   // The launch path must not have reached applied_from before it can see the plan: the boundary
   // is taken again now, 16 launches clear of the last one (the store below follows at once).
   p->applied_from =
-      boundary_at_or_after(p->base, p->period, launched.load(std::memory_order_acquire) + 16);
+      boundary_at_or_after(p->base, p->period, words.launched.load(std::memory_order_acquire) + 16);
   plans.push_back(std::move(p));
   next_plan.store(plans.back().get(), std::memory_order_release);
   log_info("advisor: the plan learned from this process applies from launch {}",
@@ -1879,7 +1435,7 @@ void AdvisorImpl::migrate(uint64_t address, uint64_t length, bool to_gpu, uint64
   const auto t0 = std::chrono::steady_clock::now();
   const CUresult r = d.mem_prefetch_async(address, length, where, 0, stream);
   held.unlock();
-  issued_calls.fetch_add(1, std::memory_order_relaxed);
+  words.issued_calls.fetch_add(1, std::memory_order_relaxed);
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   (to_gpu ? times.prefetch_call_s : times.evict_call_s) += took;
   times.longest_call_s = std::max(times.longest_call_s, took);
@@ -1905,23 +1461,6 @@ void AdvisorImpl::barrier_all(const LivePlan& p) {
   }
 }
 
-bool EventRing::wait(const AdvisorDriver& d, uint64_t j, CUstream waiter, uint64_t launched) {
-  const size_t slot = j % kEventRing;
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::milliseconds(launched > j + kEventSlack ? 0 : 20);
-  uint64_t seen = index[slot].load(std::memory_order_acquire);
-  while ((seen < j || seen == UINT64_MAX) && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::yield();
-    seen = index[slot].load(std::memory_order_acquire);
-  }
-  if (seen != j) return false;
-  const size_t k = placed_count.load(std::memory_order_relaxed);
-  placed_launch[k % placed_launch.size()].store(j, std::memory_order_relaxed);
-  placed_on[k % placed_on.size()].store(waiter, std::memory_order_relaxed);
-  placed_count.store(k + 1, std::memory_order_release);
-  return d.stream_wait_event(waiter, events[slot], 0) == CUDA_SUCCESS;
-}
-
 // The advisor's stream waits until launch j has finished on the GPU. False: it could not (the
 // eviction goes unordered).
 bool AdvisorImpl::wait_for_launch(const LivePlan& p, uint64_t j) {
@@ -1934,14 +1473,14 @@ bool AdvisorImpl::wait_for_launch(const LivePlan& p, uint64_t j) {
   bool recorded = false;
   {
     const Timed timed(times.event_wait_s);
-    recorded = done.wait(d, j, stream, launched.load(std::memory_order_acquire));
+    recorded = done.wait(d, j, stream, words.launched.load(std::memory_order_acquire));
   }
   if (!recorded) {
     // Not recorded (yet) or already reused: wait for everything instead; not while launches may
     // wait for this stream (a barrier would then wait for itself), the eviction goes unordered
     // (managed memory stays correct; the range may fault back).
     ++late_events;
-    if (progress_device) return false;
+    if (words.progress_device) return false;
     barrier_all(p);
   }
   return true;
@@ -1952,8 +1491,8 @@ void AdvisorImpl::reset_to_start(LivePlan& p) {
   // Not while launches wait for this stream (a plan that replaced another: launches from its
   // applied_from on may wait for counter values written after this barrier, which would wait for
   // them); the migrations below then go unordered, which costs faults, never data.
-  if (!progress_device || waits_from.load(std::memory_order_acquire) == UINT64_MAX) {
-    const uint64_t seen = launched.load(std::memory_order_acquire);
+  if (!words.progress_device || words.waits_from.load(std::memory_order_acquire) == UINT64_MAX) {
+    const uint64_t seen = words.launched.load(std::memory_order_acquire);
     barrier_all(p);
     p.barrier_covers = seen > kEventSlack ? seen - kEventSlack : 0;
     p.barrier_taken = true;
@@ -2004,20 +1543,20 @@ void AdvisorImpl::reset_to_start(LivePlan& p) {
 void AdvisorImpl::apply(uint64_t n) {
   LivePlan& p = *plan.load(std::memory_order_relaxed);
   for (uint64_t g = std::max(cursor, p.applied_from); g < n; ++g) {
-    applied_through.store(g, std::memory_order_release);
-    most_behind = std::max(most_behind, launched.load(std::memory_order_relaxed) - g);
-    if (stop.load(std::memory_order_relaxed) || diverged.load(std::memory_order_relaxed)) {
+    words.applied_through.store(g, std::memory_order_release);
+    most_behind = std::max(most_behind, words.launched.load(std::memory_order_relaxed) - g);
+    if (words.stop.load(std::memory_order_relaxed) || diverged.load(std::memory_order_relaxed)) {
       cursor = g;
       return;
     }
     if (g == p.applied_from) {
-      const uint64_t now = std::max(launched.load(std::memory_order_acquire), g);
+      const uint64_t now = std::max(words.launched.load(std::memory_order_acquire), g);
       p.started_at.store(g + (now - g + p.period - 1) / p.period * p.period,
                          std::memory_order_release);
       reset_to_start(p);
-      if (progress_device && !waits_off.load()) {
-        d.stream_write_value64(stream, progress_device, actions_done(g), 0);
-        waits_from.store(std::max(n, g + 1), std::memory_order_release);
+      if (words.progress_device && !words.waits_off.load()) {
+        d.stream_write_value64(stream, words.progress_device, actions_done(g), 0);
+        words.waits_from.store(std::max(n, g + 1), std::memory_order_release);
         copier.go_live();
       }
     }
@@ -2040,8 +1579,8 @@ void AdvisorImpl::apply(uint64_t n) {
     bool evicted_here = false;
     // Evictions come first: once they are issued, the counter says so (UMSWAP_EVICT_WAIT).
     const auto evictions_issued = [&] {
-      if (evicted_here && progress_device && !waits_off.load()) {
-        d.stream_write_value64(stream, progress_device, evictions_done(g), 0);
+      if (evicted_here && words.progress_device && !words.waits_off.load()) {
+        d.stream_write_value64(stream, words.progress_device, evictions_done(g), 0);
       }
       evicted_here = false;
     };
@@ -2071,7 +1610,7 @@ void AdvisorImpl::apply(uint64_t n) {
         // block freed just before it (discarded on the program's stream, not before then).
         if (!prefetched_here && g > p.applied_from && g >= p.barrier_covers) {
           const Timed timed(times.event_wait_s);
-          if (!reached.wait(d, g, stream, launched.load(std::memory_order_acquire))) {
+          if (!reached.wait(d, g, stream, words.launched.load(std::memory_order_acquire))) {
             ++late_start_events;
           }
         }
@@ -2082,19 +1621,19 @@ void AdvisorImpl::apply(uint64_t n) {
       }
     }
     evictions_issued();
-    if (progress_device && !waits_off.load() && prefetch_planned) {
-      d.stream_write_value64(stream, progress_device, actions_done(g), 0);
+    if (words.progress_device && !words.waits_off.load() && prefetch_planned) {
+      d.stream_write_value64(stream, words.progress_device, actions_done(g), 0);
     }
     // Launches that wait for g's prefetches wait for its copies back too (none: the value only).
     if (prefetch_planned) copier.finish_launch(g, g > p.applied_from && g >= p.barrier_covers);
   }
   // Every launch seen is handled: a launch waiting on one whose actions were skipped (a buffer
   // gone) must not wait for a later prefetch that may never come.
-  if (progress_device && !waits_off.load() && n > std::max(cursor, p.applied_from)) {
-    d.stream_write_value64(stream, progress_device, actions_done(n - 1), 0);
+  if (words.progress_device && !words.waits_off.load() && n > std::max(cursor, p.applied_from)) {
+    d.stream_write_value64(stream, words.progress_device, actions_done(n - 1), 0);
   }
   cursor = std::max(cursor, n);
-  applied_through.store(cursor, std::memory_order_release);
+  words.applied_through.store(cursor, std::memory_order_release);
 }
 
 // The drops by page of this process, for the allocator's free path: only whole 2 MiB pages (the
@@ -2186,9 +1725,9 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
       {"opaque_calls", a.opaque_calls.load()},
       {"first_opaque_call",
        a.first_opaque.load() ? nlohmann::json(a.first_opaque.load()) : nlohmann::json(nullptr)},
-      {"wait_stalls", a.wait_stalls.load()},
-      {"blocking_waits", a.blocking_waits.load()},
-      {"blocking_timeouts", a.blocking_timeouts.load()},
+      {"wait_stalls", a.watchdog.stalls()},
+      {"blocking_waits", a.words.blocking_waits.load()},
+      {"blocking_timeouts", a.words.blocking_timeouts.load()},
       {"waits_placed", a.waits_placed.load()},
       {"evict_waits_placed", a.evict_waits_placed.load()},
       {"learn_evict",
@@ -2283,21 +1822,8 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
         {"peak_resident_at_frees_bytes", last->plan.peak_resident_at_frees_bytes},
         {"drops", last->plan.drops.size()}};
     advisor["discards_approved"] = a.discards_approved.load();
-    // The last launches, oldest first: [launch, copy-back word value waited for, progress value
-    // (even: evictions for room, odd: a launch's actions), populates, steady_clock ns when the
-    // launch path began and left it].
-    nlohmann::json waits = nlohmann::json::array();
-    std::vector<std::array<uint64_t, 6>> rows;
-    for (const auto& w : a.launch_waits) {
-      const uint64_t index = w.index.load();
-      if (index == UINT64_MAX) continue;
-      rows.push_back({index, w.restore.load(), w.progress.load(), w.populates.load(),
-                      static_cast<uint64_t>(w.entered.load()),
-                      static_cast<uint64_t>(w.left.load())});
-    }
-    std::sort(rows.begin(), rows.end());
-    for (const auto& r : rows) waits.push_back(r);
-    advisor["launch_waits"] = std::move(waits);
+    // The last launches' waits (LaunchWaitLog::rows_json).
+    advisor["launch_waits"] = a.watchdog.launch_waits().rows_json();
     advisor["swept_bytes"] = a.swept_bytes;
     if (const std::shared_ptr<const DropTable> table = last->drops.load()) {
       // How the last plan's drops fared: page windows never discarded (their pages stay

@@ -1,5 +1,7 @@
 #include "umswap/advisor/advisor.h"
 
+#include "advisor_impl.h"
+
 #include <time.h>
 #include <unistd.h>
 
@@ -28,7 +30,7 @@
 #include "umswap/advisor/planner.h"
 #include "umswap/advisor/progress.h"
 #include "umswap/advisor/replay.h"
-#include "umswap/advisor/resident_launches.h"
+#include "umswap/advisor/resident_gate.h"
 #include "umswap/advisor/watchdog.h"
 #include "umswap/allocator/driver_api.h"
 #include "umswap/allocator/managed_allocator.h"
@@ -76,276 +78,7 @@ uint64_t boundary_at_or_after(uint64_t base, uint64_t period, uint64_t n) {
   return n <= base ? base : base + (n - base + period - 1) / period * period;
 }
 
-// The plan's drops by 2 MiB page of this process: the windows [last_use, next_use) of phases
-// (cyclic; equal = the whole iteration) in which a free that empties the page should discard it.
-struct DropTable {
-  struct Window {
-    uint32_t last_use, next_use;
-    uint32_t slot;  // index into `discarded`
-  };
-  struct Populate {
-    uint64_t address, bytes;
-  };
-  using Populates = std::vector<Populate>;
-  std::unordered_map<uint64_t, std::vector<Window>> windows;
-  std::unordered_set<uint64_t> planned;  // every page a range of the plan touches
-  uint64_t unresolved = 0;               // drops whose buffer was not found in this process (yet)
-  // Diagnostics, by window: how often a free discarded the page in it; and how often a free asked
-  // about a page of the table at a phase outside all of its windows.
-  mutable std::vector<std::atomic<uint32_t>> discarded;
-  mutable std::atomic<uint64_t> asked_outside{0};
-  mutable std::atomic<uint64_t> unplanned{0};  // pages discarded because no range touches them
-  // By phase: the whole pages of the drops whose next use is at that launch, which the launch
-  // path populates on the GPU at that launch, on its stream (the allocator leaves them).
-  std::vector<Populates> populate_at;
-};
-
-// A plan in force: the planner's actions indexed by phase, and where its buffers live now.
-struct LivePlan {
-  uint64_t base = 0;  // launch index of step 0 of some iteration
-  uint64_t period = 0;
-  uint64_t applied_from = 0;  // first launch whose actions run (an iteration boundary)
-  // The first iteration boundary at or after the launch the program had reached when the advisor
-  // issued the plan's first actions: the advisor trails the launches, so with short iterations
-  // the program can run whole iterations past applied_from before the plan moves anything.
-  std::atomic<uint64_t> started_at{UINT64_MAX};
-  // Staged to replace the plan in force (relearned): the launch path's learning evictions never
-  // run for it.
-  bool staged = false;
-  // Learned while the launch path evicted (UMSWAP_LEARN_EVICT): relearned once from a planned
-  // iteration (check_relearn()).
-  bool learned_evicting = false;
-  // Launches below this were on their streams when the advisor's barrier at applied_from was
-  // taken: the GPU has run them once the barrier has passed (no event needed). 0: no barrier.
-  uint64_t barrier_covers = 0;
-  // Whether that barrier was taken (a plan that replaced another while launches wait on the
-  // advisor's stream takes none: its launches below applied_from are not covered).
-  bool barrier_taken = false;
-  std::vector<uint32_t> keys;          // expected step key per phase; empty = not checked here
-  std::vector<uint8_t> needs_event;    // per phase: a later eviction waits for this launch
-  std::vector<uint8_t> prefetches;     // per phase: the plan prefetches at this launch
-  std::vector<uint32_t> wait_ahead;    // per phase: launches back to its last prefetch's issue
-  std::vector<uint8_t> populates;      // per phase: a drop's next use, or a populate ahead of one
-  std::vector<uint32_t> first_action;  // per phase, CSR into plan.actions (size period + 1)
-  // By action index, for evictions: launches from it to the last prefetch that brings part of
-  // its range back before the range is evicted again (UMSWAP_EVICT_COPY: a launch that waits
-  // for the copies back up to there finds it all); UINT32_MAX: none within an iteration.
-  std::vector<uint32_t> evict_due;
-  // The launch at which launch `index` waits for the copies back (the latest of its
-  // prefetches' issuing launches), or UINT64_MAX: it waits for none.
-  uint64_t covered(uint64_t index, uint64_t waits_start) const {
-    if (index < base) return UINT64_MAX;
-    const uint32_t ahead = wait_ahead[(index - base) % period];
-    if (ahead == UINT32_MAX || index < ahead || index - ahead < waits_start) return UINT64_MAX;
-    return index - ahead;
-  }
-  Plan plan;
-  std::vector<uint64_t> address;  // by plan buffer index; 0 = not (yet) known
-  std::vector<BufferId> buffer_id;
-  std::vector<uint64_t> streams;     // application streams seen in the planned iteration
-  std::string source;                // "online" or "replay"
-  ReplayMatcher* matcher = nullptr;  // replay: resolves trace buffers to live ones
-  // Read by the allocator (Advisor::discard_page, populate_later) and the launch path; built by
-  // the advisor thread.
-  std::atomic<std::shared_ptr<const DropTable>> drops;
-};
-
 }  // namespace
-
-class AdvisorImpl final : public CopyEvictor::Host {
- public:
-  AdvisorConfig config;
-  AdvisorDriver d;
-  // Where the launch path and the advisor thread are, and the words launches wait on
-  // (progress.h): read by every thread, the watchdog's among them.
-  Progress words;
-  Registry* registry = nullptr;
-
-  // Launch path.
-  std::atomic<LivePlan*> plan{nullptr};
-  // A plan learned while `plan` runs (replay relearning): the launch path takes it from its
-  // applied_from on; the advisor thread makes it `plan` once its cursor gets there.
-  std::atomic<LivePlan*> next_plan{nullptr};
-  // The plan launch `index` runs under (launch path). next_plan is read first: the advisor stores
-  // `plan` before it clears next_plan, so a launch never sees neither.
-  LivePlan* plan_at(uint64_t index) const {
-    LivePlan* q = next_plan.load(std::memory_order_acquire);
-    return q && index >= q->applied_from ? q : plan.load(std::memory_order_acquire);
-  }
-  uint32_t mismatch_run = 0;
-  std::atomic<bool> diverged{false};
-  std::atomic<uint64_t> diverged_at{0};
-  std::atomic<CUcontext> context{nullptr};
-  std::atomic<bool> events_ready{false};
-  // Launches that finished on the GPU (recorded at API exit, for evictions), and launches the
-  // GPU reached (recorded before the launch, for prefetches), by launch index modulo the ring.
-  EventRing done, reached;
-  std::atomic<uint64_t> waits_placed{0};
-  std::atomic<uint64_t> evict_waits_placed{0};
-  std::atomic<uint64_t> launch_populates{0}, launch_populated_bytes{0};
-  // Kernels that must find their memory on the GPU (resident_launches.h), by step key: 0 not
-  // asked yet, 1 no, 2 yes. Launching threads (any of them; a key's answer never changes).
-  static constexpr uint32_t kResidentKeys = 1 << 16;
-  mutable std::array<std::atomic<uint8_t>, kResidentKeys> resident_keys{};
-  std::atomic<uint64_t> resident_launches{0}, resident_calls{0}, resident_bytes{0},
-      resident_failures{0}, resident_unscanned{0}, resident_call_ns{0};
-  bool needs_resident(uint32_t key) const;
-  void make_resident(const std::vector<tracer::PointerHit>* hits, CUstream s);
-  // No migration of the advisor's runs beside such a launch: the launch waits for those issued
-  // before it (open_resident_launch, on_step), those issued after it wait for it (after_step,
-  // close_resident_launch), and migrate() issues none while one is between the two. The events
-  // are created by set_up() (advisor thread); the rest under resident_mutex, any thread.
-  void open_resident_launch(CUstream s);
-  void close_resident_launch(CUstream s);
-  void hold_for_resident_launches(std::unique_lock<std::mutex>& lock);
-  std::mutex resident_mutex;
-  int resident_open = 0;
-  CUevent resident_before = nullptr, resident_after = nullptr;
-  std::atomic<bool> resident_gate_ready{false};
-  std::atomic<uint64_t> resident_gate_failures{0}, resident_gate_timeouts{0},
-      resident_gate_waits{0};
-  // UMSWAP_LEARN_EVICT, on the launch path while no plan is in force (learn_step()): the blocks
-  // the launches touched, least recently used out to the host past the budget. Under
-  // learn_mutex; the evictor is made at the first launch (on the launching thread, whose context
-  // gives the device: the program's first launches may come before set_up() is done);
-  // learn_stale once a plan was in force (its actions moved blocks the evictor does not know of:
-  // it starts again from nothing).
-  mutable std::mutex learn_mutex;
-  std::unique_ptr<LearningEvictor> learning_evictor;
-  CUdevice learn_device = 0;
-  bool learn_off = false;  // no device for the evictor: nothing is done while learning
-  std::atomic<bool> learn_stale{false};
-  std::atomic<bool> learn_moved{false};  // learn_step() issued a call since the last plan
-  bool relearn_after_learning = false;   // relearn_from is a plan learned while evicting
-  std::vector<LearningEvictor::Range> learn_fresh;
-  std::vector<Transfer> learn_prefetched, learn_evicted;  // one entry per call that went through
-  uint64_t learn_failed_calls = 0, learn_skipped = 0, learn_launches_evicting = 0;
-  double learn_call_s = 0;
-  OnceFlag warned_learn_failure;
-  void learn_step(uint64_t index, CUstream s, const std::vector<tracer::PointerHit>* hits);
-  // Populates on the launching stream; counted.
-  void populate_ranges(std::span<const DropTable::Populate> ranges, CUstream s);
-  std::atomic<CUdevice> device_for_launches{0};
-
-  // Advisor thread.
-  std::thread thread;
-  CUstream stream = nullptr;
-  CUstream sweep_stream = nullptr;  // non-blocking, for the sweeps' discards (waits on nothing)
-  CUevent barrier = nullptr;
-  CUdevice device = 0;
-  uint64_t budget = 0;
-  uint64_t cursor = 0;
-  uint64_t learn_from = 0;
-  uint64_t next_check = 0;
-  OnlineLearning online;  // which iteration to plan from; remembers diverged plans
-  bool learning_failed = false;
-  bool placement_tried = false;
-  int placement_attempts = 0;
-  uint64_t placement_period = 0;  // of the iteration the placement came from
-  static constexpr int kPlacementAttempts = 4;
-  std::optional<Placement> placement;          // the one handed to the allocator
-  std::string placement_note;                  // why there is none
-  std::optional<Placement> pending_placement;  // to hand over at launch place_at
-  uint64_t place_at = 0;                       // an iteration boundary
-  int sweeps_left = 0;
-  uint64_t sweep_at = 0;
-  uint64_t swept_bytes = 0;
-  std::vector<std::unique_ptr<LivePlan>> plans;  // every plan ever made; never freed while running
-  std::unique_ptr<ReplayMatcher> matcher;
-  uint64_t replay_checked = 0;  // replay: launches whose keys were compared with the trace
-  // Replay relearning (replay_should_relearn): the bytes of the iteration being applied whose
-  // actions were skipped, and once relearning started, from where and why.
-  uint64_t skipped_bytes = 0;
-  bool relearning = false;
-  std::optional<uint64_t> relearn_from;
-  uint64_t relearn_skipped_bytes = 0;
-  std::future<std::unique_ptr<LivePlan>> relearn_task;  // the plan being built, off this thread
-  uint64_t relearned_at = 0;  // applied_from of the plan that replaced the replay's; 0 = none
-  std::pair<uint64_t, uint64_t> replay_found{0, 0};  // the replay plan's buffers, found of them
-
-  // Accounting (advisor thread; read after join).
-  std::vector<Transfer> prefetched, evicted;
-  uint64_t prefetched_bytes = 0, evicted_bytes = 0, prefetch_calls = 0, evict_calls = 0;
-  uint64_t failed_calls = 0, stale_actions = 0, divergences = 0, late_events = 0;
-  uint64_t late_start_events = 0;
-  std::atomic<uint64_t> discards_approved{0};  // pages the allocator was told to discard
-  // Host time the launching threads spend in on_step (ns), and inside the launch path's
-  // populate calls (a managed-memory call blocks once about 57 wait on the GPU).
-  std::atomic<uint64_t> launch_path_ns{0}, launch_populate_call_ns{0};
-  std::atomic<uint64_t> launch_populate_longest_ns{0};
-  std::string state = "starting";
-  std::string fallback;  // why replay fell back to online, or why advice is off
-  OnceFlag warned_call_failure;
-
-  void run();
-  bool set_up();
-  void learn();
-  void relearn(const LivePlan& replayed);
-  std::unique_ptr<LivePlan> build_plan(uint64_t e, uint64_t first, uint64_t period) const;
-  void log_learned(const LivePlan& p, uint64_t first) const;
-  void activate(std::unique_ptr<LivePlan> p);
-  void index_plan(LivePlan& p);
-  void stage(std::unique_ptr<LivePlan> p);
-  void switch_to_next();
-  void take_effect(const LivePlan& p);
-  void check_relearn(const LivePlan& p, uint64_t g);
-  void apply(uint64_t n);
-  void reset_to_start(LivePlan& p);
-  void barrier_all(const LivePlan& p);
-  bool wait_for_launch(const LivePlan& p, uint64_t j);
-  bool resolve(LivePlan& p, uint32_t buffer);
-  void migrate(uint64_t address, uint64_t length, bool to_gpu, uint64_t launch) override;
-  void check_replay_keys(LivePlan& p);
-  void drop_plan(uint64_t at, const char* why);
-  void release_waits();
-  void build_drops(LivePlan& p);
-  std::optional<Placement> make_placement(std::span<const BlockEvent> blocks, uint64_t start,
-                                          uint64_t period, uint64_t arena_must_be);
-  bool hand_placement(Placement p);
-  bool tend_placement(uint64_t n);
-  void place_from_trace();
-  void tend(LivePlan& p, uint64_t n);
-  bool discard_page(uint64_t page);
-  bool sweep_may_discard(uint64_t page);
-  bool populate_later(uint64_t page);
-  // The plan in force's drop table once the program has reached the plan's first applied launch
-  // (else null), with the plan and the launches seen.
-  std::shared_ptr<const DropTable> applied_drops(LivePlan** plan_out, uint64_t* launched_out) const;
-  bool use_lifetimes() const { return config.lifetimes && config.lifetimes(); }
-
-  uint64_t plan_buffers = 0, plan_buffers_found = 0;  // at the last plan's first applied launch
-  // How far the advisor thread trails the launches (a thread blocked in the driver falls behind,
-  // and its prefetches come late), and its host time (advisor_common.h).
-  uint64_t most_behind = 0;
-  CallTimes times;
-  // UMSWAP_EVICT_COPY's evictions (copy_evictor.h): its own state; this is its Host.
-  CopyEvictor copier{config, d, *this, times};
-  // Its own thread, watching the words launches wait on (watchdog.h); the launch path notes each
-  // launch's waits in its log.
-  Watchdog watchdog{d, config, words, done, reached, copier};
-
-  // Graph launches, host functions and stream callbacks seen (the plan knows nothing of what
-  // they touch), and the first one's name.
-  std::atomic<uint64_t> opaque_calls{0};
-  std::atomic<const char*> first_opaque{nullptr};
-  void relax_capture_mode();
-
-  // CopyEvictor::Host.
-  void wait_reached(uint64_t g, CUstream on) override {
-    const Timed timed(times.event_wait_s);
-    if (!reached.wait(d, g, on, words.launched.load(std::memory_order_acquire)))
-      ++late_start_events;
-  }
-  void count(bool to_gpu, uint64_t launch, uint64_t bytes) override {
-    (to_gpu ? prefetched : evicted).push_back({launch, bytes});
-    (to_gpu ? prefetched_bytes : evicted_bytes) += bytes;
-  }
-  void note_doing(const char* what) override { words.doing.store(what, std::memory_order_relaxed); }
-  void issued_call() override { words.issued_calls.fetch_add(1, std::memory_order_relaxed); }
-  uint64_t launches_seen() const override { return words.launched.load(std::memory_order_acquire); }
-  uint64_t waits_start() const override { return words.waits_from.load(std::memory_order_acquire); }
-  bool stopping() const override { return words.stop.load(std::memory_order_acquire); }
-};
 
 Advisor::Advisor() : impl_(new AdvisorImpl) {}
 
@@ -421,7 +154,9 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
   a.copier.wait_for_stop(stream);
   // A kernel whose results change on memory that is not GPU-resident runs only once everything
   // its parameters point at is on the GPU, whatever the plan did (resident_launches.h).
-  if (a.needs_resident(key)) a.make_resident(hits, stream);
+  if (a.resident.needs(key)) {
+    a.resident.make_resident(hits, stream, a.device_for_launches.load(std::memory_order_relaxed));
+  }
   if (!p || index < p->base) return;
   const uint64_t phase = (index - p->base) % p->period;
   // Before anything this launch adds to its stream (its populates, its waits: a prefetch that
@@ -563,99 +298,6 @@ std::shared_ptr<const DropTable> AdvisorImpl::applied_drops(LivePlan** plan_out,
   return p->drops.load(std::memory_order_acquire);
 }
 
-bool AdvisorImpl::needs_resident(uint32_t key) const {
-  if (key >= kResidentKeys) return needs_resident_memory(tracer::key_view(key));
-  std::atomic<uint8_t>& known = resident_keys[key];
-  uint8_t v = known.load(std::memory_order_relaxed);
-  if (v == 0) {
-    v = needs_resident_memory(tracer::key_view(key)) ? 2 : 1;
-    known.store(v, std::memory_order_relaxed);
-  }
-  return v == 2;
-}
-
-// Everything the launch's parameters point at, to the GPU on the launching stream before the
-// launch: the launch starts once it is there (stream order), the plan's evictions of a range wait
-// for its last user to finish, and the learning evictor's run on this stream before it. Pointers
-// the parameters do not show (a table in device memory) are not covered.
-void AdvisorImpl::make_resident(const std::vector<tracer::PointerHit>* hits, CUstream s) {
-  resident_launches.fetch_add(1, std::memory_order_relaxed);
-  // Another thread's capture in the global mode must not end because of these calls (this
-  // launch's stream is not capturing: the tracer hands no captured launch to the advisor).
-  const RelaxedCaptureScope relaxed(d.thread_exchange_capture_mode);
-  open_resident_launch(s);
-  if (!hits) {  // not scanned (the tracer stopped recording)
-    resident_unscanned.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
-  thread_local std::vector<LaunchReach> reaches;
-  thread_local std::vector<ResidentRange> ranges;
-  reaches.clear();
-  for (const tracer::PointerHit& h : *hits) {
-    reaches.push_back({h.pointer, h.reach_end(), h.base, h.base + h.size});
-  }
-  resident_ranges(reaches, ranges, kPage);
-  CUmemLocation gpu{};
-  gpu.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  gpu.id = device_for_launches.load(std::memory_order_relaxed);
-  const int64_t before = now_ns();
-  for (const ResidentRange& r : ranges) {
-    if (d.mem_prefetch_async(r.address, r.length, gpu, 0, s) == CUDA_SUCCESS) {
-      resident_calls.fetch_add(1, std::memory_order_relaxed);
-      resident_bytes.fetch_add(r.length, std::memory_order_relaxed);
-      tracer::note_launch_populate(r.address, r.length);
-    } else {
-      resident_failures.fetch_add(1, std::memory_order_relaxed);
-    }
-  }
-  resident_call_ns.fetch_add(static_cast<uint64_t>(now_ns() - before), std::memory_order_relaxed);
-}
-
-namespace {
-thread_local bool t_resident_open = false;  // this thread is between on_step and after_step of one
-}  // namespace
-
-void AdvisorImpl::open_resident_launch(CUstream s) {
-  if (!resident_gate_ready.load(std::memory_order_acquire)) return;  // no migration issued yet
-  std::lock_guard lock(resident_mutex);
-  if (t_resident_open) return;
-  ++resident_open;
-  t_resident_open = true;
-  if (d.event_record(resident_before, stream) != CUDA_SUCCESS ||
-      d.stream_wait_event(s, resident_before, 0) != CUDA_SUCCESS) {
-    resident_gate_failures.fetch_add(1, std::memory_order_relaxed);
-  }
-}
-
-void AdvisorImpl::close_resident_launch(CUstream s) {
-  if (!t_resident_open) return;
-  std::lock_guard lock(resident_mutex);
-  t_resident_open = false;
-  --resident_open;
-  if (d.event_record(resident_after, s) != CUDA_SUCCESS ||
-      d.stream_wait_event(stream, resident_after, 0) != CUDA_SUCCESS) {
-    resident_gate_failures.fetch_add(1, std::memory_order_relaxed);
-  }
-}
-
-// Advisor thread, `lock` on resident_mutex held: returns once no launch that must find its memory
-// on the GPU is between on_step and after_step (its after_step has put its wait on `stream`), or
-// after 1 s (counted: a launch whose after_step never came).
-void AdvisorImpl::hold_for_resident_launches(std::unique_lock<std::mutex>& lock) {
-  if (resident_open == 0) return;
-  resident_gate_waits.fetch_add(1, std::memory_order_relaxed);
-  const int64_t start = now_ns();
-  while (resident_open > 0) {
-    lock.unlock();
-    sleep_us(10);
-    lock.lock();
-    if (now_ns() - start > 1'000'000'000) {
-      resident_gate_timeouts.fetch_add(1, std::memory_order_relaxed);
-      return;
-    }
-  }
-}
-
 void AdvisorImpl::populate_ranges(std::span<const DropTable::Populate> ranges, CUstream s) {
   if (ranges.empty()) return;
   CUmemLocation gpu{};
@@ -714,7 +356,7 @@ bool AdvisorImpl::discard_page(uint64_t page) {
 
 void Advisor::after_step(uint64_t index, CUstream stream) {
   AdvisorImpl& a = *impl_;
-  a.close_resident_launch(stream);
+  a.resident.close(stream);
   if (!a.context.load(std::memory_order_relaxed)) {
     CUcontext c = nullptr;
     if (a.d.ctx_get_current(&c) == CUDA_SUCCESS && c) a.context.store(c);
@@ -751,9 +393,7 @@ bool AdvisorImpl::set_up() {
   if (d.ctx_get_device(&device) != CUDA_SUCCESS ||
       d.stream_create(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
       d.stream_create(&sweep_stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
-      d.event_create(&barrier, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
-      d.event_create(&resident_before, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
-      d.event_create(&resident_after, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+      d.event_create(&barrier, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
     state = "off";
     fallback = "could not create the advisor's stream";
     log_warning("advisor off: {}", fallback);
@@ -773,7 +413,12 @@ bool AdvisorImpl::set_up() {
   done.name = "last use";
   reached.name = "reached";
   events_ready.store(true, std::memory_order_release);
-  resident_gate_ready.store(true, std::memory_order_release);
+  if (!resident.set_up(stream)) {
+    state = "off";
+    fallback = "could not create events";
+    log_warning("advisor off: {}", fallback);
+    return false;
+  }
   // Asked for, not only turned on by the copies: then it is said to be experimental.
   const bool prefetch_wait_asked = config.prefetch_wait;
   if (config.evict_copy && (!config.prefetch_wait || !config.evict_wait)) {
@@ -1430,8 +1075,7 @@ void AdvisorImpl::migrate(uint64_t address, uint64_t length, bool to_gpu, uint64
   CUmemLocation where{};
   where.type = to_gpu ? CU_MEM_LOCATION_TYPE_DEVICE : CU_MEM_LOCATION_TYPE_HOST;
   where.id = to_gpu ? device : 0;
-  std::unique_lock held(resident_mutex);
-  hold_for_resident_launches(held);
+  std::unique_lock held = resident.hold();
   const auto t0 = std::chrono::steady_clock::now();
   const CUresult r = d.mem_prefetch_async(address, length, where, 0, stream);
   held.unlock();
@@ -1690,272 +1334,6 @@ void AdvisorImpl::check_replay_keys(LivePlan& p) {
     }
   }
   replay_checked += keys.size();
-}
-
-namespace {
-
-uint64_t sum_in(const std::vector<Transfer>& log, uint64_t first, uint64_t last) {
-  uint64_t bytes = 0;
-  for (const Transfer& t : log) {
-    if (t.launch >= first && t.launch < last) bytes += t.bytes;
-  }
-  return bytes;
-}
-
-}  // namespace
-
-nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
-  const AdvisorImpl& a = *impl_;
-  const LivePlan* last = a.plans.empty() ? nullptr : a.plans.back().get();
-  nlohmann::json advisor = {
-      {"mode", std::string(to_string(a.config.mode))},
-      {"budget_bytes", a.budget},
-      {"state", a.state},
-      {"fallback", a.fallback.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.fallback)},
-      {"plans", a.plans.size()},
-      {"divergences", a.divergences},
-      {"prefetched_bytes", a.prefetched_bytes},
-      {"evicted_bytes", a.evicted_bytes},
-      {"prefetch_calls", a.prefetch_calls},
-      {"evict_calls", a.evict_calls},
-      {"failed_calls", a.failed_calls},
-      {"stale_actions", a.stale_actions},
-      {"late_events", a.late_events},
-      {"late_start_events", a.late_start_events},
-      {"opaque_calls", a.opaque_calls.load()},
-      {"first_opaque_call",
-       a.first_opaque.load() ? nlohmann::json(a.first_opaque.load()) : nlohmann::json(nullptr)},
-      {"wait_stalls", a.watchdog.stalls()},
-      {"blocking_waits", a.words.blocking_waits.load()},
-      {"blocking_timeouts", a.words.blocking_timeouts.load()},
-      {"waits_placed", a.waits_placed.load()},
-      {"evict_waits_placed", a.evict_waits_placed.load()},
-      {"learn_evict",
-       {{"on", a.config.learn_evict && !a.learn_off},
-        {"launches_evicting", a.learn_launches_evicting},
-        {"evict_calls", a.learn_evicted.size()},
-        {"evicted_bytes", sum_in(a.learn_evicted, 0, UINT64_MAX)},
-        {"prefetch_calls", a.learn_prefetched.size()},
-        {"prefetched_bytes", sum_in(a.learn_prefetched, 0, UINT64_MAX)},
-        {"failed_calls", a.learn_failed_calls},
-        {"skipped_ranges", a.learn_skipped},
-        {"call_seconds", a.learn_call_s}}},
-      {"resident_launches",
-       {{"launches", a.resident_launches.load()},
-        {"prefetch_calls", a.resident_calls.load()},
-        {"prefetched_bytes", a.resident_bytes.load()},
-        {"failed_calls", a.resident_failures.load()},
-        {"unscanned_launches", a.resident_unscanned.load()},
-        {"migrations_held", a.resident_gate_waits.load()},
-        {"hold_timeouts", a.resident_gate_timeouts.load()},
-        {"order_failures", a.resident_gate_failures.load()},
-        {"call_seconds", a.resident_call_ns.load() * 1e-9}}},
-      {"launch_populates", a.launch_populates.load()},
-      {"launch_populated_bytes", a.launch_populated_bytes.load()},
-      {"launch_populate_call_seconds", a.launch_populate_call_ns.load() * 1e-9},
-      {"launch_populate_longest_call_seconds", a.launch_populate_longest_ns.load() * 1e-9},
-      {"launch_path_seconds", a.launch_path_ns.load() * 1e-9},
-      {"prefetch_call_seconds", a.times.prefetch_call_s},
-      {"evict_call_seconds", a.times.evict_call_s},
-      {"longest_call_seconds", a.times.longest_call_s},
-      {"planned_seconds", a.times.planned_s},
-      {"apply_seconds", a.times.apply_s},
-      {"tend_copies_seconds", a.times.tend_copies_s},
-      {"event_wait_seconds", a.times.event_wait_s},
-      {"scan_seconds", a.times.scan_s},
-      {"take_seconds", a.times.take_s},
-      {"managed_call_seconds", a.times.managed_call_s},
-      {"copy_call_seconds", a.times.copy_call_s},
-      {"most_launches_behind", a.most_behind},
-      {"plan_buffers", a.plan_buffers},
-      {"plan_buffers_found", a.plan_buffers_found},
-      {"relearned_once_planned",
-       a.relearn_after_learning
-           ? nlohmann::json{{"from_launch", *a.relearn_from},
-                            {"applied_from_launch", a.relearned_at ? nlohmann::json(a.relearned_at)
-                                                                   : nlohmann::json(nullptr)}}
-           : nlohmann::json(nullptr)},
-      {"replay_relearned",
-       a.relearn_from && !a.relearn_after_learning
-           ? nlohmann::json{{"from_launch", *a.relearn_from},
-                            {"skipped_bytes", a.relearn_skipped_bytes},
-                            {"replay_plan_buffers", a.replay_found.first},
-                            {"replay_plan_buffers_found", a.replay_found.second},
-                            {"applied_from_launch", a.relearned_at ? nlohmann::json(a.relearned_at)
-                                                                   : nlohmann::json(nullptr)}}
-           : nlohmann::json(nullptr)},
-      {"prefetch_wait", a.config.prefetch_wait},
-      {"evict_wait", a.config.evict_wait},
-  };
-  if (a.config.evict_copy) {
-    advisor["evict_copy"] = a.copier.stats_json(summary);
-  }
-  if (a.placement) {
-    nlohmann::json candidates = nlohmann::json::array();
-    for (const PlacementCandidate& c : a.placement->candidates) {
-      candidates.push_back(
-          {{"order", c.order}, {"arena_bytes", c.arena_bytes}, {"page_peak_bytes", c.page_peak}});
-    }
-    advisor["placement"] = {
-        {"arena_bytes", a.placement->arena_bytes},   {"live_peak_bytes", a.placement->live_peak},
-        {"page_peak_bytes", a.placement->page_peak}, {"blocks", a.placement->sizes.size()},
-        {"placed_blocks", a.placement->placed},      {"order", a.placement->order},
-        {"candidates", std::move(candidates)}};
-  } else {
-    advisor["placement"] =
-        a.placement_note.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.placement_note);
-  }
-  if (last) {
-    advisor["plan"] = {
-        {"source", last->source},
-        {"period", last->period},
-        {"applied_from_launch", last->applied_from},
-        {"started_at_launch", last->started_at.load() == UINT64_MAX
-                                  ? nlohmann::json(nullptr)
-                                  : nlohmann::json(last->started_at.load())},
-        {"footprint_bytes", last->plan.footprint_bytes},
-        {"bytes_prefetched_per_iteration", last->plan.bytes_prefetched_per_iteration},
-        {"bytes_evicted_per_iteration", last->plan.bytes_evicted_per_iteration},
-        {"unfit_steps", last->plan.unfit_steps.size()},
-        {"dead_gap_bytes_per_iteration", last->plan.dead_gap_bytes},
-        {"bytes_dropped_per_iteration", last->plan.bytes_dropped_per_iteration},
-        {"peak_resident_at_frees_bytes", last->plan.peak_resident_at_frees_bytes},
-        {"drops", last->plan.drops.size()}};
-    advisor["discards_approved"] = a.discards_approved.load();
-    // The last launches' waits (LaunchWaitLog::rows_json).
-    advisor["launch_waits"] = a.watchdog.launch_waits().rows_json();
-    advisor["swept_bytes"] = a.swept_bytes;
-    if (const std::shared_ptr<const DropTable> table = last->drops.load()) {
-      // How the last plan's drops fared: page windows never discarded (their pages stay
-      // resident), and frees that came outside every window of a page the plan drops.
-      uint64_t never = 0;
-      for (const auto& d : table->discarded) never += d.load() == 0;
-      advisor["drop_windows"] = {{"pages", table->discarded.size()},
-                                 {"never_discarded", never},
-                                 {"asked_outside_window", table->asked_outside.load()},
-                                 {"unplanned_pages_discarded", table->unplanned.load()},
-                                 {"unresolved_drops", table->unresolved}};
-    }
-    advisor["peak_resident_plan_bytes"] = last->plan.peak_resident_bytes;
-  }
-  if (summary && summary->has_unified_memory_counters) {
-    advisor["peak_resident_bytes"] = summary->peak_resident;
-  }
-  nlohmann::json j = {{"advisor", advisor}};
-  if (summary) {
-    std::lock_guard lock(a.learn_mutex);  // the launch path's transfers while learning
-    j["iterations"] = iterations_json(*summary, [&](uint64_t first, uint64_t last_step) {
-      return std::pair{
-          sum_in(a.prefetched, first, last_step) + sum_in(a.learn_prefetched, first, last_step),
-          sum_in(a.evicted, first, last_step) + sum_in(a.learn_evicted, first, last_step)};
-    });
-    // Bytes umswap's own copies moved (UMSWAP_EVICT_COPY): on the link, but not in CUPTI's
-    // unified-memory counters.
-    if (a.config.evict_copy) {
-      auto& its = j["iterations"];
-      const auto& steps = summary->trace.iterations;
-      for (size_t i = 0; i < its.size() && i < steps.size(); ++i) {
-        const uint64_t first = steps[i].first_step, end = first + steps[i].step_count;
-        its[i]["copied_in_bytes"] = sum_in(a.copier.copied_in(), first, end);
-        its[i]["copied_out_bytes"] = sum_in(a.copier.copied_out(), first, end);
-        // How long the copies kept the link busy each way (CUPTI's times): out + in - both near
-        // the wall time means the directions took turns; far below it, the copies waited.
-        if (i < summary->iteration_copy_busy.size()) {
-          const tracer::CopyBusy& b = summary->iteration_copy_busy[i];
-          its[i]["copy_out_busy_ms"] = b.out_ns / 1e6;
-          its[i]["copy_in_busy_ms"] = b.in_ns / 1e6;
-          its[i]["copy_both_busy_ms"] = b.both_ns / 1e6;
-        }
-      }
-    }
-    // Peak GPU-resident bytes once the plan is in force: from its second iteration on (the
-    // learning iterations fault in the whole footprint; the first planned one moves it out),
-    // counted from where the advisor really started it.
-    // The counted peak over the iterations whose first step passes `keep` (none: no figure).
-    const auto peak_where = [&](const char* key, const auto& keep) {
-      std::optional<uint64_t> peak;
-      const auto& its = summary->trace.iterations;
-      for (size_t i = 0; i < its.size() && i < summary->iteration_peak_resident.size(); ++i) {
-        if (keep(its[i].first_step)) {
-          peak = std::max(peak.value_or(0), summary->iteration_peak_resident[i]);
-        }
-      }
-      if (peak && summary->has_unified_memory_counters) j["advisor"][key] = *peak;
-    };
-    const uint64_t started = last ? last->started_at.load() : UINT64_MAX;
-    peak_where("peak_resident_applied_bytes", [&](uint64_t first_step) {
-      return started != UINT64_MAX && first_step >= started + last->period;
-    });
-    // And before: the iterations that began before the last plan learned from scratch (not a
-    // relearned one) was in force; all, without one.
-    const LivePlan* learned = nullptr;
-    for (const auto& q : a.plans) {
-      if (!q->staged) learned = q.get();
-    }
-    const uint64_t learned_started = learned ? learned->started_at.load() : UINT64_MAX;
-    peak_where("peak_resident_learning_bytes",
-               [&](uint64_t first_step) { return first_step < learned_started; });
-    if (learned) j["advisor"]["learned_plan_applied_from_launch"] = learned->applied_from;
-  }
-  return j;
-}
-
-nlohmann::json iterations_json(
-    const tracer::RunSummary& summary,
-    const std::function<std::pair<uint64_t, uint64_t>(uint64_t, uint64_t)>& transfers) {
-  nlohmann::json out = nlohmann::json::array();
-  const auto& its = summary.trace.iterations;
-  for (size_t i = 0; i < its.size(); ++i) {
-    const trace::Iteration& it = its[i];
-    // Wall time from this iteration's first GPU start to the next one's (host gaps included).
-    const auto [start, end] = tracer::iteration_window(its, i);
-    nlohmann::json o = {
-        {"index", i},
-        {"first_step", it.first_step},
-        {"steps", it.step_count},
-        {"wall_ms", end > start ? (end - start) / 1e6 : 0.0},
-        {"gpu_page_faults", it.counters.gpu_page_faults},
-        {"bytes_htod", it.counters.bytes_htod},
-        {"bytes_dtoh", it.counters.bytes_dtoh},
-        {"thrashing_events", it.counters.thrashing_events},
-    };
-    if (summary.has_unified_memory_counters && i < summary.iteration_peak_resident.size()) {
-      o["peak_resident_bytes"] = summary.iteration_peak_resident[i];
-      if (i < summary.iteration_peak_resident_free.size()) {
-        o["peak_resident_free_bytes"] = summary.iteration_peak_resident_free[i];
-      }
-      if (i < summary.iteration_peak_step.size() && summary.iteration_peak_step[i] != UINT64_MAX) {
-        const uint64_t step = summary.iteration_peak_step[i];
-        o["peak_resident_step"] = step;
-        const trace::Step& st = summary.trace.steps[step];
-        if (st.name < summary.trace.names.size()) {
-          o["peak_resident_step_name"] = summary.trace.names[st.name].substr(0, 120);
-        }
-      }
-      if (i < summary.iteration_peak_buffers.size()) {
-        nlohmann::json shares = nlohmann::json::array();
-        for (const auto& share : summary.iteration_peak_buffers[i]) {
-          const trace::Buffer& b = summary.trace.buffers[share.buffer];
-          shares.push_back({{"buffer", share.buffer},
-                            {"size", b.size},
-                            {"call_site", b.call_site},
-                            {"resident_bytes", share.resident},
-                            {"live_bytes", share.live}});
-          if (!share.resident_ranges.empty())
-            shares.back()["resident_ranges"] = share.resident_ranges;
-          if (!share.live_ranges.empty()) shares.back()["live_ranges"] = share.live_ranges;
-        }
-        o["peak_resident_buffers"] = std::move(shares);
-      }
-    }
-    if (transfers) {
-      const auto [in, out_bytes] = transfers(it.first_step, it.first_step + it.step_count);
-      o["prefetched_bytes"] = in;
-      o["evicted_bytes"] = out_bytes;
-    }
-    out.push_back(std::move(o));
-  }
-  return out;
 }
 
 }  // namespace umswap::advisor

@@ -23,7 +23,6 @@
 #include "umswap/advisor/advisor_common.h"
 #include "umswap/advisor/copy_evictor.h"
 #include "umswap/advisor/event_ring.h"
-#include "umswap/advisor/learning_evictor.h"
 #include "umswap/advisor/logged_calls.h"
 #include "umswap/advisor/online_learning.h"
 #include "umswap/advisor/op_log.h"
@@ -137,9 +136,9 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
   if (a.config.learn_evict) {
     if (!p || (!p->staged && (index < p->applied_from ||
                               p->started_at.load(std::memory_order_acquire) == UINT64_MAX))) {
-      a.learn_step(index, stream, hits);
-    } else if (!a.learn_stale.load(std::memory_order_relaxed)) {
-      a.learn_stale.store(true, std::memory_order_relaxed);
+      a.learn_path.step(index, stream, hits, *a.registry);
+    } else {
+      a.learn_path.mark_stale();
     }
   }
   // UMSWAP_EVICT_COPY: the launch up to which this one waits for the copies back (its own wait),
@@ -634,76 +633,12 @@ void AdvisorImpl::learn() {
     return;
   }
   if (!p) return;
-  p->learned_evicting = learn_moved.exchange(false, std::memory_order_relaxed);
+  p->learned_evicting = learn_path.take_moved();
   // From the next iteration boundary on (launch indices below it may already be running).
   p->applied_from =
       boundary_at_or_after(e, p->period, words.launched.load(std::memory_order_acquire));
   log_learned(*p, first);
   activate(std::move(p));
-}
-
-// UMSWAP_LEARN_EVICT, on the launch path while no plan is in force. The launch's pointers touch
-// their extents (a slab block's pointer to its block's end, another pointer to its buffer's end).
-// Before it runs, on its own stream: the least recently used blocks go to the host until what is
-// counted on the GPU, its own blocks included, fits in the budget, then its blocks not counted
-// there are prefetched. Stream order makes each eviction wait for the earlier launches on that
-// stream (on another stream a launch that still uses a block faults it back: slower, never
-// wrong), and the launch wait for its room and its data: the GPU runs at the link's pace rather
-// than fault in the whole footprint. Memory a launch reaches without a pointer in its parameters
-// is not counted.
-void AdvisorImpl::learn_step(uint64_t index, CUstream s,
-                             const std::vector<tracer::PointerHit>* hits) {
-  std::lock_guard lock(learn_mutex);
-  if (learn_off) return;
-  if (!learning_evictor) {
-    size_t total = 0;
-    if (d.ctx_get_device(&learn_device) != CUDA_SUCCESS ||
-        d.device_total_mem(&total, learn_device) != CUDA_SUCCESS) {
-      learn_off = true;
-      log_warning(
-          "UMSWAP_LEARN_EVICT: no device for the launch; nothing is evicted while learning");
-      return;
-    }
-    learning_evictor = std::make_unique<LearningEvictor>(
-        config.budget.is_zero() ? total : config.budget.resolve(total));
-  }
-  if (learn_stale.exchange(false, std::memory_order_acq_rel)) learning_evictor->clear();
-  learn_fresh.clear();
-  if (hits) {
-    for (const tracer::PointerHit& hit : *hits) {
-      const uint64_t end = hit.reach_end();
-      learning_evictor->touch(index, hit.pointer, end, hit.base, hit.base + hit.size, &learn_fresh);
-    }
-  }
-  if (learn_fresh.empty()) return;  // nothing new on the GPU: what is counted did not grow
-  const Timed timed(learn_call_s);
-  const std::vector<LearningEvictor::Range> out = learning_evictor->take_evictions(index);
-  if (!out.empty()) ++learn_launches_evicting;
-  const std::shared_ptr<const Registry::Snapshot> snap = registry->snapshot();
-  const auto issue = [&](const LearningEvictor::Range& r, bool to_gpu) {
-    // The allocation may have been freed since the block was counted.
-    const BufferRecord* rec = snap->find(r.address);
-    if (!rec || r.address + r.length > rec->end()) {
-      ++learn_skipped;
-      return;
-    }
-    CUmemLocation where{};
-    where.type = to_gpu ? CU_MEM_LOCATION_TYPE_DEVICE : CU_MEM_LOCATION_TYPE_HOST;
-    where.id = to_gpu ? learn_device : 0;
-    const CUresult res = d.mem_prefetch_async(r.address, r.length, where, 0, s);
-    if (res != CUDA_SUCCESS) {
-      ++learn_failed_calls;
-      if (warned_learn_failure.first()) {
-        log_warning("advisor: a prefetch while learning of {} at {:#x} failed (error {}); skipped",
-                    format_bytes(r.length), r.address, static_cast<int>(res));
-      }
-      return;
-    }
-    (to_gpu ? learn_prefetched : learn_evicted).push_back({index, r.length});
-  };
-  learn_moved.store(true, std::memory_order_relaxed);
-  for (const LearningEvictor::Range& r : out) issue(r, false);
-  for (const LearningEvictor::Range& r : learn_fresh) issue(r, true);
 }
 
 // Replay relearning: this process's iteration from relearn_from (a boundary of the replay plan,

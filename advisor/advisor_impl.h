@@ -23,7 +23,7 @@
 #include "umswap/advisor/advisor_common.h"
 #include "umswap/advisor/copy_evictor.h"
 #include "umswap/advisor/event_ring.h"
-#include "umswap/advisor/learning_evictor.h"
+#include "umswap/advisor/learn_path.h"
 #include "umswap/advisor/logged_calls.h"
 #include "umswap/advisor/online_learning.h"
 #include "umswap/advisor/op_log.h"
@@ -150,25 +150,9 @@ class AdvisorImpl final : public CopyEvictor::Host {
   std::atomic<uint64_t> waits_placed{0};
   std::atomic<uint64_t> evict_waits_placed{0};
   std::atomic<uint64_t> launch_populates{0}, launch_populated_bytes{0};
-  // UMSWAP_LEARN_EVICT, on the launch path while no plan is in force (learn_step()): the blocks
-  // the launches touched, least recently used out to the host past the budget. Under
-  // learn_mutex; the evictor is made at the first launch (on the launching thread, whose context
-  // gives the device: the program's first launches may come before set_up() is done);
-  // learn_stale once a plan was in force (its actions moved blocks the evictor does not know of:
-  // it starts again from nothing).
-  mutable std::mutex learn_mutex;
-  std::unique_ptr<LearningEvictor> learning_evictor;
-  CUdevice learn_device = 0;
-  bool learn_off = false;  // no device for the evictor: nothing is done while learning
-  std::atomic<bool> learn_stale{false};
-  std::atomic<bool> learn_moved{false};  // learn_step() issued a call since the last plan
-  bool relearn_after_learning = false;   // relearn_from is a plan learned while evicting
-  std::vector<LearningEvictor::Range> learn_fresh;
-  std::vector<Transfer> learn_prefetched, learn_evicted;  // one entry per call that went through
-  uint64_t learn_failed_calls = 0, learn_skipped = 0, learn_launches_evicting = 0;
-  double learn_call_s = 0;
-  OnceFlag warned_learn_failure;
-  void learn_step(uint64_t index, CUstream s, const std::vector<tracer::PointerHit>* hits);
+  // UMSWAP_LEARN_EVICT: the launch path's evictions while no plan is in force (learn_path.h).
+  LearnPath learn_path{config, d};
+  bool relearn_after_learning = false;  // relearn_from is a plan learned while evicting
   // Populates on the launching stream; counted.
   void populate_ranges(std::span<const DropTable::Populate> ranges, CUstream s);
   std::atomic<CUdevice> device_for_launches{0};

@@ -46,16 +46,7 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
       {"blocking_timeouts", a.words.blocking_timeouts.load()},
       {"waits_placed", a.waits_placed.load()},
       {"evict_waits_placed", a.evict_waits_placed.load()},
-      {"learn_evict",
-       {{"on", a.config.learn_evict && !a.learn_off},
-        {"launches_evicting", a.learn_launches_evicting},
-        {"evict_calls", a.learn_evicted.size()},
-        {"evicted_bytes", sum_in(a.learn_evicted, 0, UINT64_MAX)},
-        {"prefetch_calls", a.learn_prefetched.size()},
-        {"prefetched_bytes", sum_in(a.learn_prefetched, 0, UINT64_MAX)},
-        {"failed_calls", a.learn_failed_calls},
-        {"skipped_ranges", a.learn_skipped},
-        {"call_seconds", a.learn_call_s}}},
+      {"learn_evict", a.learn_path.stats_json()},
       {"resident_launches", a.resident.stats_json()},
       {"launch_populates", a.launch_populates.load()},
       {"launch_populated_bytes", a.launch_populated_bytes.load()},
@@ -150,11 +141,10 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
   }
   nlohmann::json j = {{"advisor", advisor}};
   if (summary) {
-    std::lock_guard lock(a.learn_mutex);  // the launch path's transfers while learning
     j["iterations"] = iterations_json(*summary, [&](uint64_t first, uint64_t last_step) {
-      return std::pair{
-          sum_in(a.prefetched, first, last_step) + sum_in(a.learn_prefetched, first, last_step),
-          sum_in(a.evicted, first, last_step) + sum_in(a.learn_evicted, first, last_step)};
+      const auto [learn_in, learn_out] = a.learn_path.sum(first, last_step);  // while learning
+      return std::pair{sum_in(a.prefetched, first, last_step) + learn_in,
+                       sum_in(a.evicted, first, last_step) + learn_out};
     });
     // Bytes umswap's own copies moved (UMSWAP_EVICT_COPY): on the link, but not in CUPTI's
     // unified-memory counters.

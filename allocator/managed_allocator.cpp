@@ -2,6 +2,7 @@
 
 #include "umswap/core/log.h"
 #include "umswap/core/options.h"
+#include "umswap/core/stats_schema.h"
 
 namespace umswap {
 namespace {
@@ -28,7 +29,7 @@ nlohmann::json to_json(const AllocatorStats& s) {
       {"frees", s.frees},
       {"live_buffers", s.live_buffers},
       {"managed_bytes", s.managed_bytes},
-      {"managed_bytes_peak", s.managed_bytes_peak},
+      {stats_schema::allocator::kManagedBytesPeak.name(), s.managed_bytes_peak},
       {"managed_limit_bytes", s.managed_limit},
       {"cap_hits", s.cap_hits},
       {"largest_refused_bytes", s.largest_refused},

@@ -1,6 +1,8 @@
 // `umswap compare`: what each run left behind, turned into rows, a table and JSON. Pure.
 #include "umswap/cli/compare.h"
 
+#include "umswap/core/stats_schema.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -13,6 +15,7 @@ namespace umswap::cli {
 namespace {
 
 using nlohmann::json;
+namespace schema = umswap::stats_schema;
 
 constexpr double kGB = 1e9;
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
@@ -58,15 +61,15 @@ void for_each_line(std::string_view text, F f) {
   }
 }
 
-// Field readers that treat a missing field, or one of the wrong type, as unknown.
+// Field readers that treat a missing field, or one of the wrong type, as unknown: by key (the
+// program's summary line), or by the stats file's schema (stats_schema.h).
 const json* field(const json& object, std::string_view key) {
   if (!object.is_object()) return nullptr;
   const auto it = object.find(key);
   return it == object.end() ? nullptr : &*it;
 }
 
-std::optional<uint64_t> get_u64(const json& object, std::string_view key) {
-  const json* v = field(object, key);
+std::optional<uint64_t> u64_of(const json* v) {
   if (!v) return std::nullopt;
   if (v->is_number_unsigned()) return v->get<uint64_t>();
   if (v->is_number_integer()) {
@@ -80,17 +83,39 @@ std::optional<uint64_t> get_u64(const json& object, std::string_view key) {
   return std::nullopt;
 }
 
-std::optional<double> get_double(const json& object, std::string_view key) {
-  const json* v = field(object, key);
+std::optional<double> double_of(const json* v) {
   if (!v || !v->is_number()) return std::nullopt;
   const double d = v->get<double>();
   return std::isfinite(d) ? std::optional<double>(d) : std::nullopt;
 }
 
-std::optional<std::string> get_string(const json& object, std::string_view key) {
-  const json* v = field(object, key);
+std::optional<std::string> string_of(const json* v) {
   if (!v || !v->is_string()) return std::nullopt;
   return v->get<std::string>();
+}
+
+std::optional<bool> bool_of(const json* v) {
+  return v && v->is_boolean() ? std::optional<bool>(v->get<bool>()) : std::nullopt;
+}
+
+std::optional<uint64_t> get_u64(const json& object, std::string_view key) {
+  return u64_of(field(object, key));
+}
+std::optional<double> get_double(const json& object, std::string_view key) {
+  return double_of(field(object, key));
+}
+
+std::optional<uint64_t> get_u64(const json& j, const schema::Field& f) {
+  return u64_of(schema::find(j, f));
+}
+std::optional<double> get_double(const json& j, const schema::Field& f) {
+  return double_of(schema::find(j, f));
+}
+std::optional<std::string> get_string(const json& j, const schema::Field& f) {
+  return string_of(schema::find(j, f));
+}
+std::optional<bool> get_bool(const json& j, const schema::Field& f) {
+  return bool_of(schema::find(j, f));
 }
 
 template <typename T>
@@ -427,37 +452,26 @@ std::optional<uint64_t> parse_footprint_output(std::string_view text) {
 }
 
 StatsFigures parse_stats_figures(const json& stats) {
+  namespace advisor = schema::advisor;
   StatsFigures s;
-  if (const json* allocator = field(stats, "allocator")) {
-    s.managed_bytes_peak = get_u64(*allocator, "managed_bytes_peak");
-  }
-  if (const json* advisor = field(stats, "advisor")) {
-    s.advisor_mode = get_string(*advisor, "mode");
-    s.advisor_state = get_string(*advisor, "state");
-    s.advisor_fallback = get_string(*advisor, "fallback");
-    s.budget_bytes = get_u64(*advisor, "budget_bytes");
-    s.prefetched_bytes = get_u64(*advisor, "prefetched_bytes");
-    s.evicted_bytes = get_u64(*advisor, "evicted_bytes");
-    s.peak_resident_bytes = get_u64(*advisor, "peak_resident_bytes");
-    s.peak_resident_plan_bytes = get_u64(*advisor, "peak_resident_plan_bytes");
-    if (const json* plan = field(*advisor, "plan")) {
-      s.plan_applied_from = get_u64(*plan, "applied_from_launch");
-    }
-    const auto flag = [&](const char* key) -> std::optional<bool> {
-      const json* v = field(*advisor, key);
-      return v && v->is_boolean() ? std::optional<bool>(v->get<bool>()) : std::nullopt;
-    };
-    s.prefetch_wait = flag("prefetch_wait");
-    s.evict_wait = flag("evict_wait");
-    s.wait_stalls = get_u64(*advisor, "wait_stalls");
-    if (const json* copy = field(*advisor, "evict_copy")) {
-      if (const json* kept = field(*copy, "kept_reached")) {
-        s.kept_reached_evictions = get_u64(*kept, "evictions");
-        s.kept_reached_bytes = get_u64(*kept, "bytes");
-      }
-    }
-  }
-  if (const json* iterations = field(stats, "iterations"); iterations && iterations->is_array()) {
+  s.managed_bytes_peak = get_u64(stats, schema::allocator::kManagedBytesPeak);
+  s.advisor_mode = get_string(stats, advisor::kMode);
+  s.advisor_state = get_string(stats, advisor::kState);
+  s.advisor_fallback = get_string(stats, advisor::kFallback);
+  s.budget_bytes = get_u64(stats, advisor::kBudgetBytes);
+  s.prefetched_bytes = get_u64(stats, advisor::kPrefetchedBytes);
+  s.evicted_bytes = get_u64(stats, advisor::kEvictedBytes);
+  s.peak_resident_bytes = get_u64(stats, advisor::kPeakResidentBytes);
+  s.peak_resident_plan_bytes = get_u64(stats, advisor::kPeakResidentPlanBytes);
+  s.plan_applied_from = get_u64(stats, advisor::plan::kAppliedFromLaunch);
+  s.prefetch_wait = get_bool(stats, advisor::kPrefetchWait);
+  s.evict_wait = get_bool(stats, advisor::kEvictWait);
+  s.wait_stalls = get_u64(stats, advisor::kWaitStalls);
+  s.kept_reached_evictions = get_u64(stats, advisor::evict_copy::kept_reached::kEvictions);
+  s.kept_reached_bytes = get_u64(stats, advisor::evict_copy::kept_reached::kBytes);
+  if (const json* iterations = schema::find(stats, schema::kIterations);
+      iterations && iterations->is_array()) {
+    namespace iteration = schema::iterations;
     // Bytes each way: the driver's (CUPTI) and umswap's own copies (UMSWAP_EVICT_COPY), which
     // CUPTI's unified-memory counters do not see.
     const auto plus = [](std::optional<uint64_t> a, std::optional<uint64_t> b) {
@@ -465,16 +479,17 @@ StatsFigures parse_stats_figures(const json& stats) {
     };
     for (const json& it : *iterations) {
       if (!it.is_object()) continue;
-      s.iterations.push_back(
-          {.index = get_u64(it, "index"),
-           .first_step = get_u64(it, "first_step"),
-           .wall_ms = get_double(it, "wall_ms"),
-           .gpu_page_faults = get_u64(it, "gpu_page_faults"),
-           .bytes_htod = plus(get_u64(it, "bytes_htod"), get_u64(it, "copied_in_bytes")),
-           .bytes_dtoh = plus(get_u64(it, "bytes_dtoh"), get_u64(it, "copied_out_bytes")),
-           .prefetched_bytes = get_u64(it, "prefetched_bytes"),
-           .evicted_bytes = get_u64(it, "evicted_bytes"),
-           .peak_resident_bytes = get_u64(it, "peak_resident_bytes")});
+      s.iterations.push_back({.index = get_u64(it, iteration::kIndex),
+                              .first_step = get_u64(it, iteration::kFirstStep),
+                              .wall_ms = get_double(it, iteration::kWallMs),
+                              .gpu_page_faults = get_u64(it, iteration::kGpuPageFaults),
+                              .bytes_htod = plus(get_u64(it, iteration::kBytesHtod),
+                                                 get_u64(it, iteration::kCopiedInBytes)),
+                              .bytes_dtoh = plus(get_u64(it, iteration::kBytesDtoh),
+                                                 get_u64(it, iteration::kCopiedOutBytes)),
+                              .prefetched_bytes = get_u64(it, iteration::kPrefetchedBytes),
+                              .evicted_bytes = get_u64(it, iteration::kEvictedBytes),
+                              .peak_resident_bytes = get_u64(it, iteration::kPeakResidentBytes)});
     }
     std::stable_sort(s.iterations.begin(), s.iterations.end(),
                      [](const StatsIteration& a, const StatsIteration& b) {

@@ -1,8 +1,11 @@
 #include "umswap/cli/verify_report.h"
 
+#include "umswap/core/stats_schema.h"
+
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -10,14 +13,42 @@ namespace umswap::cli {
 namespace {
 
 using nlohmann::json;
+namespace schema = umswap::stats_schema;
+namespace evict_copy = schema::advisor::evict_copy;
+namespace round_trips = schema::advisor::evict_copy::round_trips;
+namespace fault_kernels = schema::fault_kernels;
+namespace unforeseen = schema::copy_check::unforeseen;
 
-uint64_t number(const json& j, std::initializer_list<const char*> path) {
-  const json* at = &j;
-  for (const char* key : path) {
-    if (!at->is_object() || !at->contains(key)) return 0;
-    at = &(*at)[key];
-  }
-  return at->is_number_unsigned() || at->is_number_integer() ? at->get<uint64_t>() : 0;
+// Readers of the stats' fields (stats_schema.h): `j` is the file, or the array element that a
+// field with `[]` in its path belongs to. A field that is missing or of another type reads as 0,
+// nullopt (or `otherwise`), false, or an empty array.
+uint64_t number(const json& j, const schema::Field& f) {
+  const json* at = schema::find(j, f);
+  return at && (at->is_number_unsigned() || at->is_number_integer()) ? at->get<uint64_t>() : 0;
+}
+
+std::optional<std::string> text(const json& j, const schema::Field& f) {
+  const json* at = schema::find(j, f);
+  return at && at->is_string() ? std::optional<std::string>(at->get<std::string>()) : std::nullopt;
+}
+
+std::string text(const json& j, const schema::Field& f, const char* otherwise) {
+  return text(j, f).value_or(otherwise);
+}
+
+bool flag(const json& j, const schema::Field& f) {
+  const json* at = schema::find(j, f);
+  return at && at->is_boolean() && at->get<bool>();
+}
+
+const json& array(const json& j, const schema::Field& f) {
+  static const json kNone = json::array();
+  const json* at = schema::find(j, f);
+  return at && at->is_array() ? *at : kNone;
+}
+
+bool has(const json& j, const schema::Field& f) {
+  return schema::find(j, f) != nullptr;
 }
 
 std::string gib(uint64_t bytes) {
@@ -28,15 +59,16 @@ std::string gib(uint64_t bytes) {
 // a fault changes what some kernels compute (cuDNN's fused attention with dropout), so the run
 // names the kernels that took them. Empty without faults in kernels.
 std::string fault_kernels_warning(const json& s, const std::string& prefix) {
-  const uint64_t faults = number(s, {"fault_kernels", "faults"});
-  const uint64_t outside = number(s, {"fault_kernels", "outside_kernels"});
+  const uint64_t faults = number(s, fault_kernels::kFaults);
+  const uint64_t outside = number(s, fault_kernels::kOutsideKernels);
   if (faults <= outside) return {};
   std::string top;
   size_t shown = 0;
-  for (const json& k : s["fault_kernels"].value("kernels", json::array())) {
+  for (const json& k : array(s, fault_kernels::kKernels)) {
     if (shown++ == 3) break;
-    top += fmt::format("{}{} ({})", top.empty() ? "" : "; ", k.value("kernel", "?").substr(0, 100),
-                       number(k, {"faults"}));
+    top += fmt::format("{}{} ({})", top.empty() ? "" : "; ",
+                       text(k, fault_kernels::kernels::kKernel, "?").substr(0, 100),
+                       number(k, fault_kernels::kernels::kFaults));
   }
   return prefix +
          fmt::format(
@@ -52,12 +84,14 @@ std::string fault_kernels_warning(const json& s, const std::string& prefix) {
 // memory to the GPU before it runs, so a fault inside one means a pointer it could not see or a
 // migration it did not hold back, and the run's results may not be the program's. Empty if none.
 std::string resident_faults_failure(const json& s, const std::string& prefix) {
-  const uint64_t faults = number(s, {"fault_kernels", "must_be_resident", "faults"});
+  namespace resident = fault_kernels::must_be_resident;
+  const uint64_t faults = number(s, resident::kFaults);
   if (faults == 0) return {};
   std::string which;
-  for (const json& k : s["fault_kernels"]["must_be_resident"].value("kernels", json::array())) {
+  for (const json& k : array(s, resident::kKernels)) {
     which += fmt::format("{}{} ({})", which.empty() ? "" : "; ",
-                         k.value("kernel", "?").substr(0, 100), number(k, {"faults"}));
+                         text(k, resident::kernels::kKernel, "?").substr(0, 100),
+                         number(k, resident::kernels::kFaults));
   }
   return prefix + fmt::format(
                       "FAILED: {} GPU page faults inside kernels that compute differently on "
@@ -70,23 +104,18 @@ std::string resident_faults_failure(const json& s, const std::string& prefix) {
 // the host hashed on the GPU as it left and once back. A difference fails the run (*mismatched);
 // otherwise one line says how many agreed and how many were not compared.
 std::string round_trips_report(const json& s, const std::string& prefix, bool* mismatched) {
-  if (!s.contains("advisor") || !s["advisor"].contains("evict_copy") ||
-      !s["advisor"]["evict_copy"].contains("round_trips")) {
-    return {};
+  if (!has(s, evict_copy::kRoundTrips)) return {};
+  if (!flag(s, round_trips::kHashed)) {
+    return prefix + "note: the round trips were not hashed (" +
+           text(s, round_trips::kOffReason, "?") + ")\n";
   }
-  const json& r = s["advisor"]["evict_copy"]["round_trips"];
-  if (!r.value("hashed", false)) {
-    const std::string why = r.contains("off_reason") && r["off_reason"].is_string()
-                                ? r["off_reason"].get<std::string>()
-                                : std::string("?");
-    return prefix + "note: the round trips were not hashed (" + why + ")\n";
-  }
-  const uint64_t page = number(r, {"page_bytes"}) ? number(r, {"page_bytes"}) : (2ull << 20);
-  const uint64_t bad = number(r, {"mismatched_pages"});
-  const uint64_t skipped = number(r, {"not_compared_pages", "no_slot"}) +
-                           number(r, {"not_compared_pages", "unmatched"}) +
-                           number(r, {"not_compared_pages", "away_at_exit"}) +
-                           number(r, {"not_compared_pages", "returning_at_exit"});
+  const uint64_t page =
+      number(s, round_trips::kPageBytes) ? number(s, round_trips::kPageBytes) : (2ull << 20);
+  const uint64_t bad = number(s, round_trips::kMismatchedPages);
+  namespace not_compared = round_trips::not_compared_pages;
+  const uint64_t skipped = number(s, not_compared::kNoSlot) + number(s, not_compared::kUnmatched) +
+                           number(s, not_compared::kAwayAtExit) +
+                           number(s, not_compared::kReturningAtExit);
   std::string out;
   if (bad > 0) {
     *mismatched = true;
@@ -95,20 +124,22 @@ std::string round_trips_report(const json& s, const std::string& prefix, bool* m
                         "the GPU (each hashed on the GPU as it left and once it was back)\n",
                         bad, gib(bad * page));
     size_t shown = 0;
-    for (const json& m : r.value("first_mismatches", json::array())) {
+    namespace mismatch = round_trips::first_mismatches;
+    for (const json& m : array(s, round_trips::kFirstMismatches)) {
       if (shown++ == 4) break;
-      std::string where = "page " + m.value("page", "?");
-      if (m.contains("buffer")) {
-        where += fmt::format(" in buffer {} at {}", number(m, {"buffer", "index"}),
-                             m["buffer"].value("base", "?"));
+      std::string where = "page " + text(m, mismatch::kPage, "?");
+      if (has(m, mismatch::kBuffer)) {
+        where += fmt::format(" in buffer {} at {}", number(m, mismatch::buffer::kIndex),
+                             text(m, mismatch::buffer::kBase, "?"));
       }
-      out += prefix +
-             fmt::format("  {}: out at launch {} ({}), back at launch {} ({})\n", where,
-                         number(m, {"left_at_launch"}), m.value("left_kernel", "?").substr(0, 80),
-                         number(m, {"back_at_launch"}), m.value("back_kernel", "?").substr(0, 80));
+      out += prefix + fmt::format("  {}: out at launch {} ({}), back at launch {} ({})\n", where,
+                                  number(m, mismatch::kLeftAtLaunch),
+                                  text(m, mismatch::kLeftKernel, "?").substr(0, 80),
+                                  number(m, mismatch::kBackAtLaunch),
+                                  text(m, mismatch::kBackKernel, "?").substr(0, 80));
     }
   } else {
-    const uint64_t checked = number(r, {"checked_pages"});
+    const uint64_t checked = number(s, round_trips::kCheckedPages);
     out += prefix + fmt::format(
                         "round trips: {} pages ({}) hashed on the GPU as they left and once "
                         "back, every one the same",
@@ -126,10 +157,9 @@ std::string round_trips_report(const json& s, const std::string& prefix, bool* m
 // failure: advisor.evict_copy.off_reason): the evictions after it went through the driver, which
 // keeps data coherent, and the check covers the run before it. Empty if it ran to the end.
 std::string copies_stopped_note(const json& s, const std::string& prefix) {
-  if (!s.contains("advisor") || !s["advisor"].contains("evict_copy")) return {};
-  const json& ec = s["advisor"]["evict_copy"];
-  if (!ec.contains("off_reason") || !ec["off_reason"].is_string()) return {};
-  const std::string why = ec["off_reason"].get<std::string>();
+  const std::optional<std::string> off = text(s, evict_copy::kOffReason);
+  if (!off) return {};
+  const std::string& why = *off;
   if (why.empty() || why.starts_with("the program ends") || why.starts_with("the plan ends")) {
     return {};
   }
@@ -152,27 +182,23 @@ VerifyVerdict judge_verify(const std::vector<json>& stats, const std::vector<std
   for (size_t i = 0; i < stats.size(); ++i) {
     const json& s = stats[i];
     const std::string who = stats.size() > 1 ? fmt::format("{}: ", names[i]) : std::string();
-    const uint64_t out = number(s, {"advisor", "evict_copy", "copied_out_bytes"});
-    const uint64_t in = number(s, {"advisor", "evict_copy", "copied_in_bytes"});
-    const uint64_t faults = number(s, {"copy_check", "unforeseen", "faults"});
-    const uint64_t windows = number(s, {"copy_check", "unforeseen", "windows"});
-    const uint64_t early =
-        number(s, {"copy_check", "unforeseen", "copies_out_before_copy_back_ended"});
-    const uint64_t harmful = number(s, {"copy_check", "harmful"});
-    const uint64_t lost = number(s, {"advisor", "evict_copy", "lost_bytes"});
-    const uint64_t dropped = number(s, {"detection", "dropped_records"});
+    const uint64_t out = number(s, evict_copy::kCopiedOutBytes);
+    const uint64_t in = number(s, evict_copy::kCopiedInBytes);
+    const uint64_t faults = number(s, unforeseen::kFaults);
+    const uint64_t windows = number(s, unforeseen::kWindows);
+    const uint64_t early = number(s, unforeseen::kCopiesOutBeforeCopyBackEnded);
+    const uint64_t harmful = number(s, schema::copy_check::kHarmful);
+    const uint64_t lost = number(s, evict_copy::kLostBytes);
+    const uint64_t dropped = number(s, schema::detection::kDroppedRecords);
     if (const std::string f = resident_faults_failure(s, p + who); !f.empty()) {
       resident_failed = true;
       lines += f;
     }
     if (out == 0) {
       lines += p + who + "nothing was copied to the host";
-      const json* ec = s.contains("advisor") && s["advisor"].contains("evict_copy")
-                           ? &s["advisor"]["evict_copy"]
-                           : nullptr;
-      if (ec && ec->contains("off_reason") && (*ec)["off_reason"].is_string() &&
-          !(*ec)["off_reason"].get<std::string>().empty()) {
-        lines += fmt::format(" (copies off: {})", (*ec)["off_reason"].get<std::string>());
+      if (const std::optional<std::string> off = text(s, evict_copy::kOffReason);
+          off && !off->empty()) {
+        lines += fmt::format(" (copies off: {})", *off);
       }
       lines += "\n";
       continue;
@@ -187,29 +213,28 @@ VerifyVerdict judge_verify(const std::vector<json>& stats, const std::vector<std
                    "(a pointer table in device memory), read garbage or wrote bytes the copy "
                    "back then overwrote\n",
                    faults);
-      if (s["copy_check"]["unforeseen"].contains("first")) {
-        size_t shown = 0;
-        for (const json& f : s["copy_check"]["unforeseen"]["first"]) {
-          if (shown++ == 4) break;
-          std::string where = f.value("address", "?");
-          if (f.contains("buffer")) {
-            where +=
-                fmt::format(" in buffer {} at {} ({})", number(f, {"buffer", "index"}),
-                            f["buffer"].value("base", "?"), gib(number(f, {"buffer", "size"})));
-          }
-          std::string steps;
-          if (f.contains("steps_running")) {
-            for (const json& st : f["steps_running"]) {
-              steps += (steps.empty() ? "" : "; ") + st.get<std::string>();
-            }
-          }
-          lines += p + who +
-                   fmt::format("  {} ({}), while on the GPU: {}\n", where,
-                               number(f, {"access"}) == 2   ? "write"
-                               : number(f, {"access"}) == 3 ? "atomic"
-                                                            : "read",
-                               steps.empty() ? "no step recorded" : steps);
+      namespace fault = unforeseen::first;
+      size_t shown = 0;
+      for (const json& f : array(s, unforeseen::kFirst)) {
+        if (shown++ == 4) break;
+        std::string where = text(f, fault::kAddress, "?");
+        if (has(f, fault::kBuffer)) {
+          where +=
+              fmt::format(" in buffer {} at {} ({})", number(f, fault::buffer::kIndex),
+                          text(f, fault::buffer::kBase, "?"), gib(number(f, fault::buffer::kSize)));
         }
+        std::string steps;
+        for (const json& st : array(f, fault::kStepsRunning)) {
+          steps +=
+              (steps.empty() ? "" : "; ") + (st.is_string() ? st.get<std::string>() : st.dump());
+        }
+        const uint64_t access = number(f, fault::kAccess);
+        lines += p + who +
+                 fmt::format("  {} ({}), while on the GPU: {}\n", where,
+                             access == 2   ? "write"
+                             : access == 3 ? "atomic"
+                                           : "read",
+                             steps.empty() ? "no step recorded" : steps);
       }
     }
     // The other failures: one line each, with what was counted.

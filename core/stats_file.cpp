@@ -66,8 +66,9 @@ std::optional<nlohmann::json> read_stats_file(const std::string& path, std::stri
   nlohmann::json j = nlohmann::json::parse(buffer.str(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return fail("not valid JSON");
   if (!j.is_object()) return fail("not a JSON object");
-  const auto v = j.find("umswap_stats_version");
-  if (v == j.end() || !v->is_number_integer()) return fail("no umswap_stats_version field");
+  const std::string_view key = stats_schema::kVersion.path;
+  const auto v = j.find(key);
+  if (v == j.end() || !v->is_number_integer()) return fail(fmt::format("no {} field", key));
   if (v->get<int64_t>() != kStatsFormatVersion) {
     return fail(fmt::format("stats version {} is not the supported version {}", v->get<int64_t>(),
                             kStatsFormatVersion));

@@ -329,8 +329,10 @@ void Preload::write_stats_at_exit() {
   }
   if (options_.stats_path.empty()) return;
   const tracer::RunSummary* summary = tracer::run_summary();
+  // The keys the CLI reads are named by stats_schema.h (docs/stats.md); the others are diagnostics.
+  namespace schema = stats_schema;
   nlohmann::json j = {
-      {"umswap_stats_version", kStatsFormatVersion},
+      {schema::kVersion.path, kStatsFormatVersion},
       {"tracer", tracer::run_summary() != nullptr},
       {"umswap_version", UMSWAP_VERSION},
       {"pid", ::getpid()},
@@ -339,18 +341,19 @@ void Preload::write_stats_at_exit() {
        {{"budget", options_.budget.to_string()},
         {"managed_limit", options_.managed_limit.to_string()},
         {"callsite_depth", options_.callsite_depth}}},
-      {"allocator", to_json(stats)},
+      {schema::kAllocator.path, to_json(stats)},
   };
   if (const std::string yielded = tracer::yielded_cupti_to(); !yielded.empty()) {
     j["tracer_yielded_to"] = yielded;  // a profiler took CUPTI (before or during the run)
   }
   if (summary) {
-    j["detection"] = {{"period", summary->trace.detection.period},
-                      {"confidence", summary->trace.detection.confidence},
-                      {"warmup_steps", summary->trace.detection.warmup_steps},
-                      {"source", summary->trace.detection.source},
-                      {"steps", summary->trace.steps.size()},
-                      {"dropped_records", summary->trace.dropped_records}};
+    j[schema::kDetection.path] = {
+        {"period", summary->trace.detection.period},
+        {"confidence", summary->trace.detection.confidence},
+        {"warmup_steps", summary->trace.detection.warmup_steps},
+        {"source", summary->trace.detection.source},
+        {"steps", summary->trace.steps.size()},
+        {schema::detection::kDroppedRecords.name(), summary->trace.dropped_records}};
     j["kernel_layouts"] = {{"read_before_launch", summary->layouts_prepared},
                            {"read_inside_launch", summary->layouts_read_in_callback},
                            {"unknown", summary->layouts_unknown},
@@ -370,18 +373,24 @@ void Preload::write_stats_at_exit() {
       for (const tracer::KernelFaults& k : f.by_kernel) {
         const std::string_view name =
             k.name < names.size() ? std::string_view(names[k.name]) : std::string_view("?");
-        const nlohmann::json entry = {{"kernel", name.substr(0, 200)}, {"faults", k.faults}};
+        // The same fields in both lists (fault_kernels.kernels[], must_be_resident.kernels[]).
+        const nlohmann::json entry = {
+            {schema::fault_kernels::kernels::kKernel.name(), name.substr(0, 200)},
+            {schema::fault_kernels::kernels::kFaults.name(), k.faults}};
         if (kernels.size() < 12) kernels.push_back(entry);
         if (advisor::needs_resident_memory(name)) {
           resident_faults += k.faults;
           resident.push_back(entry);
         }
       }
-      j["fault_kernels"] = {
-          {"faults", f.faults},
-          {"outside_kernels", f.outside},
-          {"kernels", std::move(kernels)},
-          {"must_be_resident", {{"faults", resident_faults}, {"kernels", std::move(resident)}}}};
+      namespace fk = schema::fault_kernels;
+      j[schema::kFaultKernels.path] = {
+          {fk::kFaults.name(), f.faults},
+          {fk::kOutsideKernels.name(), f.outside},
+          {fk::kKernels.name(), std::move(kernels)},
+          {fk::kMustBeResident.name(),
+           {{fk::must_be_resident::kFaults.name(), resident_faults},
+            {fk::must_be_resident::kKernels.name(), std::move(resident)}}}};
     }
     if (const auto& c = summary->copy_clashes) {
       // UMSWAP_EVICT_COPY's copies against the steps (copy_clashes.h): a diagnostic.
@@ -396,35 +405,39 @@ void Preload::write_stats_at_exit() {
              {"kind", tracer::to_string(x.kind)},
              {"ns_into_span", x.since_ns}});
       }
-      j["copy_check"] = {{"copies", c->copies},
-                         {"pages_checked", c->pages_checked},
-                         {"clashes", c->clashes},
-                         {"harmful", c->harmful},
-                         {"first", std::move(first)}};
+      j[schema::kCopyCheck.path] = {{"copies", c->copies},
+                                    {"pages_checked", c->pages_checked},
+                                    {"clashes", c->clashes},
+                                    {schema::copy_check::kHarmful.name(), c->harmful},
+                                    {"first", std::move(first)}};
       if (const auto& u = summary->unforeseen) {
         nlohmann::json caught = nlohmann::json::array();
         for (size_t i = 0; i < u->first.size(); ++i) {
           const tracer::UnforeseenAccess& a = u->first[i];
-          nlohmann::json x = {{"address", fmt::format("{:#x}", a.address)},
-                              {"access", a.access},
+          namespace fault = schema::copy_check::unforeseen::first;
+          nlohmann::json x = {{fault::kAddress.name(), fmt::format("{:#x}", a.address)},
+                              {fault::kAccess.name(), a.access},
                               {"ns_into_window", a.ns_into_window}};
           const auto& bufs = summary->trace.buffers;
           if (a.buffer < bufs.size()) {
-            x["buffer"] = {{"index", a.buffer},
-                           {"base", fmt::format("{:#x}", bufs[a.buffer].base)},
-                           {"size", bufs[a.buffer].size}};
+            x[fault::kBuffer.name()] = {
+                {fault::buffer::kIndex.name(), a.buffer},
+                {fault::buffer::kBase.name(), fmt::format("{:#x}", bufs[a.buffer].base)},
+                {fault::buffer::kSize.name(), bufs[a.buffer].size}};
           }
           if (i < summary->unforeseen_steps.size())
-            x["steps_running"] = summary->unforeseen_steps[i];
+            x[fault::kStepsRunning.name()] = summary->unforeseen_steps[i];
           caught.push_back(std::move(x));
         }
         nlohmann::json pages = nlohmann::json::array();
         for (uint64_t page : u->outs_before_back_pages) pages.push_back(fmt::format("{:#x}", page));
-        j["copy_check"]["unforeseen"] = {{"windows", u->windows},
-                                         {"faults", u->faults},
-                                         {"first", std::move(caught)},
-                                         {"copies_out_before_copy_back_ended", u->outs_before_back},
-                                         {"pages", std::move(pages)}};
+        namespace unforeseen = schema::copy_check::unforeseen;
+        j[schema::kCopyCheck.path][schema::copy_check::kUnforeseen.name()] = {
+            {unforeseen::kWindows.name(), u->windows},
+            {unforeseen::kFaults.name(), u->faults},
+            {unforeseen::kFirst.name(), std::move(caught)},
+            {unforeseen::kCopiesOutBeforeCopyBackEnded.name(), u->outs_before_back},
+            {"pages", std::move(pages)}};
       }
       if (summary->copy_idle_iteration != UINT64_MAX) {
         // Where neither copy direction ran in one steady iteration: a diagnostic for the time
@@ -442,15 +455,15 @@ void Preload::write_stats_at_exit() {
                                                                     : nlohmann::json(g.first_step)},
                           {"kernel", g.first_name}});
         }
-        j["copy_check"]["idle"] = {{"iteration", summary->copy_idle_iteration},
-                                   {"gaps", std::move(gaps)}};
+        j[schema::kCopyCheck.path]["idle"] = {{"iteration", summary->copy_idle_iteration},
+                                              {"gaps", std::move(gaps)}};
       }
     }
   }
   if (advisor::Advisor* advisor = g_advisor.load()) {
     j.update(advisor->stats(summary));
   } else if (summary) {
-    j["iterations"] = advisor::iterations_json(*summary);
+    j[schema::kIterations.path] = advisor::iterations_json(*summary);
   }
   const std::string path = expand_stats_path(options_.stats_path, ::getpid());
   std::string error;

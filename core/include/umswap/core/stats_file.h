@@ -1,8 +1,11 @@
 // The stats file: JSON written once at exit by the traced process, read by the CLI and tests.
+// Its version and the fields the CLI reads: stats_schema.h.
 //
 // Offline code: errors come back as values with a sentence a user understands. Writing is
 // atomic (a temporary file renamed into place), so a reader never sees half a file.
 #pragma once
+
+#include "umswap/core/stats_schema.h"
 
 #include <nlohmann/json.hpp>
 
@@ -12,8 +15,6 @@
 #include <string_view>
 
 namespace umswap {
-
-inline constexpr int kStatsFormatVersion = 1;
 
 // Replaces each `%p` in `pattern` with `pid` (`%%` stands for one `%`).
 std::string expand_stats_path(std::string_view pattern, pid_t pid);

@@ -5,6 +5,7 @@
 
 #include "advisor_impl.h"
 #include "umswap/advisor/advisor.h"
+#include "umswap/core/stats_schema.h"
 
 namespace umswap::advisor {
 
@@ -24,14 +25,15 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
   const AdvisorImpl& a = *impl_;
   const LivePlan* last = a.plans.empty() ? nullptr : a.plans.back().get();
   nlohmann::json advisor = {
-      {"mode", std::string(to_string(a.config.mode))},
-      {"budget_bytes", a.budget},
-      {"state", a.state},
-      {"fallback", a.fallback.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.fallback)},
+      {std::string(stats_schema::advisor::kMode.name()), std::string(to_string(a.config.mode))},
+      {std::string(stats_schema::advisor::kBudgetBytes.name()), a.budget},
+      {std::string(stats_schema::advisor::kState.name()), a.state},
+      {std::string(stats_schema::advisor::kFallback.name()),
+       a.fallback.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.fallback)},
       {"plans", a.plans.size()},
       {"divergences", a.divergences},
-      {"prefetched_bytes", a.prefetched_bytes},
-      {"evicted_bytes", a.evicted_bytes},
+      {std::string(stats_schema::advisor::kPrefetchedBytes.name()), a.prefetched_bytes},
+      {std::string(stats_schema::advisor::kEvictedBytes.name()), a.evicted_bytes},
       {"prefetch_calls", a.prefetch_calls},
       {"evict_calls", a.evict_calls},
       {"failed_calls", a.failed_calls},
@@ -41,7 +43,7 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
       {"opaque_calls", a.opaque_calls.load()},
       {"first_opaque_call",
        a.first_opaque.load() ? nlohmann::json(a.first_opaque.load()) : nlohmann::json(nullptr)},
-      {"wait_stalls", a.watchdog.stalls()},
+      {std::string(stats_schema::advisor::kWaitStalls.name()), a.watchdog.stalls()},
       {"blocking_waits", a.words.blocking_waits.load()},
       {"blocking_timeouts", a.words.blocking_timeouts.load()},
       {"waits_placed", a.waits_placed.load()},
@@ -82,11 +84,11 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
                             {"applied_from_launch", a.relearned_at ? nlohmann::json(a.relearned_at)
                                                                    : nlohmann::json(nullptr)}}
            : nlohmann::json(nullptr)},
-      {"prefetch_wait", a.config.prefetch_wait},
-      {"evict_wait", a.config.evict_wait},
+      {std::string(stats_schema::advisor::kPrefetchWait.name()), a.config.prefetch_wait},
+      {std::string(stats_schema::advisor::kEvictWait.name()), a.config.evict_wait},
   };
   if (a.config.evict_copy) {
-    advisor["evict_copy"] = a.copier.stats_json(summary);
+    advisor[std::string(stats_schema::advisor::kEvictCopy.name())] = a.copier.stats_json(summary);
   }
   if (a.placement) {
     nlohmann::json candidates = nlohmann::json::array();
@@ -104,10 +106,10 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
         a.placement_note.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.placement_note);
   }
   if (last) {
-    advisor["plan"] = {
+    advisor[std::string(stats_schema::advisor::kPlan.name())] = {
         {"source", last->source},
         {"period", last->period},
-        {"applied_from_launch", last->applied_from},
+        {std::string(stats_schema::advisor::plan::kAppliedFromLaunch.name()), last->applied_from},
         {"started_at_launch", last->started_at.load() == UINT64_MAX
                                   ? nlohmann::json(nullptr)
                                   : nlohmann::json(last->started_at.load())},
@@ -134,27 +136,31 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
                                  {"unplanned_pages_discarded", table->unplanned.load()},
                                  {"unresolved_drops", table->unresolved}};
     }
-    advisor["peak_resident_plan_bytes"] = last->plan.peak_resident_bytes;
+    advisor[std::string(stats_schema::advisor::kPeakResidentPlanBytes.name())] =
+        last->plan.peak_resident_bytes;
   }
   if (summary && summary->has_unified_memory_counters) {
-    advisor["peak_resident_bytes"] = summary->peak_resident;
+    advisor[std::string(stats_schema::advisor::kPeakResidentBytes.name())] = summary->peak_resident;
   }
-  nlohmann::json j = {{"advisor", advisor}};
+  nlohmann::json j = {{std::string(stats_schema::kAdvisor.path), advisor}};
   if (summary) {
-    j["iterations"] = iterations_json(*summary, [&](uint64_t first, uint64_t last_step) {
-      const auto [learn_in, learn_out] = a.learn_path.sum(first, last_step);  // while learning
-      return std::pair{sum_in(a.prefetched, first, last_step) + learn_in,
-                       sum_in(a.evicted, first, last_step) + learn_out};
-    });
+    j[std::string(stats_schema::kIterations.path)] =
+        iterations_json(*summary, [&](uint64_t first, uint64_t last_step) {
+          const auto [learn_in, learn_out] = a.learn_path.sum(first, last_step);  // while learning
+          return std::pair{sum_in(a.prefetched, first, last_step) + learn_in,
+                           sum_in(a.evicted, first, last_step) + learn_out};
+        });
     // Bytes umswap's own copies moved (UMSWAP_EVICT_COPY): on the link, but not in CUPTI's
     // unified-memory counters.
     if (a.config.evict_copy) {
-      auto& its = j["iterations"];
+      auto& its = j[std::string(stats_schema::kIterations.path)];
       const auto& steps = summary->trace.iterations;
       for (size_t i = 0; i < its.size() && i < steps.size(); ++i) {
         const uint64_t first = steps[i].first_step, end = first + steps[i].step_count;
-        its[i]["copied_in_bytes"] = sum_in(a.copier.copied_in(), first, end);
-        its[i]["copied_out_bytes"] = sum_in(a.copier.copied_out(), first, end);
+        its[i][std::string(stats_schema::iterations::kCopiedInBytes.name())] =
+            sum_in(a.copier.copied_in(), first, end);
+        its[i][std::string(stats_schema::iterations::kCopiedOutBytes.name())] =
+            sum_in(a.copier.copied_out(), first, end);
         // How long the copies kept the link busy each way (CUPTI's times): out + in - both near
         // the wall time means the directions took turns; far below it, the copies waited.
         if (i < summary->iteration_copy_busy.size()) {
@@ -207,17 +213,19 @@ nlohmann::json iterations_json(
     // Wall time from this iteration's first GPU start to the next one's (host gaps included).
     const auto [start, end] = tracer::iteration_window(its, i);
     nlohmann::json o = {
-        {"index", i},
-        {"first_step", it.first_step},
+        {std::string(stats_schema::iterations::kIndex.name()), i},
+        {std::string(stats_schema::iterations::kFirstStep.name()), it.first_step},
         {"steps", it.step_count},
-        {"wall_ms", end > start ? (end - start) / 1e6 : 0.0},
-        {"gpu_page_faults", it.counters.gpu_page_faults},
-        {"bytes_htod", it.counters.bytes_htod},
-        {"bytes_dtoh", it.counters.bytes_dtoh},
+        {std::string(stats_schema::iterations::kWallMs.name()),
+         end > start ? (end - start) / 1e6 : 0.0},
+        {std::string(stats_schema::iterations::kGpuPageFaults.name()), it.counters.gpu_page_faults},
+        {std::string(stats_schema::iterations::kBytesHtod.name()), it.counters.bytes_htod},
+        {std::string(stats_schema::iterations::kBytesDtoh.name()), it.counters.bytes_dtoh},
         {"thrashing_events", it.counters.thrashing_events},
     };
     if (summary.has_unified_memory_counters && i < summary.iteration_peak_resident.size()) {
-      o["peak_resident_bytes"] = summary.iteration_peak_resident[i];
+      o[std::string(stats_schema::iterations::kPeakResidentBytes.name())] =
+          summary.iteration_peak_resident[i];
       if (i < summary.iteration_peak_resident_free.size()) {
         o["peak_resident_free_bytes"] = summary.iteration_peak_resident_free[i];
       }
@@ -247,8 +255,8 @@ nlohmann::json iterations_json(
     }
     if (transfers) {
       const auto [in, out_bytes] = transfers(it.first_step, it.first_step + it.step_count);
-      o["prefetched_bytes"] = in;
-      o["evicted_bytes"] = out_bytes;
+      o[std::string(stats_schema::iterations::kPrefetchedBytes.name())] = in;
+      o[std::string(stats_schema::iterations::kEvictedBytes.name())] = out_bytes;
     }
     out.push_back(std::move(o));
   }

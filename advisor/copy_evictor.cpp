@@ -8,6 +8,7 @@
 #include "umswap/advisor/copy_kernel.h"
 #include "umswap/core/driver_lock.h"
 #include "umswap/core/log.h"
+#include "umswap/core/stats_schema.h"
 
 namespace umswap::advisor {
 
@@ -175,16 +176,20 @@ void CopyEvictor::before_free(uint64_t base, uint64_t size) {
 nlohmann::json CopyEvictor::stats_json(const tracer::RunSummary* summary) const {
   nlohmann::json j = {
       {"used", copies_ != nullptr},
-      {"off_reason",
+      {std::string(stats_schema::advisor::evict_copy::kOffReason.name()),
        copy_off_reason_.empty() ? nlohmann::json(nullptr) : nlohmann::json(copy_off_reason_)},
-      {"copied_out_bytes", copied_out_bytes_},
-      {"copied_in_bytes", copied_in_bytes_},
+      {std::string(stats_schema::advisor::evict_copy::kCopiedOutBytes.name()), copied_out_bytes_},
+      {std::string(stats_schema::advisor::evict_copy::kCopiedInBytes.name()), copied_in_bytes_},
       {"discarded_bytes", copy_discarded_bytes_},
       {"forgotten_bytes", copy_forgotten_bytes_},
       {"copy_calls", copy_calls_},
       {"driver_fallbacks", copy_fallbacks_},
       // Not copied because a launch already submitted reaches the range: left on the GPU.
-      {"kept_reached", {{"evictions", copy_reached_}, {"bytes", kept_reached_bytes_}}},
+      {std::string(stats_schema::advisor::evict_copy::kKeptReached.name()),
+       {{std::string(stats_schema::advisor::evict_copy::kept_reached::kEvictions.name()),
+         copy_reached_},
+        {std::string(stats_schema::advisor::evict_copy::kept_reached::kBytes.name()),
+         kept_reached_bytes_}}},
       {"copies_out_after_copy_back", copies_out_after_back_},
       {"left_to_driver",
        {{"unordered", copy_skipped_unordered_},
@@ -196,7 +201,7 @@ nlohmann::json CopyEvictor::stats_json(const tracer::RunSummary* summary) const 
       {"rescued_bytes", copy_rescued_bytes_},
       {"guard_kernels", guard_kernels_},
       {"failures", copy_failures_},
-      {"lost_bytes", copy_lost_bytes_},
+      {std::string(stats_schema::advisor::evict_copy::kLostBytes.name()), copy_lost_bytes_},
       {"freed_while_held_bytes", freed_held_bytes_.load()},
       {"frees_waiting_for_copies", freed_waits_.load()},
       {"side_streams", populate_stream_ != nullptr},
@@ -206,7 +211,9 @@ nlohmann::json CopyEvictor::stats_json(const tracer::RunSummary* summary) const 
       {"engine_copies", engine_copies_},
       {"host_bytes", copies_ ? copies_->host_bytes() : 0},
   };
-  if (config_.verify) j["round_trips"] = round_trips_json(summary);
+  if (config_.verify)
+    j[std::string(stats_schema::advisor::evict_copy::kRoundTrips.name())] =
+        round_trips_json(summary);
   return j;
 }
 
@@ -379,28 +386,50 @@ void CopyEvictor::settle_round_trips() {
 
 nlohmann::json CopyEvictor::round_trips_json(const tracer::RunSummary* summary) const {
   nlohmann::json j = {
-      {"hashed", trips_ != nullptr},
-      {"off_reason", trips_off_.empty() ? nlohmann::json(nullptr) : nlohmann::json(trips_off_)}};
+      {std::string(stats_schema::advisor::evict_copy::round_trips::kHashed.name()),
+       trips_ != nullptr},
+      {std::string(stats_schema::advisor::evict_copy::round_trips::kOffReason.name()),
+       trips_off_.empty() ? nlohmann::json(nullptr) : nlohmann::json(trips_off_)}};
   if (!trips_) return j;
   const RoundTrips::Counts& c = trips_->counts();
   nlohmann::json first = nlohmann::json::array();
   for (size_t i = 0; i < trips_->mismatches().size(); ++i) {
     const RoundTrips::Mismatch& m = trips_->mismatches()[i];
-    nlohmann::json x = {{"page", fmt::format("{:#x}", m.page)},
-                        {"left_at_launch", m.left_at},
-                        {"back_at_launch", m.back_at},
-                        {"left_hash", fmt::format("{:#018x}", m.left_hash)},
-                        {"back_hash", fmt::format("{:#018x}", m.back_hash)}};
+    nlohmann::json x = {
+        {std::string(
+             stats_schema::advisor::evict_copy::round_trips::first_mismatches::kPage.name()),
+         fmt::format("{:#x}", m.page)},
+        {std::string(stats_schema::advisor::evict_copy::round_trips::first_mismatches::kLeftAtLaunch
+                         .name()),
+         m.left_at},
+        {std::string(stats_schema::advisor::evict_copy::round_trips::first_mismatches::kBackAtLaunch
+                         .name()),
+         m.back_at},
+        {"left_hash", fmt::format("{:#018x}", m.left_hash)},
+        {"back_hash", fmt::format("{:#018x}", m.back_hash)}};
     if (i < mismatch_kernels_.size()) {
-      x["left_kernel"] = mismatch_kernels_[i].first;
-      x["back_kernel"] = mismatch_kernels_[i].second;
+      x[std::string(
+          stats_schema::advisor::evict_copy::round_trips::first_mismatches::kLeftKernel.name())] =
+          mismatch_kernels_[i].first;
+      x[std::string(
+          stats_schema::advisor::evict_copy::round_trips::first_mismatches::kBackKernel.name())] =
+          mismatch_kernels_[i].second;
     }
     if (summary) {
       const auto& bufs = summary->trace.buffers;
       for (size_t b = 0; b < bufs.size(); ++b) {
         if (bufs[b].base < m.page + kPage && m.page < bufs[b].base + bufs[b].size) {
-          x["buffer"] = {
-              {"index", b}, {"base", fmt::format("{:#x}", bufs[b].base)}, {"size", bufs[b].size}};
+          x[std::string(
+              stats_schema::advisor::evict_copy::round_trips::first_mismatches::kBuffer.name())] = {
+              {std::string(
+                   stats_schema::advisor::evict_copy::round_trips::first_mismatches::buffer::kIndex
+                       .name()),
+               b},
+              {std::string(
+                   stats_schema::advisor::evict_copy::round_trips::first_mismatches::buffer::kBase
+                       .name()),
+               fmt::format("{:#x}", bufs[b].base)},
+              {"size", bufs[b].size}};
           break;
         }
       }
@@ -408,15 +437,29 @@ nlohmann::json CopyEvictor::round_trips_json(const tracer::RunSummary* summary) 
     first.push_back(std::move(x));
   }
   // Pages of 2 MiB.
-  j.update({{"page_bytes", kPage},
-            {"checked_pages", c.checked},
-            {"mismatched_pages", c.mismatches},
-            {"first_mismatches", std::move(first)},
-            {"not_compared_pages",
-             {{"no_slot", c.no_slot},
-              {"unmatched", c.unmatched},
-              {"away_at_exit", trips_->away()},
-              {"returning_at_exit", trips_->returning()}}}});
+  j.update(
+      {{std::string(stats_schema::advisor::evict_copy::round_trips::kPageBytes.name()), kPage},
+       {std::string(stats_schema::advisor::evict_copy::round_trips::kCheckedPages.name()),
+        c.checked},
+       {std::string(stats_schema::advisor::evict_copy::round_trips::kMismatchedPages.name()),
+        c.mismatches},
+       {std::string(stats_schema::advisor::evict_copy::round_trips::kFirstMismatches.name()),
+        std::move(first)},
+       {std::string(stats_schema::advisor::evict_copy::round_trips::kNotComparedPages.name()),
+        {{std::string(
+              stats_schema::advisor::evict_copy::round_trips::not_compared_pages::kNoSlot.name()),
+          c.no_slot},
+         {std::string(stats_schema::advisor::evict_copy::round_trips::not_compared_pages::kUnmatched
+                          .name()),
+          c.unmatched},
+         {std::string(
+              stats_schema::advisor::evict_copy::round_trips::not_compared_pages::kAwayAtExit
+                  .name()),
+          trips_->away()},
+         {std::string(
+              stats_schema::advisor::evict_copy::round_trips::not_compared_pages::kReturningAtExit
+                  .name()),
+          trips_->returning()}}}});
   return j;
 }
 

@@ -1,4 +1,5 @@
-# CPU unit tests of core/ and allocator/, their helper programs, and the registry micro-benchmark.
+# CPU unit tests of core/ and allocator/ and their helper programs (the registry micro-benchmark
+# is in bench/).
 # Included from tests/CMakeLists.txt; no GPU needed for any of it.
 
 set(_umswap_unit_dir ${CMAKE_CURRENT_LIST_DIR})
@@ -53,15 +54,3 @@ target_compile_definitions(allocator_call_site_test PRIVATE
   UMSWAP_TEST_RELAY_CUDA_NAME="$<TARGET_FILE_NAME:umswap_test_relay_cuda>"
   UMSWAP_TEST_RELAY_PLAIN_NAME="$<TARGET_FILE_NAME:umswap_test_relay_plain>")
 
-# --- benchmark (an executable, not a CTest test) -----------------------------------------------
-if(UMSWAP_BUILD_BENCHMARKS)
-  find_package(benchmark QUIET)
-  if(benchmark_FOUND)
-    add_executable(registry_bench ${_umswap_unit_dir}/bench/registry_bench.cpp)
-    target_link_libraries(registry_bench PRIVATE umswap_allocator benchmark::benchmark
-                                                 Threads::Threads)
-    umswap_warnings(registry_bench)
-  else()
-    message(STATUS "umswap: Google Benchmark not found; registry_bench is not built")
-  endif()
-endif()

@@ -1,5 +1,5 @@
-// CHECK(call) for the GPU test programs: a CUDA runtime call that fails prints the call and the
-// error on stderr and ends the program with exit status 1.
+// CHECK(call) for the GPU test programs and bench/'s probes: a CUDA runtime call that fails prints
+// the call and the error on stderr and ends the program with exit status 1.
 #pragma once
 
 #include <cuda.h>

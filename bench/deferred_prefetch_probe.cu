@@ -49,7 +49,8 @@
 //   threads-plain  A as above
 //   threads-side   A's populate on a side stream that waits (event) for the gated one, and the
 //                  gated stream waits (event) for the populate before A's kernel
-// usage: deferred_prefetch_probe [release_ms [hol|threads]]   (128 MiB of managed memory)
+// usage: deferred_prefetch_probe [release_ms [hol|threads]]   (128 MiB of managed memory, and
+// 256 allocations of 2 MiB more for the span cases: 640 MiB at most)
 #include <cuda.h>
 #include <cuda_runtime.h>
 

@@ -3,7 +3,7 @@
 
     python3 attention_managed_probe.py LIBRARY [--trials N]
 
-LIBRARY is build/lib/torch_managed_alloc.so (built with the tests), a PyTorch pluggable
+LIBRARY is build/lib/torch_managed_alloc.so (built from bench/), a PyTorch pluggable
 allocator. The probe runs scaled_dot_product_attention (bf16, 32 x 16 heads x 512 x 64, the shapes of
 BERT-large at sequence 512) on each backend (flash, efficient, cudnn, math), without dropout and
 with dropout 0.1 under a fixed seed, N times, in three processes whose every tensor is its own

@@ -1,7 +1,7 @@
 // umswap's copy kernel (UMSWAP_EVICT_COPY_PATH=kernel): the copies out and back of
 // UMSWAP_EVICT_COPY done by a few SMs instead of a copy engine.
 //
-// Why: on an H200 (tests/gpu/copy_path_probe.cu, 2026-11-26), cuMemcpyAsync between GPU-resident
+// Why: on an H200 (bench/copy_path_probe.cu, 2026-11-26), cuMemcpyAsync between GPU-resident
 // managed memory and pinned host memory ran at 52.6 GB/s to the host and 51.2 to the GPU, but
 // both at once shared 51.7 GB/s (cudaMalloc memory: 98.6 both at once). The same copies done by
 // a kernel ran at 52.6 and 50.9 GB/s with 16 blocks of 512 threads, and at 74.9 GB/s together

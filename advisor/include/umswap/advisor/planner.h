@@ -56,7 +56,7 @@
 // Cost: O(n log n) time, O(n + S + F) memory: usually 2 to 4 MIN iterations; at most 8, plus,
 // when MIN cycles, trials of one iteration each, at least 4 and no more than ~4M block-uses of
 // work. ~17 ms for 5,000 steps and ~0.28 s for 50,000 steps, 30,000 blocks and 530,000
-// block-uses on one core (tests/advisor/planner_bench.cpp); ~0.31 s for the same with half the
+// block-uses on one core (bench/planner_bench.cpp); ~0.31 s for the same with half the
 // buffers given lifetimes (2026-11-22 17:08 UTC, this machine's 2 cores; with the holds until
 // the free, the room waits and one simulation of the plan). prefetch_bytes_per_s and
 // evict_bytes_per_s are not used yet: placement is bounded by room and lookahead, not by transfer

@@ -1178,10 +1178,11 @@ void AdvisorImpl::apply(uint64_t n) {
         const uint64_t j = g >= a.wait_back ? g - a.wait_back : 0;
         if (j != waited) ordered = wait_for_launch(p, j);
         waited = j;
-        if (copier.evict(address, a.range.length, g, j, ordered,
-                         p.evict_due[i] == UINT32_MAX ? UINT64_MAX : g + p.evict_due[i]) ==
-            CopyEvictor::CopyOut::to_driver) {
-          migrate(address, a.range.length, false, g);
+        const uint64_t due = p.evict_due[i] == UINT32_MAX ? UINT64_MAX : g + p.evict_due[i];
+        for (Evictor* e : evictors) {
+          if (e->evict(address, a.range.length, g, j, ordered, due) != Evictor::Outcome::declined) {
+            break;
+          }
         }
         evicted_here = true;
       } else {
@@ -1193,8 +1194,8 @@ void AdvisorImpl::apply(uint64_t n) {
             ++late_start_events;
           }
         }
-        if (!copier.restore(address, a.range.length, g)) {
-          migrate(address, a.range.length, true, g);
+        for (Evictor* e : evictors) {
+          if (e->restore(address, a.range.length, g)) break;
         }
         prefetched_here = prefetch_planned = true;
       }
@@ -1204,7 +1205,9 @@ void AdvisorImpl::apply(uint64_t n) {
       d.stream_write_value64(stream, words.progress_device, actions_done(g), 0);
     }
     // Launches that wait for g's prefetches wait for its copies back too (none: the value only).
-    if (prefetch_planned) copier.finish_launch(g, g > p.applied_from && g >= p.barrier_covers);
+    if (prefetch_planned) {
+      for (Evictor* e : evictors) e->finish_launch(g, g > p.applied_from && g >= p.barrier_covers);
+    }
   }
   // Every launch seen is handled: a launch waiting on one whose actions were skipped (a buffer
   // gone) must not wait for a later prefetch that may never come.

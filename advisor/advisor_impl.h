@@ -23,6 +23,7 @@
 #include "umswap/advisor/advisor_common.h"
 #include "umswap/advisor/copy_evictor.h"
 #include "umswap/advisor/event_ring.h"
+#include "umswap/advisor/evictor.h"
 #include "umswap/advisor/learn_path.h"
 #include "umswap/advisor/logged_calls.h"
 #include "umswap/advisor/online_learning.h"
@@ -117,7 +118,7 @@ struct LivePlan {
   std::atomic<std::shared_ptr<const DropTable>> drops;
 };
 
-class AdvisorImpl final : public CopyEvictor::Host {
+class AdvisorImpl final : public EvictorHost {
  public:
   AdvisorConfig config;
   AdvisorDriver d;
@@ -248,8 +249,12 @@ class AdvisorImpl final : public CopyEvictor::Host {
   // and its prefetches come late), and its host time (advisor_common.h).
   uint64_t most_behind = 0;
   CallTimes times;
-  // UMSWAP_EVICT_COPY's evictions (copy_evictor.h): its own state; this is its Host.
+  // The plan's evictions and prefetches are offered to the evictors in this order (evictor.h):
+  // UMSWAP_EVICT_COPY's copies (copy_evictor.h: its own state), then the driver, which takes
+  // everything. This is their EvictorHost.
   CopyEvictor copier{config, d, *this, times};
+  DriverEvictor driver_evictor{*this};
+  std::array<Evictor*, 2> evictors{&copier, &driver_evictor};
   // Its own thread, watching the words launches wait on (watchdog.h); the launch path notes each
   // launch's waits in its log.
   Watchdog watchdog{d, config, words, done, reached, copier};
@@ -260,7 +265,7 @@ class AdvisorImpl final : public CopyEvictor::Host {
   std::atomic<const char*> first_opaque{nullptr};
   void relax_capture_mode();
 
-  // CopyEvictor::Host.
+  // EvictorHost.
   void wait_reached(uint64_t g, CUstream on) override {
     const Timed timed(times.event_wait_s);
     if (!reached.wait(d, g, on, words.launched.load(std::memory_order_acquire)))

@@ -17,21 +17,21 @@ std::vector<std::pair<CUstream, const char*>> CopyEvictor::streams() const {
       {restore_stream_, "restore"}, {populate_stream_, "populate"}, {discard_stream_, "discard"}};
 }
 
-CopyEvictor::CopyOut CopyEvictor::evict(uint64_t address, uint64_t length, uint64_t g, uint64_t j,
+CopyEvictor::Outcome CopyEvictor::evict(uint64_t address, uint64_t length, uint64_t g, uint64_t j,
                                         bool ordered, uint64_t due) {
   // A copy out is followed by a discard: only after the last use is known done.
   if (live_.load(std::memory_order_relaxed)) {
     if (!ordered) ++copy_skipped_unordered_;
     if (due == UINT64_MAX) ++copy_skipped_not_back_;
   }
-  if (!ordered || due == UINT64_MAX) return CopyOut::to_driver;
-  const CopyOut out = evict_by_copy(address, length, g, j, due);
+  if (!ordered || due == UINT64_MAX) return Outcome::declined;
+  const Outcome out = evict_by_copy(address, length, g, j, due);
   // Kept: a launch the program has already submitted uses the range again before a copy back
   // could be waited for: the driver's eviction would only race that launch, which then faults
   // the pages back. The range stays on the GPU, over the budget until its next use (the cuDNN
   // sample at batch 64, H200 2026-11-26: 186-194 faults an iteration instead of 1,766-16,153,
   // and faster; docs/advisor.md).
-  if (out == CopyOut::kept) kept_reached_bytes_ += length;
+  if (out == Outcome::kept) kept_reached_bytes_ += length;
   return out;
 }
 
@@ -525,20 +525,20 @@ uint64_t CopyEvictor::poll(std::deque<TicketEvent>& q, uint64_t seen) {
 }
 
 // Evicts [address, address + length) at launch g, ordered after launch j, by copying its whole
-// 2 MiB pages to pinned host memory (the rest through the driver). to_driver: nothing was done,
-// the caller evicts through the driver; kept: nothing was done, and the range must stay on the
+// 2 MiB pages to pinned host memory (the rest through the driver). declined: nothing was done,
+// the next evictor is asked (the driver); kept: nothing was done, and the range must stay on the
 // GPU (a launch already submitted reaches it).
 // `due`: the launch whose prefetches bring it back.
-CopyEvictor::CopyOut CopyEvictor::evict_by_copy(uint64_t address, uint64_t length, uint64_t g,
+CopyEvictor::Outcome CopyEvictor::evict_by_copy(uint64_t address, uint64_t length, uint64_t g,
                                                 uint64_t j, uint64_t due) {
   // From waits_from on: the launches that use the range next carry their waits.
-  if (!live_.load(std::memory_order_relaxed)) return CopyOut::to_driver;
+  if (!live_.load(std::memory_order_relaxed)) return Outcome::declined;
   if (g < host_.waits_start()) {
     ++copy_skipped_early_;
-    return CopyOut::to_driver;
+    return Outcome::declined;
   }
   const auto [lo, hi] = whole_pages(address, length);
-  if (hi <= lo) return CopyOut::to_driver;
+  if (hi <= lo) return Outcome::declined;
   std::optional<std::vector<HostCopies::Segment>> segments;
   CUevent after_back = nullptr;
   {
@@ -549,10 +549,10 @@ CopyEvictor::CopyOut CopyEvictor::evict_by_copy(uint64_t address, uint64_t lengt
     std::lock_guard lock(copies_mutex_);
     switch (submitted_reach(j, lo, hi, due)) {
       case Reach::unknown:
-        return CopyOut::to_driver;
+        return Outcome::declined;
       case Reach::reached:
         ++copy_reached_;
-        return CopyOut::kept;
+        return Outcome::kept;
       case Reach::none:
         break;
     }
@@ -561,7 +561,7 @@ CopyEvictor::CopyOut CopyEvictor::evict_by_copy(uint64_t address, uint64_t lengt
     if (const uint64_t back = copies_->copy_back_pending(lo, hi); back != 0) {
       if (!copy_back_event(back, &after_back)) {
         ++copy_out_unordered_back_;
-        return CopyOut::to_driver;  // the driver's eviction is coherent whatever is in flight
+        return Outcome::declined;  // the driver's eviction is coherent whatever is in flight
       }
       if (after_back) ++copies_out_after_back_;
     }
@@ -570,7 +570,7 @@ CopyEvictor::CopyOut CopyEvictor::evict_by_copy(uint64_t address, uint64_t lengt
   }
   if (!segments) {
     ++copy_fallbacks_;
-    return CopyOut::to_driver;
+    return Outcome::declined;
   }
   ++out_ticket_;
   if (after_back && d_.stream_wait_event(stream_, after_back, 0) != CUDA_SUCCESS) {
@@ -595,7 +595,7 @@ CopyEvictor::CopyOut CopyEvictor::evict_by_copy(uint64_t address, uint64_t lengt
       ++copy_failures_;
       // Not discarded (its copy is not seen done); every held range goes back, copies stop.
       stop(fmt::format("a copy to the host failed (error {})", static_cast<int>(r)));
-      return CopyOut::copied;
+      return Outcome::taken;
     }
     last_copy = tracer::last_own_copy();
     tracer::note_own_copy(last_copy, s.address, s.length, false);
@@ -613,16 +613,16 @@ CopyEvictor::CopyOut CopyEvictor::evict_by_copy(uint64_t address, uint64_t lengt
         (!record_copied() || (d_.stream_wait_event(ds, copied_event_, 0) != CUDA_SUCCESS &&
                               d_.stream_synchronize(stream_) != CUDA_SUCCESS))) {
       stop("could not order a discard after its copy to the host");
-      return CopyOut::copied;
+      return Outcome::taken;
     }
     discard_behind(*segments, out_ticket_, last_copy, ds);
     if (!seal_copy_out(out_ticket_, ds)) {
       stop("could not record an event after a copy to the host");
-      return CopyOut::copied;
+      return Outcome::taken;
     }
   }
   count_copy_out(g, bytes);
-  return CopyOut::copied;
+  return Outcome::taken;
 }
 
 bool CopyEvictor::record_copied() {

@@ -38,6 +38,7 @@
 
 #include "umswap/advisor/advisor.h"
 #include "umswap/advisor/advisor_common.h"
+#include "umswap/advisor/evictor.h"
 #include "umswap/advisor/host_copies.h"
 #include "umswap/advisor/round_trips.h"
 #include "umswap/core/log.h"
@@ -45,27 +46,9 @@
 
 namespace umswap::advisor {
 
-class CopyEvictor {
+class CopyEvictor final : public Evictor {
  public:
-  // What the copy evictor needs from the advisor that owns it.
-  class Host {
-   public:
-    // An eviction (to_gpu false) or prefetch through the driver, at launch `launch` (advisor
-    // thread).
-    virtual void migrate(uint64_t address, uint64_t length, bool to_gpu, uint64_t launch) = 0;
-    // Makes `on` wait for the GPU to reach launch g (its "reached" event; advisor thread).
-    virtual void wait_reached(uint64_t g, CUstream on) = 0;
-    // Bytes the copies moved, into the advisor's transfer totals (advisor thread).
-    virtual void count(bool to_gpu, uint64_t launch, uint64_t bytes) = 0;
-    virtual void note_doing(const char* what) = 0;  // what the advisor thread begins (watchdog's)
-    virtual void issued_call() = 0;              // one more call issued (the watchdog's progress)
-    virtual uint64_t launches_seen() const = 0;  // launches seen by the launch path (any thread)
-    virtual uint64_t waits_start() const = 0;    // launches from here on carry waits (any thread)
-    virtual bool stopping() const = 0;           // the program ends (any thread)
-
-   protected:
-    ~Host() = default;
-  };
+  using Host = EvictorHost;
 
   // `config` and `d` are the advisor's, read as they are when set_up() runs (its set-up may
   // change both before); `times` is the advisor thread's time accounting.
@@ -84,21 +67,16 @@ class CopyEvictor {
   // ---- advisor thread ----
   // From a plan's first applied launch on (its waits in place).
   void go_live();
-  // What became of an eviction offered to evict().
-  enum class CopyOut : uint8_t { copied, to_driver, kept };
-  // The eviction of [address, address + length) at launch g, ordered after launch j (`ordered`:
-  // the advisor's stream waits for launch j), brought back by launch `due` (UINT64_MAX: the plan
-  // does not bring it all back). to_driver: nothing was done, the caller evicts through the
-  // driver; kept: the range must stay on the GPU (a launch already submitted reaches it).
-  CopyOut evict(uint64_t address, uint64_t length, uint64_t g, uint64_t j, bool ordered,
-                uint64_t due);
-  // The prefetch of [address, address + length) at launch g: the parts held on the host come
-  // back by copy (issued by finish_launch(g)), the rest through the driver. False: nothing of it
-  // is held (the caller prefetches it all).
-  bool restore(uint64_t address, uint64_t length, uint64_t g);
-  // The end of launch g's prefetches: its copies back issued, the restored word then says g + 1.
-  // `wait_reached`: they wait for the GPU to reach launch g first.
-  void finish_launch(uint64_t g, bool wait_reached);
+  // Evictor. evict(): its whole 2 MiB pages copied out and discarded (the rest through the
+  // driver), or declined (copies off, not ordered, not brought back whole, no host memory), or
+  // kept (a launch already submitted reaches the range before its copy back could be waited for).
+  Outcome evict(uint64_t address, uint64_t length, uint64_t g, uint64_t j, bool ordered,
+                uint64_t due) override;
+  // The parts held on the host come back by copy (issued by finish_launch(g)), the rest through
+  // the driver; declined when nothing of it is held.
+  bool restore(uint64_t address, uint64_t length, uint64_t g) override;
+  // Launch g's copies back issued; the restored word then says g + 1.
+  void finish_launch(uint64_t g, bool wait_reached) override;
   // Copies seen done: the residency count, reusable host blocks, --verify's round trips.
   void tend();
   // Serves the guard's request: the ranges a caught launch reaches come back.
@@ -180,7 +158,7 @@ class CopyEvictor {
 
   void set_up_copy_kernel();
   void set_up_round_trips(CUmodule module);
-  CopyOut evict_by_copy(uint64_t address, uint64_t length, uint64_t g, uint64_t j, uint64_t due);
+  Outcome evict_by_copy(uint64_t address, uint64_t length, uint64_t g, uint64_t j, uint64_t due);
   Reach submitted_reach(uint64_t j, uint64_t lo, uint64_t hi, uint64_t due);
   void discard_behind(std::vector<HostCopies::Segment> segments, uint64_t ticket, uint32_t copy,
                       CUstream ds);

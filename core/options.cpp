@@ -30,42 +30,44 @@ std::string lower(std::string_view s) {
 // An experiment or a diagnostic (OptionInfo::advanced): only `umswap --help-all` lists it.
 constexpr bool kAdvanced = true;
 
-// Every option, its default and meaning. parse_options() and the help text both read this, so
-// the two cannot drift apart.
+// Every option: its values, default and meaning. parse_options(), the help text and
+// docs/options.md (cli/options_doc.cpp) all read this, so they cannot drift apart.
 constexpr std::array kOptionTable = {
-    OptionInfo{"UMSWAP_MODE", "online",
+    OptionInfo{"UMSWAP_MODE", "online|replay|managed|passthrough", "online",
                "online: managed memory, advice learned from the first steady iteration; replay: "
                "advice planned from UMSWAP_REPLAY's trace; managed: managed memory, no advice; "
                "passthrough: hooks only"},
-    OptionInfo{"UMSWAP_BUDGET", "0",
+    OptionInfo{"UMSWAP_BUDGET", "SIZE", "0",
                "GPU-resident bytes to stay under (size or % of GPU memory); 0 = no budget"},
-    OptionInfo{"UMSWAP_MANAGED_LIMIT", "0",
+    OptionInfo{"UMSWAP_MANAGED_LIMIT", "SIZE", "0",
                "hard cap on managed bytes allocated (size or % of GPU memory); past it an "
                "allocation fails with out-of-memory; 0 = no cap"},
-    OptionInfo{"UMSWAP_STATS", "",
+    OptionInfo{"UMSWAP_STATS", "PATH", "",
                "write a JSON stats file here at exit (`%p` is replaced by the process id)"},
-    OptionInfo{"UMSWAP_VERBOSE", "0", "0 quiet; 1 resolved options and notable events; 2 debug"},
-    OptionInfo{"UMSWAP_CALLSITE_DEPTH", "8",
+    OptionInfo{"UMSWAP_VERBOSE", "0|1|2", "0",
+               "0 quiet; 1 resolved options and notable events; 2 debug"},
+    OptionInfo{"UMSWAP_CALLSITE_DEPTH", "0-32", "8",
                "stack frames hashed into an allocation's call-site identity (0-32; 0 = off)",
                kAdvanced},
-    OptionInfo{"UMSWAP_TRACE", "",
+    OptionInfo{"UMSWAP_TRACE", "PATH", "",
                "record an access trace (kernels, buffers, iterations) to this file at exit"},
-    OptionInfo{"UMSWAP_TRACE_ITERATIONS", "0",
+    OptionInfo{"UMSWAP_TRACE_ITERATIONS", "N", "0",
                "stop recording after this many iterations (0 = record the whole run)"},
-    OptionInfo{"UMSWAP_ITERATION_MARKER", "",
+    OptionInfo{"UMSWAP_ITERATION_MARKER", "NAME", "",
                "NVTX range name that starts an iteration (instead of detecting the period)"},
-    OptionInfo{"UMSWAP_CUPTI_LIBRARY", "", "libcupti.so to load (default: search)"},
-    OptionInfo{"UMSWAP_REPLAY", "", "trace to plan from in replay mode (`umswap replay` sets it)"},
-    OptionInfo{"UMSWAP_PREFETCH_WAIT", "0",
+    OptionInfo{"UMSWAP_CUPTI_LIBRARY", "PATH", "", "libcupti.so to load (default: search)"},
+    OptionInfo{"UMSWAP_REPLAY", "PATH", "",
+               "trace to plan from in replay mode (`umswap replay` sets it)"},
+    OptionInfo{"UMSWAP_PREFETCH_WAIT", "BOOL", "0",
                "1 (experimental): a launch waits for its late prefetch instead of taking page "
                "faults; a 2 s stall turns the waits off",
                kAdvanced},
-    OptionInfo{"UMSWAP_EVICT_WAIT", "0",
+    OptionInfo{"UMSWAP_EVICT_WAIT", "BOOL", "0",
                "1 (experimental): a launch waits for the evictions whose room it needs, so that "
                "the GPU holds the budget (with UMSWAP_PREFETCH_WAIT=1; docs/advisor.md); 0: "
                "evictions run beside the program",
                kAdvanced},
-    OptionInfo{"UMSWAP_EVICT_COPY", "0",
+    OptionInfo{"UMSWAP_EVICT_COPY", "BOOL|keep", "0",
                "0: evictions are the driver's migrations to the host, which keep every access "
                "correct, foreseen or not; 1 (fast, not safe for every program): copies to pinned "
                "host memory (52 GB/s against the driver's 11-18), the GPU pages discarded, both "
@@ -73,51 +75,51 @@ constexpr std::array kOptionTable = {
                "see (a pointer table in device memory) reads garbage; check a program with "
                "`umswap run --verify` first; keep (a diagnostic): the same copies, the GPU pages "
                "kept; docs/advisor.md"},
-    OptionInfo{"UMSWAP_EVICT_COPY_PATH", "kernel",
+    OptionInfo{"UMSWAP_EVICT_COPY_PATH", "kernel|engine", "kernel",
                "with UMSWAP_EVICT_COPY: what moves the bytes; kernel: a copy kernel of umswap's "
                "on a few SMs, whose two directions together reach about 75 GB/s on an H200 "
                "(if it does not load, copy engines copy, said once); engine: cuMemcpyAsync (a "
                "copy engine; managed <-> pinned copies each way share about 52 GB/s there)",
                kAdvanced},
-    OptionInfo{"UMSWAP_EVICT_COPY_SIDE_STREAMS", "1",
+    OptionInfo{"UMSWAP_EVICT_COPY_SIDE_STREAMS", "BOOL", "1",
                "with UMSWAP_EVICT_COPY: 1: a copy back's populate and a copy out's discard run on "
                "streams of their own, so that the copies each way follow each other without "
                "them in between; 0: each runs on its copy's stream, right before or after it",
                kAdvanced},
-    OptionInfo{"UMSWAP_VERIFY", "0",
+    OptionInfo{"UMSWAP_VERIFY", "BOOL", "0",
                "set by `umswap run --verify`: with UMSWAP_EVICT_COPY, each range copied to the "
                "host is hashed on the GPU as it leaves and once it is back, and the two must "
                "agree (the stats' advisor.evict_copy.round_trips)",
                kAdvanced},
-    OptionInfo{"UMSWAP_LEARN_EVICT", "1",
+    OptionInfo{"UMSWAP_LEARN_EVICT", "BOOL", "1",
                "1: while the advisor learns (no plan in force yet), each launch first sends the "
                "least recently used 2 MiB blocks to the host, on its own stream, until the blocks "
                "counted on the GPU with its own fit in the budget, then prefetches its own; 0: "
                "the learning iterations fault the whole footprint in (docs/advisor.md)",
                kAdvanced},
-    OptionInfo{"UMSWAP_HANG_STACKS", "0",
+    OptionInfo{"UMSWAP_HANG_STACKS", "BOOL", "0",
                "1 (a diagnostic): when launches have waited 10 s for the advisor thread, every "
                "thread of the program prints its call stack to stderr",
                kAdvanced},
-    OptionInfo{"UMSWAP_OP_LOG", "0",
+    OptionInfo{"UMSWAP_OP_LOG", "BOOL", "0",
                "1 (a diagnostic): the advisor's calls on each stream are followed by a write of "
                "their number, and a stall report says which call each stream is held at",
                kAdvanced},
-    OptionInfo{"UMSWAP_CLOSE_CALLS", "waits",
+    OptionInfo{"UMSWAP_CLOSE_CALLS", "BOOL|waits", "waits",
                "waits: on the advisor's streams, a stream write between event waits and the "
                "prefetch or discard after them (without, the bundled cuDNN sample hung with "
                "copies: docs/advisor.md); 1: a write after each event wait, prefetch and "
                "discard there (costs GPT-2 more); 0: none",
                kAdvanced},
-    OptionInfo{"UMSWAP_ASYNC_SLABS", "1",
+    OptionInfo{"UMSWAP_ASYNC_SLABS", "BOOL", "1",
                "1: cudaMallocAsync allocations are blocks of umswap's managed slabs (exact "
                "extents for the advisor); 0: the driver's managed memory pool",
                kAdvanced},
-    OptionInfo{"UMSWAP_LIFETIMES", "1",
+    OptionInfo{"UMSWAP_LIFETIMES", "BOOL", "1",
                "1: the advisor plans with the allocations and frees of slab blocks: dead data "
                "is discarded at its free, not moved; 0: every byte a kernel touched is live",
                kAdvanced},
-    OptionInfo{"UMSWAP_PLACEMENT", "1",
+    OptionInfo{"UMSWAP_PLACEMENT", "BOOL", "1",
                "1 (with UMSWAP_LIFETIMES): once an iteration repeats, its large slab blocks go "
                "to planned addresses packed in one arena; 0: first fit in slabs",
                kAdvanced},

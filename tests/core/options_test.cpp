@@ -575,10 +575,71 @@ TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
   EXPECT_EQ(option_table().size(), 24u);  // no duplicates
 }
 
-TEST(OptionTable, EveryEntryHasAMeaning) {
+// docs/options.md and the help text give each entry's meaning on one line of a table.
+TEST(OptionTable, EveryEntryHasValuesAndAOneLineMeaning) {
   for (const OptionInfo& info : option_table()) {
     EXPECT_FALSE(info.meaning.empty()) << info.name;
+    EXPECT_EQ(info.meaning.find('\n'), std::string_view::npos) << info.name;
+    EXPECT_FALSE(info.grammar.empty()) << info.name;
     EXPECT_TRUE(info.name.starts_with("UMSWAP_")) << info.name;
+  }
+}
+
+// Values of each form OptionInfo::grammar names, and values just outside it (a range's ends);
+// a word stands for itself.
+std::vector<std::string> examples_of(std::string_view form, std::vector<std::string>* outside) {
+  if (form == "SIZE") return {"16G", "512M", "1.5T", "4096", "75%", "0"};
+  if (form == "BOOL") return {"1", "0", "on", "off", "true", "false", "yes", "no"};
+  if (form == "N") return {"0", "5"};
+  if (form == "PATH") return {"/tmp/umswap-options-test"};
+  if (form == "NAME") return {"step"};
+  if (const size_t dash = form.find('-'); dash != std::string_view::npos) {  // LO-HI
+    const int lo = std::stoi(std::string(form.substr(0, dash)));
+    const int hi = std::stoi(std::string(form.substr(dash + 1)));
+    outside->push_back(std::to_string(lo - 1));
+    outside->push_back(std::to_string(hi + 1));
+    return {std::to_string(lo), std::to_string(hi)};
+  }
+  return {std::string(form)};
+}
+
+// The grammar the docs give is the one parse_options() takes: every value of every form it
+// names, and the default, are read without a warning; a value outside it warns (unless any text
+// is a PATH or NAME).
+TEST(OptionTable, GrammarIsWhatTheParserTakes) {
+  for (const OptionInfo& info : option_table()) {
+    SCOPED_TRACE(std::string(info.name) + "=" + std::string(info.grammar));
+    const std::string name(info.name);
+    // replay mode without a trace to replay warns; give it one.
+    const std::map<std::string, std::string> base = {{"UMSWAP_REPLAY", "/tmp/r.umtrace"}};
+    std::set<std::string> values;
+    std::vector<std::string> outside = {"99999999999999999999x"};
+    bool any_text = false;
+    std::string_view rest = info.grammar;
+    while (!rest.empty()) {
+      const size_t bar = rest.find('|');
+      const std::string_view form = rest.substr(0, bar);
+      rest = bar == std::string_view::npos ? std::string_view() : rest.substr(bar + 1);
+      EXPECT_FALSE(form.empty());
+      any_text = any_text || form == "PATH" || form == "NAME";
+      for (const std::string& v : examples_of(form, &outside)) values.insert(v);
+    }
+    if (!info.default_text.empty()) values.insert(std::string(info.default_text));
+    for (const std::string& value : values) {
+      std::map<std::string, std::string> vars = base;
+      vars[name] = value;
+      std::vector<std::string> warnings;
+      parse(vars, &warnings);
+      EXPECT_TRUE(warnings.empty()) << value << ": " << testing::PrintToString(warnings);
+    }
+    if (any_text) continue;
+    for (const std::string& value : outside) {
+      std::map<std::string, std::string> vars = base;
+      vars[name] = value;
+      std::vector<std::string> warnings;
+      parse(vars, &warnings);
+      EXPECT_EQ(warnings.size(), 1u) << value << " is outside the grammar, and taken";
+    }
   }
 }
 

@@ -90,10 +90,13 @@ struct Options {
   bool placement = true;       // slabs with lifetimes: pack an iteration's blocks in an arena
 };
 
-// One entry of the option table, for help texts and `UMSWAP_VERBOSE` output.
+// One entry of the option table, for help texts, docs/options.md and `UMSWAP_VERBOSE` output.
 struct OptionInfo {
-  std::string_view name;          // UMSWAP_...
-  std::string_view default_text;  // as a user would write it
+  std::string_view name;  // UMSWAP_...
+  // The values it takes: SIZE, BOOL (1/0, on/off, true/false, yes/no), N (a whole number), LO-HI
+  // (a whole number in that range), PATH, NAME, or words and those forms between `|`.
+  std::string_view grammar;
+  std::string_view default_text;  // as a user would write it; empty = unset
   std::string_view meaning;       // one line
   // An experiment or a diagnostic: `umswap --help` leaves it out, `umswap --help-all` lists it.
   bool advanced = false;

@@ -118,7 +118,6 @@ def stats_of(path):
         "harmful": cc.get("harmful", 0),
         "evict_copy_off": (adv.get("evict_copy") or {}).get("off_reason"),
         "guard_hits": (adv.get("evict_copy") or {}).get("guard_hits"),
-        "verify": s.get("verify"),
     }
 
 

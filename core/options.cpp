@@ -98,8 +98,9 @@ constexpr std::array kOptionTable = {
                "the learning iterations fault the whole footprint in (docs/advisor.md)",
                kAdvanced},
     OptionInfo{"UMSWAP_HANG_STACKS", "BOOL", "0",
-               "1 (a diagnostic): when launches have waited 10 s for the advisor thread, every "
-               "thread of the program prints its call stack to stderr",
+               "1 (a diagnostic): with the watchdog's stall report (launches held 10 s while "
+               "copies are live, or one launch 30 s in umswap's launch path), every thread of "
+               "the program prints its call stack to stderr",
                kAdvanced},
     OptionInfo{"UMSWAP_OP_LOG", "BOOL", "0",
                "1 (a diagnostic): the advisor's calls on each stream are followed by a write of "

@@ -9,31 +9,19 @@
 
 namespace umswap::advisor {
 
-namespace {
-
-uint64_t sum_in(const std::vector<Transfer>& log, uint64_t first, uint64_t last) {
-  uint64_t bytes = 0;
-  for (const Transfer& t : log) {
-    if (t.launch >= first && t.launch < last) bytes += t.bytes;
-  }
-  return bytes;
-}
-
-}  // namespace
-
 nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
   const AdvisorImpl& a = *impl_;
   const LivePlan* last = a.plans.empty() ? nullptr : a.plans.back().get();
   nlohmann::json advisor = {
-      {std::string(stats_schema::advisor::kMode.name()), std::string(to_string(a.config.mode))},
-      {std::string(stats_schema::advisor::kBudgetBytes.name()), a.budget},
-      {std::string(stats_schema::advisor::kState.name()), a.state},
-      {std::string(stats_schema::advisor::kFallback.name()),
+      {stats_schema::advisor::kMode.name(), std::string(to_string(a.config.mode))},
+      {stats_schema::advisor::kBudgetBytes.name(), a.budget},
+      {stats_schema::advisor::kState.name(), a.state},
+      {stats_schema::advisor::kFallback.name(),
        a.fallback.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.fallback)},
       {"plans", a.plans.size()},
       {"divergences", a.divergences},
-      {std::string(stats_schema::advisor::kPrefetchedBytes.name()), a.prefetched_bytes},
-      {std::string(stats_schema::advisor::kEvictedBytes.name()), a.evicted_bytes},
+      {stats_schema::advisor::kPrefetchedBytes.name(), a.prefetched_bytes},
+      {stats_schema::advisor::kEvictedBytes.name(), a.evicted_bytes},
       {"prefetch_calls", a.prefetch_calls},
       {"evict_calls", a.evict_calls},
       {"failed_calls", a.failed_calls},
@@ -43,7 +31,7 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
       {"opaque_calls", a.opaque_calls.load()},
       {"first_opaque_call",
        a.first_opaque.load() ? nlohmann::json(a.first_opaque.load()) : nlohmann::json(nullptr)},
-      {std::string(stats_schema::advisor::kWaitStalls.name()), a.watchdog.stalls()},
+      {stats_schema::advisor::kWaitStalls.name(), a.watchdog.stalls()},
       {"blocking_waits", a.words.blocking_waits.load()},
       {"blocking_timeouts", a.words.blocking_timeouts.load()},
       {"waits_placed", a.waits_placed.load()},
@@ -84,11 +72,11 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
                             {"applied_from_launch", a.relearned_at ? nlohmann::json(a.relearned_at)
                                                                    : nlohmann::json(nullptr)}}
            : nlohmann::json(nullptr)},
-      {std::string(stats_schema::advisor::kPrefetchWait.name()), a.config.prefetch_wait},
-      {std::string(stats_schema::advisor::kEvictWait.name()), a.config.evict_wait},
+      {stats_schema::advisor::kPrefetchWait.name(), a.config.prefetch_wait},
+      {stats_schema::advisor::kEvictWait.name(), a.config.evict_wait},
   };
   if (a.config.evict_copy) {
-    advisor[std::string(stats_schema::advisor::kEvictCopy.name())] = a.copier.stats_json(summary);
+    advisor[stats_schema::advisor::kEvictCopy.name()] = a.copier.stats_json(summary);
   }
   if (a.placement) {
     nlohmann::json candidates = nlohmann::json::array();
@@ -106,10 +94,10 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
         a.placement_note.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.placement_note);
   }
   if (last) {
-    advisor[std::string(stats_schema::advisor::kPlan.name())] = {
+    advisor[stats_schema::advisor::kPlan.name()] = {
         {"source", last->source},
         {"period", last->period},
-        {std::string(stats_schema::advisor::plan::kAppliedFromLaunch.name()), last->applied_from},
+        {stats_schema::advisor::plan::kAppliedFromLaunch.name(), last->applied_from},
         {"started_at_launch", last->started_at.load() == UINT64_MAX
                                   ? nlohmann::json(nullptr)
                                   : nlohmann::json(last->started_at.load())},
@@ -136,15 +124,14 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
                                  {"unplanned_pages_discarded", table->unplanned.load()},
                                  {"unresolved_drops", table->unresolved}};
     }
-    advisor[std::string(stats_schema::advisor::kPeakResidentPlanBytes.name())] =
-        last->plan.peak_resident_bytes;
+    advisor[stats_schema::advisor::kPeakResidentPlanBytes.name()] = last->plan.peak_resident_bytes;
   }
   if (summary && summary->has_unified_memory_counters) {
-    advisor[std::string(stats_schema::advisor::kPeakResidentBytes.name())] = summary->peak_resident;
+    advisor[stats_schema::advisor::kPeakResidentBytes.name()] = summary->peak_resident;
   }
-  nlohmann::json j = {{std::string(stats_schema::kAdvisor.path), advisor}};
+  nlohmann::json j = {{stats_schema::kAdvisor.path, advisor}};
   if (summary) {
-    j[std::string(stats_schema::kIterations.path)] =
+    j[stats_schema::kIterations.path] =
         iterations_json(*summary, [&](uint64_t first, uint64_t last_step) {
           const auto [learn_in, learn_out] = a.learn_path.sum(first, last_step);  // while learning
           return std::pair{sum_in(a.prefetched, first, last_step) + learn_in,
@@ -153,13 +140,13 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
     // Bytes umswap's own copies moved (UMSWAP_EVICT_COPY): on the link, but not in CUPTI's
     // unified-memory counters.
     if (a.config.evict_copy) {
-      auto& its = j[std::string(stats_schema::kIterations.path)];
+      auto& its = j[stats_schema::kIterations.path];
       const auto& steps = summary->trace.iterations;
       for (size_t i = 0; i < its.size() && i < steps.size(); ++i) {
         const uint64_t first = steps[i].first_step, end = first + steps[i].step_count;
-        its[i][std::string(stats_schema::iterations::kCopiedInBytes.name())] =
+        its[i][stats_schema::iterations::kCopiedInBytes.name()] =
             sum_in(a.copier.copied_in(), first, end);
-        its[i][std::string(stats_schema::iterations::kCopiedOutBytes.name())] =
+        its[i][stats_schema::iterations::kCopiedOutBytes.name()] =
             sum_in(a.copier.copied_out(), first, end);
         // How long the copies kept the link busy each way (CUPTI's times): out + in - both near
         // the wall time means the directions took turns; far below it, the copies waited.
@@ -213,19 +200,17 @@ nlohmann::json iterations_json(
     // Wall time from this iteration's first GPU start to the next one's (host gaps included).
     const auto [start, end] = tracer::iteration_window(its, i);
     nlohmann::json o = {
-        {std::string(stats_schema::iterations::kIndex.name()), i},
-        {std::string(stats_schema::iterations::kFirstStep.name()), it.first_step},
+        {stats_schema::iterations::kIndex.name(), i},
+        {stats_schema::iterations::kFirstStep.name(), it.first_step},
         {"steps", it.step_count},
-        {std::string(stats_schema::iterations::kWallMs.name()),
-         end > start ? (end - start) / 1e6 : 0.0},
-        {std::string(stats_schema::iterations::kGpuPageFaults.name()), it.counters.gpu_page_faults},
-        {std::string(stats_schema::iterations::kBytesHtod.name()), it.counters.bytes_htod},
-        {std::string(stats_schema::iterations::kBytesDtoh.name()), it.counters.bytes_dtoh},
+        {stats_schema::iterations::kWallMs.name(), end > start ? (end - start) / 1e6 : 0.0},
+        {stats_schema::iterations::kGpuPageFaults.name(), it.counters.gpu_page_faults},
+        {stats_schema::iterations::kBytesHtod.name(), it.counters.bytes_htod},
+        {stats_schema::iterations::kBytesDtoh.name(), it.counters.bytes_dtoh},
         {"thrashing_events", it.counters.thrashing_events},
     };
     if (summary.has_unified_memory_counters && i < summary.iteration_peak_resident.size()) {
-      o[std::string(stats_schema::iterations::kPeakResidentBytes.name())] =
-          summary.iteration_peak_resident[i];
+      o[stats_schema::iterations::kPeakResidentBytes.name()] = summary.iteration_peak_resident[i];
       if (i < summary.iteration_peak_resident_free.size()) {
         o["peak_resident_free_bytes"] = summary.iteration_peak_resident_free[i];
       }
@@ -255,8 +240,8 @@ nlohmann::json iterations_json(
     }
     if (transfers) {
       const auto [in, out_bytes] = transfers(it.first_step, it.first_step + it.step_count);
-      o[std::string(stats_schema::iterations::kPrefetchedBytes.name())] = in;
-      o[std::string(stats_schema::iterations::kEvictedBytes.name())] = out_bytes;
+      o[stats_schema::iterations::kPrefetchedBytes.name()] = in;
+      o[stats_schema::iterations::kEvictedBytes.name()] = out_bytes;
     }
     out.push_back(std::move(o));
   }

@@ -176,20 +176,18 @@ void CopyEvictor::before_free(uint64_t base, uint64_t size) {
 nlohmann::json CopyEvictor::stats_json(const tracer::RunSummary* summary) const {
   nlohmann::json j = {
       {"used", copies_ != nullptr},
-      {std::string(stats_schema::advisor::evict_copy::kOffReason.name()),
+      {stats_schema::advisor::evict_copy::kOffReason.name(),
        copy_off_reason_.empty() ? nlohmann::json(nullptr) : nlohmann::json(copy_off_reason_)},
-      {std::string(stats_schema::advisor::evict_copy::kCopiedOutBytes.name()), copied_out_bytes_},
-      {std::string(stats_schema::advisor::evict_copy::kCopiedInBytes.name()), copied_in_bytes_},
+      {stats_schema::advisor::evict_copy::kCopiedOutBytes.name(), copied_out_bytes_},
+      {stats_schema::advisor::evict_copy::kCopiedInBytes.name(), copied_in_bytes_},
       {"discarded_bytes", copy_discarded_bytes_},
       {"forgotten_bytes", copy_forgotten_bytes_},
       {"copy_calls", copy_calls_},
       {"driver_fallbacks", copy_fallbacks_},
       // Not copied because a launch already submitted reaches the range: left on the GPU.
-      {std::string(stats_schema::advisor::evict_copy::kKeptReached.name()),
-       {{std::string(stats_schema::advisor::evict_copy::kept_reached::kEvictions.name()),
-         copy_reached_},
-        {std::string(stats_schema::advisor::evict_copy::kept_reached::kBytes.name()),
-         kept_reached_bytes_}}},
+      {stats_schema::advisor::evict_copy::kKeptReached.name(),
+       {{stats_schema::advisor::evict_copy::kept_reached::kEvictions.name(), copy_reached_},
+        {stats_schema::advisor::evict_copy::kept_reached::kBytes.name(), kept_reached_bytes_}}},
       {"copies_out_after_copy_back", copies_out_after_back_},
       {"left_to_driver",
        {{"unordered", copy_skipped_unordered_},
@@ -201,7 +199,7 @@ nlohmann::json CopyEvictor::stats_json(const tracer::RunSummary* summary) const 
       {"rescued_bytes", copy_rescued_bytes_},
       {"guard_kernels", guard_kernels_},
       {"failures", copy_failures_},
-      {std::string(stats_schema::advisor::evict_copy::kLostBytes.name()), copy_lost_bytes_},
+      {stats_schema::advisor::evict_copy::kLostBytes.name(), copy_lost_bytes_},
       {"freed_while_held_bytes", freed_held_bytes_.load()},
       {"frees_waiting_for_copies", freed_waits_.load()},
       {"side_streams", populate_stream_ != nullptr},
@@ -212,8 +210,7 @@ nlohmann::json CopyEvictor::stats_json(const tracer::RunSummary* summary) const 
       {"host_bytes", copies_ ? copies_->host_bytes() : 0},
   };
   if (config_.verify)
-    j[std::string(stats_schema::advisor::evict_copy::kRoundTrips.name())] =
-        round_trips_json(summary);
+    j[stats_schema::advisor::evict_copy::kRoundTrips.name()] = round_trips_json(summary);
   return j;
 }
 
@@ -386,9 +383,8 @@ void CopyEvictor::settle_round_trips() {
 
 nlohmann::json CopyEvictor::round_trips_json(const tracer::RunSummary* summary) const {
   nlohmann::json j = {
-      {std::string(stats_schema::advisor::evict_copy::round_trips::kHashed.name()),
-       trips_ != nullptr},
-      {std::string(stats_schema::advisor::evict_copy::round_trips::kOffReason.name()),
+      {stats_schema::advisor::evict_copy::round_trips::kHashed.name(), trips_ != nullptr},
+      {stats_schema::advisor::evict_copy::round_trips::kOffReason.name(),
        trips_off_.empty() ? nlohmann::json(nullptr) : nlohmann::json(trips_off_)}};
   if (!trips_) return j;
   const RoundTrips::Counts& c = trips_->counts();
@@ -399,11 +395,9 @@ nlohmann::json CopyEvictor::round_trips_json(const tracer::RunSummary* summary) 
         {std::string(
              stats_schema::advisor::evict_copy::round_trips::first_mismatches::kPage.name()),
          fmt::format("{:#x}", m.page)},
-        {std::string(stats_schema::advisor::evict_copy::round_trips::first_mismatches::kLeftAtLaunch
-                         .name()),
+        {stats_schema::advisor::evict_copy::round_trips::first_mismatches::kLeftAtLaunch.name(),
          m.left_at},
-        {std::string(stats_schema::advisor::evict_copy::round_trips::first_mismatches::kBackAtLaunch
-                         .name()),
+        {stats_schema::advisor::evict_copy::round_trips::first_mismatches::kBackAtLaunch.name(),
          m.back_at},
         {"left_hash", fmt::format("{:#018x}", m.left_hash)},
         {"back_hash", fmt::format("{:#018x}", m.back_hash)}};
@@ -438,19 +432,15 @@ nlohmann::json CopyEvictor::round_trips_json(const tracer::RunSummary* summary) 
   }
   // Pages of 2 MiB.
   j.update(
-      {{std::string(stats_schema::advisor::evict_copy::round_trips::kPageBytes.name()), kPage},
-       {std::string(stats_schema::advisor::evict_copy::round_trips::kCheckedPages.name()),
-        c.checked},
-       {std::string(stats_schema::advisor::evict_copy::round_trips::kMismatchedPages.name()),
-        c.mismatches},
-       {std::string(stats_schema::advisor::evict_copy::round_trips::kFirstMismatches.name()),
-        std::move(first)},
-       {std::string(stats_schema::advisor::evict_copy::round_trips::kNotComparedPages.name()),
+      {{stats_schema::advisor::evict_copy::round_trips::kPageBytes.name(), kPage},
+       {stats_schema::advisor::evict_copy::round_trips::kCheckedPages.name(), c.checked},
+       {stats_schema::advisor::evict_copy::round_trips::kMismatchedPages.name(), c.mismatches},
+       {stats_schema::advisor::evict_copy::round_trips::kFirstMismatches.name(), std::move(first)},
+       {stats_schema::advisor::evict_copy::round_trips::kNotComparedPages.name(),
         {{std::string(
               stats_schema::advisor::evict_copy::round_trips::not_compared_pages::kNoSlot.name()),
           c.no_slot},
-         {std::string(stats_schema::advisor::evict_copy::round_trips::not_compared_pages::kUnmatched
-                          .name()),
+         {stats_schema::advisor::evict_copy::round_trips::not_compared_pages::kUnmatched.name(),
           c.unmatched},
          {std::string(
               stats_schema::advisor::evict_copy::round_trips::not_compared_pages::kAwayAtExit

@@ -68,14 +68,7 @@ void LearnPath::step(uint64_t index, CUstream s, const std::vector<tracer::Point
 
 std::pair<uint64_t, uint64_t> LearnPath::sum(uint64_t first, uint64_t last) const {
   std::lock_guard lock(mutex_);  // the launch path may still be learning
-  const auto in = [&](const std::vector<Transfer>& log) {
-    uint64_t bytes = 0;
-    for (const Transfer& t : log) {
-      if (t.launch >= first && t.launch < last) bytes += t.bytes;
-    }
-    return bytes;
-  };
-  return {in(prefetched_), in(evicted_)};
+  return {sum_in(prefetched_, first, last), sum_in(evicted_, first, last)};
 }
 
 nlohmann::json LearnPath::stats_json() const {

@@ -77,7 +77,8 @@ void Watchdog::run() {
       log_debug(
           "advisor: no launch for 5 s: launched {}, progress {} (highest wait {}), restored {}, "
           "copies live {}",
-          l, value, wanted, copier_.word_now() ? copier_.word_now()->second : 0, copier_.live());
+          l, value, wanted, copier_.word_now().value_or(std::pair<uint64_t, uint64_t>{0, 0}).second,
+          copier_.live());
     }
     // A stall neither word shows: the latest launch still inside umswap's launch path after 30 s
     // (its launch_waits entry entered, not left), with a plan in force (the launch path waited

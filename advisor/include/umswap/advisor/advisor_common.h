@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "umswap/advisor/copy_kernel.h"
 
@@ -45,6 +46,15 @@ struct Transfer {
   uint64_t launch;
   uint64_t bytes;
 };
+
+// The bytes of the transfers of `log` issued at launches in [first, last).
+inline uint64_t sum_in(const std::vector<Transfer>& log, uint64_t first, uint64_t last) {
+  uint64_t bytes = 0;
+  for (const Transfer& t : log) {
+    if (t.launch >= first && t.launch < last) bytes += t.bytes;
+  }
+  return bytes;
+}
 
 // The advisor thread's host time (seconds; advisor thread only, read after join: the stats).
 struct CallTimes {

@@ -79,7 +79,8 @@ uint64_t boundary_at_or_after(uint64_t base, uint64_t period, uint64_t n) {
 
 }  // namespace
 
-Advisor::Advisor() : impl_(new AdvisorImpl) {}
+Advisor::Advisor(const tracer::StepLogReader& steps, tracer::ResidencySink& residency)
+    : impl_(new AdvisorImpl(steps, residency)) {}
 
 Advisor::~Advisor() {
   // Leaked on purpose when the thread still runs (exit paths): never joined from a destructor.
@@ -314,7 +315,7 @@ void AdvisorImpl::populate_ranges(std::span<const DropTable::Populate> ranges, C
     if (r == CUDA_SUCCESS) {
       launch_populates.fetch_add(1, std::memory_order_relaxed);
       launch_populated_bytes.fetch_add(bytes, std::memory_order_relaxed);
-      tracer::note_launch_populate(address, bytes);  // at this launch's GPU start
+      residency.note_launch_populate(address, bytes);  // at this launch's GPU start
     }
   }
 }
@@ -471,7 +472,7 @@ void AdvisorImpl::relax_capture_mode() {
 }
 
 void AdvisorImpl::run() {
-  tracer::untrace_this_thread();  // its copies are not the program's steps
+  residency.untrace_this_thread();  // its copies are not the program's steps
   if (!set_up()) return;
   watchdog.start(stream, [this] { return plan.load() != nullptr; });
   state = "learning";
@@ -599,10 +600,10 @@ void AdvisorImpl::drop_plan(uint64_t at, const char* why) {
 
 // Online learning: once two iterations repeat, plan from the last complete one.
 void AdvisorImpl::learn() {
-  const uint64_t logged = tracer::logged_steps();
+  const uint64_t logged = steps.logged_steps();
   if (logged < learn_from + 64 || logged < next_check) return;
   next_check = logged + std::max<uint64_t>(64, (logged - learn_from) / 4);
-  const std::vector<uint32_t> keys = tracer::copy_keys(learn_from);
+  const std::vector<uint32_t> keys = steps.copy_keys(learn_from);
   const std::optional<LearnChoice> choice = online.choose(keys);
   if (!choice) return;
   const uint64_t e = learn_from + choice->region_start;
@@ -612,7 +613,7 @@ void AdvisorImpl::learn() {
     // new addresses (run()).
     placement_tried = ++placement_attempts >= kPlacementAttempts;
     pending_placement =
-        make_placement(tracer::copy_lifetimes(first - choice->period, first + choice->period - 1),
+        make_placement(steps.copy_lifetimes(first - choice->period, first + choice->period - 1),
                        first, choice->period, 0);
     if (pending_placement) {
       placement_tried = true;
@@ -651,7 +652,7 @@ void AdvisorImpl::relearn(const LivePlan& replayed) {
   const uint64_t first = *relearn_from;
   if (!relearn_task.valid()) {
     // + 1: the block events after the iteration's last launch are logged before the next launch.
-    if (tracer::logged_steps() < first + replayed.period + 1) return;
+    if (steps.logged_steps() < first + replayed.period + 1) return;
     relearn_task = std::async(std::launch::async, [this, first, period = replayed.period] {
       return build_plan(first, first, period);
     });
@@ -681,7 +682,7 @@ void AdvisorImpl::relearn(const LivePlan& replayed) {
 std::unique_ptr<LivePlan> AdvisorImpl::build_plan(uint64_t e, uint64_t first,
                                                   uint64_t period) const {
   tracer::StepLog log;
-  if (!tracer::copy_steps(first, period, &log)) return nullptr;
+  if (!steps.copy_steps(first, period, &log)) return nullptr;
 
   auto p = std::make_unique<LivePlan>();
   p->base = e;
@@ -720,9 +721,8 @@ std::unique_ptr<LivePlan> AdvisorImpl::build_plan(uint64_t e, uint64_t first,
     for (size_t b = 0; b < p->address.size(); ++b) {
       buffers.emplace_back(p->address[b], in.buffer_sizes[b]);
     }
-    append_lifetimes(
-        tracer::lifetimes_in(tracer::copy_lifetimes(first + 1, first + period), buffers), first,
-        period, in);
+    append_lifetimes(tracer::lifetimes_in(steps.copy_lifetimes(first + 1, first + period), buffers),
+                     first, period, in);
   }
   p->plan = make_plan(in);
   std::vector<uint64_t> streams = log.streams;
@@ -1255,13 +1255,13 @@ void AdvisorImpl::build_drops(LivePlan& p) {
 
 // Replay: the launches must keep naming the trace's kernels at the trace's positions.
 void AdvisorImpl::check_replay_keys(LivePlan& p) {
-  const uint64_t logged = tracer::logged_steps();
+  const uint64_t logged = steps.logged_steps();
   if (logged <= replay_checked) return;
-  const std::vector<uint32_t> keys = tracer::copy_keys(replay_checked);
+  const std::vector<uint32_t> keys = steps.copy_keys(replay_checked);
   uint32_t run = 0;
   for (size_t i = 0; i < keys.size(); ++i) {
     const uint64_t index = replay_checked + i;
-    if (!p.matcher->matches(index, keys[i], [](uint32_t key) { return tracer::key_name(key); })) {
+    if (!p.matcher->matches(index, keys[i], [this](uint32_t key) { return steps.key_name(key); })) {
       if (++run == kDivergeRun) {
         replay_checked = index + 1;
         drop_plan(index, "the launches no longer match the trace");

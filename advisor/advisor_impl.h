@@ -120,13 +120,20 @@ struct LivePlan {
 
 class AdvisorImpl final : public EvictorHost {
  public:
+  AdvisorImpl(const tracer::StepLogReader& step_log, tracer::ResidencySink& residency_sink)
+      : steps(step_log), residency(residency_sink) {}
+
+  // The tracer's, handed in (tracer_ports.h): the launch log the plans are learned from and
+  // checked against, and where moves the tracer cannot count are told. Any thread.
+  const tracer::StepLogReader& steps;
+  tracer::ResidencySink& residency;
   AdvisorConfig config;
   AdvisorDriver d;
   // Where the launch path and the advisor thread are, and the words launches wait on
   // (progress.h): read by every thread, the watchdog's among them.
   Progress words;
   // Launches of kernels that must find their memory on the GPU (resident_gate.h).
-  ResidentGate resident{d};
+  ResidentGate resident{d, steps, residency};
   Registry* registry = nullptr;
 
   // Launch path.
@@ -252,7 +259,7 @@ class AdvisorImpl final : public EvictorHost {
   // The plan's evictions and prefetches are offered to the evictors in this order (evictor.h):
   // UMSWAP_EVICT_COPY's copies (copy_evictor.h: its own state), then the driver, which takes
   // everything. This is their EvictorHost.
-  CopyEvictor copier{config, d, *this, times};
+  CopyEvictor copier{config, d, *this, times, steps, residency};
   DriverEvictor driver_evictor{*this};
   std::array<Evictor*, 2> evictors{&copier, &driver_evictor};
   // Its own thread, watching the words launches wait on (watchdog.h); the launch path notes each

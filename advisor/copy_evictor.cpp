@@ -51,10 +51,9 @@ void CopyEvictor::take_requests() {
   } else if (caught == UINT64_MAX) {
     stop("launches waited 2 s for the advisor");
   } else {
-    const std::vector<uint32_t> key = tracer::copy_keys(caught, 1);
     stop(fmt::format(
         "launch {} ({}) reaches memory copied to the host (and the tracer cannot say where)",
-        caught, tracer::key_name(key.empty() ? UINT32_MAX : key[0])));
+        caught, steps_.step_name(caught)));
   }
 }
 
@@ -366,10 +365,7 @@ void CopyEvictor::settle_round_trips() {
   if (!trips_) return;
   const size_t had = trips_->mismatches().size();
   trips_->settle(out_done_, in_done_, [&](uint64_t slot) { return trip_memory_[slot]; });
-  const auto name = [](uint64_t launch) {
-    const std::vector<uint32_t> key = tracer::copy_keys(launch, 1);
-    return tracer::key_name(key.empty() ? UINT32_MAX : key[0]);
-  };
+  const auto name = [this](uint64_t launch) { return steps_.step_name(launch); };
   for (size_t i = had; i < trips_->mismatches().size(); ++i) {
     const RoundTrips::Mismatch& m = trips_->mismatches()[i];
     mismatch_kernels_.emplace_back(name(m.left_at), name(m.back_at));
@@ -587,8 +583,8 @@ CopyEvictor::Outcome CopyEvictor::evict_by_copy(uint64_t address, uint64_t lengt
       stop(fmt::format("a copy to the host failed (error {})", static_cast<int>(r)));
       return Outcome::taken;
     }
-    last_copy = tracer::last_own_copy();
-    tracer::note_own_copy(last_copy, s.address, s.length, false);
+    last_copy = residency_.last_own_copy();
+    residency_.note_own_copy(last_copy, s.address, s.length, false);
     bytes += s.length;
     ++copy_calls_;
     // --verify: hashed as it leaves, after its copy and before its discard (same stream).
@@ -681,7 +677,7 @@ CopyEvictor::Reach CopyEvictor::submitted_reach(uint64_t j, uint64_t lo, uint64_
   if (n <= j + 1) return Reach::none;
   if (n - j - 1 > kScanLimit) return Reach::unknown;
   tracer::StepLog log;
-  if (!tracer::copy_steps(j + 1, n - j - 1, &log)) return Reach::unknown;
+  if (!steps_.copy_steps(j + 1, n - j - 1, &log)) return Reach::unknown;
   for (uint64_t i = 0; i + j + 1 < n; ++i) {
     const uint64_t covered = covered_launch(j + 1 + i);
     for (uint64_t h = log.first_hit[i]; h < log.first_hit[i + 1]; ++h) {
@@ -776,9 +772,9 @@ void CopyEvictor::issue_restore(bool for_launch, bool wait_reached, Restore r) {
         error = e;
         return false;
       }
-      const uint32_t copy = tracer::last_own_copy();
+      const uint32_t copy = residency_.last_own_copy();
       if (!first_copy) first_copy = copy;
-      tracer::note_own_copy(copy, s.address, s.length, true);
+      residency_.note_own_copy(copy, s.address, s.length, true);
       ++copy_calls_;
       // --verify: hashed once back, before the event and the word launches wait for.
       hash_pages(s.address, s.length, false, r.ticket, r.g, restore_stream_);
@@ -806,8 +802,8 @@ void CopyEvictor::issue_restore(bool for_launch, bool wait_reached, Restore r) {
     // ahead of the copies (each takes a fraction of its copy's time): all are placed at the
     // first copy's start (without CUPTI's record: at launch g's GPU start, or now).
     for (const HostCopies::Segment& s : r.segments) {
-      tracer::note_residency_by_copy(s.address, s.length, true, first_copy,
-                                     for_launch ? r.g : UINT64_MAX);
+      residency_.note_residency_by_copy(s.address, s.length, true, first_copy,
+                                        for_launch ? r.g : UINT64_MAX);
     }
     copied_in_.push_back({r.g, bytes});
     copied_in_bytes_ += bytes;
@@ -834,7 +830,7 @@ void CopyEvictor::tend() {
   while (!discard_notes_.empty() && discard_notes_.front().ticket <= out_done_) {
     const DiscardNote& n = discard_notes_.front();
     for (const HostCopies::Segment& s : n.segments) {
-      tracer::note_residency_by_copy(s.address, s.length, false, n.copy, UINT64_MAX);
+      residency_.note_residency_by_copy(s.address, s.length, false, n.copy, UINT64_MAX);
       copy_discarded_bytes_ += s.length;
     }
     discard_notes_.pop_front();
@@ -928,10 +924,8 @@ void CopyEvictor::serve_rescue() {
   copy_rescued_bytes_ += bytes;
   copy_forgotten_bytes_ += back.forgotten_bytes;
   if (guard_kernels_.size() < 8) {
-    const std::vector<uint32_t> key = tracer::copy_keys(caught, 1);
-    guard_kernels_.push_back(fmt::format("launch {} ({}): {}", caught,
-                                         tracer::key_name(key.empty() ? UINT32_MAX : key[0]),
-                                         format_bytes(bytes)));
+    guard_kernels_.push_back(
+        fmt::format("launch {} ({}): {}", caught, steps_.step_name(caught), format_bytes(bytes)));
   }
   log_debug("UMSWAP_EVICT_COPY: launch {} caught; {} come back for it", caught,
             format_bytes(bytes));

@@ -21,11 +21,11 @@ bool ResidentGate::set_up(CUstream advisor_stream) {
 }
 
 bool ResidentGate::needs(uint32_t key) const {
-  if (key >= kKeys) return needs_resident_memory(tracer::key_view(key));
+  if (key >= kKeys) return needs_resident_memory(steps_.key_view(key));
   std::atomic<uint8_t>& known = keys_[key];
   uint8_t v = known.load(std::memory_order_relaxed);
   if (v == 0) {
-    v = needs_resident_memory(tracer::key_view(key)) ? 2 : 1;
+    v = needs_resident_memory(steps_.key_view(key)) ? 2 : 1;
     known.store(v, std::memory_order_relaxed);
   }
   return v == 2;
@@ -70,7 +70,7 @@ void ResidentGate::make_resident(const std::vector<tracer::PointerHit>* hits, CU
     if (d_.mem_prefetch_async(r.address, r.length, gpu, 0, s) == CUDA_SUCCESS) {
       calls_.fetch_add(1, std::memory_order_relaxed);
       bytes_.fetch_add(r.length, std::memory_order_relaxed);
-      tracer::note_launch_populate(r.address, r.length);
+      residency_.note_launch_populate(r.address, r.length);
     } else {
       failures_.fetch_add(1, std::memory_order_relaxed);
     }

@@ -113,7 +113,9 @@ void Preload::start_tracer_once() {
   td.kernel_get_name = driver_.cuKernelGetName;
   td.ctx_get_device = driver_.cuCtxGetDevice;
   td.stream_is_capturing = driver_.cuStreamIsCapturing;
-  auto* advisor = advises(options_.mode) ? new advisor::Advisor() : nullptr;
+  auto* advisor = advises(options_.mode) ? new advisor::Advisor(tracer::process_step_log(),
+                                                                tracer::process_residency_sink())
+                                         : nullptr;
   config.observer = advisor;
   std::string reason;
   if (tracer::start_tracer(config, td, registry_, &reason)) {

@@ -103,6 +103,7 @@
 #include "umswap/allocator/registry.h"
 #include "umswap/core/options.h"
 #include "umswap/tracer/tracer.h"
+#include "umswap/tracer/tracer_ports.h"
 
 namespace umswap::advisor {
 
@@ -204,7 +205,9 @@ class AdvisorImpl;
 // The process-wide advisor. Also the tracer's LaunchObserver.
 class Advisor final : public tracer::LaunchObserver {
  public:
-  Advisor();
+  // `steps` and `residency` are the tracer's (tracer_ports.h: the process's are
+  // tracer::process_step_log() and process_residency_sink()); both outlive the advisor.
+  Advisor(const tracer::StepLogReader& steps, tracer::ResidencySink& residency);
   ~Advisor() override;
   Advisor(const Advisor&) = delete;
   Advisor& operator=(const Advisor&) = delete;

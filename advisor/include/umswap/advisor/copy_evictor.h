@@ -43,6 +43,7 @@
 #include "umswap/advisor/round_trips.h"
 #include "umswap/core/log.h"
 #include "umswap/tracer/tracer.h"
+#include "umswap/tracer/tracer_ports.h"
 
 namespace umswap::advisor {
 
@@ -51,9 +52,11 @@ class CopyEvictor final : public Evictor {
   using Host = EvictorHost;
 
   // `config` and `d` are the advisor's, read as they are when set_up() runs (its set-up may
-  // change both before); `times` is the advisor thread's time accounting.
-  CopyEvictor(const AdvisorConfig& config, const AdvisorDriver& d, Host& host, CallTimes& times)
-      : config_(config), d_(d), host_(host), times_(times) {}
+  // change both before); `times` is the advisor thread's time accounting; `steps` and
+  // `residency` are the tracer's (tracer_ports.h).
+  CopyEvictor(const AdvisorConfig& config, const AdvisorDriver& d, Host& host, CallTimes& times,
+              const tracer::StepLogReader& steps, tracer::ResidencySink& residency)
+      : config_(config), d_(d), host_(host), times_(times), steps_(steps), residency_(residency) {}
   CopyEvictor(const CopyEvictor&) = delete;
   CopyEvictor& operator=(const CopyEvictor&) = delete;
 
@@ -184,6 +187,8 @@ class CopyEvictor final : public Evictor {
   const AdvisorDriver& d_;
   Host& host_;
   CallTimes& times_;
+  const tracer::StepLogReader& steps_;
+  tracer::ResidencySink& residency_;
   CUstream stream_ = nullptr;  // the advisor's: copies out and their discards
   CUdevice device_ = 0;
 

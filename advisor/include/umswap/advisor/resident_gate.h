@@ -20,12 +20,17 @@
 
 #include "umswap/advisor/advisor.h"
 #include "umswap/tracer/tracer.h"
+#include "umswap/tracer/tracer_ports.h"
 
 namespace umswap::advisor {
 
 class ResidentGate {
  public:
-  explicit ResidentGate(const AdvisorDriver& d) : d_(d) {}
+  // `steps` names a launch's kernel; `residency` counts what make_resident() populates (the
+  // tracer's, tracer_ports.h).
+  ResidentGate(const AdvisorDriver& d, const tracer::StepLogReader& steps,
+               tracer::ResidencySink& residency)
+      : d_(d), steps_(steps), residency_(residency) {}
   ResidentGate(const ResidentGate&) = delete;
   ResidentGate& operator=(const ResidentGate&) = delete;
 
@@ -50,6 +55,8 @@ class ResidentGate {
   static constexpr uint32_t kKeys = 1 << 16;
 
   const AdvisorDriver& d_;
+  const tracer::StepLogReader& steps_;
+  tracer::ResidencySink& residency_;
   CUstream stream_ = nullptr;  // the advisor's
   // By step key: 0 not asked yet, 1 no, 2 yes (a key's answer never changes).
   mutable std::array<std::atomic<uint8_t>, kKeys> keys_{};

@@ -482,8 +482,8 @@ void AdvisorImpl::run() {
     if (make_replay_plan(*matcher, budget, config.prefetch_bytes_per_s, config.evict_bytes_per_s,
                          &p->plan, &p->base, &p->period, &why, use_lifetimes())) {
       if (config.place && use_lifetimes()) {
-        place_from_trace();
-        place_at = boundary_at_or_after(p->base, p->period, words.launched.load());
+        placement.from_trace(matcher->trace());
+        placement.hand_at(boundary_at_or_after(p->base, p->period, words.launched.load()));
       }
       p->applied_from = p->base;
       p->source = "replay";
@@ -527,11 +527,9 @@ void AdvisorImpl::run() {
       words.doing.store("waiting for launches", std::memory_order_relaxed);
       copier.take_requests();
       sleep_us(50);
-    } else if (pending_placement) {
-      if (tend_placement(n)) {
-        // Learn again from the iteration after the first placed one (whose first blocks may
-        // have been missed).
-        learn_from = place_at + placement_period;
+    } else if (placement.pending()) {
+      if (placement.tend(n)) {
+        learn_from = placement.learn_again_from();
         next_check = 0;
       }
       sleep_us(50);
@@ -577,12 +575,9 @@ void AdvisorImpl::drop_plan(uint64_t at, const char* why) {
   }
   copier.stop(std::string("the plan ends: ") + why, false);
   if (p && !p->matcher) online.diverged(p->keys);  // maybe an inner loop (online_learning.h)
-  if (p && !p->matcher && placement && p->period == placement_period &&
-      placement_attempts < kPlacementAttempts) {
-    // The placement came from this inner loop's blocks: the next iteration learned places again
-    // (the allocator replaces the arena).
-    placement_tried = false;
-  }
+  // The placement may have come from this inner loop's blocks: the next iteration learned places
+  // again (the allocator replaces the arena).
+  if (p && !p->matcher) placement.plan_ended(p->period);
   release_waits();  // every launch waiting for this plan
   diverged.store(false);
   mismatch_run = 0;  // read by the launch path only while a plan is in force
@@ -608,18 +603,14 @@ void AdvisorImpl::learn() {
   if (!choice) return;
   const uint64_t e = learn_from + choice->region_start;
   const uint64_t first = learn_from + choice->first;
-  if (!placement_tried && config.place && use_lifetimes() && first >= choice->period) {
+  if (placement.may_try() && config.place && use_lifetimes() && first >= choice->period) {
     // Place the iteration's blocks first (at its next boundary), then learn it again at their
     // new addresses (run()).
-    placement_tried = ++placement_attempts >= kPlacementAttempts;
-    pending_placement =
-        make_placement(steps.copy_lifetimes(first - choice->period, first + choice->period - 1),
-                       first, choice->period, 0);
-    if (pending_placement) {
-      placement_tried = true;
-      placement_period = choice->period;
-      place_at =
-          boundary_at_or_after(e, choice->period, words.launched.load(std::memory_order_acquire));
+    if (placement.try_learned(
+            steps.copy_lifetimes(first - choice->period, first + choice->period - 1), first,
+            choice->period)) {
+      placement.hand_at(
+          boundary_at_or_after(e, choice->period, words.launched.load(std::memory_order_acquire)));
       return;
     }
   }
@@ -814,7 +805,7 @@ void AdvisorImpl::check_relearn(const LivePlan& p, uint64_t g) {
   relearn_from = g;
   relearn_skipped_bytes = skipped;
   replay_found = {plan_buffers, plan_buffers_found};
-  placement_tried = true;  // the arena came from the trace
+  placement.settle();  // the arena came from the trace
   log_info(
       "replay: the iteration before launch {} skipped {} of actions on buffers not found in this "
       "process (the plan moves {} per iteration); learning this process's iteration to replace "
@@ -884,107 +875,10 @@ void AdvisorImpl::index_plan(LivePlan& plan_ref) {
   build_drops(*p);
 }
 
-// A placement from two iterations' block events, or nullopt (placement_note says why). With
-// `arena_must_be` (replay), only a placement whose arena has that size: the trace's plan names
-// addresses in the trace's arena, and another arena would make them wrong.
-std::optional<Placement> AdvisorImpl::make_placement(std::span<const BlockEvent> blocks,
-                                                     uint64_t start, uint64_t period,
-                                                     uint64_t arena_must_be) {
-  std::string why;
-  std::optional<Placement> p = plan_placement(blocks, start, period, SlabAllocator::kSmallLimit,
-                                              SlabAllocator::kAlignment, &why);
-  if (!p) {
-    why += fmt::format(" ({} block events logged for launches {} to {})", blocks.size(),
-                       start - std::min(start, period), start + period);
-  } else {
-    // A training iteration frees what it allocates (gradients early in the next one); an inner
-    // loop taken for the iteration (one layer's forward) keeps its activations for the backward
-    // pass, beyond its period. Its placement would be wrong for the real iteration.
-    uint64_t all = 0, placed = 0;
-    for (size_t i = 0; i < p->sizes.size(); ++i) {
-      all += p->sizes[i];
-      if (p->offsets[i] != Placement::kUnplaced) placed += p->sizes[i];
-    }
-    if (placed < all / 10 * 9) {
-      why = fmt::format(
-          "only {} of the {} of large blocks allocated in the iteration are freed within an "
-          "iteration (an inner loop?)",
-          format_bytes(placed), format_bytes(all));
-      p.reset();
-    }
-  }
-  if (p && arena_must_be != 0 &&
-      (p->arena_bytes + SlabAllocator::kSlabGranule - 1) / SlabAllocator::kSlabGranule *
-              SlabAllocator::kSlabGranule !=
-          arena_must_be) {
-    p.reset();
-    why = "the trace's arena does not match the placement its iteration gives";
-  }
-  if (!p) {
-    placement_note = why;
-    log_info("advisor: no placement: {}", why);
-  }
-  return p;
-}
-
-// Hands a placement to the allocator; false (placement_note says why) when it refuses.
-bool AdvisorImpl::hand_placement(Placement p) {
-  if (!config.place(p)) {
-    placement_note = "the allocator could not make the arena (UMSWAP_MANAGED_LIMIT?)";
-    log_info("advisor: no placement: {}", placement_note);
-    return false;
-  }
-  log_info(
-      "advisor: placement: {} of {} large blocks of the iteration go to planned addresses in an "
-      "arena of {} (their live peak {}, in whole 2 MiB pages {}; {})",
-      p.placed, p.sizes.size(), format_bytes(p.arena_bytes), format_bytes(p.live_peak),
-      format_bytes(p.page_peak), p.order);
-  placement = std::move(p);
-  return true;
-}
-
-// Replay: the trace's arena (a buffer of ManagedAllocator::kArenaSite), reproduced from the
-// block events of the iteration the plan comes from and the one before it. Handed over at an
-// iteration boundary of the plan (run()): from the first of the trace's iterations on, the
-// program allocates the sequence the placement expects; its first steps (warm-up, the
-// optimizer's state) would take planned ranges for good.
-void AdvisorImpl::place_from_trace() {
-  placement_tried = true;
-  const trace::Trace& t = matcher->trace();
-  uint64_t arena = 0;
-  for (const trace::Buffer& b : t.buffers) {
-    if (b.call_site == ManagedAllocator::kArenaSite) arena = b.size;
-  }
-  const std::optional<size_t> i = replay_iteration(t);
-  if (arena == 0 || !i) {
-    placement_note = "the trace was recorded without a placement";
-    return;
-  }
-  std::vector<BlockEvent> blocks;
-  for (const trace::Lifetime& l : t.lifetimes) {
-    blocks.push_back({l.before_step, t.buffers[l.buffer].base + l.offset, l.length, l.freed});
-  }
-  pending_placement =
-      make_placement(blocks, t.iterations[*i].first_step, t.iterations[*i].step_count, arena);
-  placement_period = t.iterations[*i].step_count;
-}
-
-// A pending placement goes to the allocator once the program reaches place_at, the first
-// iteration boundary at or after the launch it was made at: the allocator expects the sequence
-// from its start. The advisor notices the boundary a little late, so the first blocks of that
-// iteration may be missed; the sequence picks them up in the next one. Returns true when it was
-// handed.
-bool AdvisorImpl::tend_placement(uint64_t n) {
-  if (!pending_placement || n < place_at) return false;
-  Placement handed = std::move(*pending_placement);
-  pending_placement.reset();
-  return hand_placement(std::move(handed));
-}
-
 // What runs beside a plan in force, at launch `n`: a pending placement handed over at its
 // iteration boundary (and the drop table rebuilt, the arena being new), and the sweeps.
 void AdvisorImpl::tend(LivePlan& p, uint64_t n) {
-  if (tend_placement(n)) build_drops(p);  // replay: the arena is new
+  if (placement.tend(n)) build_drops(p);  // replay: the arena is new
   if (sweeps_left > 0 && n > sweep_at && config.sweep && use_lifetimes()) {
     swept_bytes +=
         config.sweep([this](uint64_t page) { return sweep_may_discard(page); }, sweep_stream);

@@ -28,6 +28,7 @@
 #include "umswap/advisor/logged_calls.h"
 #include "umswap/advisor/online_learning.h"
 #include "umswap/advisor/op_log.h"
+#include "umswap/advisor/placement_hand_off.h"
 #include "umswap/advisor/planner.h"
 #include "umswap/advisor/progress.h"
 #include "umswap/advisor/replay.h"
@@ -177,14 +178,9 @@ class AdvisorImpl final : public EvictorHost {
   uint64_t next_check = 0;
   OnlineLearning online;  // which iteration to plan from; remembers diverged plans
   bool learning_failed = false;
-  bool placement_tried = false;
-  int placement_attempts = 0;
-  uint64_t placement_period = 0;  // of the iteration the placement came from
-  static constexpr int kPlacementAttempts = 4;
-  std::optional<Placement> placement;          // the one handed to the allocator
-  std::string placement_note;                  // why there is none
-  std::optional<Placement> pending_placement;  // to hand over at launch place_at
-  uint64_t place_at = 0;                       // an iteration boundary
+  // The placement made online or from the trace, until the allocator has it
+  // (placement_hand_off.h).
+  PlacementHandOff placement{config.place};
   int sweeps_left = 0;
   uint64_t sweep_at = 0;
   uint64_t swept_bytes = 0;
@@ -237,11 +233,6 @@ class AdvisorImpl final : public EvictorHost {
   void drop_plan(uint64_t at, const char* why);
   void release_waits();
   void build_drops(LivePlan& p);
-  std::optional<Placement> make_placement(std::span<const BlockEvent> blocks, uint64_t start,
-                                          uint64_t period, uint64_t arena_must_be);
-  bool hand_placement(Placement p);
-  bool tend_placement(uint64_t n);
-  void place_from_trace();
   void tend(LivePlan& p, uint64_t n);
   bool discard_page(uint64_t page);
   bool sweep_may_discard(uint64_t page);

@@ -78,21 +78,7 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
   if (a.config.evict_copy) {
     advisor[stats_schema::advisor::kEvictCopy.name()] = a.copier.stats_json(summary);
   }
-  if (a.placement) {
-    nlohmann::json candidates = nlohmann::json::array();
-    for (const PlacementCandidate& c : a.placement->candidates) {
-      candidates.push_back(
-          {{"order", c.order}, {"arena_bytes", c.arena_bytes}, {"page_peak_bytes", c.page_peak}});
-    }
-    advisor["placement"] = {
-        {"arena_bytes", a.placement->arena_bytes},   {"live_peak_bytes", a.placement->live_peak},
-        {"page_peak_bytes", a.placement->page_peak}, {"blocks", a.placement->sizes.size()},
-        {"placed_blocks", a.placement->placed},      {"order", a.placement->order},
-        {"candidates", std::move(candidates)}};
-  } else {
-    advisor["placement"] =
-        a.placement_note.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.placement_note);
-  }
+  advisor["placement"] = a.placement.stats_json();
   if (last) {
     advisor[stats_schema::advisor::kPlan.name()] = {
         {"source", last->source},

@@ -1,0 +1,83 @@
+// The placement's hand-off (docs/advisor.md, "Placement"): a placement of an iteration's large
+// slab blocks, made from the block events the tracer logged (online) or from the trace's
+// (replay), waits until the program reaches an iteration boundary, then goes to the allocator
+// (AdvisorConfig::place), which expects the iteration's sequence of blocks from its start. When
+// there is none, note() says why.
+//
+// Online, a placement is tried before the first plan: the iteration is placed, then learned
+// again at its new addresses. A plan that ends on the period the placement came from (an inner
+// loop taken for the iteration) lets the next one try again, at most kAttempts times in all.
+//
+// Threads: the advisor thread only; handed(), note() and stats_json() after it has joined.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "umswap/allocator/placement.h"
+#include "umswap/core/trace.h"
+
+namespace umswap::advisor {
+
+class PlacementHandOff {
+ public:
+  static constexpr int kAttempts = 4;
+
+  // `place` hands a placement to the allocator (false: it refused); it outlives this and may be
+  // empty until the first call below.
+  explicit PlacementHandOff(const std::function<bool(Placement)>& place) : place_(place) {}
+
+  // Online: whether learning should try a placement of the iteration first.
+  bool may_try() const { return !tried_; }
+  // Online: a placement of the iteration [first, first + period) from `blocks` (the block events
+  // of it and the iteration before), handed over at hand_at()'s launch. False when there is none
+  // (the note says why); an attempt either way.
+  bool try_learned(std::span<const BlockEvent> blocks, uint64_t first, uint64_t period);
+  // Replay: the trace's arena (a buffer of ManagedAllocator::kArenaSite), reproduced from the
+  // block events of the iteration the plan comes from and the one before it; handed over at
+  // hand_at()'s launch. Placement is not tried online after it.
+  void from_trace(const trace::Trace& t);
+  // The launch at which the pending placement is handed: the first iteration boundary at or
+  // after the launch it was made at (asked once it is made: making one can take a second).
+  void hand_at(uint64_t at) { place_at_ = at; }
+  // Placement is not tried again (a replay plan replaced: the arena came from the trace).
+  void settle() { tried_ = true; }
+  // A plan of `period` learned online ended: if the placement came from an iteration of that
+  // period (an inner loop's blocks), the next plan learned places again.
+  void plan_ended(uint64_t period);
+
+  bool pending() const { return pending_.has_value(); }
+  // At launch `n`: a pending placement goes to the allocator once n reaches its launch. True
+  // when it was handed.
+  bool tend(uint64_t n);
+  // The launch to learn again from after the hand-off: the iteration after the first placed one
+  // (whose first blocks may have been missed).
+  uint64_t learn_again_from() const { return place_at_ + period_; }
+
+  const std::optional<Placement>& handed() const { return handed_; }
+  const std::string& note() const { return note_; }
+  // The stats file's advisor.placement: the handed placement, or why there is none (null when
+  // nothing was tried).
+  nlohmann::json stats_json() const;
+
+ private:
+  std::optional<Placement> make(std::span<const BlockEvent> blocks, uint64_t start, uint64_t period,
+                                uint64_t arena_must_be);
+  bool hand(Placement p);
+
+  const std::function<bool(Placement)>& place_;
+  bool tried_ = false;
+  int attempts_ = 0;
+  uint64_t period_ = 0;  // of the iteration the placement came from
+  std::optional<Placement> handed_;
+  std::string note_;
+  std::optional<Placement> pending_;
+  uint64_t place_at_ = 0;  // an iteration boundary
+};
+
+}  // namespace umswap::advisor

@@ -25,7 +25,7 @@ nlohmann::json to_json(const AllocatorStats& s) {
   }
   return {
       {"allocations", s.total_allocations()},
-      {"allocations_by_api", by_api},
+      {stats_schema::allocator::kAllocationsByApi.name(), by_api},
       {"frees", s.frees},
       {"live_buffers", s.live_buffers},
       {"managed_bytes", s.managed_bytes},
@@ -34,7 +34,7 @@ nlohmann::json to_json(const AllocatorStats& s) {
       {"cap_hits", s.cap_hits},
       {"largest_refused_bytes", s.largest_refused},
       {"driver_allocation_failures", s.driver_failures},
-      {"unmanaged_vmm_allocations", s.unmanaged_vmm},
+      {stats_schema::allocator::kUnmanagedVmmAllocations.name(), s.unmanaged_vmm},
       {"escaped_allocations", s.escaped},
       {"captured_allocations", s.captured},
       {"async_pool_fallback", s.pool_fallback},

@@ -4,6 +4,7 @@
 #include "umswap/cli/child_process.h"
 #include "umswap/cli/command_line.h"
 #include "umswap/cli/preload_library.h"
+#include "umswap/cli/run_summary.h"
 #include "umswap/cli/verify_report.h"
 #include "umswap/core/cupti_paths.h"
 #include "umswap/core/environment.h"
@@ -53,45 +54,71 @@ StatsFiles stats_files(const std::string& pattern) {
   return out;
 }
 
-// After `umswap run --verify`: the stats files judged (verify_report.h), the verdict printed.
-// `before`: the files there before the run (one it did not write again is not its own).
-int finish_verify(const std::string& pattern, const StatsFiles& before, int child_status,
-                  const std::string& temp_dir) {
-  std::vector<nlohmann::json> stats;
-  std::vector<std::string> names;
+// The stats files `pattern` names that the run wrote (`before`: the files there before it; one
+// it did not write again is not its own), read.
+std::vector<SummaryInput> read_run_stats(const std::string& pattern, const StatsFiles& before,
+                                         const char* what) {
+  std::vector<SummaryInput> out;
   for (const auto& [f, time] : stats_files(pattern)) {
     if (const auto old = before.find(f); old != before.end() && old->second == time) continue;
     std::string error;
     if (auto j = read_stats_file(f.string(), &error)) {
-      stats.push_back(std::move(*j));
-      names.push_back(f.filename().string());
+      out.push_back({f.filename().string(), std::move(*j)});
     } else {
-      log(LogLevel::warning, "verify: {} not read: {}", f.string(), error);
+      log(LogLevel::warning, "{}: {} not read: {}", what, f.string(), error);
     }
   }
-  const VerifyVerdict v = judge_verify(stats, names);
-  std::fputs(v.text.c_str(), stderr);
-  if (!temp_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::remove_all(temp_dir, ec);
-  }
-  if (child_status != 0) return child_status;
-  return v.ok ? 0 : kVerifyFailedExitCode;
+  return out;
+}
+
+// Whether the run has a budget: --budget, else the user's UMSWAP_BUDGET.
+bool has_budget(const RunFlags& flags) {
+  if (flags.budget) return !flags.budget->is_zero();
+  const char* v = env_get("UMSWAP_BUDGET");
+  const std::optional<SizeSpec> size = v ? parse_size(v) : std::nullopt;
+  return size && !size->is_zero();
+}
+
+// Whether the advisor runs (modes online and replay), where the stats cost nothing the tracer
+// does not do anyway: --mode, replay, else the user's UMSWAP_MODE (online when unset).
+bool advises(const RunFlags& flags) {
+  if (flags.replay_trace) return true;
+  if (flags.mode) return *flags.mode == Mode::online;
+  const char* v = env_get("UMSWAP_MODE");
+  const std::optional<Mode> mode = v ? parse_mode(v) : std::optional<Mode>(Mode::online);
+  return !mode || *mode == Mode::online || *mode == Mode::replay;
 }
 
 }  // namespace
 
 int run_command(const RunFlags& given) {
   RunFlags flags = given;
-  std::string verify_dir;
-  if (flags.verify && !flags.stats_path) {
-    std::string dir = (std::filesystem::temp_directory_path() / "umswap-verify-XXXXXX").string();
-    if (!::mkdtemp(dir.data())) {
-      log(LogLevel::error, "--verify: cannot make a temporary folder for the stats files");
-      return kUsageErrorExitCode;
+  // The stats files read at the end: --stats's, the user's UMSWAP_STATS, or (for --verify, and
+  // for the summary in the advisor's modes) files in a temporary folder removed at the end.
+  std::string stats_pattern;
+  struct TempDir {
+    std::string path;
+    ~TempDir() {
+      std::error_code ec;
+      if (!path.empty()) std::filesystem::remove_all(path, ec);
     }
-    verify_dir = dir;
-    flags.stats_path = dir + "/stats-%p.json";
+  } temp_dir;
+  if (flags.stats_path) {
+    stats_pattern = *flags.stats_path;
+  } else if (const char* user = env_get("UMSWAP_STATS"); user && *user) {
+    stats_pattern = user;
+  } else if (flags.verify || (!flags.quiet && advises(flags))) {
+    std::string dir = (std::filesystem::temp_directory_path() / "umswap-run-XXXXXX").string();
+    if (!::mkdtemp(dir.data())) {
+      if (flags.verify) {
+        log(LogLevel::error, "--verify: cannot make a temporary folder for the stats files");
+        return kUsageErrorExitCode;
+      }
+    } else {
+      temp_dir.path = dir;
+      stats_pattern = dir + "/stats-%p.json";
+      flags.stats_path = stats_pattern;
+    }
   }
   if (flags.replay_trace) {
     // Checked here, before anything runs, so a bad trace is one clear line rather than a warning
@@ -141,11 +168,27 @@ int run_command(const RunFlags& given) {
     ::setenv("NVTX_INJECTION64_PATH", cupti->c_str(), 1);
     ::setenv("UMSWAP_CUPTI_LIBRARY", cupti->c_str(), 1);
   }
-  const StatsFiles before = flags.verify ? stats_files(*flags.stats_path) : StatsFiles();
+  const StatsFiles before = stats_pattern.empty() ? StatsFiles() : stats_files(stats_pattern);
   const int status = run_child(flags.command);
-  if (flags.verify) return finish_verify(*flags.stats_path, before, status, verify_dir);
-  if (!flags.record) return status;
-  return finish_record(*flags.record, status);
+  const std::vector<SummaryInput> stats =
+      stats_pattern.empty() || (flags.quiet && !flags.verify)
+          ? std::vector<SummaryInput>()
+          : read_run_stats(stats_pattern, before, flags.verify ? "verify" : "summary");
+  if (!flags.quiet) std::fputs(run_summary_text(stats, has_budget(flags)).c_str(), stderr);
+  int result = status;
+  if (flags.verify) {
+    std::vector<nlohmann::json> files;
+    std::vector<std::string> names;
+    for (const SummaryInput& p : stats) {
+      files.push_back(p.stats);
+      names.push_back(p.name);
+    }
+    const VerifyVerdict v = judge_verify(files, names);
+    std::fputs(v.text.c_str(), stderr);
+    if (status == 0 && !v.ok) result = kVerifyFailedExitCode;
+  }
+  if (!flags.record) return result;
+  return finish_record(*flags.record, result);
 }
 
 // After `umswap record`: say what was recorded, or why nothing was.

@@ -174,7 +174,7 @@ CommandLine parse_command_line(std::span<const std::string> args) {
   run->allow_extras();
   run->add_flag("-h,--help", want_help);
   std::string budget, limit, mode, stats;
-  bool verbose = false, verify = false;
+  bool verbose = false, verify = false, quiet = false;
   auto* budget_option = run->add_option("--budget", budget);
   auto* limit_option = run->add_option("--limit", limit);
   auto* mode_option = run->add_option("--mode", mode);
@@ -183,6 +183,7 @@ CommandLine parse_command_line(std::span<const std::string> args) {
     option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // the last one given wins
   }
   run->add_flag("--verbose", verbose);
+  run->add_flag("-q,--quiet", quiet);
   run->add_flag("--verify", verify);
 
   // `record`: the flags of `run` (bound to the same variables) plus where the trace goes.
@@ -203,6 +204,7 @@ CommandLine parse_command_line(std::span<const std::string> args) {
     option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   }
   record->add_flag("--verbose", verbose);
+  record->add_flag("-q,--quiet", quiet);
 
   // `replay TRACE`: the flags of `run` (bound to the same variables) plus the trace to replay.
   CLI::App* replay = app.add_subcommand("replay");
@@ -219,6 +221,7 @@ CommandLine parse_command_line(std::span<const std::string> args) {
   }
   auto* replay_trace_option = replay->add_option("trace", replay_trace);
   replay->add_flag("--verbose", verbose);
+  replay->add_flag("-q,--quiet", quiet);
   replay->add_flag("--verify", verify);
 
   // `compare`: its own flags; the command after `--` is optional.
@@ -472,6 +475,7 @@ CommandLine parse_command_line(std::span<const std::string> args) {
   }
   flags.verbose = verbose;
   flags.verify = verify;
+  flags.quiet = quiet;
   if (command.empty()) {
     if (flags.record) {
       return usage_error("record: no command given",

@@ -89,7 +89,9 @@ std::string help_text(bool all) {
                                   ? fmt::format("  {}", flag.name)
                                   : fmt::format("  {} {}", flag.name, flag.value_name);
     std::string meaning(flag.meaning);
-    if (flag.value_name.empty()) {
+    if (flag.variable.empty()) {
+      // umswap's own flag: sets nothing in the command's environment.
+    } else if (flag.value_name.empty()) {
       meaning += fmt::format(" [sets {}=1]", flag.variable);
     } else {
       const std::string_view def = default_of(flag.variable);

@@ -4,6 +4,10 @@
 
 #include <sys/stat.h>
 
+#include <fmt/format.h>
+
+#include "umswap/core/stats_schema.h"
+
 namespace {
 
 using umswap_test::lines_of;
@@ -103,6 +107,74 @@ TEST_F(EndToEnd, UsersOwnVariablesPassThroughUntouched) {
               {"UMSWAP_MANAGED_LIMIT", "9G"}});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "not-checked|passthrough|1G|unset\n");
+}
+
+// A program that writes a stats file as libumswap.so does (to $UMSWAP_STATS, %p its pid) and
+// prints the folder it went to.
+std::vector<std::string> writes_stats() {
+  const std::string stats = fmt::format(
+      R"({{"umswap_stats_version": {}, "advisor": {{"mode": "online", "state": "applied", )"
+      R"("budget_bytes": 1073741824, "peak_resident_bytes": 1073741824}}, "iterations": [)"
+      R"({{"index": 0, "wall_ms": 30.0}}, {{"index": 1, "wall_ms": 20.0}}, )"
+      R"({{"index": 2, "wall_ms": 10.0}}]}})",
+      umswap::kStatsFormatVersion);
+  return {"sh", "-c",
+          "[ -n \"$UMSWAP_STATS\" ] || { echo unset; exit 0; }; "
+          "f=$(printf '%s' \"$UMSWAP_STATS\" | sed \"s/%p/$$/\"); printf '%s' '" +
+              stats + "' > \"$f\"; dirname \"$f\""};
+}
+
+TEST_F(EndToEnd, SummaryAtTheEndFromATemporaryStatsFile) {
+  std::vector<std::string> args = {"run", "--budget", "1G", "--"};
+  for (const std::string& a : writes_stats()) args.push_back(a);
+  const Result r = umswap(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<std::string> out = lines_of(r.out);
+  ASSERT_EQ(out.size(), 1u) << r.out;
+  EXPECT_NE(out[0].find("umswap-run-"), std::string::npos) << out[0];
+  EXPECT_FALSE(fs::exists(out[0])) << "the temporary folder is removed";
+  EXPECT_NE(r.err.find("umswap: 3 iterations, median 10.0 ms over 1 steady iterations\n"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("peak GPU-resident 1.00 GiB for a budget of 1.00 GiB (100%)"),
+            std::string::npos)
+      << r.err;
+}
+
+TEST_F(EndToEnd, SummaryReadsTheUsersStatsFilesAndKeepsThem) {
+  std::vector<std::string> args = {"run", "--stats", (dir_ / "mine-%p.json").string(), "--"};
+  for (const std::string& a : writes_stats()) args.push_back(a);
+  const Result r = umswap(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("umswap: 3 iterations"), std::string::npos) << r.err;
+  int kept = 0;
+  for (const auto& e : fs::directory_iterator(dir_)) {
+    kept += e.path().filename().string().starts_with("mine-");
+  }
+  EXPECT_EQ(kept, 1);
+}
+
+TEST_F(EndToEnd, QuietAndModesWithoutTheAdvisorWriteNoStatsForTheSummary) {
+  for (const std::vector<std::string>& flags :
+       std::vector<std::vector<std::string>>{{"run", "--quiet"},
+                                             {"run", "-q"},
+                                             {"run", "--mode", "managed"},
+                                             {"run", "--mode", "passthrough"}}) {
+    std::vector<std::string> args = flags;
+    args.push_back("--");
+    for (const std::string& a : writes_stats()) args.push_back(a);
+    const Result r = umswap(args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, "unset\n") << flags.back();
+    EXPECT_EQ(r.err, "") << flags.back();
+  }
+  // --quiet with --stats: the file is written, nothing is printed.
+  std::vector<std::string> args = {"run", "--quiet", "--stats", (dir_ / "q-%p.json").string(),
+                                   "--"};
+  for (const std::string& a : writes_stats()) args.push_back(a);
+  const Result r = umswap(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
 }
 
 TEST_F(EndToEnd, BadValuesExit2NamingTheFlag) {

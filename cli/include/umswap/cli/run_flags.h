@@ -26,6 +26,8 @@ struct RunFlags {
   std::optional<Mode> mode;               // --mode    → UMSWAP_MODE
   std::optional<std::string> stats_path;  // --stats   → UMSWAP_STATS
   bool verbose = false;                   // --verbose → UMSWAP_VERBOSE=1
+  // --quiet: no summary at the end (run_summary.h), and no stats file written for it.
+  bool quiet = false;
   // --verify (run, replay) → UMSWAP_EVICT_COPY=1 and a stats file (a temporary one without
   // --stats) judged at exit (verify_report.h).
   bool verify = false;

@@ -79,6 +79,12 @@ inline constexpr Field kFields[] = {
      "umswap's allocator: what it allocated for the program."},
     {"allocator.managed_bytes_peak", Kind::user, "integer", detail::kAllocator,
      "Most managed memory allocated for the program at once, in bytes."},
+    {"allocator.allocations_by_api", Kind::user, "object", detail::kAllocator,
+     "The program's allocations umswap served, by the call that made them (cudaMalloc, "
+     "cudaMallocAsync, cuMemAllocAsync...): stream-ordered ones give the advisor exact blocks."},
+    {"allocator.unmanaged_vmm_allocations", Kind::user, "integer", detail::kAllocator,
+     "Memory the program mapped itself (cuMemCreate, cuMemMap): not managed, outside the "
+     "budget."},
 
     {"advisor", Kind::user, "object", detail::kAdvisor,
      "The advisor, in modes online and replay; absent in the others."},
@@ -309,6 +315,9 @@ inline constexpr const Field& kVersion = field("umswap_stats_version");
 inline constexpr const Field& kAllocator = field("allocator");
 namespace allocator {
 inline constexpr const Field& kManagedBytesPeak = field("allocator.managed_bytes_peak");
+inline constexpr const Field& kAllocationsByApi = field("allocator.allocations_by_api");
+inline constexpr const Field& kUnmanagedVmmAllocations =
+    field("allocator.unmanaged_vmm_allocations");
 }  // namespace allocator
 
 inline constexpr const Field& kAdvisor = field("advisor");

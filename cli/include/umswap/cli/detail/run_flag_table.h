@@ -10,7 +10,7 @@ namespace umswap::cli::detail {
 struct RunFlagInfo {
   std::string_view name;        // `--budget`
   std::string_view value_name;  // `SIZE`; empty for a flag without a value
-  std::string_view variable;    // the UMSWAP_* variable it sets
+  std::string_view variable;    // the UMSWAP_* variable it sets; empty: none (umswap's own)
   std::string_view meaning;     // one line
 };
 
@@ -37,6 +37,12 @@ inline constexpr std::array kRunFlags = {
     RunFlagInfo{"--verbose", "", "UMSWAP_VERBOSE",
                 "print the environment set for the command; the library reports its options "
                 "and notable events"},
+    RunFlagInfo{"-q, --quiet", "", "",
+                "no summary when the command ends (by default, for each process the advisor ran "
+                "in: iterations and their median time under the plan, GB moved each way and GPU "
+                "page faults per iteration, peak GPU-resident bytes against the budget, where the "
+                "advisor ended, the memory path), read from its stats file (a temporary one "
+                "without --stats)"},
 };
 
 inline constexpr std::string_view kRunUsage = "umswap run [options] -- command [args...]";

@@ -1,0 +1,161 @@
+#include "umswap/cli/run_summary.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <optional>
+
+#include "umswap/cli/compare.h"
+#include "umswap/core/stats_schema.h"
+
+namespace umswap::cli {
+namespace {
+
+namespace schema = stats_schema;
+using json = nlohmann::json;
+
+// A count: a non-negative integer (written unsigned; parsed either way).
+std::optional<uint64_t> count_of(const json* v) {
+  if (!v || !v->is_number_integer()) return std::nullopt;
+  if (v->is_number_unsigned()) return v->get<uint64_t>();
+  const int64_t n = v->get<int64_t>();
+  return n >= 0 ? std::optional<uint64_t>(static_cast<uint64_t>(n)) : std::nullopt;
+}
+
+std::optional<uint64_t> u64_at(const json& stats, const schema::Field& f) {
+  return count_of(schema::find(stats, f));
+}
+
+std::string gib(uint64_t bytes) {
+  return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1024.0 * 1024 * 1024));
+}
+
+// Mean of an optional figure over iterations [first, end) that have it.
+template <typename Get>
+std::optional<double> mean(const std::vector<StatsIteration>& its, size_t first, size_t end,
+                           Get get) {
+  double sum = 0;
+  size_t n = 0;
+  for (size_t i = first; i < end; ++i) {
+    if (const std::optional<uint64_t> v = get(its[i])) {
+      sum += static_cast<double>(*v);
+      ++n;
+    }
+  }
+  return n ? std::optional<double>(sum / static_cast<double>(n)) : std::nullopt;
+}
+
+// The memory path: managed memory (engine um), and how the program allocated.
+std::string memory_line(const json& stats) {
+  const std::optional<uint64_t> vmm = u64_at(stats, schema::allocator::kUnmanagedVmmAllocations);
+  uint64_t all = 0, ordered = 0;
+  if (const json* by = schema::find(stats, schema::allocator::kAllocationsByApi);
+      by && by->is_object()) {
+    for (const auto& [api, v] : by->items()) {
+      const uint64_t n = count_of(&v).value_or(0);
+      all += n;
+      if (api == "cudaMallocAsync" || api == "cuMemAllocAsync") ordered += n;
+    }
+  }
+  std::string line = fmt::format("managed memory (engine um); {} allocations", all);
+  if (all == 0) {
+    line += " through umswap";
+  } else if (ordered == all) {
+    line += ", all stream-ordered (plans follow each block exactly)";
+  } else if (ordered > 0) {
+    line += fmt::format(", {} of them stream-ordered", ordered);
+  } else {
+    line +=
+        ", none stream-ordered (plans follow whole allocations; a PyTorch program plans more "
+        "exactly with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync, docs/pytorch.md)";
+  }
+  if (vmm && *vmm > 0) {
+    line += fmt::format("; {} mapped with cuMemMap, not managed (outside the budget)", *vmm);
+  }
+  return line;
+}
+
+void add_process(std::string& out, const SummaryInput& p, bool named, bool budget_given) {
+  const StatsFigures s = parse_stats_figures(p.stats);
+  const std::string head = named ? fmt::format("umswap: {}: ", p.name) : std::string("umswap: ");
+  const std::string pad(head.size(), ' ');
+  const std::vector<StatsIteration>& its = s.iterations;
+
+  // Iterations and time.
+  const auto [first, end] = planned_steady_range(its.size(), &s);
+  std::vector<double> ms;
+  for (size_t i = first; i < end; ++i) {
+    if (its[i].wall_ms) ms.push_back(*its[i].wall_ms);
+  }
+  const bool planned = s.plan_applied_from.has_value();
+  std::string line = fmt::format("{} iterations", its.size());
+  if (const std::optional<double> m = median(ms)) {
+    line += fmt::format(", median {:.1f} ms over {} {}", *m, ms.size(),
+                        planned ? "iterations under the plan" : "steady iterations");
+  }
+  if (planned) {
+    for (size_t i = 0; i < its.size(); ++i) {
+      if (its[i].first_step && *its[i].first_step >= *s.plan_applied_from) {
+        line += fmt::format("; the plan in force from iteration {}", i);
+        break;
+      }
+    }
+  }
+  out += head + line + "\n";
+
+  // What moved, and faults.
+  const auto in = mean(its, first, end, [](const StatsIteration& i) { return i.bytes_htod; });
+  const auto moved_out =
+      mean(its, first, end, [](const StatsIteration& i) { return i.bytes_dtoh; });
+  const auto faults =
+      mean(its, first, end, [](const StatsIteration& i) { return i.gpu_page_faults; });
+  if (in || moved_out || faults) {
+    out += pad + fmt::format(
+                     "per iteration: {:.2f} GB to the GPU, {:.2f} GB to the host, {:.0f} "
+                     "GPU page faults\n",
+                     in.value_or(0) / 1e9, moved_out.value_or(0) / 1e9, faults.value_or(0));
+  }
+
+  // Residency against the budget.
+  if (s.peak_resident_bytes) {
+    std::string r = fmt::format("peak GPU-resident {}", gib(*s.peak_resident_bytes));
+    if (budget_given && s.budget_bytes && *s.budget_bytes > 0) {
+      const double ratio =
+          static_cast<double>(*s.peak_resident_bytes) / static_cast<double>(*s.budget_bytes);
+      r += fmt::format(" for a budget of {} ({:.0f}%{})", gib(*s.budget_bytes), ratio * 100,
+                       ratio <= 1.02 ? "" : ": over it");
+    } else {
+      r += " (no budget)";
+    }
+    out += pad + r + "\n";
+  }
+
+  // Where the advisor ended.
+  std::string a =
+      fmt::format("advisor {}, {}", s.advisor_mode.value_or("?"), s.advisor_state.value_or("?"));
+  if (s.advisor_fallback) a += fmt::format(": {}", *s.advisor_fallback);
+  out += pad + a + "\n";
+  out += pad + memory_line(p.stats) + "\n";
+}
+
+}  // namespace
+
+std::string run_summary_text(const std::vector<SummaryInput>& processes, bool budget_given,
+                             size_t max_processes) {
+  std::vector<const SummaryInput*> shown;
+  for (const SummaryInput& p : processes) {
+    if (schema::find(p.stats, schema::advisor::kMode)) shown.push_back(&p);
+  }
+  std::string out;
+  const bool named = shown.size() > 1;
+  for (size_t i = 0; i < shown.size() && i < max_processes; ++i) {
+    add_process(out, *shown[i], named, budget_given);
+  }
+  if (shown.size() > max_processes) {
+    out += fmt::format("umswap: and {} more processes (their stats files hold the figures)\n",
+                       shown.size() - max_processes);
+  }
+  return out;
+}
+
+}  // namespace umswap::cli

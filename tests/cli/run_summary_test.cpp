@@ -1,0 +1,128 @@
+// The summary `umswap run` prints when the command ends (run_summary.h), from stats files.
+#include "umswap/cli/run_summary.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace umswap::cli {
+namespace {
+
+using json = nlohmann::json;
+
+// Six iterations; the plan in force from launch 300, which iteration 2 begins at: the steady
+// iterations are 3, 4 and 5 (the first one under the plan is left out).
+json stats(const std::string& mode = "online") {
+  return json::parse(R"({
+    "umswap_stats_version": 1,
+    "allocator": {"managed_bytes_peak": 21474836480,
+                  "allocations_by_api": {"cudaMalloc": 10, "cudaMallocAsync": 0},
+                  "unmanaged_vmm_allocations": 0},
+    "advisor": {"mode": ")" +
+                     mode + R"(", "budget_bytes": 10737418240, "state": "applied",
+                "fallback": null, "peak_resident_bytes": 10737418240,
+                "plan": {"applied_from_launch": 300}},
+    "iterations": [
+      {"index": 0, "first_step": 0, "wall_ms": 2500.0, "gpu_page_faults": 9000,
+       "bytes_htod": 1000000000, "bytes_dtoh": 0},
+      {"index": 1, "first_step": 150, "wall_ms": 900.0, "gpu_page_faults": 500,
+       "bytes_htod": 1000000000, "bytes_dtoh": 0},
+      {"index": 2, "first_step": 300, "wall_ms": 700.0, "gpu_page_faults": 50,
+       "bytes_htod": 1000000000, "bytes_dtoh": 0},
+      {"index": 3, "first_step": 450, "wall_ms": 410.0, "gpu_page_faults": 0,
+       "bytes_htod": 2000000000, "bytes_dtoh": 1000000000},
+      {"index": 4, "first_step": 600, "wall_ms": 430.0, "gpu_page_faults": 3,
+       "bytes_htod": 4000000000, "bytes_dtoh": 3000000000},
+      {"index": 5, "first_step": 750, "wall_ms": 420.0, "gpu_page_faults": 0,
+       "bytes_htod": 3000000000, "bytes_dtoh": 2000000000}
+    ]})");
+}
+
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+TEST(RunSummary, SaysTheSteadyFiguresUnderThePlan) {
+  const std::string t = run_summary_text({{"stats-1.json", stats()}}, true);
+  EXPECT_TRUE(has(t,
+                  "umswap: 6 iterations, median 420.0 ms over 3 iterations under the plan; "
+                  "the plan in force from iteration 2\n"))
+      << t;
+  EXPECT_TRUE(has(t, "per iteration: 3.00 GB to the GPU, 2.00 GB to the host, 1 GPU page faults"))
+      << t;
+  EXPECT_TRUE(has(t, "peak GPU-resident 10.00 GiB for a budget of 10.00 GiB (100%)\n")) << t;
+  EXPECT_TRUE(has(t, "advisor online, applied\n")) << t;
+  EXPECT_TRUE(has(t, "10 allocations, none stream-ordered")) << t;
+  EXPECT_TRUE(has(t, "backend:cudaMallocAsync")) << t;
+  EXPECT_FALSE(has(t, "stats-1.json")) << "one process: not named";
+  for (size_t at = 0; at < t.size();) {  // every line is umswap's
+    EXPECT_TRUE(t.compare(at, 8, "umswap: ") == 0 || t.compare(at, 8, "        ") == 0) << t;
+    at = t.find('\n', at) + 1;
+  }
+}
+
+TEST(RunSummary, SaysWhenThePeakIsOverTheBudget) {
+  json s = stats();
+  s["advisor"]["peak_resident_bytes"] = 11811160064;  // 11 GiB
+  const std::string t = run_summary_text({{"a", s}}, true);
+  EXPECT_TRUE(has(t, "for a budget of 10.00 GiB (110%: over it)")) << t;
+  // Without a budget, budget_bytes is the GPU's memory: not judged.
+  const std::string n = run_summary_text({{"a", s}}, false);
+  EXPECT_TRUE(has(n, "peak GPU-resident 11.00 GiB (no budget)")) << n;
+}
+
+TEST(RunSummary, SaysTheFallbackAndTheAllocationPath) {
+  json s = stats("replay");
+  s["advisor"]["fallback"] = "the launches no longer match the trace";
+  s["advisor"]["state"] = "learning";
+  s["allocator"]["allocations_by_api"] = {{"cudaMallocAsync", 40}, {"cudaMalloc", 0}};
+  s["allocator"]["unmanaged_vmm_allocations"] = 2;
+  const std::string t = run_summary_text({{"a", s}}, true);
+  EXPECT_TRUE(has(t, "advisor replay, learning: the launches no longer match the trace")) << t;
+  EXPECT_TRUE(has(t, "40 allocations, all stream-ordered")) << t;
+  EXPECT_TRUE(has(t, "2 mapped with cuMemMap, not managed")) << t;
+  EXPECT_FALSE(has(t, "backend:cudaMallocAsync")) << t;
+}
+
+TEST(RunSummary, WithoutAPlanUsesTheIterationsAfterTheFirstTwo) {
+  json s = stats();
+  s["advisor"].erase("plan");
+  s["advisor"]["state"] = "learning";
+  const std::string t = run_summary_text({{"a", s}}, true);
+  EXPECT_TRUE(has(t, "6 iterations, median 425.0 ms over 4 steady iterations\n")) << t;
+  EXPECT_FALSE(has(t, "plan in force")) << t;
+}
+
+TEST(RunSummary, NamesEachProcessAndSkipsThoseWithoutTheAdvisor) {
+  json managed = stats();
+  managed.erase("advisor");  // a launcher, or --mode managed
+  const std::string t = run_summary_text(
+      {{"stats-1.json", stats()}, {"stats-2.json", managed}, {"stats-3.json", stats()}}, true);
+  EXPECT_TRUE(has(t, "umswap: stats-1.json: 6 iterations")) << t;
+  EXPECT_TRUE(has(t, "umswap: stats-3.json: 6 iterations")) << t;
+  EXPECT_FALSE(has(t, "stats-2.json")) << t;
+  EXPECT_EQ(run_summary_text({{"stats-2.json", managed}}, true), "");
+  EXPECT_EQ(run_summary_text({}, true), "");
+}
+
+TEST(RunSummary, CountsTheProcessesPastTheLimit) {
+  std::vector<SummaryInput> many;
+  for (int i = 0; i < 5; ++i) many.push_back({"stats-" + std::to_string(i) + ".json", stats()});
+  const std::string t = run_summary_text(many, true, 2);
+  EXPECT_TRUE(has(t, "stats-1.json")) << t;
+  EXPECT_FALSE(has(t, "stats-2.json")) << t;
+  EXPECT_TRUE(has(t, "umswap: and 3 more processes")) << t;
+}
+
+TEST(RunSummary, AFileWithoutIterationsStillSaysWhatItKnows) {
+  json s = stats();
+  s.erase("iterations");
+  const std::string t = run_summary_text({{"a", s}}, true);
+  EXPECT_TRUE(has(t, "umswap: 0 iterations\n")) << t;
+  EXPECT_FALSE(has(t, "per iteration")) << t;
+  EXPECT_TRUE(has(t, "advisor online, applied")) << t;
+}
+
+}  // namespace
+}  // namespace umswap::cli

@@ -165,7 +165,8 @@ void tear_down(benchmark::State& state, double hits_per_launch) {
   if (state.thread_index() == 0) g_run.reset();
 }
 
-// One launch as tracer.cpp's on_launch does it, minus CUPTI (not inlined: one unit to profile).
+// One launch as tracer_callback.cpp's on_launch does it, minus CUPTI (not inlined: one unit to
+// profile).
 [[gnu::noinline]] void launch(Run& run, const Kernel& k, uint32_t correlation) {
   const FunctionLayout* f = run.functions.find(k.handle);
   const auto snapshot = workload().registry.snapshot();
@@ -207,7 +208,7 @@ void BM_LaunchKernelWhileReading(benchmark::State& state) {
   tear_down(state, w.hits_per_launch(state.range(0)));
 }
 
-// One memcpy as tracer.cpp's on_memory_call does it once the copy's key is known.
+// One memcpy as tracer_callback.cpp's on_memory_call does it once the copy's key is known.
 [[gnu::noinline]] void copy(Run& run, const BufferRecord& r, uint32_t correlation) {
   const auto snapshot = workload().registry.snapshot();
   run.recorder.record_copy(umswap::trace::StepKind::memcpy, run.copy_key, nullptr, correlation,

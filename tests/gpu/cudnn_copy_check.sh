@@ -12,7 +12,8 @@
 #    test runs with the defaults (a host gate, since removed, was its earlier work-around);
 #  - replay (12:21): a kernel's first launch loaded its module lazily, which waited for the GPU,
 #    while the GPU waited for the advisor thread, itself behind the load in the driver; fixed by
-#    waiting for the advisor before a function's first use (tracer.cpp, before_first_use()).
+#    waiting for the advisor before a function's first use (tracer_callback.cpp,
+#    before_first_use()).
 # usage: cudnn_copy_check.sh UMSWAP CUDNN_VGG16
 # bash only (pipefail): run with `sh`, the script starts itself again under bash.
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"

@@ -1,7 +1,7 @@
 // The step recorder: what the launch path does once it knows a launch's function. It scans the
 // parameters against a registry snapshot, appends the step to the launch log, feeds the iteration
-// detector and tells the observer (the advisor). The CUPTI subscriber (tracer.cpp) calls it from
-// its callbacks; tests and bench/launch_path_bench.cpp call it directly, without CUDA.
+// detector and tells the observer (the advisor). The CUPTI subscriber (tracer_callback.cpp) calls
+// it from its callbacks; tests and bench/launch_path_bench.cpp call it directly, without CUDA.
 //
 // Contract:
 //   * record_kernel(), record_copy() and mark() may be called from any thread. They serialize on

@@ -175,12 +175,12 @@ void note_residency(uint64_t address, uint64_t bytes, bool on_gpu);
 void note_launch_populate(uint64_t address, uint64_t bytes);
 // A kernel launch is about to enter the driver (umswap's launch hooks, on the launching thread):
 // a function not seen before has its parameter layout read now, outside the driver's launch,
-// where such a read can wait for good behind another thread's driver call (tracer.cpp).
+// where such a read can wait for good behind another thread's driver call (tracer_callback.cpp).
 void prepare_launch(CUfunction f);
 // A call that holds its thread until the GPU gets somewhere (a copy to the host, a synchronize)
 // is about to enter the driver (umswap's hooks, on the calling thread): the observer hears of it
 // now (before_blocking()), outside the driver. The tracer's callback inside the call tells it
-// again, for a copy's own step (tracer.cpp); by then it rarely has to wait.
+// again, for a copy's own step (tracer_callback.cpp); by then it rarely has to wait.
 void before_blocking_call();
 // The same for UMSWAP_EVICT_COPY's discards and populates, placed where CUPTI saw a copy of
 // umswap's own run (`copy`: its correlation id, from last_own_copy()): a discard at the end of the

@@ -593,13 +593,32 @@ void AdvisorImpl::drop_plan(uint64_t at, const char* why) {
   }
 }
 
+// The signatures of the `count` steps from learn_from (online_learning.h): the pointers each was
+// launched with. Empty when they are not all in the log, or too many to copy at each check.
+std::vector<uint64_t> AdvisorImpl::step_signatures(uint64_t count) const {
+  constexpr uint64_t kMostSteps = 1 << 16;
+  std::vector<uint64_t> out;
+  tracer::StepLog log;
+  if (count > kMostSteps || !steps.copy_steps(learn_from, count, &log)) return out;
+  out.reserve(count);
+  std::vector<uint64_t> pointers;
+  for (uint64_t i = 0; i < count; ++i) {
+    pointers.clear();
+    for (uint64_t h = log.first_hit[i]; h < log.first_hit[i + 1]; ++h) {
+      pointers.push_back(log.hits[h].pointer);
+    }
+    out.push_back(step_signature(pointers));
+  }
+  return out;
+}
+
 // Online learning: once two iterations repeat, plan from the last complete one.
 void AdvisorImpl::learn() {
   const uint64_t logged = steps.logged_steps();
   if (logged < learn_from + 64 || logged < next_check) return;
   next_check = logged + std::max<uint64_t>(64, (logged - learn_from) / 4);
   const std::vector<uint32_t> keys = steps.copy_keys(learn_from);
-  const std::optional<LearnChoice> choice = online.choose(keys);
+  const std::optional<LearnChoice> choice = online.choose(keys, step_signatures(keys.size()));
   if (!choice) return;
   const uint64_t e = learn_from + choice->region_start;
   const uint64_t first = learn_from + choice->first;

@@ -214,6 +214,7 @@ class AdvisorImpl final : public EvictorHost {
   void run();
   bool set_up();
   void learn();
+  std::vector<uint64_t> step_signatures(uint64_t count) const;
   void relearn(const LivePlan& replayed);
   std::unique_ptr<LivePlan> build_plan(uint64_t e, uint64_t first, uint64_t period) const;
   void log_learned(const LivePlan& p, uint64_t first) const;

@@ -152,5 +152,103 @@ TEST(OnlineLearning, ALongerPeriodIsAlwaysAccepted) {
   EXPECT_EQ(choice->period, 100u);
 }
 
+// A chain of identical layers, each with its own weights, and nothing else in the iteration (a
+// CuPy loop of matmul and tanh): kernel keys repeat with one layer's period, data with the whole
+// chain's. `iterations` of it, each step's key and buffer signature.
+struct Steps {
+  std::vector<uint32_t> keys;
+  std::vector<uint64_t> buffers;
+};
+Steps layer_chain(int layers, int iterations) {
+  Steps s;
+  for (int it = 0; it < iterations; ++it) {
+    for (int l = 0; l < layers; ++l) {
+      const uint64_t weights = 0x7f0000000000 + static_cast<uint64_t>(l) * (256 << 20);
+      const uint64_t x = 0x7e0000000000 + static_cast<uint64_t>(l % 2) * (64 << 20);
+      const uint64_t y = 0x7e0000000000 + static_cast<uint64_t>((l + 1) % 2) * (64 << 20);
+      const std::vector<uint64_t> matmul = {x, weights, y}, tanh = {y, y};
+      s.keys.push_back(11);
+      s.buffers.push_back(step_signature(matmul));
+      s.keys.push_back(12);
+      s.buffers.push_back(step_signature(tanh));
+    }
+  }
+  return s;
+}
+
+TEST(OnlineLearning, AChainOfLayersWithTheirOwnDataIsPlannedWhole) {
+  const Steps s = layer_chain(24, 8);  // 48 steps an iteration, 384 in all
+  OnlineLearning learning;
+  // By keys alone: one layer (today's choice without buffers).
+  const auto by_keys = learning.choose(s.keys);
+  ASSERT_TRUE(by_keys);
+  EXPECT_EQ(by_keys->period, 2u);
+  // With the buffers: the chain.
+  const auto whole = learning.choose(s.keys, s.buffers);
+  ASSERT_TRUE(whole);
+  EXPECT_EQ(whole->period, 48u);
+  EXPECT_EQ((whole->first - whole->region_start) % 48, 0u);
+  EXPECT_GE(whole->first + 48, s.keys.size() - 48) << "the last complete iteration";
+  EXPECT_LE(whole->first + 48, s.keys.size());
+}
+
+TEST(OnlineLearning, TheChainIsWaitedForBeforeItRepeats) {
+  // One pass of a 300-step chain: steady by keys, no repeat of the chain yet.
+  Steps s = layer_chain(150, 1);
+  OnlineLearning learning;
+  ASSERT_TRUE(learning.choose(s.keys));
+  EXPECT_FALSE(learning.choose(s.keys, s.buffers)) << "the inner period is not planned yet";
+  s = layer_chain(150, 3);  // it repeats
+  const auto whole = learning.choose(s.keys, s.buffers);
+  ASSERT_TRUE(whole);
+  EXPECT_EQ(whole->period, 300u);
+}
+
+TEST(OnlineLearning, BuffersThatAlwaysDifferFallBackToTheKeysPeriodLater) {
+  // Fresh pointers at every step, no outer loop: planned by keys once kOuterWaitPeriods pass.
+  std::vector<uint32_t> keys;
+  std::vector<uint64_t> buffers;
+  const auto add = [&](size_t n) {
+    while (keys.size() < n) {
+      keys.push_back(static_cast<uint32_t>(20 + keys.size() % 8));
+      buffers.push_back(0x1000 + keys.size());
+    }
+  };
+  OnlineLearning learning;
+  add(kOuterWaitLeast - 8);
+  EXPECT_FALSE(learning.choose(keys, buffers));
+  add(kOuterWaitLeast + 64);
+  const auto choice = learning.choose(keys, buffers);
+  ASSERT_TRUE(choice);
+  EXPECT_EQ(choice->period, 8u);
+}
+
+TEST(OnlineLearning, ATrainingLoopWithTheSameBuffersEachIterationChoosesAsBefore) {
+  const std::vector<uint32_t> iteration = deep_iteration(12, 6, 9);
+  std::vector<uint32_t> keys;
+  append(keys, iteration, 5);
+  std::vector<uint64_t> buffers;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const uint64_t at = i % iteration.size();  // each step's data the same every iteration
+    buffers.push_back(step_signature(std::vector<uint64_t>{0x7f0000000000 + at * 4096}));
+  }
+  OnlineLearning learning;
+  const auto by_keys = learning.choose(keys);
+  const auto with_buffers = learning.choose(keys, buffers);
+  ASSERT_TRUE(by_keys);
+  ASSERT_TRUE(with_buffers);
+  EXPECT_EQ(with_buffers->period, by_keys->period);
+  EXPECT_EQ(with_buffers->first, by_keys->first);
+  EXPECT_EQ(by_keys->period, iteration.size());
+}
+
+TEST(OnlineLearning, StepSignaturesFollowPointersAndTheirOrder) {
+  EXPECT_EQ(step_signature({}), 0u);
+  const std::vector<uint64_t> ab = {1, 2}, ba = {2, 1}, a = {1};
+  EXPECT_EQ(step_signature(ab), step_signature(std::vector<uint64_t>{1, 2}));
+  EXPECT_NE(step_signature(ab), step_signature(ba));
+  EXPECT_NE(step_signature(ab), step_signature(a));
+}
+
 }  // namespace
 }  // namespace umswap::advisor

@@ -382,13 +382,11 @@ bool AdvisorImpl::set_up() {
   if (words.stop.load()) return false;
   d.ctx_set_current(context.load());
   relax_capture_mode();  // once the driver is initialized (before, it answers error 3)
-  if (config.op_log || config.close_calls) {
-    if (!start_logged_calls(d, config.op_log, config.close_calls == 2)) {
-      log_warning("{}: no pinned memory for the calls' numbers; not followed",
-                  config.op_log ? "UMSWAP_OP_LOG" : "UMSWAP_CLOSE_CALLS");
-    } else if (config.op_log) {
-      log_warning("UMSWAP_OP_LOG: each stream's calls are followed by a write of their number");
-    }
+  if (!start_logged_calls(d, config.op_log)) {
+    log_warning("{}: no pinned memory for the calls' numbers; not followed",
+                config.op_log ? "UMSWAP_DEBUG=op-log" : "advisor");
+  } else if (config.op_log) {
+    log_warning("UMSWAP_DEBUG=op-log: each stream's calls are followed by a write of their number");
   }
   if (d.ctx_get_device(&device) != CUDA_SUCCESS ||
       d.stream_create(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||

@@ -244,15 +244,14 @@ void CopyEvictor::set_up(CUstream stream, CUdevice device, bool have_counter) {
   // the GPU's whole memory (copy engines copy then), and loading a module is a context-wide call
   // that must not come while a program thread captures a CUDA graph (a global-mode capture fails
   // on it).
-  if (config_.evict_copy_kernel && !config_.budget.is_zero()) {
+  if (!config_.budget.is_zero()) {
     set_up_copy_kernel();
-  } else if (config_.evict_copy_kernel) {
+  } else {
     copy_kernel_off_ = "no budget was set (copy engines copy)";
   }
-  if (config_.evict_copy_side_streams &&
-      (d_.stream_create(&populate_stream_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
-       d_.event_create(&populated_event_, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
-       d_.stream_create(&discard_stream_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)) {
+  if (d_.stream_create(&populate_stream_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
+      d_.event_create(&populated_event_, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
+      d_.stream_create(&discard_stream_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
     // Populates and discards run on their copies' streams.
     populate_stream_ = discard_stream_ = nullptr;
   }
@@ -279,13 +278,12 @@ void CopyEvictor::set_up(CUstream stream, CUdevice device, bool have_counter) {
       },
       limit);
   if (config_.verify && !trips_ && trips_off_.empty()) {
-    trips_off_ = copy_kernel_off_.empty() ? "the copy kernel is not used (UMSWAP_EVICT_COPY_PATH)"
-                                          : "the copy kernel is off: " + copy_kernel_off_;
+    trips_off_ = "the copy kernel is off: " + copy_kernel_off_;
   }
   log_info("UMSWAP_EVICT_COPY: evictions are copied to pinned host memory (up to {}){}",
            format_bytes(limit),
-           config_.evict_copy_keep ? " (keep: a diagnostic, the GPU pages are not discarded)"
-                                   : " and their GPU pages discarded");
+           config_.keep_pages ? " (keep-pages: a diagnostic, the GPU pages are not discarded)"
+                              : " and their GPU pages discarded");
 }
 
 // Loads the copy kernel (copy_kernel.h) into the program's context; if it cannot be, says so
@@ -293,7 +291,7 @@ void CopyEvictor::set_up(CUstream stream, CUdevice device, bool have_counter) {
 void CopyEvictor::set_up_copy_kernel() {
   const auto off = [this](std::string why) {
     copy_kernel_off_ = std::move(why);
-    log_warning("UMSWAP_EVICT_COPY_PATH=kernel: {}; copy engines copy", copy_kernel_off_);
+    log_warning("UMSWAP_EVICT_COPY: the copy kernel: {}; copy engines copy", copy_kernel_off_);
   };
   if (!d_.module_load_data || !d_.module_get_function || !d_.launch_kernel) {
     return off("the CUDA driver lacks cuModuleLoadData, cuModuleGetFunction or cuLaunchKernel");
@@ -629,9 +627,9 @@ void CopyEvictor::discard_behind(std::vector<HostCopies::Segment> segments, uint
     starts.push_back(s.address);
     sizes.push_back(s.length);
   }
-  // UMSWAP_EVICT_COPY=keep (a diagnostic): the GPU pages stay.
+  // UMSWAP_DEBUG=keep-pages (a diagnostic): the GPU pages stay.
   CUresult r = CUDA_SUCCESS;
-  if (!config_.evict_copy_keep) {
+  if (!config_.keep_pages) {
     const Timed timed(times_.managed_call_s);
     r = d_.mem_discard_batch_async(starts.data(), sizes.data(), starts.size(), 0, ds);
   }
@@ -783,16 +781,16 @@ void CopyEvictor::issue_restore(bool for_launch, bool wait_reached, Restore r) {
     const uint64_t bytes = out.bytes;
     if (!out.lost.empty()) {
       // Copies stop after this restore (the callers); the lost bytes cannot come back. With
-      // UMSWAP_EVICT_COPY=keep the GPU still holds them.
+      // UMSWAP_DEBUG=keep-pages the GPU still holds them.
       uint64_t lost = 0;
       for (const HostCopies::Segment& s : out.lost) lost += s.length;
-      if (!config_.evict_copy_keep) copy_lost_bytes_ += lost;
+      if (!config_.keep_pages) copy_lost_bytes_ += lost;
       copy_back_failed_ = true;
       if (warned_copy_failure_.first()) {
         log_warning("advisor: {} copies back ({}, the first at {:#x}) failed twice (error {}){}",
                     out.lost.size(), format_bytes(lost), out.lost.front().address,
                     static_cast<int>(error),
-                    config_.evict_copy_keep
+                    config_.keep_pages
                         ? ""
                         : ": those bytes are lost to the program, whose results from here on "
                           "must not be trusted");

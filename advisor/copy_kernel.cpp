@@ -8,7 +8,7 @@ namespace umswap::advisor {
 
 // Written by hand (read it with the PTX ISA manual), from the pieces below;
 // tests/advisor/copy_kernel_test.cpp has ptxas check it where the toolkit has ptxas, and the GPU
-// tests run it (UMSWAP_EVICT_COPY_PATH=kernel; tests/gpu/copy_hash_test.cpp for the page hash).
+// tests run it (UMSWAP_EVICT_COPY=1; tests/gpu/copy_hash_test.cpp for the page hash).
 // Four 16-byte loads in flight per thread: a copy over the PCIe link needs many reads
 // outstanding. ld.global.nc: the source does not change while the kernel runs (the stream
 // orders it after the source's last writer).

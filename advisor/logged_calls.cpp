@@ -18,10 +18,10 @@ struct OpLogged {
   AdvisorDriver real;
   CUdeviceptr words = 0;
   std::unique_ptr<OpLog> log;
-  // UMSWAP_CLOSE_CALLS=waits without UMSWAP_OP_LOG: one write before a managed call that follows
-  // event waits on its stream, none after.
+  // Without UMSWAP_DEBUG=op-log: one write before a managed call that follows event waits on its
+  // stream, none after.
   bool between_waits_only = false;
-  // The advisor thread's prefetch or discard in progress (with UMSWAP_OP_LOG its copies too;
+  // The advisor thread's prefetch or discard in progress (with op-log its copies too;
   // steady_clock ns, 0: none), and which: a stall report says how long it has been in it.
   std::thread::id advisor_thread;
   std::atomic<int64_t> call_since{0};
@@ -50,13 +50,13 @@ void write_number(CUstream s, const char* what, uint64_t a, uint64_t b) {
     g_op_log->real.stream_write_value64(s, g_op_log->words + word * sizeof(uint64_t), number, 0);
   }
 }
-// After a call UMSWAP_CLOSE_CALLS closes (an event wait, a managed call): its write, unless the
-// writes go only between waits and managed calls. Calls it does not close are wrapped only with
-// UMSWAP_OP_LOG (start_op_log), and always written.
+// After an event wait or a managed call: its write with op-log; without, the writes go only
+// between waits and managed calls. The other calls are wrapped only with op-log
+// (start_logged_calls), and always written.
 void op_logged(CUstream s, const char* what, uint64_t a, uint64_t b) {
   if (!g_op_log->between_waits_only) write_number(s, what, a, b);
 }
-// UMSWAP_CLOSE_CALLS=waits: before a managed call, a write if event waits came before it.
+// Without op-log: before a managed call, a write if event waits came before it.
 void close_waits_before(CUstream s) {
   if (g_op_log->between_waits_only && g_op_log->log->take_wait(s)) {
     write_number(s, "write after waits", 0, 0);
@@ -128,7 +128,7 @@ CUresult CUDAAPI logged_launch(CUfunction f, unsigned gx, unsigned gy, unsigned 
 // Puts the logging calls in `d`'s place (those it has); false, leaving `d` as it was, when the
 // words cannot be had. On the advisor thread, before any of its streams exist and before the
 // launch path uses `d` for stream calls (events_ready, progress_device are not set yet).
-bool start_logged_calls(AdvisorDriver& d, bool every_call, bool between_waits_only) {
+bool start_logged_calls(AdvisorDriver& d, bool every_call) {
   if (g_op_log || !d.mem_host_alloc || !d.mem_host_get_device_pointer || !d.stream_write_value64) {
     return false;
   }
@@ -146,7 +146,7 @@ bool start_logged_calls(AdvisorDriver& d, bool every_call, bool between_waits_on
   logged->real = d;
   logged->words = words;
   logged->log = std::make_unique<OpLog>(static_cast<volatile uint64_t*>(host));
-  logged->between_waits_only = between_waits_only && !every_call;
+  logged->between_waits_only = !every_call;
   logged->advisor_thread = std::this_thread::get_id();
   g_op_log = logged;  // never freed: launches may still use the wrappers at exit
   d.mem_prefetch_async = logged_prefetch;

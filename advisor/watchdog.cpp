@@ -83,8 +83,8 @@ void Watchdog::run() {
     // A stall neither word shows: the latest launch still inside umswap's launch path after 30 s
     // (its launch_waits entry entered, not left), with a plan in force (the launch path waited
     // there once for a lock its own thread held, d388d01). Said once, with every thread's stack
-    // under UMSWAP_HANG_STACKS=1. A program that only pauses between launches (saving a checkpoint)
-    // is outside the launch path and gets no report.
+    // under UMSWAP_DEBUG=hang-stacks. A program that only pauses between launches (saving a
+    // checkpoint) is outside the launch path and gets no report.
     if (const uint64_t l = words_.launched.load(); !reported_quiet && l > 0 && planned_()) {
       const LaunchWaitLog::Entry& w = launch_waits_.at(l - 1);
       const int64_t entered = w.entered.load(std::memory_order_relaxed);
@@ -210,7 +210,8 @@ void Watchdog::report_where(const char* what, uint64_t launch) {
       "since: {}; one last let go after 5 s: {}",
       calls.in_call, ago(words_.blocking_since.load()), ago(words_.blocking_let_go_at.load()));
   if (logged_calls_on()) {
-    log_warning("advisor: each stream's calls (UMSWAP_OP_LOG):{}", calls.streams);
+    log_warning("advisor: each stream's calls (all of them with UMSWAP_DEBUG=op-log):{}",
+                calls.streams);
   }
 }
 
@@ -222,8 +223,8 @@ void Watchdog::report_stuck(const char* waiting_for, std::chrono::steady_clock::
   log_warning(
       "advisor: launches have waited {} s for the advisor thread, for {} (it last began {}, at "
       "launch {} of {} launched); it may be blocked in a prefetch or discard inside the driver "
-      "(seen with UMSWAP_CLOSE_CALLS=0, and once about 57 such calls wait on the GPU; "
-      "docs/advisor.md, \"Closing the advisor's calls\")",
+      "(seen without a stream write after its event waits, and once about 57 such calls wait on "
+      "the GPU; docs/advisor.md, \"Closing the advisor's calls\")",
       std::chrono::duration_cast<std::chrono::seconds>(waited).count(), waiting_for,
       words_.doing.load(), words_.applied_through.load(), words_.launched.load());
   report_state();
@@ -234,7 +235,7 @@ void Watchdog::report_quiet(std::chrono::steady_clock::duration quiet) {
   log_warning(
       "advisor: a launch has been inside umswap's launch path for {} s and no other came (the "
       "advisor thread last began {}, at launch {} of {} launched); something holds the launching "
-      "thread that neither word launches wait on shows; UMSWAP_HANG_STACKS=1 prints every "
+      "thread that neither word launches wait on shows; UMSWAP_DEBUG=hang-stacks prints every "
       "thread's stack",
       std::chrono::duration_cast<std::chrono::seconds>(quiet).count(), words_.doing.load(),
       words_.applied_through.load(), words_.launched.load());
@@ -244,7 +245,7 @@ void Watchdog::report_quiet(std::chrono::steady_clock::duration quiet) {
 void Watchdog::report_state() {
   report_where("where things stood at launch", words_.applied_through.load());
   if (config_.hang_stacks) {
-    log_warning("advisor: every thread's stack follows (UMSWAP_HANG_STACKS=1)");
+    log_warning("advisor: every thread's stack follows (UMSWAP_DEBUG=hang-stacks)");
     log_warning("advisor: {} threads wrote their stacks", dump_thread_stacks(2));
   }
 }

@@ -58,7 +58,8 @@ std::string options_markdown() {
       "  cap).\n"
       "- `BOOL`: `1` or `0`, `on` or `off`, `true` or `false`, `yes` or `no`.\n"
       "- `N`: a whole number; `LO-HI`: a whole number from LO to HI.\n"
-      "- `PATH`: a file; `NAME`: a name; `a|b`: one of the words or forms `a` and `b`.\n"
+      "- `PATH`: a file; `NAME`: a name; `a|b`: one of the words or forms `a` and `b`;\n"
+      "  `a,b`: any of the words `a` and `b`, comma-separated.\n"
       "\n"
       "## User options\n"
       "\n";
@@ -75,13 +76,17 @@ std::string options_markdown() {
       "\n"
       "## Removed options\n"
       "\n"
-      "Measured, found not to help, and removed. One that is still set is named in a warning\n"
-      "and ignored. What each was and what it measured:\n"
-      "[lab/tried-and-removed.md](lab/tried-and-removed.md).\n"
+      "Measured, found not to help, and removed, or replaced by another option. One that is\n"
+      "still set is named in a warning (with its replacement) and ignored. What each removed\n"
+      "one was and what it measured: [lab/tried-and-removed.md](lab/tried-and-removed.md).\n"
       "\n"
       "| Variable | Why it was removed |\n| --- | --- |\n";
   for (const RemovedOption& removed : removed_options()) {
-    out += fmt::format("| `{}` | {} |\n", removed.name, cell(removed.why));
+    const std::string why =
+        removed.replacement
+            ? fmt::format("replaced by `{}`: {}", removed.replacement, cell(removed.why))
+            : cell(removed.why);
+    out += fmt::format("| `{}` | {} |\n", removed.name, why);
   }
   out +=
       "\n"

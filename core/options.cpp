@@ -67,25 +67,13 @@ constexpr std::array kOptionTable = {
                "the GPU holds the budget (with UMSWAP_PREFETCH_WAIT=1; docs/advisor.md); 0: "
                "evictions run beside the program",
                kAdvanced},
-    OptionInfo{"UMSWAP_EVICT_COPY", "BOOL|keep", "0",
+    OptionInfo{"UMSWAP_EVICT_COPY", "BOOL", "0",
                "0: evictions are the driver's migrations to the host, which keep every access "
                "correct, foreseen or not; 1 (fast, not safe for every program): copies to pinned "
                "host memory (52 GB/s against the driver's 11-18), the GPU pages discarded, both "
                "waits on: a kernel that reaches a discarded range through a pointer umswap cannot "
                "see (a pointer table in device memory) reads garbage; check a program with "
-               "`umswap run --verify` first; keep (a diagnostic): the same copies, the GPU pages "
-               "kept; docs/advisor.md"},
-    OptionInfo{"UMSWAP_EVICT_COPY_PATH", "kernel|engine", "kernel",
-               "with UMSWAP_EVICT_COPY: what moves the bytes; kernel: a copy kernel of umswap's "
-               "on a few SMs, whose two directions together reach about 75 GB/s on an H200 "
-               "(if it does not load, copy engines copy, said once); engine: cuMemcpyAsync (a "
-               "copy engine; managed <-> pinned copies each way share about 52 GB/s there)",
-               kAdvanced},
-    OptionInfo{"UMSWAP_EVICT_COPY_SIDE_STREAMS", "BOOL", "1",
-               "with UMSWAP_EVICT_COPY: 1: a copy back's populate and a copy out's discard run on "
-               "streams of their own, so that the copies each way follow each other without "
-               "them in between; 0: each runs on its copy's stream, right before or after it",
-               kAdvanced},
+               "`umswap run --verify` first; docs/advisor.md"},
     OptionInfo{"UMSWAP_VERIFY", "BOOL", "0",
                "set by `umswap run --verify`: with UMSWAP_EVICT_COPY, each range copied to the "
                "host is hashed on the GPU as it leaves and once it is back, and the two must "
@@ -97,20 +85,15 @@ constexpr std::array kOptionTable = {
                "counted on the GPU with its own fit in the budget, then prefetches its own; 0: "
                "the learning iterations fault the whole footprint in (docs/advisor.md)",
                kAdvanced},
-    OptionInfo{"UMSWAP_HANG_STACKS", "BOOL", "0",
-               "1 (a diagnostic): with the watchdog's stall report (launches held 10 s while "
-               "copies are live, or one launch 30 s in umswap's launch path), every thread of "
-               "the program prints its call stack to stderr",
-               kAdvanced},
-    OptionInfo{"UMSWAP_OP_LOG", "BOOL", "0",
-               "1 (a diagnostic): the advisor's calls on each stream are followed by a write of "
-               "their number, and a stall report says which call each stream is held at",
-               kAdvanced},
-    OptionInfo{"UMSWAP_CLOSE_CALLS", "BOOL|waits", "waits",
-               "waits: on the advisor's streams, a stream write between event waits and the "
-               "prefetch or discard after them (without, the bundled cuDNN sample hung with "
-               "copies: docs/advisor.md); 1: a write after each event wait, prefetch and "
-               "discard there (costs GPT-2 more); 0: none",
+    OptionInfo{"UMSWAP_DEBUG", "hang-stacks,op-log,keep-pages", "",
+               "diagnostics, any of them, comma-separated; hang-stacks: with the watchdog's "
+               "stall report (launches held 10 s while copies are live, or one launch 30 s in "
+               "umswap's launch path), every thread of the program prints its call stack to "
+               "stderr; op-log: the advisor's calls on each stream are followed by a write of "
+               "their number, and a stall report says which call each stream is held at; "
+               "keep-pages: with UMSWAP_EVICT_COPY=1, the same copies out and back, the GPU "
+               "pages kept (a wrong result with copies that keep-pages does not show came from "
+               "a read of a discarded range; docs/advisor.md)",
                kAdvanced},
     OptionInfo{"UMSWAP_ASYNC_SLABS", "BOOL", "1",
                "1: cudaMallocAsync allocations are blocks of umswap's managed slabs (exact "
@@ -227,6 +210,49 @@ std::string format_bytes(uint64_t bytes) {
   return fmt::format("{:.2f} {}", v, kUnits[u]);
 }
 
+constexpr std::array kDebugWords = {
+    std::pair{std::string_view("hang-stacks"), &DebugOptions::hang_stacks},
+    std::pair{std::string_view("op-log"), &DebugOptions::op_log},
+    std::pair{std::string_view("keep-pages"), &DebugOptions::keep_pages}};
+
+std::optional<DebugOptions> parse_debug(std::string_view text, std::string* error) {
+  DebugOptions debug;
+  for (std::string_view rest = text;;) {
+    const size_t comma = rest.find(',');
+    const std::string_view item = trim(rest.substr(0, comma));
+    if (!item.empty()) {
+      const std::string word = lower(item);
+      bool known = false;
+      for (const auto& [name, field] : kDebugWords) {
+        if (word == name) {
+          debug.*field = true;
+          known = true;
+        }
+      }
+      if (!known) {
+        if (error) {
+          *error = fmt::format(
+              "has an unknown word '{}' (use hang-stacks, op-log or keep-pages, comma-separated)",
+              item);
+        }
+        return std::nullopt;
+      }
+    }
+    if (comma == std::string_view::npos) return debug;
+    rest.remove_prefix(comma + 1);
+  }
+}
+
+std::string to_string(const DebugOptions& debug) {
+  std::string out;
+  for (const auto& [name, field] : kDebugWords) {
+    if (!(debug.*field)) continue;
+    if (!out.empty()) out += ',';
+    out += name;
+  }
+  return out;
+}
+
 std::span<const OptionInfo> option_table() {
   return kOptionTable;
 }
@@ -245,6 +271,14 @@ constexpr RemovedOption kRemovedOptions[] = {
      "capping the advisor's waiting calls did not end the hang it was for"},
     {"UMSWAP_HOST_GATE", "waiting for launches on the host was either slow or hung"},
     {"UMSWAP_EVICT_COPY_ROOM", "copies back waiting only for their room made no difference"},
+    {"UMSWAP_CLOSE_CALLS",
+     "0 (no writes) let the cuDNN sample hang with copies, 1 (more writes) slowed GPT-2"},
+    {"UMSWAP_EVICT_COPY_SIDE_STREAMS",
+     "populates and discards on the copies' own streams made GPT-2 about 3% slower"},
+    {"UMSWAP_EVICT_COPY_PATH",
+     "copy engines made GPT-2 about 4% slower than the copy kernel (still its fallback)"},
+    {"UMSWAP_HANG_STACKS", "the diagnostics are one option", "UMSWAP_DEBUG=hang-stacks"},
+    {"UMSWAP_OP_LOG", "the diagnostics are one option", "UMSWAP_DEBUG=op-log"},
 };
 
 std::span<const RemovedOption> removed_options() {
@@ -253,11 +287,12 @@ std::span<const RemovedOption> removed_options() {
 
 Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warnings) {
   Options options;
-  for (const auto& [name, why] : kRemovedOptions) {
+  for (const auto& [name, why, replacement] : kRemovedOptions) {
     const char* v = lookup ? lookup(name) : nullptr;
-    if (v && warnings) {
-      warnings->push_back(fmt::format("{} is no longer an option ({}); ignored", name, why));
-    }
+    if (!v || !warnings) continue;
+    warnings->push_back(replacement
+                            ? fmt::format("{} was replaced by {}; ignored", name, replacement)
+                            : fmt::format("{} is no longer an option ({}); ignored", name, why));
   }
   auto warn = [&](const char* name, const char* value, std::string_view why,
                   std::string_view default_text) {
@@ -290,28 +325,6 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
         *field = n;
       } else {
         warn(name, v, fmt::format("is not a whole number from {} to {}", lo, hi), default_text);
-      }
-    }
-  };
-  // A boolean or one more word: 0 or 1, 2 for the word; nothing when unset or not understood.
-  auto read_bool_or = [&](const char* name, std::string_view word,
-                          std::string_view default_text) -> std::optional<int> {
-    const char* v = read(name);
-    if (!v) return std::nullopt;
-    if (trim(v) == word) return 2;
-    if (const std::optional<bool> b = parse_bool(trim(v))) return *b ? 1 : 0;
-    warn(name, v, fmt::format("is neither a boolean (1/0, on/off) nor {}", word), default_text);
-    return std::nullopt;
-  };
-  // An option of two words, `off` or `on`, which sets the field; a bad value leaves the field's
-  // default.
-  auto read_choice = [&](const char* name, std::string_view off, std::string_view on, bool* field) {
-    if (const char* v = read(name)) {
-      const std::string_view t = trim(v);
-      if (t == off || t == on) {
-        *field = t == on;
-      } else {
-        warn(name, v, fmt::format("is neither {} nor {}", off, on), *field ? on : off);
       }
     }
   };
@@ -362,19 +375,26 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
   if (const char* v = read("UMSWAP_REPLAY")) options.replay_path = trim(v);
   read_bool("UMSWAP_PREFETCH_WAIT", &options.prefetch_wait, "0");
   read_bool("UMSWAP_EVICT_WAIT", &options.evict_wait, "0");
-  if (const std::optional<int> c = read_bool_or("UMSWAP_EVICT_COPY", "keep", "0")) {
-    options.evict_copy = *c != 0;
-    options.evict_copy_keep = *c == 2;
+  // `keep` was a value here until UMSWAP_DEBUG took the diagnostics: a bad value that says where
+  // it went.
+  if (const char* v = read("UMSWAP_EVICT_COPY"); v && lower(trim(v)) == "keep") {
+    warn("UMSWAP_EVICT_COPY", v,
+         "is no longer a value (for the copies with their GPU pages kept set UMSWAP_EVICT_COPY=1 "
+         "UMSWAP_DEBUG=keep-pages)",
+         "0");
+  } else {
+    read_bool("UMSWAP_EVICT_COPY", &options.evict_copy, "0");
   }
-  read_bool("UMSWAP_EVICT_COPY_SIDE_STREAMS", &options.evict_copy_side_streams, "1");
   read_bool("UMSWAP_VERIFY", &options.verify, "0");
   read_bool("UMSWAP_LEARN_EVICT", &options.learn_evict, "1");
-  read_bool("UMSWAP_HANG_STACKS", &options.hang_stacks, "0");
-  read_bool("UMSWAP_OP_LOG", &options.op_log, "0");
-  if (const std::optional<int> c = read_bool_or("UMSWAP_CLOSE_CALLS", "waits", "waits")) {
-    options.close_calls = *c;
+  if (const char* v = read("UMSWAP_DEBUG")) {
+    std::string why;
+    if (const std::optional<DebugOptions> debug = parse_debug(v, &why)) {
+      options.debug = *debug;
+    } else {
+      warn("UMSWAP_DEBUG", v, why, "");
+    }
   }
-  read_choice("UMSWAP_EVICT_COPY_PATH", "engine", "kernel", &options.evict_copy_kernel);
   read_bool("UMSWAP_ASYNC_SLABS", &options.async_slabs, "1");
   read_bool("UMSWAP_LIFETIMES", &options.lifetimes, "1");
   read_bool("UMSWAP_PLACEMENT", &options.placement, "1");
@@ -401,17 +421,10 @@ std::vector<std::string> describe(const Options& options) {
       fmt::format("UMSWAP_REPLAY={}", options.replay_path),
       fmt::format("UMSWAP_PREFETCH_WAIT={}", options.prefetch_wait ? 1 : 0),
       fmt::format("UMSWAP_EVICT_WAIT={}", options.evict_wait ? 1 : 0),
-      fmt::format("UMSWAP_EVICT_COPY={}",
-                  options.evict_copy_keep ? "keep" : (options.evict_copy ? "1" : "0")),
-      fmt::format("UMSWAP_EVICT_COPY_PATH={}", options.evict_copy_kernel ? "kernel" : "engine"),
-      fmt::format("UMSWAP_EVICT_COPY_SIDE_STREAMS={}", options.evict_copy_side_streams ? 1 : 0),
+      fmt::format("UMSWAP_EVICT_COPY={}", options.evict_copy ? 1 : 0),
       fmt::format("UMSWAP_VERIFY={}", options.verify ? 1 : 0),
       fmt::format("UMSWAP_LEARN_EVICT={}", options.learn_evict ? 1 : 0),
-      fmt::format("UMSWAP_HANG_STACKS={}", options.hang_stacks ? 1 : 0),
-      fmt::format("UMSWAP_OP_LOG={}", options.op_log ? 1 : 0),
-      fmt::format("UMSWAP_CLOSE_CALLS={}", options.close_calls == 2 ? "waits"
-                                           : options.close_calls    ? "1"
-                                                                    : "0"),
+      fmt::format("UMSWAP_DEBUG={}", to_string(options.debug)),
       fmt::format("UMSWAP_ASYNC_SLABS={}", options.async_slabs ? 1 : 0),
       fmt::format("UMSWAP_LIFETIMES={}", options.lifetimes ? 1 : 0),
       fmt::format("UMSWAP_PLACEMENT={}", options.placement ? 1 : 0),

@@ -136,14 +136,11 @@ void Preload::start_advisor(advisor::Advisor* advisor) {
   config.prefetch_wait = options_.prefetch_wait;
   config.evict_wait = options_.evict_wait;
   config.evict_copy = options_.evict_copy;
-  config.evict_copy_keep = options_.evict_copy_keep;
-  config.evict_copy_kernel = options_.evict_copy_kernel;
-  config.evict_copy_side_streams = options_.evict_copy_side_streams;
+  config.keep_pages = options_.debug.keep_pages;
   config.verify = options_.verify;
   config.learn_evict = options_.learn_evict;
-  config.hang_stacks = options_.hang_stacks;
-  config.op_log = options_.op_log;
-  config.close_calls = options_.close_calls;
+  config.hang_stacks = options_.debug.hang_stacks;
+  config.op_log = options_.debug.op_log;
   config.in_own_code = [] { return ReentryGuard::active(); };
   config.lifetimes = [this] { return planned_discards_.load(); };
   if (options_.placement) {

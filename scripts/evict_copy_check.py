@@ -4,11 +4,10 @@
 Runs a training script that prints `iter <i> ms <t> loss <x>` lines (samples/pytorch/*.py)
 natively, then under `umswap run --budget B` once per variant and round:
 
-  copy    UMSWAP_EVICT_COPY=1: evictions copied to pinned host memory by a copy engine
-          (UMSWAP_EVICT_COPY_PATH=engine), GPU pages discarded;
-  kernel  copy, with UMSWAP_EVICT_COPY_PATH=kernel (the default path): umswap's copy kernel
-          moves the bytes, not a copy engine;
-  keep    UMSWAP_EVICT_COPY=keep: the same copies out and back, GPU pages kept (a diagnostic);
+  copy    UMSWAP_EVICT_COPY=1: evictions copied to pinned host memory by umswap's copy kernel
+          (copy engines when it does not load), GPU pages discarded;
+  keep    UMSWAP_EVICT_COPY=1 UMSWAP_DEBUG=keep-pages: the same copies out and back, GPU pages
+          kept (a diagnostic);
   off     UMSWAP_EVICT_COPY=0: the driver path (evictions by cudaMemPrefetchAsync), same budget;
   native  the script again without umswap: how far native runs differ from each other.
 
@@ -47,9 +46,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ITER = re.compile(r"^iter (\d+) ms ([0-9.]+) loss ([-0-9.einfa]+)", re.M)
 VARIANTS = {
-    "copy": {"UMSWAP_EVICT_COPY": "1", "UMSWAP_EVICT_COPY_PATH": "engine"},
-    "kernel": {"UMSWAP_EVICT_COPY": "1", "UMSWAP_EVICT_COPY_PATH": "kernel"},
-    "keep": {"UMSWAP_EVICT_COPY": "keep"},
+    "copy": {"UMSWAP_EVICT_COPY": "1"},
+    "keep": {"UMSWAP_EVICT_COPY": "1", "UMSWAP_DEBUG": "keep-pages"},
     "off": {"UMSWAP_EVICT_COPY": "0"},
     "native": None,
 }
@@ -168,7 +166,7 @@ def main():
     ap.add_argument("--limit", required=True, help="UMSWAP_MANAGED_LIMIT for every umswap run")
     ap.add_argument("--budget", required=True, help="a size (13.86G) or a share of native peak (29%%)")
     ap.add_argument("--variants", default="copy,keep",
-                    help="comma-separated, of copy, kernel, keep, off, native (default copy,keep)")
+                    help="comma-separated, of copy, keep, off, native (default copy,keep)")
     ap.add_argument("--rounds", type=int, default=1, help="runs of each variant (default 1)")
     ap.add_argument("--tolerance", type=float, default=0.05,
                     help="largest |loss - native| a run may show (default 0.05)")

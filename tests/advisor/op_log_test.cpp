@@ -74,8 +74,9 @@ TEST(OpLog, LeavesOutCallsNoLongerKept) {
   EXPECT_EQ(text.find("[#4 "), std::string::npos) << text;  // overwritten by #36
 }
 
-// UMSWAP_CLOSE_CALLS=waits: a managed call is told whether an event wait came before it on its
-// stream since the last managed call there; other streams and unfollowed ones are apart.
+// Without op-log (the writes between waits and managed calls): a managed call is told whether an
+// event wait came before it on its stream since the last managed call there; other streams and
+// unfollowed ones are apart.
 TEST(OpLog, TellsAManagedCallWhetherAWaitCameBeforeIt) {
   volatile uint64_t words[OpLog::kStreams] = {};
   OpLog log(words);

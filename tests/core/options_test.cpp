@@ -255,6 +255,8 @@ void expect_defaults(const Options& o) {
   EXPECT_EQ(o.callsite_depth, d.callsite_depth);
   EXPECT_EQ(o.prefetch_wait, d.prefetch_wait);
   EXPECT_EQ(o.evict_wait, d.evict_wait);
+  EXPECT_EQ(o.evict_copy, d.evict_copy);
+  EXPECT_EQ(o.debug, d.debug);
   EXPECT_EQ(o.async_slabs, d.async_slabs);
   EXPECT_EQ(o.lifetimes, d.lifetimes);
   EXPECT_EQ(o.placement, d.placement);
@@ -371,12 +373,12 @@ INSTANTIATE_TEST_SUITE_P(
     testing::Values(
         BadValue{"UMSWAP_MODE", "turbo", "online"}, BadValue{"UMSWAP_PREFETCH_WAIT", "maybe", "0"},
         BadValue{"UMSWAP_EVICT_WAIT", "sometimes", "0"},
-        BadValue{"UMSWAP_EVICT_COPY", "sometimes", "0"},
-        BadValue{"UMSWAP_EVICT_COPY_PATH", "dma", "kernel"},
-        BadValue{"UMSWAP_EVICT_COPY_SIDE_STREAMS", "both", "1"},
-        BadValue{"UMSWAP_ASYNC_SLABS", "some", "1"}, BadValue{"UMSWAP_LIFETIMES", "maybe", "1"},
-        BadValue{"UMSWAP_PLACEMENT", "perhaps", "1"}, BadValue{"UMSWAP_BUDGET", "12Q", "0"},
-        BadValue{"UMSWAP_BUDGET", "-1G", "0"}, BadValue{"UMSWAP_MANAGED_LIMIT", "lots", "0"},
+        BadValue{"UMSWAP_EVICT_COPY", "sometimes", "0"}, BadValue{"UMSWAP_EVICT_COPY", "keep", "0"},
+        BadValue{"UMSWAP_DEBUG", "op-log,stacks", "(unset)"},
+        BadValue{"UMSWAP_DEBUG", "1", "(unset)"}, BadValue{"UMSWAP_ASYNC_SLABS", "some", "1"},
+        BadValue{"UMSWAP_LIFETIMES", "maybe", "1"}, BadValue{"UMSWAP_PLACEMENT", "perhaps", "1"},
+        BadValue{"UMSWAP_BUDGET", "12Q", "0"}, BadValue{"UMSWAP_BUDGET", "-1G", "0"},
+        BadValue{"UMSWAP_MANAGED_LIMIT", "lots", "0"},
         BadValue{"UMSWAP_MANAGED_LIMIT", "2000%", "0"}, BadValue{"UMSWAP_VERBOSE", "3", "0"},
         BadValue{"UMSWAP_VERBOSE", "loud", "0"}, BadValue{"UMSWAP_CALLSITE_DEPTH", "33", "8"},
         BadValue{"UMSWAP_CALLSITE_DEPTH", "-1", "8"}, BadValue{"UMSWAP_CALLSITE_DEPTH", "+4", "8"},
@@ -429,40 +431,121 @@ TEST(ParseOptions, ReplayWithoutTraceFallsBackToOnlineWithAWarning) {
 
 // Off by default since 2026-11-28 (issue 36): copies with discards lose what a kernel reaches
 // through a pointer table; the driver's migrations keep every access correct.
-TEST(ParseOptions, EvictCopyIsOffByDefaultAndTakesKeepAsADiagnostic) {
+TEST(ParseOptions, EvictCopyIsABooleanOffByDefault) {
   std::vector<std::string> warnings;
   EXPECT_FALSE(parse({}, &warnings).evict_copy);
-  EXPECT_FALSE(parse({}, &warnings).evict_copy_keep);
   EXPECT_FALSE(parse({{"UMSWAP_EVICT_COPY", "0"}}, &warnings).evict_copy);
+  EXPECT_TRUE(parse({{"UMSWAP_EVICT_COPY", "1"}}, &warnings).evict_copy);
+  EXPECT_TRUE(parse({{"UMSWAP_EVICT_COPY", " on "}}, &warnings).evict_copy);
+  EXPECT_TRUE(warnings.empty());
   EXPECT_FALSE(parse({{"UMSWAP_EVICT_COPY", "perhaps"}}, &warnings).evict_copy);
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find("UMSWAP_EVICT_COPY"), std::string::npos);
-  warnings.clear();
-  const Options keep = parse({{"UMSWAP_EVICT_COPY", " keep "}}, &warnings);
-  EXPECT_TRUE(warnings.empty());
-  EXPECT_TRUE(keep.evict_copy);
-  EXPECT_TRUE(keep.evict_copy_keep);
-  const Options on = parse({{"UMSWAP_EVICT_COPY", "1"}}, &warnings);
-  EXPECT_TRUE(on.evict_copy);
-  EXPECT_FALSE(on.evict_copy_keep);
+}
+
+// `keep` went to UMSWAP_DEBUG=keep-pages: a bad value, as any other, whose warning says where.
+TEST(ParseOptions, EvictCopyKeepIsABadValueThatNamesTheDebugOption) {
+  for (const char* keep : {"keep", " KEEP "}) {
+    std::vector<std::string> warnings;
+    const Options o = parse({{"UMSWAP_EVICT_COPY", keep}}, &warnings);
+    EXPECT_FALSE(o.evict_copy) << keep;
+    EXPECT_FALSE(o.debug.keep_pages) << keep;
+    ASSERT_EQ(warnings.size(), 1u) << keep;
+    EXPECT_EQ(warnings[0], std::string("UMSWAP_EVICT_COPY='") + keep +
+                               "' is no longer a value (for the copies with their GPU pages kept "
+                               "set UMSWAP_EVICT_COPY=1 UMSWAP_DEBUG=keep-pages); using the "
+                               "default 0");
+  }
+}
+
+// --- UMSWAP_DEBUG ------------------------------------------------------------------------------
+
+DebugOptions debug_of(std::map<std::string, std::string> vars, std::vector<std::string>* warnings) {
+  return parse(std::move(vars), warnings).debug;
+}
+
+TEST(ParseOptions, DebugIsNoneUnsetOrEmpty) {
+  for (const char* none : {"", " ", ",", " , ,"}) {
+    std::vector<std::string> warnings;
+    EXPECT_EQ(debug_of({{"UMSWAP_DEBUG", none}}, &warnings), DebugOptions{}) << "'" << none << "'";
+    EXPECT_TRUE(warnings.empty()) << "'" << none << "'";
+  }
+  std::vector<std::string> warnings;
+  EXPECT_EQ(debug_of({}, &warnings), DebugOptions{});
   EXPECT_TRUE(warnings.empty());
 }
 
-TEST(ParseOptions, EvictCopyPathIsKernelByDefaultOrEngine) {
+TEST(ParseOptions, DebugTakesEachWordAlone) {
   std::vector<std::string> warnings;
-  EXPECT_TRUE(parse({}, &warnings).evict_copy_kernel);
-  EXPECT_TRUE(parse({{"UMSWAP_EVICT_COPY_PATH", "kernel "}}, &warnings).evict_copy_kernel);
-  EXPECT_FALSE(parse({{"UMSWAP_EVICT_COPY_PATH", "engine"}}, &warnings).evict_copy_kernel);
+  EXPECT_EQ(debug_of({{"UMSWAP_DEBUG", "hang-stacks"}}, &warnings),
+            (DebugOptions{.hang_stacks = true, .op_log = false, .keep_pages = false}));
+  EXPECT_EQ(debug_of({{"UMSWAP_DEBUG", "op-log"}}, &warnings),
+            (DebugOptions{.hang_stacks = false, .op_log = true, .keep_pages = false}));
+  EXPECT_EQ(debug_of({{"UMSWAP_DEBUG", "keep-pages"}}, &warnings),
+            (DebugOptions{.hang_stacks = false, .op_log = false, .keep_pages = true}));
+  EXPECT_TRUE(warnings.empty()) << testing::PrintToString(warnings);
+  // keep-pages sets no copies by itself: it applies with UMSWAP_EVICT_COPY=1.
+  EXPECT_FALSE(parse({{"UMSWAP_DEBUG", "keep-pages"}}, &warnings).evict_copy);
+  const Options both =
+      parse({{"UMSWAP_DEBUG", "keep-pages"}, {"UMSWAP_EVICT_COPY", "1"}}, &warnings);
+  EXPECT_TRUE(both.evict_copy);
+  EXPECT_TRUE(both.debug.keep_pages);
   EXPECT_TRUE(warnings.empty());
 }
 
-TEST(ParseOptions, EvictCopySideStreamsIsABoolean) {
-  std::vector<std::string> warnings;
-  EXPECT_TRUE(parse({}, &warnings).evict_copy_side_streams);
-  EXPECT_FALSE(parse({{"UMSWAP_EVICT_COPY_SIDE_STREAMS", "0"}}, &warnings).evict_copy_side_streams);
-  EXPECT_TRUE(parse({{"UMSWAP_EVICT_COPY_SIDE_STREAMS", "on"}}, &warnings).evict_copy_side_streams);
-  EXPECT_TRUE(warnings.empty());
+TEST(ParseOptions, DebugTakesWordsCommaSeparatedInAnyOrderAndCase) {
+  const std::pair<const char*, DebugOptions> cases[] = {
+      {"hang-stacks,op-log", {.hang_stacks = true, .op_log = true, .keep_pages = false}},
+      {"op-log, keep-pages", {.hang_stacks = false, .op_log = true, .keep_pages = true}},
+      {" keep-pages , HANG-STACKS ", {.hang_stacks = true, .op_log = false, .keep_pages = true}},
+      {"keep-pages,op-log,hang-stacks", {.hang_stacks = true, .op_log = true, .keep_pages = true}},
+      {"op-log,,op-log,", {.hang_stacks = false, .op_log = true, .keep_pages = false}},
+  };
+  for (const auto& [text, want] : cases) {
+    std::vector<std::string> warnings;
+    EXPECT_EQ(debug_of({{"UMSWAP_DEBUG", text}}, &warnings), want) << text;
+    EXPECT_TRUE(warnings.empty()) << text << ": " << testing::PrintToString(warnings);
+  }
 }
+
+// An unknown word is a bad value: one warning naming the variable, the value and the word, and
+// none of the value's words taken (the default, none, used).
+TEST(ParseOptions, DebugUnknownWordWarnsAndTakesNone) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"op-log,stacks", "stacks"},
+      {"keep", "keep"},
+      {"hang-stacks;op-log", "hang-stacks;op-log"},
+      {"op-log, all ", "all"},
+  };
+  for (const auto& [text, word] : cases) {
+    std::vector<std::string> warnings;
+    EXPECT_EQ(debug_of({{"UMSWAP_DEBUG", text}}, &warnings), DebugOptions{}) << text;
+    ASSERT_EQ(warnings.size(), 1u) << text;
+    EXPECT_EQ(warnings[0], std::string("UMSWAP_DEBUG='") + text + "' has an unknown word '" + word +
+                               "' (use hang-stacks, op-log or keep-pages, comma-separated); using "
+                               "the default (unset)");
+  }
+}
+
+TEST(ParseDebug, ToStringListsTheWordsSetInOneOrderAndParsesBack) {
+  EXPECT_EQ(to_string(DebugOptions{}), "");
+  EXPECT_EQ(to_string(DebugOptions{.hang_stacks = false, .op_log = true, .keep_pages = false}),
+            "op-log");
+  const DebugOptions all{.hang_stacks = true, .op_log = true, .keep_pages = true};
+  EXPECT_EQ(to_string(all), "hang-stacks,op-log,keep-pages");
+  for (const DebugOptions& d :
+       {DebugOptions{}, all,
+        DebugOptions{.hang_stacks = true, .op_log = false, .keep_pages = true}}) {
+    EXPECT_EQ(parse_debug(to_string(d)), d) << to_string(d);
+  }
+  std::string error;
+  EXPECT_FALSE(parse_debug("op-log,verbose", &error));
+  EXPECT_EQ(
+      error,
+      "has an unknown word 'verbose' (use hang-stacks, op-log or keep-pages, comma-separated)");
+}
+
+// --- removed options ---------------------------------------------------------------------------
 
 TEST(ParseOptions, RemovedOptionsAreNamedAndIgnored) {
   std::vector<std::string> warnings;
@@ -481,37 +564,44 @@ TEST(ParseOptions, RemovedOptionsAreNamedAndIgnored) {
   }
 }
 
-TEST(ParseOptions, HangStacksIsABoolean) {
-  std::vector<std::string> warnings;
-  EXPECT_FALSE(parse({}, &warnings).hang_stacks);
-  EXPECT_TRUE(parse({{"UMSWAP_HANG_STACKS", "1"}}, &warnings).hang_stacks);
-  EXPECT_TRUE(warnings.empty());
-  EXPECT_FALSE(parse({{"UMSWAP_HANG_STACKS", "maybe"}}, &warnings).hang_stacks);
-  ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_NE(warnings[0].find("UMSWAP_HANG_STACKS"), std::string::npos);
+// The measured losers of issue 37: each named with why, ignored whatever its value (the winner,
+// the only behaviour left, stays).
+TEST(ParseOptions, RemovedChoicesOfTheCopyPathAreNamedAndIgnored) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"UMSWAP_CLOSE_CALLS", "0"},
+      {"UMSWAP_CLOSE_CALLS", "waits"},
+      {"UMSWAP_EVICT_COPY_SIDE_STREAMS", "0"},
+      {"UMSWAP_EVICT_COPY_PATH", "engine"},
+  };
+  for (const auto& [name, value] : cases) {
+    std::vector<std::string> warnings;
+    const Options o = parse({{name, value}}, &warnings);
+    ASSERT_EQ(warnings.size(), 1u) << name;
+    EXPECT_EQ(warnings[0].rfind(std::string(name) + " is no longer an option (", 0), 0u)
+        << warnings[0];
+    EXPECT_TRUE(warnings[0].ends_with("); ignored")) << warnings[0];
+    expect_defaults(o);
+  }
 }
 
-TEST(ParseOptions, OpLogIsABooleanOffByDefault) {
+// The diagnostics folded into UMSWAP_DEBUG: the warning names the replacement, and the old name
+// sets nothing.
+TEST(ParseOptions, ReplacedDiagnosticsNameUmswapDebugAndAreIgnored) {
   std::vector<std::string> warnings;
-  EXPECT_FALSE(parse({}, &warnings).op_log);
-  EXPECT_TRUE(parse({{"UMSWAP_OP_LOG", "1"}}, &warnings).op_log);
-  EXPECT_TRUE(warnings.empty());
-  EXPECT_FALSE(parse({{"UMSWAP_OP_LOG", "yes please"}}, &warnings).op_log);
+  const Options o = parse({{"UMSWAP_HANG_STACKS", "1"}, {"UMSWAP_OP_LOG", "1"}}, &warnings);
+  EXPECT_EQ(o.debug, DebugOptions{});
+  EXPECT_EQ(warnings, (std::vector<std::string>{
+                          "UMSWAP_HANG_STACKS was replaced by UMSWAP_DEBUG=hang-stacks; ignored",
+                          "UMSWAP_OP_LOG was replaced by UMSWAP_DEBUG=op-log; ignored"}));
+  warnings.clear();
+  const Options both = parse({{"UMSWAP_OP_LOG", "1"}, {"UMSWAP_DEBUG", "op-log"}}, &warnings);
+  EXPECT_TRUE(both.debug.op_log);
   ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_NE(warnings[0].find("UMSWAP_OP_LOG"), std::string::npos);
-}
-
-TEST(ParseOptions, CloseCallsIsWaitsByDefaultOnOrOff) {
-  std::vector<std::string> warnings;
-  EXPECT_EQ(parse({}, &warnings).close_calls, 2);
-  EXPECT_EQ(parse({{"UMSWAP_CLOSE_CALLS", "0"}}, &warnings).close_calls, 0);
-  EXPECT_EQ(parse({{"UMSWAP_CLOSE_CALLS", "on"}}, &warnings).close_calls, 1);
-  EXPECT_EQ(parse({{"UMSWAP_CLOSE_CALLS", " waits"}}, &warnings).close_calls, 2);
-  EXPECT_TRUE(warnings.empty());
-  EXPECT_EQ(parse({{"UMSWAP_CLOSE_CALLS", "sometimes"}}, &warnings).close_calls, 2);
-  ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_NE(warnings[0].find("UMSWAP_CLOSE_CALLS"), std::string::npos);
-  EXPECT_NE(warnings[0].find("waits"), std::string::npos);
+  for (const RemovedOption& r : removed_options()) {
+    if (!r.replacement) continue;
+    EXPECT_TRUE(std::string_view(r.replacement).starts_with("UMSWAP_DEBUG=")) << r.name;
+    EXPECT_TRUE(parse_debug(std::string_view(r.replacement).substr(13)).has_value()) << r.name;
+  }
 }
 
 TEST(ParseOptions, LearnEvictIsABooleanOnByDefault) {
@@ -562,17 +652,13 @@ TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
                                                   "UMSWAP_PREFETCH_WAIT",
                                                   "UMSWAP_EVICT_WAIT",
                                                   "UMSWAP_EVICT_COPY",
-                                                  "UMSWAP_EVICT_COPY_PATH",
-                                                  "UMSWAP_EVICT_COPY_SIDE_STREAMS",
                                                   "UMSWAP_VERIFY",
                                                   "UMSWAP_LEARN_EVICT",
-                                                  "UMSWAP_HANG_STACKS",
-                                                  "UMSWAP_OP_LOG",
-                                                  "UMSWAP_CLOSE_CALLS",
+                                                  "UMSWAP_DEBUG",
                                                   "UMSWAP_ASYNC_SLABS",
                                                   "UMSWAP_LIFETIMES",
                                                   "UMSWAP_PLACEMENT"}));
-  EXPECT_EQ(option_table().size(), 24u);  // no duplicates
+  EXPECT_EQ(option_table().size(), 20u);  // no duplicates
 }
 
 // docs/options.md and the help text give each entry's meaning on one line of a table.
@@ -585,14 +671,24 @@ TEST(OptionTable, EveryEntryHasValuesAndAOneLineMeaning) {
   }
 }
 
-// Values of each form OptionInfo::grammar names, and values just outside it (a range's ends);
-// a word stands for itself.
+// Values of each form OptionInfo::grammar names, and values just outside it (a range's ends, a
+// list with a word too many); a word stands for itself.
 std::vector<std::string> examples_of(std::string_view form, std::vector<std::string>* outside) {
   if (form == "SIZE") return {"16G", "512M", "1.5T", "4096", "75%", "0"};
   if (form == "BOOL") return {"1", "0", "on", "off", "true", "false", "yes", "no"};
   if (form == "N") return {"0", "5"};
   if (form == "PATH") return {"/tmp/umswap-options-test"};
   if (form == "NAME") return {"step"};
+  if (form.find(',') != std::string_view::npos) {  // a,b: any of the words, comma-separated
+    std::vector<std::string> values = {std::string(form)};
+    for (std::string_view rest = form; !rest.empty();) {
+      const size_t comma = rest.find(',');
+      values.emplace_back(rest.substr(0, comma));
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    }
+    outside->push_back(std::string(form) + ",none-such");
+    return values;
+  }
   if (const size_t dash = form.find('-'); dash != std::string_view::npos) {  // LO-HI
     const int lo = std::stoi(std::string(form.substr(0, dash)));
     const int hi = std::stoi(std::string(form.substr(dash + 1)));
@@ -673,7 +769,8 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
   o.placement = false;
   o.evict_copy = false;
   o.learn_evict = false;
-  o.hang_stacks = true;
+  o.debug.hang_stacks = true;
+  o.debug.keep_pages = true;
   const std::vector<std::string> lines = describe(o);
   EXPECT_EQ(lines, (std::vector<std::string>{"UMSWAP_MODE=passthrough",
                                              "UMSWAP_BUDGET=40G",
@@ -689,13 +786,9 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
                                              "UMSWAP_PREFETCH_WAIT=1",
                                              "UMSWAP_EVICT_WAIT=1",
                                              "UMSWAP_EVICT_COPY=0",
-                                             "UMSWAP_EVICT_COPY_PATH=kernel",
-                                             "UMSWAP_EVICT_COPY_SIDE_STREAMS=1",
                                              "UMSWAP_VERIFY=0",
                                              "UMSWAP_LEARN_EVICT=0",
-                                             "UMSWAP_HANG_STACKS=1",
-                                             "UMSWAP_OP_LOG=0",
-                                             "UMSWAP_CLOSE_CALLS=waits",
+                                             "UMSWAP_DEBUG=hang-stacks,keep-pages",
                                              "UMSWAP_ASYNC_SLABS=0",
                                              "UMSWAP_LIFETIMES=0",
                                              "UMSWAP_PLACEMENT=0"}));
@@ -713,6 +806,9 @@ TEST(Describe, OutputParsesBackToTheSameOptions) {
   o.stats_path = "/x/y.json";
   o.verbose = 1;
   o.callsite_depth = 31;
+  o.evict_copy = true;
+  o.debug.op_log = true;
+  o.debug.keep_pages = true;
   std::map<std::string, std::string> vars;
   for (const auto& line : describe(o)) {
     const size_t eq = line.find('=');
@@ -727,6 +823,8 @@ TEST(Describe, OutputParsesBackToTheSameOptions) {
   EXPECT_EQ(back.stats_path, o.stats_path);
   EXPECT_EQ(back.verbose, o.verbose);
   EXPECT_EQ(back.callsite_depth, o.callsite_depth);
+  EXPECT_EQ(back.evict_copy, o.evict_copy);
+  EXPECT_EQ(back.debug, o.debug);
 }
 
 // --- format_bytes ------------------------------------------------------------------------------

@@ -12,12 +12,10 @@
 # stall turned the waits off (replayed with the waits, this loop sometimes stalls early, before
 # relearning matters, with the trace's own call sites too: docs/advisor.md).
 # The runs above are on the driver path (UMSWAP_EVICT_COPY=0; copies are the default).
-# With UMSWAP_EVICT_COPY=1 (evictions copied to pinned memory; by a copy engine here,
-# UMSWAP_EVICT_COPY_PATH=engine, and in the stray and graph runs below by kernel, the default):
-# the same checks, copies in every steady iteration and in force to the end, and no step on a page while it was discarded or
-# coming back (the stats' copy_check, from CUPTI's times); again with
-# UMSWAP_EVICT_COPY_PATH=kernel (umswap's copy kernel moves the bytes, not a copy engine: it must
-# have loaded and made the copies; the default, set here to say so). Then with a stray launch off
+# With UMSWAP_EVICT_COPY=1 (evictions copied to pinned memory by umswap's copy kernel, which
+# must have loaded and made the copies, not a copy engine): the same checks, copies in every
+# steady iteration and in force to the end, and no step on a page while it was discarded or
+# coming back (the stats' copy_check, from CUPTI's times). Then with a stray launch off
 # the plan
 # (advisor_loop --stray): the guard catches it and brings back what it reaches, copies go on, no
 # fault, the same checksum as natively with the same stray. Then with a CUDA graph launch in
@@ -49,11 +47,8 @@ UMSWAP_EVICT_COPY=0 UMSWAP_PREFETCH_WAIT=1 UMSWAP_EVICT_WAIT=1 timeout -s KILL 1
 UMSWAP_EVICT_COPY=0 timeout -s KILL 120 \
   "$umswap" run --budget 1G --stats "$dir/nowait.json" -- "$loop" $args > "$dir/nowait.out"
 UMSWAP_EVICT_COPY=0 timeout -s KILL 120 "$umswap" record -o "$dir/loop.umtrace" -- "$loop" $args > "$dir/record.out"
-UMSWAP_EVICT_COPY=1 UMSWAP_EVICT_COPY_PATH=engine timeout -s KILL 120 \
+UMSWAP_EVICT_COPY=1 timeout -s KILL 120 \
   "$umswap" run --budget 1G --stats "$dir/copy.json" -- "$loop" $args > "$dir/copy.out"
-# The same with umswap's copy kernel instead of copy engines.
-UMSWAP_EVICT_COPY=1 UMSWAP_EVICT_COPY_PATH=kernel timeout -s KILL 120 \
-  "$umswap" run --budget 1G --stats "$dir/kernel.json" -- "$loop" $args > "$dir/kernel.out"
 # A launch off the plan (iteration 10's loss kernel takes the first buffer, held on the host by
 # then): the guard holds it until what it reaches is copied back; copies go on.
 "$umswap" run --mode passthrough -- "$loop" $args --stray 10 > "$dir/native_stray.out"
@@ -84,7 +79,7 @@ native = checksum("native")
 native_stray = checksum("native_stray")
 ok = True
 budget = 1 << 30
-for mode in ("online", "evictwait", "copy", "kernel", "stray", "graph", "relearn", "replay", "nowait"):
+for mode in ("online", "evictwait", "copy", "stray", "graph", "relearn", "replay", "nowait"):
     s = json.load(open(f"{d}/{mode}.json"))
     a = s.get("advisor", {})
     its = s.get("iterations", [])
@@ -148,7 +143,7 @@ for mode in ("online", "evictwait", "copy", "kernel", "stray", "graph", "relearn
         # wait (Plan::room_wait_back); here every eviction's room goes to a prefetch, so the
         # count is reported, and the budget and the faults above are what is checked.
         print(f"  launches that waited for evictions: {a.get('evict_waits_placed')}")
-    if mode in ("copy", "kernel", "stray", "graph"):
+    if mode in ("copy", "stray", "graph"):
         # UMSWAP_EVICT_COPY's own stats, and its copies against the steps by CUPTI's times.
         c = a.get("evict_copy") or {}
         check = s.get("copy_check") or {}
@@ -160,7 +155,7 @@ for mode in ("online", "evictwait", "copy", "kernel", "stray", "graph", "relearn
                          and unf.get("copies_out_before_copy_back_ended", 0) == 0)
         print(f"  evict_copy: {c}")
         print(f"  copy_check: {check}")
-    if mode in ("copy", "kernel"):
+    if mode == "copy":
         # Steady iterations evicted by copy (and brought back by copy), copies stopped only when
         # the loop ended (its checksum copies leave the plan), the same results. The count places
         # each discard where CUPTI saw the copy before it end, and each populate where the copy
@@ -176,11 +171,10 @@ for mode in ("online", "evictwait", "copy", "kernel", "stray", "graph", "relearn
                 and c.get("copied_in_bytes", 0) > 0 and c.get("failures") == 0
                 and c.get("guard_hits") == 0 and all(b > 0 for b in steady_copied)
                 and off.startswith(("the program ends", "the plan ends")))
-        if mode == "kernel":
-            # UMSWAP_EVICT_COPY_PATH=kernel: the kernel loaded and made the copies (2 MiB pages
-            # and pinned blocks are 16-byte aligned: none is left to a copy engine).
-            good = (good and c.get("path") == "kernel" and c.get("kernel_copies", 0) > 0
-                    and c.get("engine_copies") == 0)
+        # The copy kernel loaded and made the copies (2 MiB pages and pinned blocks are 16-byte
+        # aligned: none is left to a copy engine).
+        good = (good and c.get("path") == "kernel" and c.get("kernel_copies", 0) > 0
+                and c.get("engine_copies") == 0)
     if mode == "stray":
         # The guard caught the stray launch and brought back what it reaches (not everything):
         # copies stayed in force, no fault, the same results as natively with the same stray.
@@ -197,7 +191,7 @@ for mode in ("online", "evictwait", "copy", "kernel", "stray", "graph", "relearn
                 and check.get("harmful", 0) == 0 and unforeseen_ok
                 and a.get("opaque_calls", 0) >= 1
                 and off.startswith("the program issued a CUDA graph launch"))
-    if mode not in ("online", "evictwait", "copy", "kernel", "stray", "graph", "relearn"):  # without UMSWAP_PREFETCH_WAIT: reported, not checked
+    if mode not in ("online", "evictwait", "copy", "stray", "graph", "relearn"):  # without UMSWAP_PREFETCH_WAIT: reported, not checked
         print("  (not checked: without UMSWAP_PREFETCH_WAIT late prefetches fault)")
         continue
     print(f"  {'PASS' if good else 'FAIL'}")

@@ -1,15 +1,15 @@
 #!/bin/bash
 # UMSWAP_EVICT_COPY=1 (opt-in since 2026-11-28, set here) on the bundled cuDNN trainer (samples/cudnn_vgg16: cudaMalloc buffers, a
 # cudaDeviceSynchronize and a copy of the loss to pageable memory every iteration): natively,
-# then under `umswap run --budget` at about half its footprint with copies by copy engine and by
-# umswap's copy kernel, and under `umswap replay` of a trace recorded first (copies by engine).
-# Each must end in time (a hang fails the test instead of blocking it), print the native
-# checksum, have copied, lose nothing, and have no step on a discarded page.
+# then under `umswap run --budget` at about half its footprint, and under `umswap replay` of a
+# trace recorded first, both with copies by umswap's copy kernel (copy engines only when it does
+# not load: here it must load). Each must end in time (a hang fails the test instead of blocking
+# it), print the native checksum, have copied, lose nothing, and have no step on a discarded page.
 # Two hangs it covers (docs/advisor.md, "A hang with the cuDNN sample"), both on an H200:
 #  - online (2026-11-26 02:35): the advisor thread blocked for good inside cuMemPrefetchAsync;
-#    avoided since by a stream write after each of the advisor's event waits
-#    (UMSWAP_CLOSE_CALLS, =waits by default; docs/advisor.md "Closing the advisor's calls"), so this
-#    test runs with the defaults (a host gate, since removed, was its earlier work-around);
+#    avoided since by a stream write after each of the advisor's event waits (always on;
+#    docs/advisor.md "Closing the advisor's calls"), so this test runs with the defaults (a host
+#    gate, since removed, was its earlier work-around);
 #  - replay (12:21): a kernel's first launch loaded its module lazily, which waited for the GPU,
 #    while the GPU waited for the advisor thread, itself behind the load in the driver; fixed by
 #    waiting for the advisor before a function's first use (tracer_callback.cpp,
@@ -36,15 +36,13 @@ if ! timeout -s KILL 120 "$umswap" record -o "$work/trace.umtrace" --budget 1200
   exit 1
 fi
 status=0
-for run in engine kernel replay; do
-  path=$run
+path=kernel  # what the stats must say made the copies
+for run in online replay; do
   command=(run)
   if [ "$run" = replay ]; then
-    path=engine
     command=(replay "$work/trace.umtrace")
   fi
-  if ! UMSWAP_EVICT_COPY=1 UMSWAP_EVICT_COPY_PATH=$path UMSWAP_VERBOSE=2 \
-      UMSWAP_HANG_STACKS=1 \
+  if ! UMSWAP_EVICT_COPY=1 UMSWAP_VERBOSE=2 UMSWAP_DEBUG=hang-stacks \
       timeout -s KILL 120 "$umswap" "${command[@]}" --budget 1200M --stats "$work/$run.json" -- \
       "$sample" $args >"$work/$run.out" 2>"$work/$run.err"; then
     echo "FAIL: $run: the run failed or hung (killed after 120 s); its last lines:"

@@ -17,8 +17,8 @@
 #                  CUDA graph (allocations during capture take the driver's pool): bit-identical
 #                  to native; the stats show the slabs in use and dead pages discarded
 #   evict-copy     a small GPT-2 (samples/pytorch/gpt2.py --deterministic) at half its peak with
-#                  UMSWAP_EVICT_COPY=1 (by copy engine, and by umswap's copy kernel), =keep and
-#                  =0
+#                  UMSWAP_EVICT_COPY=1 (by umswap's copy kernel), with UMSWAP_DEBUG=keep-pages
+#                  too, and =0
 #                  (scripts/evict_copy_check.py): every loss and the final weights' checksum
 #                  equal native's, the copy runs copied, and no step ran on a discarded or
 #                  returning page (copy_check)
@@ -182,11 +182,11 @@ evict-copy)
   check=$here/../../scripts/evict_copy_check.py
   gpt2=$here/../../samples/pytorch/gpt2.py
   python3 "$check" --umswap "$umswap" --limit "$UMSWAP_MANAGED_LIMIT" --budget 50% \
-    --variants copy,kernel,keep,off --tolerance 0 --timeout 240 \
+    --variants copy,keep,off --tolerance 0 --timeout 240 \
     --out "$work/ecc" --json "$work/ecc.json" \
     -- "$gpt2" --layers 4 --width 256 --heads 4 --batch 8 --seq 256 --steps 24 --deterministic \
     >"$work/ecc.out" 2>&1 || { cat "$work/ecc.out"; fail "a run differs from native or failed"; }
-  grep -E '^(native|budget|copy1|kernel1|keep1|off1)|copy_check|copy path' "$work/ecc.out"
+  grep -E '^(native|budget|copy1|keep1|off1)|copy_check|copy path' "$work/ecc.out"
   python3 - "$work/ecc.json" <<'PY' || fail "the copies did not run, or a step met a page in flight"
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -194,7 +194,7 @@ for run in r["runs"]:
     check = run["copy_check"] or {}
     if run["weights"] != "same":
         sys.exit(f"{run['name']}: final weights {run['weights']}")
-    if run["variant"] in ("copy", "kernel", "keep") and not check.get("copies"):
+    if run["variant"] in ("copy", "keep") and not check.get("copies"):
         sys.exit(f"{run['name']}: no copies (the plan evicted nothing by copy)")
     if check.get("harmful"):
         sys.exit(f"{run['name']}: copy_check found {check['harmful']} harmful clashes")

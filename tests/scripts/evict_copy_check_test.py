@@ -16,12 +16,15 @@ SCRIPT = os.path.join(HERE, "..", "..", "scripts", "evict_copy_check.py")
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
 import evict_copy_check as ecc  # noqa: E402
 
-# Prints 4 iterations; under UMSWAP_EVICT_COPY=1 and FAKE_SPIKE set, iteration 2's loss is off.
-# With FAKE_WEIGHTS set the summary has a checksum, different under UMSWAP_EVICT_COPY=keep.
+# Prints 4 iterations; under UMSWAP_EVICT_COPY=1 (pages discarded) and FAKE_SPIKE set, iteration
+# 2's loss is off. With FAKE_WEIGHTS set the summary has a checksum, different under
+# UMSWAP_DEBUG=keep-pages. FAKE_LOG gets each run's setting: 1, 0, keep or None (native).
 TRAIN = textwrap.dedent("""\
     import json, os
     losses = [10.5, 10.1, 9.9, 9.8]
     copy = os.environ.get("UMSWAP_EVICT_COPY")
+    if copy == "1" and "keep-pages" in os.environ.get("UMSWAP_DEBUG", ""):
+        copy = "keep"
     if copy and os.environ.get("FAKE_SLOW"):
         __import__("time").sleep(float(os.environ["FAKE_SLOW"]))
     spike = copy == "1" and os.environ.get("FAKE_SPIKE")
@@ -44,7 +47,7 @@ UMSWAP = textwrap.dedent("""\
     with open(stats + ".args", "w") as f:
         env = __import__("os").environ
         json.dump({"args": a, "copy": env.get("UMSWAP_EVICT_COPY"),
-                   "path": env.get("UMSWAP_EVICT_COPY_PATH")}, f)
+                   "debug": env.get("UMSWAP_DEBUG")}, f)
     rc = subprocess.call(a[a.index("--") + 1:])
     json.dump({"iterations": [{"gpu_page_faults": 0, "wall_ms": 20.4, "copy_out_busy_ms": 9.6,
                                "copy_in_busy_ms": 8.2, "copy_both_busy_ms": 1.0}] * 4,
@@ -119,10 +122,10 @@ class WholeRuns(unittest.TestCase):
         self.assertIn("copy_check: 1 harmful of 1 clashes", p.stdout)
         self.assertIn("caught launch 9 (ln)", p.stdout)
         self.assertIn("stream callbacks: 3 (first: a host function)", p.stdout)
-        for name, setting in (("copy1", "1"), ("keep1", "keep")):
+        for name, setting in (("copy1", ("1", None)), ("keep1", ("1", "keep-pages"))):
             with open(os.path.join(out, name + ".json.args")) as f:
                 seen = json.load(f)
-            self.assertEqual(seen["copy"], setting)
+            self.assertEqual((seen["copy"], seen["debug"]), setting)
             a = seen["args"]
             self.assertEqual(a[a.index("--budget") + 1], str((1 << 30) // 2))
             self.assertEqual(a[a.index("--limit") + 1], "4G")
@@ -130,7 +133,8 @@ class WholeRuns(unittest.TestCase):
     def test_a_one_iteration_spike_fails_the_run_and_names_the_iteration(self):
         p, _ = self.run_check({"FAKE_SPIKE": "1"}, "--variants", "copy,keep")
         self.assertEqual(p.returncode, 1, p.stdout)
-        self.assertIn("copy1 (UMSWAP_EVICT_COPY=1 UMSWAP_EVICT_COPY_PATH=engine)", p.stdout)
+        self.assertIn("copy1 (UMSWAP_EVICT_COPY=1)", p.stdout)
+        self.assertIn("keep1 (UMSWAP_EVICT_COPY=1 UMSWAP_DEBUG=keep-pages)", p.stdout)
         self.assertIn("at iteration 2: DIFFERS", p.stdout)
         with open(os.path.join(self.dir, "r.json")) as f:
             r = json.load(f)
@@ -160,23 +164,25 @@ class WholeRuns(unittest.TestCase):
         self.assertEqual(p.returncode, 1, p.stdout)
         self.assertIn("(killed at --timeout)", p.stdout)
 
-    def test_the_kernel_variant_copies_by_kernel(self):
-        p, out = self.run_check({}, "--variants", "kernel")
+    def test_the_copy_variant_says_what_made_the_copies(self):
+        p, out = self.run_check({}, "--variants", "copy")
         self.assertEqual(p.returncode, 0, p.stdout)
-        self.assertIn("kernel1 (UMSWAP_EVICT_COPY=1 UMSWAP_EVICT_COPY_PATH=kernel)", p.stdout)
+        self.assertIn("copy1 (UMSWAP_EVICT_COPY=1)", p.stdout)
         self.assertIn("copy path kernel: 12 kernel copies, 0 copy-engine copies", p.stdout)
         self.assertIn("copies busy per iteration, out/in/both ms of wall: 10/8/1 of 20 10/8/1",
                       p.stdout)
         self.assertIn("no copy either way, iteration 3", p.stdout)
         self.assertIn("    12.2: 4.5, 4.0, ampere_sgemm", p.stdout)
-        with open(os.path.join(out, "kernel1.json.args")) as f:
+        with open(os.path.join(out, "copy1.json.args")) as f:
             seen = json.load(f)
-        self.assertEqual((seen["copy"], seen["path"]), ("1", "kernel"))
+        self.assertEqual((seen["copy"], seen["debug"]), ("1", None))
 
     def test_bad_arguments(self):
-        p, _ = self.run_check({}, "--variants", "fast")
-        self.assertEqual(p.returncode, 2)
-        self.assertIn("--variants", p.stdout)
+        # kernel: a variant until the copy kernel became the only copy path (issue 37)
+        for bad in ("fast", "kernel"):
+            p, _ = self.run_check({}, "--variants", bad)
+            self.assertEqual(p.returncode, 2, bad)
+            self.assertIn("--variants", p.stdout)
 
 
 if __name__ == "__main__":

@@ -130,7 +130,7 @@ struct AdvisorDriver {
   PFN_cuMemcpyDtoHAsync_v3020 memcpy_dtoh_async = nullptr;
   PFN_cuMemcpyHtoDAsync_v3020 memcpy_htod_async = nullptr;
   PFN_cuMemDiscardBatchAsync_v13000 mem_discard_batch_async = nullptr;
-  // For UMSWAP_EVICT_COPY_PATH=kernel only (copy_kernel.h); without them a copy engine copies.
+  // For umswap's copy kernel only (copy_kernel.h); without them a copy engine copies.
   PFN_cuModuleLoadData_v2000 module_load_data = nullptr;
   PFN_cuModuleGetFunction_v2000 module_get_function = nullptr;
   PFN_cuLaunchKernel_v4000 launch_kernel = nullptr;
@@ -149,35 +149,29 @@ struct AdvisorConfig {
   bool evict_wait = false;     // a launch waits for the evictions planned at it (UMSWAP_EVICT_WAIT)
   // Evictions copied to pinned host memory and discarded, brought back by a populate and a copy
   // (UMSWAP_EVICT_COPY; needs the waits' counter, docs/advisor.md "Evictions umswap copies").
+  // The copies are umswap's copy kernel (copy_kernel.h) on a few SMs instead of cuMemcpyAsync,
+  // whose two directions share one copy engine's bandwidth for managed memory; if the kernel
+  // does not load, a copy engine copies (said once, in the stats). A copy back's populate and a
+  // copy out's discard run on streams of their own (after the same waits), so that the copies
+  // each way follow each other without them in between.
   bool evict_copy = false;
-  // A diagnostic (UMSWAP_EVICT_COPY=keep): the copies out and back run as with evict_copy, but
+  // A diagnostic (UMSWAP_DEBUG=keep-pages): the copies out and back run as with evict_copy, but
   // the GPU pages are not discarded, so a launch that reads a range before its copy back still
   // finds the data, while a stale copy back still overwrites newer bytes.
-  bool evict_copy_keep = false;
-  // UMSWAP_EVICT_COPY_PATH=kernel (the default): the copies are umswap's copy kernel
-  // (copy_kernel.h) on a few SMs instead of cuMemcpyAsync, whose two directions share one copy
-  // engine's bandwidth for managed memory. If the kernel does not load, a copy engine copies (said
-  // once, in the stats).
-  bool evict_copy_kernel = true;
-  // UMSWAP_EVICT_COPY_SIDE_STREAMS: a copy back's populate and a copy out's discard run on
-  // streams of their own (after the same waits), so that the copies each way follow each other
-  // without them in between; false: on the copy's stream, right before or after it.
-  bool evict_copy_side_streams = true;
+  bool keep_pages = false;
   // umswap run --verify (UMSWAP_VERIFY): with evict_copy, each range copied out is hashed on the
   // GPU as it leaves and once it is back (round_trips.h); the stats say what agreed.
   bool verify = false;
   // UMSWAP_LEARN_EVICT: while learning, each launch evicts the least recently used blocks past
   // the budget and prefetches its own, on its stream (learning_evictor.h).
   bool learn_evict = true;
-  // UMSWAP_HANG_STACKS: when the watchdog reports a stall, every thread prints its stack.
+  // UMSWAP_DEBUG=hang-stacks: when the watchdog reports a stall, every thread prints its stack.
   bool hang_stacks = false;
-  // UMSWAP_OP_LOG (a diagnostic, op_log.h): calls followed on the GPU, for the stall reports.
+  // UMSWAP_DEBUG=op-log (op_log.h): every call on the advisor's streams followed on the GPU, for
+  // the stall reports. Without it, only a write of a number to pinned memory between a stream's
+  // event waits and the managed call after them (docs/advisor.md, "Closing the advisor's calls":
+  // without, the bundled cuDNN sample hung with copies).
   bool op_log = false;
-  // UMSWAP_CLOSE_CALLS: on the advisor's streams, a write of a number to pinned memory between
-  // event waits and the managed call after them (2, =waits, the default), or after each event
-  // wait, prefetch and discard (1); docs/advisor.md, "Closing the advisor's calls": without, the
-  // bundled cuDNN sample hung with copies. 0: none.
-  int close_calls = 2;
   // True while umswap's own code runs on the calling thread (a hook): its blocking calls (the
   // allocator's, under its lock) do not wait for the advisor in before_blocking(). Empty: never.
   std::function<bool()> in_own_code;

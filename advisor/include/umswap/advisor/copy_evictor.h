@@ -219,11 +219,11 @@ class CopyEvictor final : public Evictor {
   std::atomic<uint64_t> stopped_pending_{0};
   uint64_t stops_recorded_ = 0;
   CUstream restore_stream_ = nullptr;
-  // UMSWAP_EVICT_COPY_SIDE_STREAMS: the populates of the plan's copies back run on
-  // populate_stream_, so that the next launch's populates overlap this one's copies in
-  // (populated_event_ orders each copy after its own populate); the discards behind the copies
-  // out run on discard_stream_ (copied_event_ orders each after its copies), so that the next
-  // copy out need not wait for them. Null: they run on restore_stream_ and stream_.
+  // The populates of the plan's copies back run on populate_stream_, so that the next launch's
+  // populates overlap this one's copies in (populated_event_ orders each copy after its own
+  // populate); the discards behind the copies out run on discard_stream_ (copied_event_ orders
+  // each after its copies), so that the next copy out need not wait for them. Null (the streams
+  // could not be created): they run on restore_stream_ and stream_.
   CUstream populate_stream_ = nullptr, discard_stream_ = nullptr;
   CUevent populated_event_ = nullptr;
   // The event a discard on discard_stream_ waits for (recorded on stream_ after the copies it
@@ -270,8 +270,8 @@ class CopyEvictor final : public Evictor {
   std::string copy_off_reason_;                  // why copies stopped (empty: they did not)
   OnceFlag warned_copy_failure_;
   OnceFlag warned_wait_failure_;  // launch path
-  // UMSWAP_EVICT_COPY_PATH=kernel: the loaded copy kernel (null: copy engines copy), why it is
-  // not used when asked for, and how many copies each path made.
+  // The loaded copy kernel (null: copy engines copy), why it is not used, and how many copies
+  // each path made.
   CUfunction copy_fn_ = nullptr;
   std::string copy_kernel_off_;
   uint64_t kernel_copies_ = 0, engine_copies_ = 0;

@@ -1,5 +1,5 @@
-// umswap's copy kernel (UMSWAP_EVICT_COPY_PATH=kernel): the copies out and back of
-// UMSWAP_EVICT_COPY done by a few SMs instead of a copy engine.
+// umswap's copy kernel: the copies out and back of UMSWAP_EVICT_COPY done by a few SMs instead
+// of a copy engine (which copies only when the kernel does not load).
 //
 // Why: on an H200 (bench/copy_path_probe.cu, 2026-11-26), cuMemcpyAsync between GPU-resident
 // managed memory and pinned host memory ran at 52.6 GB/s to the host and 51.2 to the GPU, but

@@ -1,5 +1,5 @@
-// UMSWAP_OP_LOG (a diagnostic): what the GPU has done of each stream's calls that umswap made.
-// Every call the advisor makes on one of its own streams (prefetches, discards, copies, event
+// UMSWAP_DEBUG=op-log (a diagnostic): what the GPU has done of each stream's calls that umswap
+// made. Every call the advisor makes on one of its own streams (prefetches, discards, copies, event
 // records and waits, stream memory operations, its copy kernel) is numbered per stream and followed
 // on that stream by a write of its number to a word of pinned host memory. A hang report then
 // reads, with no driver call (a thread stuck in the driver may hold the driver's locks), how far
@@ -33,7 +33,7 @@ class OpLog {
   // (index into `done`); false when `s` is not followed (the program's streams are not: a write
   // of umswap's own among the program's calls is best left out of a diagnostic).
   bool note(Stream s, const char* what, uint64_t a, uint64_t b, uint64_t* number, size_t* word);
-  // UMSWAP_CLOSE_CALLS=waits: an event wait was placed on `s` (followed streams only), and, when
+  // Without op-log: an event wait was placed on `s` (followed streams only), and, when
   // a managed call is about to be, whether one was since the last time it was asked.
   void mark_wait(Stream s);
   bool take_wait(Stream s);

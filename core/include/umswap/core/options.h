@@ -62,50 +62,64 @@ std::optional<bool> parse_bool(std::string_view text);
 // Formats a byte count for people: `1.50 GiB`, `512.00 MiB`, `12 B`.
 std::string format_bytes(uint64_t bytes);
 
+// UMSWAP_DEBUG: the diagnostics asked for, none by default.
+struct DebugOptions {
+  // hang-stacks: every thread prints its stack when the watchdog reports a stall.
+  bool hang_stacks = false;
+  // op-log: the advisor's calls on each stream numbered on the GPU, for stall reports (op_log.h).
+  bool op_log = false;
+  // keep-pages: with UMSWAP_EVICT_COPY=1, the copies out and back as ever, the GPU pages kept.
+  bool keep_pages = false;
+  bool operator==(const DebugOptions&) const = default;
+};
+// Parses a comma-separated list of `hang-stacks`, `op-log` and `keep-pages` (any order, spaces
+// around words, empty items skipped; empty = none). On an unknown word returns nullopt and, if
+// `error` is given, a sentence naming it.
+std::optional<DebugOptions> parse_debug(std::string_view text, std::string* error = nullptr);
+// `hang-stacks,op-log,keep-pages` (those set, in that order); empty for none.
+std::string to_string(const DebugOptions& debug);
+
 struct Options {
   Mode mode = Mode::online;
-  SizeSpec budget;                    // GPU-resident target; 0 = none (used by the advisor)
-  SizeSpec managed_limit;             // hard cap on managed bytes allocated; 0 = no cap
-  std::string stats_path;             // JSON stats written at exit; empty = none
-  int verbose = 0;                    // 0 quiet, 1 resolved options and notable events, 2 debug
-  int callsite_depth = 8;             // frames hashed into a buffer's call-site identity; 0 = off
-  std::string trace_path;             // record an access trace here (CUPTI tracer); empty = off
-  uint64_t trace_iterations = 0;      // stop recording after this many iterations; 0 = all
-  std::string iteration_marker;       // NVTX range name that marks an iteration; empty = detect
-  std::string cupti_library;          // libcupti to load; empty = search the usual places
-  std::string replay_path;            // trace the replay mode plans from
-  bool prefetch_wait = false;         // a launch waits for its late prefetch rather than fault
-  bool evict_wait = false;            // a launch waits for the evictions the plan makes at it
-  bool evict_copy = false;            // evictions copied to pinned host memory, GPU pages discarded
-  bool evict_copy_keep = false;       // diagnostic: the same copies, GPU pages not discarded
-  bool evict_copy_kernel = true;      // copies by umswap's copy kernel, not a copy engine
-  bool evict_copy_side_streams = true;  // populates and discards beside the copies' streams
-  bool verify = false;                // UMSWAP_VERIFY (umswap run --verify): round trips hashed
-  bool learn_evict = true;            // UMSWAP_LEARN_EVICT: LRU evictions while learning
-  bool op_log = false;                // each stream's calls numbered, for stall reports (op_log.h)
-  int close_calls = 2;  // UMSWAP_CLOSE_CALLS: 0 off, 1 after event waits and managed calls, 2 waits
-  bool hang_stacks = false;    // every thread prints its stack when the watchdog finds a stall
-  bool async_slabs = true;     // stream-ordered allocations from slabs, not the managed pool
-  bool lifetimes = true;       // slabs: plan with block lifetimes; drop dead data at frees
-  bool placement = true;       // slabs with lifetimes: pack an iteration's blocks in an arena
+  SizeSpec budget;                // GPU-resident target; 0 = none (used by the advisor)
+  SizeSpec managed_limit;         // hard cap on managed bytes allocated; 0 = no cap
+  std::string stats_path;         // JSON stats written at exit; empty = none
+  int verbose = 0;                // 0 quiet, 1 resolved options and notable events, 2 debug
+  int callsite_depth = 8;         // frames hashed into a buffer's call-site identity; 0 = off
+  std::string trace_path;         // record an access trace here (CUPTI tracer); empty = off
+  uint64_t trace_iterations = 0;  // stop recording after this many iterations; 0 = all
+  std::string iteration_marker;   // NVTX range name that marks an iteration; empty = detect
+  std::string cupti_library;      // libcupti to load; empty = search the usual places
+  std::string replay_path;        // trace the replay mode plans from
+  bool prefetch_wait = false;     // a launch waits for its late prefetch rather than fault
+  bool evict_wait = false;        // a launch waits for the evictions the plan makes at it
+  bool evict_copy = false;        // evictions copied to pinned host memory, GPU pages discarded
+  bool verify = false;            // UMSWAP_VERIFY (umswap run --verify): round trips hashed
+  bool learn_evict = true;        // UMSWAP_LEARN_EVICT: LRU evictions while learning
+  DebugOptions debug;             // UMSWAP_DEBUG: diagnostics
+  bool async_slabs = true;        // stream-ordered allocations from slabs, not the managed pool
+  bool lifetimes = true;          // slabs: plan with block lifetimes; drop dead data at frees
+  bool placement = true;          // slabs with lifetimes: pack an iteration's blocks in an arena
 };
 
 // One entry of the option table, for help texts, docs/options.md and `UMSWAP_VERBOSE` output.
 struct OptionInfo {
   std::string_view name;  // UMSWAP_...
   // The values it takes: SIZE, BOOL (1/0, on/off, true/false, yes/no), N (a whole number), LO-HI
-  // (a whole number in that range), PATH, NAME, or words and those forms between `|`.
+  // (a whole number in that range), PATH, NAME, or words and those forms between `|`; words
+  // between `,`: any of them, comma-separated.
   std::string_view grammar;
   std::string_view default_text;  // as a user would write it; empty = unset
   std::string_view meaning;       // one line
   // An experiment or a diagnostic: `umswap --help` leaves it out, `umswap --help-all` lists it.
   bool advanced = false;
 };
-// Options measured, found not to help and removed: parse_options() names each one that is set
-// in a warning and ignores it.
+// Options measured, found not to help and removed, or folded into another: parse_options()
+// names each one that is set in a warning (with what replaced it, if anything) and ignores it.
 struct RemovedOption {
   const char* name;
   const char* why;
+  const char* replacement = nullptr;  // `UMSWAP_DEBUG=op-log`: what to set instead; null: none
 };
 std::span<const RemovedOption> removed_options();
 std::span<const OptionInfo> option_table();

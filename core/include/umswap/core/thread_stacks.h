@@ -1,7 +1,7 @@
 // A diagnostic for hangs: every thread of the process writes its own call stack (glibc's
 // backtrace, symbols as the dynamic symbol tables have them) to a file descriptor. Used by the
 // advisor's watchdog when launches have waited long for the advisor thread and
-// UMSWAP_HANG_STACKS=1: the devices umswap runs on have no debugger to attach.
+// UMSWAP_DEBUG=hang-stacks: the devices umswap runs on have no debugger to attach.
 #pragma once
 
 namespace umswap {

@@ -11,7 +11,7 @@ extern thread_local bool t_own_calls __attribute__((tls_model("initial-exec")));
 // While one lives, the calling thread's CUDA calls are umswap's own. The tracer holds one around
 // the observer's calls (the launch path), which it makes under its launch lock: a call of the
 // advisor's there that the tracer took for a step of the program's (a stream write, such as the
-// one UMSWAP_CLOSE_CALLS puts after an event wait on the populate stream) would wait for that
+// one the advisor puts after an event wait on the populate stream) would wait for that
 // lock on the same thread, for good.
 class OwnCallsScope {
  public:

@@ -69,7 +69,7 @@ void Tracer::on_first_call() {
         "transfer counts",
         cupti_.result_string(r));
   }
-  um_counters_ = r == CUPTI_SUCCESS;
+  um_counters_.store(r == CUPTI_SUCCESS, std::memory_order_release);
   std::atexit([] { finish_tracer(); });
 }
 

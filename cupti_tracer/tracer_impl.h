@@ -253,7 +253,7 @@ class Tracer {
   std::atomic<uint64_t> captured_calls_{0};
   std::atomic<uint32_t> copy_keys_[static_cast<size_t>(MemoryCallClass::count)];
   std::unique_ptr<RunSummary> summary_;
-  bool um_counters_ = false;
+  std::atomic<bool> um_counters_{false};  // written once (on_first_call()), read by any thread
 
   // Activity state, written on CUPTI's thread (or the thread that flushes).
   std::mutex activity_mutex_;

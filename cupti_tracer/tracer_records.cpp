@@ -120,7 +120,7 @@ void Tracer::parse_activity(uint8_t* buffer, size_t valid_size) {
 // GPU end of the step launched before it, a populate at the GPU start of the next one.
 void Tracer::note_residency(uint64_t address, uint64_t bytes, bool on_gpu, uint64_t at_step,
                             uint32_t copy) {
-  if (!running() || !um_counters_ || !cupti_.get_timestamp) return;
+  if (!running() || !um_counters_.load(std::memory_order_acquire) || !cupti_.get_timestamp) return;
   uint64_t now = 0;
   if (cupti_.get_timestamp(&now) != CUPTI_SUCCESS) return;
   const StepRecorder* r = recorder();

@@ -142,7 +142,7 @@ void Tracer::summarize(trace::Trace t) {
   constexpr uint64_t kPage = 64 << 10;
   constexpr uint64_t kChunk = 2 << 20;
   auto summary = std::make_unique<RunSummary>();
-  summary->has_unified_memory_counters = um_counters_;
+  summary->has_unified_memory_counters = um_counters_.load(std::memory_order_acquire);
   summary->layouts_prepared = prepared_count_.load(std::memory_order_relaxed);
   summary->layouts_read_in_callback = read_in_callback_.load(std::memory_order_relaxed);
   summary->layouts_unknown = layouts_unknown_.load(std::memory_order_relaxed);

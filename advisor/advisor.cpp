@@ -751,7 +751,15 @@ void AdvisorImpl::log_learned(const LivePlan& p, uint64_t first) const {
 }
 
 void AdvisorImpl::activate(std::unique_ptr<LivePlan> p) {
-  log_info("advisor: applying the {} plan from launch {}", p->source, p->applied_from);
+  if (plans.empty()) {
+    // The one line a user sees by default (UMSWAP_VERBOSE=0): the first plan, when it is made.
+    log_notice("a plan {} is in force from launch {} ({} launches an iteration, budget {})",
+               p->source == "replay" ? "from the trace" : "learned from the program",
+               p->applied_from, p->period,
+               config.budget.is_zero() ? std::string("none") : format_bytes(budget));
+  } else {
+    log_info("advisor: applying the {} plan from launch {}", p->source, p->applied_from);
+  }
   index_plan(*p);
   take_effect(*p);
   plans.push_back(std::move(p));

@@ -132,6 +132,7 @@ ChildEnvironment plan_child_environment(const RunFlags& flags, const CurrentEnv&
   }
   if (flags.stats_path) env.set.push_back({"UMSWAP_STATS", *flags.stats_path});
   if (flags.verbose) env.set.push_back({"UMSWAP_VERBOSE", "1"});
+  if (flags.quiet) env.set.push_back({"UMSWAP_VERBOSE", "quiet"});
   if (flags.verify) {
     env.set.push_back({"UMSWAP_EVICT_COPY", "1"});
     env.set.push_back({"UMSWAP_VERIFY", "1"});

@@ -473,6 +473,7 @@ CommandLine parse_command_line(std::span<const std::string> args) {
     if (stats.empty()) return usage_error("--stats: '' is empty (expected a file path)");
     flags.stats_path = stats;
   }
+  if (verbose && quiet) return usage_error("--quiet and --verbose: give one of them");
   flags.verbose = verbose;
   flags.verify = verify;
   flags.quiet = quiet;

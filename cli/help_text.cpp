@@ -89,10 +89,8 @@ std::string help_text(bool all) {
                                   ? fmt::format("  {}", flag.name)
                                   : fmt::format("  {} {}", flag.name, flag.value_name);
     std::string meaning(flag.meaning);
-    if (flag.variable.empty()) {
-      // umswap's own flag: sets nothing in the command's environment.
-    } else if (flag.value_name.empty()) {
-      meaning += fmt::format(" [sets {}=1]", flag.variable);
+    if (flag.value_name.empty()) {
+      meaning += fmt::format(" [sets {}={}]", flag.variable, flag.sets);
     } else {
       const std::string_view def = default_of(flag.variable);
       meaning += fmt::format(" [sets {}; default: {}]", flag.variable, def.empty() ? "none" : def);

@@ -15,7 +15,19 @@ void set_log_verbosity(int verbosity) {
 }
 
 bool log_enabled(LogLevel level) {
-  return static_cast<int>(level) <= 1 + g_verbosity.load(std::memory_order_relaxed);
+  const int v = g_verbosity.load(std::memory_order_relaxed);
+  switch (level) {
+    case LogLevel::error:
+    case LogLevel::warning:
+      return true;
+    case LogLevel::notice:
+      return v >= 0;
+    case LogLevel::info:
+      return v >= 1;
+    case LogLevel::debug:
+      return v >= 2;
+  }
+  return false;
 }
 
 void log_write(LogLevel level, std::string_view message) {

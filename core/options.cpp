@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "umswap/core/log.h"
+
 #include <array>
 #include <cctype>
 #include <charconv>
@@ -44,8 +46,9 @@ constexpr std::array kOptionTable = {
                "allocation fails with out-of-memory; 0 = no cap"},
     OptionInfo{"UMSWAP_STATS", "PATH", "",
                "write a JSON stats file here at exit (`%p` is replaced by the process id)"},
-    OptionInfo{"UMSWAP_VERBOSE", "0|1|2", "0",
-               "0 quiet; 1 resolved options and notable events; 2 debug"},
+    OptionInfo{"UMSWAP_VERBOSE", "quiet|0|1|2", "0",
+               "quiet: warnings only (umswap run --quiet); 0: also one line when the first plan "
+               "takes effect; 1: resolved options and notable events; 2: debug"},
     OptionInfo{"UMSWAP_CALLSITE_DEPTH", "0-32", "8",
                "stack frames hashed into an allocation's call-site identity (0-32; 0 = off)",
                kAdvanced},
@@ -354,8 +357,10 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
       options.verbose = *b ? 1 : 0;
     } else if (t == "2") {
       options.verbose = 2;
+    } else if (t == "quiet") {
+      options.verbose = kQuietVerbosity;
     } else {
-      warn("UMSWAP_VERBOSE", v, "is not 0, 1 or 2", "0");
+      warn("UMSWAP_VERBOSE", v, "is not quiet, 0, 1 or 2", "0");
     }
   }
   read_int("UMSWAP_CALLSITE_DEPTH", 0, 32, &options.callsite_depth, "8");
@@ -412,7 +417,8 @@ std::vector<std::string> describe(const Options& options) {
       fmt::format("UMSWAP_BUDGET={}", options.budget.to_string()),
       fmt::format("UMSWAP_MANAGED_LIMIT={}", options.managed_limit.to_string()),
       fmt::format("UMSWAP_STATS={}", options.stats_path),
-      fmt::format("UMSWAP_VERBOSE={}", options.verbose),
+      options.verbose == kQuietVerbosity ? std::string("UMSWAP_VERBOSE=quiet")
+                                         : fmt::format("UMSWAP_VERBOSE={}", options.verbose),
       fmt::format("UMSWAP_CALLSITE_DEPTH={}", options.callsite_depth),
       fmt::format("UMSWAP_TRACE={}", options.trace_path),
       fmt::format("UMSWAP_TRACE_ITERATIONS={}", options.trace_iterations),

@@ -113,6 +113,14 @@ TEST(ChildEnv, FlagsBecomeVariables) {
   EXPECT_FALSE(find_var(env, "UMSWAP_CALLSITE_DEPTH"));
 }
 
+TEST(ChildEnv, QuietSilencesTheLibrarysNotices) {
+  RunFlags flags;
+  flags.quiet = true;
+  flags.command = {"true"};
+  const ChildEnvironment env = plan_child_environment(flags, {}, "/u/libumswap.so");
+  EXPECT_EQ(find_var(env, "UMSWAP_VERBOSE"), "quiet");
+}
+
 TEST(ChildEnv, OnlyGivenFlagsAreSet) {
   RunFlags flags;
   flags.managed_limit = parse_size("60G");

@@ -39,6 +39,18 @@ TEST(CommandLine, VerifyOnRunAndReplayNotRecord) {
   EXPECT_TRUE(contains(record.message, "--verify")) << record.message;
 }
 
+TEST(CommandLine, QuietOnRunRecordAndReplayButNotWithVerbose) {
+  EXPECT_TRUE(parse({"run", "--quiet", "--", "true"}).run_flags.quiet);
+  EXPECT_TRUE(parse({"run", "-q", "--", "true"}).run_flags.quiet);
+  EXPECT_FALSE(parse({"run", "--", "true"}).run_flags.quiet);
+  EXPECT_TRUE(parse({"record", "-o", "t.umtrace", "-q", "--", "true"}).run_flags.quiet);
+  EXPECT_TRUE(parse({"replay", "t.umtrace", "--quiet", "--", "true"}).run_flags.quiet);
+  const CommandLine both = parse({"run", "--quiet", "--verbose", "--", "true"});
+  EXPECT_EQ(both.action, Action::error);
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_TRUE(contains(both.message, "--quiet and --verbose")) << both.message;
+}
+
 TEST(CommandLine, FlagsNotGivenStayUnset) {
   const CommandLine cl = parse({"run", "--", "true"});
   ASSERT_EQ(cl.action, Action::run) << cl.message;

@@ -58,9 +58,15 @@ class LogTest : public testing::Test {
 };
 
 TEST_F(LogTest, LevelsEnabledByVerbosity) {
+  set_log_verbosity(kQuietVerbosity);
+  EXPECT_TRUE(log_enabled(LogLevel::error));
+  EXPECT_TRUE(log_enabled(LogLevel::warning));
+  EXPECT_FALSE(log_enabled(LogLevel::notice));
+  EXPECT_FALSE(log_enabled(LogLevel::info));
   set_log_verbosity(0);
   EXPECT_TRUE(log_enabled(LogLevel::error));
   EXPECT_TRUE(log_enabled(LogLevel::warning));
+  EXPECT_TRUE(log_enabled(LogLevel::notice));
   EXPECT_FALSE(log_enabled(LogLevel::info));
   EXPECT_FALSE(log_enabled(LogLevel::debug));
   set_log_verbosity(1);
@@ -77,9 +83,11 @@ TEST_F(LogTest, WriteFormatsOneLinePerLevel) {
   StderrCapture capture;
   log_write(LogLevel::error, "e");
   log_write(LogLevel::warning, "w");
+  log_write(LogLevel::notice, "n");
   log_write(LogLevel::info, "i");
   log_write(LogLevel::debug, "d");
-  EXPECT_EQ(capture.text(), "umswap: error: e\numswap: warning: w\numswap: i\numswap: d\n");
+  EXPECT_EQ(capture.text(),
+            "umswap: error: e\numswap: warning: w\numswap: n\numswap: i\numswap: d\n");
 }
 
 TEST_F(LogTest, LogFormatsArgumentsAndHonoursTheLevel) {
@@ -89,6 +97,20 @@ TEST_F(LogTest, LogFormatsArgumentsAndHonoursTheLevel) {
   log_info("hidden {}", 1);
   log_debug("hidden {}", 2);
   EXPECT_EQ(capture.text(), "umswap: warning: 3 of x\n");
+}
+
+TEST_F(LogTest, NoticesAppearByDefaultAndNotWhenQuiet) {
+  set_log_verbosity(0);
+  {
+    StderrCapture capture;
+    log_notice("plan {}", 1);
+    EXPECT_EQ(capture.text(), "umswap: plan 1\n");
+  }
+  set_log_verbosity(kQuietVerbosity);
+  StderrCapture capture;
+  log_notice("plan {}", 2);
+  log_warning("still {}", 3);
+  EXPECT_EQ(capture.text(), "umswap: warning: still 3\n");
 }
 
 TEST_F(LogTest, InfoAndDebugAppearWhenVerbose) {

@@ -1,6 +1,7 @@
 // Option parsing: the size and boolean grammar, the option table, and parse_options() with a fake
 // environment (no getenv here).
 #include "umswap/core/options.h"
+#include "umswap/core/log.h"
 
 #include <gtest/gtest.h>
 
@@ -331,8 +332,9 @@ TEST(ParseOptions, EmptyOrWhitespaceValuesCountAsUnset) {
 }
 
 TEST(ParseOptions, VerboseLevels) {
-  const std::pair<const char*, int> cases[] = {{"0", 0},   {"1", 1},   {"2", 2},   {"on", 1},
-                                               {"off", 0}, {"yes", 1}, {"true", 1}};
+  const std::pair<const char*, int> cases[] = {
+      {"0", 0},   {"1", 1},   {"2", 2},    {"on", 1},
+      {"off", 0}, {"yes", 1}, {"true", 1}, {"quiet", kQuietVerbosity}};
   for (const auto& [text, level] : cases) {
     std::vector<std::string> warnings;
     EXPECT_EQ(parse({{"UMSWAP_VERBOSE", text}}, &warnings).verbose, level) << text;

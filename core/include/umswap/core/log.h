@@ -10,9 +10,12 @@
 
 namespace umswap {
 
-enum class LogLevel { error = 0, warning = 1, info = 2, debug = 3 };
+// notice: a line a user reads by default (a plan taking effect), silenced only by quiet.
+enum class LogLevel { error = 0, warning = 1, notice = 2, info = 3, debug = 4 };
 
-// 0: errors and warnings; 1: + info; 2: + debug. Set once from UMSWAP_VERBOSE.
+// -1 (quiet): errors and warnings; 0: + notices; 1: + info; 2: + debug. Set once from
+// UMSWAP_VERBOSE.
+inline constexpr int kQuietVerbosity = -1;
 void set_log_verbosity(int verbosity);
 bool log_enabled(LogLevel level);
 // Writes `umswap: <level prefix><message>\n` in one write(2) call.
@@ -33,6 +36,10 @@ void log(LogLevel level, fmt::format_string<Args...> format, Args&&... args) {
 template <typename... Args>
 void log_warning(fmt::format_string<Args...> format, Args&&... args) {
   log(LogLevel::warning, format, std::forward<Args>(args)...);
+}
+template <typename... Args>
+void log_notice(fmt::format_string<Args...> format, Args&&... args) {
+  log(LogLevel::notice, format, std::forward<Args>(args)...);
 }
 template <typename... Args>
 void log_info(fmt::format_string<Args...> format, Args&&... args) {

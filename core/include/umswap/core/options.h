@@ -81,12 +81,12 @@ std::string to_string(const DebugOptions& debug);
 
 struct Options {
   Mode mode = Mode::online;
-  SizeSpec budget;                // GPU-resident target; 0 = none (used by the advisor)
-  SizeSpec managed_limit;         // hard cap on managed bytes allocated; 0 = no cap
-  std::string stats_path;         // JSON stats written at exit; empty = none
-  int verbose = 0;                // 0 quiet, 1 resolved options and notable events, 2 debug
-  int callsite_depth = 8;         // frames hashed into a buffer's call-site identity; 0 = off
-  std::string trace_path;         // record an access trace here (CUPTI tracer); empty = off
+  SizeSpec budget;         // GPU-resident target; 0 = none (used by the advisor)
+  SizeSpec managed_limit;  // hard cap on managed bytes allocated; 0 = no cap
+  std::string stats_path;  // JSON stats written at exit; empty = none
+  int verbose = 0;         // -1 quiet (kQuietVerbosity), 0 + notices, 1 + notable events, 2 debug
+  int callsite_depth = 8;  // frames hashed into a buffer's call-site identity; 0 = off
+  std::string trace_path;  // record an access trace here (CUPTI tracer); empty = off
   uint64_t trace_iterations = 0;  // stop recording after this many iterations; 0 = all
   std::string iteration_marker;   // NVTX range name that marks an iteration; empty = detect
   std::string cupti_library;      // libcupti to load; empty = search the usual places

@@ -10,8 +10,9 @@ namespace umswap::cli::detail {
 struct RunFlagInfo {
   std::string_view name;        // `--budget`
   std::string_view value_name;  // `SIZE`; empty for a flag without a value
-  std::string_view variable;    // the UMSWAP_* variable it sets; empty: none (umswap's own)
+  std::string_view variable;    // the UMSWAP_* variable it sets
   std::string_view meaning;     // one line
+  std::string_view sets = "1";  // the value a flag without a value sets its variable to
 };
 
 inline constexpr std::array kRunFlags = {
@@ -37,12 +38,14 @@ inline constexpr std::array kRunFlags = {
     RunFlagInfo{"--verbose", "", "UMSWAP_VERBOSE",
                 "print the environment set for the command; the library reports its options "
                 "and notable events"},
-    RunFlagInfo{"-q, --quiet", "", "",
-                "no summary when the command ends (by default, for each process the advisor ran "
+    RunFlagInfo{"-q, --quiet", "", "UMSWAP_VERBOSE",
+                "only warnings and errors: no line when the first plan takes effect, and no "
+                "summary when the command ends (by default, for each process the advisor ran "
                 "in: iterations and their median time under the plan, GB moved each way and GPU "
                 "page faults per iteration, peak GPU-resident bytes against the budget, where the "
-                "advisor ended, the memory path), read from its stats file (a temporary one "
-                "without --stats)"},
+                "advisor ended, the memory path, read from its stats file: a temporary one "
+                "without --stats)",
+                "quiet"},
 };
 
 inline constexpr std::string_view kRunUsage = "umswap run [options] -- command [args...]";

@@ -616,8 +616,14 @@ void AdvisorImpl::learn() {
   if (logged < learn_from + 64 || logged < next_check) return;
   next_check = logged + std::max<uint64_t>(64, (logged - learn_from) / 4);
   const std::vector<uint32_t> keys = steps.copy_keys(learn_from);
-  const std::optional<LearnChoice> choice = online.choose(keys, step_signatures(keys.size()));
+  std::optional<LearnChoice> choice = online.choose(keys);
   if (!choice) return;
+  // Whether the keys' iteration repeats its data too (online_learning.h): the steps' pointers are
+  // copied only once the keys give an iteration, not at every check.
+  if (const std::vector<uint64_t> buffers = step_signatures(keys.size()); !buffers.empty()) {
+    choice = online.choose(keys, buffers);
+    if (!choice) return;
+  }
   const uint64_t e = learn_from + choice->region_start;
   const uint64_t first = learn_from + choice->first;
   if (placement.may_try() && config.place && use_lifetimes() && first >= choice->period) {

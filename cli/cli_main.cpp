@@ -81,12 +81,12 @@ bool has_budget(const RunFlags& flags) {
 
 // Whether the advisor runs (modes online and replay), where the stats cost nothing the tracer
 // does not do anyway: --mode, replay, else the user's UMSWAP_MODE (online when unset).
-bool advises(const RunFlags& flags) {
+bool advisor_runs(const RunFlags& flags) {
   if (flags.replay_trace) return true;
-  if (flags.mode) return *flags.mode == Mode::online;
+  if (flags.mode) return advises(*flags.mode);
   const char* v = env_get("UMSWAP_MODE");
   const std::optional<Mode> mode = v ? parse_mode(v) : std::optional<Mode>(Mode::online);
-  return !mode || *mode == Mode::online || *mode == Mode::replay;
+  return !mode || advises(*mode);
 }
 
 }  // namespace
@@ -107,7 +107,7 @@ int run_command(const RunFlags& given) {
     stats_pattern = *flags.stats_path;
   } else if (const char* user = env_get("UMSWAP_STATS"); user && *user) {
     stats_pattern = user;
-  } else if (flags.verify || (!flags.quiet && advises(flags))) {
+  } else if (flags.verify || (!flags.quiet && advisor_runs(flags))) {
     std::string dir = (std::filesystem::temp_directory_path() / "umswap-run-XXXXXX").string();
     if (!::mkdtemp(dir.data())) {
       if (flags.verify) {

@@ -69,20 +69,6 @@ const json* field(const json& object, std::string_view key) {
   return it == object.end() ? nullptr : &*it;
 }
 
-std::optional<uint64_t> u64_of(const json* v) {
-  if (!v) return std::nullopt;
-  if (v->is_number_unsigned()) return v->get<uint64_t>();
-  if (v->is_number_integer()) {
-    const int64_t i = v->get<int64_t>();
-    return i >= 0 ? std::optional<uint64_t>(static_cast<uint64_t>(i)) : std::nullopt;
-  }
-  if (v->is_number_float()) {
-    const double d = v->get<double>();
-    return d >= 0 && d < 1.8e19 ? std::optional<uint64_t>(static_cast<uint64_t>(d)) : std::nullopt;
-  }
-  return std::nullopt;
-}
-
 std::optional<double> double_of(const json* v) {
   if (!v || !v->is_number()) return std::nullopt;
   const double d = v->get<double>();
@@ -125,22 +111,6 @@ json opt(const std::optional<T>& v) {
 
 json text_or_null(const std::string& s) {
   return s.empty() ? json(nullptr) : json(s);
-}
-
-// Mean of `get(iteration)` over the steady iterations that have the figure; nullopt when none do.
-template <typename Get>
-std::optional<double> steady_mean(const StatsFigures& stats, Get get) {
-  const std::vector<StatsIteration>& iterations = stats.iterations;
-  const auto [first, end] = planned_steady_range(iterations.size(), &stats);
-  double sum = 0;
-  size_t n = 0;
-  for (size_t i = first; i < end; ++i) {
-    if (const std::optional<uint64_t> v = get(iterations[i])) {
-      sum += static_cast<double>(*v);
-      ++n;
-    }
-  }
-  return n ? std::optional<double>(sum / static_cast<double>(n)) : std::nullopt;
 }
 
 struct Timing {
@@ -325,6 +295,20 @@ std::string faster_or_slower(double a_ms, double b_ms) {
 }
 
 }  // namespace
+
+std::optional<uint64_t> u64_of(const json* v) {
+  if (!v) return std::nullopt;
+  if (v->is_number_unsigned()) return v->get<uint64_t>();
+  if (v->is_number_integer()) {
+    const int64_t i = v->get<int64_t>();
+    return i >= 0 ? std::optional<uint64_t>(static_cast<uint64_t>(i)) : std::nullopt;
+  }
+  if (v->is_number_float()) {
+    const double d = v->get<double>();
+    return d >= 0 && d < 1.8e19 ? std::optional<uint64_t>(static_cast<uint64_t>(d)) : std::nullopt;
+  }
+  return std::nullopt;
+}
 
 std::string_view compare_baseline_name(CompareBaseline baseline) {
   switch (baseline) {

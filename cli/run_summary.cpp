@@ -14,45 +14,19 @@ namespace {
 namespace schema = stats_schema;
 using json = nlohmann::json;
 
-// A count: a non-negative integer (written unsigned; parsed either way).
-std::optional<uint64_t> count_of(const json* v) {
-  if (!v || !v->is_number_integer()) return std::nullopt;
-  if (v->is_number_unsigned()) return v->get<uint64_t>();
-  const int64_t n = v->get<int64_t>();
-  return n >= 0 ? std::optional<uint64_t>(static_cast<uint64_t>(n)) : std::nullopt;
-}
-
-std::optional<uint64_t> u64_at(const json& stats, const schema::Field& f) {
-  return count_of(schema::find(stats, f));
-}
-
 std::string gib(uint64_t bytes) {
   return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1024.0 * 1024 * 1024));
 }
 
-// Mean of an optional figure over iterations [first, end) that have it.
-template <typename Get>
-std::optional<double> mean(const std::vector<StatsIteration>& its, size_t first, size_t end,
-                           Get get) {
-  double sum = 0;
-  size_t n = 0;
-  for (size_t i = first; i < end; ++i) {
-    if (const std::optional<uint64_t> v = get(its[i])) {
-      sum += static_cast<double>(*v);
-      ++n;
-    }
-  }
-  return n ? std::optional<double>(sum / static_cast<double>(n)) : std::nullopt;
-}
-
 // The memory path: managed memory (engine um), and how the program allocated.
 std::string memory_line(const json& stats) {
-  const std::optional<uint64_t> vmm = u64_at(stats, schema::allocator::kUnmanagedVmmAllocations);
+  const std::optional<uint64_t> vmm =
+      u64_of(schema::find(stats, schema::allocator::kUnmanagedVmmAllocations));
   uint64_t all = 0, ordered = 0;
   if (const json* by = schema::find(stats, schema::allocator::kAllocationsByApi);
       by && by->is_object()) {
     for (const auto& [api, v] : by->items()) {
-      const uint64_t n = count_of(&v).value_or(0);
+      const uint64_t n = u64_of(&v).value_or(0);
       all += n;
       if (api == "cudaMallocAsync" || api == "cuMemAllocAsync") ordered += n;
     }
@@ -104,11 +78,9 @@ void add_process(std::string& out, const SummaryInput& p, bool named, bool budge
   out += head + line + "\n";
 
   // What moved, and faults.
-  const auto in = mean(its, first, end, [](const StatsIteration& i) { return i.bytes_htod; });
-  const auto moved_out =
-      mean(its, first, end, [](const StatsIteration& i) { return i.bytes_dtoh; });
-  const auto faults =
-      mean(its, first, end, [](const StatsIteration& i) { return i.gpu_page_faults; });
+  const auto in = steady_mean(s, [](const StatsIteration& i) { return i.bytes_htod; });
+  const auto moved_out = steady_mean(s, [](const StatsIteration& i) { return i.bytes_dtoh; });
+  const auto faults = steady_mean(s, [](const StatsIteration& i) { return i.gpu_page_faults; });
   if (in || moved_out || faults) {
     out += pad + fmt::format(
                      "per iteration: {:.2f} GB to the GPU, {:.2f} GB to the host, {:.0f} "

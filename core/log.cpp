@@ -15,19 +15,8 @@ void set_log_verbosity(int verbosity) {
 }
 
 bool log_enabled(LogLevel level) {
-  const int v = g_verbosity.load(std::memory_order_relaxed);
-  switch (level) {
-    case LogLevel::error:
-    case LogLevel::warning:
-      return true;
-    case LogLevel::notice:
-      return v >= 0;
-    case LogLevel::info:
-      return v >= 1;
-    case LogLevel::debug:
-      return v >= 2;
-  }
-  return false;
+  // Errors and warnings always (quiet is -1), notices from 0, info from 1, debug from 2.
+  return static_cast<int>(level) <= 2 + g_verbosity.load(std::memory_order_relaxed);
 }
 
 void log_write(LogLevel level, std::string_view message) {

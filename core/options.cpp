@@ -277,7 +277,8 @@ constexpr RemovedOption kRemovedOptions[] = {
     {"UMSWAP_CLOSE_CALLS",
      "0 (no writes) let the cuDNN sample hang with copies, 1 (more writes) slowed GPT-2"},
     {"UMSWAP_EVICT_COPY_SIDE_STREAMS",
-     "populates and discards on the copies' own streams made GPT-2 about 3% slower"},
+     "0 (populates and discards on each copy's stream, not streams of their own) made GPT-2 "
+     "about 3% slower"},
     {"UMSWAP_EVICT_COPY_PATH",
      "copy engines made GPT-2 about 4% slower than the copy kernel (still its fallback)"},
     {"UMSWAP_HANG_STACKS", "the diagnostics are one option", "UMSWAP_DEBUG=hang-stacks"},

@@ -138,6 +138,25 @@ std::pair<size_t, size_t> steady_range(size_t count);
 // data to where the plan wants it), and never before steady_range(count). steady_range(count)
 // when the stats show no plan or no such iteration.
 std::pair<size_t, size_t> planned_steady_range(size_t count, const StatsFigures* stats);
+// Mean of `get(iteration)` over the steady iterations (planned_steady_range) that have the
+// figure; nullopt when none do.
+template <typename Get>
+std::optional<double> steady_mean(const StatsFigures& stats, Get get) {
+  const std::vector<StatsIteration>& iterations = stats.iterations;
+  const auto [first, end] = planned_steady_range(iterations.size(), &stats);
+  double sum = 0;
+  size_t n = 0;
+  for (size_t i = first; i < end; ++i) {
+    if (const std::optional<uint64_t> v = get(iterations[i])) {
+      sum += static_cast<double>(*v);
+      ++n;
+    }
+  }
+  return n ? std::optional<double>(sum / static_cast<double>(n)) : std::nullopt;
+}
+// A stats or summary field read as a count: a non-negative number, else nullopt (missing, null,
+// negative, another type).
+std::optional<uint64_t> u64_of(const nlohmann::json* v);
 
 // --- Rows of the table
 // ------------------------------------------------------------------------------

@@ -10,6 +10,11 @@
 # without resident launches too (2026-11-29, H200: the learning phase brings a launch's blocks
 # back before it runs); what failed there was an applied plan migrating ranges beside the kernel
 # (BERT-large, docs/RELIABILITY.md), which this small program does not reach.
+# The kernel is not bit for bit reproducible even natively: 5 of 2,016 native trials differed
+# (in a few thread blocks' rows, up to 11,326 of 16.8 M elements; H200, cuDNN 9.19, four
+# processes at once, 2026-11-29), and umswap's trials at the same rate (5 of 2,416). A fault
+# changes every trial (464,610-538,147 elements each). So native's output is the one most of its
+# trials give, and a run passes with at most one trial that differs.
 # usage: attention_faults_check.sh UMSWAP
 # Exit 0 pass, 1 fail, 77 skip (no torch, GPU or cuDNN attention).
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
@@ -26,11 +31,16 @@ python3 "$script" > "$work/native.out" 2> "$work/native.err"
 rc=$?
 if [ $rc -eq 77 ]; then cat "$work/native.err"; exit 77; fi
 if [ $rc -ne 0 ]; then echo "FAIL: the native run failed"; tail -n 5 "$work/native.err"; exit 1; fi
-if [ "$(awk '{print $3}' "$work/native.out" | sort -u | wc -l)" -ne 1 ]; then
-  echo "natively the trials differ ($(awk '{print $3}' "$work/native.out" | sort -u | wc -l) outputs): cannot judge; skipped"
+# The output most trials give, if all but at most one give it; else nothing.
+majority() {
+  awk '{print $3}' "$1" | sort | uniq -c | sort -rn |
+    awk -v n="$(wc -l < "$1")" 'NR == 1 && $1 >= n - 1 && n > 1 {print $2}'
+}
+native=$(majority "$work/native.out")
+if [ -z "$native" ]; then
+  echo "natively more than one trial differs ($(awk '{print $3}' "$work/native.out" | sort -u | wc -l) outputs): cannot judge; skipped"
   exit 77
 fi
-native=$(awk 'NR == 1 {print $3}' "$work/native.out")
 # Managed memory stays far below any GPU's free memory (rule 2 of the developers' guide).
 export UMSWAP_MANAGED_LIMIT=${UMSWAP_MANAGED_LIMIT:-8G}
 status=0
@@ -44,8 +54,8 @@ for mode in online managed; do
   differ=$(awk -v n="$native" '$3 != n' "$work/$mode.out" | wc -l)
   trials=$(wc -l < "$work/$mode.out")
   if [ "$mode" = online ]; then
-    if [ "$differ" -eq 0 ] && [ "$trials" -gt 0 ]; then
-      echo "defaults: all $trials trials give native's output ($native)"
+    if [ "$differ" -le 1 ] && [ "$trials" -gt 1 ]; then
+      echo "defaults: $((trials - differ)) of $trials trials give native's output ($native)"
     else
       echo "FAIL: defaults: $differ of $trials trials differ from native's output ($native)"
       status=1
@@ -56,9 +66,9 @@ for mode in online managed; do
 done
 python3 "$script" --trials 16 --pressure-mib 1024 > "$work/native-p.out" 2> "$work/native-p.err" || {
   echo "FAIL: the native run with pressure failed"; tail -n 5 "$work/native-p.err"; exit 1; }
-native_p=$(awk 'NR == 1 {print $3}' "$work/native-p.out")
-if [ "$(awk '{print $3}' "$work/native-p.out" | sort -u | wc -l)" -ne 1 ]; then
-  echo "natively, with pressure, the trials differ: budget case not judged"
+native_p=$(majority "$work/native-p.out")
+if [ -z "$native_p" ]; then
+  echo "natively, with pressure, more than one trial differs: budget case not judged"
 elif ! timeout -s KILL 300 "$umswap" run --budget 512M --stats "$work/budget.json" -- \
     python3 "$script" --trials 16 --pressure-mib 1024 > "$work/budget.out" 2> "$work/budget.err"; then
   echo "FAIL: --budget 512M: the run failed or hung"; tail -n 10 "$work/budget.err"
@@ -71,8 +81,8 @@ a = json.load(open(sys.argv[1]))["advisor"]
 evicted = a.get("evicted_bytes", 0) + a.get("learn_evict", {}).get("evicted_bytes", 0)
 print(evicted, a.get("resident_launches", {}).get("launches", 0), a.get("state"))' \
     "$work/budget.json")
-  if [ "$differ" -eq 0 ] && [ "$trials" -eq 16 ] && [ "${evicted:-0}" -gt 0 ]; then
-    echo "--budget 512M: all $trials trials give native's output ($native_p);" \
+  if [ "$differ" -le 1 ] && [ "$trials" -eq 16 ] && [ "${evicted:-0}" -gt 0 ]; then
+    echo "--budget 512M: $((trials - differ)) of $trials trials give native's output ($native_p);" \
       "$evicted bytes evicted, $resident resident launches"
   else
     echo "FAIL: --budget 512M: $differ of $trials trials differ from native's output ($native_p);" \

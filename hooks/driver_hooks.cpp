@@ -93,9 +93,10 @@ UMSWAP_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t 
     static umswap::OnceFlag once;
     if (once.first()) {
       umswap::log_warning(
-          "the program maps memory with cuMemCreate/cuMemMap (PyTorch: expandable_segments), "
-          "which cannot be managed memory; umswap leaves it on the GPU. For PyTorch set "
-          "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False (`umswap run` does)");
+          "the program maps memory with cuMemCreate/cuMemMap (NCCL's buffers, JAX, PyTorch's "
+          "expandable_segments), which cannot be managed memory; umswap leaves it on the GPU, "
+          "outside the budget. PyTorch's expandable segments are off under `umswap run` "
+          "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False)");
     }
   }
   return status;

@@ -1,17 +1,21 @@
-"""DDP training for the multi-GPU test (ddp_check.sh): a small convolutional network trained with
-torch.nn.parallel.DistributedDataParallel over NCCL, one process per GPU, under torchrun.
+"""Sharded training for the multi-GPU test (sharded_check.sh): a small convolutional network
+trained over NCCL, one process per GPU, under torchrun, either replicated with
+torch.nn.parallel.DistributedDataParallel (--shard ddp) or sharded with FSDP2's fully_shard, each
+layer and then the whole model (--shard fsdp). A world of one (--nproc-per-node 1) runs the same
+logic on one GPU.
 
 Each rank trains on its own synthetic batches (seeded by rank) and writes to OUT/rank<r>.txt
 (one file per rank: the ranks share torchrun's stdout, where their lines interleave), exactly:
 
     rank <r> device <d> step <i> loss <float.hex()>
 
-and at the end a checksum of the (all-reduced, so identical on every rank) weights:
+and at the end a checksum of the weights (all-reduced under DDP, gathered whole under FSDP2, so
+identical on every rank):
 
     weights <sum of |w| as float.hex()>
 
 Deterministic (cuDNN and cuBLAS fixed), so a native run and a run under umswap can be diffed.
-Exit: 0 done, 1 failed, 77 skipped (no torch, fewer than 2 GPUs, no NCCL).
+Exit: 0 done, 1 failed, 77 skipped (no torch, fewer GPUs than ranks, no NCCL, no FSDP2).
 """
 
 import argparse
@@ -27,6 +31,7 @@ def main():
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--width", type=int, default=128, help="channels of the convolutions")
     p.add_argument("--image", type=int, default=64)
+    p.add_argument("--shard", choices=("ddp", "fsdp"), default="ddp")
     p.add_argument("--out", required=True, help="directory for the per-rank output files")
     args = p.parse_args()
     try:
@@ -36,9 +41,16 @@ def main():
     except ImportError as e:
         print(f"skip: torch is not importable ({e})")
         return 77
-    if torch.cuda.device_count() < 2 or not dist.is_nccl_available():
-        print("skip: needs 2 GPUs and NCCL")
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if torch.cuda.device_count() < world or not dist.is_nccl_available():
+        print(f"skip: needs {world} GPUs and NCCL")
         return 77
+    if args.shard == "fsdp":
+        try:
+            from torch.distributed.fsdp import fully_shard
+        except ImportError:
+            print("skip: this PyTorch has no FSDP2 (torch.distributed.fsdp.fully_shard)")
+            return 77
     rank = int(os.environ["RANK"])
     local = int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local)
@@ -52,20 +64,28 @@ def main():
         nn.MaxPool2d(2), nn.Conv2d(w, 2 * w, 3, padding=1), nn.ReLU(),
         nn.Conv2d(2 * w, 2 * w, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
         nn.Linear(2 * w, 10)).cuda()
-    ddp = nn.parallel.DistributedDataParallel(model, device_ids=[local])
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+    if args.shard == "fsdp":
+        for layer in model:
+            if any(True for _ in layer.parameters()):
+                fully_shard(layer)
+        net = fully_shard(model)
+    else:
+        net = nn.parallel.DistributedDataParallel(model, device_ids=[local])
+    opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
     g = torch.Generator().manual_seed(100 + rank)
     out = open(os.path.join(args.out, f"rank{rank}.txt"), "w")
     for i in range(args.steps):
         x = torch.randn(args.batch, 3, args.image, args.image, generator=g).cuda()
         y = torch.randint(0, 10, (args.batch,), generator=g).cuda()
         opt.zero_grad(set_to_none=True)
-        loss = nn.functional.cross_entropy(ddp(x), y)
+        loss = nn.functional.cross_entropy(net(x), y)
         loss.backward()
         opt.step()
         print(f"rank {rank} device {torch.cuda.current_device()} step {i} loss "
               f"{loss.item().hex()}", file=out, flush=True)
-    total = sum(p.detach().abs().sum().double() for p in model.parameters())
+    # FSDP2's parameters are DTensors, each rank holding a shard: gather each whole.
+    whole = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in model.parameters()]
+    total = sum(p.detach().abs().sum().double() for p in whole)
     print(f"weights {total.item().hex()}", file=out, flush=True)
     out.close()
     dist.barrier()

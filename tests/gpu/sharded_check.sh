@@ -1,0 +1,104 @@
+#!/bin/bash
+# Training on several GPUs through PyTorch's own engines: `torchrun --nproc-per-node N` of
+# sharded_train.py, DDP or FSDP2 (NCCL), under `umswap run`, each rank with its own budget.
+# Checks, against a native torchrun of the same script: every rank's losses and the final weights
+# are bit-identical (deterministic algorithms); exactly one stats file per rank (the torchrun
+# launcher uses no CUDA and writes none), each from its own process, with the tracer on, managed
+# allocations, nothing escaped, the budget given, and unified-memory records counted on that
+# rank's own GPU. Prints each rank's counted peak resident bytes against its budget, its faults,
+# and the iteration times natively and under umswap (not judged: issue 39 is the budget's).
+# NVLink multicast stays off (NCCL_NVLS_ENABLE=0).
+# usage: sharded_check.sh UMSWAP [BUDGET] [ddp|fsdp] [RANKS]
+#   RANKS defaults to 2; 1 runs a world of one, so that the logic is tested on one GPU.
+#   Exit 77: no PyTorch with RANKS GPUs, no torchrun, no FSDP2.
+# UMSWAP_MANAGED_LIMIT must be set by the caller (per process: each rank is capped on its own).
+# bash only (pipefail): run with `sh`, the script starts itself again under bash.
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
+set -uo pipefail
+if [ $# -lt 1 ]; then
+  echo "usage: $(basename "$0") UMSWAP [BUDGET] [ddp|fsdp] [RANKS]" >&2
+  exit 2
+fi
+umswap=$1
+budget=${2:-256M}
+shard=${3:-ddp}
+ranks=${4:-2}
+case "$shard" in ddp | fsdp) ;; *) echo "sharded_check.sh: shard ddp or fsdp, not $shard" >&2; exit 2 ;; esac
+case "$ranks" in [1-8]) ;; *) echo "sharded_check.sh: RANKS 1 to 8, not $ranks" >&2; exit 2 ;; esac
+here=$(cd "$(dirname "$0")" && pwd)
+script=$here/sharded_train.py
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() {
+  echo "FAIL ($shard, $ranks ranks): $*"
+  for f in "$work"/*.out "$work"/*.err "$work"/*/rank*.txt; do
+    [ -f "$f" ] && { echo "--- $f"; tail -n 30 "$f"; }
+  done
+  exit 1
+}
+[ -n "${UMSWAP_MANAGED_LIMIT:-}" ] || { echo "sharded_check.sh: set UMSWAP_MANAGED_LIMIT" >&2; exit 2; }
+python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.device_count() >= int(sys.argv[1]) else 77)' \
+  "$ranks" 2>/dev/null || { echo "skip: needs PyTorch with $ranks GPUs"; exit 77; }
+export NCCL_NVLS_ENABLE=0
+run_torchrun() { python3 -m torch.distributed.run --standalone --nproc-per-node "$ranks" "$script" "$@"; }
+args=(--steps 12 --batch 64 --image 64 --shard "$shard")
+mkdir -p "$work/native" "$work/umswap"
+
+started=$(date +%s.%N)
+run_torchrun "${args[@]}" --out "$work/native" >"$work/native.out" 2>"$work/native.err"
+rc=$?
+# A rank that skips (exit 77) makes torchrun fail; its reason is on torchrun's stdout.
+if [ $rc -ne 0 ] && grep -q '^skip: ' "$work/native.out"; then
+  grep -m 1 '^skip: ' "$work/native.out"
+  exit 77
+fi
+[ $rc -eq 0 ] || fail "native torchrun exited $rc"
+native_s=$(python3 -c 'import sys, time; print(f"{time.time() - float(sys.argv[1]):.1f}")' "$started")
+last=$((ranks - 1))
+for r in $(seq 0 $last); do
+  [ "$(grep -c "^rank $r device $r step" "$work/native/rank$r.txt")" = 12 ] ||
+    fail "native run: rank $r did not train 12 steps on GPU $r"
+done
+started=$(date +%s.%N)
+"$umswap" run --budget "$budget" --stats "$work/stats.%p.json" -- \
+  python3 -m torch.distributed.run --standalone --nproc-per-node "$ranks" "$script" "${args[@]}" \
+  --out "$work/umswap" >"$work/run.out" 2>"$work/run.err" || fail "torchrun under umswap exited $?"
+umswap_s=$(python3 -c 'import sys, time; print(f"{time.time() - float(sys.argv[1]):.1f}")' "$started")
+for r in $(seq 0 $last); do
+  diff "$work/native/rank$r.txt" "$work/umswap/rank$r.txt" ||
+    fail "rank $r: losses or weights differ from the native run"
+done
+diff <(grep '^weights' "$work/umswap/rank0.txt") <(grep '^weights' "$work/umswap/rank$last.txt") ||
+  fail "the ranks' weights differ"
+python3 - "$work" "$budget" "$ranks" <<'PY' || fail "stats check failed"
+import glob, json, sys
+work, budget, ranks = sys.argv[1], sys.argv[2], int(sys.argv[3])
+files = sorted(glob.glob(f"{work}/stats.*.json"))
+ok = len(files) == ranks
+print(f"{len(files)} stats files (expected {ranks}, one per rank)")
+pids = set()
+for f in files:
+    s = json.load(open(f))
+    pids.add(s["pid"])
+    a = s.get("advisor", {})
+    its = s.get("iterations", [])
+    moved = sum(i.get("bytes_htod", 0) + i.get("bytes_dtoh", 0) + i.get("gpu_page_faults", 0)
+                for i in its)
+    good = (s["tracer"] and s["allocator"]["allocations"] > 0
+            and s["allocator"]["escaped_allocations"] == 0
+            and s["options"]["budget"] == budget and moved > 0)
+    print(f"pid {s['pid']}: mode {s['mode']} budget {s['options']['budget']} tracer {s['tracer']} "
+          f"allocations {s['allocator']['allocations']} escaped "
+          f"{s['allocator']['escaped_allocations']} period {s.get('detection', {}).get('period')} "
+          f"advisor {a.get('state')} peak resident {s.get('peak_resident_bytes')} "
+          f"for a budget of {a.get('budget_bytes')} "
+          f"faults {[i.get('gpu_page_faults') for i in its]} "
+          f"{'ok' if good else 'BAD'}")
+    ok = ok and good
+ok = ok and len(pids) == ranks
+sys.exit(0 if ok else 1)
+PY
+echo "$shard: $ranks ranks x 12 steps, losses and weights identical to native;" \
+  "torchrun ${native_s} s natively, ${umswap_s} s under umswap;" \
+  "$(grep -c . "$work/run.err") stderr lines under umswap"
+grep '^umswap: ' "$work/run.err" | sort | uniq -c | head -5

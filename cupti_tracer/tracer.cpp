@@ -169,6 +169,10 @@ void Tracer::yield_cupti(const std::string& what) {
 }
 
 void Tracer::finish(bool used_cuda) {
+  // Once, whole: the exit handler and a profiler's yield_cupti() on another thread may both come
+  // here; the second waits for the first to end (the observer joined once, summary_ written
+  // before anyone reads it) and then finds the tracer stopped.
+  std::lock_guard finishing(finish_mutex_);
   // A forked child inherits the parent's tracer state and exit handlers, but must neither flush
   // CUPTI nor write the parent's trace.
   if (::getpid() != pid_ || !running_.load()) return;

@@ -10,8 +10,9 @@
 //                        (start(); yield_cupti(), on the program's thread that called CUPTI);
 //                        yielding_: set by yield_cupti(), read by finish(). first_call_done_ and
 //                        um_counters_: the first traced call's thread (um_counters_ then read by
-//                        note_residency(), any thread, and at finish()). summary_: the thread that
-//                        runs finish() (an exit handler, or yield_cupti()).
+//                        note_residency(), any thread, and at finish()). summary_: written by
+//                        finish() under finish_mutex_ (an exit handler, or yield_cupti()), read
+//                        once a finish() has returned.
 //   tracer_callback.cpp  CUPTI's callback, on the program's calling threads, and the launch path.
 //                        recorder_ (made by start(), never destroyed) serializes launching threads
 //                        itself. functions_ and copy_keys_ are read without a lock; prepared_
@@ -224,6 +225,8 @@ class Tracer {
   // the tracer is starting waits for it and then takes CUPTI over. yielded_to_ names the
   // program's CUPTI call that made the tracer step aside (or never start).
   std::mutex owner_mutex_;
+  // finish() runs under it, whole (taken after owner_mutex_ when yield_cupti() calls finish()).
+  std::mutex finish_mutex_;
   std::string yielded_to_;
   std::atomic<bool> yielding_{false};  // finish() called by yield_cupti(): release CUPTI anyway
   std::atomic<bool> first_call_done_{false};
@@ -265,6 +268,7 @@ class Tracer {
     bool to_gpu;
   };
   std::vector<OwnCopy> own_copies_;  // under activity_mutex_
+  uint64_t own_copies_dropped_ = 0;  // past kMaxOwnCopies, under activity_mutex_
   std::atomic<size_t> buffers_out_{0};
   std::atomic<uint64_t> dropped_records_{0};
 

@@ -42,6 +42,7 @@ void CUPTIAPI Tracer::on_buffer_requested(uint8_t** buffer, size_t* size, size_t
   }
   *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kActivityBufferBytes));
   *size = *buffer ? kActivityBufferBytes : 0;
+  if (!*buffer) g_tracer->buffers_out_.fetch_sub(1);  // none went out: CUPTI drops and counts
 }
 
 void CUPTIAPI Tracer::on_buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t,
@@ -143,6 +144,8 @@ void Tracer::note_own_copy(uint32_t correlation, uint64_t address, uint64_t leng
   std::lock_guard lock(activity_mutex_);
   if (own_copies_.size() < kMaxOwnCopies) {
     own_copies_.push_back({correlation, address, length, to_gpu});
+  } else {
+    ++own_copies_dropped_;
   }
 }
 

@@ -30,6 +30,12 @@ void Tracer::check_own_copies(const trace::Trace& t, RunSummary& summary) {
   {
     std::lock_guard lock(activity_mutex_);
     if (own_copies_.empty()) return;
+    if (own_copies_dropped_ > 0) {
+      log_warning(
+          "UMSWAP_EVICT_COPY: {} of umswap's copies past the first {} were not kept; the check of "
+          "copies against the program's accesses covers the first ones only",
+          own_copies_dropped_, own_copies_.size());
+    }
     copies.reserve(own_copies_.size());
     for (const OwnCopy& c : own_copies_) {
       if (const auto it = kernel_times_.find(c.correlation); it != kernel_times_.end()) {

@@ -79,6 +79,16 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
     advisor[stats_schema::advisor::kEvictCopy.name()] = a.copier.stats_json(summary);
   }
   advisor["placement"] = a.placement.stats_json();
+  // The first plan that took effect (its actions started): the iterations after it run planned,
+  // whatever plans replace it.
+  nlohmann::json first_in_force(nullptr);
+  for (const auto& q : a.plans) {
+    if (q->started_at.load() != UINT64_MAX) {
+      first_in_force = q->applied_from;
+      break;
+    }
+  }
+  advisor[stats_schema::advisor::kFirstPlanAppliedFromLaunch.name()] = first_in_force;
   if (last) {
     advisor[stats_schema::advisor::kPlan.name()] = {
         {"source", last->source},

@@ -190,7 +190,8 @@ json stats_json(const StatsFigures& s) {
             {"evicted_bytes", opt(s.evicted_bytes)},
             {"peak_resident_bytes", opt(s.peak_resident_bytes)},
             {"peak_resident_plan_bytes", opt(s.peak_resident_plan_bytes)},
-            {"plan_applied_from_launch", opt(s.plan_applied_from)}}},
+            {"plan_applied_from_launch", opt(s.plan_applied_from)},
+            {"first_plan_applied_from_launch", opt(s.first_plan_applied_from)}}},
           {"iterations", std::move(iterations)}};
 }
 
@@ -448,6 +449,7 @@ StatsFigures parse_stats_figures(const json& stats) {
   s.peak_resident_bytes = get_u64(stats, advisor::kPeakResidentBytes);
   s.peak_resident_plan_bytes = get_u64(stats, advisor::kPeakResidentPlanBytes);
   s.plan_applied_from = get_u64(stats, advisor::plan::kAppliedFromLaunch);
+  s.first_plan_applied_from = get_u64(stats, advisor::kFirstPlanAppliedFromLaunch);
   s.prefetch_wait = get_bool(stats, advisor::kPrefetchWait);
   s.evict_wait = get_bool(stats, advisor::kEvictWait);
   s.wait_stalls = get_u64(stats, advisor::kWaitStalls);
@@ -523,13 +525,18 @@ std::pair<size_t, size_t> steady_range(size_t count) {
   return {2, count};
 }
 
+std::optional<uint64_t> steady_from_launch(const StatsFigures& stats) {
+  return stats.first_plan_applied_from ? stats.first_plan_applied_from : stats.plan_applied_from;
+}
+
 std::pair<size_t, size_t> planned_steady_range(size_t count, const StatsFigures* stats) {
   const std::pair<size_t, size_t> plain = steady_range(count);
-  if (!stats || !stats->plan_applied_from) return plain;
+  const std::optional<uint64_t> from = stats ? steady_from_launch(*stats) : std::nullopt;
+  if (!from) return plain;
   const std::vector<StatsIteration>& its = stats->iterations;
-  size_t planned = its.size();  // the first iteration that began under the plan
+  size_t planned = its.size();  // the first iteration that began under a plan
   for (size_t i = 0; i < its.size(); ++i) {
-    if (its[i].first_step && *its[i].first_step >= *stats->plan_applied_from) {
+    if (its[i].first_step && *its[i].first_step >= *from) {
       planned = i;
       break;
     }

@@ -329,6 +329,28 @@ TEST(Compare, PlannedSteadyRangeStartsAfterThePlansFirstIteration) {
   EXPECT_EQ(planned_steady_range(11, nullptr), (R{2, 11}));
 }
 
+// A plan relearned later (or made too late to start) does not move the steady part: it begins
+// after the first plan that took effect, when the stats say which that was.
+TEST(Compare, PlannedSteadyRangeFollowsTheFirstPlan) {
+  StatsFigures s;
+  for (uint64_t i = 0; i < 20; ++i) {
+    StatsIteration it;
+    it.index = i;
+    it.first_step = 36 + 189 * i;
+    s.iterations.push_back(it);
+  }
+  using R = std::pair<size_t, size_t>;
+  s.plan_applied_from = 3060;                            // relearned: iteration 16
+  EXPECT_EQ(planned_steady_range(20, &s), (R{17, 20}));  // a file without the first plan's launch
+  s.first_plan_applied_from = 603;                       // iteration 3
+  EXPECT_EQ(steady_from_launch(s), 603u);
+  EXPECT_EQ(planned_steady_range(20, &s), (R{4, 20}));
+  s.plan_applied_from = 4005;  // staged after the last iteration began: never in force
+  EXPECT_EQ(planned_steady_range(20, &s), (R{4, 20}));
+  s.first_plan_applied_from.reset();
+  EXPECT_EQ(planned_steady_range(20, &s), (R{2, 20}));  // no iteration after 4005: plain
+}
+
 TEST(CompareMath, LinkLimit) {
   const LinkRates rates{.htod_bytes_per_s = 50e9,
                         .dtoh_bytes_per_s = 25e9,

@@ -43,6 +43,28 @@ bool has(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
+// A plan relearned later: the steady iterations start after the first plan's first one, and the
+// line names both.
+TEST(RunSummary, CountsFromTheFirstPlanAndNamesTheRelearnedOne) {
+  json s = stats();
+  s["advisor"]["first_plan_applied_from_launch"] = 150;  // iteration 1
+  s["advisor"]["plan"]["applied_from_launch"] = 600;     // relearned: iteration 4
+  const std::string t = run_summary_text({{"stats-1.json", s}}, true);
+  EXPECT_TRUE(has(t,
+                  "umswap: 6 iterations, median 425.0 ms over 4 iterations under the plan; "
+                  "the plan in force from iteration 1, relearned from iteration 4\n"))
+      << t;
+  // Made too late to take effect (after the last iteration began): not named.
+  s["advisor"]["plan"]["applied_from_launch"] = 900;
+  const std::string u = run_summary_text({{"stats-1.json", s}}, true);
+  EXPECT_TRUE(has(u, "; the plan in force from iteration 1\n")) << u;
+  // An older file without the first plan's launch: counted from the last plan, as before.
+  s["advisor"].erase("first_plan_applied_from_launch");
+  s["advisor"]["plan"]["applied_from_launch"] = 300;
+  EXPECT_TRUE(has(run_summary_text({{"stats-1.json", s}}, true),
+                  "over 3 iterations under the plan; the plan in force from iteration 2\n"));
+}
+
 TEST(RunSummary, SaysTheSteadyFiguresUnderThePlan) {
   const std::string t = run_summary_text({{"stats-1.json", stats()}}, true);
   EXPECT_TRUE(has(t,

@@ -75,7 +75,8 @@ struct StatsFigures {
   std::optional<uint64_t> evicted_bytes;
   std::optional<uint64_t> peak_resident_bytes;  // counted from CUPTI records
   std::optional<uint64_t> peak_resident_plan_bytes;
-  std::optional<uint64_t> plan_applied_from;  // advisor.plan.applied_from_launch
+  std::optional<uint64_t> plan_applied_from;  // advisor.plan.applied_from_launch (the last plan)
+  std::optional<uint64_t> first_plan_applied_from;  // advisor.first_plan_applied_from_launch
   // advisor.prefetch_wait, evict_wait (UMSWAP_PREFETCH_WAIT, UMSWAP_EVICT_WAIT) and wait_stalls
   // (times the watchdog released waiting launches and turned the waits off).
   std::optional<bool> prefetch_wait, evict_wait;
@@ -134,10 +135,14 @@ std::optional<double> median(std::vector<double> values);
 std::pair<size_t, size_t> steady_range(size_t count);
 // The steady part of `count` timings (program lines or stats iterations, aligned by their ends:
 // a program's first iterations may come before the first one detected) of a run with an advisor
-// plan: from the second iteration that began after the plan took effect (the first one moves the
-// data to where the plan wants it), and never before steady_range(count). steady_range(count)
-// when the stats show no plan or no such iteration.
+// plan: from the second iteration that began after the first plan took effect (the first one
+// moves the data to where the plan wants it; plans relearned later are part of the steady run),
+// and never before steady_range(count). steady_range(count) when the stats show no plan or no
+// such iteration.
 std::pair<size_t, size_t> planned_steady_range(size_t count, const StatsFigures* stats);
+// The launch the steady iterations are counted from: the first plan's, else (a stats file that
+// does not say) the last plan's.
+std::optional<uint64_t> steady_from_launch(const StatsFigures& stats);
 // Mean of `get(iteration)` over the steady iterations (planned_steady_range) that have the
 // figure; nullopt when none do.
 template <typename Get>

@@ -40,7 +40,8 @@ enum class Kind {
 struct Field {
   std::string_view path;  // "advisor.evict_copy.copied_out_bytes", "iterations[].wall_ms"
   Kind kind;
-  std::string_view type;     // integer, number, boolean, string, string or null, object, array
+  std::string_view type;     // integer, integer or null, number, boolean, string, string or null,
+                             // object, array
   std::string_view written;  // the writer: file and function
   std::string_view meaning;  // one line, as docs/stats.md gives it
 
@@ -110,8 +111,13 @@ inline constexpr Field kFields[] = {
     {"advisor.plan", Kind::diagnostic, "object", detail::kAdvisor,
      "The last plan; absent before the first."},
     {"advisor.plan.applied_from_launch", Kind::diagnostic, "integer", detail::kAdvisor,
-     "The launch from which the last plan is in force (compare's steady iterations begin after "
-     "it)."},
+     "The launch from which the last plan is in force (a relearned plan's, or one made too late "
+     "to start: then after the last iteration)."},
+    {"advisor.first_plan_applied_from_launch", Kind::diagnostic, "integer or null",
+     detail::kAdvisor,
+     "The launch from which the first plan that started was in force; null when none started. "
+     "Compare's and the run summary's steady iterations begin after it (after "
+     "`advisor.plan.applied_from_launch` in files without it)."},
     {"advisor.prefetch_wait", Kind::diagnostic, "boolean", detail::kAdvisor,
      "Whether launches wait for their late prefetches (UMSWAP_PREFETCH_WAIT)."},
     {"advisor.evict_wait", Kind::diagnostic, "boolean", detail::kAdvisor,
@@ -330,6 +336,8 @@ inline constexpr const Field& kPrefetchedBytes = field("advisor.prefetched_bytes
 inline constexpr const Field& kEvictedBytes = field("advisor.evicted_bytes");
 inline constexpr const Field& kPeakResidentBytes = field("advisor.peak_resident_bytes");
 inline constexpr const Field& kPeakResidentPlanBytes = field("advisor.peak_resident_plan_bytes");
+inline constexpr const Field& kFirstPlanAppliedFromLaunch =
+    field("advisor.first_plan_applied_from_launch");
 inline constexpr const Field& kPlan = field("advisor.plan");
 namespace plan {
 inline constexpr const Field& kAppliedFromLaunch = field("advisor.plan.applied_from_launch");

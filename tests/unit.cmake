@@ -1,5 +1,5 @@
-# CPU unit tests of core/ and allocator/ and their helper programs (the registry micro-benchmark
-# is in bench/).
+# CPU unit tests of core/, allocator/ and vmm/ and their helper programs (the registry
+# micro-benchmark is in bench/).
 # Included from tests/CMakeLists.txt; no GPU needed for any of it.
 
 set(_umswap_unit_dir ${CMAKE_CURRENT_LIST_DIR})
@@ -54,3 +54,6 @@ target_compile_definitions(allocator_call_site_test PRIVATE
   UMSWAP_TEST_RELAY_CUDA_NAME="$<TARGET_FILE_NAME:umswap_test_relay_cuda>"
   UMSWAP_TEST_RELAY_PLAIN_NAME="$<TARGET_FILE_NAME:umswap_test_relay_plain>")
 
+# --- vmm ---------------------------------------------------------------------------------------
+umswap_add_test(NAME vmm_chunk_arena_test
+  SOURCES ${_umswap_unit_dir}/vmm/chunk_arena_test.cpp LIBS umswap_vmm)

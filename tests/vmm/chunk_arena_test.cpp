@@ -1,0 +1,573 @@
+// ChunkArena over a fake driver that simulates physical memory (fake_vmm_driver.h): data written
+// through a range reads back the same after evictions and restores, the GPU pool never grows past
+// the budget, chunks are reused, nothing leaks on failure, and a driver call failing in the middle
+// of a move leaves every chunk mapped to its data.
+#include "umswap/vmm/chunk_arena.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <ostream>
+#include <thread>
+#include <vector>
+
+#include "fake_vmm_driver.h"
+
+namespace umswap::vmm {
+namespace {
+
+using fake::g_fake;
+
+const CUstream kStream = reinterpret_cast<CUstream>(uintptr_t{0x5a});
+
+class ChunkArenaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    g_fake = std::make_unique<fake::Fake>();
+    g_fake->stream = kStream;
+  }
+  void TearDown() override {
+    arena_.reset();
+    // Whatever a test did, the arena gave everything back when it went.
+    EXPECT_EQ(g_fake->live_handles(), 0u);
+    EXPECT_EQ(g_fake->live_reservations(), 0u);
+    EXPECT_EQ(g_fake->live_mappings(), 0u);
+    EXPECT_EQ(g_fake->bad_streams, 0u);
+    g_fake.reset();
+  }
+
+  ChunkArena& make(uint64_t gpu_bytes, uint64_t host_bytes) {
+    arena_ =
+        std::make_unique<ChunkArena>(fake::fake_driver(), g_fake->device, gpu_bytes, host_bytes);
+    return *arena_;
+  }
+  CUdeviceptr allocate(uint64_t bytes) {
+    CUdeviceptr p = 0;
+    EXPECT_EQ(arena_->allocate(bytes, &p), CUDA_SUCCESS);
+    return p;
+  }
+  // Where the chunk at `address` is, according to the fake's mappings.
+  std::optional<Location> mapped_to(CUdeviceptr address) {
+    const CUmemGenericAllocationHandle h = g_fake->handle_at(address);
+    if (h == 0) return std::nullopt;
+    return g_fake->is_host_handle(h) ? Location::host : Location::gpu;
+  }
+  // Both views agree: the arena's and the fake driver's.
+  void expect_at(CUdeviceptr address, Location where) {
+    EXPECT_EQ(arena_->chunk_location(address), where) << std::hex << address;
+    EXPECT_EQ(mapped_to(address), where) << std::hex << address;
+  }
+
+  std::unique_ptr<ChunkArena> arena_;
+};
+
+constexpr uint64_t kOdd = 3 * kChunk + 12345;  // four chunks, the last one partly used
+
+TEST_F(ChunkArenaTest, DataSurvivesEvictAndRestore) {
+  ChunkArena& a = make(8 * kChunk, 8 * kChunk);
+  const CUdeviceptr p = allocate(kOdd);
+  ASSERT_NE(p, 0u);
+  EXPECT_EQ(p % kChunk, 0u);
+  ASSERT_TRUE(g_fake->kernel_write(p, kOdd, 1));
+  EXPECT_TRUE(a.on_gpu(p));
+  EXPECT_EQ(a.gpu_bytes_in_use(), 4 * kChunk);
+
+  const Moved out = a.evict(p, kOdd, kStream);
+  EXPECT_EQ(out.result, CUDA_SUCCESS);
+  EXPECT_EQ(out.bytes, 4 * kChunk);
+  EXPECT_EQ(out.bytes_left, 0u);
+  for (int i = 0; i < 4; ++i) expect_at(p + i * kChunk, Location::host);
+  EXPECT_EQ(g_fake->kernel_mismatches(p, kOdd, 1), 0u);
+  EXPECT_EQ(a.gpu_bytes_in_use(), 0u);
+  EXPECT_EQ(a.host_bytes_in_use(), 4 * kChunk);
+  EXPECT_FALSE(a.on_gpu(p));
+
+  // A kernel writing while the range is on the host writes the host chunks; the restore keeps it.
+  ASSERT_TRUE(g_fake->kernel_write(p + kChunk / 2, 2 * kChunk, 2));
+  const Moved in = a.restore(p, kOdd, kStream);
+  EXPECT_EQ(in.result, CUDA_SUCCESS);
+  EXPECT_EQ(in.bytes, 4 * kChunk);
+  for (int i = 0; i < 4; ++i) expect_at(p + i * kChunk, Location::gpu);
+  EXPECT_EQ(g_fake->kernel_mismatches(p, kChunk / 2, 1), 0u);
+  EXPECT_EQ(g_fake->kernel_mismatches(p + kChunk / 2, 2 * kChunk, 2), 0u);
+  EXPECT_EQ(
+      g_fake->kernel_mismatches(p + kChunk / 2 + 2 * kChunk, kOdd - kChunk / 2 - 2 * kChunk, 1),
+      0u);
+  EXPECT_TRUE(a.on_gpu(p));
+  EXPECT_EQ(a.host_bytes_in_use(), 0u);
+
+  const ArenaStats s = a.stats();
+  EXPECT_EQ(s.copies_to_host, 4u);
+  EXPECT_EQ(s.copies_to_gpu, 4u);
+  EXPECT_EQ(s.bytes_to_host, 4 * kChunk);
+  EXPECT_EQ(s.bytes_to_gpu, 4 * kChunk);
+  EXPECT_EQ(s.remaps, 8u);
+  EXPECT_EQ(s.chunks_mapped, 4u);
+  EXPECT_EQ(s.failures, 0u);
+  EXPECT_EQ(g_fake->copies_run, 8u);
+  EXPECT_EQ(a.release(p), CUDA_SUCCESS);
+}
+
+TEST_F(ChunkArenaTest, RangeInfoDescribesTheRange) {
+  ChunkArena& a = make(8 * kChunk, 8 * kChunk);
+  const CUdeviceptr p = allocate(kOdd);
+  a.evict(p + kChunk, 1, kStream);
+  const std::optional<RangeInfo> info = a.range(p + kOdd - 1);
+  ASSERT_TRUE(info);
+  EXPECT_EQ(info->base, p);
+  EXPECT_EQ(info->size, kOdd);
+  EXPECT_EQ(info->reserved, 4 * kChunk);
+  EXPECT_EQ(info->gpu_bytes, 3 * kChunk);
+  EXPECT_EQ(info->host_bytes, kChunk);
+  EXPECT_EQ(info->unmapped_bytes, 0u);
+  // The rounded-up tail belongs to the range too; one byte past it does not.
+  EXPECT_TRUE(a.range(p + 4 * kChunk - 1));
+  EXPECT_FALSE(a.range(p + 4 * kChunk));
+}
+
+TEST_F(ChunkArenaTest, SubRangeEvictMovesOnlyTheChunksItOverlaps) {
+  ChunkArena& a = make(8 * kChunk, 8 * kChunk);
+  const CUdeviceptr p = allocate(5 * kChunk);
+  ASSERT_TRUE(g_fake->kernel_write(p, 5 * kChunk, 7));
+  // [p + kChunk + 100, p + 2 kChunk + 100): chunks 1 and 2.
+  Moved m = a.evict(p + kChunk + 100, kChunk, kStream);
+  EXPECT_EQ(m.result, CUDA_SUCCESS);
+  EXPECT_EQ(m.bytes, 2 * kChunk);
+  const Location want[] = {Location::gpu, Location::host, Location::host, Location::gpu,
+                           Location::gpu};
+  for (int i = 0; i < 5; ++i) expect_at(p + i * kChunk, want[i]);
+  EXPECT_EQ(g_fake->kernel_mismatches(p, 5 * kChunk, 7), 0u);
+
+  // Chunks already on the host are skipped.
+  m = a.evict(p + kChunk, 2 * kChunk, kStream);
+  EXPECT_EQ(m.result, CUDA_SUCCESS);
+  EXPECT_EQ(m.bytes, 0u);
+  EXPECT_EQ(a.stats().copies_to_host, 2u);
+
+  // One byte brings back its whole chunk, and only it.
+  m = a.restore(p + 2 * kChunk + 5, 1, kStream);
+  EXPECT_EQ(m.bytes, kChunk);
+  expect_at(p + kChunk, Location::host);
+  expect_at(p + 2 * kChunk, Location::gpu);
+  EXPECT_EQ(g_fake->kernel_mismatches(p, 5 * kChunk, 7), 0u);
+  EXPECT_EQ(a.gpu_bytes_in_use(), 4 * kChunk);
+  EXPECT_EQ(a.host_bytes_in_use(), kChunk);
+}
+
+TEST_F(ChunkArenaTest, AnIntervalAcrossRangesMovesEach) {
+  ChunkArena& a = make(8 * kChunk, 8 * kChunk);
+  const CUdeviceptr p = allocate(2 * kChunk);
+  const CUdeviceptr q = allocate(kChunk);
+  ASSERT_LT(p, q);
+  ASSERT_TRUE(g_fake->kernel_write(p, 2 * kChunk, 3));
+  ASSERT_TRUE(g_fake->kernel_write(q, kChunk, 4));
+  // From before p (no range there) to past q: the gap between them is skipped.
+  const Moved m = a.evict(p - kChunk, q + 2 * kChunk - (p - kChunk), kStream);
+  EXPECT_EQ(m.result, CUDA_SUCCESS);
+  EXPECT_EQ(m.bytes, 3 * kChunk);
+  EXPECT_FALSE(a.on_gpu(p));
+  EXPECT_FALSE(a.on_gpu(q));
+  EXPECT_EQ(g_fake->kernel_mismatches(p, 2 * kChunk, 3), 0u);
+  EXPECT_EQ(g_fake->kernel_mismatches(q, kChunk, 4), 0u);
+}
+
+TEST_F(ChunkArenaTest, ThePoolNeverExceedsTheBudget) {
+  // 4.5 chunks of budget: the pool holds 4.
+  ChunkArena& a = make(4 * kChunk + kChunk / 2, 8 * kChunk);
+  EXPECT_EQ(a.gpu_limit_bytes(), 4 * kChunk);
+  const CUdeviceptr p = allocate(3 * kChunk);
+  const CUdeviceptr q = allocate(3 * kChunk);  // one GPU chunk left: the rest on the host
+  ASSERT_TRUE(g_fake->kernel_write(p, 3 * kChunk, 1));
+  ASSERT_TRUE(g_fake->kernel_write(q, 3 * kChunk, 2));
+  EXPECT_EQ(a.range(p)->gpu_bytes, 3 * kChunk);
+  EXPECT_EQ(a.range(q)->gpu_bytes, kChunk);
+  EXPECT_EQ(a.range(q)->host_bytes, 2 * kChunk);
+  expect_at(q, Location::gpu);
+  expect_at(q + kChunk, Location::host);
+  EXPECT_EQ(a.gpu_bytes_in_use(), 4 * kChunk);
+
+  // Nothing free in the pool: a restore moves nothing and says so.
+  Moved m = a.restore(q, 3 * kChunk, kStream);
+  EXPECT_EQ(m.result, CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(m.bytes, 0u);
+  EXPECT_EQ(m.bytes_left, 2 * kChunk);
+
+  // Room for two: q comes back whole, p only in part.
+  m = a.evict(p, 2 * kChunk, kStream);
+  EXPECT_EQ(m.bytes, 2 * kChunk);
+  m = a.restore(q, 3 * kChunk, kStream);
+  EXPECT_EQ(m.result, CUDA_SUCCESS);
+  EXPECT_EQ(m.bytes, 2 * kChunk);
+  EXPECT_TRUE(a.on_gpu(q));
+  m = a.evict(q + kChunk, 1, kStream);
+  EXPECT_EQ(m.bytes, kChunk);
+  m = a.restore(p, 3 * kChunk, kStream);
+  EXPECT_EQ(m.result, CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(m.bytes, kChunk);
+  EXPECT_EQ(m.bytes_left, kChunk);
+  expect_at(p, Location::gpu);
+  expect_at(p + kChunk, Location::host);
+
+  EXPECT_EQ(g_fake->kernel_mismatches(p, 3 * kChunk, 1), 0u);
+  EXPECT_EQ(g_fake->kernel_mismatches(q, 3 * kChunk, 2), 0u);
+  EXPECT_EQ(a.gpu_bytes_in_use(), 4 * kChunk);
+  EXPECT_EQ(a.gpu_bytes_held(), 4 * kChunk);
+  EXPECT_LE(g_fake->gpu_bytes_peak, 4 * kChunk);
+  EXPECT_EQ(a.stats().gpu_chunks_made, 4u);
+}
+
+TEST_F(ChunkArenaTest, ReleaseGivesChunksBackForReuse) {
+  ChunkArena& a = make(2 * kChunk, 2 * kChunk);
+  CUdeviceptr p = allocate(4 * kChunk);  // two GPU chunks, two host chunks
+  EXPECT_EQ(a.host_bytes_in_use(), 2 * kChunk);
+  const int created = g_fake->calls[fake::kCreateGpu] + g_fake->calls[fake::kCreateHost];
+  EXPECT_EQ(created, 4);
+  EXPECT_EQ(a.release(p), CUDA_SUCCESS);
+  EXPECT_EQ(a.gpu_bytes_in_use(), 0u);
+  EXPECT_EQ(a.host_bytes_in_use(), 0u);
+  EXPECT_EQ(a.gpu_bytes_held(), 2 * kChunk);
+  EXPECT_EQ(a.host_bytes_held(), 2 * kChunk);
+  EXPECT_FALSE(a.range(p));
+  EXPECT_EQ(a.release(p), CUDA_ERROR_INVALID_VALUE);  // twice
+
+  // The same chunks serve the next ranges: no cuMemCreate.
+  p = allocate(2 * kChunk);
+  const CUdeviceptr q = allocate(2 * kChunk);
+  EXPECT_TRUE(a.on_gpu(p));
+  EXPECT_EQ(a.range(q)->host_bytes, 2 * kChunk);
+  EXPECT_EQ(g_fake->calls[fake::kCreateGpu] + g_fake->calls[fake::kCreateHost], created);
+  ASSERT_TRUE(g_fake->kernel_write(p, 2 * kChunk, 5));
+  ASSERT_TRUE(g_fake->kernel_write(q, 2 * kChunk, 6));
+  EXPECT_EQ(g_fake->kernel_mismatches(p, 2 * kChunk, 5), 0u);
+  EXPECT_EQ(g_fake->kernel_mismatches(q, 2 * kChunk, 6), 0u);
+
+  // A released GPU chunk lets a host-backed range come back.
+  EXPECT_EQ(a.release(p), CUDA_SUCCESS);
+  const Moved m = a.restore(q, 2 * kChunk, kStream);
+  EXPECT_EQ(m.bytes, 2 * kChunk);
+  EXPECT_EQ(g_fake->kernel_mismatches(q, 2 * kChunk, 6), 0u);
+
+  // trim() releases the free ones: the two host chunks.
+  EXPECT_EQ(a.trim(), 2 * kChunk);
+  EXPECT_EQ(a.host_bytes_held(), 0u);
+  EXPECT_EQ(g_fake->host_bytes, 0u);
+  EXPECT_EQ(g_fake->live_handles(), 2u);
+  EXPECT_EQ(a.release(q), CUDA_SUCCESS);
+  EXPECT_EQ(a.trim(), 2 * kChunk);
+  EXPECT_EQ(g_fake->live_handles(), 0u);
+}
+
+TEST_F(ChunkArenaTest, OutOfMemoryPastBothLimitsLeaksNothing) {
+  ChunkArena& a = make(2 * kChunk, 2 * kChunk);
+  CUdeviceptr p = 0;
+  EXPECT_EQ(a.allocate(4 * kChunk + 1, &p), CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(p, 0u);
+  // Refused before any driver call.
+  EXPECT_EQ(g_fake->calls[fake::kReserve], 0);
+  EXPECT_EQ(g_fake->calls[fake::kCreateGpu] + g_fake->calls[fake::kCreateHost], 0);
+
+  const CUdeviceptr q = allocate(3 * kChunk);
+  const size_t reservations = g_fake->live_reservations();
+  const size_t mappings = g_fake->live_mappings();
+  const size_t handles = g_fake->live_handles();
+  const int reserves = g_fake->calls[fake::kReserve];
+  EXPECT_EQ(a.allocate(2 * kChunk, &p), CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(g_fake->calls[fake::kReserve], reserves);
+  EXPECT_EQ(g_fake->live_reservations(), reservations);
+  EXPECT_EQ(g_fake->live_mappings(), mappings);
+  EXPECT_EQ(g_fake->live_handles(), handles);
+  EXPECT_EQ(a.gpu_bytes_in_use(), 2 * kChunk);
+  EXPECT_EQ(a.host_bytes_in_use(), kChunk);
+  // The one chunk left is still there to take.
+  EXPECT_EQ(a.allocate(kChunk, &p), CUDA_SUCCESS);
+  EXPECT_EQ(a.release(p), CUDA_SUCCESS);
+  EXPECT_EQ(a.stats().out_of_memory, 2u);
+  EXPECT_EQ(a.stats().ranges, 1u);
+  EXPECT_EQ(a.release(q), CUDA_SUCCESS);
+  EXPECT_EQ(a.allocate(0, &p), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(a.allocate(kChunk, nullptr), CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(ChunkArenaTest, ADriverFailureDuringAllocateLeavesNothingBehind) {
+  ChunkArena& a = make(2 * kChunk, 4 * kChunk);
+  // Both pools' windows reserved, no chunk made: then every chunk the failing allocations make is
+  // one trim() must find free.
+  CUdeviceptr p = allocate(6 * kChunk);
+  EXPECT_EQ(a.release(p), CUDA_SUCCESS);
+  EXPECT_EQ(a.trim(), 6 * kChunk);
+  const CUdeviceptr keep = allocate(kChunk);
+  ASSERT_TRUE(g_fake->kernel_write(keep, kChunk, 9));
+  const size_t reservations = g_fake->live_reservations();  // the windows and `keep`
+  const size_t mappings = g_fake->live_mappings();          // `keep`'s chunk, twice
+  ASSERT_EQ(reservations, 3u);
+  ASSERT_EQ(mappings, 2u);
+  // The failing allocation makes a GPU chunk and two host chunks, each mapped in its pool's window
+  // with access, then maps each in the range, then gives the range access: 6 maps, 4 accesses.
+  const struct {
+    fake::Call call;
+    int nth;
+  } cases[] = {{fake::kReserve, 1},    {fake::kCreateGpu, 1}, {fake::kCreateHost, 1},
+               {fake::kCreateHost, 2}, {fake::kMap, 1},       {fake::kMap, 3},
+               {fake::kMap, 6},        {fake::kSetAccess, 2}, {fake::kSetAccess, 4}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(testing::Message() << "call " << c.call << " #" << c.nth);
+    g_fake->fail_nth(c.call, c.nth, CUDA_ERROR_INVALID_HANDLE);
+    p = 0;
+    const CUresult r = a.allocate(3 * kChunk, &p);
+    g_fake->fail_nth(c.call, 0);
+    EXPECT_EQ(r, CUDA_ERROR_INVALID_HANDLE);
+    EXPECT_EQ(p, 0u);
+    EXPECT_EQ(a.gpu_bytes_in_use(), kChunk);
+    EXPECT_EQ(a.host_bytes_in_use(), 0u);
+    EXPECT_EQ(a.stats().ranges, 1u);
+    a.trim();
+    EXPECT_EQ(g_fake->live_reservations(), reservations);
+    EXPECT_EQ(g_fake->live_mappings(), mappings);
+    EXPECT_EQ(g_fake->live_handles(), 1u);
+  }
+  EXPECT_EQ(g_fake->kernel_mismatches(keep, kChunk, 9), 0u);
+  // And it works once the driver does.
+  p = allocate(5 * kChunk);
+  ASSERT_TRUE(g_fake->kernel_write(p, 5 * kChunk, 1));
+  EXPECT_EQ(g_fake->kernel_mismatches(p, 5 * kChunk, 1), 0u);
+}
+
+TEST_F(ChunkArenaTest, AGpuChunkTheDeviceCannotMakeGoesToTheHost) {
+  g_fake->gpu_physical_limit = kChunk;  // memory used outside umswap
+  ChunkArena& a = make(4 * kChunk, 4 * kChunk);
+  const CUdeviceptr p = allocate(3 * kChunk);
+  EXPECT_EQ(a.range(p)->gpu_bytes, kChunk);
+  EXPECT_EQ(a.range(p)->host_bytes, 2 * kChunk);
+  EXPECT_EQ(a.stats().gpu_create_fallbacks, 2u);
+  ASSERT_TRUE(g_fake->kernel_write(p, 3 * kChunk, 1));
+  // restore() reports the device's refusal and moves nothing.
+  const Moved m = a.restore(p, 3 * kChunk, kStream);
+  EXPECT_EQ(m.result, CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(m.bytes, 0u);
+  EXPECT_EQ(m.bytes_left, 2 * kChunk);
+  EXPECT_EQ(g_fake->kernel_mismatches(p, 3 * kChunk, 1), 0u);
+}
+
+// Pools warmed so that a move makes no chunk (no window maps among the counted calls): `n` host
+// chunks and `n` GPU chunks made, all free.
+CUdeviceptr warm(ChunkArena& a, uint64_t n) {
+  CUdeviceptr p = 0;
+  EXPECT_EQ(a.allocate(n * kChunk, &p), CUDA_SUCCESS);
+  EXPECT_EQ(a.evict(p, n * kChunk, kStream).bytes, n * kChunk);
+  EXPECT_EQ(a.restore(p, n * kChunk, kStream).bytes, n * kChunk);
+  return p;
+}
+
+struct MoveFailure {
+  fake::Call call;
+  int nth;         // of the calls the move makes
+  bool to_host;    // evict, else restore
+  uint64_t moved;  // chunks of the three that end up moved
+};
+
+void PrintTo(const MoveFailure& f, std::ostream* os) {
+  *os << (f.to_host ? "evict" : "restore") << ", call " << f.call << " #" << f.nth << " fails";
+}
+
+class ChunkArenaFailureTest : public ChunkArenaTest,
+                              public ::testing::WithParamInterface<MoveFailure> {};
+
+TEST_P(ChunkArenaFailureTest, AFailedMoveLeavesEveryChunkMappedToItsData) {
+  const MoveFailure f = GetParam();
+  ChunkArena& a = make(3 * kChunk, 3 * kChunk);
+  const CUdeviceptr p = warm(a, 3);
+  ASSERT_TRUE(g_fake->kernel_write(p, 3 * kChunk, 4));
+  if (!f.to_host) {
+    ASSERT_EQ(a.evict(p, 3 * kChunk, kStream).bytes, 3 * kChunk);
+  }
+  const Location from = f.to_host ? Location::gpu : Location::host;
+  const Location to = f.to_host ? Location::host : Location::gpu;
+  const uint64_t failures = a.stats().failures;
+  const uint64_t creates = g_fake->calls[fake::kCreateGpu] + g_fake->calls[fake::kCreateHost];
+
+  g_fake->fail_nth(f.call, f.nth, CUDA_ERROR_ILLEGAL_STATE);
+  const Moved m = f.to_host ? a.evict(p, 3 * kChunk, kStream) : a.restore(p, 3 * kChunk, kStream);
+  EXPECT_EQ(m.result, CUDA_ERROR_ILLEGAL_STATE);
+  EXPECT_EQ(m.bytes, f.moved * kChunk);
+  EXPECT_EQ(m.bytes_left, (3 - f.moved) * kChunk);
+  EXPECT_EQ(a.stats().failures, failures + 1);
+  EXPECT_EQ(a.stats().holes, 0u);
+  for (uint64_t i = 0; i < 3; ++i) expect_at(p + i * kChunk, i < f.moved ? to : from);
+  EXPECT_EQ(g_fake->kernel_mismatches(p, 3 * kChunk, 4), 0u);
+  const uint64_t on_gpu = f.to_host ? 3 - f.moved : f.moved;
+  EXPECT_EQ(a.gpu_bytes_in_use(), on_gpu * kChunk);
+  EXPECT_EQ(a.host_bytes_in_use(), (3 - on_gpu) * kChunk);
+  // The chunks taken for the failed moves went back: nothing was made.
+  EXPECT_EQ(g_fake->calls[fake::kCreateGpu] + g_fake->calls[fake::kCreateHost], creates);
+
+  // The next attempt, with the driver well, finishes the job.
+  const Moved again =
+      f.to_host ? a.evict(p, 3 * kChunk, kStream) : a.restore(p, 3 * kChunk, kStream);
+  EXPECT_EQ(again.result, CUDA_SUCCESS);
+  EXPECT_EQ(again.bytes, (3 - f.moved) * kChunk);
+  for (uint64_t i = 0; i < 3; ++i) expect_at(p + i * kChunk, to);
+  EXPECT_EQ(g_fake->kernel_mismatches(p, 3 * kChunk, 4), 0u);
+}
+
+// Per chunk, a move makes one copy, then (after one wait for all) unmap, map, set access.
+INSTANTIATE_TEST_SUITE_P(
+    Calls, ChunkArenaFailureTest,
+    ::testing::Values(MoveFailure{fake::kMemcpy, 1, true, 0},
+                      MoveFailure{fake::kMemcpy, 2, true, 1}, MoveFailure{fake::kSync, 1, true, 0},
+                      MoveFailure{fake::kUnmap, 1, true, 0}, MoveFailure{fake::kMap, 1, true, 0},
+                      MoveFailure{fake::kMap, 2, true, 1},
+                      MoveFailure{fake::kSetAccess, 3, true, 2},
+                      MoveFailure{fake::kMemcpy, 3, false, 2},
+                      MoveFailure{fake::kSync, 1, false, 0}, MoveFailure{fake::kUnmap, 2, false, 1},
+                      MoveFailure{fake::kMap, 1, false, 0}, MoveFailure{fake::kMap, 3, false, 2},
+                      MoveFailure{fake::kSetAccess, 1, false, 0}));
+
+TEST_F(ChunkArenaTest, AHoleIsReportedAndRepairedByTheNextMove) {
+  ChunkArena& a = make(2 * kChunk, 2 * kChunk);
+  const CUdeviceptr p = warm(a, 1);
+  ASSERT_TRUE(g_fake->kernel_write(p, kChunk, 8));
+  // The map to the host chunk fails, and so does mapping the GPU chunk back.
+  g_fake->fail_every(fake::kMap, true);
+  Moved m = a.evict(p, kChunk, kStream);
+  g_fake->fail_every(fake::kMap, false);
+  EXPECT_NE(m.result, CUDA_SUCCESS);
+  EXPECT_EQ(m.bytes, 0u);
+  EXPECT_EQ(a.stats().holes, 1u);
+  EXPECT_EQ(a.stats().chunks_mapped, 0u);
+  EXPECT_EQ(a.range(p)->unmapped_bytes, kChunk);
+  EXPECT_EQ(a.chunk_location(p), std::nullopt);
+  EXPECT_EQ(g_fake->handle_at(p), 0u);
+  // The GPU chunk still holds the data: the next evict maps it again, then moves it.
+  m = a.evict(p, kChunk, kStream);
+  EXPECT_EQ(m.result, CUDA_SUCCESS);
+  EXPECT_EQ(m.bytes, kChunk);
+  EXPECT_EQ(a.stats().holes, 0u);
+  expect_at(p, Location::host);
+  EXPECT_EQ(g_fake->kernel_mismatches(p, kChunk, 8), 0u);
+}
+
+TEST_F(ChunkArenaTest, UnknownAddressesAreErrors) {
+  ChunkArena& a = make(2 * kChunk, 2 * kChunk);
+  EXPECT_EQ(a.release(0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(a.evict(0x1234, kChunk, kStream).result, CUDA_ERROR_INVALID_VALUE);
+  const CUdeviceptr p = allocate(2 * kChunk);
+  EXPECT_EQ(a.release(p + kChunk), CUDA_ERROR_INVALID_VALUE);  // inside, not the base
+  EXPECT_EQ(a.release(p + 1), CUDA_ERROR_INVALID_VALUE);
+  for (CUdeviceptr bad : {p - kChunk, p + 2 * kChunk, CUdeviceptr{0x1000}}) {
+    Moved m = a.evict(bad, kChunk, kStream);
+    EXPECT_EQ(m.result, CUDA_ERROR_INVALID_VALUE);
+    EXPECT_EQ(m.bytes, 0u);
+    m = a.restore(bad, kChunk, kStream);
+    EXPECT_EQ(m.result, CUDA_ERROR_INVALID_VALUE);
+    EXPECT_FALSE(a.range(bad));
+    EXPECT_FALSE(a.chunk_location(bad));
+    EXPECT_FALSE(a.on_gpu(bad));
+  }
+  EXPECT_EQ(a.evict(p, 0, kStream).result, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(a.evict(p, UINT64_MAX, kStream).result, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_TRUE(a.on_gpu(p));
+  EXPECT_EQ(g_fake->calls[fake::kMemcpy], 0);
+  EXPECT_EQ(a.stats().failures, 0u);
+}
+
+TEST_F(ChunkArenaTest, AnIncompleteDriverTableIsRefused) {
+  VmmDriver d = fake::fake_driver();
+  d.stream_synchronize = nullptr;
+  ChunkArena a(d, g_fake->device, 2 * kChunk, 2 * kChunk);
+  CUdeviceptr p = 0;
+  EXPECT_EQ(a.allocate(kChunk, &p), CUDA_ERROR_NOT_INITIALIZED);
+  EXPECT_EQ(a.release(0x1000), CUDA_ERROR_NOT_INITIALIZED);
+  EXPECT_EQ(a.evict(0x1000, 1, kStream).result, CUDA_ERROR_NOT_INITIALIZED);
+  EXPECT_EQ(g_fake->calls[fake::kReserve], 0);
+}
+
+TEST_F(ChunkArenaTest, DestructionReleasesEverything) {
+  {
+    ChunkArena a(fake::fake_driver(), g_fake->device, 2 * kChunk, 4 * kChunk);
+    CUdeviceptr p = 0;
+    CUdeviceptr q = 0;
+    ASSERT_EQ(a.allocate(3 * kChunk, &p), CUDA_SUCCESS);
+    ASSERT_EQ(a.allocate(kChunk, &q), CUDA_SUCCESS);
+    a.evict(p, kChunk, kStream);
+    EXPECT_GT(g_fake->live_handles(), 0u);
+  }
+  EXPECT_EQ(g_fake->live_handles(), 0u);
+  EXPECT_EQ(g_fake->live_reservations(), 0u);
+  EXPECT_EQ(g_fake->live_mappings(), 0u);
+}
+
+// The program's threads allocate, write, check and release while an advisor-like thread evicts
+// and restores whatever is live. Data is written before a range is shared with the mover (a
+// write racing its move is the planner's to order); reads may race moves and must always see
+// the data.
+TEST_F(ChunkArenaTest, ConcurrentAllocationsAndMovesKeepDataAndCounts) {
+  ChunkArena& a = make(4 * kChunk, 24 * kChunk);
+  std::mutex shared_mutex;
+  std::vector<std::pair<CUdeviceptr, uint64_t>> shared;
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> bad{0};
+  std::atomic<uint64_t> over_budget{0};
+
+  std::thread mover([&] {
+    uint64_t round = 0;
+    while (!done.load()) {
+      std::pair<CUdeviceptr, uint64_t> r{0, 0};
+      {
+        std::lock_guard lock(shared_mutex);
+        if (!shared.empty()) r = shared[round % shared.size()];
+      }
+      if (r.first != 0) {
+        // A range may be released meanwhile: then INVALID_VALUE, no harm.
+        if (round % 2 == 0) {
+          a.evict(r.first, r.second, kStream);
+        } else {
+          a.restore(r.first, r.second, kStream);
+        }
+      }
+      if (a.gpu_bytes_in_use() > a.gpu_limit_bytes()) ++over_budget;
+      ++round;
+    }
+  });
+  std::vector<std::thread> workers;
+  for (int w = 0; w < 2; ++w) {
+    workers.emplace_back([&, w] {
+      for (int i = 0; i < 12; ++i) {
+        const uint64_t size = (1 + (i + w) % 3) * kChunk - 4096 * w;
+        const uint8_t seed = static_cast<uint8_t>(w * 16 + i);
+        CUdeviceptr p = 0;
+        if (a.allocate(size, &p) != CUDA_SUCCESS) {
+          ++bad;
+          continue;
+        }
+        if (!g_fake->kernel_write(p, size, seed)) ++bad;
+        {
+          std::lock_guard lock(shared_mutex);
+          shared.emplace_back(p, size);
+        }
+        for (int k = 0; k < 3; ++k) bad += g_fake->kernel_mismatches(p, size, seed);
+        {
+          std::lock_guard lock(shared_mutex);
+          std::erase(shared, std::pair<CUdeviceptr, uint64_t>{p, size});
+        }
+        if (a.release(p) != CUDA_SUCCESS) ++bad;
+      }
+    });
+  }
+  for (std::thread& t : workers) t.join();
+  done = true;
+  mover.join();
+  EXPECT_EQ(bad.load(), 0u);
+  EXPECT_EQ(over_budget.load(), 0u);
+  EXPECT_EQ(a.gpu_bytes_in_use(), 0u);
+  EXPECT_EQ(a.host_bytes_in_use(), 0u);
+  EXPECT_EQ(a.stats().ranges, 0u);
+  EXPECT_EQ(a.stats().failures, 0u);
+  EXPECT_LE(g_fake->gpu_bytes_peak, 4 * kChunk);
+}
+
+}  // namespace
+}  // namespace umswap::vmm

@@ -1,0 +1,165 @@
+// ChunkArena: the vmm engine's state for one device. Every range it hands out is virtual memory
+// it reserved, mapped chunk by chunk (kChunk, 2 MiB) to physical chunks on the GPU (a pool no
+// larger than the budget) or on the host (pinned, HOST_NUMA 0). A range is always mapped, so a
+// kernel that touches any byte of it reads correct data: at HBM speed from a GPU chunk, over the
+// link from a host chunk (DESIGN.md, "Two engines, one invariant"; issue 38).
+//
+// Contract:
+//   * allocate(): reserves the size rounded up to whole chunks, backs each chunk with a GPU chunk
+//     while the pool has one (free, or not yet made: the pool grows on demand up to the budget,
+//     rounded down to whole chunks), else with a host chunk (made on demand up to the host limit,
+//     rounded down likewise), maps them and gives the device read/write access. When the two
+//     limits together cannot back the range: CUDA_ERROR_OUT_OF_MEMORY before any driver call. A
+//     GPU chunk the driver has no memory for (memory used outside umswap: CUDA_ERROR_OUT_OF_MEMORY
+//     from cuMemCreate) falls back to a host chunk; any other driver error fails the allocation.
+//     On any failure nothing is left behind: mapped chunks go back to their pools, the range is
+//     freed.
+//   * release(): the base address allocate() returned; unmaps every chunk, gives GPU and host
+//     chunks back to their pools (both keep them made, for reuse; trim() releases the free ones)
+//     and frees the range. Anything else: CUDA_ERROR_INVALID_VALUE.
+//   * evict() / restore(): every chunk of every live range that overlaps [address, address +
+//     length) and sits on the other side moves, whole (a chunk partly in the interval moves too):
+//     the chunk's bytes are copied on `stream` to a chunk taken from the other pool, the copies are
+//     waited for, and only then each chunk's slot is unmapped, mapped to the new chunk and given
+//     access; the old chunk goes back to its pool. restore() takes GPU chunks only while the pool
+//     has one; it never evicts anything to make room (that is the planner's job), and says in
+//     `Moved::bytes_left` what it could not move. evict() likewise stops at the host limit.
+//     An interval that overlaps no live range: CUDA_ERROR_INVALID_VALUE, nothing done.
+//   * The caller orders the moves against the program's kernels: a kernel writing a chunk between
+//     its copy and its remap would lose that write. For now the arena waits for its copies with a
+//     stream synchronize; ordering by events (the program's streams waiting only where the plan
+//     needs a range in place) is the later step.
+//   * A driver call that fails in the middle of a move rolls that chunk back: its slot is mapped
+//     to the chunk that still holds its data (the original: the copy is made before the remap and
+//     the original is given back only after the new mapping has access), the chunk taken for it is
+//     given back, and the move stops there with the error in `Moved::result` (chunks moved before
+//     it stay moved). Only when mapping the original back fails too is the slot left unmapped (a
+//     hole): counted in `ArenaStats::holes` and `RangeInfo::unmapped_bytes`, and the next evict()
+//     or restore() that covers the slot tries to map it again first.
+//   * Counts are exact: the arena maps every chunk itself, so gpu_bytes_in_use() is the bytes of
+//     GPU chunks backing live ranges, never more than the budget.
+//   * Errors come back as CUresult; nothing throws except std::bad_alloc. A driver table that is
+//     not complete() makes every call answer CUDA_ERROR_NOT_INITIALIZED.
+// Thread safety: every member may be called from any thread; one mutex guards the state and is
+// held across driver calls. The allocator's threads (the program's) will call allocate() and
+// release(); the advisor thread evict(), restore() and trim(); anyone the queries. An evict's
+// copies and waits hold the mutex, so an allocation waits for them: releasing it around the
+// copies (a per-chunk busy state) comes with the event ordering.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "umswap/vmm/chunk.h"
+#include "umswap/vmm/detail/chunk_pool.h"
+#include "umswap/vmm/vmm_driver.h"
+
+namespace umswap::vmm {
+
+// What one evict() or restore() did.
+struct Moved {
+  CUresult result = CUDA_SUCCESS;  // the first error; CUDA_ERROR_OUT_OF_MEMORY when a pool ran dry
+  uint64_t bytes = 0;              // bytes copied and remapped (whole chunks)
+  uint64_t bytes_left = 0;         // bytes of chunks in the interval that should have moved, didn't
+};
+
+// One live range, as found by range().
+struct RangeInfo {
+  CUdeviceptr base = 0;
+  uint64_t size = 0;        // as asked of allocate()
+  uint64_t reserved = 0;    // whole chunks
+  uint64_t gpu_bytes = 0;   // chunks backed by GPU chunks
+  uint64_t host_bytes = 0;  // chunks backed by host chunks
+  // Holes left by a failed rollback (0 unless the driver failed twice in a row).
+  uint64_t unmapped_bytes = 0;
+};
+
+struct ArenaStats {
+  uint64_t ranges = 0;         // live ranges
+  uint64_t chunks_mapped = 0;  // chunk slots of live ranges that are mapped
+  uint64_t gpu_chunks_made = 0;
+  uint64_t host_chunks_made = 0;
+  uint64_t allocations = 0;
+  uint64_t releases = 0;
+  uint64_t out_of_memory = 0;  // allocate() refused for want of room
+  // Chunk copies made and waited for (a copy whose remap then failed counts here, not below).
+  uint64_t copies_to_host = 0;
+  uint64_t copies_to_gpu = 0;
+  // Bytes moved: copied and remapped.
+  uint64_t bytes_to_host = 0;
+  uint64_t bytes_to_gpu = 0;
+  uint64_t remaps = 0;                // slots remapped to another chunk by a move
+  uint64_t gpu_create_fallbacks = 0;  // allocate()'s chunks put on the host: no GPU memory
+  uint64_t failures = 0;              // driver calls that failed (the rollbacks' included)
+  uint64_t holes = 0;                 // slots unmapped now (see the contract)
+};
+
+class ChunkArena {
+ public:
+  // No driver call is made here; the pools' windows are reserved on first use.
+  ChunkArena(const VmmDriver& driver, CUdevice device, uint64_t gpu_limit_bytes,
+             uint64_t host_limit_bytes);
+  // Releases every live range and every chunk.
+  ~ChunkArena();
+  ChunkArena(const ChunkArena&) = delete;
+  ChunkArena& operator=(const ChunkArena&) = delete;
+
+  CUresult allocate(uint64_t bytes, CUdeviceptr* address);
+  CUresult release(CUdeviceptr address);
+  Moved evict(CUdeviceptr address, uint64_t length, CUstream stream);
+  Moved restore(CUdeviceptr address, uint64_t length, CUstream stream);
+  // Releases the free chunks of both pools; returns the bytes released.
+  uint64_t trim();
+
+  uint64_t gpu_limit_bytes() const { return gpu_capacity_ * kChunk; }
+  uint64_t host_limit_bytes() const { return host_capacity_ * kChunk; }
+  uint64_t gpu_bytes_in_use() const;
+  uint64_t host_bytes_in_use() const;
+  // Made, in use or free (what the process holds).
+  uint64_t gpu_bytes_held() const;
+  uint64_t host_bytes_held() const;
+  // The live range holding `address` (any byte of its reserved chunks).
+  std::optional<RangeInfo> range(CUdeviceptr address) const;
+  // Where the chunk holding `address` lives; nullopt outside live ranges and for a hole.
+  std::optional<Location> chunk_location(CUdeviceptr address) const;
+  // True when the live range holding `address` is wholly on the GPU.
+  bool on_gpu(CUdeviceptr address) const;
+  ArenaStats stats() const;
+
+ private:
+  struct Slot {
+    Location where = Location::gpu;
+    uint32_t chunk = 0;  // index in the pool of `where`
+    bool mapped = false;
+  };
+  struct Range {
+    uint64_t size = 0;
+    std::vector<Slot> slots;
+  };
+  using RangeMap = std::map<CUdeviceptr, Range>;
+
+  detail::ChunkPool& pool(Location where) { return where == Location::gpu ? gpu_ : host_; }
+  CUresult unmap_range(CUdeviceptr base, Range& range);
+  RangeMap::const_iterator find(CUdeviceptr address) const;
+  Moved move(CUdeviceptr address, uint64_t length, CUstream stream, Location to);
+  CUresult remap(CUdeviceptr at, Slot& slot, Location to, uint32_t chunk);
+  CUresult map_slot(CUdeviceptr at, Location where, uint32_t chunk);
+  CUresult count(CUresult result);
+
+  VmmDriver driver_;
+  CUdevice device_;
+  uint64_t gpu_capacity_;
+  uint64_t host_capacity_;
+  mutable std::mutex mutex_;
+  detail::ChunkPool gpu_;
+  detail::ChunkPool host_;
+  RangeMap ranges_;  // by base address
+  ArenaStats stats_;
+};
+
+}  // namespace umswap::vmm

@@ -450,6 +450,7 @@ StatsFigures parse_stats_figures(const json& stats) {
   s.peak_resident_plan_bytes = get_u64(stats, advisor::kPeakResidentPlanBytes);
   s.plan_applied_from = get_u64(stats, advisor::plan::kAppliedFromLaunch);
   s.first_plan_applied_from = get_u64(stats, advisor::kFirstPlanAppliedFromLaunch);
+  s.first_plan_known = schema::find(stats, advisor::kFirstPlanAppliedFromLaunch) != nullptr;
   s.prefetch_wait = get_bool(stats, advisor::kPrefetchWait);
   s.evict_wait = get_bool(stats, advisor::kEvictWait);
   s.wait_stalls = get_u64(stats, advisor::kWaitStalls);
@@ -526,7 +527,8 @@ std::pair<size_t, size_t> steady_range(size_t count) {
 }
 
 std::optional<uint64_t> steady_from_launch(const StatsFigures& stats) {
-  return stats.first_plan_applied_from ? stats.first_plan_applied_from : stats.plan_applied_from;
+  if (stats.first_plan_known || stats.first_plan_applied_from) return stats.first_plan_applied_from;
+  return stats.plan_applied_from;
 }
 
 std::pair<size_t, size_t> planned_steady_range(size_t count, const StatsFigures* stats) {

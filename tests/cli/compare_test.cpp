@@ -349,6 +349,10 @@ TEST(Compare, PlannedSteadyRangeFollowsTheFirstPlan) {
   EXPECT_EQ(planned_steady_range(20, &s), (R{4, 20}));
   s.first_plan_applied_from.reset();
   EXPECT_EQ(planned_steady_range(20, &s), (R{2, 20}));  // no iteration after 4005: plain
+  s.plan_applied_from = 3060;
+  s.first_plan_known = true;  // the file says no plan started (null): not the last plan's launch
+  EXPECT_EQ(steady_from_launch(s), std::nullopt);
+  EXPECT_EQ(planned_steady_range(20, &s), (R{2, 20}));
 }
 
 TEST(CompareMath, LinkLimit) {

@@ -58,6 +58,11 @@ TEST(RunSummary, CountsFromTheFirstPlanAndNamesTheRelearnedOne) {
   s["advisor"]["plan"]["applied_from_launch"] = 900;
   const std::string u = run_summary_text({{"stats-1.json", s}}, true);
   EXPECT_TRUE(has(u, "; the plan in force from iteration 1\n")) << u;
+  // No plan started (null), one staged: no plan named, the steady iterations from the third.
+  s["advisor"]["first_plan_applied_from_launch"] = nullptr;
+  s["advisor"]["plan"]["applied_from_launch"] = 300;
+  const std::string v = run_summary_text({{"stats-1.json", s}}, true);
+  EXPECT_TRUE(has(v, "umswap: 6 iterations, median 425.0 ms over 4 steady iterations\n")) << v;
   // An older file without the first plan's launch: counted from the last plan, as before.
   s["advisor"].erase("first_plan_applied_from_launch");
   s["advisor"]["plan"]["applied_from_launch"] = 300;

@@ -77,6 +77,7 @@ struct StatsFigures {
   std::optional<uint64_t> peak_resident_plan_bytes;
   std::optional<uint64_t> plan_applied_from;  // advisor.plan.applied_from_launch (the last plan)
   std::optional<uint64_t> first_plan_applied_from;  // advisor.first_plan_applied_from_launch
+  bool first_plan_known = false;  // the file has that field (null: no plan started)
   // advisor.prefetch_wait, evict_wait (UMSWAP_PREFETCH_WAIT, UMSWAP_EVICT_WAIT) and wait_stalls
   // (times the watchdog released waiting launches and turned the waits off).
   std::optional<bool> prefetch_wait, evict_wait;
@@ -140,8 +141,8 @@ std::pair<size_t, size_t> steady_range(size_t count);
 // and never before steady_range(count). steady_range(count) when the stats show no plan or no
 // such iteration.
 std::pair<size_t, size_t> planned_steady_range(size_t count, const StatsFigures* stats);
-// The launch the steady iterations are counted from: the first plan's, else (a stats file that
-// does not say) the last plan's.
+// The launch the steady iterations are counted from: the first plan's (none when the file says
+// no plan started), else (a stats file without the field) the last plan's.
 std::optional<uint64_t> steady_from_launch(const StatsFigures& stats);
 // Mean of `get(iteration)` over the steady iterations (planned_steady_range) that have the
 // figure; nullopt when none do.

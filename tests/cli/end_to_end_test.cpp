@@ -65,6 +65,11 @@ TEST_F(EndToEnd, ChildSeesPreloadAndAllocConf) {
 }
 
 TEST_F(EndToEnd, PreloadKeptOnceAndUserEntriesAfterIt) {
+#if defined(__SANITIZE_ADDRESS__)
+  // The user's LD_PRELOAD reaches umswap itself too, and the ASan runtime refuses to start a
+  // program in which a preloaded library comes before it.
+  GTEST_SKIP() << "not under AddressSanitizer";
+#endif
   const std::string lib = fs::absolute(UMSWAP_TEST_PRELOAD_LIBRARY).lexically_normal().string();
   const Result r = umswap({"run", "--", "sh", "-c", "printf '%s\\n' \"$LD_PRELOAD\""},
                           {{"LD_PRELOAD", lib + ":" + lib}});

@@ -501,12 +501,16 @@ TEST_F(ChunkArenaTest, DestructionReleasesEverything) {
 }
 
 // The program's threads allocate, write, check and release while an advisor-like thread evicts
-// and restores whatever is live. Data is written before a range is shared with the mover (a
-// write racing its move is the planner's to order); reads may race moves and must always see
-// the data.
+// and restores whatever is live. Data is written before a range is shared with the mover, and
+// read only between moves: a read racing a move can find a slot between its unmap and its map
+// (on a GPU, a fault on an unmapped address), and a write there is lost, so the caller orders
+// accesses and moves (vmm/README.md, the copy-to-remap window). What runs at once here is the
+// arena's own state: allocations and releases beside moves. (A first version let reads race the
+// moves; it failed once in CI with 2,093,056 bytes read wrong, a chunk caught mid-remap.)
 TEST_F(ChunkArenaTest, ConcurrentAllocationsAndMovesKeepDataAndCounts) {
   ChunkArena& a = make(4 * kChunk, 24 * kChunk);
   std::mutex shared_mutex;
+  std::mutex reads_mutex;  // a worker's reads, or a move: one at a time
   std::vector<std::pair<CUdeviceptr, uint64_t>> shared;
   std::atomic<bool> done{false};
   std::atomic<uint64_t> bad{0};
@@ -521,7 +525,9 @@ TEST_F(ChunkArenaTest, ConcurrentAllocationsAndMovesKeepDataAndCounts) {
         if (!shared.empty()) r = shared[round % shared.size()];
       }
       if (r.first != 0) {
-        // A range may be released meanwhile: then INVALID_VALUE, no harm.
+        // Not while a worker reads (above); a range may be released meanwhile: then
+        // INVALID_VALUE, no harm.
+        std::lock_guard reads(reads_mutex);
         if (round % 2 == 0) {
           a.evict(r.first, r.second, kStream);
         } else {
@@ -548,7 +554,10 @@ TEST_F(ChunkArenaTest, ConcurrentAllocationsAndMovesKeepDataAndCounts) {
           std::lock_guard lock(shared_mutex);
           shared.emplace_back(p, size);
         }
-        for (int k = 0; k < 3; ++k) bad += g_fake->kernel_mismatches(p, size, seed);
+        for (int k = 0; k < 3; ++k) {
+          std::lock_guard reads(reads_mutex);
+          bad += g_fake->kernel_mismatches(p, size, seed);
+        }
         {
           std::lock_guard lock(shared_mutex);
           std::erase(shared, std::pair<CUdeviceptr, uint64_t>{p, size});

@@ -527,8 +527,15 @@ std::pair<size_t, size_t> steady_range(size_t count) {
 }
 
 std::optional<uint64_t> steady_from_launch(const StatsFigures& stats) {
-  if (stats.first_plan_known || stats.first_plan_applied_from) return stats.first_plan_applied_from;
-  return stats.plan_applied_from;
+  return stats.first_plan_known ? stats.first_plan_applied_from : stats.plan_applied_from;
+}
+
+std::optional<size_t> iteration_from(const std::vector<StatsIteration>& iterations,
+                                     uint64_t launch) {
+  for (size_t i = 0; i < iterations.size(); ++i) {
+    if (iterations[i].first_step && *iterations[i].first_step >= launch) return i;
+  }
+  return std::nullopt;
 }
 
 std::pair<size_t, size_t> planned_steady_range(size_t count, const StatsFigures* stats) {
@@ -536,13 +543,8 @@ std::pair<size_t, size_t> planned_steady_range(size_t count, const StatsFigures*
   const std::optional<uint64_t> from = stats ? steady_from_launch(*stats) : std::nullopt;
   if (!from) return plain;
   const std::vector<StatsIteration>& its = stats->iterations;
-  size_t planned = its.size();  // the first iteration that began under a plan
-  for (size_t i = 0; i < its.size(); ++i) {
-    if (its[i].first_step && *its[i].first_step >= *from) {
-      planned = i;
-      break;
-    }
-  }
+  // The first iteration that began under a plan.
+  const size_t planned = iteration_from(its, *from).value_or(its.size());
   if (planned + 1 >= its.size() || count < its.size()) return plain;
   const size_t first = planned + 1 + (count - its.size());
   return {std::max(first, plain.first), count};

@@ -61,13 +61,6 @@ void add_process(std::string& out, const SummaryInput& p, bool named, bool budge
   for (size_t i = first; i < end; ++i) {
     if (its[i].wall_ms) ms.push_back(*its[i].wall_ms);
   }
-  // The first iteration that began at or after `launch`.
-  const auto iteration_at = [&](uint64_t launch) -> std::optional<size_t> {
-    for (size_t i = 0; i < its.size(); ++i) {
-      if (its[i].first_step && *its[i].first_step >= launch) return i;
-    }
-    return std::nullopt;
-  };
   const std::optional<uint64_t> from = steady_from_launch(s);
   const bool planned = from.has_value();
   std::string line = fmt::format("{} iterations", its.size());
@@ -75,11 +68,12 @@ void add_process(std::string& out, const SummaryInput& p, bool named, bool budge
     line += fmt::format(", median {:.1f} ms over {} {}", *m, ms.size(),
                         planned ? "iterations under the plan" : "steady iterations");
   }
-  if (const std::optional<size_t> first_planned = from ? iteration_at(*from) : std::nullopt) {
+  if (const std::optional<size_t> first_planned =
+          from ? iteration_from(its, *from) : std::nullopt) {
     line += fmt::format("; the plan in force from iteration {}", *first_planned);
     // A plan relearned later, in force before the end.
     if (const std::optional<size_t> last = s.plan_applied_from && *s.plan_applied_from > *from
-                                               ? iteration_at(*s.plan_applied_from)
+                                               ? iteration_from(its, *s.plan_applied_from)
                                                : std::nullopt) {
       line += fmt::format(", relearned from iteration {}", *last);
     }

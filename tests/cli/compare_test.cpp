@@ -304,17 +304,23 @@ TEST(CompareMath, MedianAndSteadyRange) {
   EXPECT_EQ(steady_range(10), (std::pair<size_t, size_t>{2, 10}));
 }
 
+// `count` detected iterations, the first beginning at launch `first`, one every `every` launches.
+StatsFigures evenly_spaced(uint64_t count, uint64_t first, uint64_t every) {
+  StatsFigures s;
+  for (uint64_t i = 0; i < count; ++i) {
+    StatsIteration it;
+    it.index = i;
+    it.first_step = first + every * i;
+    s.iterations.push_back(it);
+  }
+  return s;
+}
+
 // Online plans take effect late in short runs: the steady part starts at the second iteration
 // that began under the plan, counted from the end when the program printed more iterations than
 // were detected.
 TEST(Compare, PlannedSteadyRangeStartsAfterThePlansFirstIteration) {
-  StatsFigures s;
-  for (uint64_t i = 0; i < 11; ++i) {
-    StatsIteration it;
-    it.index = i;
-    it.first_step = 374 + 326 * i;
-    s.iterations.push_back(it);
-  }
+  StatsFigures s = evenly_spaced(11, 374, 326);
   using R = std::pair<size_t, size_t>;
   EXPECT_EQ(planned_steady_range(11, &s), (R{2, 11}));  // no plan
   s.plan_applied_from = 2173;                           // iteration 6 (launch 2330) is the first
@@ -332,22 +338,18 @@ TEST(Compare, PlannedSteadyRangeStartsAfterThePlansFirstIteration) {
 // A plan relearned later (or made too late to start) does not move the steady part: it begins
 // after the first plan that took effect, when the stats say which that was.
 TEST(Compare, PlannedSteadyRangeFollowsTheFirstPlan) {
-  StatsFigures s;
-  for (uint64_t i = 0; i < 20; ++i) {
-    StatsIteration it;
-    it.index = i;
-    it.first_step = 36 + 189 * i;
-    s.iterations.push_back(it);
-  }
+  StatsFigures s = evenly_spaced(20, 36, 189);
   using R = std::pair<size_t, size_t>;
   s.plan_applied_from = 3060;                            // relearned: iteration 16
   EXPECT_EQ(planned_steady_range(20, &s), (R{17, 20}));  // a file without the first plan's launch
   s.first_plan_applied_from = 603;                       // iteration 3
+  s.first_plan_known = true;
   EXPECT_EQ(steady_from_launch(s), 603u);
   EXPECT_EQ(planned_steady_range(20, &s), (R{4, 20}));
   s.plan_applied_from = 4005;  // staged after the last iteration began: never in force
   EXPECT_EQ(planned_steady_range(20, &s), (R{4, 20}));
-  s.first_plan_applied_from.reset();
+  s.first_plan_applied_from.reset();  // a file without the field again
+  s.first_plan_known = false;
   EXPECT_EQ(planned_steady_range(20, &s), (R{2, 20}));  // no iteration after 4005: plain
   s.plan_applied_from = 3060;
   s.first_plan_known = true;  // the file says no plan started (null): not the last plan's launch

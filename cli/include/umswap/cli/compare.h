@@ -144,6 +144,9 @@ std::pair<size_t, size_t> planned_steady_range(size_t count, const StatsFigures*
 // The launch the steady iterations are counted from: the first plan's (none when the file says
 // no plan started), else (a stats file without the field) the last plan's.
 std::optional<uint64_t> steady_from_launch(const StatsFigures& stats);
+// The first of `iterations` that began at or after `launch`; nullopt when none did.
+std::optional<size_t> iteration_from(const std::vector<StatsIteration>& iterations,
+                                     uint64_t launch);
 // Mean of `get(iteration)` over the steady iterations (planned_steady_range) that have the
 // figure; nullopt when none do.
 template <typename Get>

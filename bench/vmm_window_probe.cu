@@ -282,10 +282,11 @@ class Probe {
 
 // --breakdown: where a move's time goes, with the driver alone (no arena). `bytes` in GPU chunks
 // of `kChunk` bytes and as many host chunks, each also mapped in a window; a range mapped to the
-// GPU chunks. Timed on the host, median of kReps: copies GPU -> host chunk one 2 MiB call each, and
+// GPU chunks. Timed on the host, median of kReps: copies GPU -> host chunk one call per chunk, and
 // one call over a window where the host chunks are contiguous; remaps of the range to the host
 // chunks per chunk (unmap, map, set access each) and batched (one unmap of the range, a map per
-// chunk, one set access); the same back to the GPU chunks.
+// chunk, one set access); the same back to the GPU chunks; the to-host remap's three calls timed
+// apart; remaps from four threads at once.
 void breakdown(CUdevice device, uint64_t bytes, uint64_t kChunk) {
   const uint64_t chunks = bytes / kChunk;
   constexpr int kReps = 7;
@@ -357,8 +358,49 @@ void breakdown(CUdevice device, uint64_t bytes, uint64_t kChunk) {
     for (uint64_t i = 0; i < chunks; ++i) CU(cuMemMap(range + i * kChunk, kChunk, 0, to[i], 0));
     CU(cuMemSetAccess(range, bytes, &access, 1));
   };
-  std::vector<double> each_out, each_in, batch_out, batch_in;
+  // Per chunk, by step: which call costs (to the host only).
+  double unmap_ms = 0, map_ms = 0, access_ms = 0;
+  auto remap_split = [&](std::vector<CUmemGenericAllocationHandle>& to) {
+    for (uint64_t i = 0; i < chunks; ++i) {
+      auto t = std::chrono::steady_clock::now();
+      CU(cuMemUnmap(range + i * kChunk, kChunk));
+      unmap_ms += ms_since(t);
+      t = std::chrono::steady_clock::now();
+      CU(cuMemMap(range + i * kChunk, kChunk, 0, to[i], 0));
+      map_ms += ms_since(t);
+      t = std::chrono::steady_clock::now();
+      CU(cuMemSetAccess(range + i * kChunk, kChunk, &access, 1));
+      access_ms += ms_since(t);
+    }
+  };
+  // Per chunk, from kThreads threads at once (chunk i on thread i % kThreads).
+  constexpr int kThreads = 4;
+  CUcontext ctx;
+  CU(cuCtxGetCurrent(&ctx));
+  auto remap_threads = [&](std::vector<CUmemGenericAllocationHandle>& to) {
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        CU(cuCtxSetCurrent(ctx));
+        for (uint64_t i = t; i < chunks; i += kThreads) {
+          CU(cuMemUnmap(range + i * kChunk, kChunk));
+          CU(cuMemMap(range + i * kChunk, kChunk, 0, to[i], 0));
+          CU(cuMemSetAccess(range + i * kChunk, kChunk, &access, 1));
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+  };
+  std::vector<double> each_out, each_in, batch_out, batch_in, threads_out, threads_in;
   for (int r = 0; r < kReps; ++r) {
+    remap_split(host);
+    remap_each(gpu);
+    auto t1 = std::chrono::steady_clock::now();
+    remap_threads(host);
+    threads_out.push_back(ms_since(t1));
+    t1 = std::chrono::steady_clock::now();
+    remap_threads(gpu);
+    threads_in.push_back(ms_since(t1));
     auto t0 = std::chrono::steady_clock::now();
     remap_each(host);
     each_out.push_back(ms_since(t0));
@@ -382,6 +424,12 @@ void breakdown(CUdevice device, uint64_t bytes, uint64_t kChunk) {
       gb / copy_each * 1e3, copy_one, gb / copy_one * 1e3, copy_back_each,
       gb / copy_back_each * 1e3, median(each_out), median(batch_out), median(each_in),
       median(batch_in));
+  std::printf(
+      "breakdown %llu MiB in %llu MiB chunks: to host, mean of %d: unmap %.2f ms, map %.2f "
+      "ms, set access %.2f ms; from %d threads: to host %.2f ms, to GPU %.2f ms\n",
+      (unsigned long long)(bytes / kMiB), (unsigned long long)(kChunk / kMiB), kReps,
+      unmap_ms / kReps, map_ms / kReps, access_ms / kReps, kThreads, median(threads_out),
+      median(threads_in));
   std::fflush(stdout);
   CU(cuMemUnmap(range, bytes));
   CU(cuMemUnmap(gw, bytes));

@@ -16,7 +16,8 @@ Each umswap run is compared step by step with the two native runs of its row:
     checksum), the umswap run must too: "identical" or "DIFFERS";
   * otherwise every step's loss must lie within the natives' own spread: |umswap - mean| <=
     max(4 * the largest native difference up to that step, 0.5% of |mean|): "within" or
-    "OUTSIDE" (the column gives the worst step's distance in units of that spread).
+    "OUTSIDE" (the column gives the worst step's distance in units of that spread);
+  * a run cut by --timeout fails, judged on the steps it finished: "TIMEOUT, 16 of 20 identical".
 It also reports, from the umswap run's stats, the peak GPU-resident bytes counted against the
 budget, GPU page faults per steady iteration, and the faults on pages umswap had discarded
 (copy_check.unforeseen: an access nobody foresaw; anything but 0 fails the row).
@@ -121,19 +122,34 @@ def stats_of(path):
     }
 
 
+def prefix(run_dict, n):
+    """A native run's first n losses, without its checksum (which covers every step)."""
+    return {"rc": run_dict["rc"], "losses": run_dict["losses"][:n],
+            "summary": {k: v for k, v in run_dict["summary"].items() if k != "checksum"}}
+
+
 def judge(n1, n2, u):
     """(verdict, worst) for umswap run u against natives n1, n2 (run dicts)."""
-    if u["rc"] == 124:
-        return "TIMEOUT", None
-    if u["rc"] != 0 or not u["losses"]:
-        return "FAILED", None
     a, b, x = n1["losses"], n2["losses"], u["losses"]
     steps = min(len(a), len(b))
+    if u["rc"] == 124:
+        # Cut by the timeout: still a failure, judged on the steps it finished, so that a slow run
+        # is told from a wrong one ("TIMEOUT, 16 of 20 identical").
+        done = min(len(x), steps)
+        if not done:
+            return "TIMEOUT", None
+        verdict, worst = judge(prefix(n1, done), prefix(n2, done),
+                               {"rc": 0, "losses": x[:done], "summary": {}, "cut": True})
+        return f"TIMEOUT, {done} of {steps} {verdict}", worst
+    if u["rc"] != 0 or not u["losses"]:
+        return "FAILED", None
     if len(x) != steps:
         return "FAILED", None
     same_natives = a == b and n1["summary"].get("checksum") == n2["summary"].get("checksum")
     if same_natives:
-        ok = x == a and u["summary"].get("checksum") == n1["summary"].get("checksum")
+        # A run cut short has no checksum to compare: its losses decide.
+        ok = x == a and (u.get("cut") or
+                         u["summary"].get("checksum") == n1["summary"].get("checksum"))
         return ("identical" if ok else "DIFFERS"), 0.0 if ok else None
     worst, spread, verdict = 0.0, 0.0, "within"
     for i in range(steps):
@@ -163,7 +179,7 @@ def rejudge(a):
                 results.append(((m.group(1), m.group(2), m.group(3), b, None,
                                  path[:-4] + ".json"), r))
         elif name.startswith("cupy-native") or name == "cupy-b50.log":
-            k = ("cupy", "native", "-", int(name[11])) if "native" in name else (
+            k = ("cupy", "native", "-", int(name[11]), None, None) if "native" in name else (
                 "cupy", "umswap", "-", 50, None, path[:-4] + ".json")
             results.append((k, parse_log(path)))
     # Budgets as the matrix gave them: a share of the larger native peak.

@@ -37,6 +37,18 @@ class Judge(unittest.TestCase):
         self.assertEqual(cm.judge(a, b, run([10.0, 9.0], rc=1))[0], "FAILED")
         self.assertEqual(cm.judge(a, b, run([10.0]))[0], "FAILED")
 
+    def test_a_timeout_is_judged_on_the_steps_it_finished(self):
+        n = run([10.5, 10.1, 9.9, 9.7], "abc")
+        self.assertEqual(cm.judge(n, n, run([10.5, 10.1], rc=124)),
+                         ("TIMEOUT, 2 of 4 identical", 0.0))
+        self.assertEqual(cm.judge(n, n, run([10.5, 10.2], rc=124))[0], "TIMEOUT, 2 of 4 DIFFERS")
+        self.assertEqual(cm.judge(n, n, run([], rc=124)), ("TIMEOUT", None))
+        a, b = run([10.0, 9.0, 8.0]), run([10.0, 9.01, 8.02])
+        self.assertEqual(cm.judge(a, b, run([10.0, 9.0], rc=124))[0], "TIMEOUT, 2 of 3 within")
+        self.assertEqual(cm.judge(a, b, run([10.0, 9.5], rc=124))[0], "TIMEOUT, 2 of 3 OUTSIDE")
+        # A complete run still needs the natives' checksum where they have one.
+        self.assertEqual(cm.judge(n, n, run([10.5, 10.1, 9.9, 9.7]))[0], "DIFFERS")
+
 
 class Schedule(unittest.TestCase):
     def test_lowest_budgets_and_slowest_models_start_first(self):

@@ -37,31 +37,18 @@
 #include <thread>
 #include <vector>
 
+#include "vmm_probe_common.cuh"
+
 namespace {
 
-constexpr uint64_t kMiB = uint64_t{1} << 20;
-constexpr uint64_t kStride = 4096;
+using probe::kMiB;
+using probe::kStride;
+using probe::median;
+using probe::ms_since;
+using probe::spin;
+
 constexpr int kRanges = 6;
 constexpr int kGpuRanges = 4;  // the GPU pool holds this many ranges
-
-#define CU(call)                                                              \
-  do {                                                                        \
-    CUresult r_ = (call);                                                     \
-    if (r_ != CUDA_SUCCESS) {                                                 \
-      const char* s_ = nullptr;                                               \
-      cuGetErrorName(r_, &s_);                                                \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, s_); \
-      std::exit(2);                                                           \
-    }                                                                         \
-  } while (0)
-
-__global__ void spin(unsigned long long ns) {
-  unsigned long long start, now;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-  do {
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-  } while (now - start < ns);
-}
 
 // Ranges first .. first + count - 1: one thread per sampled word, word += 1.
 __global__ void touch(uint32_t* const* table, int first, int count, uint64_t words) {
@@ -99,16 +86,6 @@ __global__ void copy_hash(uint64_t* dst, const uint64_t* src, uint64_t words,
   }
   for (int o = 16; o > 0; o /= 2) h += __shfl_down_sync(0xffffffffu, h, o);
   if ((threadIdx.x & 31) == 0) atomicAdd(hash, (unsigned long long)h);
-}
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 struct Config {

@@ -40,24 +40,21 @@
 #include <vector>
 
 #include "umswap/vmm/chunk_arena.h"
+#include "vmm_probe_common.cuh"
+#include "vmm_real_driver.h"
 
 namespace {
 
+using probe::kMiB;
+using probe::kStride;
+using probe::median;
+using probe::ms_since;
+using probe::spin;
+
 using umswap::vmm::ChunkArena;
 using umswap::vmm::Moved;
-using umswap::vmm::VmmDriver;
 
-constexpr uint64_t kMiB = uint64_t{1} << 20;
-constexpr uint64_t kStride = 4096;  // one sampled word per 4 KiB
 constexpr int kRanges = 6;
-
-__global__ void spin(unsigned long long ns) {
-  unsigned long long start, now;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-  do {
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-  } while (now - start < ns);
-}
 
 // One thread per sampled word of every range: word += 1.
 __global__ void touch(uint32_t* const* table, int ranges, uint64_t words_per_range) {
@@ -77,41 +74,6 @@ __global__ void count_wrong(uint32_t* const* table, int ranges, uint64_t words_p
     atomicAdd(wrong, 1ull);
     atomicMin(smallest, v);
   }
-}
-
-#define CU(call)                                                              \
-  do {                                                                        \
-    CUresult r_ = (call);                                                     \
-    if (r_ != CUDA_SUCCESS) {                                                 \
-      const char* s_ = nullptr;                                               \
-      cuGetErrorName(r_, &s_);                                                \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, s_); \
-      std::exit(2);                                                           \
-    }                                                                         \
-  } while (0)
-
-VmmDriver real_driver() {
-  VmmDriver d;
-  d.mem_address_reserve = cuMemAddressReserve;
-  d.mem_address_free = cuMemAddressFree;
-  d.mem_create = cuMemCreate;
-  d.mem_release = cuMemRelease;
-  d.mem_map = cuMemMap;
-  d.mem_unmap = cuMemUnmap;
-  d.mem_set_access = cuMemSetAccess;
-  d.memcpy_dtod_async = cuMemcpyDtoDAsync;
-  d.stream_synchronize = cuStreamSynchronize;
-  return d;
-}
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 struct Config {
@@ -135,7 +97,7 @@ struct Result {
 class Probe {
  public:
   Probe(const Config& c, CUdevice device) : c_(c), device_(device) {
-    arena_ = new ChunkArena(real_driver(), device, 4 * c.range_bytes, 4 * c.range_bytes);
+    arena_ = new ChunkArena(real_vmm_driver(), device, 4 * c.range_bytes, 4 * c.range_bytes);
     for (int r = 0; r < kRanges; ++r) CU(arena_->allocate(c.range_bytes, &base_[r]));
     CU(cuMemAlloc(&table_, sizeof base_));
     CU(cuMemcpyHtoD(table_, base_, sizeof base_));

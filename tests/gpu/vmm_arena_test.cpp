@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "umswap/vmm/chunk_arena.h"
+#include "vmm_real_driver.h"
 
 namespace umswap::vmm {
 namespace {
@@ -20,20 +21,6 @@ namespace {
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 constexpr uint64_t kRange = 200 * kMiB;  // 100 chunks
 constexpr uint64_t kBudget = 256 * kMiB;
-
-VmmDriver real_driver() {
-  VmmDriver d;
-  d.mem_address_reserve = cuMemAddressReserve;
-  d.mem_address_free = cuMemAddressFree;
-  d.mem_create = cuMemCreate;
-  d.mem_release = cuMemRelease;
-  d.mem_map = cuMemMap;
-  d.mem_unmap = cuMemUnmap;
-  d.mem_set_access = cuMemSetAccess;
-  d.memcpy_dtod_async = cuMemcpyDtoDAsync;
-  d.stream_synchronize = cuStreamSynchronize;
-  return d;
-}
 
 // Chunk c of range r holds this value in every 32-bit word.
 uint32_t value_of(int r, uint64_t c) {
@@ -84,7 +71,7 @@ double gb_per_s(uint64_t bytes, std::chrono::steady_clock::duration took) {
 }
 
 TEST_F(VmmArenaGpu, HoldsItsBudgetAndKeepsEveryWordThroughMoves) {
-  ChunkArena arena(real_driver(), device_, kBudget, 1024 * kMiB);
+  ChunkArena arena(real_vmm_driver(), device_, kBudget, 1024 * kMiB);
   CUdeviceptr base[3] = {};
   for (int r = 0; r < 3; ++r) {
     ASSERT_EQ(arena.allocate(kRange, &base[r]), CUDA_SUCCESS) << "range " << r;

@@ -6,7 +6,9 @@
 # launcher uses no CUDA and writes none), each from its own process, with the tracer on, managed
 # allocations, nothing escaped, the budget given, and unified-memory records counted on that
 # rank's own GPU. Prints each rank's counted peak resident bytes against its budget, its faults,
-# and the iteration times natively and under umswap (not judged: issue 39 is the budget's).
+# and the iteration times natively and under umswap (not judged: issue 39 is the budget's); with
+# fsdp also those of FSDP2's own CPUOffloadPolicy, natively (the baseline), and whether its losses
+# equal native's (not judged: the optimizer step runs on the host).
 # NVLink multicast stays off (NCCL_NVLS_ENABLE=0).
 # usage: sharded_check.sh UMSWAP [BUDGET] [ddp|fsdp] [RANKS]
 #   RANKS defaults to 2; 1 runs a world of one, so that the logic is tested on one GPU.
@@ -97,6 +99,27 @@ for f in files:
     ok = ok and good
 ok = ok and len(pids) == ranks
 sys.exit(0 if ok else 1)
+PY
+if [ "$shard" = fsdp ]; then
+  mkdir -p "$work/offload"
+  run_torchrun "${args[@]}" --offload --out "$work/offload" >"$work/offload.out" \
+    2>"$work/offload.err" || fail "native torchrun with CPUOffloadPolicy exited $?"
+  if diff -q "$work/native/rank0.txt" "$work/offload/rank0.txt" >/dev/null; then
+    echo "CPUOffloadPolicy: rank 0's losses and weights identical to native"
+  else
+    echo "CPUOffloadPolicy: rank 0's losses or weights differ from native (its optimizer step runs on the host)"
+  fi
+fi
+# Median step time of rank 0 after two warm-up steps, in each run that wrote one.
+python3 - "$work" <<'PY'
+import os, re, statistics, sys
+for run in ("native", "umswap", "offload"):
+    path = os.path.join(sys.argv[1], run, "rank0.ms")
+    if os.path.exists(path):
+        ms = [float(m.group(1)) for m in re.finditer(r"ms (\S+)", open(path).read())][2:]
+        if ms:
+            print(f"rank 0 step time, {run}: median {statistics.median(ms):.1f} ms "
+                  f"({min(ms):.1f}-{max(ms):.1f}) over {len(ms)} steps")
 PY
 echo "$shard: $ranks ranks x 12 steps, losses and weights identical to native;" \
   "torchrun ${native_s} s natively, ${umswap_s} s under umswap;" \

@@ -14,6 +14,10 @@ identical on every rank):
 
     weights <sum of |w| as float.hex()>
 
+Each step's time goes to OUT/rank<r>.ms, one "step <i> ms <float>" line each (apart, so that the
+loss files of two runs can be diffed). --offload gives FSDP2 its own CPUOffloadPolicy (parameters,
+gradients and the optimizer step on the host): the baseline umswap is measured against.
+
 Deterministic (cuDNN and cuBLAS fixed), so a native run and a run under umswap can be diffed.
 Exit: 0 done, 1 failed, 77 skipped (no torch, fewer GPUs than ranks, no NCCL, no FSDP2).
 """
@@ -32,8 +36,12 @@ def main():
     p.add_argument("--width", type=int, default=128, help="channels of the convolutions")
     p.add_argument("--image", type=int, default=64)
     p.add_argument("--shard", choices=("ddp", "fsdp"), default="ddp")
+    p.add_argument("--offload", action="store_true",
+                   help="FSDP2 with CPUOffloadPolicy (needs --shard fsdp)")
     p.add_argument("--out", required=True, help="directory for the per-rank output files")
     args = p.parse_args()
+    if args.offload and args.shard != "fsdp":
+        p.error("--offload needs --shard fsdp")
     try:
         import torch
         import torch.distributed as dist
@@ -47,7 +55,7 @@ def main():
         return 77
     if args.shard == "fsdp":
         try:
-            from torch.distributed.fsdp import fully_shard
+            from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
         except ImportError:
             print("skip: this PyTorch has no FSDP2 (torch.distributed.fsdp.fully_shard)")
             return 77
@@ -65,29 +73,36 @@ def main():
         nn.Conv2d(2 * w, 2 * w, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
         nn.Linear(2 * w, 10)).cuda()
     if args.shard == "fsdp":
+        policy = {"offload_policy": CPUOffloadPolicy()} if args.offload else {}
         for layer in model:
             if any(True for _ in layer.parameters()):
-                fully_shard(layer)
-        net = fully_shard(model)
+                fully_shard(layer, **policy)
+        net = fully_shard(model, **policy)
     else:
         net = nn.parallel.DistributedDataParallel(model, device_ids=[local])
     opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
     g = torch.Generator().manual_seed(100 + rank)
     out = open(os.path.join(args.out, f"rank{rank}.txt"), "w")
+    times = open(os.path.join(args.out, f"rank{rank}.ms"), "w")
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for i in range(args.steps):
+        start.record()
         x = torch.randn(args.batch, 3, args.image, args.image, generator=g).cuda()
         y = torch.randint(0, 10, (args.batch,), generator=g).cuda()
         opt.zero_grad(set_to_none=True)
         loss = nn.functional.cross_entropy(net(x), y)
         loss.backward()
         opt.step()
+        stop.record()
         print(f"rank {rank} device {torch.cuda.current_device()} step {i} loss "
               f"{loss.item().hex()}", file=out, flush=True)
+        print(f"step {i} ms {start.elapsed_time(stop):.3f}", file=times, flush=True)
     # FSDP2's parameters are DTensors, each rank holding a shard: gather each whole.
     whole = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in model.parameters()]
     total = sum(p.detach().abs().sum().double() for p in whole)
     print(f"weights {total.item().hex()}", file=out, flush=True)
     out.close()
+    times.close()
     dist.barrier()
     dist.destroy_process_group()
     return 0

@@ -8,6 +8,7 @@
 #include <cub/device/device_scan.cuh>
 
 #include <climits>
+#include <type_traits>
 
 namespace umswap::compress::zvc::gpu {
 namespace {

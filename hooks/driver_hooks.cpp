@@ -48,9 +48,9 @@ umswap::VmmAllocator* vmm_for_allocation(Preload& p) {
   return vmm;
 }
 
-// Engine vmm's allocator for a free or a memory query (pointers it does not know go to the
-// driver); nullptr under engine um.
-umswap::VmmAllocator* vmm_for_free(Preload& p) {
+// Engine vmm's allocator for a free, a memory query or a call it leaves to the driver (pointers
+// it does not know go to the driver); nullptr under engine um.
+umswap::VmmAllocator* vmm_engine(Preload& p) {
   return ReentryGuard::active() ? nullptr : p.vmm();
 }
 
@@ -73,7 +73,7 @@ UMSWAP_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
 UMSWAP_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
   Preload& p = preload();
   if (!p.driver()) return kNoDriver;
-  if (umswap::VmmAllocator* vmm = vmm_for_free(p)) {
+  if (umswap::VmmAllocator* vmm = vmm_engine(p)) {
     ReentryGuard guard;
     if (auto status = vmm->free(dptr)) return *status;
     return p.driver()->cuMemFree_v2(dptr);
@@ -107,7 +107,7 @@ UMSWAP_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size
 UMSWAP_EXPORT CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
   Preload& p = preload();
   if (!p.driver()) return kNoDriver;
-  if (umswap::VmmAllocator* vmm = vmm_for_free(p); vmm && free && total) {
+  if (umswap::VmmAllocator* vmm = vmm_engine(p); vmm && free && total) {
     ReentryGuard guard;
     return vmm->mem_get_info(free, total);
   }
@@ -119,6 +119,12 @@ UMSWAP_EXPORT CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
 UMSWAP_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned flags) {
   Preload& p = preload();
   if (!p.driver()) return kNoDriver;
+  if (vmm_engine(p)) {
+    // The program's own managed memory stays the driver's under engine vmm, on purpose (not an
+    // escape for the runtime hook's check).
+    umswap::RuntimeApiScope::note_left_to_driver();
+    return p.driver()->cuMemAllocManaged(dptr, bytesize, flags);
+  }
   if (skip(p) || !dptr || bytesize == 0)
     return p.driver()->cuMemAllocManaged(dptr, bytesize, flags);
   ReentryGuard guard;
@@ -186,7 +192,7 @@ CUresult alloc_async(CUdeviceptr* dptr, size_t bytesize, CUstream stream,
 
 CUresult free_async(CUdeviceptr dptr, CUstream stream, PFN_cuMemFreeAsync_v11020 real) {
   Preload& p = preload();
-  if (umswap::VmmAllocator* vmm = vmm_for_free(p)) {
+  if (umswap::VmmAllocator* vmm = vmm_engine(p)) {
     ReentryGuard guard;
     if (auto status = vmm->free_async(dptr, stream)) return *status;
     return real(dptr, stream);

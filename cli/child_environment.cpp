@@ -126,6 +126,7 @@ ChildEnvironment plan_child_environment(const RunFlags& flags, const CurrentEnv&
   }
 
   if (flags.mode) env.set.push_back({"UMSWAP_MODE", std::string(to_string(*flags.mode))});
+  if (flags.engine) env.set.push_back({"UMSWAP_ENGINE", std::string(to_string(*flags.engine))});
   if (flags.budget) env.set.push_back({"UMSWAP_BUDGET", flags.budget->to_string()});
   if (flags.managed_limit) {
     env.set.push_back({"UMSWAP_MANAGED_LIMIT", flags.managed_limit->to_string()});

@@ -173,13 +173,14 @@ CommandLine parse_command_line(std::span<const std::string> args) {
   run->set_help_flag();
   run->allow_extras();
   run->add_flag("-h,--help", want_help);
-  std::string budget, limit, mode, stats;
+  std::string budget, limit, mode, stats, engine;
   bool verbose = false, verify = false, quiet = false;
   auto* budget_option = run->add_option("--budget", budget);
   auto* limit_option = run->add_option("--limit", limit);
   auto* mode_option = run->add_option("--mode", mode);
   auto* stats_option = run->add_option("--stats", stats);
-  for (auto* option : {budget_option, limit_option, mode_option, stats_option}) {
+  auto* engine_option = run->add_option("--engine", engine);
+  for (auto* option : {budget_option, limit_option, mode_option, stats_option, engine_option}) {
     option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // the last one given wins
   }
   run->add_flag("--verbose", verbose);
@@ -196,11 +197,12 @@ CommandLine parse_command_line(std::span<const std::string> args) {
   auto* record_limit = record->add_option("--limit", limit);
   auto* record_mode = record->add_option("--mode", mode);
   auto* record_stats = record->add_option("--stats", stats);
+  auto* record_engine = record->add_option("--engine", engine);
   auto* trace_output_option = record->add_option("-o,--output", trace_output);
   auto* iterations_option = record->add_option("--iterations", iterations);
   auto* marker_option = record->add_option("--marker", marker);
-  for (auto* option : {record_budget, record_limit, record_mode, record_stats, trace_output_option,
-                       iterations_option, marker_option}) {
+  for (auto* option : {record_budget, record_limit, record_mode, record_stats, record_engine,
+                       trace_output_option, iterations_option, marker_option}) {
     option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   }
   record->add_flag("--verbose", verbose);
@@ -216,7 +218,8 @@ CommandLine parse_command_line(std::span<const std::string> args) {
   auto* replay_limit = replay->add_option("--limit", limit);
   auto* replay_mode = replay->add_option("--mode", mode);
   auto* replay_stats = replay->add_option("--stats", stats);
-  for (auto* option : {replay_budget, replay_limit, replay_mode, replay_stats}) {
+  auto* replay_engine = replay->add_option("--engine", engine);
+  for (auto* option : {replay_budget, replay_limit, replay_mode, replay_stats, replay_engine}) {
     option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   }
   auto* replay_trace_option = replay->add_option("trace", replay_trace);
@@ -467,6 +470,24 @@ CommandLine parse_command_line(std::span<const std::string> args) {
                      : fmt::format("--mode: '{}' is not a mode (expected {}, {} or {})", mode,
                                    to_string(Mode::online), to_string(Mode::managed),
                                    to_string(Mode::passthrough)));
+    }
+  }
+  if (engine_option->count() + record_engine->count() + replay_engine->count() > 0) {
+    flags.engine = parse_engine(engine);
+    if (!flags.engine) {
+      return usage_error(fmt::format("--engine: '{}' is not an engine (expected {} or {})", engine,
+                                     to_string(Engine::um), to_string(Engine::vmm)));
+    }
+    // Engine vmm runs no advisor yet: nothing to replay, no evictions to verify.
+    if (*flags.engine == Engine::vmm && flags.replay_trace) {
+      return usage_error(
+          "replay: --engine vmm cannot replay a trace yet (it runs no advisor); use --engine um",
+          fmt::format("usage: {}", detail::kReplayUsage));
+    }
+    if (*flags.engine == Engine::vmm && verify) {
+      return usage_error(
+          "--verify checks the evictions of engine um; engine vmm moves nothing yet: leave out "
+          "--engine vmm or --verify");
     }
   }
   if (stats_option->count() + record_stats->count() + replay_stats->count() > 0) {

@@ -49,6 +49,42 @@ std::string memory_line(const json& stats) {
   return line;
 }
 
+// The engine the stats file names; a file without the field is from engine um.
+std::string engine_of(const json& stats) {
+  const json* engine = schema::find(stats, schema::kEngine);
+  return engine && engine->is_string() ? engine->get<std::string>() : std::string("um");
+}
+
+// Engine vmm's lines: where its chunks were, against the pool, and its allocations.
+void add_vmm_lines(std::string& out, const std::string& pad, const json& stats) {
+  const auto figure = [&](const schema::Field& f) { return u64_of(schema::find(stats, f)); };
+  std::string r;
+  if (const std::optional<uint64_t> gpu = figure(schema::vmm::kGpuBytesPeak)) {
+    r = fmt::format("peak on GPU chunks {}", gib(*gpu));
+    if (const std::optional<uint64_t> pool = figure(schema::vmm::kBudgetBytes); pool && *pool) {
+      const double ratio = static_cast<double>(*gpu) / static_cast<double>(*pool);
+      r += fmt::format(" for a pool of {} ({:.0f}%)", gib(*pool), ratio * 100);
+    }
+  }
+  if (const std::optional<uint64_t> host = figure(schema::vmm::kHostBytesPeak)) {
+    r += fmt::format("{}peak on host chunks {}", r.empty() ? "" : ", ", gib(*host));
+  }
+  if (!r.empty()) out += pad + r + "\n";
+  out += pad + "no advisor: engine vmm places allocations and moves nothing yet\n";
+  uint64_t all = 0;
+  if (const json* by = schema::find(stats, schema::allocator::kAllocationsByApi);
+      by && by->is_object()) {
+    for (const auto& [api, v] : by->items()) all += u64_of(&v).value_or(0);
+  }
+  std::string line = fmt::format("engine vmm: {} allocations in 2 MiB chunks", all);
+  if (const std::optional<uint64_t> refused = figure(schema::vmm::kOutOfMemory);
+      refused && *refused) {
+    line +=
+        fmt::format(", {} refused for want of room (past the pool and the host limit)", *refused);
+  }
+  out += pad + line + "\n";
+}
+
 void add_process(std::string& out, const SummaryInput& p, bool named, bool budget_given) {
   const StatsFigures s = parse_stats_figures(p.stats);
   const std::string head = named ? fmt::format("umswap: {}: ", p.name) : std::string("umswap: ");
@@ -79,6 +115,10 @@ void add_process(std::string& out, const SummaryInput& p, bool named, bool budge
     }
   }
   out += head + line + "\n";
+  if (engine_of(p.stats) == "vmm") {
+    add_vmm_lines(out, pad, p.stats);
+    return;
+  }
 
   // What moved, and faults.
   const auto in = steady_mean(s, [](const StatsIteration& i) { return i.bytes_htod; });
@@ -119,7 +159,9 @@ std::string run_summary_text(const std::vector<SummaryInput>& processes, bool bu
                              size_t max_processes) {
   std::vector<const SummaryInput*> shown;
   for (const SummaryInput& p : processes) {
-    if (schema::find(p.stats, schema::advisor::kMode)) shown.push_back(&p);
+    if (schema::find(p.stats, schema::advisor::kMode) || engine_of(p.stats) == "vmm") {
+      shown.push_back(&p);
+    }
   }
   std::string out;
   const bool named = shown.size() > 1;

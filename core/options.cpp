@@ -17,6 +17,9 @@ constexpr std::array kModes = {std::pair{Mode::online, std::string_view("online"
                                std::pair{Mode::managed, std::string_view("managed")},
                                std::pair{Mode::passthrough, std::string_view("passthrough")}};
 
+constexpr std::array kEngines = {std::pair{Engine::um, std::string_view("um")},
+                                 std::pair{Engine::vmm, std::string_view("vmm")}};
+
 std::string_view trim(std::string_view s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
@@ -39,6 +42,11 @@ constexpr std::array kOptionTable = {
                "online: managed memory, advice learned from the first steady iteration; replay: "
                "advice planned from UMSWAP_REPLAY's trace; managed: managed memory, no advice; "
                "passthrough: hooks only"},
+    OptionInfo{"UMSWAP_ENGINE", "um|vmm", "um",
+               "um: managed memory, moved by the advisor; vmm (experimental, step 1): ranges "
+               "mapped to GPU chunks up to the budget, host chunks after it, nothing moved and "
+               "no advisor (online runs as placement only; replay and --verify need um)",
+               kAdvanced},
     OptionInfo{"UMSWAP_BUDGET", "SIZE", "0",
                "GPU-resident bytes to stay under (size or % of GPU memory); 0 = no budget"},
     OptionInfo{"UMSWAP_MANAGED_LIMIT", "SIZE", "0",
@@ -125,6 +133,21 @@ std::optional<Mode> parse_mode(std::string_view text) {
   const std::string t = lower(trim(text));
   for (const auto& [m, name] : kModes) {
     if (t == name) return m;
+  }
+  return std::nullopt;
+}
+
+std::string_view to_string(Engine engine) {
+  for (const auto& [e, name] : kEngines) {
+    if (e == engine) return name;
+  }
+  return "unknown";
+}
+
+std::optional<Engine> parse_engine(std::string_view text) {
+  const std::string t = lower(trim(text));
+  for (const auto& [e, name] : kEngines) {
+    if (t == name) return e;
   }
   return std::nullopt;
 }
@@ -340,6 +363,13 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
       warn("UMSWAP_MODE", v, "is not a mode (online, replay, managed, passthrough)", "online");
     }
   }
+  if (const char* v = read("UMSWAP_ENGINE")) {
+    if (auto e = parse_engine(v)) {
+      options.engine = *e;
+    } else {
+      warn("UMSWAP_ENGINE", v, "is not an engine (um, vmm)", "um");
+    }
+  }
   for (auto [name, field] : {std::pair{"UMSWAP_BUDGET", &options.budget},
                              std::pair{"UMSWAP_MANAGED_LIMIT", &options.managed_limit}}) {
     if (const char* v = read(name)) {
@@ -409,12 +439,23 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
         "UMSWAP_MODE=replay needs UMSWAP_REPLAY (a trace file); learning online instead");
     options.mode = Mode::online;
   }
+  // Engine vmm runs no advisor yet, so nothing it could replay or verify.
+  if (options.engine == Engine::vmm && (options.mode == Mode::replay || options.verify)) {
+    if (warnings) {
+      warnings->push_back(fmt::format(
+          "UMSWAP_ENGINE=vmm does not run the advisor yet, so it cannot {}; using engine um",
+          options.mode == Mode::replay ? "replay a trace (UMSWAP_MODE=replay)"
+                                       : "verify evictions (UMSWAP_VERIFY)"));
+    }
+    options.engine = Engine::um;
+  }
   return options;
 }
 
 std::vector<std::string> describe(const Options& options) {
   return {
       fmt::format("UMSWAP_MODE={}", to_string(options.mode)),
+      fmt::format("UMSWAP_ENGINE={}", to_string(options.engine)),
       fmt::format("UMSWAP_BUDGET={}", options.budget.to_string()),
       fmt::format("UMSWAP_MANAGED_LIMIT={}", options.managed_limit.to_string()),
       fmt::format("UMSWAP_STATS={}", options.stats_path),

@@ -8,6 +8,7 @@
 #include "reentry_guard.h"
 #include "umswap/core/log.h"
 #include "umswap/tracer/tracer.h"
+#include "vmm_engine.h"
 
 #define UMSWAP_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -31,11 +32,38 @@ bool skip(Preload& p) {
   return ReentryGuard::active() || !p.redirecting();
 }
 
+// Engine vmm (UMSWAP_ENGINE=vmm): its allocator when it is to serve an allocation made now: not
+// umswap's own call, and the calling thread's context is on the engine's device (one arena per
+// process; an allocation on another device is left to the driver, on purpose). nullptr under
+// engine um, always.
+umswap::VmmAllocator* vmm_for_allocation(Preload& p) {
+  if (ReentryGuard::active()) return nullptr;
+  umswap::VmmAllocator* vmm = p.vmm();
+  if (!vmm) return nullptr;
+  CUdevice device = 0;
+  if (p.driver()->cuCtxGetDevice(&device) == CUDA_SUCCESS && device != vmm->device()) {
+    umswap::RuntimeApiScope::note_left_to_driver();
+    return nullptr;
+  }
+  return vmm;
+}
+
+// Engine vmm's allocator for a free, a memory query or a call it leaves to the driver (pointers
+// it does not know go to the driver); nullptr under engine um.
+umswap::VmmAllocator* vmm_engine(Preload& p) {
+  return ReentryGuard::active() ? nullptr : p.vmm();
+}
+
 }  // namespace
 
 UMSWAP_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
   Preload& p = preload();
   if (!p.driver()) return kNoDriver;
+  if (umswap::VmmAllocator* vmm = vmm_for_allocation(p); vmm && dptr && bytesize > 0) {
+    ReentryGuard guard;
+    return vmm->allocate(Preload::api_or(AllocApi::cuMemAlloc), bytesize, p.call_site(), false,
+                         dptr);
+  }
   if (skip(p) || !dptr || bytesize == 0) return p.driver()->cuMemAlloc_v2(dptr, bytesize);
   ReentryGuard guard;
   return p.allocator().allocate(Preload::api_or(AllocApi::cuMemAlloc), bytesize, p.call_site(),
@@ -45,6 +73,11 @@ UMSWAP_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
 UMSWAP_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
   Preload& p = preload();
   if (!p.driver()) return kNoDriver;
+  if (umswap::VmmAllocator* vmm = vmm_engine(p)) {
+    ReentryGuard guard;
+    if (auto status = vmm->free(dptr)) return *status;
+    return p.driver()->cuMemFree_v2(dptr);
+  }
   if (skip(p)) return p.driver()->cuMemFree_v2(dptr);
   ReentryGuard guard;
   if (auto status = p.allocator().free(dptr)) return *status;
@@ -57,6 +90,12 @@ UMSWAP_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size
   if (!p.driver()) return kNoDriver;
   const bool valid = dptr && pitch && width && height &&
                      (element_size == 4 || element_size == 8 || element_size == 16);
+  if (umswap::VmmAllocator* vmm = vmm_for_allocation(p); vmm && valid) {
+    ReentryGuard guard;
+    return vmm->allocate_pitch(Preload::api_or(AllocApi::cuMemAllocPitch), width, height,
+                               umswap::vmm_pitch_alignment(*p.driver()), p.call_site(), dptr,
+                               pitch);
+  }
   if (skip(p) || !valid) {
     return p.driver()->cuMemAllocPitch_v2(dptr, pitch, width, height, element_size);
   }
@@ -68,6 +107,10 @@ UMSWAP_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size
 UMSWAP_EXPORT CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
   Preload& p = preload();
   if (!p.driver()) return kNoDriver;
+  if (umswap::VmmAllocator* vmm = vmm_engine(p); vmm && free && total) {
+    ReentryGuard guard;
+    return vmm->mem_get_info(free, total);
+  }
   if (skip(p) || !free || !total) return p.driver()->cuMemGetInfo_v2(free, total);
   ReentryGuard guard;
   return p.allocator().mem_get_info(free, total);
@@ -76,6 +119,12 @@ UMSWAP_EXPORT CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
 UMSWAP_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned flags) {
   Preload& p = preload();
   if (!p.driver()) return kNoDriver;
+  if (vmm_engine(p)) {
+    // The program's own managed memory stays the driver's under engine vmm, on purpose (not an
+    // escape for the runtime hook's check).
+    umswap::RuntimeApiScope::note_left_to_driver();
+    return p.driver()->cuMemAllocManaged(dptr, bytesize, flags);
+  }
   if (skip(p) || !dptr || bytesize == 0)
     return p.driver()->cuMemAllocManaged(dptr, bytesize, flags);
   ReentryGuard guard;
@@ -114,7 +163,11 @@ bool captured(Preload& p, CUstream stream) {
       status == CU_STREAM_CAPTURE_STATUS_NONE) {
     return false;
   }
-  p.allocator().note_captured();
+  if (umswap::VmmAllocator* vmm = p.vmm()) {
+    vmm->note_captured();
+  } else {
+    p.allocator().note_captured();
+  }
   umswap::RuntimeApiScope::note_left_to_driver();  // not an escape: left to the driver on purpose
   return true;
 }
@@ -122,6 +175,12 @@ bool captured(Preload& p, CUstream stream) {
 CUresult alloc_async(CUdeviceptr* dptr, size_t bytesize, CUstream stream,
                      PFN_cuMemAllocAsync_v11020 real) {
   Preload& p = preload();
+  if (umswap::VmmAllocator* vmm = vmm_for_allocation(p);
+      vmm && dptr && bytesize > 0 && !captured(p, stream)) {
+    ReentryGuard guard;
+    return vmm->allocate(Preload::api_or(AllocApi::cuMemAllocAsync), bytesize, p.call_site(), true,
+                         dptr);
+  }
   if (skip(p) || !dptr || bytesize == 0 || captured(p, stream)) {
     return real(dptr, bytesize, stream);
   }
@@ -133,10 +192,24 @@ CUresult alloc_async(CUdeviceptr* dptr, size_t bytesize, CUstream stream,
 
 CUresult free_async(CUdeviceptr dptr, CUstream stream, PFN_cuMemFreeAsync_v11020 real) {
   Preload& p = preload();
+  if (umswap::VmmAllocator* vmm = vmm_engine(p)) {
+    ReentryGuard guard;
+    if (auto status = vmm->free_async(dptr, stream)) return *status;
+    return real(dptr, stream);
+  }
   if (skip(p)) return real(dptr, stream);
   ReentryGuard guard;
   if (auto status = p.allocator().free_async(dptr, stream)) return *status;
   return real(dptr, stream);
+}
+
+// Whether `pool` is the default memory pool of the calling thread's device.
+bool is_default_pool(Preload& p, CUmemoryPool pool) {
+  const umswap::RealDriver& d = *p.driver();
+  CUdevice device = 0;
+  CUmemoryPool default_pool = nullptr;
+  return d.cuCtxGetDevice(&device) == CUDA_SUCCESS &&
+         d.cuDeviceGetDefaultMemPool(&default_pool, device) == CUDA_SUCCESS && default_pool == pool;
 }
 
 // The runtime's cudaMallocAsync allocates from the device's current pool, which may reach the
@@ -145,14 +218,14 @@ CUresult free_async(CUdeviceptr dptr, CUstream stream, PFN_cuMemFreeAsync_v11020
 CUresult alloc_from_pool_async(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
                                CUstream stream, PFN_cuMemAllocFromPoolAsync_v11020 real) {
   Preload& p = preload();
+  if (umswap::VmmAllocator* vmm = vmm_for_allocation(p);
+      vmm && dptr && bytesize > 0 && is_default_pool(p, pool) && !captured(p, stream)) {
+    ReentryGuard guard;
+    return vmm->allocate(Preload::api_or(AllocApi::cuMemAllocAsync), bytesize, p.call_site(), true,
+                         dptr);
+  }
   if (skip(p) || !dptr || bytesize == 0) return real(dptr, bytesize, pool, stream);
-  const umswap::RealDriver& d = *p.driver();
-  CUdevice device = 0;
-  CUmemoryPool default_pool = nullptr;
-  const bool is_default = d.cuCtxGetDevice(&device) == CUDA_SUCCESS &&
-                          d.cuDeviceGetDefaultMemPool(&default_pool, device) == CUDA_SUCCESS &&
-                          default_pool == pool;
-  if (!is_default || captured(p, stream)) return real(dptr, bytesize, pool, stream);
+  if (!is_default_pool(p, pool) || captured(p, stream)) return real(dptr, bytesize, pool, stream);
   ReentryGuard guard;
   return p.allocator().allocate_async(
       Preload::api_or(AllocApi::cuMemAllocAsync), bytesize, stream, [&p] { return p.call_site(); },

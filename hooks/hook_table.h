@@ -79,7 +79,14 @@
   X(cuMemFreeHost, cuMemFreeHost, 2000, PFN_cuMemFreeHost_v2000)                              \
   X(cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync, 3020, PFN_cuMemcpyHtoDAsync_v3020)               \
   X(cuModuleLoadData, cuModuleLoadData, 2000, PFN_cuModuleLoadData_v2000)                     \
-  X(cuModuleGetFunction, cuModuleGetFunction, 2000, PFN_cuModuleGetFunction_v2000)
+  X(cuModuleGetFunction, cuModuleGetFunction, 2000, PFN_cuModuleGetFunction_v2000)            \
+  X(cuMemAddressReserve, cuMemAddressReserve, 10020, PFN_cuMemAddressReserve_v10020)          \
+  X(cuMemAddressFree, cuMemAddressFree, 10020, PFN_cuMemAddressFree_v10020)                   \
+  X(cuMemRelease, cuMemRelease, 10020, PFN_cuMemRelease_v10020)                               \
+  X(cuMemMap, cuMemMap, 10020, PFN_cuMemMap_v10020)                                           \
+  X(cuMemUnmap, cuMemUnmap, 10020, PFN_cuMemUnmap_v10020)                                     \
+  X(cuMemSetAccess, cuMemSetAccess, 10020, PFN_cuMemSetAccess_v10020)                         \
+  X(cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync, 3020, PFN_cuMemcpyDtoDAsync_v3020)
 
 // CUDA runtime functions exported by the library: X(name, function whose type it has).
 // The runtime reaches the driver through the hooked table, so these delegate to the real runtime

@@ -1,9 +1,14 @@
 #include "preload.h"
 #include "reentry_guard.h"
+#include "vmm_engine.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <iterator>
+#include <optional>
 
 #include "umswap/advisor/advisor.h"
 #include "umswap/advisor/resident_launches.h"
@@ -56,7 +61,7 @@ Preload::Preload() {
   set_log_verbosity(options_.verbose);
   // The tracer runs when a trace is asked for, when the advisor needs it, and for the stats of
   // plain managed memory (faults and bytes moved per iteration).
-  wants_tracer_ = !options_.trace_path.empty() || advises(options_.mode) ||
+  wants_tracer_ = !options_.trace_path.empty() || wants_advisor() ||
                   (redirects(options_.mode) && !options_.stats_path.empty());
 }
 
@@ -113,9 +118,9 @@ void Preload::start_tracer_once() {
   td.kernel_get_name = driver_.cuKernelGetName;
   td.ctx_get_device = driver_.cuCtxGetDevice;
   td.stream_is_capturing = driver_.cuStreamIsCapturing;
-  auto* advisor = advises(options_.mode) ? new advisor::Advisor(tracer::process_step_log(),
-                                                                tracer::process_residency_sink())
-                                         : nullptr;
+  auto* advisor = wants_advisor() ? new advisor::Advisor(tracer::process_step_log(),
+                                                         tracer::process_residency_sink())
+                                  : nullptr;
   config.observer = advisor;
   std::string reason;
   if (tracer::start_tracer(config, td, registry_, &reason)) {
@@ -293,6 +298,7 @@ void Preload::configure_slabs() {
 
 bool Preload::redirecting() {
   allocated_.store(true, std::memory_order_relaxed);  // every allocation hook asks, in every mode
+  if (options_.engine != Engine::um) return false;
   if (!redirects(options_.mode) || forked_child_.load(std::memory_order_relaxed)) return false;
   if (!driver()) return false;
   create_allocator_once();
@@ -301,6 +307,15 @@ bool Preload::redirecting() {
 
 ManagedAllocator& Preload::allocator() {
   return *allocator_;
+}
+
+VmmAllocator* Preload::vmm() {
+  if (options_.engine != Engine::vmm) return nullptr;
+  allocated_.store(true, std::memory_order_relaxed);
+  if (!redirects(options_.mode) || forked_child_.load(std::memory_order_relaxed)) return nullptr;
+  if (!driver()) return nullptr;
+  std::call_once(vmm_once_, [this] { vmm_ = make_vmm_allocator(driver_, registry_, options_); });
+  return vmm_;
 }
 
 CallSiteId Preload::call_site() const {
@@ -321,7 +336,26 @@ void Preload::write_stats_at_exit() {
   if (!driver_ok_ || !used_cuda()) return;
   AllocatorStats stats;
   if (allocator_) stats = allocator_->stats();
-  if (options_.verbose >= 1 || stats.cap_hits > 0) {
+  std::optional<VmmAllocatorStats> vmm_stats;
+  if (vmm_) {
+    vmm_->drain();  // stream-ordered frees still pending: their ranges count as freed
+    vmm_stats = vmm_->stats();
+    // The allocator section's counts (the managed ones stay 0: no managed memory).
+    std::copy(std::begin(vmm_stats->allocations), std::end(vmm_stats->allocations),
+              std::begin(stats.allocations));
+    stats.frees = vmm_stats->frees;
+    stats.live_buffers = vmm_stats->live_buffers;
+    stats.escaped = vmm_->escaped();
+    stats.captured = vmm_->captured();
+    if (options_.verbose >= 1 || vmm_stats->out_of_memory > 0) {
+      log(vmm_stats->out_of_memory > 0 ? LogLevel::warning : LogLevel::info,
+          "exit: engine vmm: {} allocations, peak {} on the GPU (pool {}), peak {} on the host "
+          "(limit {}), {} refused for want of room",
+          vmm_stats->total_allocations(), format_bytes(vmm_stats->gpu_bytes_peak),
+          format_bytes(vmm_stats->gpu_limit), format_bytes(vmm_stats->host_bytes_peak),
+          format_bytes(vmm_stats->host_limit), vmm_stats->out_of_memory);
+    }
+  } else if (options_.verbose >= 1 || stats.cap_hits > 0) {
     log(stats.cap_hits > 0 ? LogLevel::warning : LogLevel::info,
         "exit: {} allocations, peak managed {}, {} refused by the limit", stats.total_allocations(),
         format_bytes(stats.managed_bytes_peak), stats.cap_hits);
@@ -336,12 +370,14 @@ void Preload::write_stats_at_exit() {
       {"umswap_version", UMSWAP_VERSION},
       {"pid", ::getpid()},
       {"mode", std::string(to_string(options_.mode))},
+      {schema::kEngine.path, std::string(to_string(options_.engine))},
       {"options",
        {{"budget", options_.budget.to_string()},
         {"managed_limit", options_.managed_limit.to_string()},
         {"callsite_depth", options_.callsite_depth}}},
       {schema::kAllocator.path, to_json(stats)},
   };
+  if (vmm_stats) j[schema::kVmm.path] = to_json(*vmm_stats);
   if (const std::string yielded = tracer::yielded_cupti_to(); !yielded.empty()) {
     j["tracer_yielded_to"] = yielded;  // a profiler took CUPTI (before or during the run)
   }

@@ -15,6 +15,7 @@
 #include "real_driver.h"
 #include "umswap/allocator/managed_allocator.h"
 #include "umswap/allocator/registry.h"
+#include "umswap/allocator/vmm_allocator.h"
 #include "umswap/core/options.h"
 
 namespace umswap {
@@ -30,10 +31,14 @@ class Preload {
   const Options& options() const { return options_; }
   // Real driver functions; loads libcuda on first use. nullptr when there is no driver.
   const RealDriver* driver();
-  // True when allocations are to become managed memory: a redirecting mode, a driver, not a forked
-  // child (CUDA cannot be used after fork), and the allocator could be set up.
+  // True when allocations are to become managed memory: engine um, a redirecting mode, a driver,
+  // not a forked child (CUDA cannot be used after fork), and the allocator could be set up.
   bool redirecting();
   ManagedAllocator& allocator();  // only valid when redirecting()
+  // Engine vmm's allocator (vmm_engine.h) when allocations are to go to it: engine vmm, a
+  // redirecting mode, a driver, not a forked child, and the engine could be set up; else nullptr
+  // (at once, with no side effect, under engine um).
+  VmmAllocator* vmm();
   Registry& registry() { return registry_; }
   // Call-site identity of the current allocation request (umswap's own frames skipped).
   CallSiteId call_site() const;
@@ -52,6 +57,9 @@ class Preload {
   void configure_slabs();
   void start_tracer_once();
   void start_advisor(advisor::Advisor* advisor);
+  // Whether the advisor is to run: a mode that advises, under engine um (under engine vmm it
+  // would call managed-memory functions on ranges that are not managed memory).
+  bool wants_advisor() const { return advises(options_.mode) && options_.engine == Engine::um; }
 
   Options options_;
   std::vector<std::string> option_warnings_;  // printed at first CUDA use, not in every process
@@ -62,6 +70,8 @@ class Preload {
   std::once_flag allocator_once_;
   std::atomic<bool> planned_discards_{false};  // slab frees discard what the advisor drops
   ManagedAllocator* allocator_ = nullptr;      // never freed: hooks may run during exit
+  std::once_flag vmm_once_;
+  VmmAllocator* vmm_ = nullptr;  // never freed, as allocator_
   std::atomic<bool> forked_child_{false};
   std::atomic<bool> allocated_{false};  // an allocation hook ran (the process uses CUDA memory)
   bool wants_tracer_ = false;           // decided once from the options

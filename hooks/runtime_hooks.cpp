@@ -33,8 +33,13 @@ Fn next_runtime(std::atomic<Fn>& cache, const char* name) {
 void check_reached_driver(cudaError_t status, const void* ptr, const char* api) {
   if (status != cudaSuccess || !ptr) return;
   Preload& p = preload();
-  if (!p.redirecting() || p.registry().contains(reinterpret_cast<uint64_t>(ptr))) return;
-  p.allocator().note_escape();
+  if (VmmAllocator* vmm = p.vmm()) {
+    if (p.registry().contains(reinterpret_cast<uint64_t>(ptr))) return;
+    vmm->note_escape();
+  } else {
+    if (!p.redirecting() || p.registry().contains(reinterpret_cast<uint64_t>(ptr))) return;
+    p.allocator().note_escape();
+  }
   static OnceFlag once;
   if (once.first()) {
     log_warning(

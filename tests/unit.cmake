@@ -23,6 +23,9 @@ umswap_add_test(NAME allocator_placement_test
   SOURCES ${_umswap_unit_dir}/allocator/placement_test.cpp LIBS umswap_allocator)
 umswap_add_test(NAME allocator_managed_allocator_test
   SOURCES ${_umswap_unit_dir}/allocator/managed_allocator_test.cpp LIBS umswap_allocator)
+# Engine vmm's allocator over the vmm tests' fake driver (tests/vmm/fake_vmm_driver.h).
+umswap_add_test(NAME allocator_vmm_allocator_test
+  SOURCES ${_umswap_unit_dir}/allocator/vmm_allocator_test.cpp LIBS umswap_allocator)
 
 # A program the call-site test runs twice, to compare identities across processes. Built as a
 # PIE so that each run loads it at a different address (where ASLR is on).

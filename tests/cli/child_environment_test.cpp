@@ -113,6 +113,16 @@ TEST(ChildEnv, FlagsBecomeVariables) {
   EXPECT_FALSE(find_var(env, "UMSWAP_CALLSITE_DEPTH"));
 }
 
+TEST(ChildEnv, EngineBecomesItsVariable) {
+  RunFlags flags;
+  flags.command = {"true"};
+  EXPECT_FALSE(find_var(plan_child_environment(flags, {}, "/u/libumswap.so"), "UMSWAP_ENGINE"));
+  flags.engine = Engine::vmm;
+  EXPECT_EQ(find_var(plan_child_environment(flags, {}, "/u/libumswap.so"), "UMSWAP_ENGINE"), "vmm");
+  flags.engine = Engine::um;
+  EXPECT_EQ(find_var(plan_child_environment(flags, {}, "/u/libumswap.so"), "UMSWAP_ENGINE"), "um");
+}
+
 TEST(ChildEnv, QuietSilencesTheLibrarysNotices) {
   RunFlags flags;
   flags.quiet = true;
@@ -127,7 +137,8 @@ TEST(ChildEnv, OnlyGivenFlagsAreSet) {
   flags.command = {"true"};
   const ChildEnvironment env = plan_child_environment(flags, {}, "/u/libumswap.so");
   EXPECT_EQ(find_var(env, "UMSWAP_MANAGED_LIMIT"), "60G");
-  for (const char* name : {"UMSWAP_BUDGET", "UMSWAP_MODE", "UMSWAP_STATS", "UMSWAP_VERBOSE"}) {
+  for (const char* name :
+       {"UMSWAP_BUDGET", "UMSWAP_MODE", "UMSWAP_ENGINE", "UMSWAP_STATS", "UMSWAP_VERBOSE"}) {
     EXPECT_FALSE(find_var(env, name)) << name;
   }
 }

@@ -57,8 +57,48 @@ TEST(CommandLine, FlagsNotGivenStayUnset) {
   EXPECT_FALSE(cl.run_flags.budget);
   EXPECT_FALSE(cl.run_flags.managed_limit);
   EXPECT_FALSE(cl.run_flags.mode);
+  EXPECT_FALSE(cl.run_flags.engine);
   EXPECT_FALSE(cl.run_flags.stats_path);
   EXPECT_FALSE(cl.run_flags.verbose);
+}
+
+TEST(CommandLine, EngineOnRunRecordAndReplay) {
+  EXPECT_FALSE(parse({"run", "--", "true"}).run_flags.engine);
+  EXPECT_EQ(parse({"run", "--engine", "vmm", "--", "true"}).run_flags.engine, Engine::vmm);
+  EXPECT_EQ(parse({"run", "--engine=um", "--", "true"}).run_flags.engine, Engine::um);
+  EXPECT_EQ(parse({"run", "--engine", "um", "--engine", "VMM", "--", "true"}).run_flags.engine,
+            Engine::vmm);  // the last one wins, any case
+  EXPECT_EQ(parse({"record", "-o", "t", "--engine", "vmm", "--", "true"}).run_flags.engine,
+            Engine::vmm);
+  EXPECT_EQ(parse({"replay", "t.umtrace", "--engine", "um", "--", "true"}).run_flags.engine,
+            Engine::um);
+  // Every mode the CLI takes runs under vmm (online as placement only).
+  for (const char* mode : {"online", "managed", "passthrough"}) {
+    const CommandLine cl = parse({"run", "--engine", "vmm", "--mode", mode, "--", "true"});
+    ASSERT_EQ(cl.action, Action::run) << mode << ": " << cl.message;
+    EXPECT_EQ(cl.run_flags.engine, Engine::vmm);
+  }
+}
+
+TEST(CommandLine, EngineErrorsNameTheProblem) {
+  const CommandLine bad = parse({"run", "--engine", "hbm", "--", "true"});
+  EXPECT_EQ(bad.action, Action::error);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(bad.message, "umswap: error: --engine: 'hbm' is not an engine (expected um or vmm)\n");
+  const CommandLine no_value = parse({"run", "--engine"});
+  EXPECT_EQ(no_value.exit_code, 2);
+  EXPECT_TRUE(contains(no_value.message, "--engine needs a value (ENGINE)")) << no_value.message;
+  // Engine vmm runs no advisor yet: nothing to replay, nothing to verify.
+  const CommandLine replay = parse({"replay", "t.umtrace", "--engine", "vmm", "--", "true"});
+  EXPECT_EQ(replay.action, Action::error);
+  EXPECT_EQ(replay.exit_code, 2);
+  EXPECT_TRUE(contains(replay.message, "--engine vmm cannot replay")) << replay.message;
+  const CommandLine verify = parse({"run", "--engine", "vmm", "--verify", "--", "true"});
+  EXPECT_EQ(verify.action, Action::error);
+  EXPECT_EQ(verify.exit_code, 2);
+  EXPECT_TRUE(contains(verify.message, "--verify")) << verify.message;
+  EXPECT_TRUE(contains(verify.message, "engine vmm")) << verify.message;
+  EXPECT_EQ(parse({"run", "--engine", "um", "--verify", "--", "true"}).action, Action::run);
 }
 
 TEST(CommandLine, CommandAfterSeparatorIsVerbatim) {

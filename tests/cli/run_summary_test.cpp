@@ -151,5 +151,35 @@ TEST(RunSummary, AFileWithoutIterationsStillSaysWhatItKnows) {
   EXPECT_TRUE(has(t, "advisor online, applied")) << t;
 }
 
+// Engine vmm runs no advisor: its process is still shown, with the engine named, the peaks on
+// its chunks against the pool, and no advisor line but the one saying why.
+TEST(RunSummary, NamesEngineVmmAndItsChunks) {
+  json s = stats();
+  s.erase("advisor");
+  s["engine"] = "vmm";
+  s["allocator"]["allocations_by_api"] = {{"cudaMalloc", 12}, {"cudaMallocAsync", 3}};
+  s["vmm"] = {{"budget_bytes", 4294967296},
+              {"gpu_bytes_peak", 4294967296},
+              {"host_bytes_peak", 2147483648},
+              {"out_of_memory", 0}};
+  const std::string t = run_summary_text({{"a", s}}, true);
+  EXPECT_TRUE(has(t, "umswap: 6 iterations, median 425.0 ms over 4 steady iterations\n")) << t;
+  EXPECT_TRUE(has(t,
+                  "peak on GPU chunks 4.00 GiB for a pool of 4.00 GiB (100%), peak on host "
+                  "chunks 2.00 GiB\n"))
+      << t;
+  EXPECT_TRUE(has(t, "no advisor: engine vmm places allocations and moves nothing yet\n")) << t;
+  EXPECT_TRUE(has(t, "engine vmm: 15 allocations in 2 MiB chunks\n")) << t;
+  EXPECT_FALSE(has(t, "managed memory")) << t;
+  EXPECT_FALSE(has(t, "per iteration")) << t;  // CUPTI's migrations: none under vmm
+  s["vmm"]["out_of_memory"] = 2;
+  EXPECT_TRUE(has(run_summary_text({{"a", s}}, true), "15 allocations in 2 MiB chunks, 2 refused"));
+  // A file of engine um names it too, with or without the field.
+  json um = stats();
+  um["engine"] = "um";
+  EXPECT_TRUE(has(run_summary_text({{"a", um}}, true), "managed memory (engine um)"));
+  EXPECT_TRUE(has(run_summary_text({{"a", stats()}}, true), "managed memory (engine um)"));
+}
+
 }  // namespace
 }  // namespace umswap::cli

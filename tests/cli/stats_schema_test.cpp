@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "umswap/cli/compare.h"
+#include "umswap/cli/run_summary.h"
 #include "umswap/cli/verify_report.h"
 #include "umswap/core/stats_file.h"
 
@@ -284,6 +285,21 @@ TEST(StatsSchema, CompareAndVerifyReadEveryFieldOfAFile) {
                            "GPU page faults inside kernels that compute differently"}) {
     EXPECT_NE(v.text.find(part), std::string::npos) << part << "\n" << v.text;
   }
+}
+
+// The run summary names the engine from the file and, under engine vmm, reads its fields.
+TEST(StatsSchema, TheRunSummaryReadsTheEngineAndVmmsFields) {
+  json s = every_field();
+  s[schema::kEngine.path] = "vmm";
+  const std::string t = cli::run_summary_text({{"stats.json", s}}, true);
+  for (const char* part : {"peak on GPU chunks", "for a pool of", "peak on host chunks",
+                           "engine vmm: ", "refused for want of room", "no advisor"}) {
+    EXPECT_NE(t.find(part), std::string::npos) << part << "\n" << t;
+  }
+  s[schema::kEngine.path] = "um";
+  const std::string u = cli::run_summary_text({{"stats.json", s}}, true);
+  EXPECT_NE(u.find("(engine um)"), std::string::npos) << u;
+  EXPECT_EQ(u.find("engine vmm"), std::string::npos) << u;
 }
 
 // --- The stats fixtures of tests/cli --------------------------------------------------------

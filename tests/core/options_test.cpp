@@ -414,6 +414,45 @@ TEST(ParseOptions, OneWarningPerBadVariableAndGoodOnesStillApply) {
   EXPECT_EQ(o.mode, Mode::online);
 }
 
+TEST(ParseOptions, EngineIsUmUnlessVmmIsAsked) {
+  std::vector<std::string> warnings;
+  EXPECT_EQ(parse({}, &warnings).engine, Engine::um);
+  EXPECT_EQ(parse({{"UMSWAP_ENGINE", "um"}}, &warnings).engine, Engine::um);
+  EXPECT_EQ(parse({{"UMSWAP_ENGINE", " VMM "}}, &warnings).engine, Engine::vmm);
+  EXPECT_TRUE(warnings.empty()) << testing::PrintToString(warnings);
+  // Every mode but replay runs under vmm (online as placement only: no advisor).
+  for (const char* mode : {"online", "managed", "passthrough"}) {
+    const Options o = parse({{"UMSWAP_ENGINE", "vmm"}, {"UMSWAP_MODE", mode}}, &warnings);
+    EXPECT_EQ(o.engine, Engine::vmm) << mode;
+    EXPECT_EQ(to_string(o.mode), mode);
+  }
+  EXPECT_TRUE(warnings.empty()) << testing::PrintToString(warnings);
+  const Options bad = parse({{"UMSWAP_ENGINE", "hbm"}}, &warnings);
+  EXPECT_EQ(bad.engine, Engine::um);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0], "UMSWAP_ENGINE='hbm' is not an engine (um, vmm); using the default um");
+  EXPECT_EQ(parse_engine("vmm"), Engine::vmm);
+  EXPECT_FALSE(parse_engine(""));
+  EXPECT_EQ(to_string(Engine::um), "um");
+}
+
+TEST(ParseOptions, EngineVmmWithReplayOrVerifyFallsBackToUmWithAWarning) {
+  std::vector<std::string> warnings;
+  const Options replay =
+      parse({{"UMSWAP_ENGINE", "vmm"}, {"UMSWAP_MODE", "replay"}, {"UMSWAP_REPLAY", "/t.umtrace"}},
+            &warnings);
+  EXPECT_EQ(replay.engine, Engine::um);
+  EXPECT_EQ(replay.mode, Mode::replay);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("UMSWAP_ENGINE=vmm"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find("replay"), std::string::npos) << warnings[0];
+  warnings.clear();
+  const Options verify = parse({{"UMSWAP_ENGINE", "vmm"}, {"UMSWAP_VERIFY", "1"}}, &warnings);
+  EXPECT_EQ(verify.engine, Engine::um);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("UMSWAP_VERIFY"), std::string::npos) << warnings[0];
+}
+
 TEST(ParseOptions, ReplayWithoutTraceFallsBackToOnlineWithAWarning) {
   std::vector<std::string> warnings;
   const Options o = parse({{"UMSWAP_MODE", "replay"}}, &warnings);
@@ -641,6 +680,7 @@ TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
   }
   EXPECT_EQ(table_names(), asked);
   EXPECT_EQ(table_names(), (std::set<std::string>{"UMSWAP_MODE",
+                                                  "UMSWAP_ENGINE",
                                                   "UMSWAP_BUDGET",
                                                   "UMSWAP_MANAGED_LIMIT",
                                                   "UMSWAP_STATS",
@@ -660,7 +700,7 @@ TEST(OptionTable, ListsExactlyTheVariablesParseOptionsReads) {
                                                   "UMSWAP_ASYNC_SLABS",
                                                   "UMSWAP_LIFETIMES",
                                                   "UMSWAP_PLACEMENT"}));
-  EXPECT_EQ(option_table().size(), 20u);  // no duplicates
+  EXPECT_EQ(option_table().size(), 21u);  // no duplicates
 }
 
 // docs/options.md and the help text give each entry's meaning on one line of a table.
@@ -755,6 +795,7 @@ TEST(OptionTable, DefaultTextsMatchTheRealDefaults) {
 TEST(Describe, PrintsEveryOptionAsResolved) {
   Options o;
   o.mode = Mode::passthrough;
+  o.engine = Engine::vmm;
   o.budget = bytes_spec(40 * GiB);
   o.managed_limit = percent_spec(90);
   o.stats_path = "/tmp/s.json";
@@ -774,7 +815,9 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
   o.debug.hang_stacks = true;
   o.debug.keep_pages = true;
   const std::vector<std::string> lines = describe(o);
+  // clang-format off
   EXPECT_EQ(lines, (std::vector<std::string>{"UMSWAP_MODE=passthrough",
+                                             "UMSWAP_ENGINE=vmm",
                                              "UMSWAP_BUDGET=40G",
                                              "UMSWAP_MANAGED_LIMIT=90%",
                                              "UMSWAP_STATS=/tmp/s.json",
@@ -794,6 +837,7 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
                                              "UMSWAP_ASYNC_SLABS=0",
                                              "UMSWAP_LIFETIMES=0",
                                              "UMSWAP_PLACEMENT=0"}));
+  // clang-format on
   std::set<std::string> names;
   for (const auto& line : lines) names.insert(line.substr(0, line.find('=')));
   EXPECT_EQ(names, table_names());
@@ -803,6 +847,7 @@ TEST(Describe, PrintsEveryOptionAsResolved) {
 TEST(Describe, OutputParsesBackToTheSameOptions) {
   Options o;
   o.mode = Mode::passthrough;
+  o.engine = Engine::vmm;
   o.budget = bytes_spec(1536 * MiB);
   o.managed_limit = percent_spec(12.5);
   o.stats_path = "/x/y.json";
@@ -820,6 +865,7 @@ TEST(Describe, OutputParsesBackToTheSameOptions) {
   const Options back = parse(vars, &warnings);
   EXPECT_TRUE(warnings.empty());
   EXPECT_EQ(back.mode, o.mode);
+  EXPECT_EQ(back.engine, o.engine);
   EXPECT_EQ(back.budget, o.budget);
   EXPECT_EQ(back.managed_limit, o.managed_limit);
   EXPECT_EQ(back.stats_path, o.stats_path);

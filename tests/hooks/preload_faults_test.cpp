@@ -203,6 +203,8 @@ class PreloadFaults : public testing::Test {
     ASSERT_TRUE(stats) << error;
     EXPECT_EQ((*stats)["pid"], r.pid);
     EXPECT_EQ((*stats)["mode"], "managed");
+    EXPECT_EQ((*stats)["engine"], "um");
+    EXPECT_FALSE(stats->contains("vmm"));
     EXPECT_EQ((*stats)["tracer"], tracer);
     // 3 managed allocations by the probe: the library did redirect.
     EXPECT_EQ((*stats)["allocator"]["allocations"], 3) << stats->dump();
@@ -322,6 +324,21 @@ TEST_F(PreloadFaults, KilledWhileWritingLeavesTheEarlierFilesIntact) {
   std::string error;
   EXPECT_TRUE(read_stats_file(path("s.json"), &error)) << error;
   EXPECT_TRUE(read_trace_file(path("run.umtrace"), &error)) << error;
+}
+
+// Engine vmm on a driver without the virtual memory functions (the fake one has none of them):
+// one warning, the program's allocations go to the driver untouched, the stats name the engine.
+TEST_F(PreloadFaults, EngineVmmWithoutTheDriversVmmFunctionsWarnsOnceAndLeavesAllocationsAlone) {
+  const ProbeRun r = run({{"UMSWAP_STATS", path("s.json")}, {"UMSWAP_ENGINE", "vmm"}});
+  expect_one_warning(r, "engine vmm: the CUDA driver lacks functions", "cuMemCreate");
+  EXPECT_TRUE(contains(r.err, "allocations go to the driver unchanged")) << r.err;
+  std::string error;
+  const auto stats = read_stats_file(path("s.json"), &error);
+  ASSERT_TRUE(stats) << error;
+  EXPECT_EQ((*stats)["engine"], "vmm");
+  EXPECT_EQ((*stats)["allocator"]["allocations"], 0) << stats->dump();
+  EXPECT_FALSE(stats->contains("vmm"));
+  EXPECT_FALSE(stats->contains("advisor"));
 }
 
 TEST_F(PreloadFaults, NoCuptiWarnsOnceAndTheProgramRunsOnManagedMemory) {

@@ -24,6 +24,7 @@ struct RunFlags {
   std::optional<SizeSpec> budget;         // --budget  → UMSWAP_BUDGET
   std::optional<SizeSpec> managed_limit;  // --limit   → UMSWAP_MANAGED_LIMIT
   std::optional<Mode> mode;               // --mode    → UMSWAP_MODE
+  std::optional<Engine> engine;  // --engine  → UMSWAP_ENGINE (vmm: not with replay, --verify)
   std::optional<std::string> stats_path;  // --stats   → UMSWAP_STATS
   bool verbose = false;                   // --verbose → UMSWAP_VERBOSE=1
   // --quiet: no summary at the end (run_summary.h), and no stats file written for it.

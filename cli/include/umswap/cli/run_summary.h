@@ -2,8 +2,9 @@
 // --quiet: for each process whose advisor ran, a few lines read from its stats file — iterations
 // and the steady iterations' median time, what moved each way and the GPU page faults per steady
 // iteration, the peak GPU-resident bytes against the budget, where the advisor ended, and the
-// memory path (engine, stream-ordered allocations or not). Pure: the stats are read by the
-// caller.
+// memory path (engine, stream-ordered allocations or not). Under engine vmm (the file's
+// `engine`), which runs no advisor yet: the iterations, the peaks on GPU and host chunks against
+// the pool, and the engine's allocations. Pure: the stats are read by the caller.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -18,7 +19,8 @@ struct SummaryInput {
   nlohmann::json stats;  // its contents (a stats file that read_stats_file() accepted)
 };
 
-// The text to print (each line starts with "umswap: "), empty when no process's advisor ran.
+// The text to print (each line starts with "umswap: "), empty when no process's advisor ran and
+// none ran engine vmm.
 // `budget_given`: the run had a budget (else budget_bytes is the GPU's memory: not judged).
 // At most `max_processes` are shown; a last line counts the rest.
 std::string run_summary_text(const std::vector<SummaryInput>& processes, bool budget_given,

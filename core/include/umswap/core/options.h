@@ -40,6 +40,15 @@ inline bool advises(Mode mode) {
 std::string_view to_string(Mode mode);
 std::optional<Mode> parse_mode(std::string_view text);
 
+// Where device allocations live (DESIGN.md, "Two engines, one invariant").
+enum class Engine {
+  um,   // CUDA managed memory, moved by the advisor (the default)
+  vmm,  // ranges umswap maps to 2 MiB chunks on the GPU (up to the budget), then on the host
+        // (vmm/README.md); for now placement only: no advisor, nothing moves
+};
+std::string_view to_string(Engine engine);
+std::optional<Engine> parse_engine(std::string_view text);
+
 // A size given either in bytes or as a percentage of some total (the GPU's memory).
 struct SizeSpec {
   uint64_t bytes = 0;
@@ -81,9 +90,10 @@ std::string to_string(const DebugOptions& debug);
 
 struct Options {
   Mode mode = Mode::online;
-  SizeSpec budget;         // GPU-resident target; 0 = none (used by the advisor)
-  SizeSpec managed_limit;  // hard cap on managed bytes allocated; 0 = no cap
-  std::string stats_path;  // JSON stats written at exit; empty = none
+  Engine engine = Engine::um;  // UMSWAP_ENGINE; vmm never runs the advisor (for now)
+  SizeSpec budget;             // GPU-resident target; 0 = none (used by the advisor)
+  SizeSpec managed_limit;      // hard cap on managed bytes allocated; 0 = no cap
+  std::string stats_path;      // JSON stats written at exit; empty = none
   int verbose = 0;         // -1 quiet (kQuietVerbosity), 0 + notices, 1 + notable events, 2 debug
   int callsite_depth = 8;  // frames hashed into a buffer's call-site identity; 0 = off
   std::string trace_path;  // record an access trace here (CUPTI tracer); empty = off

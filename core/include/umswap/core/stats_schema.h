@@ -62,6 +62,8 @@ namespace detail {
 inline constexpr std::string_view kPreload = "hooks/preload.cpp Preload::write_stats_at_exit";
 inline constexpr std::string_view kAllocator =
     "allocator/managed_allocator.cpp to_json(AllocatorStats)";
+inline constexpr std::string_view kVmmAllocator =
+    "allocator/vmm_allocator.cpp to_json(VmmAllocatorStats)";
 inline constexpr std::string_view kAdvisor = "advisor/advisor_stats.cpp Advisor::stats";
 inline constexpr std::string_view kIterations =
     "advisor/advisor_stats.cpp iterations_json (from Advisor::stats, or from hooks/preload.cpp "
@@ -86,6 +88,39 @@ inline constexpr Field kFields[] = {
     {"allocator.unmanaged_vmm_allocations", Kind::user, "integer", detail::kAllocator,
      "Memory the program mapped itself (cuMemCreate, cuMemMap): not managed, outside the "
      "budget."},
+
+    {"engine", Kind::user, "string", detail::kPreload,
+     "Where the program's device allocations lived: um (managed memory) or vmm (umswap's "
+     "chunks); a file without it is from engine um."},
+    {"vmm", Kind::user, "object", detail::kVmmAllocator,
+     "Engine vmm's allocations (UMSWAP_ENGINE=vmm); absent under engine um."},
+    {"vmm.budget_bytes", Kind::user, "integer", detail::kVmmAllocator,
+     "The GPU pool: bytes of GPU chunks the engine may hold (the budget, in whole 2 MiB "
+     "chunks)."},
+    {"vmm.host_limit_bytes", Kind::user, "integer", detail::kVmmAllocator,
+     "Bytes of host chunks the engine may hold (UMSWAP_MANAGED_LIMIT, else half the host "
+     "memory available at start)."},
+    {"vmm.gpu_bytes_peak", Kind::user, "integer", detail::kVmmAllocator,
+     "Most bytes of GPU chunks backing live allocations at once: exact, never above "
+     "budget_bytes."},
+    {"vmm.host_bytes_peak", Kind::user, "integer", detail::kVmmAllocator,
+     "Most bytes of host chunks backing live allocations at once (kernels read them over the "
+     "link)."},
+    {"vmm.gpu_bytes", Kind::user, "integer", detail::kVmmAllocator,
+     "Bytes of GPU chunks backing live allocations at exit."},
+    {"vmm.host_bytes", Kind::user, "integer", detail::kVmmAllocator,
+     "Bytes of host chunks backing live allocations at exit."},
+    {"vmm.requested_bytes_peak", Kind::user, "integer", detail::kVmmAllocator,
+     "Most bytes the program had allocated at once, as it asked (below the chunks' bytes by "
+     "what rounding up to 2 MiB wastes)."},
+    {"vmm.out_of_memory", Kind::user, "integer", detail::kVmmAllocator,
+     "Allocations refused with out-of-memory: past the GPU pool and the host limit together."},
+    {"vmm.copies_to_host", Kind::diagnostic, "integer", detail::kVmmAllocator,
+     "Chunks copied from the GPU to the host by moves (0 while nothing moves)."},
+    {"vmm.copies_to_gpu", Kind::diagnostic, "integer", detail::kVmmAllocator,
+     "Chunks copied from the host to the GPU by moves (0 while nothing moves)."},
+    {"vmm.remaps", Kind::diagnostic, "integer", detail::kVmmAllocator,
+     "Chunk slots remapped to another chunk by moves (0 while nothing moves)."},
 
     {"advisor", Kind::user, "object", detail::kAdvisor,
      "The advisor, in modes online and replay; absent in the others."},
@@ -325,6 +360,22 @@ inline constexpr const Field& kAllocationsByApi = field("allocator.allocations_b
 inline constexpr const Field& kUnmanagedVmmAllocations =
     field("allocator.unmanaged_vmm_allocations");
 }  // namespace allocator
+
+inline constexpr const Field& kEngine = field("engine");
+inline constexpr const Field& kVmm = field("vmm");
+namespace vmm {
+inline constexpr const Field& kBudgetBytes = field("vmm.budget_bytes");
+inline constexpr const Field& kHostLimitBytes = field("vmm.host_limit_bytes");
+inline constexpr const Field& kGpuBytesPeak = field("vmm.gpu_bytes_peak");
+inline constexpr const Field& kHostBytesPeak = field("vmm.host_bytes_peak");
+inline constexpr const Field& kGpuBytes = field("vmm.gpu_bytes");
+inline constexpr const Field& kHostBytes = field("vmm.host_bytes");
+inline constexpr const Field& kRequestedBytesPeak = field("vmm.requested_bytes_peak");
+inline constexpr const Field& kOutOfMemory = field("vmm.out_of_memory");
+inline constexpr const Field& kCopiesToHost = field("vmm.copies_to_host");
+inline constexpr const Field& kCopiesToGpu = field("vmm.copies_to_gpu");
+inline constexpr const Field& kRemaps = field("vmm.remaps");
+}  // namespace vmm
 
 inline constexpr const Field& kAdvisor = field("advisor");
 namespace advisor {

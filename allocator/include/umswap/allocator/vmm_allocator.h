@@ -1,0 +1,168 @@
+// VmmAllocator: the device allocations of engine vmm (UMSWAP_ENGINE=vmm; issue 38, wiring step
+// 1), served from one ChunkArena (vmm/include/umswap/vmm/chunk_arena.h) and registered in the
+// Registry, as ManagedAllocator does for engine um, so the tracer sees the same buffers.
+//
+// Contract:
+//   * allocate(): one arena range per allocation, its size rounded up to whole 2 MiB chunks (a
+//     small allocation wastes the rest of its chunk: sub-allocation is later work). Chunks come
+//     from the GPU pool while it has room (the budget), then from the host (the host limit);
+//     nothing moves afterwards (placement only). Past both limits: CUDA_ERROR_OUT_OF_MEMORY,
+//     counted, with nothing left behind; before giving that answer, the stream-ordered frees
+//     still pending are waited for and the allocation is tried once more. The record goes into
+//     the Registry with a fresh BufferId (the same numbering as engine um).
+//   * free(): for a base this allocator handed out and that is not freed yet: the device is
+//     synchronized first (cuCtxSynchronize, as cudaFree/cuMemFree synchronize: no kernel still
+//     uses the range), then the range is released. Anything else: nullopt, and the caller hands
+//     the pointer to the real driver.
+//   * free_async(): likewise, but the range is not released while `stream` may still use it: an
+//     event is recorded on the stream and the range released once the event has completed (seen
+//     by poll(), which every allocate(), free(), free_async() and mem_get_info() runs first, and
+//     by drain()). If the event cannot be made or recorded, the stream is synchronized and the
+//     range released at once. The record leaves the Registry at the call.
+//   * drain(): waits for every pending free's event and releases its range (at exit).
+//   * mem_get_info(): total = budget + host limit, free = total minus the bytes of the arena's
+//     chunks in use.
+//   * Errors come back as the CUresult a driver call would give; nothing throws except
+//     std::bad_alloc.
+// Thread safety: every member may be called from any thread.
+#pragma once
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "umswap/allocator/registry.h"
+#include "umswap/vmm/chunk_arena.h"
+
+namespace umswap {
+
+// The driver functions the allocator calls beyond the arena's (vmm::VmmDriver): the events of
+// stream-ordered frees and the synchronizations of plain ones. In the preload library: the real
+// libcuda functions; in tests, fakes (event_query is the injectable "has the stream got there?").
+struct VmmSyncDriver {
+  PFN_cuEventCreate_v2000 event_create = nullptr;
+  PFN_cuEventRecord_v2000 event_record = nullptr;
+  PFN_cuEventQuery_v2000 event_query = nullptr;
+  PFN_cuEventSynchronize_v2000 event_synchronize = nullptr;
+  PFN_cuEventDestroy_v4000 event_destroy = nullptr;
+  PFN_cuStreamSynchronize_v2000 stream_synchronize = nullptr;
+  PFN_cuCtxSynchronize_v2000 ctx_synchronize = nullptr;
+
+  bool complete() const {
+    return event_create && event_record && event_query && event_synchronize && event_destroy &&
+           stream_synchronize && ctx_synchronize;
+  }
+};
+
+struct VmmAllocatorStats {
+  uint64_t allocations[kAllocApiCount] = {};
+  uint64_t frees = 0;               // ranges released (plain and stream-ordered)
+  uint64_t frees_deferred = 0;      // stream-ordered frees released after their event
+  uint64_t frees_synchronized = 0;  // stream-ordered frees whose event failed: stream synchronized
+  uint64_t pending_frees = 0;       // stream-ordered frees not released yet
+  uint64_t out_of_memory = 0;       // allocations refused: past both limits
+  uint64_t largest_refused = 0;
+  uint64_t driver_failures = 0;  // allocations the driver failed otherwise
+  uint64_t live_buffers = 0;
+  uint64_t requested_bytes = 0;  // asked for by the program, live (the rest of the chunks is waste)
+  uint64_t requested_bytes_peak = 0;
+  uint64_t gpu_limit = 0;  // the GPU pool: the budget, whole chunks
+  uint64_t host_limit = 0;
+  uint64_t gpu_bytes = 0;  // chunks backing live ranges, now
+  uint64_t gpu_bytes_peak = 0;
+  uint64_t host_bytes = 0;
+  uint64_t host_bytes_peak = 0;
+  vmm::ArenaStats arena;
+
+  uint64_t total_allocations() const {
+    uint64_t total = 0;
+    for (uint64_t n : allocations) total += n;
+    return total;
+  }
+};
+// The stats file's `vmm` section (core/include/umswap/core/stats_schema.h, docs/stats.md).
+nlohmann::json to_json(const VmmAllocatorStats& stats);
+
+// The GPU pool when no budget is given: the GPU's free memory when the engine starts, less a
+// margin for what does not come from umswap (the context, libraries' own memory, allocations
+// left to the driver): max(1 GiB, 5% of the GPU's memory). Whole chunks; 0 when nothing is left.
+uint64_t vmm_default_gpu_pool(uint64_t gpu_free, uint64_t gpu_total);
+// The host limit when UMSWAP_MANAGED_LIMIT is not set: half the host memory available (the
+// kernel's MemAvailable) when the engine starts. Whole chunks.
+uint64_t vmm_default_host_limit(uint64_t host_available);
+
+class VmmAllocator {
+ public:
+  // The arena is made here with no driver call (its pools' windows are reserved on first use).
+  VmmAllocator(const vmm::VmmDriver& arena_driver, const VmmSyncDriver& sync, Registry& registry,
+               CUdevice device, uint64_t gpu_limit_bytes, uint64_t host_limit_bytes);
+  // Drains the pending frees; the arena then releases what is left.
+  ~VmmAllocator();
+  VmmAllocator(const VmmAllocator&) = delete;
+  VmmAllocator& operator=(const VmmAllocator&) = delete;
+
+  // bytes > 0. `from_pool`: a stream-ordered allocation (freed with free_async).
+  CUresult allocate(AllocApi api, size_t bytes, CallSiteId site, bool from_pool, CUdeviceptr* out);
+  // A pitched allocation: rows of `width` bytes rounded up to `alignment` (what the real
+  // cuMemAllocPitch uses on this device, found by the caller). width, height, alignment > 0.
+  CUresult allocate_pitch(AllocApi api, size_t width, size_t height, size_t alignment,
+                          CallSiteId site, CUdeviceptr* out, size_t* pitch);
+  std::optional<CUresult> free(CUdeviceptr ptr);
+  std::optional<CUresult> free_async(CUdeviceptr ptr, CUstream stream);
+  // Releases the ranges whose stream-ordered free has completed; returns how many.
+  size_t poll();
+  // Waits for every pending stream-ordered free and releases its range; returns how many.
+  size_t drain();
+  CUresult mem_get_info(size_t* free, size_t* total);
+
+  CUdevice device() const { return device_; }
+  void note_escape() { escaped_.fetch_add(1, std::memory_order_relaxed); }
+  void note_captured() { captured_.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t escaped() const { return escaped_.load(std::memory_order_relaxed); }
+  uint64_t captured() const { return captured_.load(std::memory_order_relaxed); }
+  VmmAllocatorStats stats() const;
+
+ private:
+  struct PendingFree {
+    CUdeviceptr base = 0;
+    uint64_t size = 0;  // as the program asked
+    CUevent event = nullptr;
+  };
+  // Releases a range whose record already left the Registry.
+  void release(CUdeviceptr base, uint64_t size);
+  void note_peaks();
+
+  const VmmSyncDriver sync_;
+  Registry& registry_;
+  const CUdevice device_;
+  vmm::ChunkArena arena_;
+
+  mutable std::mutex pending_mutex_;
+  std::vector<PendingFree> pending_;
+
+  std::atomic<uint64_t> next_id_{1};
+  std::atomic<uint64_t> allocations_[kAllocApiCount] = {};
+  std::atomic<uint64_t> frees_{0};
+  std::atomic<uint64_t> frees_deferred_{0};
+  std::atomic<uint64_t> frees_synchronized_{0};
+  std::atomic<uint64_t> out_of_memory_{0};
+  std::atomic<uint64_t> largest_refused_{0};
+  std::atomic<uint64_t> driver_failures_{0};
+  std::atomic<uint64_t> live_buffers_{0};
+  std::atomic<uint64_t> escaped_{0};
+  std::atomic<uint64_t> captured_{0};
+  mutable std::mutex peaks_mutex_;
+  uint64_t requested_bytes_ = 0;
+  uint64_t requested_bytes_peak_ = 0;
+  uint64_t gpu_bytes_peak_ = 0;
+  uint64_t host_bytes_peak_ = 0;
+};
+
+}  // namespace umswap

@@ -1,0 +1,260 @@
+#include "umswap/allocator/vmm_allocator.h"
+
+#include <algorithm>
+
+#include "umswap/core/stats_schema.h"
+
+namespace umswap {
+namespace {
+
+uint64_t whole_chunks(uint64_t bytes) {
+  return bytes / vmm::kChunk * vmm::kChunk;
+}
+
+void store_max(std::atomic<uint64_t>& value, uint64_t candidate) {
+  uint64_t seen = value.load(std::memory_order_relaxed);
+  while (candidate > seen && !value.compare_exchange_weak(seen, candidate)) {
+  }
+}
+
+}  // namespace
+
+uint64_t vmm_default_gpu_pool(uint64_t gpu_free, uint64_t gpu_total) {
+  const uint64_t margin = std::max<uint64_t>(uint64_t{1} << 30, gpu_total / 20);
+  return gpu_free > margin ? whole_chunks(gpu_free - margin) : 0;
+}
+
+uint64_t vmm_default_host_limit(uint64_t host_available) {
+  return whole_chunks(host_available / 2);
+}
+
+nlohmann::json to_json(const VmmAllocatorStats& s) {
+  namespace schema = stats_schema::vmm;  // the fields the CLI reads; the others are diagnostics
+  nlohmann::json by_api = nlohmann::json::object();
+  for (int i = 0; i < kAllocApiCount; ++i) {
+    if (s.allocations[i] > 0) by_api[to_string(static_cast<AllocApi>(i))] = s.allocations[i];
+  }
+  const vmm::ArenaStats& a = s.arena;
+  return {
+      {schema::kBudgetBytes.name(), s.gpu_limit},
+      {schema::kHostLimitBytes.name(), s.host_limit},
+      {schema::kGpuBytes.name(), s.gpu_bytes},
+      {schema::kGpuBytesPeak.name(), s.gpu_bytes_peak},
+      {schema::kHostBytes.name(), s.host_bytes},
+      {schema::kHostBytesPeak.name(), s.host_bytes_peak},
+      {"requested_bytes", s.requested_bytes},
+      {schema::kRequestedBytesPeak.name(), s.requested_bytes_peak},
+      {"allocations", s.total_allocations()},
+      {"allocations_by_api", std::move(by_api)},
+      {"frees", s.frees},
+      {"frees_deferred", s.frees_deferred},
+      {"frees_synchronized", s.frees_synchronized},
+      {"pending_frees", s.pending_frees},
+      {"live_buffers", s.live_buffers},
+      {schema::kOutOfMemory.name(), s.out_of_memory},
+      {"largest_refused", s.largest_refused},
+      {"driver_failures", s.driver_failures},
+      {"gpu_chunks_made", a.gpu_chunks_made},
+      {"host_chunks_made", a.host_chunks_made},
+      {"gpu_create_fallbacks", a.gpu_create_fallbacks},
+      {schema::kCopiesToHost.name(), a.copies_to_host},
+      {schema::kCopiesToGpu.name(), a.copies_to_gpu},
+      {"bytes_to_host", a.bytes_to_host},
+      {"bytes_to_gpu", a.bytes_to_gpu},
+      {schema::kRemaps.name(), a.remaps},
+      {"arena_failures", a.failures},
+      {"holes", a.holes},
+  };
+}
+
+VmmAllocator::VmmAllocator(const vmm::VmmDriver& arena_driver, const VmmSyncDriver& sync,
+                           Registry& registry, CUdevice device, uint64_t gpu_limit_bytes,
+                           uint64_t host_limit_bytes)
+    : sync_(sync),
+      registry_(registry),
+      device_(device),
+      arena_(arena_driver, device, gpu_limit_bytes, host_limit_bytes) {}
+
+VmmAllocator::~VmmAllocator() {
+  drain();
+}
+
+CUresult VmmAllocator::allocate(AllocApi api, size_t bytes, CallSiteId site, bool from_pool,
+                                CUdeviceptr* out) {
+  poll();
+  CUdeviceptr ptr = 0;
+  CUresult status = arena_.allocate(bytes, &ptr);
+  // Room that frees in flight will give back: wait for them rather than fail (a stream-ordered
+  // allocator's program expects its earlier frees to count).
+  if (status == CUDA_ERROR_OUT_OF_MEMORY && drain() > 0) status = arena_.allocate(bytes, &ptr);
+  if (status != CUDA_SUCCESS) {
+    if (status == CUDA_ERROR_OUT_OF_MEMORY) {
+      out_of_memory_.fetch_add(1, std::memory_order_relaxed);
+      store_max(largest_refused_, bytes);
+    } else {
+      driver_failures_.fetch_add(1, std::memory_order_relaxed);
+    }
+    return status;
+  }
+  BufferRecord record;
+  record.base = ptr;
+  record.size = bytes;
+  record.id = next_id_.fetch_add(1, std::memory_order_relaxed);
+  record.call_site = site;
+  record.api = api;
+  record.from_pool = from_pool;
+  if (!registry_.insert(record)) {
+    // A fresh range overlapping a registered one: the registry holds a record of memory that is
+    // not umswap's any more. Refuse rather than hand out memory the tracer would misattribute.
+    arena_.release(ptr);
+    driver_failures_.fetch_add(1, std::memory_order_relaxed);
+    return CUDA_ERROR_UNKNOWN;
+  }
+  allocations_[static_cast<int>(api)].fetch_add(1, std::memory_order_relaxed);
+  live_buffers_.fetch_add(1, std::memory_order_relaxed);
+  {
+    std::lock_guard lock(peaks_mutex_);
+    requested_bytes_ += bytes;
+    requested_bytes_peak_ = std::max(requested_bytes_peak_, requested_bytes_);
+  }
+  note_peaks();
+  *out = ptr;
+  return CUDA_SUCCESS;
+}
+
+CUresult VmmAllocator::allocate_pitch(AllocApi api, size_t width, size_t height, size_t alignment,
+                                      CallSiteId site, CUdeviceptr* out, size_t* pitch) {
+  const size_t row = (width + alignment - 1) / alignment * alignment;
+  if (row < width || row > SIZE_MAX / height) return CUDA_ERROR_OUT_OF_MEMORY;
+  const CUresult status = allocate(api, row * height, site, false, out);
+  if (status == CUDA_SUCCESS) *pitch = row;
+  return status;
+}
+
+std::optional<CUresult> VmmAllocator::free(CUdeviceptr ptr) {
+  poll();
+  const std::optional<BufferRecord> record = registry_.remove(ptr);
+  if (!record) return std::nullopt;
+  // cudaFree and cuMemFree wait for the device: no kernel may still be using the range when its
+  // chunks are unmapped. An error here is the context's (an earlier launch failed): the real
+  // free would report it too, and nothing runs on the range any more either way.
+  const CUresult synced = sync_.ctx_synchronize();
+  release(record->base, record->size);
+  return synced;
+}
+
+std::optional<CUresult> VmmAllocator::free_async(CUdeviceptr ptr, CUstream stream) {
+  poll();
+  const std::optional<BufferRecord> record = registry_.remove(ptr);
+  if (!record) return std::nullopt;
+  CUevent event = nullptr;
+  if (sync_.event_create(&event, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS) {
+    if (sync_.event_record(event, stream) == CUDA_SUCCESS) {
+      std::lock_guard lock(pending_mutex_);
+      pending_.push_back({record->base, record->size, event});
+      return CUDA_SUCCESS;
+    }
+    sync_.event_destroy(event);
+  }
+  // No event: wait for the stream itself, then release.
+  const CUresult synced = sync_.stream_synchronize(stream);
+  frees_synchronized_.fetch_add(1, std::memory_order_relaxed);
+  release(record->base, record->size);
+  return synced;
+}
+
+size_t VmmAllocator::poll() {
+  std::vector<PendingFree> done;
+  {
+    std::lock_guard lock(pending_mutex_);
+    if (pending_.empty()) return 0;
+    auto keep = pending_.begin();
+    for (PendingFree& p : pending_) {
+      // Any answer but "not yet" ends the wait: complete, or an error of the context after which
+      // nothing will run on the range.
+      if (sync_.event_query(p.event) == CUDA_ERROR_NOT_READY) {
+        *keep++ = p;
+      } else {
+        done.push_back(p);
+      }
+    }
+    pending_.erase(keep, pending_.end());
+  }
+  for (const PendingFree& p : done) {
+    sync_.event_destroy(p.event);
+    frees_deferred_.fetch_add(1, std::memory_order_relaxed);
+    release(p.base, p.size);
+  }
+  return done.size();
+}
+
+size_t VmmAllocator::drain() {
+  std::vector<PendingFree> all;
+  {
+    std::lock_guard lock(pending_mutex_);
+    all.swap(pending_);
+  }
+  for (const PendingFree& p : all) {
+    sync_.event_synchronize(p.event);
+    sync_.event_destroy(p.event);
+    frees_deferred_.fetch_add(1, std::memory_order_relaxed);
+    release(p.base, p.size);
+  }
+  return all.size();
+}
+
+void VmmAllocator::release(CUdeviceptr base, uint64_t size) {
+  if (arena_.release(base) != CUDA_SUCCESS) {
+    driver_failures_.fetch_add(1, std::memory_order_relaxed);
+  }
+  frees_.fetch_add(1, std::memory_order_relaxed);
+  live_buffers_.fetch_sub(1, std::memory_order_relaxed);
+  std::lock_guard lock(peaks_mutex_);
+  requested_bytes_ -= std::min(requested_bytes_, size);
+}
+
+void VmmAllocator::note_peaks() {
+  const uint64_t gpu = arena_.gpu_bytes_in_use();
+  const uint64_t host = arena_.host_bytes_in_use();
+  std::lock_guard lock(peaks_mutex_);
+  gpu_bytes_peak_ = std::max(gpu_bytes_peak_, gpu);
+  host_bytes_peak_ = std::max(host_bytes_peak_, host);
+}
+
+CUresult VmmAllocator::mem_get_info(size_t* free, size_t* total) {
+  poll();
+  const uint64_t all = arena_.gpu_limit_bytes() + arena_.host_limit_bytes();
+  const uint64_t used = arena_.gpu_bytes_in_use() + arena_.host_bytes_in_use();
+  *total = all;
+  *free = all > used ? all - used : 0;
+  return CUDA_SUCCESS;
+}
+
+VmmAllocatorStats VmmAllocator::stats() const {
+  VmmAllocatorStats s;
+  for (int i = 0; i < kAllocApiCount; ++i) s.allocations[i] = allocations_[i].load();
+  s.frees = frees_.load();
+  s.frees_deferred = frees_deferred_.load();
+  s.frees_synchronized = frees_synchronized_.load();
+  {
+    std::lock_guard lock(pending_mutex_);
+    s.pending_frees = pending_.size();
+  }
+  s.out_of_memory = out_of_memory_.load();
+  s.largest_refused = largest_refused_.load();
+  s.driver_failures = driver_failures_.load();
+  s.live_buffers = live_buffers_.load();
+  s.gpu_limit = arena_.gpu_limit_bytes();
+  s.host_limit = arena_.host_limit_bytes();
+  s.gpu_bytes = arena_.gpu_bytes_in_use();
+  s.host_bytes = arena_.host_bytes_in_use();
+  s.arena = arena_.stats();
+  std::lock_guard lock(peaks_mutex_);
+  s.requested_bytes = requested_bytes_;
+  s.requested_bytes_peak = requested_bytes_peak_;
+  s.gpu_bytes_peak = gpu_bytes_peak_;
+  s.host_bytes_peak = host_bytes_peak_;
+  return s;
+}
+
+}  // namespace umswap

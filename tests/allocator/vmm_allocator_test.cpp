@@ -1,0 +1,411 @@
+// VmmAllocator (engine vmm's allocations) over the fake driver of the vmm tests, which simulates
+// physical memory (tests/vmm/fake_vmm_driver.h), and fake events whose completion each test
+// decides: allocations are ranges placed on GPU chunks then host chunks and registered, plain
+// frees synchronize the device before the range goes, stream-ordered frees wait for their event,
+// out-of-memory past both limits leaves nothing behind, and pending frees drain at exit.
+#include "umswap/allocator/vmm_allocator.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "../vmm/fake_vmm_driver.h"
+#include "umswap/core/stats_schema.h"
+
+namespace umswap {
+namespace {
+
+using vmm::fake::g_fake;
+constexpr uint64_t kChunk = vmm::kChunk;
+constexpr uint64_t MiB = 1024 * 1024;
+
+const CUstream kStream = reinterpret_cast<CUstream>(uintptr_t{0x5a});
+
+// Events, streams and synchronizations: what each test needs to see and decide.
+struct FakeSync {
+  struct Event {
+    CUstream stream = nullptr;
+    bool recorded = false;
+    bool complete = false;
+    bool destroyed = false;
+  };
+  std::map<CUevent, Event> events;
+  uintptr_t next = 1;
+  bool fail_create = false;
+  bool fail_record = false;
+  std::vector<CUstream> stream_syncs;
+  int ctx_syncs = 0;
+  int event_syncs = 0;
+  // Whether `watch`'s slot was mapped when the device was synchronized: a free must synchronize
+  // before it unmaps.
+  CUdeviceptr watch = 0;
+  std::vector<bool> watch_mapped_at_ctx_sync;
+  CUresult ctx_sync_result = CUDA_SUCCESS;
+
+  size_t live_events() const {
+    size_t n = 0;
+    for (const auto& [e, state] : events) n += state.destroyed ? 0 : 1;
+    return n;
+  }
+  void complete_all() {
+    for (auto& [e, state] : events) state.complete = true;
+  }
+};
+std::unique_ptr<FakeSync> g_sync;
+
+CUresult CUDAAPI fake_event_create(CUevent* event, unsigned) {
+  if (g_sync->fail_create) return CUDA_ERROR_OUT_OF_MEMORY;
+  *event = reinterpret_cast<CUevent>(g_sync->next++);
+  g_sync->events[*event] = {};
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI fake_event_record(CUevent event, CUstream stream) {
+  if (g_sync->fail_record) return CUDA_ERROR_INVALID_HANDLE;
+  FakeSync::Event& e = g_sync->events.at(event);
+  e.stream = stream;
+  e.recorded = true;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI fake_event_query(CUevent event) {
+  const FakeSync::Event& e = g_sync->events.at(event);
+  return e.destroyed ? CUDA_ERROR_INVALID_HANDLE : e.complete ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+CUresult CUDAAPI fake_event_synchronize(CUevent event) {
+  ++g_sync->event_syncs;
+  g_sync->events.at(event).complete = true;  // the wait returns when the stream got there
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI fake_event_destroy(CUevent event) {
+  g_sync->events.at(event).destroyed = true;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI fake_stream_synchronize(CUstream stream) {
+  g_sync->stream_syncs.push_back(stream);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI fake_ctx_synchronize() {
+  ++g_sync->ctx_syncs;
+  g_sync->watch_mapped_at_ctx_sync.push_back(g_fake->handle_at(g_sync->watch) != 0);
+  return g_sync->ctx_sync_result;
+}
+
+VmmSyncDriver fake_sync_driver() {
+  VmmSyncDriver d;
+  d.event_create = fake_event_create;
+  d.event_record = fake_event_record;
+  d.event_query = fake_event_query;
+  d.event_synchronize = fake_event_synchronize;
+  d.event_destroy = fake_event_destroy;
+  d.stream_synchronize = fake_stream_synchronize;
+  d.ctx_synchronize = fake_ctx_synchronize;
+  return d;
+}
+
+class VmmAllocatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    g_fake = std::make_unique<vmm::fake::Fake>();
+    g_fake->stream = kStream;
+    g_sync = std::make_unique<FakeSync>();
+  }
+  void TearDown() override {
+    allocator_.reset();
+    // Whatever a test did, everything went back when the allocator went: chunks, ranges and
+    // every event made for a stream-ordered free.
+    EXPECT_EQ(g_fake->live_handles(), 0u);
+    EXPECT_EQ(g_fake->live_reservations(), 0u);
+    EXPECT_EQ(g_fake->live_mappings(), 0u);
+    EXPECT_EQ(g_sync->live_events(), 0u);
+    g_sync.reset();
+    g_fake.reset();
+  }
+
+  VmmAllocator& make(uint64_t gpu_bytes, uint64_t host_bytes) {
+    allocator_ = std::make_unique<VmmAllocator>(vmm::fake::fake_driver(), fake_sync_driver(),
+                                                registry_, g_fake->device, gpu_bytes, host_bytes);
+    return *allocator_;
+  }
+  CUdeviceptr allocate(uint64_t bytes, AllocApi api = AllocApi::cudaMalloc) {
+    CUdeviceptr p = 0;
+    EXPECT_EQ(allocator_->allocate(api, bytes, 77, api == AllocApi::cudaMallocAsync, &p),
+              CUDA_SUCCESS);
+    return p;
+  }
+  // Whether the slot holding `p` is mapped (the chunks stay mapped in their pool's window too).
+  static bool mapped(CUdeviceptr p) { return g_fake->handle_at(p) != 0; }
+  // Bytes of GPU and host chunks behind `p`'s range, as the fake driver maps them.
+  std::pair<uint64_t, uint64_t> chunks_of(CUdeviceptr p, uint64_t bytes) {
+    uint64_t gpu = 0, host = 0;
+    for (CUdeviceptr at = p; at < p + bytes; at += kChunk) {
+      const CUmemGenericAllocationHandle h = g_fake->handle_at(at);
+      EXPECT_NE(h, 0u) << "unmapped slot";
+      if (h == 0) continue;
+      (g_fake->is_host_handle(h) ? host : gpu) += kChunk;
+    }
+    return {gpu, host};
+  }
+
+  Registry registry_;
+  std::unique_ptr<VmmAllocator> allocator_;
+};
+
+TEST_F(VmmAllocatorTest, AllocateAndFreeRoundTrip) {
+  VmmAllocator& a = make(8 * MiB, 8 * MiB);
+  const CUdeviceptr p = allocate(3 * MiB);
+  ASSERT_NE(p, 0u);
+  EXPECT_EQ(p % kChunk, 0u);
+  // Registered as the program asked, with a fresh id; backed by whole chunks on the GPU.
+  const std::optional<BufferRecord> r = registry_.find(p + 3 * MiB - 1);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->base, p);
+  EXPECT_EQ(r->size, 3 * MiB);
+  EXPECT_EQ(r->id, 1u);
+  EXPECT_EQ(r->call_site, 77u);
+  EXPECT_FALSE(r->from_pool);
+  EXPECT_EQ(chunks_of(p, 4 * MiB), std::make_pair(4 * MiB, uint64_t{0}));
+  EXPECT_TRUE(g_fake->kernel_write(p, 3 * MiB, 5));
+  EXPECT_EQ(g_fake->kernel_mismatches(p, 3 * MiB, 5), 0u);
+
+  g_sync->watch = p + 2 * MiB;
+  const std::optional<CUresult> freed = a.free(p);
+  ASSERT_TRUE(freed);
+  EXPECT_EQ(*freed, CUDA_SUCCESS);
+  // The device was synchronized once, while the range was still mapped; then it went.
+  ASSERT_EQ(g_sync->ctx_syncs, 1);
+  EXPECT_TRUE(g_sync->watch_mapped_at_ctx_sync[0]);
+  EXPECT_EQ(registry_.size(), 0u);
+  EXPECT_FALSE(mapped(p));
+  EXPECT_FALSE(mapped(p + 2 * MiB));
+  const VmmAllocatorStats s = a.stats();
+  EXPECT_EQ(s.allocations[static_cast<int>(AllocApi::cudaMalloc)], 1u);
+  EXPECT_EQ(s.frees, 1u);
+  EXPECT_EQ(s.live_buffers, 0u);
+  EXPECT_EQ(s.gpu_bytes, 0u);
+  EXPECT_EQ(s.gpu_bytes_peak, 4 * MiB);
+  EXPECT_EQ(s.requested_bytes_peak, 3 * MiB);
+  EXPECT_EQ(s.requested_bytes, 0u);
+}
+
+TEST_F(VmmAllocatorTest, PointersItDidNotHandOutAreLeftToTheDriver) {
+  VmmAllocator& a = make(8 * MiB, 0);
+  EXPECT_FALSE(a.free(0x1234));
+  EXPECT_FALSE(a.free_async(0x1234, kStream));
+  const CUdeviceptr p = allocate(MiB);
+  EXPECT_FALSE(a.free(p + 256));  // inside, not the base
+  EXPECT_TRUE(a.free(p));
+  EXPECT_FALSE(a.free(p));  // twice
+  EXPECT_FALSE(a.free_async(p, kStream));
+  EXPECT_EQ(g_sync->ctx_syncs, 1);
+}
+
+TEST_F(VmmAllocatorTest, PlacementIsFirstComeGpuThenHost) {
+  VmmAllocator& a = make(4 * MiB + 5, 8 * MiB);  // the pool: whole chunks only
+  const CUdeviceptr first = allocate(3 * MiB);
+  const CUdeviceptr second = allocate(MiB);  // rounds up to a whole chunk, on the host
+  const CUdeviceptr third = allocate(3 * MiB);
+  EXPECT_EQ(chunks_of(first, 4 * MiB), std::make_pair(4 * MiB, uint64_t{0}));
+  EXPECT_EQ(chunks_of(second, 2 * MiB), std::make_pair(uint64_t{0}, 2 * MiB));
+  EXPECT_EQ(chunks_of(third, 4 * MiB), std::make_pair(uint64_t{0}, 4 * MiB));
+  const VmmAllocatorStats s = a.stats();
+  EXPECT_EQ(s.gpu_limit, 4 * MiB);
+  EXPECT_EQ(s.gpu_bytes_peak, 4 * MiB);
+  EXPECT_EQ(s.host_bytes_peak, 6 * MiB);
+  EXPECT_EQ(s.requested_bytes_peak, 7 * MiB);  // 10 MiB of chunks: 3 MiB lost to rounding
+  EXPECT_EQ(s.arena.copies_to_host + s.arena.copies_to_gpu + s.arena.remaps, 0u);  // no moves
+  // The first range freed, the next allocation takes its GPU chunks again.
+  ASSERT_TRUE(a.free(first));
+  const CUdeviceptr fourth = allocate(2 * MiB);
+  EXPECT_EQ(chunks_of(fourth, 2 * MiB), std::make_pair(2 * MiB, uint64_t{0}));
+}
+
+TEST_F(VmmAllocatorTest, FreeAsyncWaitsForItsEvent) {
+  VmmAllocator& a = make(8 * MiB, 0);
+  const CUdeviceptr p = allocate(4 * MiB, AllocApi::cudaMallocAsync);
+  EXPECT_TRUE(registry_.find(p)->from_pool);
+  const std::optional<CUresult> freed = a.free_async(p, kStream);
+  ASSERT_TRUE(freed);
+  EXPECT_EQ(*freed, CUDA_SUCCESS);
+  // Out of the registry at once; the range stays mapped while the stream may still use it.
+  EXPECT_FALSE(registry_.contains(p));
+  ASSERT_EQ(g_sync->events.size(), 1u);
+  const FakeSync::Event& e = g_sync->events.begin()->second;
+  EXPECT_TRUE(e.recorded);
+  EXPECT_EQ(e.stream, kStream);
+  EXPECT_EQ(a.poll(), 0u);
+  EXPECT_TRUE(mapped(p) && mapped(p + 2 * MiB));
+  EXPECT_TRUE(g_fake->kernel_write(p, 4 * MiB, 1));  // the stream's last kernels still run
+  EXPECT_EQ(a.stats().pending_frees, 1u);
+  EXPECT_EQ(a.stats().gpu_bytes, 4 * MiB);
+  EXPECT_TRUE(g_sync->stream_syncs.empty());
+  EXPECT_EQ(g_sync->ctx_syncs, 0);
+
+  // Still not complete: the next allocation does not take its chunks.
+  const CUdeviceptr q = allocate(2 * MiB, AllocApi::cudaMallocAsync);
+  EXPECT_TRUE(mapped(p) && mapped(q));
+  EXPECT_EQ(a.stats().gpu_bytes, 6 * MiB);
+  // Complete: the next call releases it.
+  g_sync->complete_all();
+  ASSERT_TRUE(a.free_async(q, kStream));
+  const VmmAllocatorStats s = a.stats();
+  EXPECT_EQ(s.frees_deferred, 1u);
+  EXPECT_EQ(s.pending_frees, 1u);  // q's, just recorded
+  EXPECT_EQ(s.gpu_bytes, 2 * MiB);
+  EXPECT_EQ(g_sync->live_events(), 1u);  // p's event destroyed with its free
+  EXPECT_FALSE(mapped(p));
+  EXPECT_TRUE(mapped(q));
+  g_sync->complete_all();
+  EXPECT_EQ(a.poll(), 1u);
+  EXPECT_EQ(a.stats().gpu_bytes, 0u);
+  EXPECT_EQ(a.stats().frees, 2u);
+}
+
+TEST_F(VmmAllocatorTest, FreeAsyncWithoutAnEventSynchronizesTheStream) {
+  VmmAllocator& a = make(8 * MiB, 0);
+  const CUdeviceptr p = allocate(2 * MiB, AllocApi::cudaMallocAsync);
+  const CUdeviceptr q = allocate(2 * MiB, AllocApi::cudaMallocAsync);
+  g_sync->fail_create = true;
+  EXPECT_EQ(a.free_async(p, kStream), CUDA_SUCCESS);
+  g_sync->fail_create = false;
+  g_sync->fail_record = true;
+  EXPECT_EQ(a.free_async(q, kStream), CUDA_SUCCESS);
+  EXPECT_EQ(g_sync->stream_syncs, (std::vector<CUstream>{kStream, kStream}));
+  EXPECT_FALSE(mapped(p));
+  EXPECT_FALSE(mapped(q));
+  EXPECT_EQ(g_sync->live_events(), 0u);  // the event that could not be recorded is gone too
+  EXPECT_EQ(a.stats().frees_synchronized, 2u);
+  EXPECT_EQ(a.stats().pending_frees, 0u);
+}
+
+TEST_F(VmmAllocatorTest, OutOfMemoryPastBothLimitsLeavesNothing) {
+  VmmAllocator& a = make(4 * MiB, 2 * MiB);
+  const CUdeviceptr gpu = allocate(4 * MiB);
+  const CUdeviceptr host = allocate(2 * MiB);
+  const size_t reservations = g_fake->live_reservations();
+  const size_t handles = g_fake->live_handles();
+  CUdeviceptr p = 0xdead;
+  EXPECT_EQ(a.allocate(AllocApi::cuMemAlloc, 1, 1, false, &p), CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(a.allocate(AllocApi::cuMemAlloc, 64 * MiB, 1, false, &p), CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(p, 0xdeadu);
+  EXPECT_EQ(g_fake->live_reservations(), reservations);
+  EXPECT_EQ(g_fake->live_handles(), handles);
+  EXPECT_EQ(registry_.size(), 2u);
+  VmmAllocatorStats s = a.stats();
+  EXPECT_EQ(s.out_of_memory, 2u);
+  EXPECT_EQ(s.largest_refused, 64 * MiB);
+  EXPECT_EQ(s.allocations[static_cast<int>(AllocApi::cuMemAlloc)], 0u);
+  // Room again once the program frees.
+  ASSERT_TRUE(a.free(host));
+  p = 0;
+  EXPECT_EQ(a.allocate(AllocApi::cuMemAlloc, 1, 1, false, &p), CUDA_SUCCESS);
+  EXPECT_EQ(chunks_of(p, 2 * MiB), std::make_pair(uint64_t{0}, 2 * MiB));
+  ASSERT_TRUE(a.free(gpu));
+}
+
+TEST_F(VmmAllocatorTest, OutOfMemoryWaitsForPendingFreesFirst) {
+  VmmAllocator& a = make(4 * MiB, 0);
+  const CUdeviceptr p = allocate(4 * MiB, AllocApi::cudaMallocAsync);
+  ASSERT_TRUE(a.free_async(p, kStream));
+  // The pool is full until the free completes: the allocation waits for it, then succeeds.
+  const CUdeviceptr q = allocate(4 * MiB, AllocApi::cudaMallocAsync);
+  EXPECT_NE(q, 0u);
+  EXPECT_EQ(g_sync->event_syncs, 1);
+  EXPECT_EQ(a.stats().out_of_memory, 0u);
+  EXPECT_EQ(chunks_of(q, 4 * MiB), std::make_pair(4 * MiB, uint64_t{0}));
+}
+
+TEST_F(VmmAllocatorTest, DrainReleasesEveryPendingFree) {
+  VmmAllocator& a = make(8 * MiB, 8 * MiB);
+  std::vector<CUdeviceptr> ranges;
+  for (int i = 0; i < 3; ++i) {
+    ranges.push_back(allocate(4 * MiB, AllocApi::cuMemAllocAsync));
+    ASSERT_TRUE(a.free_async(ranges.back(), kStream));
+  }
+  EXPECT_EQ(a.stats().pending_frees, 3u);
+  EXPECT_EQ(a.drain(), 3u);
+  EXPECT_EQ(g_sync->event_syncs, 3);
+  EXPECT_EQ(g_sync->live_events(), 0u);
+  for (CUdeviceptr r : ranges) EXPECT_FALSE(mapped(r));
+  const VmmAllocatorStats s = a.stats();
+  EXPECT_EQ(s.pending_frees, 0u);
+  EXPECT_EQ(s.frees_deferred, 3u);
+  EXPECT_EQ(s.gpu_bytes + s.host_bytes, 0u);
+  EXPECT_EQ(s.gpu_bytes_peak, 8 * MiB);
+  EXPECT_EQ(s.host_bytes_peak, 4 * MiB);
+}
+
+TEST_F(VmmAllocatorTest, TheDestructorDrainsToo) {
+  VmmAllocator& a = make(8 * MiB, 0);
+  ASSERT_TRUE(a.free_async(allocate(2 * MiB), kStream));
+  allocator_.reset();
+  EXPECT_EQ(g_sync->event_syncs, 1);  // TearDown checks that nothing is left
+}
+
+TEST_F(VmmAllocatorTest, AFailedDeviceSynchronizeIsReportedAndTheRangeStillGoes) {
+  VmmAllocator& a = make(8 * MiB, 0);
+  const CUdeviceptr p = allocate(2 * MiB);
+  g_sync->ctx_sync_result = CUDA_ERROR_LAUNCH_FAILED;
+  EXPECT_EQ(a.free(p), CUDA_ERROR_LAUNCH_FAILED);
+  EXPECT_FALSE(mapped(p));
+  EXPECT_FALSE(registry_.contains(p));
+}
+
+TEST_F(VmmAllocatorTest, MemGetInfoCountsTheChunksAgainstBothLimits) {
+  VmmAllocator& a = make(8 * MiB, 4 * MiB);
+  size_t free = 0, total = 0;
+  ASSERT_EQ(a.mem_get_info(&free, &total), CUDA_SUCCESS);
+  EXPECT_EQ(total, 12 * MiB);
+  EXPECT_EQ(free, 12 * MiB);
+  allocate(MiB);
+  allocate(8 * MiB);
+  ASSERT_EQ(a.mem_get_info(&free, &total), CUDA_SUCCESS);
+  EXPECT_EQ(total, 12 * MiB);
+  EXPECT_EQ(free, 2 * MiB);
+}
+
+TEST_F(VmmAllocatorTest, PitchedRowsAreAligned) {
+  VmmAllocator& a = make(8 * MiB, 0);
+  CUdeviceptr p = 0;
+  size_t pitch = 0;
+  ASSERT_EQ(a.allocate_pitch(AllocApi::cuMemAllocPitch, 100, 3, 512, 1, &p, &pitch), CUDA_SUCCESS);
+  EXPECT_EQ(pitch, 512u);
+  EXPECT_EQ(registry_.find(p)->size, 1536u);
+  EXPECT_EQ(a.allocate_pitch(AllocApi::cuMemAllocPitch, SIZE_MAX - 10, 2, 512, 1, &p, &pitch),
+            CUDA_ERROR_OUT_OF_MEMORY);
+}
+
+TEST_F(VmmAllocatorTest, StatsJsonHasTheSchemasFields) {
+  VmmAllocator& a = make(4 * MiB, 4 * MiB);
+  allocate(6 * MiB);
+  const nlohmann::json j = to_json(a.stats());
+  namespace v = stats_schema::vmm;
+  const nlohmann::json root = {{stats_schema::kVmm.path, j}};
+  for (const stats_schema::Field* f :
+       {&v::kBudgetBytes, &v::kHostLimitBytes, &v::kGpuBytesPeak, &v::kHostBytesPeak, &v::kGpuBytes,
+        &v::kHostBytes, &v::kRequestedBytesPeak, &v::kOutOfMemory, &v::kCopiesToHost,
+        &v::kCopiesToGpu, &v::kRemaps}) {
+    EXPECT_NE(stats_schema::find(root, *f), nullptr) << f->path;
+  }
+  EXPECT_EQ(*stats_schema::find(root, v::kGpuBytesPeak), 4 * MiB);
+  EXPECT_EQ(*stats_schema::find(root, v::kHostBytesPeak), 2 * MiB);
+  EXPECT_EQ(*stats_schema::find(root, v::kBudgetBytes), 4 * MiB);
+  EXPECT_EQ(j["allocations_by_api"]["cudaMalloc"], 1);
+}
+
+TEST(VmmDefaults, GpuPoolLeavesAMarginAndHostLimitIsHalfTheAvailable) {
+  constexpr uint64_t GiB = 1024 * MiB;
+  // 5% of 140 GiB is 7 GiB; whole chunks.
+  EXPECT_EQ(vmm_default_gpu_pool(100 * GiB, 140 * GiB), 93 * GiB);
+  EXPECT_EQ(vmm_default_gpu_pool(100 * GiB + 3 * MiB, 140 * GiB), 93 * GiB + 2 * MiB);
+  // At least 1 GiB.
+  EXPECT_EQ(vmm_default_gpu_pool(3 * GiB, 16 * GiB), 2 * GiB);
+  EXPECT_EQ(vmm_default_gpu_pool(GiB / 2, 16 * GiB), 0u);
+  EXPECT_EQ(vmm_default_host_limit(10 * GiB), 5 * GiB);
+  EXPECT_EQ(vmm_default_host_limit(5 * MiB), 2 * MiB);
+  EXPECT_EQ(vmm_default_host_limit(0), 0u);
+}
+
+}  // namespace
+}  // namespace umswap

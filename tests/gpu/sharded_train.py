@@ -62,7 +62,10 @@ def main():
     rank = int(os.environ["RANK"])
     local = int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local)
-    dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    # CPUOffloadPolicy keeps the shards on the host: gathering them whole at the end (full_tensor)
+    # is a collective on CPU tensors, which needs a CPU backend beside NCCL.
+    backend = "cpu:gloo,cuda:nccl" if args.offload else "nccl"
+    dist.init_process_group(backend, device_id=torch.device("cuda", local))
     torch.manual_seed(0)  # the same initial weights on every rank (DDP also broadcasts them)
     torch.use_deterministic_algorithms(True)
     torch.backends.cudnn.benchmark = False

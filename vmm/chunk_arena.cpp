@@ -108,6 +108,7 @@ CUresult ChunkArena::allocate(uint64_t bytes, CUdeviceptr* address) {
   }
   Range range;
   range.size = bytes;
+  range.id = next_range_id_++;
   range.slots.reserve(chunks);
   CUresult r = CUDA_SUCCESS;
   for (uint64_t i = 0; i < chunks && r == CUDA_SUCCESS; ++i) {
@@ -210,17 +211,33 @@ CUresult ChunkArena::remap(CUdeviceptr at, Slot& slot, Location to, uint32_t chu
 }
 
 Moved ChunkArena::move(CUdeviceptr address, uint64_t length, CUstream stream, Location to) {
-  Moved moved;
+  StagedMove staged = stage(address, length, to, stream);
+  return commit(staged);
+}
+
+std::vector<StagedMove::Chunk> StagedMove::chunks() const {
+  std::vector<Chunk> out;
+  out.reserve(items_.size());
+  for (const Item& i : items_) out.push_back({i.slot, i.from, i.to});
+  return out;
+}
+
+StagedMove ChunkArena::stage(CUdeviceptr address, uint64_t length, Location to, CUstream stream,
+                             const Copier& copy) {
+  StagedMove staged;
+  staged.to_ = to;
+  staged.stream_ = stream;
+  Moved& moved = staged.partial_;
   std::lock_guard lock(mutex_);
   if (!driver_.complete()) {
     moved.result = CUDA_ERROR_NOT_INITIALIZED;
-    return moved;
+    return staged;
   }
   const CUdeviceptr end =
       length > std::numeric_limits<CUdeviceptr>::max() - address ? 0 : address + length;
   if (length == 0 || end == 0) {
     moved.result = CUDA_ERROR_INVALID_VALUE;
-    return moved;
+    return staged;
   }
   const Location from = other(to);
   auto note = [&moved](CUresult r) {
@@ -234,20 +251,16 @@ Moved ChunkArena::move(CUdeviceptr address, uint64_t length, CUstream stream, Lo
     if (address < before->first + before->second.slots.size() * kChunk) it = before;
   }
 
-  // Copy first: every chunk to move gets its new chunk and its copy, while its slot stays mapped
-  // to the original.
-  struct Pending {
-    CUdeviceptr at;
-    Slot* slot;
-    uint32_t chunk;
-  };
-  std::vector<Pending> pending;
+  // Every chunk to move gets its new chunk and its copy, while its slot stays mapped to the
+  // original. The copy reads the original at its pool window, where it stays mapped for its whole
+  // life: a range released before commit() leaves the copy a valid source (commit() skips it).
   bool overlaps = false;
   bool stopped = false;
   for (; it != ranges_.end() && it->first < end; ++it) {
     overlaps = true;
     const CUdeviceptr base = it->first;
-    std::vector<Slot>& slots = it->second.slots;
+    Range& range = it->second;
+    std::vector<Slot>& slots = range.slots;
     const uint64_t first = (std::max(address, base) - base) / kChunk;
     const uint64_t last =
         (std::min<CUdeviceptr>(end, base + slots.size() * kChunk) - 1 - base) / kChunk;
@@ -272,8 +285,11 @@ Moved ChunkArena::move(CUdeviceptr address, uint64_t length, CUstream stream, Lo
       }
       uint32_t chunk = 0;
       CUresult r = pool(to).take(&chunk);
+      const CUdeviceptr dst = r == CUDA_SUCCESS ? pool(to).window_address(chunk) : 0;
+      const CUdeviceptr src = pool(from).window_address(slot.chunk);
       if (r == CUDA_SUCCESS) {
-        r = count(driver_.memcpy_dtod_async(pool(to).window_address(chunk), at, kChunk, stream));
+        r = count(copy ? copy(dst, src, kChunk, stream)
+                       : driver_.memcpy_dtod_async(dst, src, kChunk, stream));
         if (r != CUDA_SUCCESS) pool(to).give(chunk);
       } else if (r != CUDA_ERROR_OUT_OF_MEMORY) {
         count(r);
@@ -284,38 +300,67 @@ Moved ChunkArena::move(CUdeviceptr address, uint64_t length, CUstream stream, Lo
         moved.bytes_left += kChunk;
         continue;
       }
-      pending.push_back({at, &slot, chunk});
+      staged.items_.push_back({at, range.id, from, slot.chunk, chunk, src, dst});
     }
   }
-  if (!overlaps) {
-    moved.result = CUDA_ERROR_INVALID_VALUE;
-    return moved;
-  }
-  if (pending.empty()) return moved;
+  if (!overlaps) moved.result = CUDA_ERROR_INVALID_VALUE;
+  return staged;
+}
 
-  // Wait for the copies before any slot changes. The later step orders this by events: record
-  // one after the copies and remap once it completed, off the program's thread, with the
-  // program's streams waiting only where the plan needs the range in place.
-  if (CUresult r = count(driver_.stream_synchronize(stream)); r != CUDA_SUCCESS) {
+void ChunkArena::give_back(StagedMove& staged) {
+  for (const StagedMove::Item& item : staged.items_) pool(staged.to_).give(item.to_chunk);
+  staged.items_.clear();
+}
+
+void ChunkArena::abort(StagedMove& staged) {
+  std::lock_guard lock(mutex_);
+  give_back(staged);
+}
+
+Moved ChunkArena::commit(StagedMove& staged) {
+  Moved moved = staged.partial_;
+  staged.partial_ = Moved();
+  auto note = [&moved](CUresult r) {
+    if (moved.result == CUDA_SUCCESS) moved.result = r;
+  };
+  std::lock_guard lock(mutex_);
+  if (staged.items_.empty()) return moved;
+  const Location to = staged.to_;
+
+  // Wait for the copies before any slot changes.
+  if (CUresult r = count(driver_.stream_synchronize(staged.stream_)); r != CUDA_SUCCESS) {
     // The copies may not have happened: no slot changes, the new chunks go back.
-    for (const Pending& p : pending) pool(to).give(p.chunk);
-    moved.bytes_left += pending.size() * kChunk;
+    moved.bytes_left += staged.items_.size() * kChunk;
+    give_back(staged);
     note(r);
     return moved;
   }
   uint64_t& copies = to == Location::host ? stats_.copies_to_host : stats_.copies_to_gpu;
   uint64_t& bytes = to == Location::host ? stats_.bytes_to_host : stats_.bytes_to_gpu;
-  copies += pending.size();
+  copies += staged.items_.size();
 
   // Then remap, chunk by chunk; the first failure stops the rest (their copies are wasted).
-  stopped = false;
-  for (const Pending& p : pending) {
-    if (stopped) {
-      pool(to).give(p.chunk);
+  bool stopped = false;
+  for (const StagedMove::Item& item : staged.items_) {
+    Slot* slot = nullptr;
+    if (!stopped) {
+      // The slot as it is now: still in the same range, still mapped to the chunk copied.
+      auto it = ranges_.upper_bound(item.slot);
+      if (it != ranges_.begin()) {
+        --it;
+        const uint64_t index = (item.slot - it->first) / kChunk;
+        if (it->second.id == item.range_id && index < it->second.slots.size()) {
+          Slot& s = it->second.slots[index];
+          if (s.mapped && s.where == item.from_where && s.chunk == item.from_chunk) slot = &s;
+        }
+      }
+    }
+    if (!slot) {  // stopped, or released or moved since stage(): the copy is not wanted
+      pool(to).give(item.to_chunk);
       moved.bytes_left += kChunk;
       continue;
     }
-    if (CUresult r = remap(p.at, *p.slot, to, p.chunk); r != CUDA_SUCCESS) {
+    if (CUresult r = remap(item.slot, *slot, to, item.to_chunk); r != CUDA_SUCCESS) {
       note(r);
       stopped = true;
       moved.bytes_left += kChunk;
@@ -324,6 +369,7 @@ Moved ChunkArena::move(CUdeviceptr address, uint64_t length, CUstream stream, Lo
     moved.bytes += kChunk;
     bytes += kChunk;
   }
+  staged.items_.clear();
   return moved;
 }
 

@@ -112,6 +112,104 @@ TEST_F(ChunkArenaTest, DataSurvivesEvictAndRestore) {
   EXPECT_EQ(a.release(p), CUDA_SUCCESS);
 }
 
+// stage() then commit() is a move in two halves: the copies are enqueued from the old chunks' pool
+// windows, the slots change only at commit(), and the result is the same as evict()'s.
+TEST_F(ChunkArenaTest, AStagedMoveCommitsLikeAnEvict) {
+  ChunkArena& a = make(8 * kChunk, 8 * kChunk);
+  const CUdeviceptr p = allocate(kOdd);
+  ASSERT_TRUE(g_fake->kernel_write(p, kOdd, 3));
+  int copier_calls = 0;
+  std::vector<CUdeviceptr> sources;
+  StagedMove staged = a.stage(p, kOdd, Location::host, kStream,
+                              [&](CUdeviceptr dst, CUdeviceptr src, uint64_t bytes, CUstream s) {
+                                ++copier_calls;
+                                sources.push_back(src);
+                                return fake::fake_memcpy(dst, src, bytes, s);
+                              });
+  EXPECT_EQ(staged.partial().result, CUDA_SUCCESS);
+  const std::vector<StagedMove::Chunk> chunks = staged.chunks();
+  ASSERT_EQ(chunks.size(), 4u);
+  EXPECT_EQ(copier_calls, 4);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(chunks[i].slot, p + i * kChunk);
+    EXPECT_EQ(chunks[i].from, sources[i]);     // the copy reads the old chunk at its pool window
+    expect_at(p + i * kChunk, Location::gpu);  // nothing remapped yet
+  }
+  // The new chunks are taken from their pool (they count as in use) but back no slot yet.
+  EXPECT_EQ(a.host_bytes_in_use(), 4 * kChunk);
+  EXPECT_EQ(a.range(p)->host_bytes, 0u);
+
+  const Moved m = a.commit(staged);
+  EXPECT_EQ(m.result, CUDA_SUCCESS);
+  EXPECT_EQ(m.bytes, 4 * kChunk);
+  EXPECT_EQ(m.bytes_left, 0u);
+  EXPECT_TRUE(staged.empty());
+  for (int i = 0; i < 4; ++i) expect_at(p + i * kChunk, Location::host);
+  EXPECT_EQ(g_fake->kernel_mismatches(p, kOdd, 3), 0u);
+  EXPECT_EQ(a.gpu_bytes_in_use(), 0u);
+  EXPECT_EQ(a.stats().copies_to_host, 4u);
+  EXPECT_EQ(a.release(p), CUDA_SUCCESS);
+}
+
+// A range released between stage() and commit(), and another made where it was, keeps commit()
+// from putting the stale copies under the new range: they go back, counted as not moved.
+TEST_F(ChunkArenaTest, ACommitSkipsARangeReleasedSinceItsStage) {
+  ChunkArena& a = make(8 * kChunk, 8 * kChunk);
+  const CUdeviceptr p = allocate(2 * kChunk);
+  ASSERT_TRUE(g_fake->kernel_write(p, 2 * kChunk, 4));
+  StagedMove staged = a.stage(p, 2 * kChunk, Location::host, kStream);
+  ASSERT_EQ(staged.chunks().size(), 2u);
+  EXPECT_EQ(a.release(p), CUDA_SUCCESS);
+  const CUdeviceptr q = allocate(2 * kChunk);
+  ASSERT_TRUE(g_fake->kernel_write(q, 2 * kChunk, 5));
+  const Moved m = a.commit(staged);
+  EXPECT_EQ(m.result, CUDA_SUCCESS);
+  EXPECT_EQ(m.bytes, 0u);
+  EXPECT_EQ(m.bytes_left, 2 * kChunk);
+  for (int i = 0; i < 2; ++i) expect_at(q + i * kChunk, Location::gpu);
+  EXPECT_EQ(g_fake->kernel_mismatches(q, 2 * kChunk, 5), 0u);
+  EXPECT_EQ(a.host_bytes_in_use(), 0u);
+  EXPECT_EQ(a.stats().remaps, 0u);
+  EXPECT_EQ(a.release(q), CUDA_SUCCESS);
+}
+
+// Two stagings of one range: the first commit moves it, the second finds its slots moved.
+TEST_F(ChunkArenaTest, OfTwoStagingsOfOneRangeOnlyTheFirstCommitMoves) {
+  ChunkArena& a = make(8 * kChunk, 8 * kChunk);
+  const CUdeviceptr p = allocate(2 * kChunk);
+  ASSERT_TRUE(g_fake->kernel_write(p, 2 * kChunk, 6));
+  StagedMove first = a.stage(p, 2 * kChunk, Location::host, kStream);
+  StagedMove second = a.stage(p, 2 * kChunk, Location::host, kStream);
+  EXPECT_EQ(a.commit(first).bytes, 2 * kChunk);
+  const Moved m = a.commit(second);
+  EXPECT_EQ(m.bytes, 0u);
+  EXPECT_EQ(m.bytes_left, 2 * kChunk);
+  EXPECT_EQ(a.host_bytes_in_use(), 2 * kChunk);
+  EXPECT_EQ(g_fake->kernel_mismatches(p, 2 * kChunk, 6), 0u);
+  EXPECT_EQ(a.release(p), CUDA_SUCCESS);
+}
+
+// abort() gives the new chunks back and changes no slot; a stage() over no live range says so.
+TEST_F(ChunkArenaTest, AnAbortedStagingChangesNothing) {
+  ChunkArena& a = make(2 * kChunk, 8 * kChunk);
+  const CUdeviceptr p = allocate(2 * kChunk);
+  StagedMove staged = a.stage(p, 2 * kChunk, Location::host, kStream);
+  EXPECT_FALSE(staged.empty());
+  EXPECT_EQ(a.host_bytes_in_use(), 2 * kChunk);
+  a.abort(staged);
+  EXPECT_TRUE(staged.empty());
+  expect_at(p, Location::gpu);
+  expect_at(p + kChunk, Location::gpu);
+  EXPECT_EQ(a.host_bytes_in_use(), 0u);
+  // The chunks came back: a whole eviction still finds them.
+  EXPECT_EQ(a.evict(p, 2 * kChunk, kStream).bytes, 2 * kChunk);
+  EXPECT_EQ(a.host_bytes_held(), 2 * kChunk);
+  StagedMove none = a.stage(p + 64 * kChunk, kChunk, Location::host, kStream);
+  EXPECT_EQ(none.partial().result, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(a.commit(none).result, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(a.release(p), CUDA_SUCCESS);
+}
+
 TEST_F(ChunkArenaTest, RangeInfoDescribesTheRange) {
   ChunkArena& a = make(8 * kChunk, 8 * kChunk);
   const CUdeviceptr p = allocate(kOdd);

@@ -37,7 +37,8 @@
 //     hole): counted in `ArenaStats::holes` and `RangeInfo::unmapped_bytes`, and the next evict()
 //     or restore() that covers the slot tries to map it again first.
 //   * Counts are exact: the arena maps every chunk itself, so gpu_bytes_in_use() is the bytes of
-//     GPU chunks backing live ranges, never more than the budget.
+//     GPU chunks backing live ranges or taken by a staged move (stage() below), never more than
+//     the budget.
 //   * Errors come back as CUresult; nothing throws except std::bad_alloc. A driver table that is
 //     not complete() makes every call answer CUDA_ERROR_NOT_INITIALIZED.
 // Thread safety: every member may be called from any thread; one mutex guards the state and is
@@ -50,6 +51,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -66,6 +68,46 @@ struct Moved {
   CUresult result = CUDA_SUCCESS;  // the first error; CUDA_ERROR_OUT_OF_MEMORY when a pool ran dry
   uint64_t bytes = 0;              // bytes copied and remapped (whole chunks)
   uint64_t bytes_left = 0;         // bytes of chunks in the interval that should have moved, didn't
+};
+
+// The first half of a move, from stage(): chunks taken and their copies enqueued, no slot changed
+// yet. Hand it to commit() or abort() (destroying it unhanded keeps its new chunks out of their
+// pool until the arena goes). Move-only.
+class StagedMove {
+ public:
+  struct Chunk {
+    CUdeviceptr slot = 0;  // the chunk's address in its range
+    CUdeviceptr from = 0;  // the chunk behind the slot at stage(), at its pool window
+    CUdeviceptr to = 0;    // the chunk it was copied to, at its pool window
+  };
+  StagedMove() = default;
+  StagedMove(StagedMove&&) = default;
+  StagedMove& operator=(StagedMove&&) = default;
+  StagedMove(const StagedMove&) = delete;
+  StagedMove& operator=(const StagedMove&) = delete;
+
+  // The chunks staged, in address order: a caller that checks its copies (a hash of `from` again
+  // once the program is held) reads them here.
+  std::vector<Chunk> chunks() const;
+  // What stage() could not stage (a pool ran dry, a driver call failed) and its first error.
+  const Moved& partial() const { return partial_; }
+  bool empty() const { return items_.empty(); }
+
+ private:
+  friend class ChunkArena;
+  struct Item {
+    CUdeviceptr slot = 0;
+    uint64_t range_id = 0;  // the range it belongs to: a range released and another made at
+                            // the same address must not take this copy
+    Location from_where = Location::gpu;
+    uint32_t from_chunk = 0;
+    uint32_t to_chunk = 0;
+    CUdeviceptr from = 0, to = 0;
+  };
+  Location to_ = Location::host;
+  CUstream stream_ = nullptr;
+  std::vector<Item> items_;
+  Moved partial_;
 };
 
 // One live range, as found by range().
@@ -113,6 +155,28 @@ class ChunkArena {
   CUresult release(CUdeviceptr address);
   Moved evict(CUdeviceptr address, uint64_t length, CUstream stream);
   Moved restore(CUdeviceptr address, uint64_t length, CUstream stream);
+
+  // A move in two halves, so that the program runs during the copies and is held only for the
+  // remaps (docs/lab/2026-11-29-vmm-window.md). evict() and restore() are stage() then commit().
+  //   * stage(): takes a chunk on the `to` side for every chunk of the interval's live ranges on
+  //     the other side and enqueues its copy on `stream`, from the old chunk's pool window to the
+  //     new one's, by `copy` (dst, src, bytes, stream) when given, else cuMemcpyDtoDAsync; no
+  //     wait, no slot changes. Holes in the interval are mapped again first, as by a move. An
+  //     interval that overlaps no live range: partial().result CUDA_ERROR_INVALID_VALUE.
+  //   * commit(): waits for `stream`, then remaps each staged slot that still maps the chunk it
+  //     mapped at stage() in the same range (one released meanwhile, or moved by another move, is
+  //     skipped: its new chunk goes back, counted in bytes_left); the caller holds every access
+  //     to the interval across it (a kernel reaching a slot being remapped is an illegal address,
+  //     and a write to an old chunk after its copy is lost unless the caller copies it again).
+  //     Returns the whole move's Moved, stage()'s shortfall included. The StagedMove is empty
+  //     after it.
+  //   * abort(): gives every staged chunk back; nothing remapped.
+  using Copier =
+      std::function<CUresult(CUdeviceptr dst, CUdeviceptr src, uint64_t bytes, CUstream stream)>;
+  StagedMove stage(CUdeviceptr address, uint64_t length, Location to, CUstream stream,
+                   const Copier& copy = {});
+  Moved commit(StagedMove& staged);
+  void abort(StagedMove& staged);
   // Releases the free chunks of both pools; returns the bytes released.
   uint64_t trim();
 
@@ -139,6 +203,7 @@ class ChunkArena {
   };
   struct Range {
     uint64_t size = 0;
+    uint64_t id = 0;  // unique in the arena's life
     std::vector<Slot> slots;
   };
   using RangeMap = std::map<CUdeviceptr, Range>;
@@ -147,6 +212,7 @@ class ChunkArena {
   CUresult unmap_range(CUdeviceptr base, Range& range);
   RangeMap::const_iterator find(CUdeviceptr address) const;
   Moved move(CUdeviceptr address, uint64_t length, CUstream stream, Location to);
+  void give_back(StagedMove& staged);  // mutex_ held
   CUresult remap(CUdeviceptr at, Slot& slot, Location to, uint32_t chunk);
   CUresult map_slot(CUdeviceptr at, Location where, uint32_t chunk);
   CUresult count(CUresult result);
@@ -159,6 +225,7 @@ class ChunkArena {
   detail::ChunkPool gpu_;
   detail::ChunkPool host_;
   RangeMap ranges_;  // by base address
+  uint64_t next_range_id_ = 1;
   ArenaStats stats_;
 };
 

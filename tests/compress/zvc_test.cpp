@@ -14,10 +14,13 @@
 #include <span>
 #include <vector>
 
+#include "zvc_test_data.h"
+
 namespace umswap::compress::zvc {
 namespace {
 
-constexpr Word kWords[] = {Word::bits16, Word::bits32};
+using test_data::kWords;
+using test_data::make_input;
 
 uint64_t get64(const std::vector<uint8_t>& v, uint64_t at) {
   uint64_t x;
@@ -29,25 +32,6 @@ void put64(std::vector<uint8_t>& v, uint64_t at, uint64_t x) {
 }
 void put32(std::vector<uint8_t>& v, uint64_t at, uint32_t x) {
   std::memcpy(v.data() + at, &x, 4);
-}
-
-// `bytes` bytes of words that are zero with probability `zero_fraction`, else random and never
-// zero; a tail past the last whole word is random.
-std::vector<uint8_t> make_input(uint64_t bytes, Word w, double zero_fraction,
-                                std::mt19937_64& rng) {
-  std::vector<uint8_t> v(bytes);
-  const uint32_t wb = word_bytes(w);
-  std::bernoulli_distribution zero(zero_fraction);
-  for (uint64_t i = 0; i + wb <= bytes; i += wb) {
-    if (zero(rng)) continue;  // already zero
-    uint32_t x;
-    do {
-      x = static_cast<uint32_t>(rng());
-    } while ((wb == 2 ? (x & 0xFFFF) : x) == 0);
-    std::memcpy(v.data() + i, &x, wb);
-  }
-  for (uint64_t i = bytes / wb * wb; i < bytes; ++i) v[i] = static_cast<uint8_t>(rng());
-  return v;
 }
 
 // Encodes, checks the size against the format's rules, decodes and compares bit for bit.
@@ -193,22 +177,8 @@ TEST(ZvcRoundTrip, UnalignedInput) {
 }
 
 TEST(ZvcRoundTrip, SpecialValuesKeptBitForBit) {
-  // fp32: -0.0, +Inf, -Inf, quiet and signalling NaN, NaN with payload, the smallest denormal.
-  const uint32_t f32[] = {0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0x7F800001,
-                          0xFFFFFFFF, 0x00000001, 0,          0x3F800000};
-  // bf16 / fp16: -0.0, Inf, NaN (bf16 and fp16), denormal.
-  const uint16_t f16[] = {0x8000, 0x7F80, 0xFF80, 0x7FC0, 0x7E00, 0xFFFF, 0x0001, 0, 0x3F80};
-  std::vector<uint8_t> in32, in16;
-  for (int r = 0; r < 300; ++r) {
-    for (uint32_t x : f32) {
-      const auto* p = reinterpret_cast<const uint8_t*>(&x);
-      in32.insert(in32.end(), p, p + 4);
-    }
-    for (uint16_t x : f16) {
-      const auto* p = reinterpret_cast<const uint8_t*>(&x);
-      in16.insert(in16.end(), p, p + 2);
-    }
-  }
+  const std::vector<uint8_t> in32 = test_data::special_values(Word::bits32, 300);
+  const std::vector<uint8_t> in16 = test_data::special_values(Word::bits16, 300);
   expect_round_trip(in32, Word::bits32);
   expect_round_trip(in16, Word::bits16);
   // A 2-byte word's -0.0 inside a 4-byte word that is otherwise zero: non-zero either way.

@@ -14,32 +14,15 @@
 
 #include "umswap/compress/zvc.h"
 #include "umswap/compress/zvc_kernels.h"
+#include "zvc_test_data.h"
 
 namespace umswap::compress::zvc {
 namespace {
 
 #define ASSERT_CUDA(call) ASSERT_EQ((call), cudaSuccess) << #call
 
-constexpr Word kWords[] = {Word::bits16, Word::bits32};
-
-// `bytes` bytes of words that are zero with probability `zero_fraction`, else random non-zero;
-// a random tail.
-std::vector<uint8_t> make_input(uint64_t bytes, Word w, double zero_fraction,
-                                std::mt19937_64& rng) {
-  std::vector<uint8_t> v(bytes);
-  const uint32_t wb = word_bytes(w);
-  std::bernoulli_distribution zero(zero_fraction);
-  for (uint64_t i = 0; i + wb <= bytes; i += wb) {
-    if (zero(rng)) continue;
-    uint32_t x;
-    do {
-      x = static_cast<uint32_t>(rng());
-    } while ((wb == 2 ? (x & 0xFFFF) : x) == 0);
-    std::memcpy(v.data() + i, &x, wb);
-  }
-  for (uint64_t i = bytes / wb * wb; i < bytes; ++i) v[i] = static_cast<uint8_t>(rng());
-  return v;
-}
+using test_data::kWords;
+using test_data::make_input;
 
 // The index of the first byte where `a` and `b` differ, or their (equal) size.
 uint64_t first_difference(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
@@ -152,20 +135,8 @@ TEST_F(ZvcGpu, OddLengthsMatchTheCpu) {
 }
 
 TEST_F(ZvcGpu, SpecialValuesKeptBitForBit) {
-  const uint32_t f32[] = {0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0x7F800001,
-                          0xFFFFFFFF, 0x00000001, 0,          0x3F800000};
-  const uint16_t f16[] = {0x8000, 0x7F80, 0xFF80, 0x7FC0, 0x7E00, 0xFFFF, 0x0001, 0, 0x3F80};
-  std::vector<uint8_t> in32, in16;
-  for (int r = 0; r < 2000; ++r) {
-    for (uint32_t x : f32) {
-      const auto* p = reinterpret_cast<const uint8_t*>(&x);
-      in32.insert(in32.end(), p, p + 4);
-    }
-    for (uint16_t x : f16) {
-      const auto* p = reinterpret_cast<const uint8_t*>(&x);
-      in16.insert(in16.end(), p, p + 2);
-    }
-  }
+  const std::vector<uint8_t> in32 = test_data::special_values(Word::bits32, 2000);
+  const std::vector<uint8_t> in16 = test_data::special_values(Word::bits16, 2000);
   for (Word w : kWords) {
     check(in32, w);
     check(in16, w);

@@ -345,14 +345,9 @@ Moved ChunkArena::commit(StagedMove& staged) {
     Slot* slot = nullptr;
     if (!stopped) {
       // The slot as it is now: still in the same range, still mapped to the chunk copied.
-      auto it = ranges_.upper_bound(item.slot);
-      if (it != ranges_.begin()) {
-        --it;
-        const uint64_t index = (item.slot - it->first) / kChunk;
-        if (it->second.id == item.range_id && index < it->second.slots.size()) {
-          Slot& s = it->second.slots[index];
-          if (s.mapped && s.where == item.from_where && s.chunk == item.from_chunk) slot = &s;
-        }
+      if (const auto it = find(item.slot); it != ranges_.end() && it->second.id == item.range_id) {
+        Slot& s = it->second.slots[(item.slot - it->first) / kChunk];
+        if (s.mapped && s.where == item.from_where && s.chunk == item.from_chunk) slot = &s;
       }
     }
     if (!slot) {  // stopped, or released or moved since stage(): the copy is not wanted
@@ -399,11 +394,15 @@ uint64_t ChunkArena::host_bytes_held() const {
   return host_.made() * kChunk;
 }
 
-ChunkArena::RangeMap::const_iterator ChunkArena::find(CUdeviceptr address) const {
+ChunkArena::RangeMap::iterator ChunkArena::find(CUdeviceptr address) {
   auto it = ranges_.upper_bound(address);
   if (it == ranges_.begin()) return ranges_.end();
   --it;
   return address < it->first + it->second.slots.size() * kChunk ? it : ranges_.end();
+}
+
+ChunkArena::RangeMap::const_iterator ChunkArena::find(CUdeviceptr address) const {
+  return const_cast<ChunkArena*>(this)->find(address);
 }
 
 std::optional<RangeInfo> ChunkArena::range(CUdeviceptr address) const {

@@ -210,7 +210,9 @@ class ChunkArena {
 
   detail::ChunkPool& pool(Location where) { return where == Location::gpu ? gpu_ : host_; }
   CUresult unmap_range(CUdeviceptr base, Range& range);
+  // The live range holding `address` (any byte of its reserved chunks), or end().
   RangeMap::const_iterator find(CUdeviceptr address) const;
+  RangeMap::iterator find(CUdeviceptr address);
   Moved move(CUdeviceptr address, uint64_t length, CUstream stream, Location to);
   void give_back(StagedMove& staged);  // mutex_ held
   CUresult remap(CUdeviceptr at, Slot& slot, Location to, uint32_t chunk);

@@ -37,6 +37,17 @@ __global__ void spin(unsigned long long ns) {
   } while (now - start < ns);
 }
 
+// Device 0's primary context, made current on the calling thread (the probes' other threads set
+// it themselves).
+inline CUcontext primary_context(CUdevice* device) {
+  CU(cuInit(0));
+  CU(cuDeviceGet(device, 0));
+  CUcontext ctx;
+  CU(cuDevicePrimaryCtxRetain(&ctx, *device));
+  CU(cuCtxSetCurrent(ctx));
+  return ctx;
+}
+
 inline double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }

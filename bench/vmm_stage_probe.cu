@@ -390,12 +390,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (modes.empty()) modes = {"alone", "hold", "stage"};
-  CU(cuInit(0));
   CUdevice device;
-  CU(cuDeviceGet(&device, 0));
-  CUcontext ctx;
-  CU(cuDevicePrimaryCtxRetain(&ctx, device));
-  CU(cuCtxSetCurrent(ctx));
+  const CUcontext ctx = probe::primary_context(&device);
   Probe probe(c, device, ctx);
   std::printf(
       "vmm stage probe: %d ranges of %llu MiB in %llu MiB chunks, spin %u us, touch %s, "

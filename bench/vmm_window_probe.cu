@@ -96,7 +96,7 @@ struct Result {
 
 class Probe {
  public:
-  Probe(const Config& c, CUdevice device) : c_(c), device_(device) {
+  Probe(const Config& c, CUdevice device, CUcontext ctx) : c_(c), ctx_(ctx) {
     arena_ = new ChunkArena(real_vmm_driver(), device, 4 * c.range_bytes, 4 * c.range_bytes);
     for (int r = 0; r < kRanges; ++r) CU(arena_->allocate(c.range_bytes, &base_[r]));
     CU(cuMemAlloc(&table_, sizeof base_));
@@ -176,7 +176,7 @@ class Probe {
  private:
   // Evicts a range on the GPU and restores one on the host, alternating, until stop_.
   void move_loop(bool hold, Result& res) {
-    CU(cuCtxSetCurrent(context()));
+    CU(cuCtxSetCurrent(ctx_));
     while (!stop_) {
       int out = -1, in = -1;
       for (int r = 0; r < kRanges; ++r) {
@@ -221,14 +221,8 @@ class Probe {
     }
   }
 
-  CUcontext context() {
-    CUcontext ctx;
-    cuDevicePrimaryCtxRetain(&ctx, device_);
-    return ctx;
-  }
-
   Config c_;
-  CUdevice device_;
+  CUcontext ctx_;  // the primary context, current on the mover's thread too
   ChunkArena* arena_ = nullptr;  // never destroyed: a dead context cannot release it
   CUdeviceptr base_[kRanges] = {};
   CUdeviceptr table_ = 0, gate_dev_ = 0, wrong_dev_ = 0;
@@ -440,20 +434,15 @@ int main(int argc, char** argv) {
     }
   }
   if (modes.empty()) modes = {"alone", "hold", "none"};
-  CU(cuInit(0));
   CUdevice device;
-  CU(cuDeviceGet(&device, 0));
-  CUcontext ctx;
-  CU(cuDevicePrimaryCtxRetain(&ctx, device));
-  CU(cuCtxSetCurrent(ctx));
+  const CUcontext ctx = probe::primary_context(&device);
   if (want_breakdown) {
     for (uint64_t total : {128 * kMiB, 512 * kMiB}) {
       for (uint64_t chunk : {2 * kMiB, 8 * kMiB, 32 * kMiB, 128 * kMiB})
         breakdown(device, total, chunk);
     }
-    if (modes.empty()) return 0;
   }
-  Probe probe(c, device);
+  Probe probe(c, device, ctx);
   std::printf(
       "vmm window probe: %d ranges of %llu MiB, GPU pool %llu MiB, spin %u us, ahead %d, "
       "%.1f s a mode\n",

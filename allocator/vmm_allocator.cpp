@@ -64,6 +64,15 @@ nlohmann::json to_json(const VmmAllocatorStats& s) {
       {schema::kRemaps.name(), a.remaps},
       {"arena_failures", a.failures},
       {"holes", a.holes},
+      {"steps_held", s.residency.steps_held},
+      {"steps_left_short", s.residency.steps_left_short},
+      {"ranges_restored", s.residency.ranges_restored},
+      {"ranges_prefetched", s.residency.ranges_prefetched},
+      {"ranges_evicted", s.residency.ranges_evicted},
+      {"windows_planned", s.residency.windows_planned},
+      {"period", s.residency.period},
+      {"bytes_short", s.residency.bytes_short},
+      {"move_failures", s.residency.move_failures},
   };
 }
 
@@ -207,6 +216,7 @@ void VmmAllocator::release(CUdeviceptr base, uint64_t size) {
   if (arena_.release(base) != CUDA_SUCCESS) {
     driver_failures_.fetch_add(1, std::memory_order_relaxed);
   }
+  residency_.forget(base);
   frees_.fetch_add(1, std::memory_order_relaxed);
   live_buffers_.fetch_sub(1, std::memory_order_relaxed);
   std::lock_guard lock(peaks_mutex_);
@@ -249,6 +259,7 @@ VmmAllocatorStats VmmAllocator::stats() const {
   s.gpu_bytes = arena_.gpu_bytes_in_use();
   s.host_bytes = arena_.host_bytes_in_use();
   s.arena = arena_.stats();
+  s.residency = residency_.stats();
   std::lock_guard lock(peaks_mutex_);
   s.requested_bytes = requested_bytes_;
   s.requested_bytes_peak = requested_bytes_peak_;

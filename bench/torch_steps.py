@@ -1,10 +1,10 @@
 """A few deterministic training steps of a model umswap was not tuned on, to run natively and under
 umswap and diff: each step's loss as float.hex() and its time, the peak reserved bytes at the end.
 
-usage: python3 bench/torch_steps.py resnet50|gpt2
+usage: python3 bench/torch_steps.py resnet50|gpt2 [STEPS]
   resnet50  torchvision ResNet-50, 100 classes, batch 48 at 224x224 (about 5 GiB reserved)
   gpt2      transformers GPT-2 small, random weights, batch 8 x 512 tokens (about 9 GiB reserved)
-AdamW, 8 steps. Needs torch (and torchvision or transformers) and a GPU.
+AdamW, STEPS steps (8 by default). Needs torch (and torchvision or transformers) and a GPU.
 """
 import os, sys, time
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -32,7 +32,8 @@ else:
         return model(input_ids=x, labels=y).loss
 opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 g = torch.Generator().manual_seed(1)
-for i in range(8):
+steps = int(sys.argv[2]) if len(sys.argv) > 2 else 8
+for i in range(steps):
     x, y = batch(g)
     torch.cuda.synchronize(); t = time.perf_counter()
     opt.zero_grad(set_to_none=True)

@@ -486,8 +486,8 @@ CommandLine parse_command_line(std::span<const std::string> args) {
     }
     if (*flags.engine == Engine::vmm && verify) {
       return usage_error(
-          "--verify checks the evictions of engine um; engine vmm moves nothing yet: leave out "
-          "--engine vmm or --verify");
+          "--verify checks the evictions of engine um (engine vmm's moves keep every range "
+          "mapped: nothing to verify); leave out --engine vmm or --verify");
     }
   }
   if (stats_option->count() + record_stats->count() + replay_stats->count() > 0) {

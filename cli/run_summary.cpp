@@ -70,7 +70,22 @@ void add_vmm_lines(std::string& out, const std::string& pad, const json& stats) 
     r += fmt::format("{}peak on host chunks {}", r.empty() ? "" : ", ", gib(*host));
   }
   if (!r.empty()) out += pad + r + "\n";
-  out += pad + "no advisor: engine vmm places allocations and moves nothing yet\n";
+  // The moves: windows, ranges and bytes, in all (no advisor runs under this engine).
+  const std::optional<uint64_t> windows = figure(schema::vmm::kWindows);
+  if (windows && *windows > 0) {
+    const auto ms = schema::find(stats, schema::vmm::kWindowMs);
+    out += pad + fmt::format(
+                     "moves: {} windows held the program {:.0f} ms in all; {} ranges in for their "
+                     "step, {} ahead, {} out; {} to the GPU, {} to the host\n",
+                     *windows, ms && ms->is_number() ? ms->get<double>() : 0.0,
+                     figure(schema::vmm::kRangesRestored).value_or(0),
+                     figure(schema::vmm::kRangesPrefetched).value_or(0),
+                     figure(schema::vmm::kRangesEvicted).value_or(0),
+                     gib(figure(schema::vmm::kBytesToGpu).value_or(0)),
+                     gib(figure(schema::vmm::kBytesToHost).value_or(0)));
+  } else {
+    out += pad + "moves: none (every step found its ranges on the GPU, or none was traced)\n";
+  }
   uint64_t all = 0;
   if (const json* by = schema::find(stats, schema::allocator::kAllocationsByApi);
       by && by->is_object()) {

@@ -43,9 +43,10 @@ constexpr std::array kOptionTable = {
                "advice planned from UMSWAP_REPLAY's trace; managed: managed memory, no advice; "
                "passthrough: hooks only"},
     OptionInfo{"UMSWAP_ENGINE", "um|vmm", "um",
-               "um: managed memory, moved by the advisor; vmm (experimental, step 1): ranges "
-               "mapped to GPU chunks up to the budget, host chunks after it, nothing moved and "
-               "no advisor (online runs as placement only; replay and --verify need um)",
+               "um: managed memory, moved by the advisor; vmm (experimental): ranges mapped to "
+               "GPU chunks up to the budget, host chunks after it, moved when a step reaches "
+               "host chunks; no advisor (online and managed run the same; replay and --verify "
+               "need um)",
                kAdvanced},
     OptionInfo{"UMSWAP_BUDGET", "SIZE", "0",
                "GPU-resident bytes to stay under (size or % of GPU memory); 0 = no budget"},

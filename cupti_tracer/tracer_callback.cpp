@@ -43,6 +43,12 @@ struct PendingLaunch {
   CUstream stream = nullptr;
 };
 thread_local PendingLaunch t_pending __attribute__((tls_model("initial-exec")));
+// The opaque call this thread is inside (its stream), for the observer's after_opaque.
+struct PendingOpaque {
+  bool active = false;
+  CUstream stream = nullptr;
+};
+thread_local PendingOpaque t_opaque __attribute__((tls_model("initial-exec")));
 // The correlation id of the untraced thread's last copy between host and device
 // (last_own_copy()).
 thread_local uint32_t t_own_copy __attribute__((tls_model("initial-exec"))) = 0;
@@ -105,6 +111,13 @@ void CUPTIAPI Tracer::on_callback(void* self, CUpti_CallbackDomain domain, CUpti
         tracer->note_capture(begun);
       }
       return;
+    }
+    if (t_opaque.active) {
+      t_opaque.active = false;
+      if (tracer->config_.observer) {
+        const OwnCallsScope own;
+        tracer->config_.observer->after_opaque(t_opaque.stream);
+      }
     }
     if (t_pending.active) {
       t_pending.active = false;
@@ -179,6 +192,7 @@ void CUPTIAPI Tracer::on_callback(void* self, CUpti_CallbackDomain domain, CUpti
         if (tracer->config_.observer) {
           const OwnCallsScope own;
           tracer->config_.observer->on_opaque(call.stream, call.opaque);
+          t_opaque = {true, call.stream};
         }
         break;
       }

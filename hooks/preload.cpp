@@ -1,6 +1,7 @@
 #include "preload.h"
 #include "reentry_guard.h"
 #include "vmm_engine.h"
+#include "vmm_observer.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -61,8 +62,10 @@ Preload::Preload() {
   set_log_verbosity(options_.verbose);
   // The tracer runs when a trace is asked for, when the advisor needs it, and for the stats of
   // plain managed memory (faults and bytes moved per iteration).
+  // Under engine vmm it sees the steps that decide the moves (vmm_observer.h).
   wants_tracer_ = !options_.trace_path.empty() || wants_advisor() ||
-                  (redirects(options_.mode) && !options_.stats_path.empty());
+                  (redirects(options_.mode) &&
+                   (!options_.stats_path.empty() || options_.engine == Engine::vmm));
 }
 
 Preload& preload() {
@@ -122,12 +125,24 @@ void Preload::start_tracer_once() {
                                                          tracer::process_residency_sink())
                                   : nullptr;
   config.observer = advisor;
+  if (!advisor && options_.engine == Engine::vmm && redirects(options_.mode)) {
+    VmmObserverDriver vd;
+    vd.ctx_synchronize = driver_.cuCtxSynchronize;
+    vd.stream_create = driver_.cuStreamCreate;
+    if (vd.ctx_synchronize && vd.stream_create) {
+      vmm_observer_ = new VmmObserver(vd, [] { return preload().vmm(); });  // never freed
+      config.observer = vmm_observer_;
+    }
+  }
   std::string reason;
   if (tracer::start_tracer(config, td, registry_, &reason)) {
     if (!config.trace_path.empty()) log_info("tracing kernel launches into {}", config.trace_path);
     if (advisor) start_advisor(advisor);
   } else {
-    log_warning("tracing is off: {}; the program runs on plain managed memory{}", reason,
+    log_warning("tracing is off: {}; {}{}", reason,
+                options_.engine == Engine::vmm
+                    ? "engine vmm places allocations but cannot see the steps to move them"
+                    : "the program runs on plain managed memory",
                 config.trace_path.empty() ? "" : " and no trace is written");
   }
   tracer_state_.store(2, std::memory_order_release);
@@ -377,7 +392,16 @@ void Preload::write_stats_at_exit() {
         {"callsite_depth", options_.callsite_depth}}},
       {schema::kAllocator.path, to_json(stats)},
   };
-  if (vmm_stats) j[schema::kVmm.path] = to_json(*vmm_stats);
+  if (vmm_stats) {
+    j[schema::kVmm.path] = to_json(*vmm_stats);
+    if (vmm_observer_) {
+      const VmmWindowStats w = vmm_observer_->stats();
+      j[schema::kVmm.path]["windows"] = w.windows;
+      j[schema::kVmm.path]["windows_abandoned"] = w.windows_abandoned;
+      j[schema::kVmm.path]["drains_failed"] = w.drains_failed;
+      j[schema::kVmm.path]["window_ms"] = w.window_ms;
+    }
+  }
   if (const std::string yielded = tracer::yielded_cupti_to(); !yielded.empty()) {
     j["tracer_yielded_to"] = yielded;  // a profiler took CUPTI (before or during the run)
   }

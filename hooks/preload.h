@@ -23,6 +23,7 @@ namespace umswap {
 namespace advisor {
 class Advisor;
 }
+class VmmObserver;
 
 class Preload {
  public:
@@ -64,6 +65,7 @@ class Preload {
   Options options_;
   std::vector<std::string> option_warnings_;  // printed at first CUDA use, not in every process
   Registry registry_;
+  VmmObserver* vmm_observer_ = nullptr;  // engine vmm's moves, set once by start_tracer_once()
   std::once_flag driver_once_;
   RealDriver driver_;
   bool driver_ok_ = false;

@@ -74,8 +74,8 @@ VmmAllocator* make_vmm_allocator(const RealDriver& d, Registry& registry, const 
                             : options.managed_limit.resolve(total);
   auto* allocator = new VmmAllocator(arena, sync, registry, device, pool, host);
   log_notice(
-      "engine vmm: allocations placed on the GPU up to the budget, on the host after it; nothing "
-      "is moved yet");
+      "engine vmm: allocations placed on the GPU up to the budget, on the host after it; a step "
+      "that reaches host chunks brings them in first");
   if (options.verbose >= 1) {
     log_info("engine vmm on device {}: GPU pool {}{}, host chunks up to {}{}", device,
              format_bytes(allocator->stats().gpu_limit),

@@ -26,6 +26,11 @@ umswap_add_test(NAME allocator_managed_allocator_test
 # Engine vmm's allocator over the vmm tests' fake driver (tests/vmm/fake_vmm_driver.h).
 umswap_add_test(NAME allocator_vmm_allocator_test
   SOURCES ${_umswap_unit_dir}/allocator/vmm_allocator_test.cpp LIBS umswap_allocator)
+# Engine vmm's moves (which range a step brings in, which goes out) and its hold on the program.
+umswap_add_test(NAME allocator_vmm_residency_test
+  SOURCES ${_umswap_unit_dir}/allocator/vmm_residency_test.cpp LIBS umswap_allocator)
+umswap_add_test(NAME allocator_submission_hold_test
+  SOURCES ${_umswap_unit_dir}/allocator/submission_hold_test.cpp LIBS umswap_allocator)
 
 # A program the call-site test runs twice, to compare identities across processes. Built as a
 # PIE so that each run loads it at a different address (where ASLR is on).

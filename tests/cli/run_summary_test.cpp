@@ -152,7 +152,7 @@ TEST(RunSummary, AFileWithoutIterationsStillSaysWhatItKnows) {
 }
 
 // Engine vmm runs no advisor: its process is still shown, with the engine named, the peaks on
-// its chunks against the pool, and no advisor line but the one saying why.
+// its chunks against the pool, and its moves (or that there were none).
 TEST(RunSummary, NamesEngineVmmAndItsChunks) {
   json s = stats();
   s.erase("advisor");
@@ -168,10 +168,21 @@ TEST(RunSummary, NamesEngineVmmAndItsChunks) {
                   "peak on GPU chunks 4.00 GiB for a pool of 4.00 GiB (100%), peak on host "
                   "chunks 2.00 GiB\n"))
       << t;
-  EXPECT_TRUE(has(t, "no advisor: engine vmm places allocations and moves nothing yet\n")) << t;
+  EXPECT_TRUE(has(t, "moves: none (every step found its ranges on the GPU, or none was traced)\n"))
+      << t;
   EXPECT_TRUE(has(t, "engine vmm: 15 allocations in 2 MiB chunks\n")) << t;
   EXPECT_FALSE(has(t, "managed memory")) << t;
   EXPECT_FALSE(has(t, "per iteration")) << t;  // CUPTI's migrations: none under vmm
+  s["vmm"]["windows"] = 40;
+  s["vmm"]["window_ms"] = 812.4;
+  s["vmm"]["ranges_restored"] = 35;
+  s["vmm"]["ranges_prefetched"] = 12;
+  s["vmm"]["ranges_evicted"] = 50;
+  s["vmm"]["bytes_to_gpu"] = 3221225472;
+  s["vmm"]["bytes_to_host"] = 2147483648;
+  EXPECT_TRUE(has(run_summary_text({{"a", s}}, true),
+                  "moves: 40 windows held the program 812 ms in all; 35 ranges in for their "
+                  "step, 12 ahead, 50 out; 3.00 GiB to the GPU, 2.00 GiB to the host\n"));
   s["vmm"]["out_of_memory"] = 2;
   EXPECT_TRUE(has(run_summary_text({{"a", s}}, true), "15 allocations in 2 MiB chunks, 2 refused"));
   // A file of engine um names it too, with or without the field.

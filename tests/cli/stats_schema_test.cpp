@@ -293,7 +293,7 @@ TEST(StatsSchema, TheRunSummaryReadsTheEngineAndVmmsFields) {
   s[schema::kEngine.path] = "vmm";
   const std::string t = cli::run_summary_text({{"stats.json", s}}, true);
   for (const char* part : {"peak on GPU chunks", "for a pool of", "peak on host chunks",
-                           "engine vmm: ", "refused for want of room", "no advisor"}) {
+                           "engine vmm: ", "refused for want of room", "moves: 21 windows"}) {
     EXPECT_NE(t.find(part), std::string::npos) << part << "\n" << t;
   }
   s[schema::kEngine.path] = "um";

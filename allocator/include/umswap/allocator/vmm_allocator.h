@@ -6,7 +6,7 @@
 //   * allocate(): one arena range per allocation, its size rounded up to whole 2 MiB chunks (a
 //     small allocation wastes the rest of its chunk: sub-allocation is later work). Chunks come
 //     from the GPU pool while it has room (the budget), then from the host (the host limit);
-//     nothing moves afterwards (placement only). Past both limits: CUDA_ERROR_OUT_OF_MEMORY,
+//     later moves are residency()'s. Past both limits: CUDA_ERROR_OUT_OF_MEMORY,
 //     counted, with nothing left behind; before giving that answer, the stream-ordered frees
 //     still pending are waited for and the allocation is tried once more. The record goes into
 //     the Registry with a fresh BufferId (the same numbering as engine um).
@@ -20,6 +20,8 @@
 //     by drain()). If the event cannot be made or recorded, the stream is synchronized and the
 //     range released at once. The record leaves the Registry at the call.
 //   * drain(): waits for every pending free's event and releases its range (at exit).
+//   * residency(): the moves that keep the ranges a step reaches on the GPU (vmm_residency.h);
+//     a released range is forgotten there.
 //   * mem_get_info(): total = budget + host limit, free = total minus the bytes of the arena's
 //     chunks in use.
 //   * Errors come back as the CUresult a driver call would give; nothing throws except
@@ -39,6 +41,7 @@
 #include <nlohmann/json.hpp>
 
 #include "umswap/allocator/registry.h"
+#include "umswap/allocator/vmm_residency.h"
 #include "umswap/vmm/chunk_arena.h"
 
 namespace umswap {
@@ -80,6 +83,7 @@ struct VmmAllocatorStats {
   uint64_t host_bytes = 0;
   uint64_t host_bytes_peak = 0;
   vmm::ArenaStats arena;
+  ResidencyStats residency;
 
   uint64_t total_allocations() const {
     uint64_t total = 0;
@@ -123,6 +127,8 @@ class VmmAllocator {
   CUresult mem_get_info(size_t* free, size_t* total);
 
   CUdevice device() const { return device_; }
+  // Where the ranges are kept (engine vmm's moves, hooks/vmm_observer.h); lives as long as this.
+  VmmResidency& residency() { return residency_; }
   void note_escape() { escaped_.fetch_add(1, std::memory_order_relaxed); }
   void note_captured() { captured_.fetch_add(1, std::memory_order_relaxed); }
   uint64_t escaped() const { return escaped_.load(std::memory_order_relaxed); }
@@ -143,6 +149,7 @@ class VmmAllocator {
   Registry& registry_;
   const CUdevice device_;
   vmm::ChunkArena arena_;
+  VmmResidency residency_{arena_};
 
   mutable std::mutex pending_mutex_;
   std::vector<PendingFree> pending_;

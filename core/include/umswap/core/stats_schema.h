@@ -121,6 +121,24 @@ inline constexpr Field kFields[] = {
      "Chunks copied from the host to the GPU by moves (0 while nothing moves)."},
     {"vmm.remaps", Kind::diagnostic, "integer", detail::kVmmAllocator,
      "Chunk slots remapped to another chunk by moves (0 while nothing moves)."},
+    {"vmm.bytes_to_gpu", Kind::diagnostic, "integer", detail::kVmmAllocator,
+     "Bytes moved from host chunks to GPU chunks, in all."},
+    {"vmm.bytes_to_host", Kind::diagnostic, "integer", detail::kVmmAllocator,
+     "Bytes moved from GPU chunks to host chunks, in all."},
+    {"vmm.windows", Kind::diagnostic, "integer", detail::kVmmAllocator,
+     "Windows: the program held and the GPU drained at a step that reached host chunks, while "
+     "ranges moved."},
+    {"vmm.window_ms", Kind::diagnostic, "number", detail::kVmmAllocator,
+     "Milliseconds the program was held by windows, in all (drains included)."},
+    {"vmm.ranges_restored", Kind::diagnostic, "integer", detail::kVmmAllocator,
+     "Ranges brought to the GPU for the step that opened the window."},
+    {"vmm.ranges_prefetched", Kind::diagnostic, "integer", detail::kVmmAllocator,
+     "Ranges brought to the GPU ahead, for coming steps the last iteration predicted."},
+    {"vmm.ranges_evicted", Kind::diagnostic, "integer", detail::kVmmAllocator,
+     "Ranges moved to host chunks to make room."},
+    {"vmm.period", Kind::diagnostic, "integer", detail::kVmmAllocator,
+     "The steps' period the moves last found (steps per iteration; 0: none, the least recently "
+     "used range goes out)."},
 
     {"advisor", Kind::user, "object", detail::kAdvisor,
      "The advisor, in modes online and replay; absent in the others."},
@@ -375,6 +393,14 @@ inline constexpr const Field& kOutOfMemory = field("vmm.out_of_memory");
 inline constexpr const Field& kCopiesToHost = field("vmm.copies_to_host");
 inline constexpr const Field& kCopiesToGpu = field("vmm.copies_to_gpu");
 inline constexpr const Field& kRemaps = field("vmm.remaps");
+inline constexpr const Field& kBytesToGpu = field("vmm.bytes_to_gpu");
+inline constexpr const Field& kBytesToHost = field("vmm.bytes_to_host");
+inline constexpr const Field& kWindows = field("vmm.windows");
+inline constexpr const Field& kWindowMs = field("vmm.window_ms");
+inline constexpr const Field& kRangesRestored = field("vmm.ranges_restored");
+inline constexpr const Field& kRangesPrefetched = field("vmm.ranges_prefetched");
+inline constexpr const Field& kRangesEvicted = field("vmm.ranges_evicted");
+inline constexpr const Field& kPeriod = field("vmm.period");
 }  // namespace vmm
 
 inline constexpr const Field& kAdvisor = field("advisor");

@@ -61,6 +61,9 @@ class LaunchObserver {
     (void)stream;
     (void)what;
   }
+  // The same opaque call after the driver call returned (API exit), on the same thread, outside
+  // the tracer's locks. The default ignores it.
+  virtual void after_opaque(CUstream stream) { (void)stream; }
   // A call that blocks its thread until the GPU gets somewhere (cuCtxSynchronize,
   // cuStreamSynchronize, cuEventSynchronize, and a copy that may have host memory on one side,
   // after its on_step), at API entry on the calling thread, outside the tracer's locks, before

@@ -1,0 +1,215 @@
+#include "umswap/allocator/vmm_residency.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace umswap {
+namespace {
+
+constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
+// Steps compared to accept a period, and how many of them must match. By key (the kernel): most,
+// though an input batch's copy or a data-dependent step may differ. By key and ranges: a few,
+// so that a run of identical layers (same kernels, other ranges) does not pass for the
+// iteration, while ranges that shift between iterations (the caching allocator putting a tensor
+// in another segment) do not hide it.
+constexpr uint64_t kMatch = 64;
+constexpr uint64_t kKeysNeeded = 56;
+constexpr uint64_t kRangesNeeded = 16;
+// A window brings in the ranges used within period / kHorizonDivisor steps ahead.
+constexpr uint64_t kHorizonDivisor = 8;
+// A candidate period is scored only where one of the last few steps matches at its lag.
+constexpr uint64_t kProbe = 8;
+
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+VmmResidency::VmmResidency(vmm::ChunkArena& arena) : arena_(arena) {}
+
+uint64_t VmmResidency::key_of(std::span<const CUdeviceptr> bases) {
+  // A sum of mixed values: the same for any order (the caller passes each base once).
+  uint64_t key = 0;
+  for (CUdeviceptr b : bases) key += mix(b);
+  return key == 0 ? 1 : key;
+}
+
+bool VmmResidency::touch(uint32_t key, std::span<const CUdeviceptr> bases) {
+  std::lock_guard lock(mutex_);
+  if (history_.empty()) history_.resize(kHistory);
+  Step& step = history_[steps_ % kHistory];
+  step.key = mix(key);
+  step.symbol = step.key ^ key_of(bases);
+  step.bases.assign(bases.begin(), bases.end());
+  const uint64_t now = steps_++;
+  bool wanted = false;
+  for (CUdeviceptr base : bases) {
+    auto it = entries_.find(base);
+    if (it == entries_.end()) {
+      const std::optional<vmm::RangeInfo> info = arena_.range(base);
+      if (!info || info->base != base) continue;  // not a range of the arena
+      it = entries_.emplace(base, Entry{now, info->gpu_bytes == info->reserved}).first;
+    }
+    it->second.last_use = now;
+    wanted = wanted || !it->second.whole_on_gpu;
+  }
+  if (wanted && short_key_ != 0 && key_of(bases) == short_key_) {
+    ++stats_.steps_left_short;
+    return false;
+  }
+  return wanted;
+}
+
+bool VmmResidency::period_holds(uint64_t period) const {
+  if (period == 0 || steps_ < period + kMatch) return false;
+  const uint64_t last = steps_ - 1;
+  uint64_t keys = 0, ranges = 0;
+  for (uint64_t k = 0; k < kMatch; ++k) {
+    const Step& now = step_at(last - k);
+    const Step& then = step_at(last - k - period);
+    keys += now.key == then.key ? 1 : 0;
+    ranges += now.symbol == then.symbol ? 1 : 0;
+    if (keys + (kMatch - 1 - k) < kKeysNeeded) return false;  // cannot reach it any more
+  }
+  return ranges >= kRangesNeeded;
+}
+
+void VmmResidency::find_period() {
+  if (period_holds(period_)) return;
+  period_ = 0;
+  const uint64_t most = std::min(kHistory / 2, steps_ > kMatch ? (steps_ - kMatch) : 0);
+  const uint64_t last = steps_ - 1;
+  for (uint64_t p = 1; p <= most; ++p) {
+    bool probe = false;
+    for (uint64_t k = 0; k < kProbe && !probe; ++k) {
+      probe = step_at(last - k).key == step_at(last - k - p).key;
+    }
+    if (probe && period_holds(p)) {
+      period_ = p;
+      return;
+    }
+  }
+}
+
+void VmmResidency::predict(std::span<const CUdeviceptr> bases) {
+  next_.clear();
+  for (CUdeviceptr b : bases) next_[b] = 0;
+  if (period_ == 0) return;
+  // Step last + k of this iteration is step last + k - period of the last one.
+  const uint64_t last = steps_ - 1;
+  for (uint64_t k = 1; k < period_; ++k) {
+    for (CUdeviceptr b : step_at(last + k - period_).bases) next_.try_emplace(b, k);
+  }
+}
+
+uint64_t VmmResidency::room() const {
+  const uint64_t used = arena_.gpu_bytes_in_use();
+  const uint64_t limit = arena_.gpu_limit_bytes();
+  return limit > used ? limit - used : 0;
+}
+
+bool VmmResidency::restore(CUdeviceptr base, bool partial_ok, uint64_t* short_bytes) {
+  const std::optional<vmm::RangeInfo> info = arena_.range(base);
+  if (!info || info->base != base) {
+    entries_.erase(base);
+    return false;
+  }
+  Entry& entry = entries_[base];
+  if (info->host_bytes == 0) {
+    entry.whole_on_gpu = info->gpu_bytes == info->reserved;
+    return false;
+  }
+  if (!partial_ok && info->host_bytes > room()) return false;
+  const vmm::Moved moved = arena_.restore(base, info->reserved, stream_);
+  if (moved.result != CUDA_SUCCESS && moved.result != CUDA_ERROR_OUT_OF_MEMORY) {
+    ++stats_.move_failures;
+  }
+  const std::optional<vmm::RangeInfo> after = arena_.range(base);
+  entry.whole_on_gpu = after && after->gpu_bytes == after->reserved;
+  if (after && short_bytes) *short_bytes += after->host_bytes;
+  return true;
+}
+
+void VmmResidency::make_resident(std::span<const CUdeviceptr> bases, CUstream stream) {
+  std::lock_guard lock(mutex_);
+  if (steps_ == 0) return;
+  stream_ = stream;
+  ++stats_.steps_held;
+  find_period();
+  stats_.period = period_;
+  if (period_ != 0) ++stats_.windows_planned;
+  predict(bases);
+  auto next_use = [this](CUdeviceptr b) {
+    const auto it = next_.find(b);
+    return it == next_.end() ? kNever : it->second;
+  };
+  // What to bring in, nearest use first: the step's own ranges (0), then the coming steps'.
+  wanted_.clear();
+  for (const auto& [base, k] : next_) {
+    const auto it = entries_.find(base);
+    if (it != entries_.end() && (k == 0 || !it->second.whole_on_gpu)) wanted_.push_back({k, base});
+  }
+  std::sort(wanted_.begin(), wanted_.end());
+  // What may go out, furthest use first (never used in the coming period: the least recently
+  // used first).
+  victims_.clear();
+  for (const auto& [base, entry] : entries_) {
+    if (next_use(base) != 0) victims_.push_back(base);
+  }
+  std::sort(victims_.begin(), victims_.end(), [&](CUdeviceptr a, CUdeviceptr b) {
+    const uint64_t na = next_use(a), nb = next_use(b);
+    if (na != nb) return na > nb;
+    return entries_.at(a).last_use < entries_.at(b).last_use;
+  });
+  // How far ahead a window brings ranges in: an eighth of the period.
+  const uint64_t horizon = std::max<uint64_t>(1, period_ / kHorizonDivisor);
+  size_t v = 0;
+  uint64_t short_bytes = 0;
+  for (const auto& [k, base] : wanted_) {
+    const std::optional<vmm::RangeInfo> info = arena_.range(base);
+    if (!info || info->base != base) continue;
+    // Ahead only within the horizon, and only by evicting what is used after it: a range
+    // brought in ahead by evicting one used before the horizon would soon go out again.
+    if (k > horizon) break;
+    const uint64_t after = k == 0 ? 0 : horizon;
+    while (room() < info->host_bytes && v < victims_.size() && next_use(victims_[v]) > after) {
+      const CUdeviceptr victim = victims_[v++];
+      const std::optional<vmm::RangeInfo> out = arena_.range(victim);
+      if (!out || out->base != victim) {
+        entries_.erase(victim);
+        continue;
+      }
+      entries_.at(victim).whole_on_gpu = false;
+      if (out->gpu_bytes == 0) continue;
+      const vmm::Moved moved = arena_.evict(victim, out->reserved, stream);
+      ++stats_.ranges_evicted;
+      if (moved.result != CUDA_SUCCESS && moved.result != CUDA_ERROR_OUT_OF_MEMORY) {
+        ++stats_.move_failures;
+      }
+    }
+    if (k == 0) {
+      if (restore(base, true, &short_bytes)) ++stats_.ranges_restored;
+    } else if (restore(base, false, nullptr)) {
+      ++stats_.ranges_prefetched;
+    }
+  }
+  stats_.bytes_short += short_bytes;
+  short_key_ = short_bytes > 0 ? key_of(bases) : 0;
+}
+
+void VmmResidency::forget(CUdeviceptr base) {
+  std::lock_guard lock(mutex_);
+  entries_.erase(base);
+  short_key_ = 0;  // room may have come free
+}
+
+ResidencyStats VmmResidency::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+}  // namespace umswap

@@ -1,0 +1,92 @@
+#include "vmm_observer.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "umswap/core/log.h"
+
+namespace umswap {
+namespace {
+
+// Longer than any single call's trip through the driver; a call whose API exit never reaches us
+// (the tracer stopped between its entry and exit) must not hang the program.
+constexpr std::chrono::milliseconds kOpenWait{10000};
+
+}  // namespace
+
+VmmObserver::VmmObserver(const VmmObserverDriver& driver, VmmAllocator* (*allocator)())
+    : driver_(driver), allocator_(allocator) {}
+
+void VmmObserver::on_step(uint64_t /*index*/, uint32_t key, CUstream /*stream*/,
+                          const std::vector<tracer::PointerHit>* hits) {
+  if (!finished_.load(std::memory_order_relaxed)) {
+    if (VmmAllocator* allocator = allocator_()) {
+      bases_.clear();
+      if (hits) {
+        for (const tracer::PointerHit& hit : *hits) {
+          if (std::find(bases_.begin(), bases_.end(), hit.base) == bases_.end()) {
+            bases_.push_back(hit.base);
+          }
+        }
+      }
+      if (allocator->residency().touch(key, bases_)) window(*allocator);
+    }
+  }
+  hold_.enter();
+}
+
+void VmmObserver::window(VmmAllocator& allocator) {
+  const auto started = std::chrono::steady_clock::now();
+  if (!hold_.open(kOpenWait)) {
+    if (!warned_.exchange(true)) {
+      log_warning(
+          "engine vmm: a call of the program did not come back from the driver within {} s; "
+          "ranges stay where they are for this step (reached over the link)",
+          kOpenWait.count() / 1000);
+    }
+    return;
+  }
+  if (driver_.ctx_synchronize() != CUDA_SUCCESS) {
+    // The context has failed (an earlier launch's error): nothing may move; the program hears of
+    // the error from its own calls.
+    drains_failed_.fetch_add(1, std::memory_order_relaxed);
+    hold_.close();
+    return;
+  }
+  if (!stream_ && driver_.stream_create(&stream_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+    stream_ = nullptr;  // the copies go on the legacy stream: the GPU is idle either way
+  }
+  allocator.residency().make_resident(bases_, stream_);
+  hold_.close();
+  window_ns_.fetch_add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                 std::chrono::steady_clock::now() - started)
+                                                 .count()),
+                       std::memory_order_relaxed);
+}
+
+void VmmObserver::after_step(uint64_t /*index*/, CUstream /*stream*/) {
+  hold_.leave();
+}
+
+void VmmObserver::on_finish() {
+  finished_.store(true, std::memory_order_relaxed);
+}
+
+void VmmObserver::on_opaque(CUstream /*stream*/, const char* /*what*/) {
+  hold_.enter();
+}
+
+void VmmObserver::after_opaque(CUstream /*stream*/) {
+  hold_.leave();
+}
+
+VmmWindowStats VmmObserver::stats() const {
+  VmmWindowStats s;
+  s.windows = hold_.windows();
+  s.windows_abandoned = hold_.windows_abandoned();
+  s.drains_failed = drains_failed_.load(std::memory_order_relaxed);
+  s.window_ms = static_cast<double>(window_ns_.load(std::memory_order_relaxed)) / 1e6;
+  return s;
+}
+
+}  // namespace umswap

@@ -1,0 +1,74 @@
+// Engine vmm's launch observer (issue 38, step 2): it holds the program at a step that reaches a
+// range with chunks on the host, and has the range brought to the GPU first (VmmResidency).
+//
+// Each step (launch, copy, memset) and each opaque call (graph launch, host function) is in
+// flight in the SubmissionHold from its API entry to its API exit. At a step's entry
+// (on_step, under the tracer's launch mutex, so no other step enters meanwhile) whose ranges are
+// not all on the GPU, a window: the hold opened (no call enters; the ones in flight have put
+// their work in their streams), the context synchronized (the GPU idle), make_resident() on
+// umswap's own stream, the hold closed. Then the step goes on to the driver.
+//
+// What it costs: every window drains the GPU and the program's run-ahead; the moves cross the
+// link at about 55 GB/s plus the remaps (docs/lab/2026-11-29-vmm-window.md). A window that cannot
+// open (a call whose exit never came) or whose synchronization fails moves nothing: the data stays
+// where it is, reached over the link, and the count says so.
+//
+// Threads: on_step from the launching threads, serialized by the tracer; the rest from any.
+// Never throws.
+#pragma once
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "umswap/allocator/submission_hold.h"
+#include "umswap/allocator/vmm_allocator.h"
+#include "umswap/tracer/step_recorder.h"
+
+namespace umswap {
+
+struct VmmObserverDriver {
+  PFN_cuCtxSynchronize_v2000 ctx_synchronize = nullptr;
+  PFN_cuStreamCreate_v2000 stream_create = nullptr;
+};
+
+struct VmmWindowStats {
+  uint64_t windows = 0;
+  uint64_t windows_abandoned = 0;  // the hold could not open
+  uint64_t drains_failed = 0;      // the context's synchronization failed: nothing moved
+  double window_ms = 0;            // the program held, in all
+};
+
+class VmmObserver final : public tracer::LaunchObserver {
+ public:
+  // `allocator` is asked at each step with ranges (nullptr: nothing to do).
+  VmmObserver(const VmmObserverDriver& driver, VmmAllocator* (*allocator)());
+
+  void on_step(uint64_t index, uint32_t key, CUstream stream,
+               const std::vector<tracer::PointerHit>* hits) override;
+  void after_step(uint64_t index, CUstream stream) override;
+  void on_finish() override;
+  void on_opaque(CUstream stream, const char* what) override;
+  void after_opaque(CUstream stream) override;
+
+  VmmWindowStats stats() const;
+
+ private:
+  void window(VmmAllocator& allocator);
+
+  const VmmObserverDriver driver_;
+  VmmAllocator* (*const allocator_)();
+  SubmissionHold hold_;
+  std::atomic<bool> finished_{false};
+  std::atomic<bool> warned_{false};
+  // Under the tracer's launch mutex (on_step).
+  std::vector<CUdeviceptr> bases_;
+  CUstream stream_ = nullptr;
+  std::atomic<uint64_t> drains_failed_{0};
+  std::atomic<uint64_t> window_ns_{0};
+};
+
+}  // namespace umswap

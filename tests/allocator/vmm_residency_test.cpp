@@ -1,0 +1,243 @@
+// VmmResidency (engine vmm's moves) over the vmm tests' fake driver, which simulates physical
+// memory (tests/vmm/fake_vmm_driver.h): a step reaching a range on the host gets a window, the
+// window brings it onto the GPU and evicts the least recently used range the step does not reach,
+// data survives every move, the pool is never exceeded, what cannot fit stays on the host and is
+// not retried until something is freed, and bases outside the arena are ignored.
+#include "umswap/allocator/vmm_residency.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "../vmm/fake_vmm_driver.h"
+
+namespace umswap {
+namespace {
+
+using vmm::fake::g_fake;
+constexpr uint64_t kChunk = vmm::kChunk;
+const CUstream kStream = reinterpret_cast<CUstream>(uintptr_t{0x5a});
+
+class VmmResidencyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    g_fake = std::make_unique<vmm::fake::Fake>();
+    g_fake->stream = kStream;
+    // A pool of 4 chunks on the GPU, 16 on the host.
+    arena_ = std::make_unique<vmm::ChunkArena>(vmm::fake::fake_driver(), g_fake->device, 4 * kChunk,
+                                               16 * kChunk);
+    residency_ = std::make_unique<VmmResidency>(*arena_);
+  }
+  void TearDown() override {
+    residency_.reset();
+    arena_.reset();
+    EXPECT_EQ(g_fake->live_handles(), 0u);
+    EXPECT_EQ(g_fake->bad_streams, 0u);
+    g_fake.reset();
+  }
+  CUdeviceptr allocate(uint64_t bytes, uint8_t seed) {
+    CUdeviceptr p = 0;
+    EXPECT_EQ(arena_->allocate(bytes, &p), CUDA_SUCCESS);
+    EXPECT_TRUE(g_fake->kernel_write(p, bytes, seed));
+    return p;
+  }
+  bool on_gpu(CUdeviceptr p) { return arena_->on_gpu(p); }
+  // A step: touch, and the window it asks for.
+  // The step's key defaults to a fresh one: no two steps repeat, so no period is found and the
+  // window evicts the least recently used.
+  bool step(std::vector<CUdeviceptr> bases, uint32_t key = 0) {
+    if (!residency_->touch(key ? key : next_key_++, bases)) return false;
+    residency_->make_resident(bases, kStream);
+    return true;
+  }
+  uint32_t next_key_ = 1u << 20;
+
+  std::unique_ptr<vmm::ChunkArena> arena_;
+  std::unique_ptr<VmmResidency> residency_;
+};
+
+TEST_F(VmmResidencyTest, AStepOnTheGpuWantsNoWindow) {
+  const CUdeviceptr a = allocate(2 * kChunk, 1);
+  EXPECT_FALSE(step({a}));
+  EXPECT_EQ(residency_->stats().steps_held, 0u);
+}
+
+TEST_F(VmmResidencyTest, ARangeOnTheHostComesInAndTheLeastRecentlyUsedGoesOut) {
+  const CUdeviceptr a = allocate(2 * kChunk, 1);
+  const CUdeviceptr b = allocate(2 * kChunk, 2);
+  const CUdeviceptr c = allocate(2 * kChunk, 3);  // the pool is full: on the host
+  ASSERT_TRUE(on_gpu(a));
+  ASSERT_TRUE(on_gpu(b));
+  ASSERT_FALSE(on_gpu(c));
+  EXPECT_FALSE(step({a}));
+  EXPECT_FALSE(step({b}));  // a is now the least recently used
+  EXPECT_TRUE(step({c}));
+  EXPECT_TRUE(on_gpu(c));
+  EXPECT_FALSE(on_gpu(a));
+  EXPECT_TRUE(on_gpu(b));
+  EXPECT_LE(arena_->gpu_bytes_in_use(), 4 * kChunk);
+  // And back: a in, b (used before c) out.
+  EXPECT_TRUE(step({a}));
+  EXPECT_TRUE(on_gpu(a));
+  EXPECT_FALSE(on_gpu(b));
+  EXPECT_TRUE(on_gpu(c));
+  EXPECT_EQ(g_fake->kernel_mismatches(a, 2 * kChunk, 1), 0u);
+  EXPECT_EQ(g_fake->kernel_mismatches(b, 2 * kChunk, 2), 0u);
+  EXPECT_EQ(g_fake->kernel_mismatches(c, 2 * kChunk, 3), 0u);
+  const ResidencyStats s = residency_->stats();
+  EXPECT_EQ(s.steps_held, 2u);
+  EXPECT_EQ(s.ranges_restored, 2u);
+  EXPECT_EQ(s.ranges_evicted, 2u);
+  EXPECT_EQ(s.bytes_short, 0u);
+  EXPECT_EQ(s.move_failures, 0u);
+}
+
+TEST_F(VmmResidencyTest, ARangeTheStepReachesIsNeverTheVictim) {
+  const CUdeviceptr a = allocate(2 * kChunk, 1);
+  const CUdeviceptr b = allocate(2 * kChunk, 2);
+  const CUdeviceptr c = allocate(2 * kChunk, 3);
+  EXPECT_FALSE(step({a}));  // a least recently used, but reached by the next step
+  EXPECT_FALSE(step({b}));
+  EXPECT_TRUE(step({a, c}));
+  EXPECT_TRUE(on_gpu(a));
+  EXPECT_TRUE(on_gpu(c));
+  EXPECT_FALSE(on_gpu(b));
+  EXPECT_EQ(g_fake->kernel_mismatches(b, 2 * kChunk, 2), 0u);
+}
+
+TEST_F(VmmResidencyTest, WhatCannotFitStaysOnTheHostAndIsNotRetriedUntilAFree) {
+  const CUdeviceptr a = allocate(2 * kChunk, 1);
+  const CUdeviceptr b = allocate(2 * kChunk, 2);
+  const CUdeviceptr c = allocate(2 * kChunk, 3);
+  // One step reaching 6 chunks through a pool of 4: as much as fits comes in.
+  EXPECT_TRUE(step({a, b, c}));
+  EXPECT_LE(arena_->gpu_bytes_in_use(), 4 * kChunk);
+  EXPECT_EQ(residency_->stats().bytes_short, 2 * kChunk);
+  // The same step again: no window (nothing would change).
+  EXPECT_FALSE(step({a, b, c}));
+  EXPECT_EQ(residency_->stats().steps_left_short, 1u);
+  // Another step gets its window.
+  const bool c_in = on_gpu(c);
+  EXPECT_EQ(step({c}), !c_in);
+  // A free may have made room: tried again.
+  const CUdeviceptr d = allocate(kChunk, 4);
+  ASSERT_EQ(arena_->release(d), CUDA_SUCCESS);
+  residency_->forget(d);
+  EXPECT_TRUE(residency_->touch(next_key_++, std::vector<CUdeviceptr>{a, b, c}));
+  for (auto [p, seed] : {std::pair{a, 1}, {b, 2}, {c, 3}}) {
+    EXPECT_EQ(g_fake->kernel_mismatches(p, 2 * kChunk, static_cast<uint8_t>(seed)), 0u);
+  }
+}
+
+TEST_F(VmmResidencyTest, AReleasedRangeIsForgottenAndANewOneAtItsAddressIsLookedAtAgain) {
+  const CUdeviceptr a = allocate(2 * kChunk, 1);
+  const CUdeviceptr b = allocate(2 * kChunk, 2);
+  EXPECT_FALSE(step({a, b}));
+  ASSERT_EQ(arena_->release(a), CUDA_SUCCESS);
+  residency_->forget(a);
+  const CUdeviceptr c = allocate(2 * kChunk, 3);  // on the GPU again (a's chunks came back)
+  const CUdeviceptr d = allocate(2 * kChunk, 4);  // on the host
+  ASSERT_FALSE(on_gpu(d));
+  EXPECT_TRUE(step({d}));
+  EXPECT_TRUE(on_gpu(d));
+  EXPECT_EQ(g_fake->kernel_mismatches(c, 2 * kChunk, 3), 0u);
+  EXPECT_EQ(g_fake->kernel_mismatches(d, 2 * kChunk, 4), 0u);
+}
+
+TEST_F(VmmResidencyTest, BasesOutsideTheArenaAreIgnored) {
+  const CUdeviceptr a = allocate(2 * kChunk, 1);
+  EXPECT_FALSE(step({0x1000, a + kChunk}));  // not a base of any range either
+  EXPECT_EQ(residency_->stats().steps_held, 0u);
+}
+
+TEST_F(VmmResidencyTest, AFailedEvictionIsCountedAndLosesNothing) {
+  const CUdeviceptr a = allocate(2 * kChunk, 1);
+  const CUdeviceptr b = allocate(2 * kChunk, 2);
+  const CUdeviceptr c = allocate(2 * kChunk, 3);
+  EXPECT_FALSE(step({a}));
+  EXPECT_FALSE(step({b}));
+  g_fake->fail_nth(vmm::fake::kMap, 1);
+  EXPECT_TRUE(step({c}));
+  EXPECT_GE(residency_->stats().move_failures, 1u);
+  EXPECT_LE(arena_->gpu_bytes_in_use(), 4 * kChunk);
+  for (auto [p, seed] : {std::pair{a, 1}, {b, 2}, {c, 3}}) {
+    EXPECT_EQ(g_fake->kernel_mismatches(p, 2 * kChunk, static_cast<uint8_t>(seed)), 0u);
+  }
+}
+
+// Three ranges used in turn through a pool of two: the least recently used is always the next
+// one needed (every step a window), while once the period is found the range used furthest
+// ahead goes out and every other step finds its range in place.
+TEST_F(VmmResidencyTest, OnceTheStepsRepeatTheRangeUsedFurthestAheadGoesOut) {
+  const CUdeviceptr r[3] = {allocate(2 * kChunk, 1), allocate(2 * kChunk, 2),
+                            allocate(2 * kChunk, 3)};
+  int early = 0, late = 0;
+  for (int i = 0; i < 300; ++i) {
+    const bool held = step({r[i % 3]}, static_cast<uint32_t>(1 + i % 3));
+    if (i < 30) early += held;
+    if (i >= 210) late += held;
+  }
+  EXPECT_EQ(early, 28);  // before the period: every step but the first two (placed on the GPU)
+  EXPECT_LE(late, 46);   // of 90: about half
+  const ResidencyStats s = residency_->stats();
+  EXPECT_EQ(s.period, 3u);
+  EXPECT_GT(s.windows_planned, 0u);
+  EXPECT_LE(arena_->gpu_bytes_in_use(), 4 * kChunk);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(g_fake->kernel_mismatches(r[i], 2 * kChunk, static_cast<uint8_t>(i + 1)), 0u);
+  }
+}
+
+// A step whose range alternates between two from one iteration to the next (an input batch
+// in one of two blocks) does not hide the period.
+TEST_F(VmmResidencyTest, AStepWhoseRangeAlternatesDoesNotHideThePeriod) {
+  CUdeviceptr r[5];
+  for (int i = 0; i < 5; ++i) r[i] = allocate(kChunk, static_cast<uint8_t>(20 + i));
+  const CUdeviceptr input[2] = {allocate(kChunk, 30), allocate(kChunk, 31)};
+  constexpr int kPeriod = 10;
+  for (int i = 0; i < 60 * kPeriod; ++i) {
+    const int at = i % kPeriod;
+    const CUdeviceptr b = at == 0 ? input[(i / kPeriod) % 2] : r[at % 5];
+    step({b}, static_cast<uint32_t>(1 + at));
+  }
+  const ResidencyStats s = residency_->stats();
+  EXPECT_EQ(s.period, static_cast<uint64_t>(kPeriod));
+  EXPECT_GT(s.windows_planned, 0u);
+}
+
+// A run of identical layers (the same kernels on other ranges) is not the period: the loop
+// around it is.
+TEST_F(VmmResidencyTest, IdenticalLayersOnOtherRangesAreNotThePeriod) {
+  CUdeviceptr r[8];
+  for (int i = 0; i < 8; ++i) r[i] = allocate(kChunk, static_cast<uint8_t>(40 + i));
+  // An iteration: 8 layers of the same 4 kernels, layer j on range j.
+  constexpr int kLayer = 4, kLayers = 8, kPeriod = kLayer * kLayers;
+  for (int i = 0; i < 12 * kPeriod; ++i) {
+    const int at = i % kPeriod;
+    step({r[at / kLayer]}, static_cast<uint32_t>(1 + at % kLayer));
+  }
+  EXPECT_EQ(residency_->stats().period, static_cast<uint64_t>(kPeriod));
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(g_fake->kernel_mismatches(r[i], kChunk, static_cast<uint8_t>(40 + i)), 0u);
+  }
+}
+
+// Four one-chunk ranges and a step that reaches none of them between uses: a window brings in
+// what the coming steps use, as far as the pool allows without evicting a range used sooner.
+TEST_F(VmmResidencyTest, AWindowBringsInWhatTheNextStepsUse) {
+  CUdeviceptr r[6];
+  for (int i = 0; i < 6; ++i) r[i] = allocate(kChunk, static_cast<uint8_t>(10 + i));
+  for (int i = 0; i < 600; ++i) step({r[i % 6]}, static_cast<uint32_t>(1 + i % 6));
+  const ResidencyStats s = residency_->stats();
+  EXPECT_EQ(s.period, 6u);
+  EXPECT_GT(s.ranges_prefetched, 0u);
+  EXPECT_LE(arena_->gpu_bytes_in_use(), 4 * kChunk);
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(g_fake->kernel_mismatches(r[i], kChunk, static_cast<uint8_t>(10 + i)), 0u);
+  }
+}
+
+}  // namespace
+}  // namespace umswap

@@ -54,6 +54,8 @@ nlohmann::json to_json(const VmmAllocatorStats& s) {
       {schema::kOutOfMemory.name(), s.out_of_memory},
       {"largest_refused", s.largest_refused},
       {"driver_failures", s.driver_failures},
+      {"program_mapped", s.program_mapped},
+      {schema::kProgramMappedBytes.name(), s.program_mapped_bytes},
       {"gpu_chunks_made", a.gpu_chunks_made},
       {"host_chunks_made", a.host_chunks_made},
       {"gpu_create_fallbacks", a.gpu_create_fallbacks},
@@ -253,6 +255,8 @@ VmmAllocatorStats VmmAllocator::stats() const {
   s.out_of_memory = out_of_memory_.load();
   s.largest_refused = largest_refused_.load();
   s.driver_failures = driver_failures_.load();
+  s.program_mapped = program_mapped_.load();
+  s.program_mapped_bytes = program_mapped_bytes_.load();
   s.live_buffers = live_buffers_.load();
   s.gpu_limit = arena_.gpu_limit_bytes();
   s.host_limit = arena_.host_limit_bytes();

@@ -137,7 +137,19 @@ UMSWAP_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t 
   Preload& p = preload();
   if (!p.driver()) return kNoDriver;
   const CUresult status = p.driver()->cuMemCreate(handle, size, prop, flags);
-  if (status == CUDA_SUCCESS && !ReentryGuard::active() && p.redirecting()) {
+  if (status == CUDA_SUCCESS && !ReentryGuard::active() &&
+      p.options().engine == umswap::Engine::vmm) {
+    if (umswap::VmmAllocator* vmm = p.vmm()) {
+      vmm->note_program_mapped(size);
+      static umswap::OnceFlag once;
+      if (once.first()) {
+        umswap::log_warning(
+            "the program maps memory itself with cuMemCreate/cuMemMap (NCCL's buffers, JAX, "
+            "PyTorch's expandable_segments); engine vmm leaves it on the GPU, outside its pool "
+            "(stats: vmm.program_mapped_bytes)");
+      }
+    }
+  } else if (status == CUDA_SUCCESS && !ReentryGuard::active() && p.redirecting()) {
     p.allocator().note_unmanaged_vmm();
     static umswap::OnceFlag once;
     if (once.first()) {

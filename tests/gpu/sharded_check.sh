@@ -10,7 +10,11 @@
 # fsdp also those of FSDP2's own CPUOffloadPolicy, natively (the baseline), and whether its losses
 # equal native's (not judged: the optimizer step runs on the host).
 # NVLink multicast stays off (NCCL_NVLS_ENABLE=0).
-# usage: sharded_check.sh UMSWAP [BUDGET] [ddp|fsdp] [RANKS]
+# With ENGINE vmm (`umswap run --engine vmm`) the stats checks are engine vmm's instead: each
+# rank's GPU chunks at most its pool, the pool at most the budget, no move failed, no window
+# abandoned (NCCL's buffers, which NCCL maps itself, stay outside the pool).
+# usage: sharded_check.sh UMSWAP [BUDGET] [ddp|fsdp] [RANKS] [um|vmm]
+#   BUDGET: a size, or `half`: half the largest peak any rank reserved in the native run.
 #   RANKS defaults to 2; 1 runs a world of one, so that the logic is tested on one GPU.
 #   Exit 77: no PyTorch with RANKS GPUs, no torchrun, no FSDP2.
 # UMSWAP_MANAGED_LIMIT must be set by the caller (per process: each rank is capped on its own).
@@ -18,13 +22,15 @@
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 set -uo pipefail
 if [ $# -lt 1 ]; then
-  echo "usage: $(basename "$0") UMSWAP [BUDGET] [ddp|fsdp] [RANKS]" >&2
+  echo "usage: $(basename "$0") UMSWAP [BUDGET] [ddp|fsdp] [RANKS] [um|vmm]" >&2
   exit 2
 fi
 umswap=$1
 budget=${2:-256M}
 shard=${3:-ddp}
 ranks=${4:-2}
+engine=${5:-um}
+case "$engine" in um | vmm) ;; *) echo "sharded_check.sh: ENGINE um or vmm, not $engine" >&2; exit 2 ;; esac
 case "$shard" in ddp | fsdp) ;; *) echo "sharded_check.sh: shard ddp or fsdp, not $shard" >&2; exit 2 ;; esac
 case "$ranks" in [1-8]) ;; *) echo "sharded_check.sh: RANKS 1 to 8, not $ranks" >&2; exit 2 ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
@@ -61,8 +67,18 @@ for r in $(seq 0 $last); do
   [ "$(grep -c "^rank $r device $r step" "$work/native/rank$r.txt")" = 12 ] ||
     fail "native run: rank $r did not train 12 steps on GPU $r"
 done
+if [ "$budget" = half ]; then
+  budget=$(python3 - "$work/native" "$ranks" <<'PY'
+import re, sys
+peaks = [int(re.search(r"^peak_reserved (\d+)", open(f"{sys.argv[1]}/rank{r}.ms").read(), re.M).group(1))
+         for r in range(int(sys.argv[2]))]
+print(f"{max(peaks) // 2 // 1048576}M")
+PY
+) || fail "no peak in the native run's rank files"
+  echo "budget: half the largest native peak, $budget per rank"
+fi
 started=$(date +%s.%N)
-"$umswap" run --budget "$budget" --stats "$work/stats.%p.json" -- \
+"$umswap" run --engine "$engine" --budget "$budget" --stats "$work/stats.%p.json" -- \
   python3 -m torch.distributed.run --standalone --nproc-per-node "$ranks" "$script" "${args[@]}" \
   --out "$work/umswap" >"$work/run.out" 2>"$work/run.err" || fail "torchrun under umswap exited $?"
 umswap_s=$(python3 -c 'import sys, time; print(f"{time.time() - float(sys.argv[1]):.1f}")' "$started")
@@ -72,9 +88,9 @@ for r in $(seq 0 $last); do
 done
 diff <(grep '^weights' "$work/umswap/rank0.txt") <(grep '^weights' "$work/umswap/rank$last.txt") ||
   fail "the ranks' weights differ"
-python3 - "$work" "$budget" "$ranks" <<'PY' || fail "stats check failed"
+python3 - "$work" "$budget" "$ranks" "$engine" <<'PY' || fail "stats check failed"
 import glob, json, sys
-work, budget, ranks = sys.argv[1], sys.argv[2], int(sys.argv[3])
+work, budget, ranks, engine = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 files = sorted(glob.glob(f"{work}/stats.*.json"))
 ok = len(files) == ranks
 print(f"{len(files)} stats files (expected {ranks}, one per rank)")
@@ -82,6 +98,23 @@ pids = set()
 for f in files:
     s = json.load(open(f))
     pids.add(s["pid"])
+    if engine == "vmm":
+        v = s.get("vmm", {})
+        limit = int(budget[:-1]) * {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[budget[-1]]
+        good = (s.get("engine") == "vmm" and s["tracer"] and v.get("allocations", 0) > 0
+                and s["allocator"]["escaped_allocations"] == 0
+                and s["options"]["budget"] == budget
+                and v["gpu_bytes_peak"] <= v["budget_bytes"] <= limit
+                and v.get("move_failures", 1) == 0 and v.get("windows_abandoned", 1) == 0
+                and v.get("drains_failed", 1) == 0)
+        print(f"pid {s['pid']}: engine vmm budget {s['options']['budget']} tracer {s['tracer']} "
+              f"allocations {v.get('allocations')} escaped {s['allocator']['escaped_allocations']} "
+              f"GPU chunks peak {v['gpu_bytes_peak']} of a pool of {v['budget_bytes']}, host "
+              f"chunks peak {v['host_bytes_peak']}, {v.get('windows')} windows "
+              f"({v.get('window_ms', 0):.0f} ms), {v.get('bytes_to_gpu')} bytes to the GPU, "
+              f"move failures {v.get('move_failures')} {'ok' if good else 'BAD'}")
+        ok = ok and good
+        continue
     a = s.get("advisor", {})
     its = s.get("iterations", [])
     moved = sum(i.get("bytes_htod", 0) + i.get("bytes_dtoh", 0) + i.get("gpu_page_faults", 0)
@@ -116,12 +149,12 @@ import os, re, statistics, sys
 for run in ("native", "umswap", "offload"):
     path = os.path.join(sys.argv[1], run, "rank0.ms")
     if os.path.exists(path):
-        ms = [float(m.group(1)) for m in re.finditer(r"ms (\S+)", open(path).read())][2:]
+        ms = [float(m.group(1)) for m in re.finditer(r"^step \d+ ms (\S+)", open(path).read(), re.M)][2:]
         if ms:
             print(f"rank 0 step time, {run}: median {statistics.median(ms):.1f} ms "
                   f"({min(ms):.1f}-{max(ms):.1f}) over {len(ms)} steps")
 PY
-echo "$shard: $ranks ranks x 12 steps, losses and weights identical to native;" \
+echo "$shard: $ranks ranks x 12 steps under engine $engine at $budget a rank, losses and weights identical to native;" \
   "torchrun ${native_s} s natively, ${umswap_s} s under umswap;" \
   "$(grep -c . "$work/run.err") stderr lines under umswap"
 grep '^umswap: ' "$work/run.err" | sort | uniq -c | head -5

@@ -15,7 +15,8 @@ identical on every rank):
     weights <sum of |w| as float.hex()>
 
 Each step's time goes to OUT/rank<r>.ms, one "step <i> ms <float>" line each (apart, so that the
-loss files of two runs can be diffed). --offload gives FSDP2 its own CPUOffloadPolicy (parameters,
+loss files of two runs can be diffed), then "peak_reserved <bytes>" (PyTorch's peak reserved
+memory on the rank's GPU). --offload gives FSDP2 its own CPUOffloadPolicy (parameters,
 gradients and the optimizer step on the host): the baseline umswap is measured against.
 
 Deterministic (cuDNN and cuBLAS fixed), so a native run and a run under umswap can be diffed.
@@ -104,6 +105,7 @@ def main():
     whole = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in model.parameters()]
     total = sum(p.detach().abs().sum().double() for p in whole)
     print(f"weights {total.item().hex()}", file=out, flush=True)
+    print(f"peak_reserved {torch.cuda.max_memory_reserved()}", file=times, flush=True)
     out.close()
     times.close()
     dist.barrier()

@@ -73,6 +73,8 @@ struct VmmAllocatorStats {
   uint64_t out_of_memory = 0;       // allocations refused: past both limits
   uint64_t largest_refused = 0;
   uint64_t driver_failures = 0;  // allocations the driver failed otherwise
+  uint64_t program_mapped = 0;   // the program's own cuMemCreate calls (outside the pool)
+  uint64_t program_mapped_bytes = 0;
   uint64_t live_buffers = 0;
   uint64_t requested_bytes = 0;  // asked for by the program, live (the rest of the chunks is waste)
   uint64_t requested_bytes_peak = 0;
@@ -131,6 +133,12 @@ class VmmAllocator {
   VmmResidency& residency() { return residency_; }
   void note_escape() { escaped_.fetch_add(1, std::memory_order_relaxed); }
   void note_captured() { captured_.fetch_add(1, std::memory_order_relaxed); }
+  // The program made physical memory itself (cuMemCreate: NCCL's buffers, JAX): left to it, on
+  // the GPU, outside the pool; counted.
+  void note_program_mapped(uint64_t bytes) {
+    program_mapped_.fetch_add(1, std::memory_order_relaxed);
+    program_mapped_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  }
   uint64_t escaped() const { return escaped_.load(std::memory_order_relaxed); }
   uint64_t captured() const { return captured_.load(std::memory_order_relaxed); }
   VmmAllocatorStats stats() const;
@@ -165,6 +173,8 @@ class VmmAllocator {
   std::atomic<uint64_t> live_buffers_{0};
   std::atomic<uint64_t> escaped_{0};
   std::atomic<uint64_t> captured_{0};
+  std::atomic<uint64_t> program_mapped_{0};
+  std::atomic<uint64_t> program_mapped_bytes_{0};
   mutable std::mutex peaks_mutex_;
   uint64_t requested_bytes_ = 0;
   uint64_t requested_bytes_peak_ = 0;

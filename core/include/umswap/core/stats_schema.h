@@ -121,6 +121,9 @@ inline constexpr Field kFields[] = {
      "Chunks copied from the host to the GPU by moves (0 while nothing moves)."},
     {"vmm.remaps", Kind::diagnostic, "integer", detail::kVmmAllocator,
      "Chunk slots remapped to another chunk by moves (0 while nothing moves)."},
+    {"vmm.program_mapped_bytes", Kind::diagnostic, "integer", detail::kVmmAllocator,
+     "Bytes the program made itself with cuMemCreate (NCCL's buffers, JAX): on the GPU, "
+     "outside the pool."},
     {"vmm.bytes_to_gpu", Kind::diagnostic, "integer", detail::kVmmAllocator,
      "Bytes moved from host chunks to GPU chunks, in all."},
     {"vmm.bytes_to_host", Kind::diagnostic, "integer", detail::kVmmAllocator,
@@ -393,6 +396,7 @@ inline constexpr const Field& kOutOfMemory = field("vmm.out_of_memory");
 inline constexpr const Field& kCopiesToHost = field("vmm.copies_to_host");
 inline constexpr const Field& kCopiesToGpu = field("vmm.copies_to_gpu");
 inline constexpr const Field& kRemaps = field("vmm.remaps");
+inline constexpr const Field& kProgramMappedBytes = field("vmm.program_mapped_bytes");
 inline constexpr const Field& kBytesToGpu = field("vmm.bytes_to_gpu");
 inline constexpr const Field& kBytesToHost = field("vmm.bytes_to_host");
 inline constexpr const Field& kWindows = field("vmm.windows");

@@ -303,6 +303,10 @@ bool tracer_saw_calls() {
   return tracer_instance().saw_calls();
 }
 
+bool capture_open() {
+  return tracer_instance().capture_open();
+}
+
 std::vector<uint32_t> copy_keys(uint64_t first, uint64_t max) {
   const StepRecorder* r = tracer_instance().recorder();
   return r ? r->log().copy_keys(first, max) : std::vector<uint32_t>();

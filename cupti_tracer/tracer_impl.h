@@ -174,6 +174,7 @@ class Tracer {
     }
   }
   void before_first_use(uint64_t function);
+  bool capture_open() const { return captures_open_.load(std::memory_order_acquire) > 0; }
   // A capture begun or ended (seen at the call's exit).
   void note_capture(bool begun) {
     if (begun) {

@@ -399,6 +399,7 @@ void Preload::write_stats_at_exit() {
       j[schema::kVmm.path]["windows"] = w.windows;
       j[schema::kVmm.path]["windows_abandoned"] = w.windows_abandoned;
       j[schema::kVmm.path]["drains_failed"] = w.drains_failed;
+      j[schema::kVmm.path]["windows_skipped_for_capture"] = w.skipped_for_capture;
       j[schema::kVmm.path]["window_ms"] = w.window_ms;
     }
   }

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "umswap/core/log.h"
+#include "umswap/tracer/tracer.h"
 
 namespace umswap {
 namespace {
@@ -29,7 +30,15 @@ void VmmObserver::on_step(uint64_t /*index*/, uint32_t key, CUstream /*stream*/,
           }
         }
       }
-      if (allocator->residency().touch(key, bases_)) window(*allocator);
+      if (allocator->residency().touch(key, bases_)) {
+        if (tracer::capture_open()) {
+          // Synchronizing the context would invalidate a capture in the global mode: the step
+          // reaches its ranges where they are (over the link) instead.
+          skipped_for_capture_.fetch_add(1, std::memory_order_relaxed);
+        } else {
+          window(*allocator);
+        }
+      }
     }
   }
   hold_.enter();
@@ -85,6 +94,7 @@ VmmWindowStats VmmObserver::stats() const {
   s.windows = hold_.windows();
   s.windows_abandoned = hold_.windows_abandoned();
   s.drains_failed = drains_failed_.load(std::memory_order_relaxed);
+  s.skipped_for_capture = skipped_for_capture_.load(std::memory_order_relaxed);
   s.window_ms = static_cast<double>(window_ns_.load(std::memory_order_relaxed)) / 1e6;
   return s;
 }

@@ -8,6 +8,10 @@
 // their work in their streams), the context synchronized (the GPU idle), make_resident() on
 // umswap's own stream, the hold closed. Then the step goes on to the driver.
 //
+// While a CUDA graph capture is open anywhere in the process, no window opens (the context's
+// synchronization would invalidate a capture in the global mode): the step reaches its ranges
+// where they are.
+//
 // What it costs: every window drains the GPU and the program's run-ahead; the moves cross the
 // link at about 55 GB/s plus the remaps (docs/lab/2026-11-29-vmm-window.md). A window that cannot
 // open (a call whose exit never came) or whose synchronization fails moves nothing: the data stays
@@ -37,9 +41,10 @@ struct VmmObserverDriver {
 
 struct VmmWindowStats {
   uint64_t windows = 0;
-  uint64_t windows_abandoned = 0;  // the hold could not open
-  uint64_t drains_failed = 0;      // the context's synchronization failed: nothing moved
-  double window_ms = 0;            // the program held, in all
+  uint64_t windows_abandoned = 0;    // the hold could not open
+  uint64_t drains_failed = 0;        // the context's synchronization failed: nothing moved
+  uint64_t skipped_for_capture = 0;  // steps that wanted one while a graph capture was open
+  double window_ms = 0;              // the program held, in all
 };
 
 class VmmObserver final : public tracer::LaunchObserver {
@@ -68,6 +73,7 @@ class VmmObserver final : public tracer::LaunchObserver {
   std::vector<CUdeviceptr> bases_;
   CUstream stream_ = nullptr;
   std::atomic<uint64_t> drains_failed_{0};
+  std::atomic<uint64_t> skipped_for_capture_{0};
   std::atomic<uint64_t> window_ns_{0};
 };
 

@@ -158,6 +158,10 @@ void finish_tracer(bool used_cuda = true);
 bool tracer_running();
 // True once the tracer has seen a CUDA call (a launch, copy or memset) in this process.
 bool tracer_saw_calls();
+// True while a stream capture (CUDA graph) begun in this process has not ended, as the tracer saw
+// them: engine vmm opens no window then (synchronizing the context would invalidate a capture in
+// the global mode).
+bool capture_open();
 
 // The program itself called a CUPTI function that only one client can use (cuptiSubscribe,
 // cuptiActivityRegisterCallbacks, cuptiActivityEnable...): a profiler such as torch.profiler is

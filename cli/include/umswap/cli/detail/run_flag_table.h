@@ -27,8 +27,8 @@ inline constexpr std::array kRunFlags = {
     RunFlagInfo{"--engine", "ENGINE", "UMSWAP_ENGINE",
                 "um (default): managed memory, moved by the advisor; vmm (experimental): "
                 "allocations mapped to GPU chunks up to --budget, host chunks after it (up to "
-                "--limit), each rounded up to 2 MiB; nothing is moved yet and no advisor runs; "
-                "not with replay or --verify"},
+                "--limit), each rounded up to 2 MiB, moved when a step reaches host chunks (the "
+                "program held meanwhile); no advisor runs; not with replay or --verify"},
     RunFlagInfo{"--stats", "FILE", "UMSWAP_STATS",
                 "write a JSON stats file at exit (`%p` is replaced by the process id)"},
     RunFlagInfo{"--verify", "", "UMSWAP_EVICT_COPY",

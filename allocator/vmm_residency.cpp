@@ -119,18 +119,19 @@ bool VmmResidency::restore(CUdeviceptr base, bool partial_ok, uint64_t* short_by
     return false;
   }
   Entry& entry = entries_[base];
-  if (info->host_bytes == 0) {
-    entry.whole_on_gpu = info->gpu_bytes == info->reserved;
+  // A hole (a failed rollback's unmapped slot) is mapped again by a restore too.
+  if (info->host_bytes == 0 && info->unmapped_bytes == 0) {
+    entry.whole_on_gpu = true;
     return false;
   }
-  if (!partial_ok && info->host_bytes > room()) return false;
+  if (!partial_ok && info->host_bytes + info->unmapped_bytes > room()) return false;
   const vmm::Moved moved = arena_.restore(base, info->reserved, stream_);
   if (moved.result != CUDA_SUCCESS && moved.result != CUDA_ERROR_OUT_OF_MEMORY) {
     ++stats_.move_failures;
   }
   const std::optional<vmm::RangeInfo> after = arena_.range(base);
   entry.whole_on_gpu = after && after->gpu_bytes == after->reserved;
-  if (after && short_bytes) *short_bytes += after->host_bytes;
+  if (after && short_bytes) *short_bytes += after->host_bytes + after->unmapped_bytes;
   return true;
 }
 
@@ -160,10 +161,14 @@ void VmmResidency::make_resident(std::span<const CUdeviceptr> bases, CUstream st
   for (const auto& [base, entry] : entries_) {
     if (next_use(base) != 0) victims_.push_back(base);
   }
+  auto last_use = [this](CUdeviceptr b) {
+    const auto it = entries_.find(b);
+    return it == entries_.end() ? 0 : it->second.last_use;
+  };
   std::sort(victims_.begin(), victims_.end(), [&](CUdeviceptr a, CUdeviceptr b) {
     const uint64_t na = next_use(a), nb = next_use(b);
     if (na != nb) return na > nb;
-    return entries_.at(a).last_use < entries_.at(b).last_use;
+    return last_use(a) < last_use(b);
   });
   // How far ahead a window brings ranges in: an eighth of the period.
   const uint64_t horizon = std::max<uint64_t>(1, period_ / kHorizonDivisor);
@@ -183,7 +188,9 @@ void VmmResidency::make_resident(std::span<const CUdeviceptr> bases, CUstream st
         entries_.erase(victim);
         continue;
       }
-      entries_.at(victim).whole_on_gpu = false;
+      // A victim erased meanwhile (a restore found it released) and a new range made at its
+      // address: entered again, as a first look would.
+      entries_[victim].whole_on_gpu = false;
       if (out->gpu_bytes == 0) continue;
       const vmm::Moved moved = arena_.evict(victim, out->reserved, stream);
       ++stats_.ranges_evicted;

@@ -110,8 +110,9 @@ void CUPTIAPI Tracer::on_callback(void* self, CUpti_CallbackDomain domain, CUpti
                      (!begun && *result == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED))) {
         tracer->note_capture(begun);
       }
-      return;
     }
+    // An opaque call's exit, or a capture begin's (counted above first, so that an observer
+    // holding the program sees the capture once the call has left).
     if (t_opaque.active) {
       t_opaque.active = false;
       if (tracer->config_.observer) {
@@ -119,6 +120,7 @@ void CUPTIAPI Tracer::on_callback(void* self, CUpti_CallbackDomain domain, CUpti
         tracer->config_.observer->after_opaque(t_opaque.stream);
       }
     }
+    if (is_capture_call(cbid)) return;
     if (t_pending.active) {
       t_pending.active = false;
       if (tracer->config_.observer) {
@@ -130,6 +132,12 @@ void CUPTIAPI Tracer::on_callback(void* self, CUpti_CallbackDomain domain, CUpti
   }
   const void* p = cb->functionParams;
   const uint32_t corr = cb->correlationId;
+  if (begins_capture(cbid) && tracer->config_.observer) {
+    const OwnCallsScope own;
+    tracer->config_.observer->on_capture_begin();
+    t_opaque = {true, nullptr};  // its exit: after_opaque
+    return;
+  }
   switch (cbid) {
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz: {

@@ -20,7 +20,8 @@
 //                        driver's launch) under functions_mutex_; used_ under used_mutex_;
 //                        captures_open_ and the atomic counters by any calling thread (the
 //                        counters read by finish()). Thread-locals: t_pending (the launching
-//                        thread), t_own_copy (an untraced thread: the advisor's).
+//                        thread), t_opaque (the thread in an opaque call or a capture begin),
+//                        t_own_copy (an untraced thread: the advisor's).
 //   tracer_records.cpp   What arrives besides the launch log. kernel_times_, um_records_ and
 //                        own_copies_ under activity_mutex_: CUPTI's buffer-completion callback (on
 //                        CUPTI's thread, or on the thread in cuptiActivityFlushAll: the flush

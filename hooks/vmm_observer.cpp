@@ -46,13 +46,19 @@ void VmmObserver::on_step(uint64_t /*index*/, uint32_t key, CUstream /*stream*/,
 
 void VmmObserver::window(VmmAllocator& allocator) {
   const auto started = std::chrono::steady_clock::now();
+  if (gave_up_.load(std::memory_order_relaxed)) return;
   if (!hold_.open(kOpenWait)) {
-    if (!warned_.exchange(true)) {
-      log_warning(
-          "engine vmm: a call of the program did not come back from the driver within {} s; "
-          "ranges stay where they are for this step (reached over the link)",
-          kOpenWait.count() / 1000);
-    }
+    gave_up_.store(true, std::memory_order_relaxed);
+    log_warning(
+        "engine vmm: a call of the program did not come back from the driver within {} s; no "
+        "range moves from now on (each stays where it is, reached over the link)",
+        kOpenWait.count() / 1000);
+    return;
+  }
+  if (tracer::capture_open()) {
+    // A capture began before the hold: synchronizing now would invalidate it.
+    skipped_for_capture_.fetch_add(1, std::memory_order_relaxed);
+    hold_.close();
     return;
   }
   if (driver_.ctx_synchronize() != CUDA_SUCCESS) {
@@ -87,6 +93,10 @@ void VmmObserver::on_opaque(CUstream /*stream*/, const char* /*what*/) {
 
 void VmmObserver::after_opaque(CUstream /*stream*/) {
   hold_.leave();
+}
+
+void VmmObserver::on_capture_begin() {
+  hold_.enter();
 }
 
 VmmWindowStats VmmObserver::stats() const {

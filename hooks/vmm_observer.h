@@ -10,7 +10,14 @@
 //
 // While a CUDA graph capture is open anywhere in the process, no window opens (the context's
 // synchronization would invalidate a capture in the global mode): the step reaches its ranges
-// where they are.
+// where they are. A capture's begin is in flight like a step, so none begins during a window.
+// After a window abandoned for a call that never left, no window opens again (each would wait
+// as long).
+//
+// Known risk (not seen in the runs): the window runs inside the driver's launch callback, which
+// holds a driver lock; a driver call made there can wait behind another thread's call that
+// waits for that lock (tracer::prepare_launch's cuMemHostAlloc hang). Windows belong before the
+// driver is entered, in umswap's launch hooks: the next step.
 //
 // What it costs: every window drains the GPU and the program's run-ahead; the moves cross the
 // link at about 55 GB/s plus the remaps (docs/lab/2026-11-29-vmm-window.md). A window that cannot
@@ -18,7 +25,7 @@
 // where it is, reached over the link, and the count says so.
 //
 // Threads: on_step from the launching threads, serialized by the tracer; the rest from any.
-// Never throws.
+// Never throws but std::bad_alloc.
 #pragma once
 
 #include <cuda.h>
@@ -58,6 +65,7 @@ class VmmObserver final : public tracer::LaunchObserver {
   void on_finish() override;
   void on_opaque(CUstream stream, const char* what) override;
   void after_opaque(CUstream stream) override;
+  void on_capture_begin() override;
 
   VmmWindowStats stats() const;
 
@@ -68,7 +76,7 @@ class VmmObserver final : public tracer::LaunchObserver {
   VmmAllocator* (*const allocator_)();
   SubmissionHold hold_;
   std::atomic<bool> finished_{false};
-  std::atomic<bool> warned_{false};
+  std::atomic<bool> gave_up_{false};  // a window was abandoned: none opens again
   // Under the tracer's launch mutex (on_step).
   std::vector<CUdeviceptr> bases_;
   CUstream stream_ = nullptr;

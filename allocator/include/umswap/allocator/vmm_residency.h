@@ -12,7 +12,7 @@
 // the next step.
 //
 // Contract:
-//   * touch(key, bases, step): at every step's entry, in launch order (the tracer serializes
+//   * touch(key, bases): at every step's entry, in launch order (the tracer serializes
 //     steps), with the step's key (its kernel's name) and the bases of the ranges it reaches:
 //     records the step; true when one of those ranges has chunks on the host and a window could
 //     bring them in (a step whose same ranges were left short by the last window, with nothing

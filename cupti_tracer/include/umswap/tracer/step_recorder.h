@@ -62,8 +62,12 @@ class LaunchObserver {
     (void)what;
   }
   // The same opaque call after the driver call returned (API exit), on the same thread, outside
-  // the tracer's locks. The default ignores it.
+  // the tracer's locks; also the exit of a capture begin (stream null). The default ignores it.
   virtual void after_opaque(CUstream stream) { (void)stream; }
+  // A stream capture begins (cuStreamBeginCapture*, at API entry, outside the tracer's locks);
+  // after_opaque() follows at its exit, once the tracer counts the capture as open. The default
+  // ignores it.
+  virtual void on_capture_begin() {}
   // A call that blocks its thread until the GPU gets somewhere (cuCtxSynchronize,
   // cuStreamSynchronize, cuEventSynchronize, and a copy that may have host memory on one side,
   // after its on_step), at API entry on the calling thread, outside the tracer's locks, before

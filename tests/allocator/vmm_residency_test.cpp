@@ -167,6 +167,24 @@ TEST_F(VmmResidencyTest, AFailedEvictionIsCountedAndLosesNothing) {
   }
 }
 
+// A range with a hole (a failed move's rollback left a slot unmapped) is mapped again by the
+// window it asks for, and asks for no more.
+TEST_F(VmmResidencyTest, ARangeWithAHoleIsRepairedOnceNotAtEveryStep) {
+  const CUdeviceptr p = allocate(kChunk, 9);
+  // A round trip first, so that a host chunk exists and the failing move gets as far as the slot.
+  ASSERT_EQ(arena_->evict(p, kChunk, kStream).bytes, kChunk);
+  ASSERT_EQ(arena_->restore(p, kChunk, kStream).bytes, kChunk);
+  g_fake->fail_every(vmm::fake::kMap, true);
+  EXPECT_NE(arena_->evict(p, kChunk, kStream).result, CUDA_SUCCESS);
+  g_fake->fail_every(vmm::fake::kMap, false);
+  ASSERT_EQ(arena_->range(p)->unmapped_bytes, kChunk);
+  EXPECT_TRUE(step({p}));
+  EXPECT_TRUE(on_gpu(p));
+  EXPECT_FALSE(step({p}));
+  EXPECT_EQ(residency_->stats().steps_held, 1u);
+  EXPECT_EQ(g_fake->kernel_mismatches(p, kChunk, 9), 0u);
+}
+
 // Three ranges used in turn through a pool of two: the least recently used is always the next
 // one needed (every step a window), while once the period is found the range used furthest
 // ahead goes out and every other step finds its range in place.

@@ -112,24 +112,20 @@ uint64_t VmmResidency::room() const {
   return limit > used ? limit - used : 0;
 }
 
-bool VmmResidency::restore(CUdeviceptr base, bool partial_ok, uint64_t* short_bytes) {
-  const std::optional<vmm::RangeInfo> info = arena_.range(base);
-  if (!info || info->base != base) {
-    entries_.erase(base);
-    return false;
-  }
-  Entry& entry = entries_[base];
+bool VmmResidency::restore(const vmm::RangeInfo& info, CUstream stream, bool partial_ok,
+                           uint64_t* short_bytes) {
+  Entry& entry = entries_[info.base];
   // A hole (a failed rollback's unmapped slot) is mapped again by a restore too.
-  if (info->host_bytes == 0 && info->unmapped_bytes == 0) {
+  if (info.host_bytes == 0 && info.unmapped_bytes == 0) {
     entry.whole_on_gpu = true;
     return false;
   }
-  if (!partial_ok && info->host_bytes + info->unmapped_bytes > room()) return false;
-  const vmm::Moved moved = arena_.restore(base, info->reserved, stream_);
+  if (!partial_ok && info.host_bytes + info.unmapped_bytes > room()) return false;
+  const vmm::Moved moved = arena_.restore(info.base, info.reserved, stream);
   if (moved.result != CUDA_SUCCESS && moved.result != CUDA_ERROR_OUT_OF_MEMORY) {
     ++stats_.move_failures;
   }
-  const std::optional<vmm::RangeInfo> after = arena_.range(base);
+  const std::optional<vmm::RangeInfo> after = arena_.range(info.base);
   entry.whole_on_gpu = after && after->gpu_bytes == after->reserved;
   if (after && short_bytes) *short_bytes += after->host_bytes + after->unmapped_bytes;
   return true;
@@ -138,7 +134,6 @@ bool VmmResidency::restore(CUdeviceptr base, bool partial_ok, uint64_t* short_by
 void VmmResidency::make_resident(std::span<const CUdeviceptr> bases, CUstream stream) {
   std::lock_guard lock(mutex_);
   if (steps_ == 0) return;
-  stream_ = stream;
   ++stats_.steps_held;
   find_period();
   stats_.period = period_;
@@ -175,11 +170,12 @@ void VmmResidency::make_resident(std::span<const CUdeviceptr> bases, CUstream st
   size_t v = 0;
   uint64_t short_bytes = 0;
   for (const auto& [k, base] : wanted_) {
-    const std::optional<vmm::RangeInfo> info = arena_.range(base);
-    if (!info || info->base != base) continue;
     // Ahead only within the horizon, and only by evicting what is used after it: a range
     // brought in ahead by evicting one used before the horizon would soon go out again.
     if (k > horizon) break;
+    // Unchanged by the evictions below: those take only ranges used after the horizon.
+    const std::optional<vmm::RangeInfo> info = arena_.range(base);
+    if (!info || info->base != base) continue;
     const uint64_t after = k == 0 ? 0 : horizon;
     while (room() < info->host_bytes && v < victims_.size() && next_use(victims_[v]) > after) {
       const CUdeviceptr victim = victims_[v++];
@@ -199,8 +195,8 @@ void VmmResidency::make_resident(std::span<const CUdeviceptr> bases, CUstream st
       }
     }
     if (k == 0) {
-      if (restore(base, true, &short_bytes)) ++stats_.ranges_restored;
-    } else if (restore(base, false, nullptr)) {
+      if (restore(*info, stream, true, &short_bytes)) ++stats_.ranges_restored;
+    } else if (restore(*info, stream, false, nullptr)) {
       ++stats_.ranges_prefetched;
     }
   }

@@ -21,7 +21,9 @@ VmmObserver::VmmObserver(const VmmObserverDriver& driver, VmmAllocator* (*alloca
 void VmmObserver::on_step(uint64_t /*index*/, uint32_t key, CUstream /*stream*/,
                           const std::vector<tracer::PointerHit>* hits) {
   if (!finished_.load(std::memory_order_relaxed)) {
-    if (VmmAllocator* allocator = allocator_()) {
+    VmmAllocator* allocator = allocator_cached_;
+    if (!allocator) allocator = allocator_cached_ = allocator_();  // made once, never freed
+    if (allocator) {
       bases_.clear();
       if (hits) {
         for (const tracer::PointerHit& hit : *hits) {
@@ -30,23 +32,23 @@ void VmmObserver::on_step(uint64_t /*index*/, uint32_t key, CUstream /*stream*/,
           }
         }
       }
-      if (allocator->residency().touch(key, bases_)) {
-        if (tracer::capture_open()) {
-          // Synchronizing the context would invalidate a capture in the global mode: the step
-          // reaches its ranges where they are (over the link) instead.
-          skipped_for_capture_.fetch_add(1, std::memory_order_relaxed);
-        } else {
-          window(*allocator);
-        }
-      }
+      if (allocator->residency().touch(key, bases_)) window(*allocator);
     }
   }
   hold_.enter();
 }
 
 void VmmObserver::window(VmmAllocator& allocator) {
+  // Synchronizing the context would invalidate a capture in the global mode: while one is open
+  // the step reaches its ranges where they are (over the link). Asked before the hold (no wait
+  // for nothing) and again once it is open (a capture begun meanwhile).
+  auto capture_open = [this] {
+    if (!tracer::capture_open()) return false;
+    skipped_for_capture_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  };
   const auto started = std::chrono::steady_clock::now();
-  if (gave_up_.load(std::memory_order_relaxed)) return;
+  if (gave_up_.load(std::memory_order_relaxed) || capture_open()) return;
   if (!hold_.open(kOpenWait)) {
     gave_up_.store(true, std::memory_order_relaxed);
     log_warning(
@@ -55,9 +57,7 @@ void VmmObserver::window(VmmAllocator& allocator) {
         kOpenWait.count() / 1000);
     return;
   }
-  if (tracer::capture_open()) {
-    // A capture began before the hold: synchronizing now would invalidate it.
-    skipped_for_capture_.fetch_add(1, std::memory_order_relaxed);
+  if (capture_open()) {
     hold_.close();
     return;
   }

@@ -78,6 +78,7 @@ class VmmObserver final : public tracer::LaunchObserver {
   std::atomic<bool> finished_{false};
   std::atomic<bool> gave_up_{false};  // a window was abandoned: none opens again
   // Under the tracer's launch mutex (on_step).
+  VmmAllocator* allocator_cached_ = nullptr;  // allocator_()'s answer once it is not null
   std::vector<CUdeviceptr> bases_;
   CUstream stream_ = nullptr;
   std::atomic<uint64_t> drains_failed_{0};

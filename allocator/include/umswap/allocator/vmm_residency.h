@@ -83,16 +83,17 @@ class VmmResidency {
   // the coming period's steps reach (the current step's own: 0).
   void predict(std::span<const CUdeviceptr> bases);
   uint64_t room() const;
-  bool restore(CUdeviceptr base, bool partial_ok, uint64_t* short_bytes);
+  // Brings the range `info` describes (looked at just before) onto the GPU; false when nothing
+  // was tried (already there, or ahead with no room).
+  bool restore(const vmm::RangeInfo& info, CUstream stream, bool partial_ok, uint64_t* short_bytes);
 
   vmm::ChunkArena& arena_;
   mutable std::mutex mutex_;
   std::unordered_map<CUdeviceptr, Entry> entries_;
   std::vector<Step> history_;
-  uint64_t steps_ = 0;         // steps recorded; the current one is steps_ - 1
-  uint64_t period_ = 0;        // 0: none found
-  uint64_t short_key_ = 0;     // the bases of the last window that left bytes short; 0: none
-  CUstream stream_ = nullptr;  // the current window's
+  uint64_t steps_ = 0;      // steps recorded; the current one is steps_ - 1
+  uint64_t period_ = 0;     // 0: none found
+  uint64_t short_key_ = 0;  // the bases of the last window that left bytes short; 0: none
   // Scratch of make_resident(), keeping its capacity.
   std::unordered_map<CUdeviceptr, uint64_t> next_;
   std::vector<CUdeviceptr> victims_;

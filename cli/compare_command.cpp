@@ -88,13 +88,22 @@ class Runner {
         .on_stdout_line = {},
     };
     if (tty_) {
+      // A torchrun's lines carry their rank in front: follow the first rank that prints one.
+      std::optional<int> followed;
       capture.on_stdout_line = [&](std::string_view line) {
-        const std::optional<IterationLine> it = parse_iteration_line(line);
+        const auto [rank, text] = strip_rank_prefix(line);
+        const std::optional<IterationLine> it = parse_iteration_line(text);
         if (!it) return;
+        if (rank) {
+          if (!followed) followed = rank;
+          if (rank != followed) return;
+        }
         ++lines_seen;
         const std::string of =
             steps_hint_ ? fmt::format(", {} of {}", lines_seen, steps_hint_) : std::string();
-        say(fmt::format("\r\033[K{}: iter {} ({:.1f} ms{})", prefix, it->index, it->ms, of));
+        say(fmt::format("\r\033[K{}: {}iter {} ({:.1f} ms{})", prefix,
+                        rank ? fmt::format("rank {} ", *rank) : std::string(), it->index, it->ms,
+                        of));
       };
     }
     const auto start = std::chrono::steady_clock::now();
@@ -158,6 +167,38 @@ ModeOutcome outcome_of(CompareMode mode, const Runner::Result& r, const fs::path
   return o;
 }
 
+// The stats files of a torchrun run, one per process that used CUDA: `<run>.<pid>.json` in
+// `dir`. A file that cannot be read is named in a warning and left out.
+std::vector<StatsFigures> read_rank_stats(const fs::path& dir, std::string_view run_name) {
+  std::vector<StatsFigures> out;
+  std::error_code ec;
+  const std::string head = std::string(run_name) + ".";
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.starts_with(head) || !name.ends_with(".json")) continue;
+    const std::string_view pid =
+        std::string_view(name).substr(head.size(), name.size() - head.size() - 5);
+    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string_view::npos) continue;
+    std::string error;
+    if (const std::optional<nlohmann::json> stats =
+            read_stats_file(entry.path().string(), &error)) {
+      out.push_back(parse_stats_figures(*stats));
+    } else {
+      log(LogLevel::warning, "compare: {}", error);
+    }
+  }
+  return out;
+}
+
+// outcome_of(), one per rank for a torchrun command.
+std::vector<ModeOutcome> outcomes_of(CompareMode mode, const Runner::Result& r,
+                                     const fs::path& stats_path, bool torchrun,
+                                     std::string_view run_name) {
+  const ModeOutcome whole = outcome_of(mode, r, stats_path);
+  if (!torchrun) return {whole};
+  return split_by_rank(whole, r.stdout_text, read_rank_stats(stats_path.parent_path(), run_name));
+}
+
 ModeOutcome not_run(CompareMode mode, ModeStatus status, std::string reason) {
   ModeOutcome o;
   o.mode = mode;
@@ -166,12 +207,24 @@ ModeOutcome not_run(CompareMode mode, ModeStatus status, std::string reason) {
   return o;
 }
 
-std::optional<uint64_t> summary_peak(const ModeOutcome* o) {
-  if (!o || o->status != ModeStatus::ok || !o->output.summary.is_object()) return std::nullopt;
-  const auto it = o->output.summary.find("peak_allocated_bytes");
-  if (it == o->output.summary.end() || !it->is_number()) return std::nullopt;
+std::optional<uint64_t> summary_peak(const ModeOutcome& o) {
+  if (o.status != ModeStatus::ok || !o.output.summary.is_object()) return std::nullopt;
+  const auto it = o.output.summary.find("peak_allocated_bytes");
+  if (it == o.output.summary.end() || !it->is_number()) return std::nullopt;
   const double v = it->get<double>();
   return v > 0 ? std::optional<uint64_t>(static_cast<uint64_t>(v)) : std::nullopt;
+}
+
+// The largest of `get(o)` over the outcomes of `mode` (one per rank under torchrun).
+template <typename Get>
+std::optional<uint64_t> largest(const std::vector<ModeOutcome>& outcomes, CompareMode mode,
+                                Get get) {
+  std::optional<uint64_t> best;
+  for (const ModeOutcome& o : outcomes) {
+    if (o.mode != mode) continue;
+    if (const std::optional<uint64_t> v = get(o); v && (!best || *v > *best)) best = v;
+  }
+  return best;
 }
 
 std::string join_command(const std::vector<std::string>& command) {
@@ -290,20 +343,27 @@ int compare_command(const CompareFlags& flags, const LinkProber& probe) {
         format_bytes(probed.probe->free_bytes)));
   }
 
+  // torchrun starts one process per GPU: one stats file each (`%p`), and each rank's lines with
+  // its rank in front (compare.h, "Launchers").
+  const bool torchrun = is_torchrun_command(command);
+  if (torchrun) say("compare: a torchrun command: one row per rank\n");
   const CurrentEnv current = read_current_env();
   bool warned = false;
   // Sets the environment of one run; false (after saying why) when a variable cannot be set.
   auto stats_path = [&](std::string_view run_name) {
-    return dir / fmt::format("{}.json", run_name);
+    return dir /
+           (torchrun ? fmt::format("{}.%p.json", run_name) : fmt::format("{}.json", run_name));
   };
   auto prepare = [&](CompareRun run, std::optional<uint64_t> budget, const std::string& trace,
                      const fs::path& stats) {
-    const ChildEnvironment env = plan_compare_environment({.run = run,
-                                                           .budget_bytes = budget,
-                                                           .stats_path = stats.string(),
-                                                           .trace_path = trace,
-                                                           .managed_limit_bytes = limit_to_set},
-                                                          current, library.path);
+    const ChildEnvironment env = plan_compare_environment(
+        {.run = run,
+         .budget_bytes = budget,
+         .stats_path = stats.string(),
+         .trace_path = trace,
+         .managed_limit_bytes = limit_to_set,
+         .torchrun_log_dir = torchrun ? (dir / "torchrun-logs").string() : std::string()},
+        current, library.path);
     if (!warned) {
       for (const std::string& warning : env.warnings) log(LogLevel::warning, "{}", warning);
       warned = true;
@@ -316,22 +376,21 @@ int compare_command(const CompareFlags& flags, const LinkProber& probe) {
   };
 
   std::vector<ModeOutcome> outcomes;
-  auto find = [&](CompareMode mode) -> const ModeOutcome* {
-    for (const ModeOutcome& o : outcomes) {
-      if (o.mode == mode) return &o;
-    }
-    return nullptr;
+  auto add = [&](std::vector<ModeOutcome> more) {
+    for (ModeOutcome& o : more) outcomes.push_back(std::move(o));
   };
   std::optional<BudgetChoice> budget;
+  // A percentage is of the largest rank's peak: every rank gets the same budget.
   auto resolved_budget = [&]() -> const BudgetChoice& {
     if (!budget) {
-      const ModeOutcome* managed = find(CompareMode::managed);
       const std::optional<uint64_t> managed_peak =
-          managed && managed->status == ModeStatus::ok && managed->stats
-              ? managed->stats->managed_bytes_peak
-              : std::nullopt;
-      budget = resolve_budget(flags.budget, managed_peak, summary_peak(find(CompareMode::native)),
-                              footprint_estimate);
+          largest(outcomes, CompareMode::managed, [](const ModeOutcome& o) {
+            return o.status == ModeStatus::ok && o.stats ? o.stats->managed_bytes_peak
+                                                         : std::nullopt;
+          });
+      const std::optional<uint64_t> native_peak = largest(
+          outcomes, CompareMode::native, [](const ModeOutcome& o) { return summary_peak(o); });
+      budget = resolve_budget(flags.budget, managed_peak, native_peak, footprint_estimate);
       if (budget->bytes) say(fmt::format("compare: budget {}\n", budget->description));
     }
     return *budget;
@@ -361,7 +420,7 @@ int compare_command(const CompareFlags& flags, const LinkProber& probe) {
             mode == CompareMode::native ? CompareRun::native : CompareRun::managed;
         const fs::path stats = stats_path(compare_run_name(run));
         if (!prepare(run, std::nullopt, "", stats)) return give_up(kUsageErrorExitCode);
-        outcomes.push_back(outcome_of(mode, runner.run(name, command), stats));
+        add(outcomes_of(mode, runner.run(name, command), stats, torchrun, compare_run_name(run)));
         break;
       }
       case CompareMode::online: {
@@ -373,12 +432,22 @@ int compare_command(const CompareFlags& flags, const LinkProber& probe) {
         }
         const fs::path stats = stats_path(compare_run_name(CompareRun::online));
         if (!prepare(CompareRun::online, b.bytes, "", stats)) return give_up(kUsageErrorExitCode);
-        ModeOutcome o = outcome_of(mode, runner.run(name, command), stats);
-        o.budget_bytes = b.bytes;
-        outcomes.push_back(std::move(o));
+        std::vector<ModeOutcome> os = outcomes_of(mode, runner.run(name, command), stats, torchrun,
+                                                  compare_run_name(CompareRun::online));
+        for (ModeOutcome& o : os) o.budget_bytes = b.bytes;
+        add(std::move(os));
         break;
       }
       case CompareMode::replay: {
+        if (torchrun) {
+          // Every rank would record into the one trace file, and replay would read one plan
+          // for all.
+          const std::string why = "not for torchrun (one trace file would serve every rank)";
+          runner.skip("record", "skipped");
+          runner.skip(name, fmt::format("skipped ({})", why));
+          outcomes.push_back(not_run(mode, ModeStatus::skipped, why));
+          break;
+        }
         const BudgetChoice& b = resolved_budget();
         if (!b.bytes) {
           runner.skip("record", fmt::format("skipped ({})", b.error));
@@ -394,7 +463,7 @@ int compare_command(const CompareFlags& flags, const LinkProber& probe) {
         const Runner::Result record = runner.run("record", command);
         std::string trace_error;
         const bool have_trace = read_trace_file(trace, &trace_error).has_value();
-        ModeOutcome o;
+        std::vector<ModeOutcome> os;
         if (record.exit_code != 0 || !have_trace) {
           const std::string why =
               record.exit_code != 0
@@ -402,18 +471,21 @@ int compare_command(const CompareFlags& flags, const LinkProber& probe) {
                                 failure_reason(record.exit_code, record.last_stderr_line))
                   : fmt::format("no trace recorded ({})", trace_error);
           runner.skip(name, fmt::format("failed: {}", why));
-          o = not_run(mode, ModeStatus::failed, why);
+          os = {not_run(mode, ModeStatus::failed, why)};
         } else {
           const fs::path stats = stats_path(compare_run_name(CompareRun::replay));
           if (!prepare(CompareRun::replay, b.bytes, trace, stats)) {
             return give_up(kUsageErrorExitCode);
           }
-          o = outcome_of(mode, runner.run(name, command), stats);
+          os = outcomes_of(mode, runner.run(name, command), stats, torchrun,
+                           compare_run_name(CompareRun::replay));
         }
-        o.budget_bytes = b.bytes;
-        o.record_exit_code = record.exit_code;
-        o.record_wall_s = record.wall_s;
-        outcomes.push_back(std::move(o));
+        for (ModeOutcome& o : os) {
+          o.budget_bytes = b.bytes;
+          o.record_exit_code = record.exit_code;
+          o.record_wall_s = record.wall_s;
+        }
+        add(std::move(os));
         break;
       }
     }
@@ -422,9 +494,9 @@ int compare_command(const CompareFlags& flags, const LinkProber& probe) {
   // The baselines: the command natively, with the baseline's flag appended.
   for (const CompareBaseline baseline : flags.baselines) {
     const std::string_view name = compare_baseline_name(baseline);
-    ModeOutcome o;
+    std::vector<ModeOutcome> os;
     if (interrupted()) {
-      o = not_run(CompareMode::native, ModeStatus::skipped, "interrupted");
+      os = {not_run(CompareMode::native, ModeStatus::skipped, "interrupted")};
     } else {
       if (!prepare(CompareRun::native, std::nullopt, "", stats_path(name))) {
         return give_up(kUsageErrorExitCode);
@@ -432,20 +504,24 @@ int compare_command(const CompareFlags& flags, const LinkProber& probe) {
       std::vector<std::string> with_flag = command;
       with_flag.emplace_back(compare_baseline_flag(baseline));
       const Runner::Result r = runner.run(name, with_flag);
-      o = outcome_of(CompareMode::native, r, stats_path(name));
-      if (o.status == ModeStatus::failed) {
-        // A program that does not know the flag most likely names it in its complaint.
-        if (r.last_stderr_line.find(compare_baseline_flag(baseline)) != std::string::npos) {
-          o.reason += fmt::format(" (the command must accept {}, as samples/pytorch/*.py do)",
-                                  compare_baseline_flag(baseline));
+      os = outcomes_of(CompareMode::native, r, stats_path(name), torchrun, name);
+      for (ModeOutcome& o : os) {
+        if (o.status == ModeStatus::failed) {
+          // A program that does not know the flag most likely names it in its complaint.
+          if (r.last_stderr_line.find(compare_baseline_flag(baseline)) != std::string::npos) {
+            o.reason += fmt::format(" (the command must accept {}, as samples/pytorch/*.py do)",
+                                    compare_baseline_flag(baseline));
+          }
+        } else if (o.output.iterations.empty() && !o.output.summary.is_object()) {
+          o.status = ModeStatus::failed;
+          o.reason = "printed no `iter <i> ms <t>` lines and no summary line to time it by";
         }
-      } else if (o.output.iterations.empty() && !o.output.summary.is_object()) {
-        o.status = ModeStatus::failed;
-        o.reason = "printed no `iter <i> ms <t>` lines and no summary line to time it by";
       }
     }
-    o.baseline = baseline;
-    baselines.push_back(std::move(o));
+    for (ModeOutcome& o : os) {
+      o.baseline = baseline;
+      baselines.push_back(std::move(o));
+    }
   }
 
   CompareReport report;
@@ -480,7 +556,8 @@ int compare_command(const CompareFlags& flags, const LinkProber& probe) {
     }
   }
 
-  auto is_ok = [](const ModeOutcome& o) { return o.status == ModeStatus::ok; };
+  // A skipped run left nothing to look at; a failed one did.
+  auto is_ok = [](const ModeOutcome& o) { return o.status != ModeStatus::failed; };
   const bool all_ok = std::all_of(outcomes.begin(), outcomes.end(), is_ok) &&
                       std::all_of(baselines.begin(), baselines.end(), is_ok);
   if (!all_ok || flags.keep) {
@@ -489,11 +566,12 @@ int compare_command(const CompareFlags& flags, const LinkProber& probe) {
     fs::remove_all(dir, ec);
   }
 
-  const ModeOutcome* native = find(CompareMode::native);
-  const bool baseline_ok =
-      native ? native->status == ModeStatus::ok
-             : std::any_of(outcomes.begin(), outcomes.end(),
-                           [](const ModeOutcome& o) { return o.status == ModeStatus::ok; });
+  const bool ran_native = std::any_of(outcomes.begin(), outcomes.end(), [](const ModeOutcome& o) {
+    return o.mode == CompareMode::native;
+  });
+  const bool baseline_ok = std::any_of(outcomes.begin(), outcomes.end(), [&](const ModeOutcome& o) {
+    return (!ran_native || o.mode == CompareMode::native) && o.status == ModeStatus::ok;
+  });
   return baseline_ok ? code : 1;
 }
 

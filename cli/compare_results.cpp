@@ -208,17 +208,27 @@ std::string ms_text(std::optional<double> ms) {
   return ms ? fmt::format("{:.1f} ms", *ms) : std::string("unknown");
 }
 
-// The name a row goes by: its baseline's, else its mode's.
-std::string_view row_name(const ModeRow& row) {
-  return row.baseline ? compare_baseline_name(*row.baseline) : compare_mode_name(row.mode);
+// The name a row goes by: its baseline's, else its mode's; a rank's row with ` r<rank>` after it.
+std::string row_name(const ModeRow& row) {
+  const std::string_view name =
+      row.baseline ? compare_baseline_name(*row.baseline) : compare_mode_name(row.mode);
+  return row.rank ? fmt::format("{} r{}", name, *row.rank) : std::string(name);
 }
 
-const ModeOutcome* ok_native(const std::vector<ModeOutcome>& outcomes) {
+// The native run that finished, of `rank` (a torchrun run's share) or without one.
+const ModeOutcome* ok_native(const std::vector<ModeOutcome>& outcomes, std::optional<int> rank) {
   const ModeOutcome* native = nullptr;
   for (const ModeOutcome& o : outcomes) {
-    if (o.mode == CompareMode::native && !o.baseline && o.status == ModeStatus::ok) native = &o;
+    if (o.mode == CompareMode::native && !o.baseline && o.status == ModeStatus::ok &&
+        o.rank == rank) {
+      native = &o;
+    }
   }
   return native;
+}
+
+std::optional<double> native_median_ms(const ModeOutcome* native) {
+  return native ? timing_of(*native).steady_median_ms : std::nullopt;
 }
 
 // The result check of `row` (the run `o`) against the native run: equal checksums when both
@@ -456,6 +466,7 @@ StatsFigures parse_stats_figures(const json& stats) {
   s.wait_stalls = get_u64(stats, advisor::kWaitStalls);
   s.kept_reached_evictions = get_u64(stats, advisor::evict_copy::kept_reached::kEvictions);
   s.kept_reached_bytes = get_u64(stats, advisor::evict_copy::kept_reached::kBytes);
+  s.rank = get_u64(stats, schema::kRank);
   if (const json* iterations = schema::find(stats, schema::kIterations);
       iterations && iterations->is_array()) {
     namespace iteration = schema::iterations;
@@ -552,14 +563,13 @@ std::pair<size_t, size_t> planned_steady_range(size_t count, const StatsFigures*
 
 std::vector<ModeRow> compute_rows(const std::vector<ModeOutcome>& outcomes, const LinkRates& rates,
                                   double loss_tolerance) {
-  const ModeOutcome* native = ok_native(outcomes);
-  const std::optional<double> native_ms =
-      native ? timing_of(*native).steady_median_ms : std::nullopt;
-
   std::vector<ModeRow> rows;
   for (const ModeOutcome& o : outcomes) {
+    const ModeOutcome* native = ok_native(outcomes, o.rank);
+    const std::optional<double> native_ms = native_median_ms(native);
     ModeRow row;
     row.mode = o.mode;
+    row.rank = o.rank;
     row.status = o.status;
     row.reason = o.reason;
     if (o.status != ModeStatus::ok) {
@@ -622,14 +632,14 @@ std::vector<ModeRow> compute_rows(const std::vector<ModeOutcome>& outcomes, cons
 std::vector<ModeRow> compute_baseline_rows(const std::vector<ModeOutcome>& baselines,
                                            const std::vector<ModeOutcome>& outcomes,
                                            double loss_tolerance) {
-  const ModeOutcome* native = ok_native(outcomes);
-  const std::optional<double> native_ms =
-      native ? timing_of(*native).steady_median_ms : std::nullopt;
   std::vector<ModeRow> rows;
   for (const ModeOutcome& o : baselines) {
+    const ModeOutcome* native = ok_native(outcomes, o.rank);
+    const std::optional<double> native_ms = native_median_ms(native);
     ModeRow row;
     row.mode = o.mode;
     row.baseline = o.baseline;
+    row.rank = o.rank;
     row.status = o.status;
     row.reason = o.reason;
     if (o.status == ModeStatus::ok) {
@@ -658,14 +668,17 @@ std::vector<ModeRow> compute_baseline_rows(const std::vector<ModeOutcome>& basel
 
 std::vector<BaselineVerdict> baseline_verdicts(const std::vector<ModeRow>& rows,
                                                const std::vector<ModeRow>& baseline_rows) {
-  // umswap's rows that can be compared: online or replay, run, timed.
-  std::vector<const ModeRow*> umswap;
-  for (const ModeRow& r : rows) {
-    if (!r.baseline && has_budget(r.mode) && r.status == ModeStatus::ok && r.steady_median_ms &&
-        *r.steady_median_ms > 0) {
-      umswap.push_back(&r);
+  // umswap's rows that can be compared with a baseline of `rank`: online or replay, run, timed.
+  auto umswap_rows = [&](std::optional<int> rank) {
+    std::vector<const ModeRow*> umswap;
+    for (const ModeRow& r : rows) {
+      if (!r.baseline && has_budget(r.mode) && r.status == ModeStatus::ok && r.steady_median_ms &&
+          *r.steady_median_ms > 0 && r.rank == rank) {
+        umswap.push_back(&r);
+      }
     }
-  }
+    return umswap;
+  };
   auto fastest = [](const std::vector<const ModeRow*>& of) -> const ModeRow* {
     const ModeRow* best = nullptr;
     for (const ModeRow* r : of) {
@@ -683,8 +696,11 @@ std::vector<BaselineVerdict> baseline_verdicts(const std::vector<ModeRow>& rows,
     v.baseline_peak_bytes = b.peak_allocated_bytes;
     const std::string_view name = compare_baseline_name(v.baseline);
     const bool offload = v.baseline == CompareBaseline::offload;
-    const std::string head =
-        offload ? "umswap vs save_on_cpu (offload): " : "umswap vs checkpointing (checkpoint): ";
+    const std::vector<const ModeRow*> umswap = umswap_rows(b.rank);
+    v.rank = b.rank;
+    const std::string head = fmt::format(
+        "umswap vs {}{}: ", offload ? "save_on_cpu (offload)" : "checkpointing (checkpoint)",
+        b.rank ? fmt::format(", rank {}", *b.rank) : std::string());
     if (b.status != ModeStatus::ok || !b.steady_median_ms || *b.steady_median_ms <= 0) {
       v.text = head + fmt::format("nothing to compare: the {} run {}", name,
                                   b.status != ModeStatus::ok
@@ -873,6 +889,11 @@ ChildEnvironment plan_compare_environment(const CompareRunSettings& settings,
   if (settings.managed_limit_bytes) {
     env.set.push_back({"UMSWAP_MANAGED_LIMIT", std::to_string(*settings.managed_limit_bytes)});
   }
+  if (!settings.torchrun_log_dir.empty()) {
+    env.set.push_back({"PET_TEE", "1"});
+    env.set.push_back({"PET_LOG_DIR", settings.torchrun_log_dir});
+    env.set.push_back({"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", std::string(kRankPrefixTemplate)});
+  }
   return env;
 }
 
@@ -990,8 +1011,9 @@ std::string render_notes(const CompareReport& report) {
   for (const ModeRow& row : report.rows) {
     if (row.baseline || row.budget_held != false) continue;
     const auto o =
-        std::find_if(report.outcomes.begin(), report.outcomes.end(),
-                     [&](const ModeOutcome& x) { return !x.baseline && x.mode == row.mode; });
+        std::find_if(report.outcomes.begin(), report.outcomes.end(), [&](const ModeOutcome& x) {
+          return !x.baseline && x.mode == row.mode && x.rank == row.rank;
+        });
     const StatsFigures* s = o != report.outcomes.end() && o->stats ? &*o->stats : nullptr;
     std::string why = "see docs/advisor.md, \"What does not work yet\"";
     if (s && s->kept_reached_evictions.value_or(0) > 0) {
@@ -1021,6 +1043,12 @@ std::string render_notes(const CompareReport& report) {
         "an iteration where native did not (samples/pytorch/gpt2.py --deterministic prints a "
         "checksum)\n",
         report.loss_tolerance);
+  }
+  if (std::any_of(report.outcomes.begin(), report.outcomes.end(),
+                  [](const ModeOutcome& o) { return o.rank.has_value(); })) {
+    out +=
+        "note: torchrun: one row per rank (r<N>), each from that rank's lines and stats file and "
+        "compared with native's same rank; the budget is each rank's, on its own GPU\n";
   }
   if (!report.baseline_rows.empty()) {
     out +=
@@ -1076,6 +1104,7 @@ json compare_json(const CompareReport& report) {
     }
     modes.push_back({
         {"mode", compare_mode_name(o.mode)},
+        {"rank", opt(o.rank)},
         {"status", mode_status_name(o.status)},
         {"reason", text_or_null(o.reason)},
         {"exit_code", opt(o.exit_code)},
@@ -1123,6 +1152,7 @@ json compare_json(const CompareReport& report) {
     baselines.push_back({
         {"baseline", o.baseline ? json(compare_baseline_name(*o.baseline)) : json(nullptr)},
         {"flag", o.baseline ? json(compare_baseline_flag(*o.baseline)) : json(nullptr)},
+        {"rank", opt(o.rank)},
         {"status", mode_status_name(o.status)},
         {"reason", text_or_null(o.reason)},
         {"exit_code", opt(o.exit_code)},
@@ -1151,6 +1181,7 @@ json compare_json(const CompareReport& report) {
   for (const BaselineVerdict& v : baseline_verdicts(report.rows, report.baseline_rows)) {
     verdicts.push_back(
         {{"baseline", compare_baseline_name(v.baseline)},
+         {"rank", opt(v.rank)},
          {"umswap_mode", v.umswap_mode ? json(compare_mode_name(*v.umswap_mode)) : json(nullptr)},
          {"umswap_steady_median_ms", opt(v.umswap_ms)},
          {"baseline_steady_median_ms", opt(v.baseline_ms)},

@@ -127,6 +127,14 @@ std::string help_text(bool all) {
   out += "\n";
   append_wrapped(
       out, "", 2,
+      "torchrun: with a command `torchrun ...` or `python -m torch.distributed.run ...`, each "
+      "rank gets its own rows (`online r1`), from its own lines (compare sets PET_TEE=1 and "
+      "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE so torchrun puts the rank before each line) and "
+      "its own stats file, compared with native's same rank; the budget is each rank's. replay "
+      "is skipped for torchrun.");
+  out += "\n";
+  append_wrapped(
+      out, "", 2,
       "Safety: on a shared GPU, set UMSWAP_MANAGED_LIMIT below the GPU's free memory before "
       "comparing your own command; managed memory past the GPU's capacity can hang the GPU "
       "for everyone on it.");

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <iterator>
 #include <optional>
 
@@ -34,6 +35,17 @@ pid_t g_owner_pid = 0;
 
 // The advisor, when the mode asks for one and the tracer runs. Never destroyed (exit paths).
 std::atomic<advisor::Advisor*> g_advisor{nullptr};
+
+// The process's rank under torchrun (RANK, a non-negative integer), else null.
+nlohmann::json rank_json() {
+  const char* text = env_get("RANK");
+  if (!text || !*text) return nullptr;
+  const std::string_view s(text);
+  uint64_t rank = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), rank);
+  if (ec != std::errc() || end != s.data() + s.size()) return nullptr;
+  return rank;
+}
 
 }  // namespace
 
@@ -384,6 +396,7 @@ void Preload::write_stats_at_exit() {
       {"tracer", tracer::run_summary() != nullptr},
       {"umswap_version", UMSWAP_VERSION},
       {"pid", ::getpid()},
+      {schema::kRank.path, rank_json()},
       {"mode", std::string(to_string(options_.mode))},
       {schema::kEngine.path, std::string(to_string(options_.engine))},
       {"options",

@@ -206,6 +206,75 @@ TEST_F(CompareEndToEnd, BaselinesRunNativelyWithTheirFlagAndGetRowsAndAVerdict) 
   EXPECT_EQ(j["modes"].size(), 2u);
 }
 
+// A stand-in for torchrun: two ranks, each printing its lines with the prefix compare asked for
+// (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE), interleaved, and writing its stats file (`%p` in
+// UMSWAP_STATS as 4000 + rank) with its rank in it; torchrun's own line has no prefix. Rank 1 is
+// twice as slow and takes ten times the faults of rank 0; the launcher's variables go to $LOG.
+constexpr const char* kFakeTorchrun = R"SH(#!/bin/sh
+echo "$UMSWAP_MODE|${UMSWAP_BUDGET-unset}|$UMSWAP_STATS|${PET_TEE-unset}|${PET_LOG_DIR-unset}|$*" >> "$LOG"
+echo "W1128 torchrun: starting 2 ranks"
+for i in 0 1 2 3; do
+  for r in 0 1; do
+    prefix=$(printf '%s' "$TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE" | sed "s/\${rank}/$r/")
+    echo "${prefix}iter $i ms $((r + 1))0.5 loss 0.$r$i"
+  done
+done
+for r in 0 1; do
+  stats=$(printf '%s' "$UMSWAP_STATS" | sed "s/%p/$((4000 + r))/")
+  case "$UMSWAP_MODE.$r" in
+    managed.0) echo '{"umswap_stats_version": 1, "rank": 0, "allocator": {"managed_bytes_peak": 2000}}' > "$stats" ;;
+    managed.1) echo '{"umswap_stats_version": 1, "rank": 1, "allocator": {"managed_bytes_peak": 4000}}' > "$stats" ;;
+    online.0) echo '{"umswap_stats_version": 1, "rank": 0, "advisor": {"budget_bytes": 2000, "peak_resident_bytes": 1500}, "iterations": [{"index": 0, "gpu_page_faults": 1}, {"index": 1, "gpu_page_faults": 1}, {"index": 2, "gpu_page_faults": 5}, {"index": 3, "gpu_page_faults": 5}]}' > "$stats" ;;
+    online.1) echo '{"umswap_stats_version": 1, "rank": 1, "advisor": {"budget_bytes": 2000, "peak_resident_bytes": 1500}, "iterations": [{"index": 0, "gpu_page_faults": 1}, {"index": 1, "gpu_page_faults": 1}, {"index": 2, "gpu_page_faults": 50}, {"index": 3, "gpu_page_faults": 50}]}' > "$stats" ;;
+  esac
+done
+exit 0
+)SH";
+
+TEST_F(CompareEndToEnd, ATorchrunCommandGetsOneRowPerRank) {
+  const fs::path torchrun = dir_ / "torchrun";
+  std::ofstream(torchrun) << kFakeTorchrun;
+  ::chmod(torchrun.c_str(), 0755);
+  const Result r = umswap({"compare", "--json", (dir_ / "c.json").string(), "--", torchrun.string(),
+                           "--nproc-per-node", "2", "train.py"},
+                          {{"LOG", (dir_ / "log").string()}, {"TMPDIR", tmp_.string()}});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  // native, managed, online; no record or replay (one trace file would serve every rank).
+  const std::vector<std::string> runs = log_lines();
+  ASSERT_EQ(runs.size(), 3u) << read_file(dir_ / "log");
+  for (const std::string& run : runs) {
+    EXPECT_TRUE(contains(run, ".%p.json|1|")) << run;  // a stats file per process; --tee 1
+    EXPECT_TRUE(contains(run, "/torchrun-logs|--nproc-per-node 2 train.py")) << run;
+  }
+  // 50% of the largest rank's managed peak (4000 bytes), the same for every rank.
+  EXPECT_TRUE(runs[2].starts_with("online|2000|")) << runs[2];
+  EXPECT_TRUE(contains(r.err, "compare: a torchrun command: one row per rank")) << r.err;
+  EXPECT_TRUE(contains(r.err, "[4/5] record: skipped")) << r.err;
+  EXPECT_TRUE(contains(r.out, "\nnative r0        10.5      1.00")) << r.out;
+  EXPECT_TRUE(contains(r.out, "\nnative r1        20.5      1.00")) << r.out;  // its own native
+  EXPECT_TRUE(contains(r.out, "\nreplay      skipped: not for torchrun")) << r.out;
+  EXPECT_TRUE(contains(r.out, "note: torchrun: one row per rank")) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(read_file(dir_ / "c.json"));
+  ASSERT_EQ(j["modes"].size(), 7u) << j["modes"].dump();
+  EXPECT_EQ(j["budget_bytes"], 2000);
+  for (size_t i = 0; i < 6; ++i) {
+    const nlohmann::json& m = j["modes"][i];
+    EXPECT_EQ(m["rank"], i % 2) << m.dump();
+    EXPECT_EQ(m["status"], "ok") << m.dump();
+    EXPECT_EQ(m["steady_median_ms"], i % 2 ? 20.5 : 10.5) << m.dump();
+    if (i >= 2) {
+      EXPECT_EQ(m["result_match"], "within_tolerance") << m.dump();  // its rank's losses
+    }
+  }
+  EXPECT_EQ(j["modes"][4]["gpu_faults_per_iteration"], 5.0);
+  EXPECT_EQ(j["modes"][5]["gpu_faults_per_iteration"], 50.0);
+  EXPECT_EQ(j["modes"][5]["budget_held"], true);
+  EXPECT_EQ(j["modes"][6]["mode"], "replay");
+  EXPECT_EQ(j["modes"][6]["status"], "skipped");
+  EXPECT_TRUE(j["modes"][6]["rank"].is_null());
+  EXPECT_TRUE(run_directories().empty());  // nothing failed: torchrun's logs went with the rest
+}
+
 TEST_F(CompareEndToEnd, AFailingBaselineGetsItsRowAndTheRestGoesOn) {
   const Result r =
       compare({"--modes", "native", "--baselines", "offload,checkpoint"}, {{"NO_CHECKPOINT", "1"}});

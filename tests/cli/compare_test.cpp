@@ -486,7 +486,8 @@ TEST(CompareEnvironment, EachRunGetsItsModeAndOnlyWhatItUses) {
                                      .budget_bytes = budget,
                                      .stats_path = "/t/x.json",
                                      .trace_path = std::move(trace),
-                                     .managed_limit_bytes = std::nullopt},
+                                     .managed_limit_bytes = std::nullopt,
+                                     .torchrun_log_dir = ""},
                                     current, "/u/libumswap.so");
   };
   const ChildEnvironment native = plan(CompareRun::native);
@@ -521,7 +522,8 @@ TEST(CompareEnvironment, EachRunGetsItsModeAndOnlyWhatItUses) {
                                                             .budget_bytes = std::nullopt,
                                                             .stats_path = "/t/m.json",
                                                             .trace_path = "",
-                                                            .managed_limit_bytes = 4096},
+                                                            .managed_limit_bytes = 4096,
+                                                            .torchrun_log_dir = ""},
                                                            current, "/u/libumswap.so");
   EXPECT_EQ(find_var(capped, "UMSWAP_MANAGED_LIMIT"), "4096");
 }

@@ -14,6 +14,9 @@ identical on every rank):
 
     weights <sum of |w| as float.hex()>
 
+On stdout each rank prints what `umswap compare` reads: `iter <i> ms <float> loss <float>` per
+step, then `checksum <weights as float.hex()>` and `summary {"peak_allocated_bytes": N}`.
+
 Each step's time goes to OUT/rank<r>.ms, one "step <i> ms <float>" line each (apart, so that the
 loss files of two runs can be diffed), then "peak_reserved <bytes>" (PyTorch's peak reserved
 memory on the rank's GPU). --offload gives FSDP2 its own CPUOffloadPolicy (parameters,
@@ -100,12 +103,17 @@ def main():
         stop.record()
         print(f"rank {rank} device {torch.cuda.current_device()} step {i} loss "
               f"{loss.item().hex()}", file=out, flush=True)
-        print(f"step {i} ms {start.elapsed_time(stop):.3f}", file=times, flush=True)
+        ms = start.elapsed_time(stop)
+        print(f"step {i} ms {ms:.3f}", file=times, flush=True)
+        # What `umswap compare` reads, on stdout (under torchrun with each rank's prefix).
+        print(f"iter {i} ms {ms:.3f} loss {loss.item()!r}", flush=True)
     # FSDP2's parameters are DTensors, each rank holding a shard: gather each whole.
     whole = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in model.parameters()]
     total = sum(p.detach().abs().sum().double() for p in whole)
     print(f"weights {total.item().hex()}", file=out, flush=True)
     print(f"peak_reserved {torch.cuda.max_memory_reserved()}", file=times, flush=True)
+    print(f"checksum {total.item().hex()}", flush=True)
+    print('summary {"peak_allocated_bytes": %d}' % torch.cuda.max_memory_allocated(), flush=True)
     out.close()
     times.close()
     dist.barrier()

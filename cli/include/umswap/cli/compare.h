@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -85,6 +86,7 @@ struct StatsFigures {
   // advisor.evict_copy.kept_reached: evictions not made because a launch the program had already
   // submitted reached the range (left on the GPU, over the budget until that use).
   std::optional<uint64_t> kept_reached_evictions, kept_reached_bytes;
+  std::optional<uint64_t> rank;            // the process's RANK under torchrun
   std::vector<StatsIteration> iterations;  // iterations[], sorted by index when they have one
 };
 StatsFigures parse_stats_figures(const nlohmann::json& stats);
@@ -100,6 +102,9 @@ struct ModeOutcome {
   // Set for a baseline run; `mode` is then native: the native run's environment, with the
   // baseline's flag appended to the command.
   std::optional<CompareBaseline> baseline;
+  // Set for one rank's share of a torchrun run (split_by_rank): its lines and its stats file;
+  // the status, exit code and times are the whole run's.
+  std::optional<int> rank;
   ModeStatus status = ModeStatus::skipped;
   std::string reason;                    // why it failed or was skipped; "" when ok
   std::optional<int> exit_code;          // of the command (replay: of the replay run)
@@ -173,6 +178,7 @@ std::optional<uint64_t> u64_of(const nlohmann::json* v);
 struct ModeRow {
   CompareMode mode = CompareMode::native;
   std::optional<CompareBaseline> baseline;  // a baseline's row (its name replaces the mode's)
+  std::optional<int> rank;                  // a torchrun rank's row (after the name: `online r1`)
   ModeStatus status = ModeStatus::skipped;
   std::string reason;
   std::optional<double> steady_median_ms;
@@ -206,7 +212,8 @@ struct ModeRow {
   std::optional<uint64_t> loss_worst_iteration;
 };
 
-// The rows for `outcomes` (one per mode, in order). Ratios are to the native outcome's median;
+// The rows for `outcomes` (one per mode and rank, in order). Ratios are to the median of the
+// native outcome of the same rank (the only one without ranks);
 // the native row's bytes moved count as 0 when its stats have none (passthrough moves no managed
 // memory). Rows of failed or skipped modes carry only status and reason.
 std::vector<ModeRow> compute_rows(const std::vector<ModeOutcome>& outcomes, const LinkRates& rates,
@@ -226,6 +233,7 @@ std::vector<ModeRow> compute_baseline_rows(const std::vector<ModeOutcome>& basel
 // PyTorch's cached free blocks; a resident peak at or below it is at equal or lower memory.
 struct BaselineVerdict {
   CompareBaseline baseline = CompareBaseline::offload;
+  std::optional<int> rank;                 // the baseline row's rank (torchrun)
   std::optional<CompareMode> umswap_mode;  // the row compared with; nullopt: none ran
   std::optional<double> umswap_ms;
   std::optional<double> baseline_ms;
@@ -237,9 +245,9 @@ struct BaselineVerdict {
   std::optional<double> speedup;
   std::string text;  // the line, without a newline
 };
-// For each baseline row: offload against the fastest online/replay row whose peak is at or below
-// its own (else against the one with the lowest peak, saying it is not at equal memory);
-// checkpoint against the fastest online/replay row.
+// For each baseline row, among the online/replay rows of its rank: offload against the fastest
+// whose peak is at or below its own (else against the one with the lowest peak, saying it is not at
+// equal memory); checkpoint against the fastest online/replay row.
 std::vector<BaselineVerdict> baseline_verdicts(const std::vector<ModeRow>& rows,
                                                const std::vector<ModeRow>& baseline_rows);
 
@@ -294,14 +302,44 @@ struct CompareRunSettings {
   std::string stats_path;                       // UMSWAP_STATS
   std::string trace_path;                       // record: UMSWAP_TRACE; replay: UMSWAP_REPLAY
   std::optional<uint64_t> managed_limit_bytes;  // set UMSWAP_MANAGED_LIMIT (default command)
+  // A torchrun command: set PET_TEE=1, PET_LOG_DIR to this (torchrun's copies of the ranks'
+  // output, removed with compare's directory) and TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE.
+  std::string torchrun_log_dir;
 };
 // plan_child_environment() with no flags (LD_PRELOAD, PyTorch's allocator settings), then
 // UMSWAP_MODE (passthrough, managed, online, online, replay), UMSWAP_STATS, and UMSWAP_BUDGET,
 // UMSWAP_TRACE, UMSWAP_REPLAY where the run uses them; those it does not use are unset, so a
-// user's own UMSWAP_TRACE cannot make the native run record. Other UMSWAP_* variables (the
+// user's own UMSWAP_TRACE cannot make the native run record; then torchrun's three variables when
+// torchrun_log_dir is set. Other UMSWAP_* variables (the
 // user's UMSWAP_MANAGED_LIMIT among them) are left as they are.
 ChildEnvironment plan_compare_environment(const CompareRunSettings& settings,
                                           const CurrentEnv& current, std::string_view library_path);
+
+// --- Launchers: torchrun, one process per GPU
+// -------------------------------------------------------------
+// `torchrun ...`, or `python* [-X...] -m torch.distributed.run|torch.distributed.launch ...` (the
+// program by its file name, any directory). compare then reads one stats file per process and
+// each rank's lines apart.
+bool is_torchrun_command(const std::vector<std::string>& command);
+// What compare sets for a torchrun command so that each line a rank prints reaches torchrun's
+// stdout with the rank in front: PET_TEE=1 (torchrun's --tee 1: each rank's stdout goes to a file
+// in PET_LOG_DIR and is copied to torchrun's stdout, line by line, each with its rank's prefix)
+// and TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, the prefix.
+inline constexpr std::string_view kRankPrefixTemplate = "[rank${rank}]:";
+// `line` without torchrun's prefix, and the rank the prefix names: `[rank3]:text` (the template
+// above) and `[default3]:text` (torchrun's own, by local rank) give 3 and `text`; a line without
+// one gives nullopt and the whole line.
+std::pair<std::optional<int>, std::string_view> strip_rank_prefix(std::string_view line);
+// The lines of each rank, prefixes removed, in their order; lines without a prefix (torchrun's
+// own) are left out.
+std::map<int, std::string> split_rank_output(std::string_view text);
+// One outcome per rank that printed a line or left a stats file with its rank: `whole` (status,
+// exit code, times, budget) with that rank's output and stats; a rank without a stats file gets
+// stats_error "no stats file from this rank". No rank at all: `whole` alone, its stats_error
+// saying so. Stats files without a rank (a process torchrun did not start as a rank) are left
+// out.
+std::vector<ModeOutcome> split_by_rank(const ModeOutcome& whole, std::string_view stdout_text,
+                                       const std::vector<StatsFigures>& stats_files);
 
 // --- Output
 // ------------------------------------------------------------------------------------------

@@ -89,6 +89,9 @@ inline constexpr Field kFields[] = {
      "Memory the program mapped itself (cuMemCreate, cuMemMap): not managed, outside the "
      "budget."},
 
+    {"rank", Kind::user, "integer or null", detail::kPreload,
+     "The process's rank in a distributed job (the RANK variable torchrun sets); null without "
+     "one."},
     {"engine", Kind::user, "string", detail::kPreload,
      "Where the program's device allocations lived: um (managed memory) or vmm (umswap's "
      "chunks); a file without it is from engine um."},
@@ -383,6 +386,7 @@ inline constexpr const Field& kUnmanagedVmmAllocations =
 }  // namespace allocator
 
 inline constexpr const Field& kEngine = field("engine");
+inline constexpr const Field& kRank = field("rank");
 inline constexpr const Field& kVmm = field("vmm");
 namespace vmm {
 inline constexpr const Field& kBudgetBytes = field("vmm.budget_bytes");

@@ -727,7 +727,8 @@ std::unique_ptr<LivePlan> AdvisorImpl::build_plan(uint64_t e, uint64_t first,
     in.steps.push_back(
         {step_first[i], static_cast<uint32_t>(step_first[i + 1] - step_first[i]), 0.0});
   }
-  in.budget_bytes = budget;
+  in.budget_bytes =
+      managed_budget(budget, config.program_gpu_bytes ? config.program_gpu_bytes() : 0);
   in.prefetch_bytes_per_s = config.prefetch_bytes_per_s;
   in.evict_bytes_per_s = config.evict_bytes_per_s;
   if (use_lifetimes()) {
@@ -759,10 +760,15 @@ void AdvisorImpl::log_learned(const LivePlan& p, uint64_t first) const {
 void AdvisorImpl::activate(std::unique_ptr<LivePlan> p) {
   if (plans.empty()) {
     // The one line a user sees by default (UMSWAP_VERBOSE=0): the first plan, when it is made.
-    log_notice("a plan {} is in force from launch {} ({} launches an iteration, budget {})",
-               p->source == "replay" ? "from the trace" : "learned from the program",
-               p->applied_from, p->period,
-               config.budget.is_zero() ? std::string("none") : format_bytes(budget));
+    // The program's own GPU memory (NCCL's buffers) counts against the budget.
+    const uint64_t own = config.program_gpu_bytes ? config.program_gpu_bytes() : 0;
+    log_notice(
+        "a plan {} is in force from launch {} ({} launches an iteration, budget {}{})",
+        p->source == "replay" ? "from the trace" : "learned from the program", p->applied_from,
+        p->period, config.budget.is_zero() ? std::string("none") : format_bytes(budget),
+        own == 0 || config.budget.is_zero() ? std::string()
+                                            : fmt::format(", {} of it the program's own GPU memory",
+                                                          format_bytes(std::min(own, budget))));
   } else {
     log_info("advisor: applying the {} plan from launch {}", p->source, p->applied_from);
   }

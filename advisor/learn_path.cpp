@@ -24,8 +24,11 @@ void LearnPath::step(uint64_t index, CUstream s, const std::vector<tracer::Point
           "UMSWAP_LEARN_EVICT: no device for the launch; nothing is evicted while learning");
       return;
     }
-    evictor_ = std::make_unique<LearningEvictor>(
-        config_.budget.is_zero() ? total : config_.budget.resolve(total));
+    budget_ = config_.budget.is_zero() ? total : config_.budget.resolve(total);
+    evictor_ = std::make_unique<LearningEvictor>(budget_);
+  }
+  if (config_.program_gpu_bytes) {
+    evictor_->set_budget(managed_budget(budget_, config_.program_gpu_bytes()));
   }
   if (stale_.exchange(false, std::memory_order_acq_rel)) evictor_->clear();
   fresh_.clear();

@@ -56,6 +56,9 @@ nlohmann::json to_json(const VmmAllocatorStats& s) {
       {"driver_failures", s.driver_failures},
       {"program_mapped", s.program_mapped},
       {schema::kProgramMappedBytes.name(), s.program_mapped_bytes},
+      {"program_gpu_bytes", s.program_gpu_bytes},
+      {schema::kProgramGpuBytesPeak.name(), s.program_gpu_bytes_peak},
+      {schema::kGpuAndProgramBytesPeak.name(), s.gpu_and_program_bytes_peak},
       {"gpu_chunks_made", a.gpu_chunks_made},
       {"host_chunks_made", a.host_chunks_made},
       {"gpu_create_fallbacks", a.gpu_create_fallbacks},
@@ -231,6 +234,19 @@ void VmmAllocator::note_peaks() {
   std::lock_guard lock(peaks_mutex_);
   gpu_bytes_peak_ = std::max(gpu_bytes_peak_, gpu);
   host_bytes_peak_ = std::max(host_bytes_peak_, host);
+  gpu_and_program_bytes_peak_ = std::max(gpu_and_program_bytes_peak_, gpu + program_gpu_bytes_);
+}
+
+void VmmAllocator::set_program_gpu_bytes(uint64_t bytes) {
+  {
+    std::lock_guard lock(peaks_mutex_);
+    program_gpu_bytes_ = bytes;
+    program_gpu_bytes_peak_ = std::max(program_gpu_bytes_peak_, bytes);
+  }
+  const uint64_t outside = (bytes + vmm::kChunk - 1) / vmm::kChunk * vmm::kChunk;
+  const uint64_t budget = arena_.gpu_capacity_bytes();
+  arena_.set_gpu_limit_bytes(budget > outside ? budget - outside : 0);
+  note_peaks();
 }
 
 CUresult VmmAllocator::mem_get_info(size_t* free, size_t* total) {
@@ -258,7 +274,7 @@ VmmAllocatorStats VmmAllocator::stats() const {
   s.program_mapped = program_mapped_.load();
   s.program_mapped_bytes = program_mapped_bytes_.load();
   s.live_buffers = live_buffers_.load();
-  s.gpu_limit = arena_.gpu_limit_bytes();
+  s.gpu_limit = arena_.gpu_capacity_bytes();
   s.host_limit = arena_.host_limit_bytes();
   s.gpu_bytes = arena_.gpu_bytes_in_use();
   s.host_bytes = arena_.host_bytes_in_use();
@@ -268,6 +284,9 @@ VmmAllocatorStats VmmAllocator::stats() const {
   s.requested_bytes = requested_bytes_;
   s.requested_bytes_peak = requested_bytes_peak_;
   s.gpu_bytes_peak = gpu_bytes_peak_;
+  s.program_gpu_bytes = program_gpu_bytes_;
+  s.program_gpu_bytes_peak = program_gpu_bytes_peak_;
+  s.gpu_and_program_bytes_peak = gpu_and_program_bytes_peak_;
   s.host_bytes_peak = host_bytes_peak_;
   return s;
 }

@@ -137,28 +137,51 @@ UMSWAP_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t 
   Preload& p = preload();
   if (!p.driver()) return kNoDriver;
   const CUresult status = p.driver()->cuMemCreate(handle, size, prop, flags);
-  if (status == CUDA_SUCCESS && !ReentryGuard::active() &&
-      p.options().engine == umswap::Engine::vmm) {
+  if (status != CUDA_SUCCESS || ReentryGuard::active() || !handle) return status;
+  // Memory on this process's GPU stays there: it counts against the budget (ProgramMappings).
+  auto on_this_gpu = [&] {
+    CUdevice device = 0;
+    return prop && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
+           p.driver()->cuCtxGetDevice && p.driver()->cuCtxGetDevice(&device) == CUDA_SUCCESS &&
+           prop->location.id == device;
+  };
+  if (p.options().engine == umswap::Engine::vmm) {
     if (umswap::VmmAllocator* vmm = p.vmm()) {
       vmm->note_program_mapped(size);
+      vmm->set_program_gpu_bytes(p.program_mappings().created(*handle, size, on_this_gpu()));
       static umswap::OnceFlag once;
       if (once.first()) {
         umswap::log_warning(
             "the program maps memory itself with cuMemCreate/cuMemMap (NCCL's buffers, JAX, "
-            "PyTorch's expandable_segments); engine vmm leaves it on the GPU, outside its pool "
-            "(stats: vmm.program_mapped_bytes)");
+            "PyTorch's expandable_segments); engine vmm leaves it where the program put it and "
+            "counts what is on this GPU against the budget: the pool shrinks by it (stats: "
+            "vmm.program_gpu_bytes_peak)");
       }
     }
-  } else if (status == CUDA_SUCCESS && !ReentryGuard::active() && p.redirecting()) {
+  } else if (p.redirecting()) {
     p.allocator().note_unmanaged_vmm();
+    p.program_mappings().created(*handle, size, on_this_gpu());
     static umswap::OnceFlag once;
     if (once.first()) {
       umswap::log_warning(
           "the program maps memory with cuMemCreate/cuMemMap (NCCL's buffers, JAX, PyTorch's "
-          "expandable_segments), which cannot be managed memory; umswap leaves it on the GPU, "
-          "outside the budget. PyTorch's expandable segments are off under `umswap run` "
-          "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False)");
+          "expandable_segments), which cannot be managed memory; umswap leaves it on the GPU "
+          "and counts it against the budget: plans keep the rest under the budget less it "
+          "(stats: program_gpu_bytes_peak). PyTorch's expandable segments are off under "
+          "`umswap run` (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False)");
     }
+  }
+  return status;
+}
+
+UMSWAP_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+  Preload& p = preload();
+  if (!p.driver()) return kNoDriver;
+  const CUresult status = p.driver()->cuMemRelease(handle);
+  if (status != CUDA_SUCCESS || ReentryGuard::active()) return status;
+  const uint64_t now = p.program_mappings().released(handle);
+  if (p.options().engine == umswap::Engine::vmm) {
+    if (umswap::VmmAllocator* vmm = p.vmm()) vmm->set_program_gpu_bytes(now);
   }
   return status;
 }

@@ -16,6 +16,7 @@
   X(cuMemGetInfo_v2, cuMemGetInfo, 3020, false, PFN_cuMemGetInfo_v3020)                            \
   X(cuMemAllocManaged, cuMemAllocManaged, 6000, false, PFN_cuMemAllocManaged_v6000)                \
   X(cuMemCreate, cuMemCreate, 10020, false, PFN_cuMemCreate_v10020)                                \
+  X(cuMemRelease, cuMemRelease, 10020, false, PFN_cuMemRelease_v10020)                             \
   X(cuMemAllocAsync, cuMemAllocAsync, 11020, false, PFN_cuMemAllocAsync_v11020)                    \
   X(cuMemAllocAsync_ptsz, cuMemAllocAsync, 11020, true, PFN_cuMemAllocAsync_v11020_ptsz)           \
   X(cuMemFreeAsync, cuMemFreeAsync, 11020, false, PFN_cuMemFreeAsync_v11020)                       \
@@ -82,7 +83,6 @@
   X(cuModuleGetFunction, cuModuleGetFunction, 2000, PFN_cuModuleGetFunction_v2000)            \
   X(cuMemAddressReserve, cuMemAddressReserve, 10020, PFN_cuMemAddressReserve_v10020)          \
   X(cuMemAddressFree, cuMemAddressFree, 10020, PFN_cuMemAddressFree_v10020)                   \
-  X(cuMemRelease, cuMemRelease, 10020, PFN_cuMemRelease_v10020)                               \
   X(cuMemMap, cuMemMap, 10020, PFN_cuMemMap_v10020)                                           \
   X(cuMemUnmap, cuMemUnmap, 10020, PFN_cuMemUnmap_v10020)                                     \
   X(cuMemSetAccess, cuMemSetAccess, 10020, PFN_cuMemSetAccess_v10020)                         \

@@ -175,6 +175,7 @@ void Preload::start_advisor(advisor::Advisor* advisor) {
   config.op_log = options_.debug.op_log;
   config.in_own_code = [] { return ReentryGuard::active(); };
   config.lifetimes = [this] { return planned_discards_.load(); };
+  config.program_gpu_bytes = [this] { return program_mappings_.gpu_bytes(); };
   if (options_.placement) {
     config.place = [this](Placement placement) { return allocator_->place(std::move(placement)); };
   }
@@ -404,6 +405,11 @@ void Preload::write_stats_at_exit() {
         {"managed_limit", options_.managed_limit.to_string()},
         {"callsite_depth", options_.callsite_depth}}},
       {schema::kAllocator.path, to_json(stats)},
+      // The GPU memory the program mapped itself (cuMemCreate), counted against the budget.
+      {"program_mappings",
+       {{"handles", program_mappings_.handles()},
+        {"gpu_bytes", program_mappings_.gpu_bytes()},
+        {"gpu_bytes_peak", program_mappings_.gpu_bytes_peak()}}},
   };
   if (vmm_stats) {
     j[schema::kVmm.path] = to_json(*vmm_stats);

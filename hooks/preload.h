@@ -14,6 +14,7 @@
 
 #include "real_driver.h"
 #include "umswap/allocator/managed_allocator.h"
+#include "umswap/allocator/program_mappings.h"
 #include "umswap/allocator/registry.h"
 #include "umswap/allocator/vmm_allocator.h"
 #include "umswap/core/options.h"
@@ -41,6 +42,8 @@ class Preload {
   // (at once, with no side effect, under engine um).
   VmmAllocator* vmm();
   Registry& registry() { return registry_; }
+  // The GPU memory the program maps itself (cuMemCreate), counted against the budget.
+  ProgramMappings& program_mappings() { return program_mappings_; }
   // Call-site identity of the current allocation request (umswap's own frames skipped).
   CallSiteId call_site() const;
 
@@ -65,6 +68,7 @@ class Preload {
   Options options_;
   std::vector<std::string> option_warnings_;  // printed at first CUDA use, not in every process
   Registry registry_;
+  ProgramMappings program_mappings_;
   VmmObserver* vmm_observer_ = nullptr;  // engine vmm's moves, set once by start_tracer_once()
   std::once_flag driver_once_;
   RealDriver driver_;

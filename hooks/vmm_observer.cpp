@@ -72,6 +72,7 @@ void VmmObserver::window(VmmAllocator& allocator) {
     stream_ = nullptr;  // the copies go on the legacy stream: the GPU is idle either way
   }
   allocator.residency().make_resident(bases_, stream_);
+  allocator.note_peaks();
   hold_.close();
   window_ns_.fetch_add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                                  std::chrono::steady_clock::now() - started)

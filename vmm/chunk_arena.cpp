@@ -30,6 +30,16 @@ Location other(Location where) {
 
 }  // namespace
 
+uint64_t ChunkArena::gpu_limit_bytes() const {
+  std::lock_guard lock(mutex_);
+  return gpu_.limit() * kChunk;
+}
+
+void ChunkArena::set_gpu_limit_bytes(uint64_t bytes) {
+  std::lock_guard lock(mutex_);
+  gpu_.set_limit(bytes / kChunk);
+}
+
 ChunkArena::ChunkArena(const VmmDriver& driver, CUdevice device, uint64_t gpu_limit_bytes,
                        uint64_t host_limit_bytes)
     : driver_(driver),

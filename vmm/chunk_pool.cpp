@@ -1,5 +1,6 @@
 #include "umswap/vmm/detail/chunk_pool.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace umswap::vmm::detail {
@@ -14,7 +15,7 @@ CUmemAccessDesc device_access(CUdevice device) {
 
 ChunkPool::ChunkPool(const VmmDriver* driver, CUmemLocation location, CUdevice device,
                      uint64_t capacity)
-    : driver_(driver), access_(device_access(device)), capacity_(capacity) {
+    : driver_(driver), access_(device_access(device)), capacity_(capacity), limit_(capacity) {
   prop_.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop_.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
   prop_.location = location;
@@ -36,7 +37,7 @@ CUresult ChunkPool::take(uint32_t* index) {
     free_.pop_back();
     return CUDA_SUCCESS;
   }
-  if (made_ >= capacity_) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (made_ >= limit_) return CUDA_ERROR_OUT_OF_MEMORY;
   if (CUresult r = reserve_window(); r != CUDA_SUCCESS) return r;
 
   uint32_t slot;
@@ -69,7 +70,17 @@ CUresult ChunkPool::take(uint32_t* index) {
 }
 
 void ChunkPool::give(uint32_t index) {
+  if (made_ > limit_ && release_chunk(index) == CUDA_SUCCESS) return;
   free_.push_back(index);
+}
+
+void ChunkPool::set_limit(uint64_t chunks) {
+  limit_ = std::min(chunks, capacity_);
+  std::vector<uint32_t> kept;
+  for (uint32_t index : free_) {
+    if (made_ <= limit_ || release_chunk(index) != CUDA_SUCCESS) kept.push_back(index);
+  }
+  free_ = std::move(kept);
 }
 
 CUresult ChunkPool::release_chunk(uint32_t index) {

@@ -32,6 +32,25 @@ TEST(LearningEvictor, CountsBlocksAndRoundsOut) {
   EXPECT_THROW(LearningEvictor(1, 0), std::invalid_argument);
 }
 
+// The program's own GPU memory counts against the budget: the evictor's budget shrinks by it.
+TEST(LearningEvictor, ASmallerBudgetEvictsMore) {
+  EXPECT_EQ(managed_budget(10 * kB, 3 * kB), 7 * kB);
+  EXPECT_EQ(managed_budget(10 * kB, 0), 10 * kB);
+  EXPECT_EQ(managed_budget(10 * kB, 9 * kB + 1), kB);  // at least one block
+  EXPECT_EQ(managed_budget(10 * kB, 50 * kB), kB);
+  EXPECT_EQ(managed_budget(kB / 2, 0), kB / 2);  // a budget below a block stays itself
+  EXPECT_EQ(managed_budget(kB / 2, kB), kB / 2);
+  LearningEvictor e(4 * kB);
+  touch(e, 0, 0, 4 * kB);
+  EXPECT_TRUE(e.take_evictions(1).empty());
+  e.set_budget(managed_budget(4 * kB, 2 * kB));
+  EXPECT_EQ(e.budget(), 2 * kB);
+  uint64_t out = 0;
+  for (const Range& r : e.take_evictions(1)) out += r.length;
+  EXPECT_EQ(out, 2 * kB);
+  EXPECT_EQ(e.resident_bytes(), 2 * kB);
+}
+
 TEST(LearningEvictor, EvictsLeastRecentlyUsedFirstAndCoalesces) {
   LearningEvictor e(3 * kB);
   touch(e, 0, 0, 2 * kB);        // blocks 0, 1 at launch 0

@@ -94,6 +94,28 @@ TEST_F(VmmResidencyTest, ARangeOnTheHostComesInAndTheLeastRecentlyUsedGoesOut) {
   EXPECT_EQ(s.move_failures, 0u);
 }
 
+// The pool shrank under ranges already on the GPU (the program mapped GPU memory of its own):
+// the next window, which brings the step's own range in, moves out what is past the pool too
+// (room is counted against the shrunk pool).
+TEST_F(VmmResidencyTest, AWindowMovesOutWhatIsPastAShrunkPool) {
+  const CUdeviceptr a = allocate(2 * kChunk, 1);
+  const CUdeviceptr b = allocate(2 * kChunk, 2);
+  EXPECT_FALSE(step({a}));
+  EXPECT_FALSE(step({b}));
+  arena_->set_gpu_limit_bytes(2 * kChunk);
+  EXPECT_EQ(arena_->gpu_bytes_in_use(), 4 * kChunk);  // past the pool until a window
+  const CUdeviceptr c = allocate(kChunk, 3);          // on the host: the pool is past its limit
+  ASSERT_FALSE(on_gpu(c));
+  EXPECT_TRUE(step({c}));  // c in; a (least recently used) and b out to make the pool hold
+  EXPECT_LE(arena_->gpu_bytes_in_use(), 2 * kChunk);
+  EXPECT_TRUE(on_gpu(c));
+  EXPECT_FALSE(on_gpu(a));
+  EXPECT_EQ(g_fake->kernel_mismatches(a, 2 * kChunk, 1), 0u);
+  EXPECT_EQ(g_fake->kernel_mismatches(b, 2 * kChunk, 2), 0u);
+  EXPECT_EQ(g_fake->kernel_mismatches(c, kChunk, 3), 0u);
+  EXPECT_EQ(residency_->stats().move_failures, 0u);
+}
+
 TEST_F(VmmResidencyTest, ARangeTheStepReachesIsNeverTheVictim) {
   const CUdeviceptr a = allocate(2 * kChunk, 1);
   const CUdeviceptr b = allocate(2 * kChunk, 2);

@@ -11,8 +11,9 @@
 # equal native's (not judged: the optimizer step runs on the host).
 # NVLink multicast stays off (NCCL_NVLS_ENABLE=0).
 # With ENGINE vmm (`umswap run --engine vmm`) the stats checks are engine vmm's instead: each
-# rank's GPU chunks at most its pool, the pool at most the budget, no move failed, no window
-# abandoned (NCCL's buffers, which NCCL maps itself, stay outside the pool).
+# rank's GPU chunks at most its pool, the pool at most the budget, its GPU chunks and NCCL's own
+# GPU memory (which NCCL maps itself; the pool shrinks by it) together at most the budget + 2%,
+# no move failed, no window abandoned.
 # usage: sharded_check.sh UMSWAP [BUDGET] [ddp|fsdp] [RANKS] [um|vmm]
 #   BUDGET: a size, or `half`: half the largest peak any rank reserved in the native run.
 #   RANKS defaults to 2; 1 runs a world of one, so that the logic is tested on one GPU.
@@ -105,11 +106,15 @@ for f in files:
                 and s["allocator"]["escaped_allocations"] == 0
                 and s["options"]["budget"] == budget
                 and v["gpu_bytes_peak"] <= v["budget_bytes"] <= limit
+                # NCCL's own GPU memory counts against the budget: the pool shrinks by it.
+                and v.get("gpu_and_program_bytes_peak", limit + 1) <= limit * 1.02
                 and v.get("move_failures", 1) == 0 and v.get("windows_abandoned", 1) == 0
                 and v.get("drains_failed", 1) == 0)
         print(f"pid {s['pid']}: engine vmm budget {s['options']['budget']} tracer {s['tracer']} "
               f"allocations {v.get('allocations')} escaped {s['allocator']['escaped_allocations']} "
-              f"GPU chunks peak {v['gpu_bytes_peak']} of a pool of {v['budget_bytes']}, host "
+              f"GPU chunks peak {v['gpu_bytes_peak']} of a pool of {v['budget_bytes']}, the "
+              f"program's own GPU memory peak {v.get('program_gpu_bytes_peak')}, both at once "
+              f"{v.get('gpu_and_program_bytes_peak')}, host "
               f"chunks peak {v['host_bytes_peak']}, {v.get('windows')} windows "
               f"({v.get('window_ms', 0):.0f} ms), {v.get('bytes_to_gpu')} bytes to the GPU, "
               f"move failures {v.get('move_failures')} {'ok' if good else 'BAD'}")
@@ -125,7 +130,8 @@ for f in files:
     print(f"pid {s['pid']}: mode {s['mode']} budget {s['options']['budget']} tracer {s['tracer']} "
           f"allocations {s['allocator']['allocations']} escaped "
           f"{s['allocator']['escaped_allocations']} period {s.get('detection', {}).get('period')} "
-          f"advisor {a.get('state')} peak resident {s.get('peak_resident_bytes')} "
+          f"advisor {a.get('state')} peak resident {a.get('peak_resident_bytes')} "
+          f"program's own GPU memory peak {s.get('program_mappings', {}).get('gpu_bytes_peak')} "
           f"for a budget of {a.get('budget_bytes')} "
           f"faults {[i.get('gpu_page_faults') for i in its]} "
           f"{'ok' if good else 'BAD'}")

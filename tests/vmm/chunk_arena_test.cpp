@@ -676,5 +676,37 @@ TEST_F(ChunkArenaTest, ConcurrentAllocationsAndMovesKeepDataAndCounts) {
   EXPECT_LE(g_fake->gpu_bytes_peak, 4 * kChunk);
 }
 
+// The pool shrinks when the program maps GPU memory of its own (issue 41): free chunks past the
+// new limit are released at once, chunks in use as they come free; new ranges go to the host
+// while the pool is full; the capacity (the budget) stays.
+TEST_F(ChunkArenaTest, AShrunkPoolReleasesWhatIsPastItAsItComesFree) {
+  ChunkArena& a = make(8 * kChunk, 16 * kChunk);
+  const CUdeviceptr p = allocate(6 * kChunk);
+  const CUdeviceptr q = allocate(2 * kChunk);
+  ASSERT_EQ(a.release(q), CUDA_SUCCESS);  // two free chunks kept
+  EXPECT_EQ(a.gpu_bytes_held(), 8 * kChunk);
+  a.set_gpu_limit_bytes(4 * kChunk + kChunk / 2);  // whole chunks: 4
+  EXPECT_EQ(a.gpu_limit_bytes(), 4 * kChunk);
+  EXPECT_EQ(a.gpu_capacity_bytes(), 8 * kChunk);
+  EXPECT_EQ(a.gpu_bytes_held(), 6 * kChunk);  // the free ones went; p's six stay in use
+  expect_at(p, Location::gpu);
+  const CUdeviceptr r = allocate(kChunk);
+  expect_at(r, Location::host);  // the pool is past its limit
+  ASSERT_EQ(a.release(p), CUDA_SUCCESS);
+  EXPECT_EQ(a.gpu_bytes_held(), 4 * kChunk);  // two released, four kept free
+  EXPECT_EQ(a.gpu_bytes_in_use(), 0u);
+  const CUdeviceptr s = allocate(5 * kChunk);  // four from the pool, one on the host
+  EXPECT_EQ(a.gpu_bytes_in_use(), 4 * kChunk);
+  EXPECT_EQ(a.host_bytes_in_use(), 2 * kChunk);
+  // Back to the whole budget: new chunks may be made again, never past the capacity.
+  a.set_gpu_limit_bytes(100 * kChunk);
+  EXPECT_EQ(a.gpu_limit_bytes(), 8 * kChunk);
+  const CUdeviceptr t = allocate(4 * kChunk);
+  expect_at(t, Location::gpu);
+  for (CUdeviceptr x : {r, s, t}) EXPECT_EQ(a.release(x), CUDA_SUCCESS);
+  a.set_gpu_limit_bytes(0);
+  EXPECT_EQ(a.gpu_bytes_held(), 0u);
+}
+
 }  // namespace
 }  // namespace umswap::vmm

@@ -190,6 +190,10 @@ struct AdvisorConfig {
   // uses (an earlier iteration's addresses); on a non-blocking stream of the advisor's own.
   // Empty: no sweeps.
   std::function<uint64_t(const std::function<bool(uint64_t)>&, CUstream)> sweep;
+  // The GPU memory the program mapped itself, now (ProgramMappings: NCCL's buffers, JAX): it
+  // stays on the GPU and counts against the budget, so online plans and learning keep managed
+  // memory under managed_budget(). Empty: none. (A replay plan is made at start, before.)
+  std::function<uint64_t()> program_gpu_bytes;
   double prefetch_bytes_per_s = 40e9;
   double evict_bytes_per_s = 12e9;
 };

@@ -57,6 +57,7 @@ class LearnPath {
   const AdvisorDriver& d_;
   mutable std::mutex mutex_;  // everything below but the atomics
   std::unique_ptr<LearningEvictor> evictor_;
+  uint64_t budget_ = 0;  // the whole budget; the evictor's is managed_budget() of it
   CUdevice device_ = 0;
   bool off_ = false;  // no device for the evictor: nothing is done while learning
   std::atomic<bool> stale_{false};

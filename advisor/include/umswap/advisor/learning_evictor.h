@@ -9,6 +9,7 @@
 // Cost: O(log B) per block touched or picked (B: blocks counted). Not thread-safe.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <set>
 #include <unordered_map>
@@ -16,6 +17,13 @@
 #include <vector>
 
 namespace umswap::advisor {
+
+// The budget of managed memory: `budget` less what the program mapped itself on the GPU
+// (AdvisorConfig::program_gpu_bytes), at least one 2 MiB block (or the budget, when smaller).
+inline uint64_t managed_budget(uint64_t budget, uint64_t program_gpu_bytes) {
+  const uint64_t floor = std::min(budget, uint64_t{2} << 20);
+  return budget > program_gpu_bytes + floor ? budget - program_gpu_bytes : floor;
+}
 
 class LearningEvictor {
  public:
@@ -29,6 +37,8 @@ class LearningEvictor {
   explicit LearningEvictor(uint64_t budget, uint64_t block = 2 << 20);
 
   uint64_t budget() const { return budget_; }
+  // A new budget from the next take_evictions() on (the program mapped memory of its own).
+  void set_budget(uint64_t budget) { budget_ = budget; }
   // Launch `launch` touched [lo, hi) (rounded out to blocks; empty ranges are ignored) of the
   // allocation [alloc_lo, alloc_hi), which holds it. Launch numbers need not rise: a block keeps
   // the largest it was touched by. A block two allocations share belongs to the last that

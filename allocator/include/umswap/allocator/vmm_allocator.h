@@ -82,6 +82,11 @@ struct VmmAllocatorStats {
   uint64_t host_limit = 0;
   uint64_t gpu_bytes = 0;  // chunks backing live ranges, now
   uint64_t gpu_bytes_peak = 0;
+  // The program's own GPU memory (set_program_gpu_bytes), now and at most; and the most of it
+  // plus GPU chunks in use at once, sampled at allocations, windows and the program's mappings.
+  uint64_t program_gpu_bytes = 0;
+  uint64_t program_gpu_bytes_peak = 0;
+  uint64_t gpu_and_program_bytes_peak = 0;
   uint64_t host_bytes = 0;
   uint64_t host_bytes_peak = 0;
   vmm::ArenaStats arena;
@@ -139,6 +144,13 @@ class VmmAllocator {
     program_mapped_.fetch_add(1, std::memory_order_relaxed);
     program_mapped_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   }
+  // The program's own memory on this GPU now (ProgramMappings: NCCL's buffers, JAX): it stays on
+  // the GPU, so it counts against the budget: the pool becomes the budget less it, in whole
+  // chunks (none when it is past the budget). Chunks past the new pool leave as they come free
+  // or as a window moves ranges out (VmmResidency). Any thread.
+  void set_program_gpu_bytes(uint64_t bytes);
+  // Samples the peaks (gpu_bytes_peak, gpu_and_program_bytes_peak); after a window's moves too.
+  void note_peaks();
   uint64_t escaped() const { return escaped_.load(std::memory_order_relaxed); }
   uint64_t captured() const { return captured_.load(std::memory_order_relaxed); }
   VmmAllocatorStats stats() const;
@@ -151,7 +163,6 @@ class VmmAllocator {
   };
   // Releases a range whose record already left the Registry.
   void release(CUdeviceptr base, uint64_t size);
-  void note_peaks();
 
   const VmmSyncDriver sync_;
   Registry& registry_;
@@ -180,6 +191,9 @@ class VmmAllocator {
   uint64_t requested_bytes_peak_ = 0;
   uint64_t gpu_bytes_peak_ = 0;
   uint64_t host_bytes_peak_ = 0;
+  uint64_t program_gpu_bytes_ = 0;
+  uint64_t program_gpu_bytes_peak_ = 0;
+  uint64_t gpu_and_program_bytes_peak_ = 0;
 };
 
 }  // namespace umswap

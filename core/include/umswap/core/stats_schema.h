@@ -86,8 +86,8 @@ inline constexpr Field kFields[] = {
      "The program's allocations umswap served, by the call that made them (cudaMalloc, "
      "cudaMallocAsync, cuMemAllocAsync...): stream-ordered ones give the advisor exact blocks."},
     {"allocator.unmanaged_vmm_allocations", Kind::user, "integer", detail::kAllocator,
-     "Memory the program mapped itself (cuMemCreate, cuMemMap): not managed, outside the "
-     "budget."},
+     "Memory the program mapped itself (cuMemCreate, cuMemMap): not managed; what lies on this "
+     "GPU counts against the budget."},
 
     {"rank", Kind::user, "integer or null", detail::kPreload,
      "The process's rank in a distributed job (the RANK variable torchrun sets); null without "
@@ -103,6 +103,12 @@ inline constexpr Field kFields[] = {
     {"vmm.host_limit_bytes", Kind::user, "integer", detail::kVmmAllocator,
      "Bytes of host chunks the engine may hold (UMSWAP_MANAGED_LIMIT, else half the host "
      "memory available at start)."},
+    {"vmm.program_gpu_bytes_peak", Kind::user, "integer", detail::kVmmAllocator,
+     "Most bytes of this GPU's memory the program mapped itself at once (NCCL's buffers, JAX): "
+     "they stay on the GPU and count against the budget, so the pool shrinks by them."},
+    {"vmm.gpu_and_program_bytes_peak", Kind::user, "integer", detail::kVmmAllocator,
+     "Most bytes of GPU chunks in use plus the program's own GPU memory at once (sampled at "
+     "allocations, windows and the program's mappings): what the budget holds."},
     {"vmm.gpu_bytes_peak", Kind::user, "integer", detail::kVmmAllocator,
      "Most bytes of GPU chunks backing live allocations at once: exact, never above "
      "budget_bytes."},
@@ -125,8 +131,8 @@ inline constexpr Field kFields[] = {
     {"vmm.remaps", Kind::diagnostic, "integer", detail::kVmmAllocator,
      "Chunk slots remapped to another chunk by moves (0 while nothing moves)."},
     {"vmm.program_mapped_bytes", Kind::diagnostic, "integer", detail::kVmmAllocator,
-     "Bytes the program made itself with cuMemCreate (NCCL's buffers, JAX): on the GPU, "
-     "outside the pool."},
+     "Bytes the program made itself with cuMemCreate (NCCL's buffers, JAX), in all, wherever "
+     "they live."},
     {"vmm.bytes_to_gpu", Kind::diagnostic, "integer", detail::kVmmAllocator,
      "Bytes moved from host chunks to GPU chunks, in all."},
     {"vmm.bytes_to_host", Kind::diagnostic, "integer", detail::kVmmAllocator,
@@ -401,6 +407,8 @@ inline constexpr const Field& kCopiesToHost = field("vmm.copies_to_host");
 inline constexpr const Field& kCopiesToGpu = field("vmm.copies_to_gpu");
 inline constexpr const Field& kRemaps = field("vmm.remaps");
 inline constexpr const Field& kProgramMappedBytes = field("vmm.program_mapped_bytes");
+inline constexpr const Field& kProgramGpuBytesPeak = field("vmm.program_gpu_bytes_peak");
+inline constexpr const Field& kGpuAndProgramBytesPeak = field("vmm.gpu_and_program_bytes_peak");
 inline constexpr const Field& kBytesToGpu = field("vmm.bytes_to_gpu");
 inline constexpr const Field& kBytesToHost = field("vmm.bytes_to_host");
 inline constexpr const Field& kWindows = field("vmm.windows");

@@ -180,7 +180,13 @@ class ChunkArena {
   // Releases the free chunks of both pools; returns the bytes released.
   uint64_t trim();
 
-  uint64_t gpu_limit_bytes() const { return gpu_capacity_ * kChunk; }
+  // The GPU pool: at most gpu_limit_bytes() of GPU chunks exist, gpu_capacity_bytes() (the
+  // constructor's) less what set_gpu_limit_bytes() took away. Lowering it releases free chunks
+  // past it at once, and chunks in use past it as they come free (a move out or a release);
+  // until then gpu_bytes_held() may be above it. Never above the capacity.
+  uint64_t gpu_capacity_bytes() const { return gpu_capacity_ * kChunk; }
+  uint64_t gpu_limit_bytes() const;
+  void set_gpu_limit_bytes(uint64_t bytes);
   uint64_t host_limit_bytes() const { return host_capacity_ * kChunk; }
   uint64_t gpu_bytes_in_use() const;
   uint64_t host_bytes_in_use() const;

@@ -33,11 +33,16 @@ class ChunkPool {
   ChunkPool(const ChunkPool&) = delete;
   ChunkPool& operator=(const ChunkPool&) = delete;
 
-  // A free chunk, or a new one while fewer than `capacity` exist.
+  // A free chunk, or a new one while fewer than limit() exist.
   CUresult take(uint32_t* index);
+  // A chunk back: kept free, or released while more than limit() exist.
   void give(uint32_t index);
   // Chunks take() can still hand out (free, or not yet made).
-  uint64_t available() const { return free_.size() + (capacity_ - made_); }
+  uint64_t available() const { return free_.size() + (limit_ > made_ ? limit_ - made_ : 0); }
+  // At most `chunks` (never above capacity) may exist from now on: free chunks past it are
+  // released now, chunks in use past it when given back.
+  void set_limit(uint64_t chunks);
+  uint64_t limit() const { return limit_; }
 
   CUmemGenericAllocationHandle handle(uint32_t index) const { return handles_[index]; }
   CUdeviceptr window_address(uint32_t index) const;
@@ -59,6 +64,7 @@ class ChunkPool {
   CUmemAllocationProp prop_{};
   CUmemAccessDesc access_{};
   uint64_t capacity_;
+  uint64_t limit_;  // <= capacity_
   CUdeviceptr window_ = 0;
   std::vector<CUmemGenericAllocationHandle> handles_;  // by index; 0: no chunk at that slot
   std::vector<uint32_t> free_;                         // made, not in use

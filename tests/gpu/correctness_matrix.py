@@ -101,6 +101,15 @@ def parse_log(log):
             "seconds": float(e.group(2)) if e else None}
 
 
+def log_tail(path, lines=40):
+    """The last `lines` lines of a run's log; None when it cannot be read."""
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except (OSError, TypeError):
+        return None
+
+
 def stats_of(path):
     try:
         with open(path) as f:
@@ -348,6 +357,11 @@ def report(a, natives, results, started, out):
                       "umswap_ms": sorted(u["ms"][2:])[len(u["ms"][2:]) // 2] if len(
                           u["ms"]) > 2 else None,
                       "seconds": u["seconds"], "rc": u["rc"], "ok": ok, **st})
+        if not ok:
+            # The run's last lines travel with the row: a failure stays explained when the log
+            # folder does not survive (a device run that cannot bring it back).
+            table[-1]["steps_done"] = len(u["losses"])
+            table[-1]["log_tail"] = log_tail(u.get("log"))
     # Rows asked for and not run (a matrix stopped before it got to them).
     done = {(r["model"], r["allocator"], r["deterministic"], r["budget_pct"]) for r in table}
     for m in [x for x in a.models.split(",") if x]:
@@ -401,6 +415,11 @@ def report(a, natives, results, started, out):
             f"{r.get('native_ms') or '-'} / {r.get('umswap_ms') or '-'} |")
     text = "\n".join(lines)
     print(text)
+    for r in table:
+        if r.get("log_tail"):
+            print(f"--- {r['model']} {r.get('allocator')} det {r.get('deterministic')} "
+                  f"{r.get('budget_pct')}%: exit {r['rc']} after {r.get('steps_done')} steps; "
+                  f"the end of its log:\n{r['log_tail']}")
     print(f"matrix: {len(table)} rows, {sum(1 for r in table if not r['ok'])} failed, "
           f"{time.time() - started:.0f} s; logs in {out}")
     if a.markdown:

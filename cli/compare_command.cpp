@@ -82,14 +82,15 @@ class Runner {
     const std::string prefix = fmt::format("[{}/{}] {}", index_, total_, name);
     if (tty_) say(fmt::format("\r\033[K{}: starting", prefix));
     size_t lines_seen = 0;
+    // A torchrun's lines carry their rank in front: the progress follows the first rank that
+    // prints one. (Declared here: the callback runs after the block below has closed.)
+    std::optional<int> followed;
     ChildCapture capture{
         .stdout_path = (dir_ / fmt::format("{}.out", name)).string(),
         .stderr_path = (dir_ / fmt::format("{}.err", name)).string(),
         .on_stdout_line = {},
     };
     if (tty_) {
-      // A torchrun's lines carry their rank in front: follow the first rank that prints one.
-      std::optional<int> followed;
       capture.on_stdout_line = [&](std::string_view line) {
         const auto [rank, text] = strip_rank_prefix(line);
         const std::optional<IterationLine> it = parse_iteration_line(text);
@@ -190,13 +191,22 @@ std::vector<StatsFigures> read_rank_stats(const fs::path& dir, std::string_view 
   return out;
 }
 
-// outcome_of(), one per rank for a torchrun command.
+// torchrun's copies of the ranks' output for the run `run_name` (PET_LOG_DIR).
+fs::path torchrun_logs(const fs::path& dir, std::string_view run_name) {
+  return dir / "torchrun-logs" / std::string(run_name);
+}
+
+// outcome_of(), one per rank for a torchrun command: each rank's lines from the files torchrun
+// kept (whole lines), else from its stdout by their prefixes.
 std::vector<ModeOutcome> outcomes_of(CompareMode mode, const Runner::Result& r,
                                      const fs::path& stats_path, bool torchrun,
                                      std::string_view run_name) {
   const ModeOutcome whole = outcome_of(mode, r, stats_path);
   if (!torchrun) return {whole};
-  return split_by_rank(whole, r.stdout_text, read_rank_stats(stats_path.parent_path(), run_name));
+  const fs::path dir = stats_path.parent_path();
+  std::map<int, std::string> outputs = read_rank_logs(torchrun_logs(dir, run_name).string());
+  if (outputs.empty()) outputs = split_rank_output(r.stdout_text);
+  return split_by_rank(whole, outputs, read_rank_stats(dir, run_name));
 }
 
 ModeOutcome not_run(CompareMode mode, ModeStatus status, std::string reason) {
@@ -356,13 +366,16 @@ int compare_command(const CompareFlags& flags, const LinkProber& probe) {
   };
   auto prepare = [&](CompareRun run, std::optional<uint64_t> budget, const std::string& trace,
                      const fs::path& stats) {
+    // The run's name is its stats file's up to the first dot (stats_path()).
+    const std::string name =
+        stats.filename().string().substr(0, stats.filename().string().find('.'));
     const ChildEnvironment env = plan_compare_environment(
         {.run = run,
          .budget_bytes = budget,
          .stats_path = stats.string(),
          .trace_path = trace,
          .managed_limit_bytes = limit_to_set,
-         .torchrun_log_dir = torchrun ? (dir / "torchrun-logs").string() : std::string()},
+         .torchrun_log_dir = torchrun ? torchrun_logs(dir, name).string() : std::string()},
         current, library.path);
     if (!warned) {
       for (const std::string& warning : env.warnings) log(LogLevel::warning, "{}", warning);

@@ -6,7 +6,9 @@
 #include <cctype>
 #include <charconv>
 #include <filesystem>
+#include <fstream>
 #include <set>
+#include <sstream>
 
 namespace umswap::cli {
 namespace {
@@ -74,9 +76,41 @@ std::map<int, std::string> split_rank_output(std::string_view text) {
   return out;
 }
 
-std::vector<ModeOutcome> split_by_rank(const ModeOutcome& whole, std::string_view stdout_text,
+std::map<int, std::string> read_rank_logs(const std::string& log_dir) {
+  namespace fs = std::filesystem;
+  std::map<int, std::pair<int, fs::path>> newest;  // local rank -> (attempt, file)
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(log_dir, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    const fs::path& file = it->path();
+    if (file.filename() != "stdout.log") continue;
+    const std::string rank_name = file.parent_path().filename().string();
+    const std::string attempt_name = file.parent_path().parent_path().filename().string();
+    int rank = 0, attempt = 0;
+    const auto number = [](std::string_view text, int* out) {
+      const auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), *out);
+      return !text.empty() && err == std::errc() && end == text.data() + text.size();
+    };
+    if (!number(rank_name, &rank) || !attempt_name.starts_with("attempt_") ||
+        !number(std::string_view(attempt_name).substr(8), &attempt)) {
+      continue;
+    }
+    const auto found = newest.find(rank);
+    if (found == newest.end() || attempt > found->second.first) newest[rank] = {attempt, file};
+  }
+  std::map<int, std::string> out;
+  for (const auto& [rank, entry] : newest) {
+    std::ifstream in(entry.second, std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    out[rank] = text.str();
+  }
+  return out;
+}
+
+std::vector<ModeOutcome> split_by_rank(const ModeOutcome& whole,
+                                       const std::map<int, std::string>& outputs,
                                        const std::vector<StatsFigures>& stats_files) {
-  const std::map<int, std::string> outputs = split_rank_output(stdout_text);
   std::set<int> ranks;
   for (const auto& [rank, lines] : outputs) ranks.insert(rank);
   for (const StatsFigures& s : stats_files) {
@@ -99,10 +133,16 @@ std::vector<ModeOutcome> split_by_rank(const ModeOutcome& whole, std::string_vie
     o.output = parse_program_output(lines == outputs.end() ? std::string_view() : lines->second);
     o.stats.reset();
     o.stats_error.clear();
-    const auto file = std::find_if(stats_files.begin(), stats_files.end(), [&](const auto& s) {
-      return s.rank && *s.rank == static_cast<uint64_t>(rank);
-    });
-    if (file != stats_files.end()) {
+    // A child of the rank that used CUDA (a compile worker) inherits its RANK and writes a
+    // file too: the rank's own is the one with the most iterations traced.
+    const StatsFigures* file = nullptr;
+    for (const StatsFigures& s : stats_files) {
+      if (s.rank && *s.rank == static_cast<uint64_t>(rank) &&
+          (!file || s.iterations.size() > file->iterations.size())) {
+        file = &s;
+      }
+    }
+    if (file) {
       o.stats = *file;
     } else {
       o.stats_error = "no stats file from this rank";

@@ -7,6 +7,7 @@
 
 #include <sys/stat.h>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 namespace {
@@ -208,15 +209,24 @@ TEST_F(CompareEndToEnd, BaselinesRunNativelyWithTheirFlagAndGetRowsAndAVerdict) 
 
 // A stand-in for torchrun: two ranks, each printing its lines with the prefix compare asked for
 // (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE), interleaved, and writing its stats file (`%p` in
-// UMSWAP_STATS as 4000 + rank) with its rank in it; torchrun's own line has no prefix. Rank 1 is
-// twice as slow and takes ten times the faults of rank 0; the launcher's variables go to $LOG.
+// UMSWAP_STATS as 4000 + rank) with its rank in it; torchrun's own line has no prefix. Each
+// rank's lines also go whole to PET_LOG_DIR/<run id>/attempt_0/<rank>/stdout.log, as torchrun
+// keeps them; with $SPLIT_LINES its stdout has rank 1's lines cut in two, as torchrun's copy of
+// a block-buffered rank can. Rank 1 is twice as slow and takes ten times the faults of rank 0;
+// the launcher's variables go to $LOG.
 constexpr const char* kFakeTorchrun = R"SH(#!/bin/sh
 echo "$UMSWAP_MODE|${UMSWAP_BUDGET-unset}|$UMSWAP_STATS|${PET_TEE-unset}|${PET_LOG_DIR-unset}|$*" >> "$LOG"
 echo "W1128 torchrun: starting 2 ranks"
+mkdir -p "$PET_LOG_DIR/none_x1/attempt_0/0" "$PET_LOG_DIR/none_x1/attempt_0/1"
 for i in 0 1 2 3; do
   for r in 0 1; do
     prefix=$(printf '%s' "$TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE" | sed "s/\${rank}/$r/")
-    echo "${prefix}iter $i ms $((r + 1))0.5 loss 0.$r$i"
+    echo "iter $i ms $((r + 1))0.5 loss 0.$r$i" >> "$PET_LOG_DIR/none_x1/attempt_0/$r/stdout.log"
+    if [ $r = 1 ] && [ -n "$SPLIT_LINES" ]; then
+      echo "${prefix}iter $i ms $((r + 1))"; echo "${prefix}0.5 loss 0.$r$i"
+    else
+      echo "${prefix}iter $i ms $((r + 1))0.5 loss 0.$r$i"
+    fi
   done
 done
 for r in 0 1; do
@@ -235,16 +245,19 @@ TEST_F(CompareEndToEnd, ATorchrunCommandGetsOneRowPerRank) {
   const fs::path torchrun = dir_ / "torchrun";
   std::ofstream(torchrun) << kFakeTorchrun;
   ::chmod(torchrun.c_str(), 0755);
-  const Result r = umswap({"compare", "--json", (dir_ / "c.json").string(), "--", torchrun.string(),
-                           "--nproc-per-node", "2", "train.py"},
-                          {{"LOG", (dir_ / "log").string()}, {"TMPDIR", tmp_.string()}});
+  const Result r =
+      umswap({"compare", "--json", (dir_ / "c.json").string(), "--", torchrun.string(),
+              "--nproc-per-node", "2", "train.py"},
+             {{"LOG", (dir_ / "log").string()}, {"TMPDIR", tmp_.string()}, {"SPLIT_LINES", "1"}});
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   // native, managed, online; no record or replay (one trace file would serve every rank).
   const std::vector<std::string> runs = log_lines();
   ASSERT_EQ(runs.size(), 3u) << read_file(dir_ / "log");
-  for (const std::string& run : runs) {
-    EXPECT_TRUE(contains(run, ".%p.json|1|")) << run;  // a stats file per process; --tee 1
-    EXPECT_TRUE(contains(run, "/torchrun-logs|--nproc-per-node 2 train.py")) << run;
+  const char* names[] = {"native", "managed", "online"};
+  for (size_t i = 0; i < runs.size(); ++i) {
+    // A stats file per process; --tee 1; torchrun's copies of the ranks' output per run.
+    EXPECT_TRUE(contains(runs[i], fmt::format("/{}.%p.json|1|", names[i]))) << runs[i];
+    EXPECT_TRUE(contains(runs[i], fmt::format("/torchrun-logs/{}|", names[i]))) << runs[i];
   }
   // 50% of the largest rank's managed peak (4000 bytes), the same for every rank.
   EXPECT_TRUE(runs[2].starts_with("online|2000|")) << runs[2];

@@ -6,6 +6,10 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -51,6 +55,29 @@ TEST(CompareTorchrun, RankPrefixes) {
   }
 }
 
+// torchrun's own copy of each rank's stdout, whole lines: the last attempt's, by local rank.
+TEST(CompareTorchrun, RankLogsFromTorchrunsLogDir) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / fmt::format("umswap-ranklogs-{}", ::getpid());
+  fs::remove_all(root);
+  auto write = [&](const std::string& rel, const std::string& text) {
+    fs::create_directories((root / rel).parent_path());
+    std::ofstream(root / rel) << text;
+  };
+  write("none_ab12/attempt_0/0/stdout.log", "iter 0 ms 1 loss 9\n");
+  write("none_ab12/attempt_1/0/stdout.log", "iter 0 ms 1 loss 1\n");  // the restart's
+  write("none_ab12/attempt_1/1/stdout.log", "iter 0 ms 2 loss 2\n");
+  write("none_ab12/attempt_1/1/stderr.log", "not stdout\n");
+  write("none_ab12/attempt_1/x/stdout.log", "not a rank\n");
+  write("none_ab12/other/2/stdout.log", "not an attempt\n");
+  const std::map<int, std::string> logs = read_rank_logs(root.string());
+  ASSERT_EQ(logs.size(), 2u);
+  EXPECT_EQ(logs.at(0), "iter 0 ms 1 loss 1\n");
+  EXPECT_EQ(logs.at(1), "iter 0 ms 2 loss 2\n");
+  EXPECT_TRUE(read_rank_logs((root / "nowhere").string()).empty());
+  fs::remove_all(root);
+}
+
 TEST(CompareTorchrun, EachRanksLinesApartWithoutTorchrunsOwn) {
   const std::map<int, std::string> split = split_rank_output(
       "[rank1]:iter 0 ms 20 loss 2.0\n"
@@ -83,8 +110,9 @@ TEST(CompareTorchrun, OneOutcomePerRankWithItsLinesAndItsStats) {
   const std::string out =
       "[rank0]:iter 0 ms 10 loss 1.0\n[rank1]:iter 0 ms 20 loss 2.0\n[rank2]:iter 0 ms 30\n";
   // rank 1's file, rank 0's, and one from a process that was no rank; rank 2 left none.
-  const std::vector<ModeOutcome> os = split_by_rank(
-      whole, out, {rank_stats(1, 111), rank_stats(0, 100), rank_stats(std::nullopt, 999)});
+  const std::vector<ModeOutcome> os =
+      split_by_rank(whole, split_rank_output(out),
+                    {rank_stats(1, 111), rank_stats(0, 100), rank_stats(std::nullopt, 999)});
   ASSERT_EQ(os.size(), 3u);
   for (int r = 0; r < 3; ++r) {
     const ModeOutcome& o = os[r];
@@ -102,8 +130,17 @@ TEST(CompareTorchrun, OneOutcomePerRankWithItsLinesAndItsStats) {
   EXPECT_FALSE(os[2].stats);
   EXPECT_EQ(os[2].stats_error, "no stats file from this rank");
 
+  // Two files with rank 0 (a child of the rank used CUDA): the rank's own has the iterations.
+  StatsFigures child = rank_stats(0, 7);
+  StatsFigures own = rank_stats(0, 8);
+  own.iterations.resize(3);
+  for (const auto& files : {std::vector{child, own}, std::vector{own, child}}) {
+    EXPECT_EQ(split_by_rank(whole, split_rank_output(out), files)[0].stats->peak_resident_bytes,
+              8u);
+  }
+
   // A rank seen only through its stats file still gets its row.
-  const std::vector<ModeOutcome> only_stats = split_by_rank(whole, "", {rank_stats(4, 5)});
+  const std::vector<ModeOutcome> only_stats = split_by_rank(whole, {}, {rank_stats(4, 5)});
   ASSERT_EQ(only_stats.size(), 1u);
   EXPECT_EQ(only_stats[0].rank, 4);
   EXPECT_TRUE(only_stats[0].output.iterations.empty());
@@ -112,7 +149,8 @@ TEST(CompareTorchrun, OneOutcomePerRankWithItsLinesAndItsStats) {
   ModeOutcome failed = whole;
   failed.status = ModeStatus::failed;
   failed.stats_error.clear();
-  const std::vector<ModeOutcome> none = split_by_rank(failed, "torchrun: error\n", {});
+  const std::vector<ModeOutcome> none =
+      split_by_rank(failed, split_rank_output("torchrun: error\n"), {});
   ASSERT_EQ(none.size(), 1u);
   EXPECT_FALSE(none[0].rank);
   EXPECT_EQ(none[0].status, ModeStatus::failed);

@@ -331,14 +331,22 @@ inline constexpr std::string_view kRankPrefixTemplate = "[rank${rank}]:";
 // one gives nullopt and the whole line.
 std::pair<std::optional<int>, std::string_view> strip_rank_prefix(std::string_view line);
 // The lines of each rank, prefixes removed, in their order; lines without a prefix (torchrun's
-// own) are left out.
+// own) are left out. A rank whose stdout is block-buffered can have a line cut in two by
+// torchrun's copy; read_rank_logs() has them whole.
 std::map<int, std::string> split_rank_output(std::string_view text);
-// One outcome per rank that printed a line or left a stats file with its rank: `whole` (status,
-// exit code, times, budget) with that rank's output and stats; a rank without a stats file gets
-// stats_error "no stats file from this rank". No rank at all: `whole` alone, its stats_error
-// saying so. Stats files without a rank (a process torchrun did not start as a rank) are left
-// out.
-std::vector<ModeOutcome> split_by_rank(const ModeOutcome& whole, std::string_view stdout_text,
+// Each local rank's stdout as torchrun kept it under PET_LOG_DIR `log_dir`
+// (`<run id>_<x>/attempt_<n>/<local rank>/stdout.log`; of several attempts, the last); empty
+// when there is none (a torchrun without --tee support, or none started).
+std::map<int, std::string> read_rank_logs(const std::string& log_dir);
+// One outcome per rank that printed a line (`outputs`: read_rank_logs(), else
+// split_rank_output()) or left a stats file with its rank: `whole` (status, exit code, times,
+// budget) with that rank's output and stats; a rank without a stats file gets
+// stats_error "no stats file from this rank"; of several files with one rank (a child that
+// used CUDA inherits RANK), the one with the most iterations. No rank at all: `whole` alone, its
+// stats_error saying so. Stats files without a rank (a process torchrun did not start as a rank)
+// are left out.
+std::vector<ModeOutcome> split_by_rank(const ModeOutcome& whole,
+                                       const std::map<int, std::string>& outputs,
                                        const std::vector<StatsFigures>& stats_files);
 
 // --- Output

@@ -237,7 +237,9 @@ void VmmAllocator::note_peaks() {
   gpu_and_program_bytes_peak_ = std::max(gpu_and_program_bytes_peak_, gpu + program_gpu_bytes_);
 }
 
-void VmmAllocator::set_program_gpu_bytes(uint64_t bytes) {
+void VmmAllocator::set_program_gpu_bytes(const ProgramMappings& mappings) {
+  std::lock_guard program(program_mutex_);
+  const uint64_t bytes = mappings.gpu_bytes();
   {
     std::lock_guard lock(peaks_mutex_);
     program_gpu_bytes_ = bytes;
@@ -246,6 +248,7 @@ void VmmAllocator::set_program_gpu_bytes(uint64_t bytes) {
   const uint64_t outside = (bytes + vmm::kChunk - 1) / vmm::kChunk * vmm::kChunk;
   const uint64_t budget = arena_.gpu_capacity_bytes();
   arena_.set_gpu_limit_bytes(budget > outside ? budget - outside : 0);
+  residency_.trim_to_pool();
   note_peaks();
 }
 

@@ -202,6 +202,13 @@ void VmmResidency::make_resident(std::span<const CUdeviceptr> bases, CUstream st
   }
   stats_.bytes_short += short_bytes;
   short_key_ = short_bytes > 0 ? key_of(bases) : 0;
+  // Every move above has committed (its copies waited for): chunks past a shrunk pool can go.
+  arena_.trim_to_limit();
+}
+
+void VmmResidency::trim_to_pool() {
+  std::lock_guard lock(mutex_);
+  arena_.trim_to_limit();
 }
 
 void VmmResidency::forget(CUdeviceptr base) {

@@ -3,6 +3,7 @@
 // allocator. Reached directly by programs linked with -lcuda, and through cuGetProcAddress/dlsym
 // answers by everything else (proc_address.cpp).
 #include <cstring>
+#include <optional>
 
 #include "preload.h"
 #include "reentry_guard.h"
@@ -138,17 +139,20 @@ UMSWAP_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t 
   if (!p.driver()) return kNoDriver;
   const CUresult status = p.driver()->cuMemCreate(handle, size, prop, flags);
   if (status != CUDA_SUCCESS || ReentryGuard::active() || !handle) return status;
-  // Memory on this process's GPU stays there: it counts against the budget (ProgramMappings).
-  auto on_this_gpu = [&] {
+  // Memory on the GPU umswap manages stays there: it counts against the budget
+  // (ProgramMappings). That GPU: engine vmm's, else the calling thread's current one.
+  auto on_gpu = [&](std::optional<CUdevice> ours) {
     CUdevice device = 0;
-    return prop && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
-           p.driver()->cuCtxGetDevice && p.driver()->cuCtxGetDevice(&device) == CUDA_SUCCESS &&
+    if (!prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return false;
+    if (ours) return prop->location.id == *ours;
+    return p.driver()->cuCtxGetDevice && p.driver()->cuCtxGetDevice(&device) == CUDA_SUCCESS &&
            prop->location.id == device;
   };
   if (p.options().engine == umswap::Engine::vmm) {
     if (umswap::VmmAllocator* vmm = p.vmm()) {
       vmm->note_program_mapped(size);
-      vmm->set_program_gpu_bytes(p.program_mappings().created(*handle, size, on_this_gpu()));
+      p.program_mappings().created(*handle, size, on_gpu(vmm->device()));
+      vmm->set_program_gpu_bytes(p.program_mappings());
       static umswap::OnceFlag once;
       if (once.first()) {
         umswap::log_warning(
@@ -160,7 +164,7 @@ UMSWAP_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t 
     }
   } else if (p.redirecting()) {
     p.allocator().note_unmanaged_vmm();
-    p.program_mappings().created(*handle, size, on_this_gpu());
+    p.program_mappings().created(*handle, size, on_gpu(std::nullopt));
     static umswap::OnceFlag once;
     if (once.first()) {
       umswap::log_warning(
@@ -179,9 +183,9 @@ UMSWAP_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   if (!p.driver()) return kNoDriver;
   const CUresult status = p.driver()->cuMemRelease(handle);
   if (status != CUDA_SUCCESS || ReentryGuard::active()) return status;
-  const uint64_t now = p.program_mappings().released(handle);
+  p.program_mappings().released(handle);
   if (p.options().engine == umswap::Engine::vmm) {
-    if (umswap::VmmAllocator* vmm = p.vmm()) vmm->set_program_gpu_bytes(now);
+    if (umswap::VmmAllocator* vmm = p.vmm()) vmm->set_program_gpu_bytes(p.program_mappings());
   }
   return status;
 }

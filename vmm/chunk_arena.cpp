@@ -40,6 +40,12 @@ void ChunkArena::set_gpu_limit_bytes(uint64_t bytes) {
   gpu_.set_limit(bytes / kChunk);
 }
 
+uint64_t ChunkArena::trim_to_limit() {
+  std::lock_guard lock(mutex_);
+  if (!driver_.complete()) return 0;
+  return gpu_.trim_to_limit() * kChunk;
+}
+
 ChunkArena::ChunkArena(const VmmDriver& driver, CUdevice device, uint64_t gpu_limit_bytes,
                        uint64_t host_limit_bytes)
     : driver_(driver),

@@ -70,27 +70,42 @@ CUresult ChunkPool::take(uint32_t* index) {
 }
 
 void ChunkPool::give(uint32_t index) {
-  if (made_ > limit_ && release_chunk(index) == CUDA_SUCCESS) return;
   free_.push_back(index);
 }
 
 void ChunkPool::set_limit(uint64_t chunks) {
   limit_ = std::min(chunks, capacity_);
-  std::vector<uint32_t> kept;
-  for (uint32_t index : free_) {
-    if (made_ <= limit_ || release_chunk(index) != CUDA_SUCCESS) kept.push_back(index);
-  }
-  free_ = std::move(kept);
 }
 
-CUresult ChunkPool::release_chunk(uint32_t index) {
+uint64_t ChunkPool::trim_to_limit() {
+  uint64_t released = 0;
+  std::vector<uint32_t> kept;
+  for (uint32_t index : free_) {
+    if (made_ <= limit_) {
+      kept.push_back(index);
+      continue;
+    }
+    bool still_mapped = true;
+    if (release_chunk(index, &still_mapped) == CUDA_SUCCESS) {
+      ++released;
+    } else if (still_mapped) {
+      kept.push_back(index);
+    }  // else unmapped and not released: never handed out again (the memory stays counted)
+  }
+  free_ = std::move(kept);
+  return released;
+}
+
+CUresult ChunkPool::release_chunk(uint32_t index, bool* still_mapped) {
+  if (still_mapped) *still_mapped = true;
   if (CUresult r = driver_->mem_unmap(window_address(index), kChunk); r != CUDA_SUCCESS) return r;
   // Unmapped and released: the driver frees the memory now (no other mapping is left).
   if (CUresult r = driver_->mem_release(handles_[index]); r != CUDA_SUCCESS) {
     // Keep the chunk usable: map it back where it was.
-    if (driver_->mem_map(window_address(index), kChunk, 0, handles_[index], 0) == CUDA_SUCCESS) {
-      driver_->mem_set_access(window_address(index), kChunk, &access_, 1);
-    }
+    const bool back =
+        driver_->mem_map(window_address(index), kChunk, 0, handles_[index], 0) == CUDA_SUCCESS &&
+        driver_->mem_set_access(window_address(index), kChunk, &access_, 1) == CUDA_SUCCESS;
+    if (still_mapped) *still_mapped = back;
     return r;
   }
   handles_[index] = 0;
@@ -103,11 +118,12 @@ uint64_t ChunkPool::trim() {
   uint64_t released = 0;
   std::vector<uint32_t> kept;
   for (uint32_t index : free_) {
-    if (release_chunk(index) == CUDA_SUCCESS) {
+    bool still_mapped = true;
+    if (release_chunk(index, &still_mapped) == CUDA_SUCCESS) {
       ++released;
-    } else {
+    } else if (still_mapped) {
       kept.push_back(index);
-    }
+    }  // else unmapped and not released: never handed out again (the memory stays counted)
   }
   free_ = std::move(kept);
   return released;

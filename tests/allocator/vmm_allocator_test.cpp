@@ -365,6 +365,36 @@ TEST_F(VmmAllocatorTest, MemGetInfoCountsTheChunksAgainstBothLimits) {
   EXPECT_EQ(free, 2 * MiB);
 }
 
+// The program's own GPU memory (NCCL's buffers) counts against the budget: the pool shrinks by
+// it in whole chunks, its free chunks past the new pool are released, the stats keep the budget
+// and the peak of both together; a release gives the room back.
+TEST_F(VmmAllocatorTest, TheProgramsOwnGpuMemoryShrinksThePool) {
+  VmmAllocator& a = make(8 * MiB, 8 * MiB);
+  const CUdeviceptr first = allocate(4 * MiB);
+  ASSERT_TRUE(a.free(allocate(4 * MiB)));  // two free chunks
+  ProgramMappings mappings;
+  mappings.created(1, 3 * MiB, true);  // rounds up to two chunks
+  a.set_program_gpu_bytes(mappings);
+  VmmAllocatorStats s = a.stats();
+  EXPECT_EQ(s.gpu_limit, 8 * MiB);  // the budget
+  EXPECT_EQ(s.program_gpu_bytes, 3 * MiB);
+  EXPECT_EQ(s.arena.gpu_chunks_made * kChunk, 4 * MiB);  // the free ones went
+  const CUdeviceptr second = allocate(2 * MiB);
+  EXPECT_EQ(chunks_of(second, 2 * MiB), std::make_pair(uint64_t{0}, 2 * MiB));  // pool full
+  size_t free = 0, total = 0;
+  ASSERT_EQ(a.mem_get_info(&free, &total), CUDA_SUCCESS);
+  EXPECT_EQ(total, 12 * MiB);  // 4 MiB of pool and 8 of host
+  mappings.released(1);
+  a.set_program_gpu_bytes(mappings);
+  const CUdeviceptr third = allocate(4 * MiB);
+  EXPECT_EQ(chunks_of(third, 4 * MiB), std::make_pair(4 * MiB, uint64_t{0}));
+  s = a.stats();
+  EXPECT_EQ(s.program_gpu_bytes, 0u);
+  EXPECT_EQ(s.program_gpu_bytes_peak, 3 * MiB);
+  EXPECT_EQ(s.gpu_and_program_bytes_peak, 8 * MiB);  // 4 in use + 3 of the program's, or 8 in use
+  for (CUdeviceptr p : {first, second, third}) EXPECT_TRUE(a.free(p));
+}
+
 TEST_F(VmmAllocatorTest, PitchedRowsAreAligned) {
   VmmAllocator& a = make(8 * MiB, 0);
   CUdeviceptr p = 0;

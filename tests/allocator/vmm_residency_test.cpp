@@ -114,6 +114,12 @@ TEST_F(VmmResidencyTest, AWindowMovesOutWhatIsPastAShrunkPool) {
   EXPECT_EQ(g_fake->kernel_mismatches(b, 2 * kChunk, 2), 0u);
   EXPECT_EQ(g_fake->kernel_mismatches(c, kChunk, 3), 0u);
   EXPECT_EQ(residency_->stats().move_failures, 0u);
+  // The chunks the moves freed past the pool were released at the window's end.
+  EXPECT_LE(arena_->gpu_bytes_held(), 2 * kChunk);
+  // And a pool that shrinks again between windows is trimmed on request.
+  arena_->set_gpu_limit_bytes(0);
+  residency_->trim_to_pool();
+  EXPECT_EQ(arena_->gpu_bytes_held(), arena_->gpu_bytes_in_use());
 }
 
 TEST_F(VmmResidencyTest, ARangeTheStepReachesIsNeverTheVictim) {

@@ -676,10 +676,10 @@ TEST_F(ChunkArenaTest, ConcurrentAllocationsAndMovesKeepDataAndCounts) {
   EXPECT_LE(g_fake->gpu_bytes_peak, 4 * kChunk);
 }
 
-// The pool shrinks when the program maps GPU memory of its own (issue 41): free chunks past the
-// new limit are released at once, chunks in use as they come free; new ranges go to the host
-// while the pool is full; the capacity (the budget) stays.
-TEST_F(ChunkArenaTest, AShrunkPoolReleasesWhatIsPastItAsItComesFree) {
+// The pool shrinks when the program maps GPU memory of its own (issue 41): no chunk is made past
+// the new limit, and trim_to_limit() releases the free ones past it (never give(): a staged
+// copy may still read a free chunk through the pool's window); the capacity (the budget) stays.
+TEST_F(ChunkArenaTest, AShrunkPoolMakesNoChunkPastItAndTrimsTheFreeOnes) {
   ChunkArena& a = make(8 * kChunk, 16 * kChunk);
   const CUdeviceptr p = allocate(6 * kChunk);
   const CUdeviceptr q = allocate(2 * kChunk);
@@ -688,13 +688,17 @@ TEST_F(ChunkArenaTest, AShrunkPoolReleasesWhatIsPastItAsItComesFree) {
   a.set_gpu_limit_bytes(4 * kChunk + kChunk / 2);  // whole chunks: 4
   EXPECT_EQ(a.gpu_limit_bytes(), 4 * kChunk);
   EXPECT_EQ(a.gpu_capacity_bytes(), 8 * kChunk);
-  EXPECT_EQ(a.gpu_bytes_held(), 6 * kChunk);  // the free ones went; p's six stay in use
+  EXPECT_EQ(a.gpu_bytes_held(), 8 * kChunk);  // nothing released by the limit itself
+  EXPECT_EQ(a.trim_to_limit(), 2 * kChunk);   // the two free ones
+  EXPECT_EQ(a.gpu_bytes_held(), 6 * kChunk);  // p's six stay in use
   expect_at(p, Location::gpu);
   const CUdeviceptr r = allocate(kChunk);
   expect_at(r, Location::host);  // the pool is past its limit
   ASSERT_EQ(a.release(p), CUDA_SUCCESS);
-  EXPECT_EQ(a.gpu_bytes_held(), 4 * kChunk);  // two released, four kept free
-  EXPECT_EQ(a.gpu_bytes_in_use(), 0u);
+  EXPECT_EQ(a.gpu_bytes_held(), 6 * kChunk);  // free, until trimmed
+  EXPECT_EQ(a.trim_to_limit(), 2 * kChunk);
+  EXPECT_EQ(a.gpu_bytes_held(), 4 * kChunk);  // four kept free
+  EXPECT_EQ(a.trim_to_limit(), 0u);
   const CUdeviceptr s = allocate(5 * kChunk);  // four from the pool, one on the host
   EXPECT_EQ(a.gpu_bytes_in_use(), 4 * kChunk);
   EXPECT_EQ(a.host_bytes_in_use(), 2 * kChunk);
@@ -705,6 +709,7 @@ TEST_F(ChunkArenaTest, AShrunkPoolReleasesWhatIsPastItAsItComesFree) {
   expect_at(t, Location::gpu);
   for (CUdeviceptr x : {r, s, t}) EXPECT_EQ(a.release(x), CUDA_SUCCESS);
   a.set_gpu_limit_bytes(0);
+  EXPECT_EQ(a.trim_to_limit(), 8 * kChunk);
   EXPECT_EQ(a.gpu_bytes_held(), 0u);
 }
 

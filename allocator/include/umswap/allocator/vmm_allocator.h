@@ -40,6 +40,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "umswap/allocator/program_mappings.h"
 #include "umswap/allocator/registry.h"
 #include "umswap/allocator/vmm_residency.h"
 #include "umswap/vmm/chunk_arena.h"
@@ -144,11 +145,13 @@ class VmmAllocator {
     program_mapped_.fetch_add(1, std::memory_order_relaxed);
     program_mapped_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   }
-  // The program's own memory on this GPU now (ProgramMappings: NCCL's buffers, JAX): it stays on
-  // the GPU, so it counts against the budget: the pool becomes the budget less it, in whole
-  // chunks (none when it is past the budget). Chunks past the new pool leave as they come free
-  // or as a window moves ranges out (VmmResidency). Any thread.
-  void set_program_gpu_bytes(uint64_t bytes);
+  // The program's own memory on this GPU (`mappings`: NCCL's buffers, JAX) stays on the GPU, so
+  // it counts against the budget: the pool becomes the budget less it, in whole chunks (none
+  // when it is past the budget). Free chunks past the new pool are released at once, chunks in
+  // use past it as a window moves their ranges out (VmmResidency). Reads mappings.gpu_bytes()
+  // under a lock of its own, so that of two threads calling it the last one applies the latest
+  // figure. Any thread.
+  void set_program_gpu_bytes(const ProgramMappings& mappings);
   // Samples the peaks (gpu_bytes_peak, gpu_and_program_bytes_peak); after a window's moves too.
   void note_peaks();
   uint64_t escaped() const { return escaped_.load(std::memory_order_relaxed); }
@@ -191,6 +194,7 @@ class VmmAllocator {
   uint64_t requested_bytes_peak_ = 0;
   uint64_t gpu_bytes_peak_ = 0;
   uint64_t host_bytes_peak_ = 0;
+  std::mutex program_mutex_;  // set_program_gpu_bytes(), one at a time (before peaks_mutex_)
   uint64_t program_gpu_bytes_ = 0;
   uint64_t program_gpu_bytes_peak_ = 0;
   uint64_t gpu_and_program_bytes_peak_ = 0;

@@ -60,6 +60,10 @@ class VmmResidency {
   bool touch(uint32_t key, std::span<const CUdeviceptr> bases);
   void make_resident(std::span<const CUdeviceptr> bases, CUstream stream);
   void forget(CUdeviceptr base);
+  // Releases the free GPU chunks past the pool's limit (the pool shrank: ChunkArena::
+  // set_gpu_limit_bytes). Under this lock, so no move is between its stage and its commit;
+  // make_resident() does it too, at its end. Any thread.
+  void trim_to_pool();
   ResidencyStats stats() const;
 
   // Steps remembered: periods up to half of it are found.

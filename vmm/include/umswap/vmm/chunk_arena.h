@@ -180,13 +180,16 @@ class ChunkArena {
   // Releases the free chunks of both pools; returns the bytes released.
   uint64_t trim();
 
-  // The GPU pool: at most gpu_limit_bytes() of GPU chunks exist, gpu_capacity_bytes() (the
-  // constructor's) less what set_gpu_limit_bytes() took away. Lowering it releases free chunks
-  // past it at once, and chunks in use past it as they come free (a move out or a release);
-  // until then gpu_bytes_held() may be above it. Never above the capacity.
+  // The GPU pool: no GPU chunk is made past gpu_limit_bytes(), gpu_capacity_bytes() (the
+  // constructor's) less what set_gpu_limit_bytes() took away (never above the capacity). Chunks
+  // made before it was lowered stay until trim_to_limit() releases the free ones past it, which
+  // the caller may do only while no staged move is between its stage() and its commit() (its
+  // copy may read a free chunk through the pool's window): VmmResidency does it under its lock,
+  // by which every move is made.
   uint64_t gpu_capacity_bytes() const { return gpu_capacity_ * kChunk; }
   uint64_t gpu_limit_bytes() const;
   void set_gpu_limit_bytes(uint64_t bytes);
+  uint64_t trim_to_limit();  // bytes released
   uint64_t host_limit_bytes() const { return host_capacity_ * kChunk; }
   uint64_t gpu_bytes_in_use() const;
   uint64_t host_bytes_in_use() const;

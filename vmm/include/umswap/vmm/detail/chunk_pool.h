@@ -35,14 +35,18 @@ class ChunkPool {
 
   // A free chunk, or a new one while fewer than limit() exist.
   CUresult take(uint32_t* index);
-  // A chunk back: kept free, or released while more than limit() exist.
+  // A chunk back, kept free (never released here: a staged copy may still read it through the
+  // pool's window until its move commits).
   void give(uint32_t index);
   // Chunks take() can still hand out (free, or not yet made).
   uint64_t available() const { return free_.size() + (limit_ > made_ ? limit_ - made_ : 0); }
-  // At most `chunks` (never above capacity) may exist from now on: free chunks past it are
-  // released now, chunks in use past it when given back.
+  // At most `chunks` (never above capacity) are made from now on; what exists past it is
+  // released by trim_to_limit().
   void set_limit(uint64_t chunks);
   uint64_t limit() const { return limit_; }
+  // Releases free chunks while more than limit() exist; returns how many went. Only while no
+  // staged copy may read a free chunk (ChunkArena::trim_to_limit()).
+  uint64_t trim_to_limit();
 
   CUmemGenericAllocationHandle handle(uint32_t index) const { return handles_[index]; }
   CUdeviceptr window_address(uint32_t index) const;
@@ -58,7 +62,9 @@ class ChunkPool {
 
  private:
   CUresult reserve_window();
-  CUresult release_chunk(uint32_t index);
+  // Unmaps the chunk from the window and releases it. On a failed release the chunk is mapped
+  // back; *still_mapped (when given) says whether that worked.
+  CUresult release_chunk(uint32_t index, bool* still_mapped = nullptr);
 
   const VmmDriver* driver_;
   CUmemAllocationProp prop_{};

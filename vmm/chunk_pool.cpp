@@ -78,10 +78,14 @@ void ChunkPool::set_limit(uint64_t chunks) {
 }
 
 uint64_t ChunkPool::trim_to_limit() {
+  return release_free(limit_);
+}
+
+uint64_t ChunkPool::release_free(uint64_t floor) {
   uint64_t released = 0;
   std::vector<uint32_t> kept;
   for (uint32_t index : free_) {
-    if (made_ <= limit_) {
+    if (made_ <= floor) {
       kept.push_back(index);
       continue;
     }
@@ -115,18 +119,7 @@ CUresult ChunkPool::release_chunk(uint32_t index, bool* still_mapped) {
 }
 
 uint64_t ChunkPool::trim() {
-  uint64_t released = 0;
-  std::vector<uint32_t> kept;
-  for (uint32_t index : free_) {
-    bool still_mapped = true;
-    if (release_chunk(index, &still_mapped) == CUDA_SUCCESS) {
-      ++released;
-    } else if (still_mapped) {
-      kept.push_back(index);
-    }  // else unmapped and not released: never handed out again (the memory stays counted)
-  }
-  free_ = std::move(kept);
-  return released;
+  return release_free(0);
 }
 
 CUresult ChunkPool::destroy() {

@@ -62,6 +62,8 @@ class ChunkPool {
 
  private:
   CUresult reserve_window();
+  // Releases free chunks while more than `floor` exist; returns how many went.
+  uint64_t release_free(uint64_t floor);
   // Unmaps the chunk from the window and releases it. On a failed release the chunk is mapped
   // back; *still_mapped (when given) says whether that worked.
   CUresult release_chunk(uint32_t index, bool* still_mapped = nullptr);

@@ -84,7 +84,7 @@ std::optional<std::vector<CompareMode>> parse_mode_list(const std::string& text,
     if (!mode) {
       *error = name.empty() ? fmt::format("--modes: '{}' has an empty entry", text)
                             : fmt::format("--modes: '{}' is not a mode", name);
-      *error += " (expected a comma-separated list of native, managed, online, replay)";
+      *error += " (expected a comma-separated list of native, managed, online, replay, vmm)";
       return std::nullopt;
     }
     wanted[static_cast<size_t>(*mode)] = true;

@@ -436,17 +436,19 @@ int compare_command(const CompareFlags& flags, const LinkProber& probe) {
         add(outcomes_of(mode, runner.run(name, command), stats, torchrun, compare_run_name(run)));
         break;
       }
-      case CompareMode::online: {
+      case CompareMode::online:
+      case CompareMode::vmm: {
         const BudgetChoice& b = resolved_budget();
         if (!b.bytes) {
           runner.skip(name, fmt::format("skipped ({})", b.error));
           outcomes.push_back(not_run(mode, ModeStatus::skipped, b.error));
           break;
         }
-        const fs::path stats = stats_path(compare_run_name(CompareRun::online));
-        if (!prepare(CompareRun::online, b.bytes, "", stats)) return give_up(kUsageErrorExitCode);
-        std::vector<ModeOutcome> os = outcomes_of(mode, runner.run(name, command), stats, torchrun,
-                                                  compare_run_name(CompareRun::online));
+        const CompareRun run = mode == CompareMode::vmm ? CompareRun::vmm : CompareRun::online;
+        const fs::path stats = stats_path(compare_run_name(run));
+        if (!prepare(run, b.bytes, "", stats)) return give_up(kUsageErrorExitCode);
+        std::vector<ModeOutcome> os =
+            outcomes_of(mode, runner.run(name, command), stats, torchrun, compare_run_name(run));
         for (ModeOutcome& o : os) o.budget_bytes = b.bytes;
         add(std::move(os));
         break;

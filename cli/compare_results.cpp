@@ -164,7 +164,7 @@ std::optional<double> ratio(std::optional<double> a, std::optional<double> b) {
 }
 
 bool has_budget(CompareMode mode) {
-  return mode == CompareMode::online || mode == CompareMode::replay;
+  return mode == CompareMode::online || mode == CompareMode::replay || mode == CompareMode::vmm;
 }
 
 json stats_json(const StatsFigures& s) {
@@ -358,6 +358,8 @@ std::string_view compare_mode_name(CompareMode mode) {
       return "online";
     case CompareMode::replay:
       return "replay";
+    case CompareMode::vmm:
+      return "vmm";
   }
   return "unknown";
 }
@@ -393,6 +395,8 @@ std::string_view compare_run_name(CompareRun run) {
       return "record";
     case CompareRun::replay:
       return "replay";
+    case CompareRun::vmm:
+      return "vmm";
   }
   return "unknown";
 }
@@ -467,6 +471,11 @@ StatsFigures parse_stats_figures(const json& stats) {
   s.kept_reached_evictions = get_u64(stats, advisor::evict_copy::kept_reached::kEvictions);
   s.kept_reached_bytes = get_u64(stats, advisor::evict_copy::kept_reached::kBytes);
   s.rank = get_u64(stats, schema::kRank);
+  s.vmm_budget_bytes = get_u64(stats, schema::vmm::kBudgetBytes);
+  s.vmm_gpu_peak = get_u64(stats, schema::vmm::kGpuAndProgramBytesPeak);
+  if (!s.vmm_gpu_peak) s.vmm_gpu_peak = get_u64(stats, schema::vmm::kGpuBytesPeak);
+  s.vmm_bytes_to_gpu = get_u64(stats, schema::vmm::kBytesToGpu);
+  s.vmm_bytes_to_host = get_u64(stats, schema::vmm::kBytesToHost);
   if (const json* iterations = schema::find(stats, schema::kIterations);
       iterations && iterations->is_array()) {
     namespace iteration = schema::iterations;
@@ -601,6 +610,18 @@ std::vector<ModeRow> compute_rows(const std::vector<ModeOutcome>& outcomes, cons
         }
       }
       if (!row.peak_resident_bytes) row.peak_resident_bytes = o.stats->peak_resident_bytes;
+      if (o.mode == CompareMode::vmm) {
+        // Engine vmm: its chunks and the program's own GPU memory, exact (no managed memory,
+        // nothing for CUPTI to count); its moves' bytes in all, per iteration traced.
+        row.peak_resident_bytes = o.stats->vmm_gpu_peak;
+        const double n = static_cast<double>(its.size());
+        auto per_iteration = [n](std::optional<uint64_t> total) {
+          return total && n > 0 ? std::optional<double>(static_cast<double>(*total) / n)
+                                : std::nullopt;
+        };
+        row.bytes_in_per_iteration = per_iteration(o.stats->vmm_bytes_to_gpu);
+        row.bytes_out_per_iteration = per_iteration(o.stats->vmm_bytes_to_host);
+      }
     }
     // Passthrough moves no managed memory: unknown counts as none for the limits (only).
     const bool is_native = o.mode == CompareMode::native;
@@ -850,7 +871,9 @@ BatchChoice choose_batch(
 ChildEnvironment plan_compare_environment(const CompareRunSettings& settings,
                                           const CurrentEnv& current,
                                           std::string_view library_path) {
-  ChildEnvironment env = plan_child_environment(RunFlags{}, current, library_path);
+  RunFlags flags;
+  flags.engine = settings.run == CompareRun::vmm ? Engine::vmm : Engine::um;
+  ChildEnvironment env = plan_child_environment(flags, current, library_path);
   std::string_view mode;
   switch (settings.run) {
     case CompareRun::native:
@@ -861,6 +884,7 @@ ChildEnvironment plan_compare_environment(const CompareRunSettings& settings,
       break;
     case CompareRun::online:
     case CompareRun::record:
+    case CompareRun::vmm:
       mode = "online";
       break;
     case CompareRun::replay:
@@ -870,7 +894,7 @@ ChildEnvironment plan_compare_environment(const CompareRunSettings& settings,
   env.set.push_back({"UMSWAP_MODE", std::string(mode)});
   env.set.push_back({"UMSWAP_STATS", settings.stats_path});
   const bool budgeted = settings.run == CompareRun::online || settings.run == CompareRun::record ||
-                        settings.run == CompareRun::replay;
+                        settings.run == CompareRun::replay || settings.run == CompareRun::vmm;
   if (budgeted && settings.budget_bytes) {
     env.set.push_back({"UMSWAP_BUDGET", std::to_string(*settings.budget_bytes)});
   } else {
@@ -1016,7 +1040,12 @@ std::string render_notes(const CompareReport& report) {
         });
     const StatsFigures* s = o != report.outcomes.end() && o->stats ? &*o->stats : nullptr;
     std::string why = "see docs/advisor.md, \"What does not work yet\"";
-    if (s && s->kept_reached_evictions.value_or(0) > 0) {
+    if (row.mode == CompareMode::vmm) {
+      why =
+          "engine vmm's peak is its GPU chunks and the program's own GPU memory together: the "
+          "program mapped more than the budget itself, or chunks in use when it mapped its own "
+          "stayed until a window moved them (docs/cli.md, \"--engine vmm\")";
+    } else if (s && s->kept_reached_evictions.value_or(0) > 0) {
       why = fmt::format(
           "{} evictions ({} in the run) were left on the GPU because the program had already "
           "submitted the next use of their range before the advisor came to them (docs/advisor.md, "

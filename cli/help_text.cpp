@@ -108,8 +108,10 @@ std::string help_text(bool all) {
   out += "\n";
   append_wrapped(
       out, "", 2,
-      "The runs: native (UMSWAP_MODE=passthrough), managed, online (UMSWAP_BUDGET), and replay "
-      "(a record run with UMSWAP_TRACE, then UMSWAP_MODE=replay). Each child gets UMSWAP_STATS "
+      "The runs: native (UMSWAP_MODE=passthrough), managed, online (UMSWAP_BUDGET), replay "
+      "(a record run with UMSWAP_TRACE, then UMSWAP_MODE=replay), and when asked for, vmm "
+      "(UMSWAP_ENGINE=vmm at the budget; the others get UMSWAP_ENGINE=um). Each child gets "
+      "UMSWAP_STATS "
       "and keeps your UMSWAP_MANAGED_LIMIT; its output goes to a temporary directory, kept when "
       "a run fails. Without a command, compare runs the bundled cudnn_vgg16 next to umswap, at "
       "the largest batch of 64, 32, 16, 8 whose footprint fits in 80% of the GPU's free memory "

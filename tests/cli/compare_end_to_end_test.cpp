@@ -57,7 +57,9 @@ while [ $i -lt 4 ]; do echo "iter $i ms 1$i.5 loss 0.25"; i=$((i + 1)); done
 if [ "$UMSWAP_MODE" = managed ]; then
   printf '{"umswap_stats_version": 1, "allocator": {"managed_bytes_peak": 2000}}' > "$UMSWAP_STATS"
 fi
-if [ "$UMSWAP_MODE" = online ] && [ -z "$UMSWAP_TRACE" ]; then
+if [ "$UMSWAP_ENGINE" = vmm ]; then
+  printf '{"umswap_stats_version": 1, "engine": "vmm", "vmm": {"budget_bytes": 1000, "gpu_and_program_bytes_peak": 990, "bytes_to_gpu": 4000, "bytes_to_host": 2000}, "iterations": [{"index": 0, "wall_ms": 1}, {"index": 1, "wall_ms": 1}, {"index": 2, "wall_ms": 1}, {"index": 3, "wall_ms": 1}]}' > "$UMSWAP_STATS"
+elif [ "$UMSWAP_MODE" = online ] && [ -z "$UMSWAP_TRACE" ]; then
   printf '{"umswap_stats_version": 1, "advisor": {"budget_bytes": 1000, "peak_resident_bytes": 1100}, "iterations": [{"index": 0, "gpu_page_faults": 100}, {"index": 1, "gpu_page_faults": 50}, {"index": 2, "gpu_page_faults": 7}, {"index": 3, "gpu_page_faults": 9}]}' > "$UMSWAP_STATS"
 fi
 if [ -n "$UMSWAP_TRACE" ] && [ -n "$GOOD_TRACE" ]; then cp "$GOOD_TRACE" "$UMSWAP_TRACE"; fi
@@ -286,6 +288,31 @@ TEST_F(CompareEndToEnd, ATorchrunCommandGetsOneRowPerRank) {
   EXPECT_EQ(j["modes"][6]["status"], "skipped");
   EXPECT_TRUE(j["modes"][6]["rank"].is_null());
   EXPECT_TRUE(run_directories().empty());  // nothing failed: torchrun's logs went with the rest
+}
+
+// --modes vmm: engine vmm at the budget, its peak and moves from the stats' vmm section; every
+// other run gets engine um, whatever the user's UMSWAP_ENGINE says.
+TEST_F(CompareEndToEnd, TheVmmModeRunsEngineVmmAtTheBudget) {
+  const Result r =
+      compare({"--modes", "vmm,native", "--budget", "1000", "--json", (dir_ / "c.json").string()},
+              {{"UMSWAP_ENGINE", "vmm"}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<std::string> runs = log_lines();
+  ASSERT_EQ(runs.size(), 2u) << read_file(dir_ / "log");
+  EXPECT_TRUE(runs[0].starts_with("passthrough|unset|")) << runs[0];
+  EXPECT_TRUE(runs[1].starts_with("online|1000|")) << runs[1];
+  EXPECT_TRUE(contains(runs[1], "/vmm.json|")) << runs[1];
+  const nlohmann::json j = nlohmann::json::parse(read_file(dir_ / "c.json"));
+  ASSERT_EQ(j["modes"].size(), 2u);
+  const nlohmann::json& v = j["modes"][1];
+  EXPECT_EQ(v["mode"], "vmm");
+  EXPECT_EQ(v["budget_bytes"], 1000);
+  EXPECT_EQ(v["peak_resident_bytes"], 990);
+  EXPECT_EQ(v["budget_held"], true);
+  EXPECT_EQ(v["bytes_in_per_iteration"], 1000.0);  // 4000 over the 4 iterations traced
+  EXPECT_EQ(v["bytes_out_per_iteration"], 500.0);
+  EXPECT_EQ(v["result_match"], "same");
+  EXPECT_TRUE(contains(r.out, "\nvmm     ")) << r.out;
 }
 
 TEST_F(CompareEndToEnd, AFailingBaselineGetsItsRowAndTheRestGoesOn) {

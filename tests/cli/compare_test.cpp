@@ -628,6 +628,33 @@ TEST(CompareRows, FiguresFromCannedRuns) {
   EXPECT_FALSE(rows[3].steady_median_ms);
 }
 
+TEST(CompareEnvironment, TheVmmRunGetsEngineVmmAndTheOthersEngineUm) {
+  const CurrentEnv current{};
+  auto plan = [&](CompareRun run) {
+    return plan_compare_environment({.run = run,
+                                     .budget_bytes = 1000,
+                                     .stats_path = "/t/x.json",
+                                     .trace_path = "",
+                                     .managed_limit_bytes = std::nullopt,
+                                     .torchrun_log_dir = ""},
+                                    current, "/u/libumswap.so");
+  };
+  const ChildEnvironment vmm = plan(CompareRun::vmm);
+  EXPECT_EQ(find_var(vmm, "UMSWAP_ENGINE"), "vmm");
+  EXPECT_EQ(find_var(vmm, "UMSWAP_MODE"), "online");
+  EXPECT_EQ(find_var(vmm, "UMSWAP_BUDGET"), "1000");
+  for (CompareRun run : {CompareRun::native, CompareRun::managed, CompareRun::online,
+                         CompareRun::record, CompareRun::replay}) {
+    EXPECT_EQ(find_var(plan(run), "UMSWAP_ENGINE"), "um") << compare_run_name(run);
+  }
+  EXPECT_EQ(compare_run_name(CompareRun::vmm), "vmm");
+  EXPECT_EQ(parse_compare_mode("vmm"), CompareMode::vmm);
+  const CommandLine cl = parse({"compare", "--modes", "vmm,native", "--", "x"});
+  ASSERT_EQ(cl.action, Action::compare) << cl.message;
+  EXPECT_EQ(cl.compare_flags.modes,
+            (std::vector<CompareMode>{CompareMode::native, CompareMode::vmm}));
+}
+
 TEST(CompareRows, BudgetHeldWithinFivePercent) {
   auto row_with_peak = [](uint64_t peak) {
     json stats = online_stats();

@@ -43,7 +43,7 @@ struct CommandLine {
   CompareFlags compare_flags;
   int exit_code = 0;
   bool help_all = false;  // --help-all: the advanced variables too
-  std::string message;  // for error: complete lines (`umswap: error: ...\n`), ready to print
+  std::string message;    // for error: complete lines (`umswap: error: ...\n`), ready to print
 };
 
 // `args` are the arguments after argv[0]. Everything after the first `--` is the command,

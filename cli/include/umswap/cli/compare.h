@@ -86,7 +86,10 @@ struct StatsFigures {
   // advisor.evict_copy.kept_reached: evictions not made because a launch the program had already
   // submitted reached the range (left on the GPU, over the budget until that use).
   std::optional<uint64_t> kept_reached_evictions, kept_reached_bytes;
-  std::optional<uint64_t> rank;            // the process's RANK under torchrun
+  std::optional<uint64_t> rank;  // the process's RANK under torchrun
+  // Engine vmm's (vmm.*): the pool as given (the budget), the most GPU chunks in use plus the
+  // program's own GPU memory at once (else the chunks' peak alone), bytes moved each way in all.
+  std::optional<uint64_t> vmm_budget_bytes, vmm_gpu_peak, vmm_bytes_to_gpu, vmm_bytes_to_host;
   std::vector<StatsIteration> iterations;  // iterations[], sorted by index when they have one
 };
 StatsFigures parse_stats_figures(const nlohmann::json& stats);
@@ -293,12 +296,12 @@ BatchChoice choose_batch(
 // --- Environment of each run
 // --------------------------------------------------------------------------
 
-enum class CompareRun { native, managed, online, record, replay };
-std::string_view compare_run_name(CompareRun run);  // "native", ..., "record", "replay"
+enum class CompareRun { native, managed, online, record, replay, vmm };
+std::string_view compare_run_name(CompareRun run);  // "native", ..., "record", "replay", "vmm"
 
 struct CompareRunSettings {
   CompareRun run = CompareRun::native;
-  std::optional<uint64_t> budget_bytes;         // online, record, replay
+  std::optional<uint64_t> budget_bytes;         // online, record, replay, vmm
   std::string stats_path;                       // UMSWAP_STATS
   std::string trace_path;                       // record: UMSWAP_TRACE; replay: UMSWAP_REPLAY
   std::optional<uint64_t> managed_limit_bytes;  // set UMSWAP_MANAGED_LIMIT (default command)
@@ -306,8 +309,10 @@ struct CompareRunSettings {
   // output, removed with compare's directory) and TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE.
   std::string torchrun_log_dir;
 };
-// plan_child_environment() with no flags (LD_PRELOAD, PyTorch's allocator settings), then
-// UMSWAP_MODE (passthrough, managed, online, online, replay), UMSWAP_STATS, and UMSWAP_BUDGET,
+// plan_child_environment() with only the engine (LD_PRELOAD, PyTorch's allocator settings,
+// UMSWAP_ENGINE: vmm for the vmm run, um for every other, whatever the user's variable says), then
+// UMSWAP_MODE (passthrough, managed, online, online, replay, online), UMSWAP_STATS, and
+// UMSWAP_BUDGET,
 // UMSWAP_TRACE, UMSWAP_REPLAY where the run uses them; those it does not use are unset, so a
 // user's own UMSWAP_TRACE cannot make the native run record; then torchrun's three variables when
 // torchrun_log_dir is set. Other UMSWAP_* variables (the

@@ -19,9 +19,14 @@ enum class CompareMode {
   managed,  // UMSWAP_MODE=managed: plain unified memory, no advice
   online,   // UMSWAP_MODE=online with UMSWAP_BUDGET
   replay,   // a record run (online + UMSWAP_TRACE), then UMSWAP_MODE=replay with that trace
+  vmm,      // UMSWAP_ENGINE=vmm with UMSWAP_BUDGET (engine vmm, experimental; not by default)
 };
 inline constexpr std::array kCompareModes = {CompareMode::native, CompareMode::managed,
-                                             CompareMode::online, CompareMode::replay};
+                                             CompareMode::online, CompareMode::replay,
+                                             CompareMode::vmm};
+// What --modes defaults to: all but vmm.
+inline constexpr std::array kDefaultCompareModes = {CompareMode::native, CompareMode::managed,
+                                                    CompareMode::online, CompareMode::replay};
 
 std::string_view compare_mode_name(CompareMode mode);
 std::optional<CompareMode> parse_compare_mode(std::string_view text);
@@ -49,7 +54,7 @@ struct CompareFlags {
   // --budget: bytes, or a percentage of the footprint measured in the managed run.
   SizeSpec budget{.bytes = 0, .percent = 50.0, .is_percent = true};
   // --modes: a subset of kCompareModes in their run order, without repeats; never empty.
-  std::vector<CompareMode> modes{kCompareModes.begin(), kCompareModes.end()};
+  std::vector<CompareMode> modes{kDefaultCompareModes.begin(), kDefaultCompareModes.end()};
   // --baselines: a subset of kCompareBaselines in their run order, without repeats; run after the
   // modes. Empty by default; needs a command (the bundled cudnn_vgg16 has no such flags).
   std::vector<CompareBaseline> baselines;

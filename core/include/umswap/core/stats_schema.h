@@ -133,9 +133,9 @@ inline constexpr Field kFields[] = {
     {"vmm.program_mapped_bytes", Kind::diagnostic, "integer", detail::kVmmAllocator,
      "Bytes the program made itself with cuMemCreate (NCCL's buffers, JAX), in all, wherever "
      "they live."},
-    {"vmm.bytes_to_gpu", Kind::diagnostic, "integer", detail::kVmmAllocator,
+    {"vmm.bytes_to_gpu", Kind::user, "integer", detail::kVmmAllocator,
      "Bytes moved from host chunks to GPU chunks, in all."},
-    {"vmm.bytes_to_host", Kind::diagnostic, "integer", detail::kVmmAllocator,
+    {"vmm.bytes_to_host", Kind::user, "integer", detail::kVmmAllocator,
      "Bytes moved from GPU chunks to host chunks, in all."},
     {"vmm.windows", Kind::diagnostic, "integer", detail::kVmmAllocator,
      "Windows: the program held and the GPU drained at a step that reached host chunks, while "

@@ -25,8 +25,8 @@ inline constexpr std::array kCompareFlags = {
                     "percentage of the footprint measured in the managed run (allocator peak; "
                     "else the native run's peak_allocated_bytes) [default: 50%]"},
     CompareFlagInfo{"--modes", "LIST",
-                    "comma-separated subset of native,managed,online,replay [default: all four]; "
-                    "they always run in that order"},
+                    "comma-separated subset of native,managed,online,replay,vmm [default: the "
+                    "first four]; they always run in that order (vmm: engine vmm at the budget)"},
     CompareFlagInfo{"--json", "FILE",
                     "also write every figure, the probe and each run's raw numbers as JSON"},
     CompareFlagInfo{"--baselines", "LIST",

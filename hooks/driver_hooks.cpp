@@ -178,14 +178,60 @@ UMSWAP_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t 
   return status;
 }
 
+namespace {
+
+// After the program's own mapping changed (ProgramMappings): engine vmm's pool follows.
+void program_mappings_changed(Preload& p) {
+  if (p.options().engine != umswap::Engine::vmm) return;
+  if (umswap::VmmAllocator* vmm = p.vmm()) vmm->set_program_gpu_bytes(p.program_mappings());
+}
+
+}  // namespace
+
+// The program's handles are counted until their last release and last unmap, as the driver frees
+// them (ProgramMappings); what these three do besides is the driver's.
 UMSWAP_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   Preload& p = preload();
   if (!p.driver()) return kNoDriver;
+  if (!p.driver()->cuMemRelease) return CUDA_ERROR_NOT_FOUND;
   const CUresult status = p.driver()->cuMemRelease(handle);
   if (status != CUDA_SUCCESS || ReentryGuard::active()) return status;
   p.program_mappings().released(handle);
-  if (p.options().engine == umswap::Engine::vmm) {
-    if (umswap::VmmAllocator* vmm = p.vmm()) vmm->set_program_gpu_bytes(p.program_mappings());
+  program_mappings_changed(p);
+  return status;
+}
+
+UMSWAP_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                                CUmemGenericAllocationHandle handle, unsigned long long flags) {
+  Preload& p = preload();
+  if (!p.driver()) return kNoDriver;
+  if (!p.driver()->cuMemMap) return CUDA_ERROR_NOT_FOUND;
+  const CUresult status = p.driver()->cuMemMap(ptr, size, offset, handle, flags);
+  if (status == CUDA_SUCCESS && !ReentryGuard::active()) {
+    p.program_mappings().mapped(ptr, size, handle);
+  }
+  return status;
+}
+
+UMSWAP_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  Preload& p = preload();
+  if (!p.driver()) return kNoDriver;
+  if (!p.driver()->cuMemUnmap) return CUDA_ERROR_NOT_FOUND;
+  const CUresult status = p.driver()->cuMemUnmap(ptr, size);
+  if (status != CUDA_SUCCESS || ReentryGuard::active()) return status;
+  p.program_mappings().unmapped(ptr, size);
+  program_mappings_changed(p);
+  return status;
+}
+
+UMSWAP_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle,
+                                                   void* addr) {
+  Preload& p = preload();
+  if (!p.driver()) return kNoDriver;
+  if (!p.driver()->cuMemRetainAllocationHandle) return CUDA_ERROR_NOT_FOUND;
+  const CUresult status = p.driver()->cuMemRetainAllocationHandle(handle, addr);
+  if (status == CUDA_SUCCESS && handle && !ReentryGuard::active()) {
+    p.program_mappings().retained(*handle);
   }
   return status;
 }

@@ -17,6 +17,10 @@
   X(cuMemAllocManaged, cuMemAllocManaged, 6000, false, PFN_cuMemAllocManaged_v6000)                \
   X(cuMemCreate, cuMemCreate, 10020, false, PFN_cuMemCreate_v10020)                                \
   X(cuMemRelease, cuMemRelease, 10020, false, PFN_cuMemRelease_v10020)                             \
+  X(cuMemMap, cuMemMap, 10020, false, PFN_cuMemMap_v10020)                                         \
+  X(cuMemUnmap, cuMemUnmap, 10020, false, PFN_cuMemUnmap_v10020)                                   \
+  X(cuMemRetainAllocationHandle, cuMemRetainAllocationHandle, 11000, false,                        \
+    PFN_cuMemRetainAllocationHandle_v11000)                                                        \
   X(cuMemAllocAsync, cuMemAllocAsync, 11020, false, PFN_cuMemAllocAsync_v11020)                    \
   X(cuMemAllocAsync_ptsz, cuMemAllocAsync, 11020, true, PFN_cuMemAllocAsync_v11020_ptsz)           \
   X(cuMemFreeAsync, cuMemFreeAsync, 11020, false, PFN_cuMemFreeAsync_v11020)                       \
@@ -83,8 +87,6 @@
   X(cuModuleGetFunction, cuModuleGetFunction, 2000, PFN_cuModuleGetFunction_v2000)            \
   X(cuMemAddressReserve, cuMemAddressReserve, 10020, PFN_cuMemAddressReserve_v10020)          \
   X(cuMemAddressFree, cuMemAddressFree, 10020, PFN_cuMemAddressFree_v10020)                   \
-  X(cuMemMap, cuMemMap, 10020, PFN_cuMemMap_v10020)                                           \
-  X(cuMemUnmap, cuMemUnmap, 10020, PFN_cuMemUnmap_v10020)                                     \
   X(cuMemSetAccess, cuMemSetAccess, 10020, PFN_cuMemSetAccess_v10020)                         \
   X(cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync, 3020, PFN_cuMemcpyDtoDAsync_v3020)
 

@@ -113,6 +113,48 @@ CUresult stream_is_capturing(CUstream, CUstreamCaptureStatus* status) {
   return CUDA_SUCCESS;
 }
 
+// The driver's virtual memory functions, as far as a program mapping its own memory needs:
+// handles, and which handle is mapped where (for cuMemRetainAllocationHandle).
+uint64_t g_next_handle = 1;
+struct FakeMapping {
+  CUdeviceptr address;
+  CUmemGenericAllocationHandle handle;
+};
+FakeMapping g_mappings[16] = {};
+CUresult mem_create(CUmemGenericAllocationHandle* handle, size_t, const CUmemAllocationProp*,
+                    unsigned long long) {
+  *handle = g_next_handle++;
+  return CUDA_SUCCESS;
+}
+CUresult mem_release(CUmemGenericAllocationHandle) {
+  return CUDA_SUCCESS;
+}
+CUresult mem_map(CUdeviceptr ptr, size_t, size_t, CUmemGenericAllocationHandle handle,
+                 unsigned long long) {
+  for (FakeMapping& m : g_mappings) {
+    if (m.handle == 0) {
+      m = {ptr, handle};
+      return CUDA_SUCCESS;
+    }
+  }
+  return CUDA_ERROR_OUT_OF_MEMORY;
+}
+CUresult mem_unmap(CUdeviceptr ptr, size_t) {
+  for (FakeMapping& m : g_mappings) {
+    if (m.handle != 0 && m.address == ptr) m = {};
+  }
+  return CUDA_SUCCESS;
+}
+CUresult mem_retain_allocation_handle(CUmemGenericAllocationHandle* handle, void* addr) {
+  for (const FakeMapping& m : g_mappings) {
+    if (m.handle != 0 && m.address == reinterpret_cast<CUdeviceptr>(addr)) {
+      *handle = m.handle;
+      return CUDA_SUCCESS;
+    }
+  }
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
 struct Entry {
   const char* name;
   void* fn;
@@ -144,6 +186,11 @@ const Entry kEntries[] = {
     {"cuEventDestroy", reinterpret_cast<void*>(&event_destroy)},
     {"cuCtxSynchronize", reinterpret_cast<void*>(&ctx_synchronize)},
     {"cuStreamIsCapturing", reinterpret_cast<void*>(&stream_is_capturing)},
+    {"cuMemCreate", reinterpret_cast<void*>(&mem_create)},
+    {"cuMemRelease", reinterpret_cast<void*>(&mem_release)},
+    {"cuMemMap", reinterpret_cast<void*>(&mem_map)},
+    {"cuMemUnmap", reinterpret_cast<void*>(&mem_unmap)},
+    {"cuMemRetainAllocationHandle", reinterpret_cast<void*>(&mem_retain_allocation_handle)},
 };
 
 }  // namespace
@@ -171,6 +218,28 @@ __attribute__((visibility("default"))) CUresult cuMemAlloc_v2(CUdeviceptr* p, si
 }
 __attribute__((visibility("default"))) CUresult cuMemFree_v2(CUdeviceptr p) {
   return mem_free(p);
+}
+__attribute__((visibility("default"))) CUresult cuMemCreate(CUmemGenericAllocationHandle* h,
+                                                            size_t size,
+                                                            const CUmemAllocationProp* prop,
+                                                            unsigned long long flags) {
+  return mem_create(h, size, prop, flags);
+}
+__attribute__((visibility("default"))) CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
+  return mem_release(h);
+}
+__attribute__((visibility("default"))) CUresult cuMemMap(CUdeviceptr ptr, size_t size,
+                                                         size_t offset,
+                                                         CUmemGenericAllocationHandle h,
+                                                         unsigned long long flags) {
+  return mem_map(ptr, size, offset, h, flags);
+}
+__attribute__((visibility("default"))) CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  return mem_unmap(ptr, size);
+}
+__attribute__((visibility("default"))) CUresult cuMemRetainAllocationHandle(
+    CUmemGenericAllocationHandle* h, void* addr) {
+  return mem_retain_allocation_handle(h, addr);
 }
 
 }  // extern "C"

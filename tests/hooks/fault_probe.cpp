@@ -2,11 +2,13 @@
 // run with libumswap.so preloaded. It allocates and frees device memory through the driver API,
 // prints one line that does not depend on umswap, and exits with the code it is given.
 //
-// usage: fault_probe EXIT_CODE [fork|lookup-only|profiler-before|profiler-after]
+// usage: fault_probe EXIT_CODE [fork|lookup-only|profiler-before|profiler-after|program-maps]
 //   fork: also fork a child that allocates and exits normally (running the library's exit code),
 //         as a DataLoader worker does; the parent waits for it and prints its pid.
 //   lookup-only: only look the driver up (dlsym of cuGetProcAddress_v2 in libcuda, as a launcher
 //         such as torchrun does when it imports torch), print one line, allocate nothing.
+//   program-maps: map memory of its own (cuMemCreate, cuMemMap, cuMemRetainAllocationHandle,
+//         cuMemRelease, cuMemUnmap) as NCCL does, allocate nothing else.
 //   profiler-before, profiler-after: start a profiler as torch.profiler does (cuptiSubscribe,
 //         cuptiActivityRegisterCallbacks, cuptiActivityEnable from the libcupti named by
 //         UMSWAP_CUPTI_LIBRARY, loaded globally as libtorch_cuda loads its own) before the first
@@ -108,6 +110,29 @@ int main(int argc, char** argv) {
     std::printf("probe: lookup %s\n", found ? "found" : "failed");
     std::fflush(stdout);
     return exit_code;
+  }
+  if (std::strcmp(what, "program-maps") == 0) {
+    // Memory the program maps itself, as NCCL does: a 4 MiB handle mapped and released at once
+    // (alive while mapped), and a 2 MiB one retained again from its address, unmapped and
+    // released once (alive: one reference left). Both count at exit: 6 MiB.
+    allocate_and_free(1);  // a process that used CUDA through umswap: it writes its stats
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    CUmemGenericAllocationHandle kept = 0, shared = 0, again = 0;
+    const CUdeviceptr at = 0x7000000000, at2 = 0x7100000000;
+    const bool ok =
+        cuMemCreate(&kept, 4 << 20, &prop, 0) == CUDA_SUCCESS &&
+        cuMemMap(at, 4 << 20, 0, kept, 0) == CUDA_SUCCESS && cuMemRelease(kept) == CUDA_SUCCESS &&
+        cuMemCreate(&shared, 2 << 20, &prop, 0) == CUDA_SUCCESS &&
+        cuMemMap(at2, 2 << 20, 0, shared, 0) == CUDA_SUCCESS &&
+        cuMemRetainAllocationHandle(&again, reinterpret_cast<void*>(at2)) == CUDA_SUCCESS &&
+        again == shared && cuMemUnmap(at2, 2 << 20) == CUDA_SUCCESS &&
+        cuMemRelease(shared) == CUDA_SUCCESS;
+    std::printf("probe: program maps %s\n", ok ? "ok" : "failed");
+    std::fflush(stdout);
+    return ok ? exit_code : 5;
   }
   if (std::strcmp(what, "profiler-before") == 0 && !start_profiler()) return 4;
   const int allocated = allocate_and_free(3);

@@ -341,6 +341,28 @@ TEST_F(PreloadFaults, EngineVmmWithoutTheDriversVmmFunctionsWarnsOnceAndLeavesAl
   EXPECT_FALSE(stats->contains("advisor"));
 }
 
+// Memory the program maps itself (NCCL's buffers) counts against the budget until the driver
+// would free it: a handle released while still mapped still counts, and so does one retained
+// again and released once.
+TEST_F(PreloadFaults, TheProgramsOwnMappingsAreCountedUntilTheDriverWouldFreeThem) {
+  const ProbeRun r = run({{"UMSWAP_STATS", path("s.json")}}, {"7", "program-maps"});
+  EXPECT_EQ(r.exit_code, 7) << r.err;
+  EXPECT_TRUE(contains(r.out, "probe: program maps ok")) << r.out;
+  const std::vector<std::string> lines = lines_of(r.err);
+  ASSERT_EQ(lines.size(), 1u) << r.err;  // one warning, however many handles
+  EXPECT_EQ(lines[0].rfind("umswap: warning: the program maps memory with cuMemCreate", 0), 0u)
+      << lines[0];
+  EXPECT_TRUE(contains(lines[0], "counts it against the budget")) << lines[0];
+  std::string error;
+  const auto stats = read_stats_file(path("s.json"), &error);
+  ASSERT_TRUE(stats) << error;
+  const nlohmann::json& m = (*stats)["program_mappings"];
+  EXPECT_EQ(m["handles"], 2) << stats->dump();
+  // 4 MiB released but still mapped, 2 MiB unmapped but retained once more than released.
+  EXPECT_EQ(m["gpu_bytes"], 6 << 20) << stats->dump();
+  EXPECT_EQ(m["gpu_bytes_peak"], 6 << 20) << stats->dump();
+}
+
 TEST_F(PreloadFaults, NoCuptiWarnsOnceAndTheProgramRunsOnManagedMemory) {
   const std::string missing = path("nonexistent/libcupti.so");
   const ProbeRun r = run({{"UMSWAP_STATS", path("s.json")}, {"UMSWAP_CUPTI_LIBRARY", missing}});

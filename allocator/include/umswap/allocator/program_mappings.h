@@ -3,17 +3,22 @@
 // against the budget (issue 41). Engine vmm's pool shrinks by it (VmmAllocator::
 // set_program_gpu_bytes) and engine um's plans and learning evict down to the budget less it.
 //
-// Contract:
-//   * created(handle, bytes, on_gpu): a handle the program made; its bytes are counted while
-//     on_gpu (memory on this process's GPU; host or other locations are not the budget's) until
-//     released(handle). Returns the bytes counted now.
-//   * released(handle): the program released it; an unknown handle (never counted, or released
-//     twice) changes nothing. Returns the bytes counted now.
-//   * Any thread; one mutex. Never throws (an allocation failure of the map counts the handle as
-//     not on the GPU, which under-counts instead of failing the program's call).
+// The driver frees a handle's memory once every reference is released and every mapping of it
+// unmapped; so does the count:
+//   * created(handle, bytes, on_gpu): a handle the program made (one reference); followed only
+//     when on_gpu (memory on the GPU umswap manages; host or other GPUs are not its budget).
+//   * retained(handle): cuMemRetainAllocationHandle gave the program one more reference.
+//   * released(handle): one reference less.
+//   * mapped(address, bytes, handle): cuMemMap put part of the handle at [address, +bytes).
+//   * unmapped(address, bytes): cuMemUnmap took every mapping that starts in [address, +bytes).
+//   * A handle's bytes count from created() until it has neither references nor mappings. An
+//     unknown handle or address changes nothing (not on the GPU, or never seen).
+//   * Any thread; one mutex. Never throws (an allocation failure of the maps drops what it was
+//     recording, which under-counts instead of failing the program's call).
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 
@@ -21,16 +26,27 @@ namespace umswap {
 
 class ProgramMappings {
  public:
-  uint64_t created(uint64_t handle, uint64_t bytes, bool on_gpu);
-  uint64_t released(uint64_t handle);
+  void created(uint64_t handle, uint64_t bytes, bool on_gpu);
+  void retained(uint64_t handle);
+  void released(uint64_t handle);
+  void mapped(uint64_t address, uint64_t bytes, uint64_t handle);
+  void unmapped(uint64_t address, uint64_t bytes);
 
   uint64_t gpu_bytes() const;
   uint64_t gpu_bytes_peak() const;
   uint64_t handles() const;  // created, on the GPU or not
 
  private:
+  struct Handle {
+    uint64_t bytes = 0;
+    uint64_t references = 1;
+    uint64_t mappings = 0;
+  };
+  void drop_if_unused(std::unordered_map<uint64_t, Handle>::iterator it);  // mutex_ held
+
   mutable std::mutex mutex_;
-  std::unordered_map<uint64_t, uint64_t> gpu_handles_;  // handle -> bytes, on the GPU only
+  std::unordered_map<uint64_t, Handle> gpu_handles_;  // handle -> its state, on the GPU only
+  std::map<uint64_t, uint64_t> mappings_;             // address -> handle, of gpu_handles_
   uint64_t gpu_bytes_ = 0;
   uint64_t gpu_bytes_peak_ = 0;
   uint64_t handles_ = 0;

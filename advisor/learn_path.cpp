@@ -27,9 +27,6 @@ void LearnPath::step(uint64_t index, CUstream s, const std::vector<tracer::Point
     budget_ = config_.budget.is_zero() ? total : config_.budget.resolve(total);
     evictor_ = std::make_unique<LearningEvictor>(budget_);
   }
-  if (config_.program_gpu_bytes) {
-    evictor_->set_budget(managed_budget(budget_, config_.program_gpu_bytes()));
-  }
   if (stale_.exchange(false, std::memory_order_acq_rel)) evictor_->clear();
   fresh_.clear();
   if (hits) {
@@ -40,6 +37,10 @@ void LearnPath::step(uint64_t index, CUstream s, const std::vector<tracer::Point
   }
   if (fresh_.empty()) return;  // nothing new on the GPU: what is counted did not grow
   const Timed timed(call_s_);
+  // The program's own GPU memory counts against the budget (asked only when evictions may come).
+  if (config_.program_gpu_bytes) {
+    evictor_->set_budget(managed_budget(budget_, config_.program_gpu_bytes()));
+  }
   const std::vector<LearningEvictor::Range> out = evictor_->take_evictions(index);
   if (!out.empty()) ++launches_evicting_;
   const std::shared_ptr<const Registry::Snapshot> snap = registry.snapshot();

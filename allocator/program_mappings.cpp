@@ -8,6 +8,7 @@ namespace umswap {
 void ProgramMappings::created(uint64_t handle, uint64_t bytes, bool on_gpu) {
   std::lock_guard lock(mutex_);
   ++handles_;
+  created_bytes_ += bytes;
   if (!on_gpu || bytes == 0) return;
   try {
     const auto [it, fresh] = gpu_handles_.try_emplace(handle, Handle{.bytes = bytes});
@@ -20,7 +21,7 @@ void ProgramMappings::created(uint64_t handle, uint64_t bytes, bool on_gpu) {
     return;
   }
   gpu_bytes_ += bytes;
-  gpu_bytes_peak_ = std::max(gpu_bytes_peak_, gpu_bytes_);
+  gpu_bytes_peak_ = std::max(gpu_bytes_peak_, gpu_bytes_.load(std::memory_order_relaxed));
 }
 
 void ProgramMappings::retained(uint64_t handle) {
@@ -68,11 +69,6 @@ void ProgramMappings::drop_if_unused(std::unordered_map<uint64_t, Handle>::itera
   gpu_handles_.erase(it);
 }
 
-uint64_t ProgramMappings::gpu_bytes() const {
-  std::lock_guard lock(mutex_);
-  return gpu_bytes_;
-}
-
 uint64_t ProgramMappings::gpu_bytes_peak() const {
   std::lock_guard lock(mutex_);
   return gpu_bytes_peak_;
@@ -81,6 +77,11 @@ uint64_t ProgramMappings::gpu_bytes_peak() const {
 uint64_t ProgramMappings::handles() const {
   std::lock_guard lock(mutex_);
   return handles_;
+}
+
+uint64_t ProgramMappings::created_bytes() const {
+  std::lock_guard lock(mutex_);
+  return created_bytes_;
 }
 
 }  // namespace umswap

@@ -239,11 +239,14 @@ void VmmAllocator::note_peaks() {
 
 void VmmAllocator::set_program_gpu_bytes(const ProgramMappings& mappings) {
   std::lock_guard program(program_mutex_);
-  const uint64_t bytes = mappings.gpu_bytes();
+  const uint64_t bytes = mappings.gpu_bytes(), peak = mappings.gpu_bytes_peak(),
+                 handles = mappings.handles(), created = mappings.created_bytes();
   {
     std::lock_guard lock(peaks_mutex_);
     program_gpu_bytes_ = bytes;
-    program_gpu_bytes_peak_ = std::max(program_gpu_bytes_peak_, bytes);
+    program_gpu_bytes_peak_ = peak;
+    program_mapped_ = handles;
+    program_mapped_bytes_ = created;
   }
   const uint64_t outside = (bytes + vmm::kChunk - 1) / vmm::kChunk * vmm::kChunk;
   const uint64_t budget = arena_.gpu_capacity_bytes();
@@ -274,8 +277,6 @@ VmmAllocatorStats VmmAllocator::stats() const {
   s.out_of_memory = out_of_memory_.load();
   s.largest_refused = largest_refused_.load();
   s.driver_failures = driver_failures_.load();
-  s.program_mapped = program_mapped_.load();
-  s.program_mapped_bytes = program_mapped_bytes_.load();
   s.live_buffers = live_buffers_.load();
   s.gpu_limit = arena_.gpu_capacity_bytes();
   s.host_limit = arena_.host_limit_bytes();
@@ -289,6 +290,8 @@ VmmAllocatorStats VmmAllocator::stats() const {
   s.gpu_bytes_peak = gpu_bytes_peak_;
   s.program_gpu_bytes = program_gpu_bytes_;
   s.program_gpu_bytes_peak = program_gpu_bytes_peak_;
+  s.program_mapped = program_mapped_;
+  s.program_mapped_bytes = program_mapped_bytes_;
   s.gpu_and_program_bytes_peak = gpu_and_program_bytes_peak_;
   s.host_bytes_peak = host_bytes_peak_;
   return s;

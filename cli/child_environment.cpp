@@ -1,4 +1,5 @@
 #include "umswap/cli/child_environment.h"
+#include "umswap/cli/compare.h"
 
 #include "umswap/core/environment.h"
 
@@ -173,6 +174,60 @@ std::string apply_child_environment(const ChildEnvironment& env) {
     if (::setenv(var.name.c_str(), var.value.c_str(), 1) != 0) return var.name;
   }
   return {};
+}
+
+// `umswap compare`'s runs (compare.h).
+ChildEnvironment plan_compare_environment(const CompareRunSettings& settings,
+                                          const CurrentEnv& current,
+                                          std::string_view library_path) {
+  RunFlags flags;
+  flags.engine = settings.run == CompareRun::vmm ? Engine::vmm : Engine::um;
+  ChildEnvironment env = plan_child_environment(flags, current, library_path);
+  std::string_view mode;
+  switch (settings.run) {
+    case CompareRun::native:
+      mode = "passthrough";
+      break;
+    case CompareRun::managed:
+      mode = "managed";
+      break;
+    case CompareRun::online:
+    case CompareRun::record:
+    case CompareRun::vmm:
+      mode = "online";
+      break;
+    case CompareRun::replay:
+      mode = "replay";
+      break;
+  }
+  env.set.push_back({"UMSWAP_MODE", std::string(mode)});
+  env.set.push_back({"UMSWAP_STATS", settings.stats_path});
+  const bool budgeted = settings.run == CompareRun::online || settings.run == CompareRun::record ||
+                        settings.run == CompareRun::replay || settings.run == CompareRun::vmm;
+  if (budgeted && settings.budget_bytes) {
+    env.set.push_back({"UMSWAP_BUDGET", std::to_string(*settings.budget_bytes)});
+  } else {
+    env.unset.push_back("UMSWAP_BUDGET");
+  }
+  if (settings.run == CompareRun::record) {
+    env.set.push_back({"UMSWAP_TRACE", settings.trace_path});
+  } else {
+    env.unset.push_back("UMSWAP_TRACE");
+  }
+  if (settings.run == CompareRun::replay) {
+    env.set.push_back({"UMSWAP_REPLAY", settings.trace_path});
+  } else {
+    env.unset.push_back("UMSWAP_REPLAY");
+  }
+  if (settings.managed_limit_bytes) {
+    env.set.push_back({"UMSWAP_MANAGED_LIMIT", std::to_string(*settings.managed_limit_bytes)});
+  }
+  if (!settings.torchrun_log_dir.empty()) {
+    env.set.push_back({"PET_TEE", "1"});
+    env.set.push_back({"PET_LOG_DIR", settings.torchrun_log_dir});
+    env.set.push_back({"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", std::string(kRankPrefixTemplate)});
+  }
+  return env;
 }
 
 }  // namespace umswap::cli

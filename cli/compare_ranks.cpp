@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -54,9 +53,9 @@ std::pair<std::optional<int>, std::string_view> strip_rank_prefix(std::string_vi
     const char c = name[i];
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-')) return none;
   }
-  int rank = 0;
-  std::from_chars(name.data() + digits, name.data() + name.size(), rank);
-  return {rank, line.substr(close + 2)};
+  const std::optional<int> rank = parse_number<int>(name.substr(digits));
+  if (!rank) return none;
+  return {*rank, line.substr(close + 2)};
 }
 
 std::map<int, std::string> split_rank_output(std::string_view text) {
@@ -86,17 +85,14 @@ std::map<int, std::string> read_rank_logs(const std::string& log_dir) {
     if (file.filename() != "stdout.log") continue;
     const std::string rank_name = file.parent_path().filename().string();
     const std::string attempt_name = file.parent_path().parent_path().filename().string();
-    int rank = 0, attempt = 0;
-    const auto number = [](std::string_view text, int* out) {
-      const auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), *out);
-      return !text.empty() && err == std::errc() && end == text.data() + text.size();
-    };
-    if (!number(rank_name, &rank) || !attempt_name.starts_with("attempt_") ||
-        !number(std::string_view(attempt_name).substr(8), &attempt)) {
-      continue;
-    }
-    const auto found = newest.find(rank);
-    if (found == newest.end() || attempt > found->second.first) newest[rank] = {attempt, file};
+    const std::optional<int> rank = parse_number<int>(rank_name);
+    const std::optional<int> attempt =
+        attempt_name.starts_with("attempt_")
+            ? parse_number<int>(std::string_view(attempt_name).substr(8))
+            : std::nullopt;
+    if (!rank || !attempt) continue;
+    const auto found = newest.find(*rank);
+    if (found == newest.end() || *attempt > found->second.first) newest[*rank] = {*attempt, file};
   }
   std::map<int, std::string> out;
   for (const auto& [rank, entry] : newest) {

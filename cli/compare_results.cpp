@@ -6,7 +6,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <map>
 #include <numeric>
@@ -40,14 +39,6 @@ std::vector<std::string_view> words(std::string_view s) {
     if (i > start) out.push_back(s.substr(start, i - start));
   }
   return out;
-}
-
-template <typename T>
-std::optional<T> number(std::string_view text) {
-  T value{};
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
-  return value;
 }
 
 // Calls `f` with each line of `text`, without its newline.
@@ -255,7 +246,7 @@ void check_result(ModeRow& row, const ModeOutcome& native, const ModeOutcome& o,
     if (y.loss.empty() || it == native_loss.end()) continue;
     compared = true;
     const std::string& x = *it->second;
-    const std::optional<double> u = number<double>(x), v = number<double>(y.loss);
+    const std::optional<double> u = parse_number<double>(x), v = parse_number<double>(y.loss);
     if (!u || !v || !std::isfinite(*u) || !std::isfinite(*v)) {
       // `nan` or text: only the same text is the same.
       if (x != y.loss && !text_differs) {
@@ -404,8 +395,8 @@ std::string_view compare_run_name(CompareRun run) {
 std::optional<IterationLine> parse_iteration_line(std::string_view line) {
   const std::vector<std::string_view> w = words(line);
   if (w.size() < 4 || w[0] != "iter" || w[2] != "ms") return std::nullopt;
-  const std::optional<uint64_t> index = number<uint64_t>(w[1]);
-  const std::optional<double> ms = number<double>(w[3]);
+  const std::optional<uint64_t> index = parse_number<uint64_t>(w[1]);
+  const std::optional<double> ms = parse_number<double>(w[3]);
   if (!index || !ms || !std::isfinite(*ms)) return std::nullopt;
   IterationLine it{.index = *index, .ms = *ms, .loss = {}};
   for (size_t i = 4; i + 1 < w.size(); ++i) {
@@ -444,7 +435,7 @@ std::optional<uint64_t> parse_footprint_output(std::string_view text) {
   for_each_line(text, [&](std::string_view line) {
     const std::vector<std::string_view> w = words(line);
     if (w.size() == 2 && w[0] == "footprint_bytes") {
-      if (auto n = number<uint64_t>(w[1])) found = n;
+      if (auto n = parse_number<uint64_t>(w[1])) found = n;
     }
   });
   return found;
@@ -866,59 +857,6 @@ BatchChoice choose_batch(
       kDefaultBatches[std::size(kDefaultBatches) - 1], format_bytes(choice.footprint_bytes),
       format_bytes(allowed_bytes));
   return choice;
-}
-
-ChildEnvironment plan_compare_environment(const CompareRunSettings& settings,
-                                          const CurrentEnv& current,
-                                          std::string_view library_path) {
-  RunFlags flags;
-  flags.engine = settings.run == CompareRun::vmm ? Engine::vmm : Engine::um;
-  ChildEnvironment env = plan_child_environment(flags, current, library_path);
-  std::string_view mode;
-  switch (settings.run) {
-    case CompareRun::native:
-      mode = "passthrough";
-      break;
-    case CompareRun::managed:
-      mode = "managed";
-      break;
-    case CompareRun::online:
-    case CompareRun::record:
-    case CompareRun::vmm:
-      mode = "online";
-      break;
-    case CompareRun::replay:
-      mode = "replay";
-      break;
-  }
-  env.set.push_back({"UMSWAP_MODE", std::string(mode)});
-  env.set.push_back({"UMSWAP_STATS", settings.stats_path});
-  const bool budgeted = settings.run == CompareRun::online || settings.run == CompareRun::record ||
-                        settings.run == CompareRun::replay || settings.run == CompareRun::vmm;
-  if (budgeted && settings.budget_bytes) {
-    env.set.push_back({"UMSWAP_BUDGET", std::to_string(*settings.budget_bytes)});
-  } else {
-    env.unset.push_back("UMSWAP_BUDGET");
-  }
-  if (settings.run == CompareRun::record) {
-    env.set.push_back({"UMSWAP_TRACE", settings.trace_path});
-  } else {
-    env.unset.push_back("UMSWAP_TRACE");
-  }
-  if (settings.run == CompareRun::replay) {
-    env.set.push_back({"UMSWAP_REPLAY", settings.trace_path});
-  } else {
-    env.unset.push_back("UMSWAP_REPLAY");
-  }
-  if (settings.managed_limit_bytes) {
-    env.set.push_back({"UMSWAP_MANAGED_LIMIT", std::to_string(*settings.managed_limit_bytes)});
-  }
-  if (!settings.torchrun_log_dir.empty()) {
-    env.set.push_back({"PET_TEE", "1"});
-    env.set.push_back({"PET_LOG_DIR", settings.torchrun_log_dir});
-    env.set.push_back({"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", std::string(kRankPrefixTemplate)});
-  }
-  return env;
 }
 
 std::string render_table(const std::vector<ModeRow>& rows) {

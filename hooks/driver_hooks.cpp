@@ -150,7 +150,6 @@ UMSWAP_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t 
   };
   if (p.options().engine == umswap::Engine::vmm) {
     if (umswap::VmmAllocator* vmm = p.vmm()) {
-      vmm->note_program_mapped(size);
       p.program_mappings().created(*handle, size, on_gpu(vmm->device()));
       vmm->set_program_gpu_bytes(p.program_mappings());
       static umswap::OnceFlag once;

@@ -472,6 +472,18 @@ std::optional<std::string> find_var(const ChildEnvironment& env, std::string_vie
   return std::nullopt;
 }
 
+// The environment of a compare run with stats at /t/x.json and the library at /u/libumswap.so.
+ChildEnvironment plan_run(const CurrentEnv& current, CompareRun run,
+                          std::optional<uint64_t> budget = std::nullopt, std::string trace = "") {
+  return plan_compare_environment({.run = run,
+                                   .budget_bytes = budget,
+                                   .stats_path = "/t/x.json",
+                                   .trace_path = std::move(trace),
+                                   .managed_limit_bytes = std::nullopt,
+                                   .torchrun_log_dir = ""},
+                                  current, "/u/libumswap.so");
+}
+
 bool unsets(const ChildEnvironment& env, std::string_view name) {
   return std::find(env.unset.begin(), env.unset.end(), name) != env.unset.end();
 }
@@ -481,15 +493,7 @@ TEST(CompareEnvironment, EachRunGetsItsModeAndOnlyWhatItUses) {
                            .pytorch_cuda_alloc_conf = std::nullopt,
                            .pytorch_alloc_conf = std::nullopt};
   auto plan = [&](CompareRun run, std::optional<uint64_t> budget = std::nullopt,
-                  std::string trace = "") {
-    return plan_compare_environment({.run = run,
-                                     .budget_bytes = budget,
-                                     .stats_path = "/t/x.json",
-                                     .trace_path = std::move(trace),
-                                     .managed_limit_bytes = std::nullopt,
-                                     .torchrun_log_dir = ""},
-                                    current, "/u/libumswap.so");
-  };
+                  std::string trace = "") { return plan_run(current, run, budget, trace); };
   const ChildEnvironment native = plan(CompareRun::native);
   EXPECT_EQ(find_var(native, "LD_PRELOAD"), "/u/libumswap.so:/a/liba.so");
   EXPECT_EQ(find_var(native, "PYTORCH_CUDA_ALLOC_CONF"), "expandable_segments:False");
@@ -630,15 +634,7 @@ TEST(CompareRows, FiguresFromCannedRuns) {
 
 TEST(CompareEnvironment, TheVmmRunGetsEngineVmmAndTheOthersEngineUm) {
   const CurrentEnv current{};
-  auto plan = [&](CompareRun run) {
-    return plan_compare_environment({.run = run,
-                                     .budget_bytes = 1000,
-                                     .stats_path = "/t/x.json",
-                                     .trace_path = "",
-                                     .managed_limit_bytes = std::nullopt,
-                                     .torchrun_log_dir = ""},
-                                    current, "/u/libumswap.so");
-  };
+  auto plan = [&](CompareRun run) { return plan_run(current, run, 1000); };
   const ChildEnvironment vmm = plan(CompareRun::vmm);
   EXPECT_EQ(find_var(vmm, "UMSWAP_ENGINE"), "vmm");
   EXPECT_EQ(find_var(vmm, "UMSWAP_MODE"), "online");

@@ -13,10 +13,12 @@
 //   * unmapped(address, bytes): cuMemUnmap took every mapping that starts in [address, +bytes).
 //   * A handle's bytes count from created() until it has neither references nor mappings. An
 //     unknown handle or address changes nothing (not on the GPU, or never seen).
-//   * Any thread; one mutex. Never throws (an allocation failure of the maps drops what it was
+//   * Any thread; one mutex (gpu_bytes() reads without it: the advisor asks on launches). Never
+//     throws (an allocation failure of the maps drops what it was
 //     recording, which under-counts instead of failing the program's call).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -32,9 +34,10 @@ class ProgramMappings {
   void mapped(uint64_t address, uint64_t bytes, uint64_t handle);
   void unmapped(uint64_t address, uint64_t bytes);
 
-  uint64_t gpu_bytes() const;
+  uint64_t gpu_bytes() const { return gpu_bytes_.load(std::memory_order_relaxed); }
   uint64_t gpu_bytes_peak() const;
-  uint64_t handles() const;  // created, on the GPU or not
+  uint64_t handles() const;        // created, on the GPU or not
+  uint64_t created_bytes() const;  // their bytes, in all
 
  private:
   struct Handle {
@@ -47,9 +50,10 @@ class ProgramMappings {
   mutable std::mutex mutex_;
   std::unordered_map<uint64_t, Handle> gpu_handles_;  // handle -> its state, on the GPU only
   std::map<uint64_t, uint64_t> mappings_;             // address -> handle, of gpu_handles_
-  uint64_t gpu_bytes_ = 0;
+  std::atomic<uint64_t> gpu_bytes_{0};                // written under mutex_
   uint64_t gpu_bytes_peak_ = 0;
   uint64_t handles_ = 0;
+  uint64_t created_bytes_ = 0;
 };
 
 }  // namespace umswap

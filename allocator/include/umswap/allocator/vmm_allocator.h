@@ -74,7 +74,7 @@ struct VmmAllocatorStats {
   uint64_t out_of_memory = 0;       // allocations refused: past both limits
   uint64_t largest_refused = 0;
   uint64_t driver_failures = 0;  // allocations the driver failed otherwise
-  uint64_t program_mapped = 0;   // the program's own cuMemCreate calls (outside the pool)
+  uint64_t program_mapped = 0;   // the program's own cuMemCreate calls (ProgramMappings)
   uint64_t program_mapped_bytes = 0;
   uint64_t live_buffers = 0;
   uint64_t requested_bytes = 0;  // asked for by the program, live (the rest of the chunks is waste)
@@ -139,18 +139,12 @@ class VmmAllocator {
   VmmResidency& residency() { return residency_; }
   void note_escape() { escaped_.fetch_add(1, std::memory_order_relaxed); }
   void note_captured() { captured_.fetch_add(1, std::memory_order_relaxed); }
-  // The program made physical memory itself (cuMemCreate: NCCL's buffers, JAX): left to it, on
-  // the GPU, outside the pool; counted.
-  void note_program_mapped(uint64_t bytes) {
-    program_mapped_.fetch_add(1, std::memory_order_relaxed);
-    program_mapped_bytes_.fetch_add(bytes, std::memory_order_relaxed);
-  }
   // The program's own memory on this GPU (`mappings`: NCCL's buffers, JAX) stays on the GPU, so
   // it counts against the budget: the pool becomes the budget less it, in whole chunks (none
   // when it is past the budget). Free chunks past the new pool are released at once, chunks in
   // use past it as a window moves their ranges out (VmmResidency). Reads mappings.gpu_bytes()
   // under a lock of its own, so that of two threads calling it the last one applies the latest
-  // figure. Any thread.
+  // figure; the stats' program_* figures are `mappings`' as of the last call. Any thread.
   void set_program_gpu_bytes(const ProgramMappings& mappings);
   // Samples the peaks (gpu_bytes_peak, gpu_and_program_bytes_peak); after a window's moves too.
   void note_peaks();
@@ -187,16 +181,17 @@ class VmmAllocator {
   std::atomic<uint64_t> live_buffers_{0};
   std::atomic<uint64_t> escaped_{0};
   std::atomic<uint64_t> captured_{0};
-  std::atomic<uint64_t> program_mapped_{0};
-  std::atomic<uint64_t> program_mapped_bytes_{0};
   mutable std::mutex peaks_mutex_;
   uint64_t requested_bytes_ = 0;
   uint64_t requested_bytes_peak_ = 0;
   uint64_t gpu_bytes_peak_ = 0;
   uint64_t host_bytes_peak_ = 0;
   std::mutex program_mutex_;  // set_program_gpu_bytes(), one at a time (before peaks_mutex_)
+  // ProgramMappings' figures as of the last set_program_gpu_bytes() (under peaks_mutex_).
   uint64_t program_gpu_bytes_ = 0;
   uint64_t program_gpu_bytes_peak_ = 0;
+  uint64_t program_mapped_ = 0;
+  uint64_t program_mapped_bytes_ = 0;
   uint64_t gpu_and_program_bytes_peak_ = 0;
 };
 

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <charconv>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -26,6 +27,15 @@ inline constexpr int kCompareJsonVersion = 3;
 inline constexpr size_t kFewSteadyIterations = 3;
 // A budget counts as held while peak GPU-resident bytes stay within this factor of it.
 inline constexpr double kBudgetTolerance = 1.05;
+
+// The whole of `text` as a number of type T (std::from_chars); nullopt for anything else.
+template <typename T>
+std::optional<T> parse_number(std::string_view text) {
+  T value{};
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
 
 // --- What the program printed -------------------------------------------------------------------
 

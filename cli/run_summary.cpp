@@ -44,7 +44,8 @@ std::string memory_line(const json& stats) {
         "exactly with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync, docs/pytorch.md)";
   }
   if (vmm && *vmm > 0) {
-    line += fmt::format("; {} mapped with cuMemMap, not managed (outside the budget)", *vmm);
+    line += fmt::format(
+        "; {} mapped with cuMemMap, not managed (on the GPU, counted against the budget)", *vmm);
   }
   return line;
 }

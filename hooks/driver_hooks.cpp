@@ -235,6 +235,31 @@ UMSWAP_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle*
   return status;
 }
 
+// Exporting memory for another process (cudaIpcGetMemHandle; torch.multiprocessing does it to
+// share a CUDA tensor) is the driver's call. On an allocation of umswap's it fails, as it does on
+// any managed memory (engine vmm's chunks cannot be exported either): the program gets the
+// driver's error, and the process one warning that says why and what to do.
+UMSWAP_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr dptr) {
+  Preload& p = preload();
+  if (!p.driver()) return kNoDriver;
+  if (!p.driver()->cuIpcGetMemHandle) return CUDA_ERROR_NOT_FOUND;
+  const CUresult status = p.driver()->cuIpcGetMemHandle(handle, dptr);
+  if (status == CUDA_SUCCESS || ReentryGuard::active() || !p.registry().contains(dptr)) {
+    return status;
+  }
+  static umswap::OnceFlag once;
+  if (once.first()) {
+    umswap::log_warning(
+        "the program exports an allocation for another process (cudaIpcGetMemHandle: "
+        "torch.multiprocessing sharing a CUDA tensor, NCCL with NCCL_CUMEM_ENABLE=0); umswap's "
+        "allocations are managed memory (engine vmm: chunks it moves), which the driver cannot "
+        "export, so the call fails with the driver's error (NCCL then goes through host "
+        "memory). Share such tensors through host memory, leave NCCL_CUMEM_ENABLE unset, or "
+        "run this process without umswap's allocations (`umswap run --mode passthrough`)");
+  }
+  return status;
+}
+
 namespace {
 
 // A stream-ordered allocation made while its stream is captured becomes a graph memory node: the

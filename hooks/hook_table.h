@@ -21,6 +21,7 @@
   X(cuMemUnmap, cuMemUnmap, 10020, false, PFN_cuMemUnmap_v10020)                                   \
   X(cuMemRetainAllocationHandle, cuMemRetainAllocationHandle, 11000, false,                        \
     PFN_cuMemRetainAllocationHandle_v11000)                                                        \
+  X(cuIpcGetMemHandle, cuIpcGetMemHandle, 4010, false, PFN_cuIpcGetMemHandle_v4010)                \
   X(cuMemAllocAsync, cuMemAllocAsync, 11020, false, PFN_cuMemAllocAsync_v11020)                    \
   X(cuMemAllocAsync_ptsz, cuMemAllocAsync, 11020, true, PFN_cuMemAllocAsync_v11020_ptsz)           \
   X(cuMemFreeAsync, cuMemFreeAsync, 11020, false, PFN_cuMemFreeAsync_v11020)                       \

@@ -19,12 +19,42 @@ CUresult mem_alloc(CUdeviceptr* p, size_t bytes) {
   *p = reinterpret_cast<CUdeviceptr>(m);
   return CUDA_SUCCESS;
 }
+void forget_managed(CUdeviceptr p);
 CUresult mem_free(CUdeviceptr p) {
+  forget_managed(p);
   std::free(reinterpret_cast<void*>(p));
   return CUDA_SUCCESS;
 }
+// Managed allocations are remembered (the first 64) so that exporting one fails, as it does on
+// the driver; device memory exports.
+struct FakeRange {
+  CUdeviceptr base;
+  size_t bytes;
+};
+FakeRange g_managed[64] = {};
 CUresult mem_alloc_managed(CUdeviceptr* p, size_t bytes, unsigned) {
-  return mem_alloc(p, bytes);
+  const CUresult status = mem_alloc(p, bytes);
+  if (status != CUDA_SUCCESS) return status;
+  for (FakeRange& r : g_managed) {
+    if (r.base == 0) {
+      r = {*p, bytes};
+      break;
+    }
+  }
+  return status;
+}
+void forget_managed(CUdeviceptr p) {
+  for (FakeRange& r : g_managed) {
+    if (r.base == p) r = {};
+  }
+}
+CUresult ipc_get_mem_handle(CUipcMemHandle* handle, CUdeviceptr p) {
+  for (const FakeRange& r : g_managed) {
+    if (r.base != 0 && p - r.base < r.bytes) return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::memset(handle, 0, sizeof *handle);
+  std::memcpy(handle->reserved, &p, sizeof p);
+  return CUDA_SUCCESS;
 }
 CUresult mem_alloc_pitch(CUdeviceptr* p, size_t* pitch, size_t width, size_t height, unsigned) {
   *pitch = (width + 511) / 512 * 512;
@@ -191,6 +221,7 @@ const Entry kEntries[] = {
     {"cuMemMap", reinterpret_cast<void*>(&mem_map)},
     {"cuMemUnmap", reinterpret_cast<void*>(&mem_unmap)},
     {"cuMemRetainAllocationHandle", reinterpret_cast<void*>(&mem_retain_allocation_handle)},
+    {"cuIpcGetMemHandle", reinterpret_cast<void*>(&ipc_get_mem_handle)},
 };
 
 }  // namespace
@@ -240,6 +271,14 @@ __attribute__((visibility("default"))) CUresult cuMemUnmap(CUdeviceptr ptr, size
 __attribute__((visibility("default"))) CUresult cuMemRetainAllocationHandle(
     CUmemGenericAllocationHandle* h, void* addr) {
   return mem_retain_allocation_handle(h, addr);
+}
+__attribute__((visibility("default"))) CUresult cuMemAllocManaged(CUdeviceptr* p, size_t bytes,
+                                                                  unsigned flags) {
+  return mem_alloc_managed(p, bytes, flags);
+}
+__attribute__((visibility("default"))) CUresult cuIpcGetMemHandle(CUipcMemHandle* h,
+                                                                  CUdeviceptr p) {
+  return ipc_get_mem_handle(h, p);
 }
 
 }  // extern "C"

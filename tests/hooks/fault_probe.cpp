@@ -2,13 +2,16 @@
 // run with libumswap.so preloaded. It allocates and frees device memory through the driver API,
 // prints one line that does not depend on umswap, and exits with the code it is given.
 //
-// usage: fault_probe EXIT_CODE [fork|lookup-only|profiler-before|profiler-after|program-maps]
+// usage: fault_probe EXIT_CODE [fork|lookup-only|profiler-before|profiler-after|program-maps|
+//                              ipc-export]
 //   fork: also fork a child that allocates and exits normally (running the library's exit code),
 //         as a DataLoader worker does; the parent waits for it and prints its pid.
 //   lookup-only: only look the driver up (dlsym of cuGetProcAddress_v2 in libcuda, as a launcher
 //         such as torchrun does when it imports torch), print one line, allocate nothing.
 //   program-maps: map memory of its own (cuMemCreate, cuMemMap, cuMemRetainAllocationHandle,
 //         cuMemRelease, cuMemUnmap) as NCCL does, allocate nothing else.
+//   ipc-export: export (cuIpcGetMemHandle) an allocation made through cuMemAlloc and a 1 MiB
+//         one of the program's own managed memory (cuMemAllocManaged), print both results.
 //   profiler-before, profiler-after: start a profiler as torch.profiler does (cuptiSubscribe,
 //         cuptiActivityRegisterCallbacks, cuptiActivityEnable from the libcupti named by
 //         UMSWAP_CUPTI_LIBRARY, loaded globally as libtorch_cuda loads its own) before the first
@@ -133,6 +136,19 @@ int main(int argc, char** argv) {
     std::printf("probe: program maps %s\n", ok ? "ok" : "failed");
     std::fflush(stdout);
     return ok ? exit_code : 5;
+  }
+  if (std::strcmp(what, "ipc-export") == 0) {
+    allocate_and_free(1);  // kept: g_kept
+    CUdeviceptr own = 0;
+    CUipcMemHandle handle{};
+    const CUresult kept = cuIpcGetMemHandle(&handle, g_kept);
+    const CUresult again = cuIpcGetMemHandle(&handle, g_kept);
+    const CUresult managed = cuMemAllocManaged(&own, 1 << 20, CU_MEM_ATTACH_GLOBAL) == CUDA_SUCCESS
+                                 ? cuIpcGetMemHandle(&handle, own)
+                                 : CUDA_ERROR_OUT_OF_MEMORY;
+    std::printf("probe: export allocation %d, again %d, own managed %d\n", kept, again, managed);
+    std::fflush(stdout);
+    return exit_code;
   }
   if (std::strcmp(what, "profiler-before") == 0 && !start_profiler()) return 4;
   const int allocated = allocate_and_free(3);

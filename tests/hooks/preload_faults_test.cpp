@@ -363,6 +363,30 @@ TEST_F(PreloadFaults, TheProgramsOwnMappingsAreCountedUntilTheDriverWouldFreeThe
   EXPECT_EQ(m["gpu_bytes_peak"], 6 << 20) << stats->dump();
 }
 
+// Exporting an allocation for another process (cudaIpcGetMemHandle) fails on umswap's managed
+// memory as the driver fails it on any: the program gets the driver's error, every time, and the
+// process one warning that names the cause and the way out. Without redirection it exports.
+TEST_F(PreloadFaults, ExportingAnAllocationFailsAsOnManagedMemoryWithOneWarning) {
+  const ProbeRun r = run({{"UMSWAP_STATS", path("s.json")}}, {"7", "ipc-export"});
+  EXPECT_EQ(r.exit_code, 7) << r.err;
+  const std::string invalid = "1";  // CUDA_ERROR_INVALID_VALUE
+  EXPECT_TRUE(contains(r.out, "probe: export allocation " + invalid + ", again " + invalid +
+                                  ", own managed " + invalid))
+      << r.out;
+  const std::vector<std::string> lines = lines_of(r.err);
+  ASSERT_EQ(lines.size(), 1u) << r.err;
+  EXPECT_EQ(lines[0].rfind("umswap: warning: the program exports an allocation", 0), 0u)
+      << lines[0];
+  EXPECT_TRUE(contains(lines[0], "--mode passthrough")) << lines[0];
+
+  const ProbeRun plain =
+      run({{"UMSWAP_STATS", path("p.json")}, {"UMSWAP_MODE", "passthrough"}}, {"7", "ipc-export"});
+  EXPECT_EQ(plain.exit_code, 7) << plain.err;
+  EXPECT_TRUE(contains(plain.out, "probe: export allocation 0, again 0, own managed " + invalid))
+      << plain.out;
+  EXPECT_FALSE(contains(plain.err, "exports an allocation")) << plain.err;
+}
+
 TEST_F(PreloadFaults, NoCuptiWarnsOnceAndTheProgramRunsOnManagedMemory) {
   const std::string missing = path("nonexistent/libcupti.so");
   const ProbeRun r = run({{"UMSWAP_STATS", path("s.json")}, {"UMSWAP_CUPTI_LIBRARY", missing}});

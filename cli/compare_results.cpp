@@ -222,11 +222,39 @@ std::optional<double> native_median_ms(const ModeOutcome* native) {
   return native ? timing_of(*native).steady_median_ms : std::nullopt;
 }
 
+// The native run of `rank` that ran a second time, if it finished.
+const ModeOutcome* ok_native_again(const std::vector<ModeOutcome>& natives_again,
+                                   std::optional<int> rank) {
+  for (const ModeOutcome& o : natives_again) {
+    if (o.status == ModeStatus::ok && o.rank == rank) return &o;
+  }
+  return nullptr;
+}
+
+// The losses a run printed, by iteration, as numbers (texts such as `nan` left out).
+std::map<uint64_t, double> numeric_losses(const ProgramOutput& output) {
+  std::map<uint64_t, double> losses;
+  for (const IterationLine& x : output.iterations) {
+    const std::optional<double> v = x.loss.empty() ? std::nullopt : parse_number<double>(x.loss);
+    if (v && std::isfinite(*v)) losses[x.index] = *v;
+  }
+  return losses;
+}
+
+double relative_difference(double u, double v) {
+  const double scale = std::max(std::abs(u), std::abs(v));
+  return scale > 0 ? std::abs(u - v) / scale : 0.0;
+}
+
 // The result check of `row` (the run `o`) against the native run: equal checksums when both
 // printed one, else the losses of every iteration both printed within `tolerance` (relative; the
 // largest difference and its iteration are kept), else nothing. A one-iteration spike is a wrong
-// result even when the last loss agrees.
-void check_result(ModeRow& row, const ModeOutcome& native, const ModeOutcome& o, double tolerance) {
+// result even when the last loss agrees. With native's second run (`again`), an iteration whose
+// loss is past the tolerance still passes when it lies within kNativeSpreadFactor x the largest
+// difference of the two natives' losses up to that iteration: the program is not deterministic,
+// and a difference that size is its own.
+void check_result(ModeRow& row, const ModeOutcome& native, const ModeOutcome& o, double tolerance,
+                  const ModeOutcome* again = nullptr) {
   const ProgramOutput& a = native.output;
   const ProgramOutput& b = o.output;
   if (!a.checksum.empty() && !b.checksum.empty()) {
@@ -238,7 +266,26 @@ void check_result(ModeRow& row, const ModeOutcome& native, const ModeOutcome& o,
   for (const IterationLine& x : a.iterations) {
     if (!x.loss.empty()) native_loss[x.index] = &x.loss;
   }
-  bool compared = false, text_differs = false;
+  // The natives' largest difference up to each iteration (iterations both printed as numbers).
+  std::map<uint64_t, double> spread_to;
+  if (again) {
+    const std::map<uint64_t, double> first = numeric_losses(a),
+                                     second = numeric_losses(again->output);
+    double largest = 0;
+    for (const auto& [index, u] : first) {
+      const auto it = second.find(index);
+      if (it == second.end()) continue;
+      largest = std::max(largest, relative_difference(u, it->second));
+      spread_to[index] = largest;
+    }
+    if (!spread_to.empty()) row.loss_native_spread = largest;
+  }
+  auto allowed_at = [&](uint64_t index) {
+    const auto it = spread_to.upper_bound(index);
+    const double spread = it == spread_to.begin() ? 0.0 : std::prev(it)->second;
+    return std::max(tolerance, kNativeSpreadFactor * spread);
+  };
+  bool compared = false, text_differs = false, past_allowed = false, needed_spread = false;
   std::optional<double> worst;
   std::optional<uint64_t> worst_at, text_at;
   for (const IterationLine& y : b.iterations) {
@@ -255,8 +302,14 @@ void check_result(ModeRow& row, const ModeOutcome& native, const ModeOutcome& o,
       }
       continue;
     }
-    const double scale = std::max(std::abs(*u), std::abs(*v));
-    const double d = scale > 0 ? std::abs(*u - *v) / scale : 0.0;
+    const double d = relative_difference(*u, *v);
+    if (d > tolerance) {
+      if (d > allowed_at(y.index)) {
+        past_allowed = true;
+      } else {
+        needed_spread = true;
+      }
+    }
     if (!worst || d > *worst) {
       worst = d;
       worst_at = y.index;
@@ -266,7 +319,8 @@ void check_result(ModeRow& row, const ModeOutcome& native, const ModeOutcome& o,
   row.result_basis = "loss";
   row.loss_tolerance = tolerance;
   row.loss_relative_difference = worst;
-  row.same_result = !text_differs && (!worst || *worst <= tolerance);
+  row.same_result = !text_differs && !past_allowed;
+  row.within_native_spread = *row.same_result && needed_spread;
   // The iteration the note names: the largest difference when it is past the tolerance (the note
   // gives its figure), else the first whose texts differ.
   row.loss_worst_iteration = text_differs && !(worst && *worst > tolerance) ? text_at : worst_at;
@@ -276,6 +330,7 @@ void check_result(ModeRow& row, const ModeOutcome& native, const ModeOutcome& o,
 std::string result_text(const ModeRow& row) {
   if (!row.same_result) return "-";
   if (!*row.same_result) return "DIFFERS";
+  if (row.within_native_spread) return "≈ native (natives differ)";
   if (row.result_basis == "loss" && row.loss_tolerance) {
     return fmt::format("≈ native (loss within {:g})", *row.loss_tolerance);
   }
@@ -285,6 +340,7 @@ std::string result_text(const ModeRow& row) {
 json result_match_json(const ModeRow& row) {
   if (!row.same_result) return nullptr;
   if (!*row.same_result) return "differs";
+  if (row.within_native_spread) return "within_native_spread";
   return row.result_basis == "loss" ? "within_tolerance" : "same";
 }
 
@@ -562,7 +618,8 @@ std::pair<size_t, size_t> planned_steady_range(size_t count, const StatsFigures*
 }
 
 std::vector<ModeRow> compute_rows(const std::vector<ModeOutcome>& outcomes, const LinkRates& rates,
-                                  double loss_tolerance) {
+                                  double loss_tolerance,
+                                  const std::vector<ModeOutcome>& natives_again) {
   std::vector<ModeRow> rows;
   for (const ModeOutcome& o : outcomes) {
     const ModeOutcome* native = ok_native(outcomes, o.rank);
@@ -635,7 +692,9 @@ std::vector<ModeRow> compute_rows(const std::vector<ModeOutcome>& outcomes, cons
     }
 
     row.checksum = o.output.checksum;
-    if (native && !is_native) check_result(row, *native, o, loss_tolerance);
+    if (native && !is_native) {
+      check_result(row, *native, o, loss_tolerance, ok_native_again(natives_again, o.rank));
+    }
     rows.push_back(std::move(row));
   }
   return rows;
@@ -643,7 +702,8 @@ std::vector<ModeRow> compute_rows(const std::vector<ModeOutcome>& outcomes, cons
 
 std::vector<ModeRow> compute_baseline_rows(const std::vector<ModeOutcome>& baselines,
                                            const std::vector<ModeOutcome>& outcomes,
-                                           double loss_tolerance) {
+                                           double loss_tolerance,
+                                           const std::vector<ModeOutcome>& natives_again) {
   std::vector<ModeRow> rows;
   for (const ModeOutcome& o : baselines) {
     const ModeOutcome* native = ok_native(outcomes, o.rank);
@@ -671,11 +731,20 @@ std::vector<ModeRow> compute_baseline_rows(const std::vector<ModeOutcome>& basel
       row.bytes_in_per_iteration = bytes("offload_bytes_in_per_iteration");
       row.bytes_out_per_iteration = bytes("offload_bytes_out_per_iteration");
       row.checksum = o.output.checksum;
-      if (native) check_result(row, *native, o, loss_tolerance);
+      if (native) {
+        check_result(row, *native, o, loss_tolerance, ok_native_again(natives_again, o.rank));
+      }
     }
     rows.push_back(std::move(row));
   }
   return rows;
+}
+
+bool needs_native_again(const std::vector<ModeRow>& rows) {
+  return std::any_of(rows.begin(), rows.end(), [](const ModeRow& r) {
+    return r.result_basis == "loss" && !r.loss_native_spread && r.loss_relative_difference &&
+           r.loss_tolerance && *r.loss_relative_difference > *r.loss_tolerance;
+  });
 }
 
 std::vector<BaselineVerdict> baseline_verdicts(const std::vector<ModeRow>& rows,
@@ -955,16 +1024,36 @@ std::string render_notes(const CompareReport& report) {
           row_name(*row), row->steady_iterations, row->steady_iterations == 1 ? "" : "s");
     }
     by_loss = by_loss || row->result_basis == "loss";
-    if (row->same_result == false && row->result_basis == "loss") {
-      const uint64_t at = row->loss_worst_iteration.value_or(0);
+    const uint64_t at = row->loss_worst_iteration.value_or(0);
+    // What two native runs differ by, when native ran twice.
+    const std::string natives =
+        row->loss_native_spread
+            ? fmt::format("; two native runs differ by up to {:.2g} in the same iterations",
+                          *row->loss_native_spread)
+            : std::string();
+    if (row->within_native_spread) {
+      out += fmt::format(
+          "note: {}'s loss at iteration {} is {:.2g} off native's (relative), more than "
+          "--loss-tolerance {:g} but within {:g}x what two native runs differ by up to there "
+          "(native ran twice to tell{}): the program is not deterministic, so a change to its "
+          "results smaller than that cannot be seen here; with deterministic algorithms and a "
+          "`checksum` in its summary line the runs are compared bit for bit (docs/cli.md)\n",
+          row_name(*row), at, row->loss_relative_difference.value_or(0),
+          row->loss_tolerance.value_or(0), kNativeSpreadFactor, natives);
+    } else if (row->same_result == false && row->result_basis == "loss") {
       out +=
           row->loss_relative_difference &&
                   *row->loss_relative_difference > row->loss_tolerance.value_or(0)
               ? fmt::format(
                     "note: {}'s loss at iteration {} is {:.2g} off native's (relative), more "
-                    "than --loss-tolerance {:g}\n",
+                    "than --loss-tolerance {:g}{}\n",
                     row_name(*row), at, *row->loss_relative_difference,
-                    row->loss_tolerance.value_or(0))
+                    row->loss_tolerance.value_or(0),
+                    row->loss_native_spread
+                        ? fmt::format(" and more than {:g}x what two native runs differ by up "
+                                      "to there (at most {:.2g})",
+                                      kNativeSpreadFactor, *row->loss_native_spread)
+                        : std::string())
               : fmt::format("note: {}'s loss at iteration {} is not a number equal to native's\n",
                             row_name(*row), at);
     }
@@ -1099,6 +1188,7 @@ json compare_json(const CompareReport& report) {
         {"result_basis", text_or_null(r.result_basis)},
         {"loss_relative_difference", opt(r.loss_relative_difference)},
         {"loss_worst_iteration", opt(r.loss_worst_iteration)},
+        {"loss_native_spread", opt(r.loss_native_spread)},
         {"raw",
          {{"iter_ms", std::move(iter_ms)},
           {"loss", std::move(losses)},
@@ -1138,6 +1228,7 @@ json compare_json(const CompareReport& report) {
         {"result_basis", text_or_null(r.result_basis)},
         {"loss_relative_difference", opt(r.loss_relative_difference)},
         {"loss_worst_iteration", opt(r.loss_worst_iteration)},
+        {"loss_native_spread", opt(r.loss_native_spread)},
         {"raw",
          {{"iter_ms", std::move(iter_ms)},
           {"loss", std::move(losses)},

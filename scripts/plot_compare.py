@@ -30,6 +30,9 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
+KNOWN_VERSIONS = (1, 2, 3, 4)
+
+
 def load(path):
     """The compare document, or exit 1 with one line saying why not."""
     try:
@@ -39,10 +42,11 @@ def load(path):
         sys.exit(f"plot_compare: error: {path}: cannot open: {e.strerror}")
     except json.JSONDecodeError as e:
         sys.exit(f"plot_compare: error: {path}: not JSON ({e})")
-    # Version 2 only added fields (baselines among them); the modes read here are unchanged.
-    if not isinstance(doc, dict) or doc.get("umswap_compare_version") not in (1, 2):
+    # Versions 2 to 4 added fields (baselines, ranks) and changed how results are judged; the
+    # fields of the modes read here are unchanged.
+    if not isinstance(doc, dict) or doc.get("umswap_compare_version") not in KNOWN_VERSIONS:
         sys.exit(f"plot_compare: error: {path}: not `umswap compare --json` output "
-                 "(no umswap_compare_version 1 or 2)")
+                 "(no umswap_compare_version 1 to 4)")
     if not isinstance(doc.get("modes"), list) or not doc["modes"]:
         sys.exit(f"plot_compare: error: {path}: no modes")
     return doc
@@ -55,7 +59,9 @@ def number(mode, key):
 
 def plot(doc, output, title, plt):
     modes = doc["modes"]
-    names = [str(m.get("mode", "?")) for m in modes]
+    # A torchrun command has one entry per mode and rank (version 3 on): "online r1".
+    names = [str(m.get("mode", "?")) + (f" r{m['rank']}" if isinstance(m.get("rank"), int) else "")
+             for m in modes]
     x = list(range(len(modes)))
     steady = [number(m, "steady_median_ms") for m in modes]
     link = [number(m, "link_limit_ms") for m in modes]

@@ -162,7 +162,7 @@ TEST_F(CompareEndToEnd, EveryModeRunsWithItsOwnEnvironment) {
   EXPECT_FALSE(contains(r.err, "are in")) << r.err;
 
   const nlohmann::json j = nlohmann::json::parse(read_file(dir_ / "c.json"));
-  EXPECT_EQ(j["umswap_compare_version"], 3);
+  EXPECT_EQ(j["umswap_compare_version"], 4);
   EXPECT_EQ(j["command"], nlohmann::json({program_.string()}));
   EXPECT_EQ(j["budget_bytes"], 1000);
   EXPECT_TRUE(j["probe"]["ok"].is_boolean());
@@ -313,6 +313,62 @@ TEST_F(CompareEndToEnd, TheVmmModeRunsEngineVmmAtTheBudget) {
   EXPECT_EQ(v["bytes_out_per_iteration"], 500.0);
   EXPECT_EQ(v["result_match"], "same");
   EXPECT_TRUE(contains(r.out, "\nvmm     ")) << r.out;
+}
+
+// A program that is not deterministic: its second native run ends on another loss (3.6 for 4.0),
+// the others end on $LAST; no checksum. Each run's mode goes to $LOG.
+constexpr const char* kFakeNondeterministic = R"SH(#!/bin/sh
+echo "$UMSWAP_MODE" >> "$LOG"
+last=$LAST
+if [ "$UMSWAP_MODE" = passthrough ]; then
+  n=$(cat "$COUNT" 2>/dev/null || echo 0); n=$((n + 1)); echo $n > "$COUNT"
+  if [ $n = 1 ]; then last=4.0; else last=3.6; fi
+fi
+i=0
+for x in 1.0 2.0 $last; do echo "iter $i ms 1$i.5 loss $x"; i=$((i + 1)); done
+echo 'summary {"peak_allocated_bytes": 4000}'
+)SH";
+
+// A loss past --loss-tolerance with no checksum: native runs a second time, and the result is
+// judged against what the two natives differ by; within the tolerance, native runs once.
+TEST_F(CompareEndToEnd, ALossPastTheToleranceRunsNativeAgainToJudgeAgainstItsSpread) {
+  const fs::path program = dir_ / "nondeterministic.sh";
+  std::ofstream(program) << kFakeNondeterministic;
+  ::chmod(program.c_str(), 0755);
+  auto run = [&](const std::string& last, const std::string& name) {
+    umswap_test::EnvChanges env = {{"LOG", (dir_ / (name + ".log")).string()},
+                                   {"COUNT", (dir_ / (name + ".count")).string()},
+                                   {"TMPDIR", tmp_.string()},
+                                   {"LAST", last}};
+    return umswap({"compare", "--modes", "native,online", "--budget", "1M", "--json",
+                   (dir_ / (name + ".json")).string(), "--", program.string()},
+                  env);
+  };
+  // 5% off where the natives differ by 10%: within 4x their spread.
+  Result r = run("4.2105263", "within");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(lines_of(read_file(dir_ / "within.log")),
+            (std::vector<std::string>{"passthrough", "online", "passthrough"}));
+  EXPECT_TRUE(contains(r.err, "native runs again to measure")) << r.err;
+  EXPECT_TRUE(contains(r.err, "[3/3] native2: done in ")) << r.err;
+  EXPECT_TRUE(contains(r.out, "≈ native (natives differ)")) << r.out;
+  EXPECT_TRUE(contains(r.out, "the program is not deterministic")) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(read_file(dir_ / "within.json"));
+  EXPECT_EQ(j["modes"][1]["result_match"], "within_native_spread");
+  EXPECT_EQ(j["modes"].size(), 2u);  // the second native has no row
+
+  // 50% off: a changed result, said so with the spread it was held to.
+  r = run("8.0", "differs");
+  EXPECT_EQ(lines_of(read_file(dir_ / "differs.log")).size(), 3u);
+  EXPECT_TRUE(contains(r.out, "DIFFERS")) << r.out;
+  EXPECT_TRUE(contains(r.out, "more than 4x what two native runs differ by")) << r.out;
+
+  // Within the tolerance: one native run.
+  r = run("4.01", "same");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(lines_of(read_file(dir_ / "same.log")),
+            (std::vector<std::string>{"passthrough", "online"}));
+  EXPECT_FALSE(contains(r.err, "native2")) << r.err;
 }
 
 TEST_F(CompareEndToEnd, AFailingBaselineGetsItsRowAndTheRestGoesOn) {

@@ -688,6 +688,76 @@ TEST(CompareRows, PeakResidentIsTheSteadyIterationsPeak) {
   EXPECT_EQ(row.budget_held, false);
 }
 
+// With native's second run, a loss past the tolerance passes where it lies within 4x what the two
+// natives differ by up to that iteration (as the correctness matrix judges), and fails past it.
+TEST(CompareRows, ALossPastTheToleranceIsJudgedAgainstTheNativesSpread) {
+  const std::vector<ModeOutcome> outcomes = {
+      outcome(CompareMode::native,
+              "iter 0 ms 10 loss 1.0\niter 1 ms 10 loss 2.0\n"
+              "iter 2 ms 10 loss 4.0\n"),
+      // 5% off in iteration 2, where the natives differ by 10%: within.
+      outcome(CompareMode::managed,
+              "iter 0 ms 10 loss 1.0\niter 1 ms 10 loss 2.0\n"
+              "iter 2 ms 10 loss 4.2105263\n"),
+      // 5% off in iteration 1, where the natives do not differ yet: a change.
+      outcome(CompareMode::online,
+              "iter 0 ms 10 loss 1.0\niter 1 ms 10 loss 2.1052632\n"
+              "iter 2 ms 10 loss 4.0\n"),
+      // Within the tolerance: as before, whatever the natives do.
+      outcome(CompareMode::replay,
+              "iter 0 ms 10 loss 1.0\niter 1 ms 10 loss 2.0\n"
+              "iter 2 ms 10 loss 4.01\n")};
+  // Before native ran again: managed and online are past the tolerance, so it must.
+  std::vector<ModeRow> rows = compute_rows(outcomes, LinkRates{});
+  EXPECT_EQ(rows[1].same_result, false);
+  EXPECT_EQ(rows[2].same_result, false);
+  EXPECT_FALSE(rows[1].loss_native_spread);
+  EXPECT_TRUE(needs_native_again(rows));
+
+  const std::vector<ModeOutcome> again = {outcome(CompareMode::native,
+                                                  "iter 0 ms 10 loss 1.0\niter 1 ms 10 loss 2.0\n"
+                                                  "iter 2 ms 10 loss 3.6\n")};
+  rows = compute_rows(outcomes, LinkRates{}, kDefaultLossTolerance, again);
+  EXPECT_EQ(rows[1].same_result, true);
+  EXPECT_TRUE(rows[1].within_native_spread);
+  EXPECT_NEAR(*rows[1].loss_native_spread, 0.1, 1e-9);
+  EXPECT_NEAR(*rows[1].loss_relative_difference, 0.05, 1e-6);
+  EXPECT_EQ(rows[2].same_result, false);
+  EXPECT_FALSE(rows[2].within_native_spread);
+  EXPECT_EQ(rows[2].loss_worst_iteration, 1u);
+  EXPECT_EQ(rows[3].same_result, true);
+  EXPECT_FALSE(rows[3].within_native_spread);
+  EXPECT_FALSE(needs_native_again(rows));  // it ran: no third time
+
+  // 4x the spread is the limit: 41% off where the natives differ by 10% is a change.
+  const std::vector<ModeOutcome> far = {outcomes[0],
+                                        outcome(CompareMode::online,
+                                                "iter 0 ms 10 loss 1.0\niter 1 ms 10 loss 2.0\n"
+                                                "iter 2 ms 10 loss 6.8\n")};
+  EXPECT_EQ(compute_rows(far, LinkRates{}, kDefaultLossTolerance, again)[1].same_result, false);
+
+  // What the reader sees: the cell, the note, the JSON.
+  CompareReport report;
+  report.outcomes = outcomes;
+  report.rows = compute_rows(outcomes, LinkRates{}, kDefaultLossTolerance, again);
+  report.natives_again = again;
+  const std::string table = render_table(report.rows);
+  EXPECT_TRUE(contains(table, "≈ native (natives differ)")) << table;
+  const std::string notes = render_notes(report);
+  EXPECT_TRUE(contains(notes, "note: managed's loss at iteration 2 is 0.05 off native's")) << notes;
+  EXPECT_TRUE(contains(notes, "within 4x what two native runs differ by")) << notes;
+  EXPECT_TRUE(contains(notes, "the program is not deterministic")) << notes;
+  EXPECT_TRUE(contains(notes,
+                       "note: online's loss at iteration 1 is 0.05 off native's (relative), "
+                       "more than --loss-tolerance 0.01 and more than 4x what two native "
+                       "runs differ by up to there (at most 0.1)"))
+      << notes;
+  const json j = compare_json(report);
+  EXPECT_EQ(j["modes"][1]["result_match"], "within_native_spread");
+  EXPECT_NEAR(j["modes"][1]["loss_native_spread"].get<double>(), 0.1, 1e-9);
+  EXPECT_EQ(j["modes"][2]["result_match"], "differs");
+}
+
 TEST(CompareRows, LossIsComparedWithinAToleranceWhenThereIsNoChecksum) {
   std::vector<ModeOutcome> outcomes = {
       outcome(CompareMode::native, "iter 0 ms 10 loss 2.5\niter 1 ms 10 loss 2.25\n"),
@@ -917,7 +987,7 @@ TEST(CompareTable, WithoutAProbeTheLinkRatiosAreDashes) {
 
 TEST(CompareJson, CarriesEveryFigure) {
   const json j = compare_json(canned_report());
-  EXPECT_EQ(j["umswap_compare_version"], 3);
+  EXPECT_EQ(j["umswap_compare_version"], 4);
   EXPECT_EQ(j["command"], (json{"./cudnn_vgg16", "--batch", "64"}));
   EXPECT_EQ(j["loss_tolerance"], 0.01);
   EXPECT_EQ(j["baselines"], json::array());

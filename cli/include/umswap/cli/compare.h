@@ -22,7 +22,7 @@
 
 namespace umswap::cli {
 
-inline constexpr int kCompareJsonVersion = 3;
+inline constexpr int kCompareJsonVersion = 4;
 // Fewer steady iterations than this in an online or replay row: a note says the figure is thin.
 inline constexpr size_t kFewSteadyIterations = 3;
 // A budget counts as held while peak GPU-resident bytes stay within this factor of it.
@@ -223,19 +223,38 @@ struct ModeRow {
   std::optional<double> loss_relative_difference;
   std::optional<double> loss_tolerance;
   std::optional<uint64_t> loss_worst_iteration;
+  // basis "loss", when native ran a second time (compare does where a loss was past the
+  // tolerance and nothing printed a checksum): the largest relative difference between the two
+  // native runs' losses over the iterations; within_native_spread when the result passed only
+  // because of it (each iteration within kNativeSpreadFactor x the natives' largest difference up
+  // to it, as the correctness matrix judges).
+  std::optional<double> loss_native_spread;
+  bool within_native_spread = false;
 };
+
+// How far beyond the two native runs' largest difference so far a loss may lie and still count
+// as the same result (tests/gpu/correctness_matrix.py judges with the same factor).
+inline constexpr double kNativeSpreadFactor = 4.0;
 
 // The rows for `outcomes` (one per mode and rank, in order). Ratios are to the median of the
 // native outcome of the same rank (the only one without ranks);
 // the native row's bytes moved count as 0 when its stats have none (passthrough moves no managed
 // memory). Rows of failed or skipped modes carry only status and reason.
+// `natives_again`: native's second run (per rank), made when a loss was past the tolerance
+// (needs_native_again); a loss then passes within the natives' spread.
 std::vector<ModeRow> compute_rows(const std::vector<ModeOutcome>& outcomes, const LinkRates& rates,
-                                  double loss_tolerance = kDefaultLossTolerance);
+                                  double loss_tolerance = kDefaultLossTolerance,
+                                  const std::vector<ModeOutcome>& natives_again = {});
 // The rows for `baselines` (outcomes with `baseline` set): times, ratio to the native outcome
 // among `outcomes`, the program's peak_allocated_bytes and the result check; no stats or limits.
 std::vector<ModeRow> compute_baseline_rows(const std::vector<ModeOutcome>& baselines,
                                            const std::vector<ModeOutcome>& outcomes,
-                                           double loss_tolerance = kDefaultLossTolerance);
+                                           double loss_tolerance = kDefaultLossTolerance,
+                                           const std::vector<ModeOutcome>& natives_again = {});
+// Whether native should run a second time to tell a program that is not deterministic from a
+// changed result: some row's losses are past the tolerance (no checksum on both sides) and it
+// has not run twice yet.
+bool needs_native_again(const std::vector<ModeRow>& rows);
 
 // --- Baselines against umswap
 // ---------------------------------------------------------------------------
@@ -376,6 +395,7 @@ struct CompareReport {
   std::vector<ModeRow> rows;
   std::vector<ModeOutcome> baselines;  // in kCompareBaselines order
   std::vector<ModeRow> baseline_rows;
+  std::vector<ModeOutcome> natives_again;  // native's second run, per rank; usually none
   double loss_tolerance = kDefaultLossTolerance;
 };
 

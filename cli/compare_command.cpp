@@ -557,7 +557,7 @@ int compare_command(const CompareFlags& flags, const LinkProber& probe) {
     return o.mode == CompareMode::native && o.status == ModeStatus::ok;
   });
   if (native_ok && !interrupted() && needs_native_again(all_rows())) {
-    say("compare: a loss is past --loss-tolerance and nothing printed a checksum: native runs "
+    say("compare: a loss is past --loss-tolerance, with no checksum on both sides: native runs "
         "again to measure how much the program's own runs differ\n");
     const fs::path stats = stats_path("native2");
     if (!prepare(CompareRun::native, std::nullopt, "", stats)) return give_up(kUsageErrorExitCode);
@@ -602,7 +602,8 @@ int compare_command(const CompareFlags& flags, const LinkProber& probe) {
   // A skipped run left nothing to look at; a failed one did.
   auto is_ok = [](const ModeOutcome& o) { return o.status != ModeStatus::failed; };
   const bool all_ok = std::all_of(outcomes.begin(), outcomes.end(), is_ok) &&
-                      std::all_of(baselines.begin(), baselines.end(), is_ok);
+                      std::all_of(baselines.begin(), baselines.end(), is_ok) &&
+                      std::all_of(natives_again.begin(), natives_again.end(), is_ok);
   if (!all_ok || flags.keep) {
     say(fmt::format("compare: outputs and stats of each run are in {}\n", dir.string()));
   } else {

@@ -285,7 +285,9 @@ void check_result(ModeRow& row, const ModeOutcome& native, const ModeOutcome& o,
     const double spread = it == spread_to.begin() ? 0.0 : std::prev(it)->second;
     return std::max(tolerance, kNativeSpreadFactor * spread);
   };
-  bool compared = false, text_differs = false, past_allowed = false, needed_spread = false;
+  bool compared = false, text_differs = false, needed_spread = false;
+  std::optional<uint64_t> past_at;
+  double past_difference = 0;
   std::optional<double> worst;
   std::optional<uint64_t> worst_at, text_at;
   for (const IterationLine& y : b.iterations) {
@@ -305,7 +307,10 @@ void check_result(ModeRow& row, const ModeOutcome& native, const ModeOutcome& o,
     const double d = relative_difference(*u, *v);
     if (d > tolerance) {
       if (d > allowed_at(y.index)) {
-        past_allowed = true;
+        if (!past_at) {
+          past_at = y.index;
+          past_difference = d;
+        }
       } else {
         needed_spread = true;
       }
@@ -319,8 +324,18 @@ void check_result(ModeRow& row, const ModeOutcome& native, const ModeOutcome& o,
   row.result_basis = "loss";
   row.loss_tolerance = tolerance;
   row.loss_relative_difference = worst;
-  row.same_result = !text_differs && !past_allowed;
+  row.same_result = !text_differs && !past_at;
   row.within_native_spread = *row.same_result && needed_spread;
+  if (!spread_to.empty()) {
+    if (past_at) {
+      row.loss_past_iteration = past_at;
+      row.loss_past_difference = past_difference;
+    }
+    if (const std::optional<uint64_t> named = past_at ? past_at : worst_at) {
+      const auto it = spread_to.upper_bound(*named);
+      row.loss_native_spread_at = it == spread_to.begin() ? 0.0 : std::prev(it)->second;
+    }
+  }
   // The iteration the note names: the largest difference when it is past the tolerance (the note
   // gives its figure), else the first whose texts differ.
   row.loss_worst_iteration = text_differs && !(worst && *worst > tolerance) ? text_at : worst_at;
@@ -743,7 +758,8 @@ std::vector<ModeRow> compute_baseline_rows(const std::vector<ModeOutcome>& basel
 bool needs_native_again(const std::vector<ModeRow>& rows) {
   return std::any_of(rows.begin(), rows.end(), [](const ModeRow& r) {
     return r.result_basis == "loss" && !r.loss_native_spread && r.loss_relative_difference &&
-           r.loss_tolerance && *r.loss_relative_difference > *r.loss_tolerance;
+           r.loss_tolerance && *r.loss_tolerance > 0 &&
+           *r.loss_relative_difference > *r.loss_tolerance;
   });
 }
 
@@ -1025,37 +1041,52 @@ std::string render_notes(const CompareReport& report) {
     }
     by_loss = by_loss || row->result_basis == "loss";
     const uint64_t at = row->loss_worst_iteration.value_or(0);
-    // What two native runs differ by, when native ran twice.
-    const std::string natives =
-        row->loss_native_spread
-            ? fmt::format("; two native runs differ by up to {:.2g} in the same iterations",
-                          *row->loss_native_spread)
-            : std::string();
+    const double tolerance = row->loss_tolerance.value_or(0);
     if (row->within_native_spread) {
       out += fmt::format(
           "note: {}'s loss at iteration {} is {:.2g} off native's (relative), more than "
           "--loss-tolerance {:g} but within {:g}x what two native runs differ by up to there "
-          "(native ran twice to tell{}): the program is not deterministic, so a change to its "
-          "results smaller than that cannot be seen here; with deterministic algorithms and a "
-          "`checksum` in its summary line the runs are compared bit for bit (docs/cli.md)\n",
-          row_name(*row), at, row->loss_relative_difference.value_or(0),
-          row->loss_tolerance.value_or(0), kNativeSpreadFactor, natives);
+          "({:.2g}; native ran twice to tell): the program is not deterministic, so a change to "
+          "its results smaller than that cannot be seen here; with deterministic algorithms and "
+          "a `checksum` in its summary line the runs are compared bit for bit (docs/cli.md)\n",
+          row_name(*row), at, row->loss_relative_difference.value_or(0), tolerance,
+          kNativeSpreadFactor, row->loss_native_spread_at.value_or(0));
     } else if (row->same_result == false && row->result_basis == "loss") {
-      out +=
-          row->loss_relative_difference &&
-                  *row->loss_relative_difference > row->loss_tolerance.value_or(0)
-              ? fmt::format(
-                    "note: {}'s loss at iteration {} is {:.2g} off native's (relative), more "
-                    "than --loss-tolerance {:g}{}\n",
-                    row_name(*row), at, *row->loss_relative_difference,
-                    row->loss_tolerance.value_or(0),
-                    row->loss_native_spread
-                        ? fmt::format(" and more than {:g}x what two native runs differ by up "
-                                      "to there (at most {:.2g})",
-                                      kNativeSpreadFactor, *row->loss_native_spread)
-                        : std::string())
-              : fmt::format("note: {}'s loss at iteration {} is not a number equal to native's\n",
-                            row_name(*row), at);
+      if (row->loss_past_iteration) {
+        out += fmt::format(
+            "note: {}'s loss at iteration {} is {:.2g} off native's (relative), more than "
+            "--loss-tolerance {:g} and more than {:g}x what two native runs differ by up to there "
+            "({:.2g})\n",
+            row_name(*row), *row->loss_past_iteration, row->loss_past_difference.value_or(0),
+            tolerance, kNativeSpreadFactor, row->loss_native_spread_at.value_or(0));
+      } else if (!row->loss_native_spread && row->loss_relative_difference &&
+                 *row->loss_relative_difference > tolerance) {
+        out += fmt::format(
+            "note: {}'s loss at iteration {} is {:.2g} off native's (relative), more than "
+            "--loss-tolerance {:g}\n",
+            row_name(*row), at, *row->loss_relative_difference, tolerance);
+      } else {
+        out += fmt::format("note: {}'s loss at iteration {} is not a number equal to native's\n",
+                           row_name(*row), at);
+      }
+    }
+  }
+  // Native's second run, where one was made and it could not serve: the losses were judged by
+  // the tolerance alone.
+  for (const ModeOutcome& again : report.natives_again) {
+    const std::string name =
+        again.rank ? fmt::format("native r{}", *again.rank) : std::string("native");
+    if (again.status != ModeStatus::ok) {
+      out += fmt::format(
+          "note: {}'s second run {} ({}): the losses were judged by --loss-tolerance alone\n", name,
+          again.status == ModeStatus::failed ? "failed" : "was skipped", again.reason);
+    } else if (std::none_of(all.begin(), all.end(), [&](const ModeRow* r) {
+                 return r->rank == again.rank && r->loss_native_spread;
+               })) {
+      out += fmt::format(
+          "note: {}'s second run printed no losses in the iterations its first did: the losses "
+          "were judged by --loss-tolerance alone\n",
+          name);
     }
   }
   // A budget not held: why, where the stats say (docs/advisor.md).
@@ -1189,6 +1220,7 @@ json compare_json(const CompareReport& report) {
         {"loss_relative_difference", opt(r.loss_relative_difference)},
         {"loss_worst_iteration", opt(r.loss_worst_iteration)},
         {"loss_native_spread", opt(r.loss_native_spread)},
+        {"loss_past_iteration", opt(r.loss_past_iteration)},
         {"raw",
          {{"iter_ms", std::move(iter_ms)},
           {"loss", std::move(losses)},
@@ -1229,6 +1261,7 @@ json compare_json(const CompareReport& report) {
         {"loss_relative_difference", opt(r.loss_relative_difference)},
         {"loss_worst_iteration", opt(r.loss_worst_iteration)},
         {"loss_native_spread", opt(r.loss_native_spread)},
+        {"loss_past_iteration", opt(r.loss_past_iteration)},
         {"raw",
          {{"iter_ms", std::move(iter_ms)},
           {"loss", std::move(losses)},
@@ -1249,6 +1282,14 @@ json compare_json(const CompareReport& report) {
          {"speedup", opt(v.speedup)},
          {"text", v.text}});
   }
+  json natives_again = json::array();
+  for (const ModeOutcome& o : report.natives_again) {
+    natives_again.push_back({{"rank", opt(o.rank)},
+                             {"status", mode_status_name(o.status)},
+                             {"reason", text_or_null(o.reason)},
+                             {"exit_code", opt(o.exit_code)},
+                             {"wall_s", opt(o.wall_s)}});
+  }
   return {{"umswap_compare_version", kCompareJsonVersion},
           {"command", report.command},
           {"loss_tolerance", report.loss_tolerance},
@@ -1259,6 +1300,7 @@ json compare_json(const CompareReport& report) {
             {"error", text_or_null(report.budget.error)}}},
           {"probe", std::move(probe)},
           {"modes", std::move(modes)},
+          {"natives_again", std::move(natives_again)},
           {"baselines", std::move(baselines)},
           {"baseline_comparisons", std::move(verdicts)}};
 }

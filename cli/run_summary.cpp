@@ -45,7 +45,8 @@ std::string memory_line(const json& stats) {
   }
   if (vmm && *vmm > 0) {
     line += fmt::format(
-        "; {} mapped with cuMemMap, not managed (on the GPU, counted against the budget)", *vmm);
+        "; {} mapped with cuMemMap, not managed (what is on this GPU counts against the budget)",
+        *vmm);
   }
   return line;
 }

@@ -238,15 +238,17 @@ UMSWAP_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle*
 // Exporting memory for another process (cudaIpcGetMemHandle; torch.multiprocessing does it to
 // share a CUDA tensor) is the driver's call. On an allocation of umswap's it fails, as it does on
 // any managed memory (engine vmm's chunks cannot be exported either): the program gets the
-// driver's error, and the process one warning that says why and what to do.
+// driver's error, and the process one warning that says why and what to do (not for the program's
+// own managed memory, which no driver exports).
 UMSWAP_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr dptr) {
   Preload& p = preload();
   if (!p.driver()) return kNoDriver;
   if (!p.driver()->cuIpcGetMemHandle) return CUDA_ERROR_NOT_FOUND;
   const CUresult status = p.driver()->cuIpcGetMemHandle(handle, dptr);
-  if (status == CUDA_SUCCESS || ReentryGuard::active() || !p.registry().contains(dptr)) {
-    return status;
-  }
+  if (status == CUDA_SUCCESS || ReentryGuard::active()) return status;
+  // The program's own managed memory fails without umswap too: nothing to say about it.
+  const std::optional<umswap::BufferRecord> record = p.registry().find(dptr);
+  if (!record || record->app_managed) return status;
   static umswap::OnceFlag once;
   if (once.first()) {
     umswap::log_warning(

@@ -316,13 +316,15 @@ TEST_F(CompareEndToEnd, TheVmmModeRunsEngineVmmAtTheBudget) {
 }
 
 // A program that is not deterministic: its second native run ends on another loss (3.6 for 4.0),
-// the others end on $LAST; no checksum. Each run's mode goes to $LOG.
+// the others end on $LAST; no checksum. Each run's mode goes to $LOG. $FAIL_SECOND makes the
+// second native run fail.
 constexpr const char* kFakeNondeterministic = R"SH(#!/bin/sh
 echo "$UMSWAP_MODE" >> "$LOG"
 last=$LAST
 if [ "$UMSWAP_MODE" = passthrough ]; then
   n=$(cat "$COUNT" 2>/dev/null || echo 0); n=$((n + 1)); echo $n > "$COUNT"
   if [ $n = 1 ]; then last=4.0; else last=3.6; fi
+  if [ $n = 2 ] && [ -n "$FAIL_SECOND" ]; then echo "fake: no memory left" >&2; exit 3; fi
 fi
 i=0
 for x in 1.0 2.0 $last; do echo "iter $i ms 1$i.5 loss $x"; i=$((i + 1)); done
@@ -335,11 +337,12 @@ TEST_F(CompareEndToEnd, ALossPastTheToleranceRunsNativeAgainToJudgeAgainstItsSpr
   const fs::path program = dir_ / "nondeterministic.sh";
   std::ofstream(program) << kFakeNondeterministic;
   ::chmod(program.c_str(), 0755);
-  auto run = [&](const std::string& last, const std::string& name) {
+  auto run = [&](const std::string& last, const std::string& name, bool fail_second = false) {
     umswap_test::EnvChanges env = {{"LOG", (dir_ / (name + ".log")).string()},
                                    {"COUNT", (dir_ / (name + ".count")).string()},
                                    {"TMPDIR", tmp_.string()},
                                    {"LAST", last}};
+    if (fail_second) env.push_back({"FAIL_SECOND", "1"});
     return umswap({"compare", "--modes", "native,online", "--budget", "1M", "--json",
                    (dir_ / (name + ".json")).string(), "--", program.string()},
                   env);
@@ -369,6 +372,17 @@ TEST_F(CompareEndToEnd, ALossPastTheToleranceRunsNativeAgainToJudgeAgainstItsSpr
   EXPECT_EQ(lines_of(read_file(dir_ / "same.log")),
             (std::vector<std::string>{"passthrough", "online"}));
   EXPECT_FALSE(contains(r.err, "native2")) << r.err;
+
+  // The second native run fails: the result is the tolerance's, a note says why, and the
+  // outputs are kept.
+  r = run("4.2105263", "failing", true);
+  EXPECT_TRUE(contains(r.err, "[3/3] native2: failed (exit 3): fake: no memory left")) << r.err;
+  EXPECT_TRUE(contains(r.out, "DIFFERS")) << r.out;
+  EXPECT_TRUE(contains(r.out,
+                       "note: native's second run failed (exit 3: fake: no memory left): "
+                       "the losses were judged by --loss-tolerance alone"))
+      << r.out;
+  EXPECT_TRUE(contains(r.err, "compare: outputs and stats of each run are in")) << r.err;
 }
 
 TEST_F(CompareEndToEnd, AFailingBaselineGetsItsRowAndTheRestGoesOn) {

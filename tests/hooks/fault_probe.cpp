@@ -3,15 +3,16 @@
 // prints one line that does not depend on umswap, and exits with the code it is given.
 //
 // usage: fault_probe EXIT_CODE [fork|lookup-only|profiler-before|profiler-after|program-maps|
-//                              ipc-export]
+//                              ipc-export|ipc-export-own]
 //   fork: also fork a child that allocates and exits normally (running the library's exit code),
 //         as a DataLoader worker does; the parent waits for it and prints its pid.
 //   lookup-only: only look the driver up (dlsym of cuGetProcAddress_v2 in libcuda, as a launcher
 //         such as torchrun does when it imports torch), print one line, allocate nothing.
 //   program-maps: map memory of its own (cuMemCreate, cuMemMap, cuMemRetainAllocationHandle,
 //         cuMemRelease, cuMemUnmap) as NCCL does, allocate nothing else.
-//   ipc-export: export (cuIpcGetMemHandle) an allocation made through cuMemAlloc and a 1 MiB
-//         one of the program's own managed memory (cuMemAllocManaged), print both results.
+//   ipc-export: export (cuIpcGetMemHandle) a 1 MiB allocation of the program's own managed
+//         memory (cuMemAllocManaged), then one made through cuMemAlloc twice; print the results.
+//   ipc-export-own: only the first of those.
 //   profiler-before, profiler-after: start a profiler as torch.profiler does (cuptiSubscribe,
 //         cuptiActivityRegisterCallbacks, cuptiActivityEnable from the libcupti named by
 //         UMSWAP_CUPTI_LIBRARY, loaded globally as libtorch_cuda loads its own) before the first
@@ -137,16 +138,20 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     return ok ? exit_code : 5;
   }
-  if (std::strcmp(what, "ipc-export") == 0) {
+  if (std::strcmp(what, "ipc-export") == 0 || std::strcmp(what, "ipc-export-own") == 0) {
     allocate_and_free(1);  // kept: g_kept
     CUdeviceptr own = 0;
     CUipcMemHandle handle{};
-    const CUresult kept = cuIpcGetMemHandle(&handle, g_kept);
-    const CUresult again = cuIpcGetMemHandle(&handle, g_kept);
     const CUresult managed = cuMemAllocManaged(&own, 1 << 20, CU_MEM_ATTACH_GLOBAL) == CUDA_SUCCESS
                                  ? cuIpcGetMemHandle(&handle, own)
                                  : CUDA_ERROR_OUT_OF_MEMORY;
-    std::printf("probe: export allocation %d, again %d, own managed %d\n", kept, again, managed);
+    if (std::strcmp(what, "ipc-export-own") == 0) {
+      std::printf("probe: export own managed %d\n", managed);
+    } else {
+      const CUresult kept = cuIpcGetMemHandle(&handle, g_kept);
+      const CUresult again = cuIpcGetMemHandle(&handle, g_kept);
+      std::printf("probe: export own managed %d, allocation %d, again %d\n", managed, kept, again);
+    }
     std::fflush(stdout);
     return exit_code;
   }

@@ -365,13 +365,19 @@ TEST_F(PreloadFaults, TheProgramsOwnMappingsAreCountedUntilTheDriverWouldFreeThe
 
 // Exporting an allocation for another process (cudaIpcGetMemHandle) fails on umswap's managed
 // memory as the driver fails it on any: the program gets the driver's error, every time, and the
-// process one warning that names the cause and the way out. Without redirection it exports.
+// process one warning that names the cause and the way out. The program's own managed memory
+// fails the same way without umswap: no warning for it. Without redirection umswap's export.
 TEST_F(PreloadFaults, ExportingAnAllocationFailsAsOnManagedMemoryWithOneWarning) {
+  const std::string invalid = "1";  // CUDA_ERROR_INVALID_VALUE
+  const ProbeRun own = run({{"UMSWAP_STATS", path("o.json")}}, {"7", "ipc-export-own"});
+  EXPECT_EQ(own.exit_code, 7) << own.err;
+  EXPECT_TRUE(contains(own.out, "probe: export own managed " + invalid)) << own.out;
+  EXPECT_TRUE(own.err.empty()) << own.err;
+
   const ProbeRun r = run({{"UMSWAP_STATS", path("s.json")}}, {"7", "ipc-export"});
   EXPECT_EQ(r.exit_code, 7) << r.err;
-  const std::string invalid = "1";  // CUDA_ERROR_INVALID_VALUE
-  EXPECT_TRUE(contains(r.out, "probe: export allocation " + invalid + ", again " + invalid +
-                                  ", own managed " + invalid))
+  EXPECT_TRUE(contains(r.out, "probe: export own managed " + invalid + ", allocation " + invalid +
+                                  ", again " + invalid))
       << r.out;
   const std::vector<std::string> lines = lines_of(r.err);
   ASSERT_EQ(lines.size(), 1u) << r.err;
@@ -382,7 +388,8 @@ TEST_F(PreloadFaults, ExportingAnAllocationFailsAsOnManagedMemoryWithOneWarning)
   const ProbeRun plain =
       run({{"UMSWAP_STATS", path("p.json")}, {"UMSWAP_MODE", "passthrough"}}, {"7", "ipc-export"});
   EXPECT_EQ(plain.exit_code, 7) << plain.err;
-  EXPECT_TRUE(contains(plain.out, "probe: export allocation 0, again 0, own managed " + invalid))
+  EXPECT_TRUE(
+      contains(plain.out, "probe: export own managed " + invalid + ", allocation 0, again 0"))
       << plain.out;
   EXPECT_FALSE(contains(plain.err, "exports an allocation")) << plain.err;
 }

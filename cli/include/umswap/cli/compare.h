@@ -223,17 +223,22 @@ struct ModeRow {
   std::optional<double> loss_relative_difference;
   std::optional<double> loss_tolerance;
   std::optional<uint64_t> loss_worst_iteration;
-  // basis "loss", when native ran a second time (compare does where a loss was past the
-  // tolerance and nothing printed a checksum): the largest relative difference between the two
-  // native runs' losses over the iterations; within_native_spread when the result passed only
+  // basis "loss", when native ran a second time (compare does where a loss was past a tolerance
+  // above 0 and there was no checksum on both sides): the largest relative difference between the
+  // two native runs' losses over the iterations; within_native_spread when the result passed only
   // because of it (each iteration within kNativeSpreadFactor x the natives' largest difference up
-  // to it, as the correctness matrix judges).
+  // to it). loss_past_iteration and loss_past_difference: the first iteration past that, and its
+  // difference; loss_native_spread_at: the natives' largest difference up to the iteration a note
+  // names (that one when there is one, else loss_worst_iteration).
   std::optional<double> loss_native_spread;
   bool within_native_spread = false;
+  std::optional<uint64_t> loss_past_iteration;
+  std::optional<double> loss_past_difference;
+  std::optional<double> loss_native_spread_at;
 };
 
 // How far beyond the two native runs' largest difference so far a loss may lie and still count
-// as the same result (tests/gpu/correctness_matrix.py judges with the same factor).
+// as the same result (the factor tests/gpu/correctness_matrix.py allows its natives' spread).
 inline constexpr double kNativeSpreadFactor = 4.0;
 
 // The rows for `outcomes` (one per mode and rank, in order). Ratios are to the median of the
@@ -252,8 +257,8 @@ std::vector<ModeRow> compute_baseline_rows(const std::vector<ModeOutcome>& basel
                                            double loss_tolerance = kDefaultLossTolerance,
                                            const std::vector<ModeOutcome>& natives_again = {});
 // Whether native should run a second time to tell a program that is not deterministic from a
-// changed result: some row's losses are past the tolerance (no checksum on both sides) and it
-// has not run twice yet.
+// changed result: some row's losses are past its tolerance, which is above 0 (0 asks for equal
+// values), and it has not run twice yet.
 bool needs_native_again(const std::vector<ModeRow>& rows);
 
 // --- Baselines against umswap

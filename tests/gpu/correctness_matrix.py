@@ -19,8 +19,10 @@ Each umswap run is compared step by step with the two native runs of its row:
     "OUTSIDE" (the column gives the worst step's distance in units of that spread);
   * a run cut by --timeout fails, judged on the steps it finished: "TIMEOUT, 16 of 20 identical".
 It also reports, from the umswap run's stats, the peak GPU-resident bytes counted against the
-budget, GPU page faults per steady iteration, and the faults on pages umswap had discarded
-(copy_check.unforeseen: an access nobody foresaw; anything but 0 fails the row).
+budget over the whole run and over the iterations after the first plan took effect (learning
+holds the whole footprint on purpose), the iteration that first plan began in, GPU page faults
+per steady iteration, and the faults on pages umswap had discarded (copy_check.unforeseen: an
+access nobody foresaw; anything but 0 fails the row).
 
 Prints a markdown table (also --markdown FILE) and writes --json FILE. Exit 0: every row passed;
 1: a row failed or a run crashed; 2: bad arguments; 77: no torch or GPU.
@@ -110,6 +112,25 @@ def log_tail(path, lines=40):
         return None
 
 
+def planned_iterations(stats):
+    """(the first iteration that began under the run's first plan, the largest peak resident of
+    the iterations after it), as umswap compare takes its steady iterations; (None, None) without
+    a plan, and a None peak when no iteration came after it."""
+    adv = stats.get("advisor") or {}
+    launch = adv.get("first_plan_applied_from_launch",
+                     (adv.get("plan") or {}).get("applied_from_launch"))
+    its = stats.get("iterations") or []
+    if not isinstance(launch, int):
+        return None, None
+    planned = next((i for i, it in enumerate(its)
+                    if isinstance(it.get("first_step"), int) and it["first_step"] >= launch), None)
+    if planned is None:
+        return None, None
+    peaks = [it["peak_resident_bytes"] for it in its[planned + 1:]
+             if isinstance(it.get("peak_resident_bytes"), int)]
+    return planned, (max(peaks) if peaks else None)
+
+
 def stats_of(path):
     try:
         with open(path) as f:
@@ -120,8 +141,11 @@ def stats_of(path):
     adv = s.get("advisor", {})
     cc = s.get("copy_check") or {}
     steady = [i.get("gpu_page_faults", 0) for i in its[len(its) // 2:]] if its else []
+    plan_from, peak_planned = planned_iterations(s)
     return {
         "peak_resident": s.get("peak_resident_bytes", adv.get("peak_resident_bytes")),
+        "plan_from_iteration": plan_from,
+        "peak_planned": peak_planned,
         "planned_peak": adv.get("peak_resident_applied_bytes"),
         "faults_steady_max": max(steady) if steady else None,
         "unforeseen": (cc.get("unforeseen") or {}).get("faults", 0),
@@ -401,16 +425,19 @@ def report(a, natives, results, started, out):
                       "rc": u["rc"], "ok": ok, **st})
     gib = 1024 ** 3
     lines = ["| model | allocator | det. | budget | verdict (worst / spread) | last loss native "
-             "(spread) / umswap | peak counted / budget | faults (steady max) | unforeseen | "
-             "ms native / umswap |", "|" + " --- |" * 10]
+             "(spread) / umswap | peak counted (under the plan) / budget | plan from iteration | "
+             "faults (steady max) | unforeseen | ms native / umswap |", "|" + " --- |" * 11]
     for r in table:
         pr = r.get("peak_resident")
+        pp = r.get("peak_planned")
         lines.append(
             f"| {r['model']} | {r.get('allocator', '-')} | {r.get('deterministic', '-')} | "
             f"{r.get('budget_pct', '-')}% ({(r.get('budget_bytes') or 0) / gib:.2f} GiB) | "
             f"{r['verdict']}{'' if r.get('worst_in_spread') in (None, 0.0) else ' (%.2f)' % r['worst_in_spread']} | "
             f"{r.get('native_last', '-')} ({r.get('native_spread_last', '-')}) / {r.get('umswap_last', '-')} | "
-            f"{'-' if pr is None else '%.2f' % (pr / gib)} / {(r.get('budget_bytes') or 0) / gib:.2f} | "
+            f"{'-' if pr is None else '%.2f' % (pr / gib)} "
+            f"({'-' if pp is None else '%.2f' % (pp / gib)}) / {(r.get('budget_bytes') or 0) / gib:.2f} | "
+            f"{'-' if r.get('plan_from_iteration') is None else r['plan_from_iteration']} | "
             f"{r.get('faults_steady_max', '-')} | {r.get('unforeseen', '-')} | "
             f"{r.get('native_ms') or '-'} / {r.get('umswap_ms') or '-'} |")
     text = "\n".join(lines)

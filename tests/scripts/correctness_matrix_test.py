@@ -76,5 +76,59 @@ class Schedule(unittest.TestCase):
             self.assertEqual((r["rc"], r["losses"]), (0, [2.5]))
 
 
+class PlannedIterations(unittest.TestCase):
+    def stats(self, first_plan=None, plan=None):
+        its = [{"index": i, "first_step": 100 * i, "peak_resident_bytes": p}
+               for i, p in enumerate([9000, 8000, 1000, 1100, 1050])]
+        adv = {}
+        if first_plan is not None:
+            adv["first_plan_applied_from_launch"] = first_plan
+        if plan is not None:
+            adv["plan"] = {"applied_from_launch": plan}
+        return {"advisor": adv, "iterations": its}
+
+    def test_the_peak_after_the_iteration_the_first_plan_began_in(self):
+        # The plan from launch 150: iteration 2 (first step 200) is the first under it; the peak
+        # is of iterations 3 and 4, as umswap compare takes them.
+        self.assertEqual(cm.planned_iterations(self.stats(first_plan=150)), (2, 1100))
+        # The first plan wins over the one in force at the end (a relearned plan).
+        self.assertEqual(cm.planned_iterations(self.stats(first_plan=150, plan=350)), (2, 1100))
+        self.assertEqual(cm.planned_iterations(self.stats(plan=300)), (3, 1050))
+
+    def test_no_plan_or_no_iteration_after_it(self):
+        self.assertEqual(cm.planned_iterations(self.stats()), (None, None))
+        self.assertEqual(cm.planned_iterations(self.stats(first_plan=400)), (4, None))
+        self.assertEqual(cm.planned_iterations(self.stats(first_plan=900)), (None, None))
+        self.assertEqual(cm.planned_iterations({}), (None, None))
+
+
+class Report(unittest.TestCase):
+    def test_a_row_shows_the_peak_under_the_plan_and_the_iteration_it_began(self):
+        import argparse
+        import io
+        import json
+        import tempfile
+        from contextlib import redirect_stdout
+        with tempfile.TemporaryDirectory() as d:
+            stats = os.path.join(d, "s.json")
+            with open(stats, "w") as f:
+                json.dump(PlannedIterations().stats(first_plan=150) | {"peak_resident_bytes": 9000},
+                          f)
+            n = {"rc": 0, "losses": [1.0, 0.9, 0.8], "ms": [5, 4, 4], "summary": {}}
+            u = dict(n, ms=[9, 8, 8], seconds=1.0)
+            a = argparse.Namespace(models="cnn", allocators="async", determinism="off",
+                                   budgets="50", markdown=os.path.join(d, "m.md"),
+                                   json=os.path.join(d, "m.json"))
+            natives = {("cnn", "async", "off", 1): n, ("cnn", "async", "off", 2): n}
+            results = [(("cnn", "async", "off", 50, 1024, stats), u)]
+            with redirect_stdout(io.StringIO()):
+                self.assertEqual(cm.report(a, natives, results, 0.0, d), 0)
+            row = open(a.markdown).read().splitlines()[2]
+            # 9000 and 1100 bytes in GiB; the plan began in iteration 2.
+            self.assertIn("| 0.00 (0.00) / 0.00 | 2 |", row)
+            rows = json.load(open(a.json))["rows"]
+            self.assertEqual((rows[0]["peak_planned"], rows[0]["plan_from_iteration"]), (1100, 2))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -542,41 +542,36 @@ int compare_command(const CompareFlags& flags, const LinkProber& probe) {
     }
   }
 
-  // A loss past the tolerance, with nothing to compare bit for bit: native again, so that a
-  // program that is not deterministic is not called changed by umswap (check_result).
-  std::vector<ModeOutcome> natives_again;
-  const LinkRates rates = probed.probe ? probed.probe->rates : LinkRates{};
-  auto all_rows = [&] {
-    std::vector<ModeRow> rows = compute_rows(outcomes, rates, flags.loss_tolerance);
-    const std::vector<ModeRow> more =
-        compute_baseline_rows(baselines, outcomes, flags.loss_tolerance);
-    rows.insert(rows.end(), more.begin(), more.end());
-    return rows;
-  };
-  const bool native_ok = std::any_of(outcomes.begin(), outcomes.end(), [](const ModeOutcome& o) {
-    return o.mode == CompareMode::native && o.status == ModeStatus::ok;
-  });
-  if (native_ok && !interrupted() && needs_native_again(all_rows())) {
-    say("compare: a loss is past --loss-tolerance, with no checksum on both sides: native runs "
-        "again to measure how much the program's own runs differ\n");
-    const fs::path stats = stats_path("native2");
-    if (!prepare(CompareRun::native, std::nullopt, "", stats)) return give_up(kUsageErrorExitCode);
-    runner.add_step();
-    natives_again = outcomes_of(CompareMode::native, runner.run("native2", command), stats,
-                                torchrun, "native2");
-  }
-
   CompareReport report;
   report.command = command;
   report.budget_spec = flags.budget;
   report.budget = budget.value_or(BudgetChoice{});
   report.probe = probed;
   report.outcomes = outcomes;
-  report.rows = compute_rows(outcomes, rates, flags.loss_tolerance, natives_again);
   report.baselines = baselines;
-  report.baseline_rows =
-      compute_baseline_rows(baselines, outcomes, flags.loss_tolerance, natives_again);
-  report.natives_again = natives_again;
+  const LinkRates rates = probed.probe ? probed.probe->rates : LinkRates{};
+  auto judge = [&] {
+    report.rows = compute_rows(outcomes, rates, flags.loss_tolerance, report.natives_again);
+    report.baseline_rows =
+        compute_baseline_rows(baselines, outcomes, flags.loss_tolerance, report.natives_again);
+  };
+  judge();
+  // A loss past the tolerance, with nothing to compare bit for bit: native again, so that a
+  // program that is not deterministic is not called changed by umswap (check_result).
+  const bool native_ok = std::any_of(outcomes.begin(), outcomes.end(), [](const ModeOutcome& o) {
+    return o.mode == CompareMode::native && o.status == ModeStatus::ok;
+  });
+  if (native_ok && !interrupted() &&
+      (needs_native_again(report.rows) || needs_native_again(report.baseline_rows))) {
+    say("compare: a loss is past --loss-tolerance, with no checksum on both sides: native runs "
+        "again to measure how much the program's own runs differ\n");
+    const fs::path stats = stats_path("native2");
+    if (!prepare(CompareRun::native, std::nullopt, "", stats)) return give_up(kUsageErrorExitCode);
+    runner.add_step();
+    report.natives_again = outcomes_of(CompareMode::native, runner.run("native2", command), stats,
+                                       torchrun, "native2");
+    judge();
+  }
   report.loss_tolerance = flags.loss_tolerance;
   std::vector<ModeRow> table_rows = report.rows;
   table_rows.insert(table_rows.end(), report.baseline_rows.begin(), report.baseline_rows.end());
@@ -603,7 +598,7 @@ int compare_command(const CompareFlags& flags, const LinkProber& probe) {
   auto is_ok = [](const ModeOutcome& o) { return o.status != ModeStatus::failed; };
   const bool all_ok = std::all_of(outcomes.begin(), outcomes.end(), is_ok) &&
                       std::all_of(baselines.begin(), baselines.end(), is_ok) &&
-                      std::all_of(natives_again.begin(), natives_again.end(), is_ok);
+                      std::all_of(report.natives_again.begin(), report.natives_again.end(), is_ok);
   if (!all_ok || flags.keep) {
     say(fmt::format("compare: outputs and stats of each run are in {}\n", dir.string()));
   } else {

@@ -280,10 +280,12 @@ void check_result(ModeRow& row, const ModeOutcome& native, const ModeOutcome& o,
     }
     if (!spread_to.empty()) row.loss_native_spread = largest;
   }
-  auto allowed_at = [&](uint64_t index) {
+  auto spread_up_to = [&](uint64_t index) {
     const auto it = spread_to.upper_bound(index);
-    const double spread = it == spread_to.begin() ? 0.0 : std::prev(it)->second;
-    return std::max(tolerance, kNativeSpreadFactor * spread);
+    return it == spread_to.begin() ? 0.0 : std::prev(it)->second;
+  };
+  auto allowed_at = [&](uint64_t index) {
+    return std::max(tolerance, kNativeSpreadFactor * spread_up_to(index));
   };
   bool compared = false, text_differs = false, needed_spread = false;
   std::optional<uint64_t> past_at;
@@ -332,8 +334,7 @@ void check_result(ModeRow& row, const ModeOutcome& native, const ModeOutcome& o,
       row.loss_past_difference = past_difference;
     }
     if (const std::optional<uint64_t> named = past_at ? past_at : worst_at) {
-      const auto it = spread_to.upper_bound(*named);
-      row.loss_native_spread_at = it == spread_to.begin() ? 0.0 : std::prev(it)->second;
+      row.loss_native_spread_at = spread_up_to(*named);
     }
   }
   // The iteration the note names: the largest difference when it is past the tolerance (the note

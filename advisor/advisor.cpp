@@ -613,19 +613,37 @@ std::vector<uint64_t> AdvisorImpl::step_signatures(uint64_t count) const {
 // Online learning: once two iterations repeat, plan from the last complete one.
 void AdvisorImpl::learn() {
   const uint64_t logged = steps.logged_steps();
-  if (logged < learn_from + 64 || logged < next_check) return;
-  next_check = logged + std::max<uint64_t>(64, (logged - learn_from) / 4);
-  const std::vector<uint32_t> keys = steps.copy_keys(learn_from);
-  std::optional<LearnChoice> choice = online.choose(keys);
-  if (!choice) return;
-  // Whether the keys' iteration repeats its data too (online_learning.h): the steps' pointers are
-  // copied only once the keys give an iteration, not at every check.
-  if (const std::vector<uint64_t> buffers = step_signatures(keys.size()); !buffers.empty()) {
-    choice = online.choose(keys, buffers);
+  uint64_t from = learn_from;  // the launch of the first key the choice counts from
+  std::optional<LearnChoice> choice;
+  if (const uint64_t period = placement.placed_period()) {
+    // After a placement's hand-off: the iteration after the first placed one, with the placed
+    // period, not detected again (online_learning.h). + 1: its block events after its last
+    // launch are logged before the next launch.
+    if (logged < learn_from + period + 1) return;
+    from = learn_from - period;
+    choice = OnlineLearning::placed_iteration(steps.copy_keys(from, 2 * period), period);
+    placement.learned();
+    if (!choice) {  // the program changed: detected as usual from here
+      log_info("advisor: launch {}: the iteration after the placed one differs; learning again",
+               learn_from);
+      next_check = 0;
+      return;
+    }
+  } else {
+    if (logged < learn_from + 64 || logged < next_check) return;
+    next_check = logged + std::max<uint64_t>(64, (logged - learn_from) / 4);
+    const std::vector<uint32_t> keys = steps.copy_keys(learn_from);
+    choice = online.choose(keys);
     if (!choice) return;
+    // Whether the keys' iteration repeats its data too (online_learning.h): the steps' pointers
+    // are copied only once the keys give an iteration, not at every check.
+    if (const std::vector<uint64_t> buffers = step_signatures(keys.size()); !buffers.empty()) {
+      choice = online.choose(keys, buffers);
+      if (!choice) return;
+    }
   }
-  const uint64_t e = learn_from + choice->region_start;
-  const uint64_t first = learn_from + choice->first;
+  const uint64_t e = from + choice->region_start;
+  const uint64_t first = from + choice->first;
   if (placement.may_try() && config.place && use_lifetimes() && first >= choice->period) {
     // Place the iteration's blocks first (at its next boundary), then learn it again at their
     // new addresses (run()).

@@ -71,6 +71,16 @@ std::optional<LearnChoice> OnlineLearning::choose_by(std::span<const uint32_t> d
   return choice;
 }
 
+std::optional<LearnChoice> OnlineLearning::placed_iteration(std::span<const uint32_t> keys,
+                                                            uint64_t period) {
+  if (period == 0 || keys.size() < 2 * period) return std::nullopt;
+  if (!std::equal(keys.begin(), keys.begin() + static_cast<ptrdiff_t>(period),
+                  keys.begin() + static_cast<ptrdiff_t>(period))) {
+    return std::nullopt;
+  }
+  return LearnChoice{period, period, period};
+}
+
 void OnlineLearning::diverged(std::span<const uint32_t> plan_keys) {
   longest_diverged_ = std::max<uint64_t>(longest_diverged_, plan_keys.size());
   diverged_keys_.insert(plan_keys.begin(), plan_keys.end());

@@ -21,11 +21,13 @@ bool PlacementHandOff::try_learned(std::span<const BlockEvent> blocks, uint64_t 
   if (!pending_) return false;
   tried_ = true;
   period_ = period;
+  online_ = true;
   return true;
 }
 
 void PlacementHandOff::from_trace(const trace::Trace& t) {
   tried_ = true;
+  online_ = false;
   uint64_t arena = 0;
   for (const trace::Buffer& b : t.buffers) {
     if (b.call_site == ManagedAllocator::kArenaSite) arena = b.size;
@@ -44,6 +46,7 @@ void PlacementHandOff::from_trace(const trace::Trace& t) {
 }
 
 void PlacementHandOff::plan_ended(uint64_t period) {
+  learn_placed_ = false;
   if (handed_ && period == period_ && attempts_ < kAttempts) tried_ = false;
 }
 
@@ -51,7 +54,9 @@ bool PlacementHandOff::tend(uint64_t n) {
   if (!pending_ || n < place_at_) return false;
   Placement handed = std::move(*pending_);
   pending_.reset();
-  return hand(std::move(handed));
+  if (!hand(std::move(handed))) return false;
+  learn_placed_ = online_;
+  return true;
 }
 
 // A placement from two iterations' block events, or nullopt (note_ says why). With

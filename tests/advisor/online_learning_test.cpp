@@ -242,6 +242,62 @@ TEST(OnlineLearning, ATrainingLoopWithTheSameBuffersEachIterationChoosesAsBefore
   EXPECT_EQ(by_keys->period, iteration.size());
 }
 
+// A deep network's iteration after umswap's placement: each layer's steps launched with its own
+// weights on a few steps (1 in 6) and, on the others, activations the placement put at the same
+// addresses for every layer (as the 1-billion-parameter decoder's 105-launch layers looked after
+// their placement, H200, 2026-11-30).
+Steps placed_deep_iterations(int layers, int per_layer, int iterations) {
+  Steps s;
+  const std::vector<uint32_t> iteration = deep_iteration(layers, per_layer, per_layer);
+  for (int it = 0; it < iterations; ++it) {
+    for (size_t i = 0; i < iteration.size(); ++i) {
+      const uint32_t k = iteration[i];
+      const bool in_layer = (k >= 2000 && k < 3000) || (k >= 4000 && k < 5000);
+      const uint64_t layer = in_layer ? (i - 5) / static_cast<uint64_t>(per_layer) : 0;
+      const uint64_t activation = 0x7e0000000000 + (k % 1000) * 4096;  // placed: every layer's
+      const bool weighted = in_layer && k % 6 == 0;
+      const std::vector<uint64_t> pointers =
+          weighted ? std::vector<uint64_t>{activation, 0x7f0000000000 + layer * (64 << 20) + k}
+                   : std::vector<uint64_t>{activation};
+      s.keys.push_back(k);
+      s.buffers.push_back(step_signature(pointers));
+    }
+  }
+  return s;
+}
+
+TEST(OnlineLearning, AfterPlacementPointersNoLongerTellALayerFromTheIteration) {
+  // The keys of a little over one iteration past the placed one's: one layer repeats (16 of them)
+  // and its placed activations are the layer before's, so the pointers take it for a loop.
+  const Steps s = placed_deep_iterations(16, 30, 2);
+  const uint64_t period = s.keys.size() / 2;
+  const std::span<const uint32_t> early(s.keys.data(), 5 + 30 * 12);
+  const std::span<const uint64_t> early_buffers(s.buffers.data(), early.size());
+  OnlineLearning learning;
+  const auto fooled = learning.choose(early, early_buffers);
+  ASSERT_TRUE(fooled);
+  EXPECT_EQ(fooled->period, 30u) << "a layer";
+  // What the advisor asks instead after a placement: the placed period, once it is all logged.
+  EXPECT_FALSE(OnlineLearning::placed_iteration(early, period));
+  const auto placed = OnlineLearning::placed_iteration(s.keys, period);
+  ASSERT_TRUE(placed);
+  EXPECT_EQ(placed->period, period);
+  EXPECT_EQ(placed->first, period);
+  EXPECT_EQ(placed->region_start, period);
+}
+
+TEST(OnlineLearning, APlacedIterationWhoseNextDiffersIsNotPlanned) {
+  std::vector<uint32_t> keys = deep_iteration(4, 10, 10);
+  const uint64_t period = keys.size();
+  append(keys, deep_iteration(4, 10, 10), 1);
+  EXPECT_TRUE(OnlineLearning::placed_iteration(keys, period));
+  keys[period + 7] = 77777;  // the next iteration launched something else
+  EXPECT_FALSE(OnlineLearning::placed_iteration(keys, period));
+  EXPECT_FALSE(OnlineLearning::placed_iteration(keys, 0));
+  keys.resize(2 * period - 1);
+  EXPECT_FALSE(OnlineLearning::placed_iteration(keys, period)) << "not all logged yet";
+}
+
 TEST(OnlineLearning, StepSignaturesFollowPointersAndTheirOrder) {
   EXPECT_EQ(step_signature({}), 0u);
   const std::vector<uint64_t> ab = {1, 2}, ba = {2, 1}, a = {1};

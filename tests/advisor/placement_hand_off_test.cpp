@@ -55,6 +55,9 @@ TEST_F(PlacementHandOffTest, HandsThePlacementAtItsLaunchNotBefore) {
   EXPECT_EQ(h.handed()->sizes, given[0].sizes);
   EXPECT_EQ(h.handed()->placed, 2u);
   EXPECT_EQ(h.learn_again_from(), 40 + kPeriod);
+  EXPECT_EQ(h.placed_period(), kPeriod) << "handed online: learned again with its period";
+  h.learned();
+  EXPECT_EQ(h.placed_period(), 0u);
   const nlohmann::json s = h.stats_json();
   ASSERT_TRUE(s.is_object());
   EXPECT_EQ(s["placed_blocks"], 2);
@@ -72,6 +75,7 @@ TEST_F(PlacementHandOffTest, AnAllocatorThatRefusesLeavesANote) {
   EXPECT_EQ(given.size(), 1u);
   EXPECT_FALSE(h.handed().has_value());
   EXPECT_FALSE(h.pending());
+  EXPECT_EQ(h.placed_period(), 0u) << "nothing handed";
   EXPECT_NE(h.note().find("could not make the arena"), std::string::npos) << h.note();
   EXPECT_EQ(h.stats_json(), nlohmann::json(h.note()));
 }
@@ -102,7 +106,10 @@ TEST_F(PlacementHandOffTest, APlanEndingOnThePlacedPeriodLetsTheNextPlanPlaceAga
   h.hand_at(20);
   ASSERT_TRUE(h.tend(20));
   EXPECT_FALSE(h.may_try());
-  h.plan_ended(kPeriod + 1);  // another period: the placement was not its
+  EXPECT_EQ(h.placed_period(), kPeriod);
+  h.plan_ended(kPeriod + 1);
+  EXPECT_EQ(h.placed_period(), 0u)
+      << "a plan ended: detected as usual";  // another period: the placement was not its
   EXPECT_FALSE(h.may_try());
   h.plan_ended(kPeriod);
   EXPECT_TRUE(h.may_try());

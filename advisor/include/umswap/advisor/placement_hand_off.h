@@ -58,6 +58,11 @@ class PlacementHandOff {
   // The launch to learn again from after the hand-off: the iteration after the first placed one
   // (whose first blocks may have been missed).
   uint64_t learn_again_from() const { return place_at_ + period_; }
+  // The period of the iteration an online placement was handed for, until learned() (0 when
+  // there is none): learning plans the iteration after the first placed one with it
+  // (OnlineLearning::placed_iteration()), since pointers no longer tell its loops apart.
+  uint64_t placed_period() const { return learn_placed_ ? period_ : 0; }
+  void learned() { learn_placed_ = false; }
 
   const std::optional<Placement>& handed() const { return handed_; }
   const std::string& note() const { return note_; }
@@ -77,7 +82,9 @@ class PlacementHandOff {
   std::optional<Placement> handed_;
   std::string note_;
   std::optional<Placement> pending_;
-  uint64_t place_at_ = 0;  // an iteration boundary
+  uint64_t place_at_ = 0;      // an iteration boundary
+  bool online_ = false;        // the pending placement was learned online (not from a trace)
+  bool learn_placed_ = false;  // handed online, its iteration not yet learned again
 };
 
 }  // namespace umswap::advisor

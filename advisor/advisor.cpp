@@ -39,6 +39,7 @@
 #include "umswap/core/thread_stacks.h"
 #include "umswap/tracer/extents.h"
 #include "umswap/tracer/iteration_detector.h"
+#include "umswap/tracer/step_data.h"
 
 namespace umswap::advisor {
 
@@ -605,7 +606,7 @@ std::vector<uint64_t> AdvisorImpl::step_signatures(uint64_t count) const {
     for (uint64_t h = log.first_hit[i]; h < log.first_hit[i + 1]; ++h) {
       pointers.push_back(log.hits[h].pointer);
     }
-    out.push_back(step_signature(pointers));
+    out.push_back(tracer::step_signature(pointers));
   }
   return out;
 }

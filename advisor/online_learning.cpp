@@ -4,40 +4,22 @@
 #include <vector>
 
 #include "umswap/tracer/iteration_detector.h"
+#include "umswap/tracer/step_data.h"
 
 namespace umswap::advisor {
-
-namespace {
-
-uint64_t mix(uint64_t h, uint64_t v) {
-  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-  return h;
-}
-
-}  // namespace
-
-uint64_t step_signature(std::span<const uint64_t> pointers) {
-  uint64_t h = 0;
-  for (uint64_t p : pointers) h = mix(h, p);
-  return h;
-}
 
 std::optional<LearnChoice> OnlineLearning::choose(std::span<const uint32_t> keys,
                                                   std::span<const uint64_t> buffers) const {
   const std::optional<LearnChoice> inner = choose_by(keys, keys);
   if (!inner || buffers.size() != keys.size()) return inner;
   const uint64_t p = inner->period;
-  uint64_t differ = 0;
-  for (uint64_t i = inner->first; i < inner->first + p; ++i) {
-    differ += buffers[i] != buffers[i - p];  // first >= p: the region holds two periods
+  // first >= p: the region holds two periods.
+  if (static_cast<double>(tracer::steps_with_other_data(buffers, inner->first, p)) <=
+      tracer::kInnerDiffers * static_cast<double>(p)) {
+    return inner;
   }
-  if (static_cast<double>(differ) <= kInnerDiffers * static_cast<double>(p)) return inner;
   // Kernels repeat, data does not: look for the loop in which both repeat.
-  std::vector<uint32_t> both(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) {
-    const uint64_t h = mix(mix(0, keys[i]), buffers[i]);
-    both[i] = static_cast<uint32_t>(h ^ (h >> 32));
-  }
+  const std::vector<uint32_t> both = tracer::keys_with_data(keys, buffers);
   if (const std::optional<LearnChoice> outer = choose_by(both, keys); outer && outer->period > p) {
     return outer;
   }

@@ -1,6 +1,7 @@
 #include "umswap/tracer/step_recorder.h"
 
 #include "umswap/tracer/own_calls.h"
+#include "umswap/tracer/step_data.h"
 
 #include <algorithm>
 #include <memory>
@@ -166,8 +167,21 @@ StepRecorder::Recording StepRecorder::stop() {
   const uint32_t names = names_published_.load(std::memory_order_acquire);
   r.names.reserve(names);
   for (uint32_t i = 0; i < names; ++i) r.names.push_back(**names_.at(i));
-  // Without markers, the period of the whole logged sequence (not only the detector's window).
-  if (r.marks.empty()) r.detection = IterationDetector::detect(log_.copy_keys(0));
+  // Without markers, the period of the whole logged sequence (not only the detector's window),
+  // by the launches' data too: a chain of layers with their own data is one iteration, not one
+  // layer (step_data.h).
+  if (r.marks.empty()) {
+    const uint64_t n = log_.size();
+    std::vector<uint64_t> signatures;
+    signatures.reserve(n);
+    std::vector<uint64_t> pointers;
+    for (uint64_t i = 0; i < n; ++i) {
+      pointers.clear();
+      for (const PointerHit& h : log_.hits(log_.step(i))) pointers.push_back(h.pointer);
+      signatures.push_back(step_signature(pointers));
+    }
+    r.detection = detect_with_data(log_.copy_keys(0), signatures);
+  }
   return r;
 }
 

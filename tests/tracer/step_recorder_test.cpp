@@ -221,6 +221,23 @@ TEST_F(StepRecorderTest, MarkersAndDetectedPeriodsAreBoundaries) {
   EXPECT_EQ(run.detection.period, 10u);
 }
 
+TEST_F(StepRecorderTest, AChainOfLayersWithTheirOwnDataIsRecordedAsOneIteration) {
+  // 24 layers of two kernels, each layer with its own weights in kB, 8 passes: the keys repeat
+  // every layer, keys and data every pass.
+  StepRecorder r({});
+  const uint32_t matmul = r.intern("matmul");
+  const uint32_t tanh = r.intern("tanh");
+  for (int it = 0; it < 8; ++it) {
+    for (uint64_t l = 0; l < 24; ++l) {
+      launch(r, matmul, kA + (l % 2) * 2048, kB + l * 4096);
+      launch(r, tanh, kA + ((l + 1) % 2) * 2048, 0);
+    }
+  }
+  const StepRecorder::Recording run = r.stop();
+  EXPECT_EQ(run.detection.period, 48u);
+  EXPECT_EQ(run.detection.source, "period");
+}
+
 TEST_F(StepRecorderTest, StopsRecordingAfterMaxIterations) {
   StepRecorder r({.max_iterations = 2});
   const uint32_t k = r.intern("k");

@@ -13,15 +13,16 @@
 // comes back, since its keys contain what diverged; a shorter new regime whose keys lack those
 // of the diverged plans is not planned (the program runs on plain managed memory there).
 //
-// Keys name kernels, not data: a loop of identical layers that each hold their own weights (a
-// CuPy chain of matmul and tanh, nothing else in its iteration) repeats its keys with one layer's
-// period for good, and a plan of one layer moves one layer's buffers at every layer. So when each
-// step's buffers are given too (a signature of the pointers it was launched with) and most steps
-// of the keys' period are launched with other buffers than the same step one period before, the
-// outer loop is preferred: the period of keys and buffers together (kernel and data both repeat),
-// once it shows. It is waited for while the region is shorter than kOuterWaitPeriods of the inner
-// period, at least kOuterWaitLeast steps and at most kOuterWaitMost; after that the inner period
-// is planned as before (buffers that differ at every repeat, with no outer loop to find).
+// Keys name kernels, not data (tracer/step_data.h): a loop of identical layers that each hold their
+// own weights (a CuPy chain of matmul and tanh, nothing else in its iteration) repeats its keys
+// with one layer's period for good, and a plan of one layer moves one layer's buffers at every
+// layer. So when each step's buffers are given too (a signature of the pointers it was launched
+// with) and most steps of the keys' period are launched with other buffers than the same step one
+// period before, the outer loop is preferred: the period of keys and buffers together (kernel and
+// data both repeat), once it shows. It is waited for while the region is shorter than
+// kOuterWaitPeriods of the inner period, at least kOuterWaitLeast steps and at most kOuterWaitMost;
+// after that the inner period is planned as before (buffers that differ at every repeat, with no
+// outer loop to find).
 //
 // Pointers tell layers apart only until umswap's placement (placement_hand_off.h) lays out the
 // iteration's blocks: it may give a layer's activations the addresses the layer before had, and a
@@ -41,9 +42,6 @@ namespace umswap::advisor {
 
 inline constexpr double kMinConfidence = 0.8;    // of the period detection, to plan from it
 inline constexpr uint64_t kMinLearnSteps = 256;  // shortest steady region planned from
-// Steps of the keys' last period launched with other buffers than one period before, past which
-// the period is taken for an inner loop whose repeats hold different data.
-inline constexpr double kInnerDiffers = 0.5;
 inline constexpr uint64_t kOuterWaitPeriods = 64;
 inline constexpr uint64_t kOuterWaitLeast = 4096;
 inline constexpr uint64_t kOuterWaitMost = 16384;
@@ -57,7 +55,7 @@ struct LearnChoice {
 class OnlineLearning {
  public:
   // `keys`: the step keys since learning (re)started; `buffers`: for each of them, a signature of
-  // the pointers it was launched with (step_signatures()), or empty when not known. The last
+  // the pointers it was launched with (tracer::step_signature()), or empty when not known. The last
   // complete iteration of the steady region to plan from, or nothing yet.
   std::optional<LearnChoice> choose(std::span<const uint32_t> keys,
                                     std::span<const uint64_t> buffers = {}) const;
@@ -79,9 +77,5 @@ class OnlineLearning {
   uint64_t longest_diverged_ = 0;
   std::unordered_set<uint32_t> diverged_keys_;
 };
-
-// A step's signature: a hash of the pointers it was launched with, in the order scanned (0 for a
-// step with none).
-uint64_t step_signature(std::span<const uint64_t> pointers);
 
 }  // namespace umswap::advisor

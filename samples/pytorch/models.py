@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Time training iterations of models umswap was not tuned on (built from configs: nothing downloaded).
+"""Time training iterations of models umswap was not tuned on (built from configs, nothing fetched).
 
     models.py --model vit|llama|bert|lstm|convnext [--batch N] [--steps N] [--offload]
               [--checkpoint] [--deterministic] [--seed S]
@@ -31,9 +31,10 @@ MODELS = {"vit": 64, "llama": 8, "bert": 32, "lstm": 64, "convnext": 128}  # def
 
 
 def build(name, torch, batch, use_checkpoint):
-    """(model, step() -> loss tensor, autocast precision): the model on the GPU, its optimizer
-    inside step()."""
+    """(model, optimizer, step() -> loss tensor, precision "bf16" or "fp32"): the model on the
+    GPU, with every transformer block or ConvNeXt stage checkpointed if asked."""
     nn = torch.nn
+    from torch.utils.checkpoint import checkpoint
 
     class Checkpointed(nn.Module):
         """A block whose activations are recomputed in the backward pass."""
@@ -43,7 +44,6 @@ def build(name, torch, batch, use_checkpoint):
             self.inner = inner
 
         def forward(self, x):
-            from torch.utils.checkpoint import checkpoint
             return checkpoint(self.inner, x, use_reentrant=False)
 
     if name in ("vit", "convnext"):

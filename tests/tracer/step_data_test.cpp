@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
+
+#include "umswap/core/trace_file.h"
 
 namespace umswap::tracer {
 namespace {
@@ -95,6 +98,28 @@ TEST(StepData, AnIterationWithTheSameDataEachTimeIsTheKeysPeriod) {
   Steps f;
   for (int i = 0; i < 400; ++i) f.add(800 + i % 8, {0x7f0000000000 + static_cast<uint64_t>(i)});
   EXPECT_EQ(detect_with_data(f.keys, f.signatures).period, 8u);
+}
+
+TEST(StepData, ARecordedCupyChainIsOneIterationOfTheChain) {
+  // bench/cupy_chain.py --iterations 8 (24 layers of matmul and tanh, each layer its own weights)
+  // recorded with `umswap record` on an H200 before the detection used the data: its trace says
+  // one layer (2 launches). Each step's signature from its accesses (buffer base + offset).
+  std::string error;
+  const std::optional<trace::Trace> t =
+      read_trace_file(std::string(UMSWAP_TRACER_TEST_DATA) + "/cupy_chain_h200.umtrace", &error);
+  ASSERT_TRUE(t) << error;
+  EXPECT_EQ(t->detection.period, 2u);
+  Steps s;
+  for (const trace::Step& step : t->steps) {
+    std::vector<uint64_t> pointers;
+    for (uint64_t a = step.first_access; a < step.first_access + step.access_count; ++a) {
+      pointers.push_back(t->buffers[t->accesses[a].buffer].base + t->accesses[a].offset);
+    }
+    s.add(step.name, pointers);
+  }
+  const trace::Detection d = detect_with_data(s.keys, s.signatures);
+  EXPECT_EQ(d.period, 48u);
+  EXPECT_GE(d.confidence, kLeastConfidence);
 }
 
 }  // namespace

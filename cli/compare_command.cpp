@@ -1,5 +1,6 @@
 // `umswap compare`: probe the links, size the default command, run each mode with its output
-// captured, then print the table (compare_results.cpp does the arithmetic and the rendering).
+// captured, then print the table (compare_parse.cpp reads what the runs left, compare_rows.cpp
+// makes the rows, compare_sizing.cpp the budget and batch, compare_render.cpp the table and JSON).
 #include "umswap/cli/child_environment.h"
 #include "umswap/cli/child_process.h"
 #include "umswap/cli/cli_main.h"

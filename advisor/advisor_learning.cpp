@@ -26,13 +26,10 @@ std::vector<uint64_t> AdvisorImpl::step_signatures(uint64_t count) const {
   tracer::StepLog log;
   if (count > kMostSteps || !steps.copy_steps(learn_from, count, &log)) return out;
   out.reserve(count);
-  std::vector<uint64_t> pointers;
+  const std::span<const tracer::PointerHit> hits(log.hits);
   for (uint64_t i = 0; i < count; ++i) {
-    pointers.clear();
-    for (uint64_t h = log.first_hit[i]; h < log.first_hit[i + 1]; ++h) {
-      pointers.push_back(log.hits[h].pointer);
-    }
-    out.push_back(tracer::step_signature(pointers));
+    out.push_back(tracer::hits_signature(
+        hits.subspan(log.first_hit[i], log.first_hit[i + 1] - log.first_hit[i])));
   }
   return out;
 }

@@ -21,13 +21,13 @@ bool PlacementHandOff::try_learned(std::span<const BlockEvent> blocks, uint64_t 
   if (!pending_) return false;
   tried_ = true;
   period_ = period;
-  online_ = true;
+  learn_placed_ = true;
   return true;
 }
 
 void PlacementHandOff::from_trace(const trace::Trace& t) {
   tried_ = true;
-  online_ = false;
+  learn_placed_ = false;
   uint64_t arena = 0;
   for (const trace::Buffer& b : t.buffers) {
     if (b.call_site == ManagedAllocator::kArenaSite) arena = b.size;
@@ -54,9 +54,9 @@ bool PlacementHandOff::tend(uint64_t n) {
   if (!pending_ || n < place_at_) return false;
   Placement handed = std::move(*pending_);
   pending_.reset();
-  if (!hand(std::move(handed))) return false;
-  learn_placed_ = online_;
-  return true;
+  if (hand(std::move(handed))) return true;
+  learn_placed_ = false;
+  return false;
 }
 
 // A placement from two iterations' block events, or nullopt (note_ says why). With

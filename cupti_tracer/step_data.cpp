@@ -19,6 +19,12 @@ uint64_t step_signature(std::span<const uint64_t> pointers) {
   return h;
 }
 
+uint64_t hits_signature(std::span<const PointerHit> hits) {
+  uint64_t h = 0;
+  for (const PointerHit& hit : hits) h = mix(h, hit.pointer);
+  return h;
+}
+
 std::vector<uint32_t> keys_with_data(std::span<const uint32_t> keys,
                                      std::span<const uint64_t> signatures) {
   std::vector<uint32_t> both(keys.size());

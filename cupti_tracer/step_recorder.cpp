@@ -174,12 +174,7 @@ StepRecorder::Recording StepRecorder::stop() {
     const uint64_t n = log_.size();
     std::vector<uint64_t> signatures;
     signatures.reserve(n);
-    std::vector<uint64_t> pointers;
-    for (uint64_t i = 0; i < n; ++i) {
-      pointers.clear();
-      for (const PointerHit& h : log_.hits(log_.step(i))) pointers.push_back(h.pointer);
-      signatures.push_back(step_signature(pointers));
-    }
+    for (uint64_t i = 0; i < n; ++i) signatures.push_back(hits_signature(log_.hits(log_.step(i))));
     r.detection = detect_with_data(log_.copy_keys(0), signatures);
   }
   return r;

@@ -13,12 +13,12 @@ MODELS = os.path.join(HERE, "..", "..", "samples", "pytorch", "models.py")
 
 def run(*args, hide_torch=True):
     env = dict(os.environ)
-    with tempfile.TemporaryDirectory() as stub:
+    with tempfile.TemporaryDirectory() as standin:
         if hide_torch:
-            os.makedirs(os.path.join(stub, "torch"))
-            with open(os.path.join(stub, "torch", "__init__.py"), "w") as f:
+            os.makedirs(os.path.join(standin, "torch"))
+            with open(os.path.join(standin, "torch", "__init__.py"), "w") as f:
                 f.write("raise ImportError('torch hidden by the test')\n")
-            env["PYTHONPATH"] = stub + os.pathsep + env.get("PYTHONPATH", "")
+            env["PYTHONPATH"] = standin + os.pathsep + env.get("PYTHONPATH", "")
         p = subprocess.run([sys.executable, MODELS, *args], env=env, capture_output=True,
                            text=True, timeout=60)
     return p.returncode, p.stdout + p.stderr

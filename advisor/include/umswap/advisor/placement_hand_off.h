@@ -61,7 +61,7 @@ class PlacementHandOff {
   // The period of the iteration an online placement was handed for, until learned() (0 when
   // there is none): learning plans the iteration after the first placed one with it
   // (OnlineLearning::placed_iteration()), since pointers no longer tell its loops apart.
-  uint64_t placed_period() const { return learn_placed_ ? period_ : 0; }
+  uint64_t placed_period() const { return learn_placed_ && !pending_ ? period_ : 0; }
   void learned() { learn_placed_ = false; }
 
   const std::optional<Placement>& handed() const { return handed_; }
@@ -82,9 +82,10 @@ class PlacementHandOff {
   std::optional<Placement> handed_;
   std::string note_;
   std::optional<Placement> pending_;
-  uint64_t place_at_ = 0;      // an iteration boundary
-  bool online_ = false;        // the pending placement was learned online (not from a trace)
-  bool learn_placed_ = false;  // handed online, its iteration not yet learned again
+  uint64_t place_at_ = 0;  // an iteration boundary
+  // The placement pending or handed was learned online (not from a trace), and its iteration
+  // has not been learned again since.
+  bool learn_placed_ = false;
 };
 
 }  // namespace umswap::advisor

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "umswap/core/trace.h"
+#include "umswap/tracer/param_scanner.h"
 
 namespace umswap::tracer {
 
@@ -23,6 +24,8 @@ inline constexpr double kInnerDiffers = 0.5;
 // A step's signature: a hash of the pointers it was launched with, in the order scanned (0 for a
 // step with none).
 uint64_t step_signature(std::span<const uint64_t> pointers);
+// step_signature() of a logged step's hits (their pointers).
+uint64_t hits_signature(std::span<const PointerHit> hits);
 
 // Each step's key and signature hashed together: they repeat where kernel and data both do.
 std::vector<uint32_t> keys_with_data(std::span<const uint32_t> keys,

@@ -64,7 +64,8 @@ constexpr std::array kOptionTable = {
     OptionInfo{"UMSWAP_TRACE", "PATH", "",
                "record an access trace (kernels, buffers, iterations) to this file at exit"},
     OptionInfo{"UMSWAP_TRACE_ITERATIONS", "N", "0",
-               "stop recording after this many iterations (0 = record the whole run)"},
+               "write only the first N iterations to the trace file (0 = the whole run); the "
+               "whole run is traced either way"},
     OptionInfo{"UMSWAP_ITERATION_MARKER", "NAME", "",
                "NVTX range name that starts an iteration (instead of detecting the period)"},
     OptionInfo{"UMSWAP_CUPTI_LIBRARY", "PATH", "", "libcupti.so to load (default: search)"},

@@ -106,16 +106,6 @@ void StepRecorder::remember_buffers(const Registry::Snapshot& snapshot) {
 void StepRecorder::after_append(uint32_t key) {
   // A marked boundary was counted by mark() already.
   if (detector_.push(key) && marks_.empty()) boundaries_.fetch_add(1, std::memory_order_relaxed);
-  if (options_.max_iterations == 0) return;
-  // Enough iterations recorded: stop. Counted from the markers or the detected period, not from
-  // push()'s provisional boundaries, which also fire while a period is still being searched.
-  const uint64_t steps = log_.size();
-  uint64_t iterations = marks_.size();
-  if (marks_.empty()) {
-    const trace::Detection d = detector_.current();
-    if (d.period != 0 && steps >= d.warmup_steps) iterations = (steps - d.warmup_steps) / d.period;
-  }
-  if (iterations > options_.max_iterations) recording_.store(false, std::memory_order_relaxed);
 }
 
 void StepRecorder::mark(std::string_view source) {

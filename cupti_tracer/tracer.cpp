@@ -3,6 +3,7 @@
 // flush and the trace written at exit (finish()); and tracer.h's functions, which forward to the
 // one Tracer (tracer_impl.h).
 #include "umswap/tracer/tracer.h"
+#include "umswap/core/trace_cut.h"
 #include "umswap/tracer/own_calls.h"
 
 #include <cupti.h>
@@ -136,9 +137,7 @@ bool Tracer::start(const TracerConfig& config, const TracerDriver& driver, Regis
     if (r != CUPTI_SUCCESS)
       log_warning("CUPTI activity kind {}: {}", static_cast<int>(kind), cupti_.result_string(r));
   }
-  recorder_.store(
-      new StepRecorder({.max_iterations = config.max_iterations, .observer = config.observer}),
-      std::memory_order_release);
+  recorder_.store(new StepRecorder({.observer = config.observer}), std::memory_order_release);
   functions_ = std::make_unique<ParamLayoutCache>(kMaxFunctions);
   for (auto& key : copy_keys_) key.store(UINT32_MAX, std::memory_order_relaxed);
   pid_ = ::getpid();
@@ -201,12 +200,18 @@ void Tracer::finish(bool used_cuda) {
   trace::Trace t = assemble(std::move(recording));
   if (!config_.trace_path.empty()) {
     std::string error;
-    if (!write_trace_file(config_.trace_path, t, &error)) {
+    // The stats (summarize() below) keep every iteration; the file only the first ones asked for.
+    std::optional<trace::Trace> cut;
+    if (config_.max_iterations > 0 && t.iterations.size() > config_.max_iterations) {
+      cut = trace::first_iterations(t, config_.max_iterations);
+    }
+    const trace::Trace& written = cut ? *cut : t;
+    if (!write_trace_file(config_.trace_path, written, &error)) {
       log_warning("trace not written: {}", error);
     } else {
       log_info("trace written to {}: {} steps, {} iterations (period {}), {} buffers",
-               config_.trace_path, t.steps.size(), t.iterations.size(), t.detection.period,
-               t.buffers.size());
+               config_.trace_path, written.steps.size(), written.iterations.size(),
+               written.detection.period, written.buffers.size());
     }
   }
   if (t.dropped_records > 0) {

@@ -238,18 +238,6 @@ TEST_F(StepRecorderTest, AChainOfLayersWithTheirOwnDataIsRecordedAsOneIteration)
   EXPECT_EQ(run.detection.source, "period");
 }
 
-TEST_F(StepRecorderTest, StopsRecordingAfterMaxIterations) {
-  StepRecorder r({.max_iterations = 2});
-  const uint32_t k = r.intern("k");
-  for (int it = 0; it < 5; ++it) {
-    r.mark("api");
-    for (int s = 0; s < 3; ++s) launch(r, k, kA, 0);
-  }
-  EXPECT_FALSE(r.recording());
-  // Recording stops at the first step past two marked iterations.
-  EXPECT_EQ(r.log().size(), 7u);
-}
-
 // Steady state: the detector is locked on the period, every buffer was seen, the log's chunks
 // have room. A launch then allocates nothing (a new chunk comes every 64 Ki steps).
 TEST_F(StepRecorderTest, SteadyStateLaunchesDoNotAllocate) {

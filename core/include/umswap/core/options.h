@@ -97,7 +97,7 @@ struct Options {
   int verbose = 0;         // -1 quiet (kQuietVerbosity), 0 + notices, 1 + notable events, 2 debug
   int callsite_depth = 8;  // frames hashed into a buffer's call-site identity; 0 = off
   std::string trace_path;  // record an access trace here (CUPTI tracer); empty = off
-  uint64_t trace_iterations = 0;  // stop recording after this many iterations; 0 = all
+  uint64_t trace_iterations = 0;  // the trace file holds the first N iterations; 0 = all
   std::string iteration_marker;   // NVTX range name that marks an iteration; empty = detect
   std::string cupti_library;      // libcupti to load; empty = search the usual places
   std::string replay_path;        // trace the replay mode plans from

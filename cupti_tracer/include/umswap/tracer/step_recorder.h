@@ -78,7 +78,6 @@ class LaunchObserver {
 class StepRecorder {
  public:
   struct Options {
-    uint64_t max_iterations = 0;         // stop recording after this many iterations (0 = all)
     LaunchObserver* observer = nullptr;  // outlives the recorder; may be null
     LaunchLog::Limits log_limits = {};
   };

@@ -59,8 +59,11 @@ struct TracerDriver {
 };
 
 struct TracerConfig {
-  std::string trace_path;              // where the trace is written at exit
-  uint64_t max_iterations = 0;         // stop recording after this many iterations (0 = all)
+  std::string trace_path;  // where the trace is written at exit
+  // The trace file holds the first this many iterations (trace::first_iterations; 0 = all). The
+  // whole run is logged either way: the advisor learns from the log, and the iterations are
+  // found from all of it at exit.
+  uint64_t max_iterations = 0;
   std::string cupti_library;           // explicit libcupti path, or empty to search
   std::string iteration_marker;        // NVTX range name marking iterations; empty = detect
   std::string program;                 // argv[0], for the trace header

@@ -3,6 +3,7 @@
 #include "umswap/cli/child_environment.h"
 #include "umswap/cli/child_process.h"
 #include "umswap/cli/command_line.h"
+#include "umswap/cli/plan_cache_run.h"
 #include "umswap/cli/preload_library.h"
 #include "umswap/cli/run_summary.h"
 #include "umswap/cli/verify_report.h"
@@ -120,6 +121,9 @@ int run_command(const RunFlags& given) {
       flags.stats_path = stats_pattern;
     }
   }
+  // Before the environment is planned: a cached plan makes this run a replay of it.
+  PlanCacheRun cache;
+  cache.begin(&flags);
   if (flags.replay_trace) {
     // Checked here, before anything runs, so a bad trace is one clear line rather than a warning
     // from inside the program.
@@ -137,7 +141,8 @@ int run_command(const RunFlags& given) {
     return kUsageErrorExitCode;
   }
 
-  const ChildEnvironment env = plan_child_environment(flags, read_current_env(), library.path);
+  ChildEnvironment env = plan_child_environment(flags, read_current_env(), library.path);
+  for (EnvVar& var : cache.environment()) env.set.push_back(std::move(var));
   for (const std::string& warning : env.warnings) log(LogLevel::warning, "{}", warning);
   if (const std::string failed = apply_child_environment(env); !failed.empty()) {
     log(LogLevel::error, "cannot set {}", failed);
@@ -175,6 +180,7 @@ int run_command(const RunFlags& given) {
           ? std::vector<SummaryInput>()
           : read_run_stats(stats_pattern, before, flags.verify ? "verify" : "summary");
   if (!flags.quiet) std::fputs(run_summary_text(stats, has_budget(flags)).c_str(), stderr);
+  cache.finish(flags.quiet, flags.verbose);
   int result = status;
   if (flags.verify) {
     std::vector<nlohmann::json> files;
@@ -243,6 +249,8 @@ int cli_main(int argc, char** argv) {
       return timeline_command(command_line.trace_flags);
     case CommandLine::Action::compare:
       return compare_command(command_line.compare_flags);
+    case CommandLine::Action::plans:
+      return plans_command(command_line.plans_flags);
   }
   return kUsageErrorExitCode;
 }

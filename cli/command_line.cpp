@@ -186,6 +186,8 @@ CommandLine parse_command_line(std::span<const std::string> args) {
   run->add_flag("--verbose", verbose);
   run->add_flag("-q,--quiet", quiet);
   run->add_flag("--verify", verify);
+  bool no_cache = false;
+  run->add_flag("--no-cache", no_cache);
 
   // `record`: the flags of `run` (bound to the same variables) plus where the trace goes.
   CLI::App* record = app.add_subcommand("record");
@@ -263,6 +265,13 @@ CommandLine parse_command_line(std::span<const std::string> args) {
   std::string iterations_text;
   auto* timeline_iterations = timeline->add_option("--iterations", iterations_text);
   timeline_iterations->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  // `plans [list]`, `plans clear [KEY...]`: the words are positional, checked below.
+  CLI::App* plans = app.add_subcommand("plans");
+  plans->set_help_flag();
+  plans->allow_extras();
+  plans->add_flag("-h,--help", want_help);
+  std::vector<std::string> plans_words;
+  plans->add_option("words", plans_words);
   app.require_subcommand(0, 1);
 
   if (!ours.empty() && ours.front() == "timeline" &&
@@ -292,12 +301,16 @@ CommandLine parse_command_line(std::span<const std::string> args) {
   }
   for (const std::vector<std::string>& extras :
        {app.remaining(), run->remaining(), record->remaining(), replay->remaining(),
-        compare->remaining(), report->remaining(), timeline->remaining()}) {
+        compare->remaining(), report->remaining(), timeline->remaining(), plans->remaining()}) {
     if (extras.empty()) continue;
     const std::string& first = extras.front();
     if (!first.empty() && first[0] == '-') {
       return usage_error(fmt::format("unknown option '{}'", first),
                          "run 'umswap --help' for usage");
+    }
+    if (plans->parsed()) {
+      return usage_error(fmt::format("unexpected argument '{}'", first),
+                         fmt::format("usage: {}", detail::kPlansUsage));
     }
     if (report->parsed() || timeline->parsed()) {
       return usage_error(fmt::format("unexpected argument '{}'", first),
@@ -306,7 +319,7 @@ CommandLine parse_command_line(std::span<const std::string> args) {
     }
     if (!run->parsed() && !record->parsed() && !replay->parsed() && !compare->parsed()) {
       return usage_error(fmt::format("unknown command '{}' (commands: run, record, replay, "
-                                     "compare, report, timeline)",
+                                     "compare, report, timeline, plans)",
                                      first),
                          "run 'umswap --help' for usage");
     }
@@ -418,6 +431,43 @@ CommandLine parse_command_line(std::span<const std::string> args) {
     result.exit_code = 0;
     return result;
   }
+  if (plans->parsed()) {
+    const std::string usage = fmt::format("usage: {}", detail::kPlansUsage);
+    if (separator != args.end()) {
+      return usage_error("plans: unexpected `--` (it runs no command)", usage);
+    }
+    CommandLine result;
+    result.action = Action::plans;
+    result.exit_code = 0;
+    if (plans_words.empty() || plans_words.front() == "list") {
+      if (plans_words.size() > 1) {
+        return usage_error(fmt::format("plans list: unexpected argument '{}'", plans_words[1]),
+                           usage);
+      }
+      return result;
+    }
+    if (plans_words.front() != "clear") {
+      return usage_error(
+          fmt::format("plans: '{}' is not an action (expected list or clear)", plans_words[0]),
+          usage);
+    }
+    result.plans_flags.clear = true;
+    for (size_t i = 1; i < plans_words.size(); ++i) {
+      const std::string& key = plans_words[i];
+      const bool hex =
+          !key.empty() && key.size() <= 16 && std::all_of(key.begin(), key.end(), [](char c) {
+            return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+          });
+      if (!hex) {
+        return usage_error(fmt::format("plans clear: '{}' is not a key (up to 16 hex digits, as "
+                                       "`umswap plans list` shows them)",
+                                       key),
+                           usage);
+      }
+      result.plans_flags.keys.push_back(key);
+    }
+    return result;
+  }
   if (!run->parsed() && !record->parsed() && !replay->parsed()) return help(kUsageErrorExitCode);
 
   CommandLine result;
@@ -498,6 +548,7 @@ CommandLine parse_command_line(std::span<const std::string> args) {
   flags.verbose = verbose;
   flags.verify = verify;
   flags.quiet = quiet;
+  flags.no_cache = no_cache;
   if (command.empty()) {
     if (flags.record) {
       return usage_error("record: no command given",

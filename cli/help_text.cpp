@@ -58,14 +58,15 @@ std::string help_text(bool all) {
       "memory and can record which kernels touch which buffers in each training iteration.\n\n",
       UMSWAP_CLI_VERSION);
   out += fmt::format(
-      "Usage:\n  {}\n  {}\n  {}\n  {}\n  {}\n  {}\n  umswap --help | --help-all | --version\n\n",
+      "Usage:\n  {}\n  {}\n  {}\n  {}\n  {}\n  {}\n  {}\n  umswap --help | --help-all | "
+      "--version\n\n",
       detail::kRunUsage, detail::kRecordUsage, detail::kReplayUsage, detail::kCompareUsage,
-      detail::kReportUsage, detail::kTimelineUsage);
+      detail::kReportUsage, detail::kTimelineUsage, detail::kPlansUsage);
   out += "Commands:\n";
   append_wrapped(out, "  run", 18, "run a command with libumswap.so preloaded");
   append_wrapped(out, "  record", 18,
                  "run it and record an access trace (CUPTI): -o FILE (required), --iterations N "
-                 "(stop recording after N iterations; 0 = all), --marker NAME (iterations start at "
+                 "(write only the first N iterations; 0 = all), --marker NAME (iterations start at "
                  "the NVTX mark or range NAME instead of being detected); takes run's options too");
   append_wrapped(out, "  replay", 18,
                  "run it with UMSWAP_MODE=replay and UMSWAP_REPLAY=TRACE (made absolute): the "
@@ -83,13 +84,18 @@ std::string help_text(bool all) {
                  "OUT.json; never the trace itself): one track per stream, iterations, page "
                  "faults, transfers each way; --iterations A-B (or N, from 0) draws only those "
                  "iterations, for traces too large to open whole");
+  append_wrapped(out, "  plans", 18,
+                 "list the plans `umswap run` cached (key, last use, runs, size, the command and "
+                 "its folder), or clear them: all, or the KEYs given (each the start of one key)");
   out += "\nOptions of run:\n";
   for (const auto& flag : detail::kRunFlags) {
     const std::string label = flag.value_name.empty()
                                   ? fmt::format("  {}", flag.name)
                                   : fmt::format("  {} {}", flag.name, flag.value_name);
     std::string meaning(flag.meaning);
-    if (flag.value_name.empty()) {
+    if (flag.variable.empty()) {
+      // A flag of umswap's own: no variable to name.
+    } else if (flag.value_name.empty()) {
       meaning += fmt::format(" [sets {}={}]", flag.variable, flag.sets);
     } else {
       const std::string_view def = default_of(flag.variable);

@@ -219,8 +219,9 @@ def main():
                 cmd += command
                 run_env, label = env, "without umswap"
             else:
-                cmd += [a.umswap, "run", "--limit", a.limit, "--budget", str(budget), "--stats",
-                        stats, "--"] + command
+                # --no-cache: every variant and round learns online, none replays another's.
+                cmd += [a.umswap, "run", "--no-cache", "--limit", a.limit, "--budget",
+                        str(budget), "--stats", stats, "--"] + command
                 run_env = dict(env, **VARIANTS[v])
                 label = " ".join(f"{k}={x}" for k, x in VARIANTS[v].items())
             rc, text, wall = run(cmd, run_env, os.path.join(out, f"{name}.out"))

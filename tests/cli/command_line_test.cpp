@@ -259,5 +259,50 @@ TEST(CommandLine, RecordErrorsNameTheProblem) {
   EXPECT_TRUE(contains(no_command.message, "record: no command given")) << no_command.message;
 }
 
+TEST(CommandLine, NoCacheOnRunOnly) {
+  EXPECT_TRUE(parse({"run", "--no-cache", "--", "true"}).run_flags.no_cache);
+  EXPECT_FALSE(parse({"run", "--", "true"}).run_flags.no_cache);
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"record", "-o", "t.umtrace", "--no-cache", "--", "true"},
+        {"replay", "t.umtrace", "--no-cache", "--", "true"}}) {
+    const CommandLine cl = parse(args);
+    EXPECT_EQ(cl.action, Action::error) << args[0];
+    EXPECT_TRUE(contains(cl.message, "unknown option '--no-cache'")) << cl.message;
+  }
+}
+
+TEST(CommandLine, Plans) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"plans"}, {"plans", "list"}}) {
+    const CommandLine cl = parse(args);
+    ASSERT_EQ(cl.action, Action::plans) << cl.message;
+    EXPECT_FALSE(cl.plans_flags.clear);
+  }
+  CommandLine cl = parse({"plans", "clear"});
+  ASSERT_EQ(cl.action, Action::plans) << cl.message;
+  EXPECT_TRUE(cl.plans_flags.clear);
+  EXPECT_TRUE(cl.plans_flags.keys.empty());
+  cl = parse({"plans", "clear", "6b8e", "0123456789abcdef"});
+  ASSERT_EQ(cl.action, Action::plans) << cl.message;
+  EXPECT_EQ(cl.plans_flags.keys, (std::vector<std::string>{"6b8e", "0123456789abcdef"}));
+}
+
+TEST(CommandLine, PlansMistakes) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"plans", "show"}, "'show' is not an action (expected list or clear)"},
+      {{"plans", "list", "x"}, "plans list: unexpected argument 'x'"},
+      {{"plans", "clear", "6B8E"}, "'6B8E' is not a key"},
+      {{"plans", "clear", "0123456789abcdef0"}, "is not a key"},
+      {{"plans", "--all"}, "unknown option '--all'"},
+      {{"plans", "--", "x"}, "plans: unexpected `--`"},
+  };
+  for (const auto& [args, message] : cases) {
+    const CommandLine cl = parse(args);
+    EXPECT_EQ(cl.action, Action::error) << args[1];
+    EXPECT_EQ(cl.exit_code, 2);
+    EXPECT_TRUE(contains(cl.message, message)) << cl.message;
+  }
+}
+
 }  // namespace
 }  // namespace umswap::cli

@@ -90,7 +90,7 @@ TEST(TraceCommandLine, UsageErrors) {
     EXPECT_TRUE(contains(cl.message, c.message)) << cl.message;
   }
   EXPECT_TRUE(contains(parse({"bogus"}).message,
-                       "(commands: run, record, replay, compare, report, timeline)"));
+                       "(commands: run, record, replay, compare, report, timeline, plans)"));
 }
 
 TEST(TraceCommandLine, HelpNamesBothCommands) {

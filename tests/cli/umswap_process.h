@@ -87,7 +87,11 @@ class UmswapProcess : public ::testing::Test {
               const std::string& binary = UMSWAP_TEST_CLI_BINARY, bool ignore_sigchld = false) {
     std::vector<std::string> argv_strings = {binary};
     argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-    const std::vector<std::string> env_strings = environment(changes);
+    // No test reads or writes the user's plan cache: each gets its own, empty (a test may point
+    // XDG_CACHE_HOME elsewhere with `changes`).
+    EnvChanges all = {{"XDG_CACHE_HOME", (dir_ / "cache").string()}};
+    all.insert(all.end(), changes.begin(), changes.end());
+    const std::vector<std::string> env_strings = environment(all);
     std::vector<char*> argv, envp;
     for (auto& s : argv_strings) argv.push_back(const_cast<char*>(s.c_str()));
     for (auto& s : env_strings) envp.push_back(const_cast<char*>(s.c_str()));

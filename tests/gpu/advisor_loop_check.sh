@@ -41,21 +41,21 @@ args="--buffers 24 --mib 128 --iterations 16"
 "$umswap" run --mode passthrough -- "$loop" $args > "$dir/native.out"
 # A hang (UMSWAP_PREFETCH_WAIT is experimental) fails the test instead of blocking it.
 UMSWAP_EVICT_COPY=0 UMSWAP_PREFETCH_WAIT=1 timeout -s KILL 120 \
-  "$umswap" run --budget 1G --stats "$dir/online.json" -- "$loop" $args > "$dir/online.out"
+  "$umswap" run --no-cache --budget 1G --stats "$dir/online.json" -- "$loop" $args > "$dir/online.out"
 UMSWAP_EVICT_COPY=0 UMSWAP_PREFETCH_WAIT=1 UMSWAP_EVICT_WAIT=1 timeout -s KILL 120 \
-  "$umswap" run --budget 1G --stats "$dir/evictwait.json" -- "$loop" $args > "$dir/evictwait.out"
+  "$umswap" run --no-cache --budget 1G --stats "$dir/evictwait.json" -- "$loop" $args > "$dir/evictwait.out"
 UMSWAP_EVICT_COPY=0 timeout -s KILL 120 \
-  "$umswap" run --budget 1G --stats "$dir/nowait.json" -- "$loop" $args > "$dir/nowait.out"
+  "$umswap" run --no-cache --budget 1G --stats "$dir/nowait.json" -- "$loop" $args > "$dir/nowait.out"
 UMSWAP_EVICT_COPY=0 timeout -s KILL 120 "$umswap" record -o "$dir/loop.umtrace" -- "$loop" $args > "$dir/record.out"
 UMSWAP_EVICT_COPY=1 timeout -s KILL 120 \
-  "$umswap" run --budget 1G --stats "$dir/copy.json" -- "$loop" $args > "$dir/copy.out"
+  "$umswap" run --no-cache --budget 1G --stats "$dir/copy.json" -- "$loop" $args > "$dir/copy.out"
 # A launch off the plan (iteration 10's loss kernel takes the first buffer, held on the host by
 # then): the guard holds it until what it reaches is copied back; copies go on.
 "$umswap" run --mode passthrough -- "$loop" $args --stray 10 > "$dir/native_stray.out"
 UMSWAP_EVICT_COPY=1 timeout -s KILL 120 \
-  "$umswap" run --budget 1G --stats "$dir/stray.json" -- "$loop" $args --stray 10 > "$dir/stray.out"
+  "$umswap" run --no-cache --budget 1G --stats "$dir/stray.json" -- "$loop" $args --stray 10 > "$dir/stray.out"
 UMSWAP_EVICT_COPY=1 timeout -s KILL 120 \
-  "$umswap" run --budget 1G --stats "$dir/graph.json" -- "$loop" $args --graph 10 > "$dir/graph.out"
+  "$umswap" run --no-cache --budget 1G --stats "$dir/graph.json" -- "$loop" $args --graph 10 > "$dir/graph.out"
 UMSWAP_EVICT_COPY=0 timeout -s KILL 120 "$umswap" replay "$dir/loop.umtrace" --budget 1G --stats "$dir/replay.json" \
   -- "$loop" $args > "$dir/replay.out"
 UMSWAP_EVICT_COPY=0 UMSWAP_PREFETCH_WAIT=1 UMSWAP_EVICT_WAIT=1 timeout -s KILL 180 \

@@ -69,7 +69,7 @@ python3 "$script" --trials 16 --pressure-mib 1024 > "$work/native-p.out" 2> "$wo
 native_p=$(majority "$work/native-p.out")
 if [ -z "$native_p" ]; then
   echo "natively, with pressure, more than one trial differs: budget case not judged"
-elif ! timeout -s KILL 300 "$umswap" run --budget 512M --stats "$work/budget.json" -- \
+elif ! timeout -s KILL 300 "$umswap" run --no-cache --budget 512M --stats "$work/budget.json" -- \
     python3 "$script" --trials 16 --pressure-mib 1024 > "$work/budget.out" 2> "$work/budget.err"; then
   echo "FAIL: --budget 512M: the run failed or hung"; tail -n 10 "$work/budget.err"
   status=1

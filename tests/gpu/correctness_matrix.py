@@ -342,15 +342,17 @@ def main():
                                  a.timeout, deadline)] = ("cupy", "native", "-", k, 0, None)
             stats = os.path.join(out, "cupy-b50.json")
             log = os.path.join(out, "cupy-b50.log")
-            jobs[pool.submit(run, [a.umswap, "run", "--limit", str(a.limit), "--budget",
-                                   str(budget), "--stats", stats, "--", sys.executable, CUPY],
+            jobs[pool.submit(run, [a.umswap, "run", "--no-cache", "--limit", str(a.limit),
+                                   "--budget", str(budget), "--stats", stats, "--",
+                                   sys.executable, CUPY],
                              env_for("default", True), log, a.timeout, deadline)] = (
                 "cupy", "umswap", "-", 50, budget, stats)
         for (m, al, d, b, budget) in longest_first(planned):
             stats = os.path.join(out, f"{m}-{al}-det{d}-b{b}.json")
             log = os.path.join(out, f"{m}-{al}-det{d}-b{b}.log")
-            cmd = [a.umswap, "run", "--limit", str(a.limit), "--budget", str(budget),
-                   "--stats", stats, "--"] + model_cmd(m, d)
+            # --no-cache: every row learns online (rows of one model share a command).
+            cmd = [a.umswap, "run", "--no-cache", "--limit", str(a.limit), "--budget",
+                   str(budget), "--stats", stats, "--"] + model_cmd(m, d)
             jobs[pool.submit(run, cmd, env_for(al, True), log, a.timeout, deadline)] = (
                 m, al, d, b, budget, stats)
         results = []

@@ -24,7 +24,7 @@ status=0
 for table in host device; do
   "$loop" $args --table $table > "$work/native-$table.out"
   native=$(grep '^checksum' "$work/native-$table.out")
-  if ! timeout -s KILL 150 "$umswap" run --budget 1G --stats "$work/default-$table.json" -- \
+  if ! timeout -s KILL 150 "$umswap" run --no-cache --budget 1G --stats "$work/default-$table.json" -- \
       "$loop" $args --table $table > "$work/default-$table.out" 2> "$work/default-$table.err"; then
     echo "FAIL: $table: the run under umswap failed or hung"; tail -n 20 "$work/default-$table.err"
     status=1

@@ -1,12 +1,15 @@
 // The `umswap` command: parse, then act. Prints to stdout/stderr and may run a process.
 #pragma once
 
+#include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "umswap/cli/command_line.h"
 #include "umswap/cli/compare_flags.h"
 #include "umswap/cli/link_probe.h"
+#include "umswap/cli/plan_cache.h"
 #include "umswap/cli/run_flags.h"
 
 namespace umswap::cli {
@@ -38,6 +41,14 @@ int timeline_command(const TraceCommandFlags& flags);
 // memory), kUsageErrorExitCode when libumswap.so cannot be found.
 int compare_command(const CompareFlags& flags, const LinkProber& probe);
 int compare_command(const CompareFlags& flags);  // with probe_link()
+
+// `umswap plans [list]`: prints the plan cache's entries to stdout. `umswap plans clear [KEY...]`:
+// removes every entry, or the ones named (each KEY the start of exactly one key, else nothing is
+// removed and 1 is returned). kUsageErrorExitCode when there is no cache folder (plan_cache_dir).
+int plans_command(const PlansFlags& flags);
+// The list's text (pure, for tests).
+std::string plans_list_text(const std::vector<PlanCacheEntry>& entries,
+                            const std::filesystem::path& dir);
 
 // main() of `umswap`.
 int cli_main(int argc, char** argv);

@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace umswap::cli {
 
@@ -26,12 +27,19 @@ struct TraceCommandFlags {
   std::optional<std::pair<uint64_t, uint64_t>> iterations;
 };
 
+// The arguments of `umswap plans [list]` and `umswap plans clear [KEY...]` (plan_cache.h).
+struct PlansFlags {
+  bool clear = false;             // clear; else list
+  std::vector<std::string> keys;  // clear: the entries (keys or their first digits); all if empty
+};
+
 struct CommandLine {
   enum class Action {
     run,       // run `run_flags.command` (also `record` and `replay`: see RunFlags)
     report,    // print the report of `trace_flags.trace_path`
     timeline,  // write the timeline of `trace_flags.trace_path` to `trace_flags.output_path`
     compare,   // run the command of `compare_flags` once per mode and print the table
+    plans,     // list or clear the plan cache (`plans_flags`)
     help,      // print help_text(help_all); exit with `exit_code` (0 when asked for, 2 without a
                // command)
     version,   // print version_text(); exit 0
@@ -41,6 +49,7 @@ struct CommandLine {
   RunFlags run_flags;
   TraceCommandFlags trace_flags;
   CompareFlags compare_flags;
+  PlansFlags plans_flags;
   int exit_code = 0;
   bool help_all = false;  // --help-all: the advanced variables too
   std::string message;    // for error: complete lines (`umswap: error: ...\n`), ready to print

@@ -29,6 +29,8 @@ struct RunFlags {
   bool verbose = false;                   // --verbose → UMSWAP_VERBOSE=1
   // --quiet: no summary at the end (run_summary.h), and no stats file written for it.
   bool quiet = false;
+  // --no-cache (run only): neither read nor write the plan cache (plan_cache.h).
+  bool no_cache = false;
   // --verify (run, replay) → UMSWAP_EVICT_COPY=1 and a stats file (a temporary one without
   // --stats) judged at exit (verify_report.h).
   bool verify = false;

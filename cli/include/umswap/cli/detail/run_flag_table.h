@@ -10,7 +10,7 @@ namespace umswap::cli::detail {
 struct RunFlagInfo {
   std::string_view name;        // `--budget`
   std::string_view value_name;  // `SIZE`; empty for a flag without a value
-  std::string_view variable;    // the UMSWAP_* variable it sets
+  std::string_view variable;    // the UMSWAP_* variable it sets; empty for a flag of umswap's own
   std::string_view meaning;     // one line
   std::string_view sets = "1";  // the value a flag without a value sets its variable to
 };
@@ -40,6 +40,12 @@ inline constexpr std::array kRunFlags = {
                 "nothing was evicted: give --budget below the footprint); costs a stats file, "
                 "its analysis at exit and one read of each range on the GPU each way (and sets "
                 "UMSWAP_VERIFY=1)"},
+    RunFlagInfo{"--no-cache", "", "",
+                "(run only) neither replay a plan cached by an earlier run of this command nor "
+                "cache this run's (by default an online run with a budget records its first 16 "
+                "iterations and keeps them under $XDG_CACHE_HOME/umswap/plans, and the next run "
+                "of the same command in the same folder replays them from its first iteration; "
+                "`umswap plans` lists and clears them)"},
     RunFlagInfo{"--verbose", "", "UMSWAP_VERBOSE",
                 "print the environment set for the command; the library reports its options "
                 "and notable events"},

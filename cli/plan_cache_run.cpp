@@ -92,7 +92,10 @@ void PlanCacheRun::finish(bool quiet, bool verbose) {
   if (!cache_) return;
   std::vector<fs::path> traces;
   std::error_code ec;
-  for (const auto& f : fs::directory_iterator(temp_dir_, ec)) traces.push_back(f.path());
+  for (const auto& f : fs::directory_iterator(temp_dir_, ec)) {
+    // A process killed while writing leaves `trace-<pid>.umtrace.tmp.<pid>`: not a trace.
+    if (f.path().extension() == ".umtrace") traces.push_back(f.path());
+  }
   const std::string now = plan_cache_now();
   std::string why;
   if (traces.size() == 1) {

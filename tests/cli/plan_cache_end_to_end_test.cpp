@@ -112,6 +112,16 @@ TEST_F(PlanCacheRun, SeveralProcessesTracesAreNotCached) {
   EXPECT_EQ(entries(), 0u);
 }
 
+TEST_F(PlanCacheRun, AHalfWrittenTraceIsNotATrace) {
+  // As a process killed in write_trace_file() leaves it, beside one good trace.
+  const Result r = umswap({"run", "--budget", "1G", "--", "sh", "-c",
+                           "t=$(printf '%s' \"$UMSWAP_TRACE\" | sed \"s/%p/7/\"); cp '" +
+                               kTrace.string() + "' \"$t\"; echo x > \"$t.tmp.8\""});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "plan cached for the next run")) << r.err;
+  EXPECT_EQ(entries(), 1u);
+}
+
 TEST_F(PlanCacheRun, AProgramThatRecordsNothingLeavesNoEntry) {
   const Result r = umswap({"run", "--budget", "1G", "--", "true"});
   ASSERT_EQ(r.exit_code, 0) << r.err;

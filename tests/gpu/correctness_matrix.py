@@ -8,7 +8,10 @@ allocator (PyTorch's default caching allocator, `backend:cudaMallocAsync`) and e
 setting (PyTorch's defaults; torch.use_deterministic_algorithms): two native runs, then one run
 under `umswap run --budget B` for each budget (100%, 50%, 25% of the larger native peak of
 reserved memory), 20 steps each; plus tests/gpu/cupy_check.py's loop under umswap at 50% of its
-footprint. Runs go side by side (--jobs at a time), each umswap run with UMSWAP_MANAGED_LIMIT set
+footprint. Each umswap run has a plan cache of its own (XDG_CACHE_HOME in the output folder), as a
+user's first run of a command does; at the --replays budgets (50% by default) the same command
+runs a second time right after, replaying the plan the first run cached (a user's second run:
+the "replay" rows, which must have replayed). Runs go side by side (--jobs at a time), each umswap run with UMSWAP_MANAGED_LIMIT set
 (--limit) so that the managed memory of all runs together stays far below the card's.
 
 Each umswap run is compared step by step with the two native runs of its row:
@@ -17,7 +20,9 @@ Each umswap run is compared step by step with the two native runs of its row:
   * otherwise every step's loss must lie within the natives' own spread: |umswap - mean| <=
     max(4 * the largest native difference up to that step, 0.5% of |mean|): "within" or
     "OUTSIDE" (the column gives the worst step's distance in units of that spread);
-  * a run cut by --timeout fails, judged on the steps it finished: "TIMEOUT, 16 of 20 identical".
+  * a run cut by --timeout fails, judged on the steps it finished: "TIMEOUT, 16 of 20 identical";
+  * a second run that did not replay (its advisor learned online: nothing was cached) fails:
+    "NOT REPLAYED".
 It also reports, from the umswap run's stats, the peak GPU-resident bytes counted against the
 budget over the whole run and over the iterations after the first plan took effect (learning
 holds the whole footprint on purpose), the iteration that first plan began in, GPU page faults
@@ -152,7 +157,19 @@ def stats_of(path):
         "harmful": cc.get("harmful", 0),
         "evict_copy_off": (adv.get("evict_copy") or {}).get("off_reason"),
         "guard_hits": (adv.get("evict_copy") or {}).get("guard_hits"),
+        "advisor_mode": adv.get("mode"),
     }
+
+
+def is_replay(stats_path):
+    """Whether a row is a command's second run, replaying its first's cached plan."""
+    return bool(stats_path) and stats_path.endswith("-replay.json")
+
+
+def run_twice(first, second):
+    """Runs first(), then second() unless first was not started; their results in a list."""
+    r = first()
+    return [r, second() if r is not None else None]
 
 
 def prefix(run_dict, n):
@@ -199,7 +216,7 @@ def judge(n1, n2, u):
 def rejudge(a):
     """Rebuild natives and results from the logs in a.rejudge and report them."""
     natives, results = {}, []
-    pat = re.compile(r"^(\w+)-(\w+)-det(\w+)-(native(\d)|b(\d+))\.log$")
+    pat = re.compile(r"^(\w+)-(\w+)-det(\w+)-(native(\d)|b(\d+)(-replay)?)\.log$")
     for name in sorted(os.listdir(a.rejudge)):
         path = os.path.join(a.rejudge, name)
         m = pat.match(name)
@@ -238,6 +255,9 @@ def main():
     ap.add_argument("--allocators", default="default,async")
     ap.add_argument("--determinism", default="off,on", help="off, on or off,on (default)")
     ap.add_argument("--budgets", default="100,50,25", help="percents of native peak")
+    ap.add_argument("--replays", default="50",
+                    help="budgets (of --budgets) at which each row's command runs again, "
+                         "replaying the plan its first run cached; '' for none (default 50)")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--jobs", type=int, default=8, help="runs at a time (default 8)")
     ap.add_argument("--limit", type=parse_size, default=parse_size("12G"),
@@ -264,12 +284,16 @@ def main():
     allocs = [x for x in a.allocators.split(",") if x]
     dets = [x for x in a.determinism.split(",") if x]
     budgets = [int(x) for x in a.budgets.split(",") if x]
+    try:
+        replays = {int(x) for x in a.replays.split(",") if x}
+    except ValueError:
+        replays = {0}
     if (not models or any(x not in ALLOCATORS for x in allocs) or
             any(x not in ("off", "on") for x in dets) or not budgets or
             any(not 0 < b <= 100 for b in budgets) or a.steps < 3 or a.jobs < 1 or
-            a.deadline < 0):
-        ap.error("bad --models, --allocators, --determinism, --budgets, --steps, --jobs or "
-                 "--deadline")
+            a.deadline < 0 or not replays <= set(budgets)):
+        ap.error("bad --models, --allocators, --determinism, --budgets, --replays (a subset of "
+                 "--budgets), --steps, --jobs or --deadline")
     if a.jobs * a.limit > 110 * 1024 ** 3:
         ap.error("--jobs x --limit must stay under 110G (never oversubscribe a shared GPU)")
     if not shutil.which(a.umswap) and not os.access(a.umswap, os.X_OK):
@@ -342,37 +366,55 @@ def main():
                                  a.timeout, deadline)] = ("cupy", "native", "-", k, 0, None)
             stats = os.path.join(out, "cupy-b50.json")
             log = os.path.join(out, "cupy-b50.log")
-            jobs[pool.submit(run, [a.umswap, "run", "--no-cache", "--limit", str(a.limit),
-                                   "--budget", str(budget), "--stats", stats, "--",
-                                   sys.executable, CUPY],
-                             env_for("default", True), log, a.timeout, deadline)] = (
+            jobs[pool.submit(run, [a.umswap, "run", "--limit", str(a.limit), "--budget",
+                                   str(budget), "--stats", stats, "--", sys.executable, CUPY],
+                             dict(env_for("default", True),
+                                  XDG_CACHE_HOME=os.path.join(out, "cache", "cupy")),
+                             log, a.timeout, deadline)] = (
                 "cupy", "umswap", "-", 50, budget, stats)
         for (m, al, d, b, budget) in longest_first(planned):
-            stats = os.path.join(out, f"{m}-{al}-det{d}-b{b}.json")
-            log = os.path.join(out, f"{m}-{al}-det{d}-b{b}.log")
-            # --no-cache: every row learns online (rows of one model share a command).
-            cmd = [a.umswap, "run", "--no-cache", "--limit", str(a.limit), "--budget",
-                   str(budget), "--stats", stats, "--"] + model_cmd(m, d)
-            jobs[pool.submit(run, cmd, env_for(al, True), log, a.timeout, deadline)] = (
-                m, al, d, b, budget, stats)
+            name = f"{m}-{al}-det{d}-b{b}"
+            # A plan cache of the row's own: its first run learns online whatever ran before,
+            # and its second (at the --replays budgets) replays what the first cached.
+            env = dict(env_for(al, True), XDG_CACHE_HOME=os.path.join(out, "cache", name))
+            keys, calls = [], []
+            for suffix in ("", "-replay") if b in replays else ("",):
+                stats = os.path.join(out, f"{name}{suffix}.json")
+                log = os.path.join(out, f"{name}{suffix}.log")
+                cmd = [a.umswap, "run", "--limit", str(a.limit), "--budget", str(budget),
+                       "--stats", stats, "--"] + model_cmd(m, d)
+                keys.append((m, al, d, b, budget, stats))
+                calls.append(lambda cmd=cmd, log=log, env=env: run(cmd, env, log, a.timeout,
+                                                                    deadline))
+            job = (pool.submit(run_twice, *calls) if len(calls) == 2 else
+                   pool.submit(lambda c=calls[0]: [c()]))
+            jobs[job] = keys
         results = []
         for f in futures.as_completed(jobs):
-            if f.result() is not None:  # None: not started before the deadline (NOT RUN)
-                results.append((jobs[f], f.result()))
+            keys = jobs[f] if isinstance(jobs[f], list) else [jobs[f]]
+            got = f.result() if isinstance(jobs[f], list) else [f.result()]
+            for key, r in zip(keys, got):
+                if r is not None:  # None: not started before the deadline (NOT RUN)
+                    results.append((key, r))
     return report(a, natives, results, started, out)
 
 
 def report(a, natives, results, started, out):
     table, failed = [], False
-    for (m, al, d, b, budget, stats), u in sorted(results, key=lambda x: x[0][:4]):
+    for (m, al, d, b, budget, stats), u in sorted(
+            results, key=lambda x: x[0][:4] + (is_replay(x[0][5]),)):
         if m == "cupy":
             continue
         n1, n2 = natives[(m, al, d, 1)], natives[(m, al, d, 2)]
         verdict, worst = judge(n1, n2, u)
         st = stats_of(stats)
+        replay = is_replay(stats)
+        if replay and verdict in ("identical", "within") and st.get("advisor_mode") != "replay":
+            verdict = "NOT REPLAYED"
         ok = verdict in ("identical", "within") and not st.get("unforeseen")
         failed |= not ok
         table.append({"model": m, "allocator": al, "deterministic": d, "budget_pct": b,
+                      "run": "replay" if replay else "first",
                       "budget_bytes": budget, "verdict": verdict, "worst_in_spread": worst,
                       "native_last": n1["losses"][-1] if n1["losses"] else None,
                       "native_spread_last": abs(n1["losses"][-1] - n2["losses"][-1])
@@ -389,15 +431,19 @@ def report(a, natives, results, started, out):
             table[-1]["steps_done"] = len(u["losses"])
             table[-1]["log_tail"] = log_tail(u.get("log"))
     # Rows asked for and not run (a matrix stopped before it got to them).
-    done = {(r["model"], r["allocator"], r["deterministic"], r["budget_pct"]) for r in table}
+    done = {(r["model"], r["allocator"], r["deterministic"], r["budget_pct"],
+             r.get("run", "first")) for r in table}
+    replays = {int(x) for x in getattr(a, "replays", "").split(",") if x}
     for m in [x for x in a.models.split(",") if x]:
         for al in [x for x in a.allocators.split(",") if x]:
             for d in [x for x in a.determinism.split(",") if x]:
                 for b in sorted(int(x) for x in a.budgets.split(",") if x):
-                    if (m, al, d, b) not in done:
-                        failed = True
-                        table.append({"model": m, "allocator": al, "deterministic": d,
-                                      "budget_pct": b, "verdict": "NOT RUN", "ok": False})
+                    for run_kind in ("first", "replay") if b in replays else ("first",):
+                        if (m, al, d, b, run_kind) not in done:
+                            failed = True
+                            table.append({"model": m, "allocator": al, "deterministic": d,
+                                          "budget_pct": b, "run": run_kind,
+                                          "verdict": "NOT RUN", "ok": False})
     cupy = {k[1] + str(k[3]): (k, r) for (k, r) in results if k[0] == "cupy"}
     if cupy and set(cupy) != {"native1", "native2", "umswap50"}:
         failed = True
@@ -434,7 +480,8 @@ def report(a, natives, results, started, out):
         pp = r.get("peak_planned")
         lines.append(
             f"| {r['model']} | {r.get('allocator', '-')} | {r.get('deterministic', '-')} | "
-            f"{r.get('budget_pct', '-')}% ({(r.get('budget_bytes') or 0) / gib:.2f} GiB) | "
+            f"{r.get('budget_pct', '-')}% ({(r.get('budget_bytes') or 0) / gib:.2f} GiB)"
+            f"{', replayed' if r.get('run') == 'replay' else ''} | "
             f"{r['verdict']}{'' if r.get('worst_in_spread') in (None, 0.0) else ' (%.2f)' % r['worst_in_spread']} | "
             f"{r.get('native_last', '-')} ({r.get('native_spread_last', '-')}) / {r.get('umswap_last', '-')} | "
             f"{'-' if pr is None else '%.2f' % (pr / gib)} "
@@ -447,7 +494,7 @@ def report(a, natives, results, started, out):
     for r in table:
         if r.get("log_tail"):
             print(f"--- {r['model']} {r.get('allocator')} det {r.get('deterministic')} "
-                  f"{r.get('budget_pct')}%: exit {r['rc']} after {r.get('steps_done')} steps; "
+                  f"{r.get('budget_pct')}%{' replayed' if r.get('run') == 'replay' else ''}: exit {r['rc']} after {r.get('steps_done')} steps; "
                   f"the end of its log:\n{r['log_tail']}")
     print(f"matrix: {len(table)} rows, {sum(1 for r in table if not r['ok'])} failed, "
           f"{time.time() - started:.0f} s; logs in {out}")

@@ -130,5 +130,156 @@ class Report(unittest.TestCase):
             self.assertEqual((rows[0]["peak_planned"], rows[0]["plan_from_iteration"]), (1100, 2))
 
 
+class Replays(unittest.TestCase):
+    """A command's second run, replaying what its first cached (--replays)."""
+
+    def report(self, d, modes, replays="50"):
+        import argparse
+        import io
+        import json
+        from contextlib import redirect_stdout
+        n = {"rc": 0, "losses": [1.0, 0.9, 0.8], "ms": [5, 4, 4], "summary": {}}
+        u = dict(n, ms=[9, 8, 8], seconds=1.0)
+        results = []
+        for name, mode in modes.items():
+            stats = os.path.join(d, name + ".json")
+            with open(stats, "w") as f:
+                json.dump({"advisor": {"mode": mode}, "iterations": []}, f)
+            results.append((("cnn", "async", "off", 50, 1024, stats), u))
+        a = argparse.Namespace(models="cnn", allocators="async", determinism="off",
+                               budgets="50", replays=replays, markdown=os.path.join(d, "m.md"),
+                               json=os.path.join(d, "m.json"))
+        natives = {("cnn", "async", "off", 1): n, ("cnn", "async", "off", 2): n}
+        with redirect_stdout(io.StringIO()):
+            rc = cm.report(a, natives, results, 0.0, d)
+        return rc, json.load(open(a.json))["rows"], open(a.markdown).read()
+
+    def test_a_second_run_that_replayed_passes_and_says_so(self):
+        import tempfile
+        with tempfile.TemporaryDirectory() as d:
+            rc, rows, md = self.report(d, {"cnn-async-detoff-b50": "online",
+                                           "cnn-async-detoff-b50-replay": "replay"})
+            self.assertEqual(rc, 0)
+            self.assertEqual([(r["run"], r["verdict"]) for r in rows],
+                             [("first", "identical"), ("replay", "identical")])
+            self.assertIn("| 50% (0.00 GiB), replayed | identical |", md)
+
+    def test_a_second_run_that_learned_fails(self):
+        import tempfile
+        with tempfile.TemporaryDirectory() as d:
+            rc, rows, _ = self.report(d, {"cnn-async-detoff-b50": "online",
+                                          "cnn-async-detoff-b50-replay": "online"})
+            self.assertEqual(rc, 1)
+            self.assertEqual(rows[1]["verdict"], "NOT REPLAYED")
+
+    def test_a_missing_second_run_is_not_run(self):
+        import tempfile
+        with tempfile.TemporaryDirectory() as d:
+            rc, rows, _ = self.report(d, {"cnn-async-detoff-b50": "online"})
+            self.assertEqual(rc, 1)
+            self.assertEqual((rows[1]["run"], rows[1]["verdict"]), ("replay", "NOT RUN"))
+            rc, rows, _ = self.report(d, {"cnn-async-detoff-b50": "online"}, replays="")
+            self.assertEqual((rc, len(rows)), (0, 1))
+
+    def test_the_second_run_starts_only_after_the_first(self):
+        order = []
+        self.assertEqual(cm.run_twice(lambda: order.append(1) or "a",
+                                      lambda: order.append(2) or "b"), ["a", "b"])
+        self.assertEqual(order, [1, 2])
+        self.assertEqual(cm.run_twice(lambda: None, lambda: order.append(3) or "c"),
+                         [None, None])
+        self.assertEqual(order, [1, 2])
+
+    def test_rejudge_reads_the_second_runs_logs(self):
+        import argparse
+        import io
+        import json
+        import tempfile
+        from contextlib import redirect_stdout
+        with tempfile.TemporaryDirectory() as d:
+            native = "iter 0 ms 5 loss 1.0\niter 1 ms 4 loss 0.9\n" + \
+                'summary {"peak_reserved_bytes": 2048}\n[matrix: exit 0 after 1.0 s]\n'
+            for k in (1, 2):
+                open(os.path.join(d, f"cnn-async-detoff-native{k}.log"), "w").write(native)
+            for name, mode in (("b50", "online"), ("b50-replay", "replay")):
+                open(os.path.join(d, f"cnn-async-detoff-{name}.log"), "w").write(native)
+                json.dump({"advisor": {"mode": mode}},
+                          open(os.path.join(d, f"cnn-async-detoff-{name}.json"), "w"))
+            a = argparse.Namespace(models="cnn", allocators="async", determinism="off",
+                                   budgets="50", replays="50", rejudge=d, markdown=None,
+                                   json=os.path.join(d, "m.json"))
+            with redirect_stdout(io.StringIO()):
+                self.assertEqual(cm.rejudge(a), 0)
+            rows = json.load(open(a.json))["rows"]
+            self.assertEqual([(r["run"], r["verdict"], r["budget_bytes"]) for r in rows],
+                             [("first", "identical", 1024), ("replay", "identical", 1024)])
+
+    def test_main_runs_each_second_run_after_its_first_with_its_own_cache(self):
+        """main() end to end with stand-ins: a model script, a umswap that 'caches' into
+        XDG_CACHE_HOME (a file) and reports mode replay when it finds one, and a torch module."""
+        import json
+        import tempfile
+        import textwrap
+        import types
+        from contextlib import redirect_stdout
+        import io
+        with tempfile.TemporaryDirectory() as d:
+            model = os.path.join(d, "model.py")
+            with open(model, "w") as f:
+                f.write(textwrap.dedent("""\
+                    import sys
+                    for i in range(3):
+                        print(f"iter {i} ms 1.0 loss {1.0 - i / 10}")
+                    print('summary {"peak_reserved_bytes": 4096}')
+                    """))
+            umswap = os.path.join(d, "umswap")
+            with open(umswap, "w") as f:
+                f.write(textwrap.dedent(f"""\
+                    #!{sys.executable}
+                    import json, os, subprocess, sys
+                    a = sys.argv[1:]
+                    assert a[0] == "run" and "--no-cache" not in a, a
+                    cache = os.environ["XDG_CACHE_HOME"]
+                    os.makedirs(cache, exist_ok=True)
+                    plan = os.path.join(cache, "plan")
+                    mode = "replay" if os.path.exists(plan) else "online"
+                    open(plan, "a").write(a[a.index("--budget") + 1] + "\\n")
+                    rc = subprocess.call(a[a.index("--") + 1:])
+                    json.dump({{"advisor": {{"mode": mode}}}}, open(a[a.index("--stats") + 1], "w"))
+                    sys.exit(rc)
+                    """))
+            os.chmod(umswap, 0o755)
+            out = os.path.join(d, "out")
+            torch = types.ModuleType("torch")
+            torch.cuda = types.SimpleNamespace(is_available=lambda: True)
+            saved = (cm.MODELS, sys.argv, sys.modules.get("torch"))
+            cm.MODELS = model
+            sys.argv = ["correctness_matrix.py", "--umswap", umswap, "--models", "cnn,mlm",
+                        "--allocators", "async", "--determinism", "off", "--budgets", "100,50",
+                        "--no-cupy", "--jobs", "4", "--out", out,
+                        "--json", os.path.join(d, "m.json")]
+            sys.modules["torch"] = torch
+            try:
+                with redirect_stdout(io.StringIO()):
+                    self.assertEqual(cm.main(), 0)
+            finally:
+                cm.MODELS, sys.argv = saved[0], saved[1]
+                if saved[2] is None:
+                    del sys.modules["torch"]
+                else:
+                    sys.modules["torch"] = saved[2]
+            rows = json.load(open(os.path.join(d, "m.json")))["rows"]
+            self.assertEqual(sorted((r["model"], r["budget_pct"], r["run"], r["advisor_mode"])
+                                    for r in rows),
+                             [("cnn", 50, "first", "online"), ("cnn", 50, "replay", "replay"),
+                              ("cnn", 100, "first", "online"), ("mlm", 50, "first", "online"),
+                              ("mlm", 50, "replay", "replay"), ("mlm", 100, "first", "online")])
+            # Each row's cache is its own: two runs in the 50% rows' caches, one in the others'.
+            caches = {n: len(open(os.path.join(out, "cache", n, "plan")).read().split())
+                      for n in os.listdir(os.path.join(out, "cache"))}
+            self.assertEqual(caches, {"cnn-async-detoff-b50": 2, "cnn-async-detoff-b100": 1,
+                                      "mlm-async-detoff-b50": 2, "mlm-async-detoff-b100": 1})
+
+
 if __name__ == "__main__":
     unittest.main()

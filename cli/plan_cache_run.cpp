@@ -70,9 +70,9 @@ void PlanCacheRun::begin(RunFlags* flags) {
     flags->replay_trace = hit_->trace.string();
     if (!flags->quiet) {
       say(
-          fmt::format("replaying the plan an earlier run of this command learned (recorded {}, "
-                      "key {}); --no-cache learns afresh, `umswap plans clear` forgets it",
-                      hit_->recorded, key_));
+          fmt::format("replaying the plan cached by an earlier run (key {}, {} UTC); "
+                      "--no-cache learns afresh",
+                      key_, hit_->recorded));
     }
   } else if (flags->verbose) {
     say(

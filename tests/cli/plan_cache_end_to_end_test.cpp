@@ -62,7 +62,7 @@ TEST_F(PlanCacheRun, TheSecondRunReplaysTheFirstRunsTrace) {
   ASSERT_EQ(out.size(), 1u) << r.out;
   EXPECT_TRUE(out[0].starts_with("mode=replay replay=" + plans().string() + "/")) << out[0];
   EXPECT_TRUE(out[0].ends_with(".umtrace iterations=16")) << out[0];
-  EXPECT_TRUE(contains(r.err, "replaying the plan an earlier run of this command learned"))
+  EXPECT_TRUE(contains(r.err, "replaying the plan cached by an earlier run (key "))
       << r.err;
   EXPECT_FALSE(contains(r.err, "plan cached for the next run")) << r.err;
   EXPECT_EQ(entries(), 1u);

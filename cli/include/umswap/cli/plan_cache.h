@@ -1,5 +1,5 @@
 // The plan cache: the access trace of a run of `umswap run`, kept under the user's cache folder
-// so that the next run of the same command starts with a plan from its first iteration (replay)
+// so that the next run of the same command has a plan from its second iteration (replay)
 // instead of learning one online. Issue 39, "plans persist"; docs/cli.md, "The plan cache".
 //
 // An entry is two files in the cache folder: `<key>.umtrace`, the trace (the first

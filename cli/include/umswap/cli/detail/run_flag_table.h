@@ -44,7 +44,7 @@ inline constexpr std::array kRunFlags = {
                 "(run only) neither replay a plan cached by an earlier run of this command nor "
                 "cache this run's (by default an online run with a budget records its first 16 "
                 "iterations and keeps them under $XDG_CACHE_HOME/umswap/plans, and the next run "
-                "of the same command in the same folder replays them from its first iteration; "
+                "of the same command in the same folder replays them from its second iteration; "
                 "`umswap plans` lists and clears them)"},
     RunFlagInfo{"--verbose", "", "UMSWAP_VERBOSE",
                 "print the environment set for the command; the library reports its options "

@@ -1,5 +1,6 @@
 #include "umswap/cli/plan_cache.h"
 
+#include "umswap/cli/compare.h"
 #include "umswap/core/options.h"
 #include "umswap/core/trace_file.h"
 
@@ -176,6 +177,9 @@ std::optional<std::string> plan_cache_skip_reason(
   if (flags.record) return "record writes its own trace";
   if (flags.replay_trace) return "replay follows the trace it is given";
   if (flags.verify) return "--verify checks an online run";
+  if (is_torchrun_command(flags.command)) {
+    return "torchrun starts a process per rank, and one cached plan cannot serve them all";
+  }
   if (set("UMSWAP_TRACE") || set("UMSWAP_REPLAY")) {
     return "UMSWAP_TRACE or UMSWAP_REPLAY is set in the environment";
   }

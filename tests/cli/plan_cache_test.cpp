@@ -137,6 +137,11 @@ TEST_F(SkipReason, OtherModesEnginesAndCommands) {
   f = budgeted();
   f.replay_trace = "t.umtrace";
   EXPECT_TRUE(contains(reason(f).value_or(""), "replay"));
+  f = budgeted();
+  f.command = {"torchrun", "--nproc-per-node", "2", "train.py"};
+  EXPECT_TRUE(contains(reason(f).value_or(""), "torchrun")) << reason(f).value_or("");
+  f.command = {"python3", "-m", "torch.distributed.run", "train.py"};
+  EXPECT_TRUE(contains(reason(f).value_or(""), "torchrun"));
 }
 
 TEST_F(SkipReason, TheUsersOwnVariablesWin) {

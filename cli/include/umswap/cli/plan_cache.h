@@ -56,7 +56,8 @@ std::string plan_cache_key(const PlanIdentity& identity);
 // Why `umswap run` with `flags` neither reads nor writes the cache, as a phrase
 // ("--no-cache was given"); nullopt when it uses it. `env` reads the user's environment (null
 // when unset). The cache serves online runs with a budget on engine um, whose trace and replay
-// the user has not set up by hand: not record or replay, not --verify.
+// the user has not set up by hand: not record or replay, not --verify, not a torchrun command
+// (is_torchrun_command(): a trace per rank, and one plan cannot serve them all).
 std::optional<std::string> plan_cache_skip_reason(
     const RunFlags& flags, const std::function<const char*(const char*)>& env);
 

@@ -197,7 +197,7 @@ std::optional<std::string> plan_cache_skip_reason(
     const char* v = env("UMSWAP_BUDGET");
     if (v) budget = parse_size(v);
   }
-  if (!budget || budget->is_zero()) return "there is no budget (nothing is evicted)";
+  if (!budget || budget->is_zero()) return "no budget, so nothing is evicted";
   return std::nullopt;
 }
 

@@ -11,7 +11,9 @@ reserved memory), 20 steps each; plus tests/gpu/cupy_check.py's loop under umswa
 footprint. Each umswap run has a plan cache of its own (XDG_CACHE_HOME in the output folder), as a
 user's first run of a command does; at the --replays budgets (50% by default) the same command
 runs a second time right after, replaying the plan the first run cached (a user's second run:
-the "replay" rows, which must have replayed). Runs go side by side (--jobs at a time), each umswap run with UMSWAP_MANAGED_LIMIT set
+the "replay" rows, which must have replayed). With --engines um,vmm every row also runs under
+`umswap run --engine vmm` at each budget (the "vmm" rows: no advisor, no cache).
+Runs go side by side (--jobs at a time), each umswap run with UMSWAP_MANAGED_LIMIT set
 (--limit) so that the managed memory of all runs together stays far below the card's.
 
 Each umswap run is compared step by step with the two native runs of its row:
@@ -147,8 +149,11 @@ def stats_of(path):
     cc = s.get("copy_check") or {}
     steady = [i.get("gpu_page_faults", 0) for i in its[len(its) // 2:]] if its else []
     plan_from, peak_planned = planned_iterations(s)
+    vmm = s.get("vmm") or {}
     return {
-        "peak_resident": s.get("peak_resident_bytes", adv.get("peak_resident_bytes")),
+        # Engine vmm: its GPU chunks and the program's own GPU memory at their peak.
+        "peak_resident": vmm.get("gpu_and_program_bytes_peak",
+                                 s.get("peak_resident_bytes", adv.get("peak_resident_bytes"))),
         "plan_from_iteration": plan_from,
         "peak_planned": peak_planned,
         "planned_peak": adv.get("peak_resident_applied_bytes"),
@@ -161,9 +166,23 @@ def stats_of(path):
     }
 
 
+RUN_KINDS = ("first", "replay", "vmm")  # a row's run: its suffix in file names is "-<kind>"
+
+
+RUN_LABELS = {"replay": ", replayed", "vmm": ", vmm"}  # after the budget in the table
+
+
+def run_kind(stats_path):
+    """"replay" for a command's second run (replaying its first's cached plan), "vmm" for a run
+    under engine vmm, else "first"; from the row's stats file name."""
+    for kind in RUN_KINDS[1:]:
+        if stats_path and stats_path.endswith(f"-{kind}.json"):
+            return kind
+    return "first"
+
+
 def is_replay(stats_path):
-    """Whether a row is a command's second run, replaying its first's cached plan."""
-    return bool(stats_path) and stats_path.endswith("-replay.json")
+    return run_kind(stats_path) == "replay"
 
 
 def run_twice(first, second):
@@ -216,7 +235,7 @@ def judge(n1, n2, u):
 def rejudge(a):
     """Rebuild natives and results from the logs in a.rejudge and report them."""
     natives, results = {}, []
-    pat = re.compile(r"^(\w+)-(\w+)-det(\w+)-(native(\d)|b(\d+)(-replay)?)\.log$")
+    pat = re.compile(r"^(\w+)-(\w+)-det(\w+)-(native(\d)|b(\d+)(-replay|-vmm)?)\.log$")
     for name in sorted(os.listdir(a.rejudge)):
         path = os.path.join(a.rejudge, name)
         m = pat.match(name)
@@ -255,6 +274,9 @@ def main():
     ap.add_argument("--allocators", default="default,async")
     ap.add_argument("--determinism", default="off,on", help="off, on or off,on (default)")
     ap.add_argument("--budgets", default="100,50,25", help="percents of native peak")
+    ap.add_argument("--engines", default="um",
+                    help="um, vmm or um,vmm: the engines of the umswap runs (default um; vmm rows "
+                         "have no replay)")
     ap.add_argument("--replays", default="50",
                     help="budgets (of --budgets) at which each row's command runs again, "
                          "replaying the plan its first run cached; '' for none (default 50)")
@@ -288,12 +310,14 @@ def main():
         replays = {int(x) for x in a.replays.split(",") if x}
     except ValueError:
         replays = {0}
+    engines = [x for x in a.engines.split(",") if x]
     if (not models or any(x not in ALLOCATORS for x in allocs) or
             any(x not in ("off", "on") for x in dets) or not budgets or
             any(not 0 < b <= 100 for b in budgets) or a.steps < 3 or a.jobs < 1 or
-            a.deadline < 0 or not replays <= set(budgets)):
+            a.deadline < 0 or not replays <= set(budgets) or not engines or
+            any(x not in ("um", "vmm") for x in engines)):
         ap.error("bad --models, --allocators, --determinism, --budgets, --replays (a subset of "
-                 "--budgets), --steps, --jobs or --deadline")
+                 "--budgets), --engines, --steps, --jobs or --deadline")
     if a.jobs * a.limit > 110 * 1024 ** 3:
         ap.error("--jobs x --limit must stay under 110G (never oversubscribe a shared GPU)")
     if not shutil.which(a.umswap) and not os.access(a.umswap, os.X_OK):
@@ -377,18 +401,25 @@ def main():
             # A plan cache of the row's own: its first run learns online whatever ran before,
             # and its second (at the --replays budgets) replays what the first cached.
             env = dict(env_for(al, True), XDG_CACHE_HOME=os.path.join(out, "cache", name))
-            keys, calls = [], []
-            for suffix in ("", "-replay") if b in replays else ("",):
-                stats = os.path.join(out, f"{name}{suffix}.json")
-                log = os.path.join(out, f"{name}{suffix}.log")
-                cmd = [a.umswap, "run", "--limit", str(a.limit), "--budget", str(budget),
-                       "--stats", stats, "--"] + model_cmd(m, d)
-                keys.append((m, al, d, b, budget, stats))
-                calls.append(lambda cmd=cmd, log=log, env=env: run(cmd, env, log, a.timeout,
-                                                                    deadline))
-            job = (pool.submit(run_twice, *calls) if len(calls) == 2 else
-                   pool.submit(lambda c=calls[0]: [c()]))
-            jobs[job] = keys
+            runs = []  # (suffix, extra umswap flags): one job each, a replay after its first run
+            if "um" in engines:
+                runs.append([("", [])] + ([("-replay", [])] if b in replays else []))
+            if "vmm" in engines:
+                runs.append([("-vmm", ["--engine", "vmm"])])
+            for job_runs in runs:
+                keys, calls = [], []
+                for suffix, flags in job_runs:
+                    stats = os.path.join(out, f"{name}{suffix}.json")
+                    log = os.path.join(out, f"{name}{suffix}.log")
+                    cmd = [a.umswap, "run"] + flags + ["--limit", str(a.limit), "--budget",
+                                                       str(budget), "--stats", stats, "--"]
+                    cmd += model_cmd(m, d)
+                    keys.append((m, al, d, b, budget, stats))
+                    calls.append(lambda cmd=cmd, log=log, env=env: run(cmd, env, log,
+                                                                        a.timeout, deadline))
+                job = (pool.submit(run_twice, *calls) if len(calls) == 2 else
+                       pool.submit(lambda c=calls[0]: [c()]))
+                jobs[job] = keys
         results = []
         for f in futures.as_completed(jobs):
             keys = jobs[f] if isinstance(jobs[f], list) else [jobs[f]]
@@ -402,19 +433,20 @@ def main():
 def report(a, natives, results, started, out):
     table, failed = [], False
     for (m, al, d, b, budget, stats), u in sorted(
-            results, key=lambda x: x[0][:4] + (is_replay(x[0][5]),)):
+            results, key=lambda x: x[0][:4] + (RUN_KINDS.index(run_kind(x[0][5])),)):
         if m == "cupy":
             continue
         n1, n2 = natives[(m, al, d, 1)], natives[(m, al, d, 2)]
         verdict, worst = judge(n1, n2, u)
         st = stats_of(stats)
-        replay = is_replay(stats)
-        if replay and verdict in ("identical", "within") and st.get("advisor_mode") != "replay":
+        kind = run_kind(stats)
+        if (kind == "replay" and verdict in ("identical", "within") and
+                st.get("advisor_mode") != "replay"):
             verdict = "NOT REPLAYED"
         ok = verdict in ("identical", "within") and not st.get("unforeseen")
         failed |= not ok
         table.append({"model": m, "allocator": al, "deterministic": d, "budget_pct": b,
-                      "run": "replay" if replay else "first",
+                      "run": kind,
                       "budget_bytes": budget, "verdict": verdict, "worst_in_spread": worst,
                       "native_last": n1["losses"][-1] if n1["losses"] else None,
                       "native_spread_last": abs(n1["losses"][-1] - n2["losses"][-1])
@@ -434,15 +466,18 @@ def report(a, natives, results, started, out):
     done = {(r["model"], r["allocator"], r["deterministic"], r["budget_pct"],
              r.get("run", "first")) for r in table}
     replays = {int(x) for x in getattr(a, "replays", "").split(",") if x}
+    engines = [x for x in getattr(a, "engines", "um").split(",") if x]
     for m in [x for x in a.models.split(",") if x]:
         for al in [x for x in a.allocators.split(",") if x]:
             for d in [x for x in a.determinism.split(",") if x]:
                 for b in sorted(int(x) for x in a.budgets.split(",") if x):
-                    for run_kind in ("first", "replay") if b in replays else ("first",):
-                        if (m, al, d, b, run_kind) not in done:
+                    kinds = (["first"] + (["replay"] if b in replays else [])
+                             if "um" in engines else []) + (["vmm"] if "vmm" in engines else [])
+                    for kind in kinds:
+                        if (m, al, d, b, kind) not in done:
                             failed = True
                             table.append({"model": m, "allocator": al, "deterministic": d,
-                                          "budget_pct": b, "run": run_kind,
+                                          "budget_pct": b, "run": kind,
                                           "verdict": "NOT RUN", "ok": False})
     cupy = {k[1] + str(k[3]): (k, r) for (k, r) in results if k[0] == "cupy"}
     if cupy and set(cupy) != {"native1", "native2", "umswap50"}:
@@ -481,7 +516,7 @@ def report(a, natives, results, started, out):
         lines.append(
             f"| {r['model']} | {r.get('allocator', '-')} | {r.get('deterministic', '-')} | "
             f"{r.get('budget_pct', '-')}% ({(r.get('budget_bytes') or 0) / gib:.2f} GiB)"
-            f"{', replayed' if r.get('run') == 'replay' else ''} | "
+            f"{RUN_LABELS.get(r.get('run'), '')} | "
             f"{r['verdict']}{'' if r.get('worst_in_spread') in (None, 0.0) else ' (%.2f)' % r['worst_in_spread']} | "
             f"{r.get('native_last', '-')} ({r.get('native_spread_last', '-')}) / {r.get('umswap_last', '-')} | "
             f"{'-' if pr is None else '%.2f' % (pr / gib)} "
@@ -494,7 +529,8 @@ def report(a, natives, results, started, out):
     for r in table:
         if r.get("log_tail"):
             print(f"--- {r['model']} {r.get('allocator')} det {r.get('deterministic')} "
-                  f"{r.get('budget_pct')}%{' replayed' if r.get('run') == 'replay' else ''}: exit {r['rc']} after {r.get('steps_done')} steps; "
+                  f"{r.get('budget_pct')}%{RUN_LABELS.get(r.get('run'), '')}: exit {r['rc']} "
+                  f"after {r.get('steps_done')} steps; "
                   f"the end of its log:\n{r['log_tail']}")
     print(f"matrix: {len(table)} rows, {sum(1 for r in table if not r['ok'])} failed, "
           f"{time.time() - started:.0f} s; logs in {out}")

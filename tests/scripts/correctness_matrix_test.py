@@ -213,6 +213,26 @@ class Replays(unittest.TestCase):
             rows = json.load(open(a.json))["rows"]
             self.assertEqual([(r["run"], r["verdict"], r["budget_bytes"]) for r in rows],
                              [("first", "identical", 1024), ("replay", "identical", 1024)])
+            # With vmm rows asked for: the one left is NOT RUN; once its log is there, judged.
+            a.engines = "um,vmm"
+            with redirect_stdout(io.StringIO()):
+                self.assertEqual(cm.rejudge(a), 1)
+            rows = json.load(open(a.json))["rows"]
+            self.assertEqual([(r["run"], r["verdict"]) for r in rows][2], ("vmm", "NOT RUN"))
+            open(os.path.join(d, "cnn-async-detoff-b50-vmm.log"), "w").write(native)
+            json.dump({"engine": "vmm", "vmm": {"gpu_and_program_bytes_peak": 512}},
+                      open(os.path.join(d, "cnn-async-detoff-b50-vmm.json"), "w"))
+            with redirect_stdout(io.StringIO()):
+                self.assertEqual(cm.rejudge(a), 0)
+            rows = json.load(open(a.json))["rows"]
+            self.assertEqual([(r["run"], r["verdict"], r["peak_resident"]) for r in rows][2],
+                             ("vmm", "identical", 512))
+
+    engines = "um"
+
+    def test_main_with_vmm_rows_too(self):
+        self.engines = "um,vmm"
+        self.test_main_runs_each_second_run_after_its_first_with_its_own_cache()
 
     def test_main_runs_each_second_run_after_its_first_with_its_own_cache(self):
         """main() end to end with stand-ins: a model script, a umswap that 'caches' into
@@ -239,13 +259,19 @@ class Replays(unittest.TestCase):
                     import json, os, subprocess, sys
                     a = sys.argv[1:]
                     assert a[0] == "run" and "--no-cache" not in a, a
+                    stats = a[a.index("--stats") + 1]
+                    if a[1:3] == ["--engine", "vmm"]:  # no advisor, no cache
+                        rc = subprocess.call(a[a.index("--") + 1:])
+                        json.dump({{"engine": "vmm", "vmm": {{"gpu_and_program_bytes_peak": 777}}}},
+                                  open(stats, "w"))
+                        sys.exit(rc)
                     cache = os.environ["XDG_CACHE_HOME"]
                     os.makedirs(cache, exist_ok=True)
                     plan = os.path.join(cache, "plan")
                     mode = "replay" if os.path.exists(plan) else "online"
                     open(plan, "a").write(a[a.index("--budget") + 1] + "\\n")
                     rc = subprocess.call(a[a.index("--") + 1:])
-                    json.dump({{"advisor": {{"mode": mode}}}}, open(a[a.index("--stats") + 1], "w"))
+                    json.dump({{"advisor": {{"mode": mode}}}}, open(stats, "w"))
                     sys.exit(rc)
                     """))
             os.chmod(umswap, 0o755)
@@ -256,7 +282,7 @@ class Replays(unittest.TestCase):
             cm.MODELS = model
             sys.argv = ["correctness_matrix.py", "--umswap", umswap, "--models", "cnn,mlm",
                         "--allocators", "async", "--determinism", "off", "--budgets", "100,50",
-                        "--no-cupy", "--jobs", "4", "--out", out,
+                        "--no-cupy", "--jobs", "4", "--out", out, "--engines", self.engines,
                         "--json", os.path.join(d, "m.json")]
             sys.modules["torch"] = torch
             try:
@@ -269,11 +295,15 @@ class Replays(unittest.TestCase):
                 else:
                     sys.modules["torch"] = saved[2]
             rows = json.load(open(os.path.join(d, "m.json")))["rows"]
-            self.assertEqual(sorted((r["model"], r["budget_pct"], r["run"], r["advisor_mode"])
-                                    for r in rows),
-                             [("cnn", 50, "first", "online"), ("cnn", 50, "replay", "replay"),
-                              ("cnn", 100, "first", "online"), ("mlm", 50, "first", "online"),
-                              ("mlm", 50, "replay", "replay"), ("mlm", 100, "first", "online")])
+            expected = [("cnn", 50, "first", "online"), ("cnn", 50, "replay", "replay"),
+                        ("cnn", 100, "first", "online"), ("mlm", 50, "first", "online"),
+                        ("mlm", 50, "replay", "replay"), ("mlm", 100, "first", "online")]
+            if "vmm" in self.engines:
+                expected += [(m, b, "vmm", None) for m in ("cnn", "mlm") for b in (50, 100)]
+            self.assertEqual(sorted(((r["model"], r["budget_pct"], r["run"], r["advisor_mode"])
+                                     for r in rows), key=str), sorted(expected, key=str))
+            for r in rows:
+                self.assertEqual(r["peak_resident"], 777 if r["run"] == "vmm" else None)
             # Each row's cache is its own: two runs in the 50% rows' caches, one in the others'.
             caches = {n: len(open(os.path.join(out, "cache", n, "plan")).read().split())
                       for n in os.listdir(os.path.join(out, "cache"))}

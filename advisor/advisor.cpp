@@ -652,8 +652,10 @@ void AdvisorImpl::index_plan(LivePlan& plan_ref) {
 void AdvisorImpl::tend(LivePlan& p, uint64_t n) {
   if (placement.tend(n)) build_drops(p);  // replay: the arena is new
   if (sweeps_left > 0 && n > sweep_at && config.sweep && use_lifetimes()) {
-    swept_bytes +=
+    const uint64_t bytes =
         config.sweep([this](uint64_t page) { return sweep_may_discard(page); }, sweep_stream);
+    swept_bytes += bytes;
+    sweeps.emplace_back(n, bytes);
     sweep_at += p.period;
     --sweeps_left;
   }

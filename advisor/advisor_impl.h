@@ -184,6 +184,8 @@ class AdvisorImpl final : public EvictorHost {
   int sweeps_left = 0;
   uint64_t sweep_at = 0;
   uint64_t swept_bytes = 0;
+  // Each sweep: (the launch it ran at, bytes it discarded); the stats' advisor.sweeps.
+  std::vector<std::pair<uint64_t, uint64_t>> sweeps;
   std::vector<std::unique_ptr<LivePlan>> plans;  // every plan ever made; never freed while running
   std::unique_ptr<ReplayMatcher> matcher;
   uint64_t replay_checked = 0;  // replay: launches whose keys were compared with the trace

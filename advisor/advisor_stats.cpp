@@ -109,6 +109,10 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
     // The last launches' waits (LaunchWaitLog::rows_json).
     advisor["launch_waits"] = a.watchdog.launch_waits().rows_json();
     advisor["swept_bytes"] = a.swept_bytes;
+    advisor["sweeps"] = nlohmann::json::array();
+    for (const auto& [launch, bytes] : a.sweeps) {
+      advisor["sweeps"].push_back({{"launch", launch}, {"bytes", bytes}});
+    }
     if (const std::shared_ptr<const DropTable> table = last->drops.load()) {
       // How the last plan's drops fared: page windows never discarded (their pages stay
       // resident), and frees that came outside every window of a page the plan drops.

@@ -59,6 +59,11 @@ class Schedule(unittest.TestCase):
             ("decoder", "default", "on", 25, 1), ("decoder", "async", "off", 25, 1),
             ("lstm", "default", "off", 25, 1), ("cnn", "default", "off", 25, 1),
             ("decoder", "default", "on", 50, 1), ("cnn", "async", "off", 100, 1)])
+        # Rows that also replay (50%) start with the 25% rows of their model.
+        self.assertEqual(cm.longest_first(keys, twice={50}), [
+            ("decoder", "default", "on", 25, 1), ("decoder", "default", "on", 50, 1),
+            ("decoder", "async", "off", 25, 1), ("lstm", "default", "off", 25, 1),
+            ("cnn", "default", "off", 25, 1), ("cnn", "async", "off", 100, 1)])
 
     def test_a_run_past_the_deadline_does_not_start_and_one_near_it_is_cut(self):
         import tempfile

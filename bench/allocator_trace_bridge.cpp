@@ -24,15 +24,15 @@ namespace alloc = c10::cuda::CUDACachingAllocator;
 
 // One event, as the probe reads it (numpy dtype in allocator_trace_probe.py: keep in step).
 struct Event {
-  uint64_t ns;        // steady clock
-  uint64_t addr;      // block or segment address
-  uint64_t size;      // bytes (ALLOC: as requested)
-  uint64_t stream;    // cudaStream_t as an integer
-  uint64_t pool0;     // MempoolId_t: {0, 0} for the default pool
+  uint64_t ns;      // steady clock
+  uint64_t addr;    // block or segment address
+  uint64_t size;    // bytes (ALLOC: as requested)
+  uint64_t stream;  // cudaStream_t as an integer
+  uint64_t pool0;   // MempoolId_t: {0, 0} for the default pool
   uint64_t pool1;
-  int32_t action;     // kAlloc ... kOther below
+  int32_t action;  // kAlloc ... kOther below
   int32_t device;
-  int32_t thread;     // 1, 2, ...: the order in which threads first reported an event
+  int32_t thread;  // 1, 2, ...: the order in which threads first reported an event
   int32_t unused;
 };
 static_assert(sizeof(Event) == 64);
@@ -50,7 +50,7 @@ enum : int32_t {
 
 Event* g_events = nullptr;
 uint64_t g_capacity = 0;
-std::atomic<uint64_t> g_count{0};     // events seen (may exceed the capacity: kept is the min)
+std::atomic<uint64_t> g_count{0};      // events seen (may exceed the capacity: kept is the min)
 std::atomic<uint64_t> g_inside_ns{0};  // time spent inside the tracker
 std::atomic<int32_t> g_threads{0};
 

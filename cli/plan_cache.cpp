@@ -229,7 +229,7 @@ std::optional<PlanCacheEntry> PlanCache::find(const std::string& key, std::strin
 
 bool PlanCache::store(const std::string& key, const PlanIdentity& identity, const fs::path& trace,
                       const std::optional<PlanCacheEntry>& previous, const std::string& now,
-                      std::string* error) const {
+                      std::string* error, uint64_t max_bytes) const {
   std::string why;
   const std::optional<trace::Trace> t = read_trace_file(trace.string(), &why);
   if (!t) {
@@ -272,10 +272,15 @@ bool PlanCache::store(const std::string& key, const PlanIdentity& identity, cons
     remove_entry(dir_, key);
     return false;
   }
-  // The least recently used past the limit go (list() puts the most recent first).
-  const std::vector<PlanCacheEntry> all = list();
-  for (size_t i = kPlanCacheMaxEntries; i < all.size(); ++i) {
-    if (all[i].key != key) remove_entry(dir_, all[i].key);
+  // The least recently used past the limits go (list() puts the most recent first); the one just
+  // stored counts first and stays.
+  std::vector<PlanCacheEntry> all = list();
+  std::stable_partition(all.begin(), all.end(),
+                        [&](const PlanCacheEntry& x) { return x.key == key; });
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    bytes += all[i].bytes;
+    if (i > 0 && (i >= kPlanCacheMaxEntries || bytes > max_bytes)) remove_entry(dir_, all[i].key);
   }
   return true;
 }

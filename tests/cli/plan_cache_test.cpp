@@ -305,6 +305,28 @@ TEST_F(PlanCacheFiles, TheLeastRecentlyUsedGoPastTheLimit) {
   EXPECT_FALSE(fs::exists(root_ / "plans/0000000000000001.umtrace"));
 }
 
+TEST_F(PlanCacheFiles, TheLeastRecentlyUsedGoPastTheBytes) {
+  const PlanCache c = cache();
+  const uint64_t one = fs::file_size(kTrace);
+  std::string error;
+  for (int i = 1; i <= 3; ++i) {
+    ASSERT_TRUE(c.store(fmt::format("{:016x}", i), identity(), kTrace, std::nullopt,
+                        fmt::format("2026-11-30 07:0{}:00", i), &error, 2 * one))
+        << error;
+  }
+  // Room for two traces: the third stored made the first go.
+  std::vector<PlanCacheEntry> all = c.list();
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].key, fmt::format("{:016x}", 3));
+  EXPECT_EQ(all[1].key, fmt::format("{:016x}", 2));
+  // One trace larger than the limit alone: it stays, everything else goes.
+  ASSERT_TRUE(c.store(fmt::format("{:016x}", 4), identity(), kTrace, std::nullopt,
+                      "2026-11-30 06:00:00", &error, one / 2));
+  all = c.list();
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].key, fmt::format("{:016x}", 4));
+}
+
 TEST(PlansListText, EmptyAndOneEntry) {
   EXPECT_TRUE(contains(plans_list_text({}, "/c/plans"), "no cached plans in /c/plans"));
   PlanCacheEntry e;

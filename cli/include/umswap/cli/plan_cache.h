@@ -30,8 +30,10 @@ namespace umswap::cli {
 // plan to be in force in them on the models measured (iteration 4-8 on 2026-11-30's runs), few
 // enough that the trace stays a few MB.
 inline constexpr uint64_t kPlanCacheIterations = 16;
-// Entries kept; storing one more removes the least recently used.
+// Entries kept, and their traces' bytes together; storing one more removes the least recently
+// used past either (never the one stored).
 inline constexpr size_t kPlanCacheMaxEntries = 32;
+inline constexpr uint64_t kPlanCacheMaxBytes = uint64_t{2} << 30;
 
 // $XDG_CACHE_HOME/umswap/plans when that is an absolute path, else $HOME/.cache/umswap/plans when
 // HOME is; nullopt when neither is (arguments: the variables' values, null when unset).
@@ -85,11 +87,12 @@ class PlanCache {
 
   // Makes `trace` (a trace file umswap wrote) `key`'s entry, replacing one there; `runs` counts
   // on from `previous`. The trace must hold an iteration of its period (else false and `error`).
-  // Then removes the least recently used entries past kPlanCacheMaxEntries. `now`: the time to
-  // record (UTC text, as PlanCacheEntry's).
+  // Then removes the least recently used entries past kPlanCacheMaxEntries or kPlanCacheMaxBytes
+  // (`max_bytes`, for tests). `now`: the time to record (UTC text, as PlanCacheEntry's).
   bool store(const std::string& key, const PlanIdentity& identity,
              const std::filesystem::path& trace, const std::optional<PlanCacheEntry>& previous,
-             const std::string& now, std::string* error) const;
+             const std::string& now, std::string* error,
+             uint64_t max_bytes = kPlanCacheMaxBytes) const;
 
   // Counts a run that used `entry` without storing a new trace (its program recorded none).
   void mark_used(const PlanCacheEntry& entry, const std::string& now) const;

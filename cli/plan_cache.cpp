@@ -241,6 +241,11 @@ bool PlanCache::store(const std::string& key, const PlanIdentity& identity, cons
                          t->iterations.size(), t->steps.size());
     return false;
   }
+  if (previous && t->iterations.size() < previous->iterations) {
+    *error = fmt::format("it holds {} iterations, the cached one {}: the run stopped early",
+                         t->iterations.size(), previous->iterations);
+    return false;
+  }
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) {

@@ -2,6 +2,7 @@
 // it, and its entries on disk (a temporary folder, with a real trace recorded on an H200).
 #include "umswap/cli/plan_cache.h"
 #include "umswap/cli/cli_main.h"
+#include "umswap/core/trace_cut.h"
 #include "umswap/core/trace_file.h"
 
 #include <fmt/format.h>
@@ -227,6 +228,27 @@ TEST_F(PlanCacheFiles, RunsCountOnAndUsedMoves) {
   ASSERT_TRUE(e);
   EXPECT_EQ(e->runs, 3u);
   EXPECT_EQ(e->recorded, "2026-11-30 09:00:00");
+}
+
+TEST_F(PlanCacheFiles, AShorterTraceDoesNotReplaceALongerOne) {
+  const PlanCache c = cache();
+  std::string error, problem;
+  ASSERT_TRUE(c.store("00000000000000aa", identity(), kTrace, std::nullopt, "t1", &error));
+  std::optional<PlanCacheEntry> e = c.find("00000000000000aa", &problem);
+  ASSERT_TRUE(e);
+  // A run of the same command that stopped early: its trace holds fewer iterations.
+  std::optional<trace::Trace> t = read_trace_file(kTrace.string(), &error);
+  ASSERT_TRUE(t) << error;
+  const fs::path shorter = root_ / "shorter.umtrace";
+  ASSERT_TRUE(write_trace_file(shorter.string(), trace::first_iterations(*t, 3), &error)) << error;
+  EXPECT_FALSE(c.store("00000000000000aa", identity(), shorter, e, "t2", &error));
+  EXPECT_TRUE(contains(error, "the run stopped early")) << error;
+  e = c.find("00000000000000aa", &problem);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->iterations, t->iterations.size());
+  EXPECT_EQ(e->recorded, "t1");
+  // As long or longer: replaced.
+  EXPECT_TRUE(c.store("00000000000000aa", identity(), kTrace, e, "t3", &error)) << error;
 }
 
 TEST_F(PlanCacheFiles, ATraceWithoutAnIterationIsNotStored) {

@@ -86,7 +86,9 @@ class PlanCache {
   std::optional<PlanCacheEntry> find(const std::string& key, std::string* problem) const;
 
   // Makes `trace` (a trace file umswap wrote) `key`'s entry, replacing one there; `runs` counts
-  // on from `previous`. The trace must hold an iteration of its period (else false and `error`).
+  // on from `previous`. The trace must hold an iteration of its period, and no fewer iterations
+  // than `previous` (a run of the same command stopped early: its trace does not replace a
+  // longer one), else false and `error`.
   // Then removes the least recently used entries past kPlanCacheMaxEntries or kPlanCacheMaxBytes
   // (`max_bytes`, for tests). `now`: the time to record (UTC text, as PlanCacheEntry's).
   bool store(const std::string& key, const PlanIdentity& identity,

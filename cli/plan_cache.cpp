@@ -65,6 +65,7 @@ nlohmann::json describe(const PlanCacheEntry& e) {
           {"cwd", e.identity.cwd},
           {"alloc_conf", e.identity.alloc_conf},
           {"version", e.identity.version},
+          {"files", e.identity.files},
           {"recorded", e.recorded},
           {"used", e.used},
           {"runs", e.runs},
@@ -87,6 +88,7 @@ std::optional<PlanCacheEntry> read_description(const fs::path& dir, const std::s
     e.identity.cwd = j.at("cwd").get<std::string>();
     e.identity.alloc_conf = j.at("alloc_conf").get<std::string>();
     e.identity.version = j.at("version").get<std::string>();
+    e.identity.files = j.at("files").get<std::string>();
     e.recorded = j.at("recorded").get<std::string>();
     e.used = j.at("used").get<std::string>();
     e.runs = j.at("runs").get<uint64_t>();
@@ -156,6 +158,27 @@ std::string identity_alloc_conf(const char* pytorch_cuda_alloc_conf,
   return pytorch_alloc_conf ? pytorch_alloc_conf : "";
 }
 
+std::string identity_files(std::span<const std::string> command, const fs::path& cwd) {
+  Fnv f;
+  bool any = false;
+  for (const std::string& arg : command) {
+    if (arg.empty()) continue;
+    const fs::path path = fs::path(arg).is_absolute() ? fs::path(arg) : cwd / arg;
+    std::error_code ec;
+    if (!fs::is_regular_file(path, ec)) continue;
+    const uintmax_t size = fs::file_size(path, ec);
+    if (ec || size > kPlanCacheFileBytes) continue;
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream contents;
+    contents << in.rdbuf();
+    if (!in && !in.eof()) continue;
+    f.field(arg);
+    f.field(contents.str());
+    any = true;
+  }
+  return any ? fmt::format("{:016x}", f.h) : std::string();
+}
+
 std::string plan_cache_key(const PlanIdentity& identity) {
   Fnv f;
   f.field("umswap plan cache 1");
@@ -164,6 +187,7 @@ std::string plan_cache_key(const PlanIdentity& identity) {
   f.field(identity.cwd);
   f.field(identity.alloc_conf);
   f.field(identity.version);
+  f.field(identity.files);
   return fmt::format("{:016x}", f.h);
 }
 

@@ -49,6 +49,7 @@ void PlanCacheRun::begin(RunFlags* flags) {
   identity_.alloc_conf =
       identity_alloc_conf(env_get("PYTORCH_CUDA_ALLOC_CONF"), env_get("PYTORCH_ALLOC_CONF"));
   identity_.version = UMSWAP_CLI_VERSION;
+  identity_.files = identity_files(identity_.command, identity_.cwd);
   key_ = plan_cache_key(identity_);
 
   std::string temp = (fs::temp_directory_path(ec) / "umswap-plan-XXXXXX").string();

@@ -62,8 +62,7 @@ TEST_F(PlanCacheRun, TheSecondRunReplaysTheFirstRunsTrace) {
   ASSERT_EQ(out.size(), 1u) << r.out;
   EXPECT_TRUE(out[0].starts_with("mode=replay replay=" + plans().string() + "/")) << out[0];
   EXPECT_TRUE(out[0].ends_with(".umtrace iterations=16")) << out[0];
-  EXPECT_TRUE(contains(r.err, "replaying the plan cached by an earlier run (key "))
-      << r.err;
+  EXPECT_TRUE(contains(r.err, "replaying the plan cached by an earlier run (key ")) << r.err;
   EXPECT_FALSE(contains(r.err, "plan cached for the next run")) << r.err;
   EXPECT_EQ(entries(), 1u);
 
@@ -79,6 +78,21 @@ TEST_F(PlanCacheRun, TheSecondRunReplaysTheFirstRunsTrace) {
   EXPECT_EQ(entries(), 0u);
   r = run({"--budget", "1G"});
   EXPECT_EQ(r.out, "mode= replay= iterations=16\n");
+}
+
+TEST_F(PlanCacheRun, AnEditedScriptLearnsAgain) {
+  cwd_ = dir_;
+  const std::string body = program()[2];
+  std::ofstream(dir_ / "prog.sh") << body << "\n";
+  const std::vector<std::string> args = {"run", "--budget", "1G", "--", "sh", "prog.sh"};
+  ASSERT_EQ(umswap(args).exit_code, 0);
+  Result r = umswap(args);
+  EXPECT_TRUE(r.out.starts_with("mode=replay ")) << r.out;
+  std::ofstream(dir_ / "prog.sh", std::ios::app) << "# edited\n";
+  r = umswap(args);
+  EXPECT_TRUE(r.out.starts_with("mode= replay= ")) << r.out;
+  EXPECT_TRUE(contains(r.err, "plan cached for the next run")) << r.err;
+  EXPECT_EQ(entries(), 2u);  // the old script's entry stays until it is the least recently used
 }
 
 TEST_F(PlanCacheRun, QuietSaysNothingAndStillCaches) {

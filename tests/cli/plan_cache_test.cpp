@@ -30,7 +30,7 @@ bool contains(const std::string& text, std::string_view part) {
 }
 
 PlanIdentity identity() {
-  return {{"python3", "train.py", "--steps", "100"}, "/home/u/proj", "", "0.1.0"};
+  return {{"python3", "train.py", "--steps", "100"}, "/home/u/proj", "", "0.1.0", ""};
 }
 
 TEST(PlanCacheDir, XdgFirstThenHome) {
@@ -48,7 +48,7 @@ TEST(PlanCacheKey, StableAndSixteenHexDigits) {
   EXPECT_EQ(key.find_first_not_of("0123456789abcdef"), std::string::npos) << key;
   EXPECT_EQ(plan_cache_key(identity()), key);
   // The same on every machine and build: a change here orphans every user's cached plans.
-  EXPECT_EQ(key, "6b8e0d9ed0ca63a1");
+  EXPECT_EQ(key, "19705f27add5743b");
 }
 
 TEST(PlanCacheKey, EveryFieldCounts) {
@@ -69,7 +69,32 @@ TEST(PlanCacheKey, EveryFieldCounts) {
   i = identity();
   i.version = "0.2.0";
   keys.insert(plan_cache_key(i));
-  EXPECT_EQ(keys.size(), 6u);
+  i = identity();
+  i.files = "0123456789abcdef";
+  keys.insert(plan_cache_key(i));
+  EXPECT_EQ(keys.size(), 7u);
+}
+
+TEST(PlanCacheKey, TheSmallFilesTheCommandNames) {
+  std::string pattern = (fs::temp_directory_path() / "umswap_identity_files.XXXXXX").string();
+  ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+  const fs::path dir = pattern;
+  std::ofstream(dir / "train.py") << "print('train')\n";
+  std::ofstream(dir / "big.bin") << std::string(kPlanCacheFileBytes + 1, 'x');
+  fs::create_directory(dir / "data");
+  const std::vector<std::string> command = {"python3", "train.py", "--data", "data", "big.bin"};
+  const std::string before = identity_files(command, dir);
+  EXPECT_EQ(before.size(), 16u);
+  // The same contents through an absolute path name another argument: another hash.
+  EXPECT_NE(identity_files(std::vector<std::string>{"python3", (dir / "train.py").string()}, dir),
+            before);
+  EXPECT_EQ(identity_files(command, dir), before);
+  std::ofstream(dir / "train.py") << "print('edited')\n";
+  EXPECT_NE(identity_files(command, dir), before);
+  // No file, a folder, a file too large: nothing to hash.
+  EXPECT_EQ(identity_files(std::vector<std::string>{"python3", "data", "big.bin", "nope.py"}, dir),
+            "");
+  fs::remove_all(dir);
 }
 
 TEST(PlanCacheKey, AllocConfFromEitherVariable) {

@@ -44,7 +44,18 @@ struct PlanIdentity {
   std::string cwd;                   // the folder it runs in
   std::string alloc_conf;            // the user's PyTorch allocator setting (below), or ""
   std::string version;               // umswap's
+  std::string files;                 // identity_files(), or ""
 };
+
+// Files the command names whose contents are part of its identity: those at most this large
+// (a script, a config; not an interpreter or a data set).
+inline constexpr uint64_t kPlanCacheFileBytes = uint64_t{1} << 20;
+
+// A hash (16 hex digits) of the contents of every argument of `command` that names a regular file
+// of at most kPlanCacheFileBytes (relative to `cwd` unless absolute), with the argument: an
+// edited `train.py` makes another identity, so its run learns rather than replays the old one's
+// plan. "" when no argument names such a file.
+std::string identity_files(std::span<const std::string> command, const std::filesystem::path& cwd);
 
 // The user's PyTorch allocator setting as the identity holds it: PYTORCH_CUDA_ALLOC_CONF's value,
 // else PYTORCH_ALLOC_CONF's, else "".

@@ -133,17 +133,6 @@ void append_lifetimes(std::span<const trace::Lifetime> lifetimes, uint64_t first
   }
 }
 
-std::optional<size_t> replay_iteration(const trace::Trace& t) {
-  if (t.iterations.empty()) return std::nullopt;
-  const uint64_t p = t.detection.period;
-  const uint64_t first = t.iterations.front().first_step;
-  for (size_t i = t.iterations.size(); i-- > 0;) {
-    const trace::Iteration& it = t.iterations[i];
-    if (it.step_count == p && it.first_step >= first && (it.first_step - first) % p == 0) return i;
-  }
-  return std::nullopt;
-}
-
 bool make_replay_plan(const ReplayMatcher& matcher, uint64_t budget, double prefetch_bytes_per_s,
                       double evict_bytes_per_s, Plan* plan, uint64_t* base, uint64_t* period,
                       std::string* why, bool lifetimes) {

@@ -3,6 +3,7 @@
 #include "umswap/cli/detail/compare_flag_table.h"
 #include "umswap/cli/detail/run_flag_table.h"
 #include "umswap/cli/detail/trace_command_usage.h"
+#include "umswap/cli/plan_cache.h"
 
 #include <fmt/format.h>
 
@@ -454,11 +455,7 @@ CommandLine parse_command_line(std::span<const std::string> args) {
     result.plans_flags.clear = true;
     for (size_t i = 1; i < plans_words.size(); ++i) {
       const std::string& key = plans_words[i];
-      const bool hex =
-          !key.empty() && key.size() <= 16 && std::all_of(key.begin(), key.end(), [](char c) {
-            return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-          });
-      if (!hex) {
+      if (!is_plan_key_prefix(key)) {
         return usage_error(fmt::format("plans clear: '{}' is not a key (up to 16 hex digits, as "
                                        "`umswap plans list` shows them)",
                                        key),

@@ -3,6 +3,7 @@
 #include "umswap/cli/compare.h"
 #include "umswap/core/options.h"
 #include "umswap/core/trace_file.h"
+#include "umswap/core/trace_iterations.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -41,9 +42,7 @@ struct Fnv {
 };
 
 bool is_key(std::string_view s) {
-  return s.size() == 16 && std::all_of(s.begin(), s.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-         });
+  return s.size() == 16 && is_plan_key_prefix(s);
 }
 
 fs::path trace_path(const fs::path& dir, const std::string& key) {
@@ -130,19 +129,13 @@ void remove_entry(const fs::path& dir, const std::string& key) {
   fs::remove(description_path(dir, key), ec);
 }
 
-// Whether a replay can plan from the trace: it has a detected period and an iteration of it in
-// phase with the first (what advisor::replay_iteration looks for; the CLI does not link the
-// advisor).
-bool replayable(const trace::Trace& t) {
-  const uint64_t p = t.detection.period;
-  if (p == 0 || t.iterations.empty()) return false;
-  const uint64_t first = t.iterations.front().first_step;
-  return std::any_of(t.iterations.begin(), t.iterations.end(), [&](const trace::Iteration& it) {
-    return it.step_count == p && it.first_step >= first && (it.first_step - first) % p == 0;
+}  // namespace
+
+bool is_plan_key_prefix(std::string_view text) {
+  return !text.empty() && text.size() <= 16 && std::all_of(text.begin(), text.end(), [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
   });
 }
-
-}  // namespace
 
 std::optional<fs::path> plan_cache_dir(const char* xdg_cache_home, const char* home) {
   if (xdg_cache_home && fs::path(xdg_cache_home).is_absolute()) {
@@ -240,7 +233,7 @@ std::optional<PlanCacheEntry> PlanCache::find(const std::string& key, std::strin
     const std::optional<trace::Trace> t = read_trace_file(entry->trace.string(), &why);
     if (!t) {
       *problem = why;
-    } else if (!replayable(*t)) {
+    } else if (!trace::replay_iteration(*t)) {
       *problem = fmt::format("{} holds no iteration of its period", entry->trace.string());
     }
   }
@@ -260,7 +253,7 @@ bool PlanCache::store(const std::string& key, const PlanIdentity& identity, cons
     *error = why;
     return false;
   }
-  if (!replayable(*t)) {
+  if (!trace::replay_iteration(*t)) {
     *error = fmt::format("the trace holds no iteration of its period ({} iterations, {} steps)",
                          t->iterations.size(), t->steps.size());
     return false;

@@ -3,7 +3,7 @@
 // flush and the trace written at exit (finish()); and tracer.h's functions, which forward to the
 // one Tracer (tracer_impl.h).
 #include "umswap/tracer/tracer.h"
-#include "umswap/core/trace_cut.h"
+#include "umswap/core/trace_iterations.h"
 #include "umswap/tracer/own_calls.h"
 
 #include <cupti.h>

@@ -32,6 +32,7 @@
 #include "umswap/advisor/planner.h"
 #include "umswap/allocator/registry.h"
 #include "umswap/core/trace.h"
+#include "umswap/core/trace_iterations.h"
 
 namespace umswap::advisor {
 
@@ -79,9 +80,8 @@ bool replay_should_relearn(uint64_t skipped_bytes, const Plan& plan);
 // (unreadable, no iterations found in it).
 std::unique_ptr<ReplayMatcher> load_replay(const std::string& path, std::string* error);
 
-// The iteration replay plans from: the trace's last of its detected period, in phase with the
-// first; nullopt when there is none.
-std::optional<size_t> replay_iteration(const trace::Trace& t);
+// The iteration replay plans from: trace::replay_iteration (core/trace_iterations.h).
+using trace::replay_iteration;
 
 // Plans from the trace's last complete iteration (replay_iteration). `base` = the trace's first
 // iteration's first step (phase 0), `period` its steps per iteration. False with `why` when the

@@ -20,6 +20,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "umswap/cli/run_flags.h"
@@ -65,6 +66,10 @@ std::string identity_alloc_conf(const char* pytorch_cuda_alloc_conf,
 // 16 lowercase hex digits (FNV-1a, 64 bits, over every field with its length), the same on every
 // machine and run for the same identity.
 std::string plan_cache_key(const PlanIdentity& identity);
+
+// Whether `text` could be the start of a key: 1 to 16 lowercase hex digits (`umswap plans clear
+// KEY`; a whole key is 16).
+bool is_plan_key_prefix(std::string_view text);
 
 // Why `umswap run` with `flags` neither reads nor writes the cache, as a phrase
 // ("--no-cache was given"); nullopt when it uses it. `env` reads the user's environment (null

@@ -1,9 +1,20 @@
-#include "umswap/core/trace_cut.h"
+#include "umswap/core/trace_iterations.h"
 
 #include <algorithm>
 #include <cstddef>
 
 namespace umswap::trace {
+
+std::optional<size_t> replay_iteration(const Trace& t) {
+  const uint64_t p = t.detection.period;
+  if (p == 0 || t.iterations.empty()) return std::nullopt;
+  const uint64_t first = t.iterations.front().first_step;
+  for (size_t i = t.iterations.size(); i-- > 0;) {
+    const Iteration& it = t.iterations[i];
+    if (it.step_count == p && it.first_step >= first && (it.first_step - first) % p == 0) return i;
+  }
+  return std::nullopt;
+}
 
 Trace first_iterations(const Trace& t, uint64_t iterations) {
   if (iterations == 0 || t.iterations.size() <= iterations) return t;

@@ -1,6 +1,6 @@
-// first_iterations(): a trace cut after its first iterations
-// (core/include/umswap/core/trace_cut.h).
-#include "umswap/core/trace_cut.h"
+// A trace's iterations (core/include/umswap/core/trace_iterations.h): the one a replay plans
+// from, and the trace cut after its first ones.
+#include "umswap/core/trace_iterations.h"
 #include "umswap/core/trace_file.h"
 
 #include <gtest/gtest.h>
@@ -24,6 +24,18 @@ Trace traced() {
       {.before_step = 7, .buffer = 0, .offset = 0, .length = 4096, .freed = true});
   t.lifetimes.push_back({.before_step = 8, .buffer = 0, .offset = 4096, .length = 4096});
   return t;
+}
+
+TEST(ReplayIteration, TheLastOfThePeriodInPhaseWithTheFirst) {
+  Trace t = traced();
+  EXPECT_EQ(replay_iteration(t), 2u);
+  t.iterations.back().step_count = 2;  // a last iteration of another length
+  EXPECT_EQ(replay_iteration(t), 1u);
+  t.iterations[1].first_step = 5;  // out of phase
+  EXPECT_EQ(replay_iteration(t), 0u);
+  t.detection.period = 0;
+  EXPECT_EQ(replay_iteration(t), std::nullopt);
+  EXPECT_EQ(replay_iteration(Trace{}), std::nullopt);
 }
 
 TEST(FirstIterations, KeepsTheWarmUpAndTheFirstIterations) {

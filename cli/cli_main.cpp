@@ -124,9 +124,9 @@ int run_command(const RunFlags& given) {
   // Before the environment is planned: a cached plan makes this run a replay of it.
   PlanCacheRun cache;
   cache.begin(&flags);
-  if (flags.replay_trace) {
+  if (flags.replay_trace && !cache.hit()) {
     // Checked here, before anything runs, so a bad trace is one clear line rather than a warning
-    // from inside the program.
+    // from inside the program (a cached one was read when the cache found it).
     std::string error;
     if (!read_trace_file(*flags.replay_trace, &error)) {
       log(LogLevel::error, "replay: {}", error);

@@ -23,8 +23,9 @@ Each umswap run is compared step by step with the two native runs of its row:
     max(4 * the largest native difference up to that step, 0.5% of |mean|): "within" or
     "OUTSIDE" (the column gives the worst step's distance in units of that spread);
   * a run cut by --timeout fails, judged on the steps it finished: "TIMEOUT, 16 of 20 identical";
-  * a second run that did not replay (its advisor learned online: nothing was cached) fails:
-    "NOT REPLAYED".
+  * a second run that did not replay (its advisor learned online) fails: "NOT REPLAYED"; unless
+    its first run's log shows that it cached no plan (it never found an iteration: nothing to
+    replay), judged as a first run then, the verdict saying "nothing cached".
 It also reports, from the umswap run's stats, the peak GPU-resident bytes counted against the
 budget over the whole run and over the iterations after the first plan took effect (learning
 holds the whole footprint on purpose), the iteration that first plan began in, GPU page faults
@@ -435,6 +436,18 @@ def main():
     return report(a, natives, results, started, out)
 
 
+def first_run_cached(replay_log):
+    """Whether the first run of a replay row's command cached a plan, from its log (the replay
+    row's log without "-replay"): True or False, None when that log cannot be read."""
+    if not replay_log or not replay_log.endswith("-replay.log"):
+        return None
+    try:
+        with open(replay_log[:-len("-replay.log")] + ".log", errors="replace") as f:
+            return "plan cached for the next run" in f.read()
+    except OSError:
+        return None
+
+
 def report(a, natives, results, started, out):
     table, failed = [], False
     for (m, al, d, b, budget, stats), u in sorted(
@@ -445,10 +458,13 @@ def report(a, natives, results, started, out):
         verdict, worst = judge(n1, n2, u)
         st = stats_of(stats)
         kind = run_kind(stats)
-        if (kind == "replay" and verdict in ("identical", "within") and
-                st.get("advisor_mode") != "replay"):
-            verdict = "NOT REPLAYED"
-        ok = verdict in ("identical", "within") and not st.get("unforeseen")
+        passed = verdict in ("identical", "within")
+        if kind == "replay" and passed and st.get("advisor_mode") != "replay":
+            if first_run_cached(u.get("log")) is False:
+                verdict += ", nothing cached"
+            else:
+                verdict, passed = "NOT REPLAYED", False
+        ok = passed and not st.get("unforeseen")
         failed |= not ok
         table.append({"model": m, "allocator": al, "deterministic": d, "budget_pct": b,
                       "run": kind,

@@ -138,18 +138,22 @@ class Report(unittest.TestCase):
 class Replays(unittest.TestCase):
     """A command's second run, replaying what its first cached (--replays)."""
 
-    def report(self, d, modes, replays="50"):
+    def report(self, d, modes, replays="50", logs=None):
         import argparse
         import io
         import json
         from contextlib import redirect_stdout
         n = {"rc": 0, "losses": [1.0, 0.9, 0.8], "ms": [5, 4, 4], "summary": {}}
-        u = dict(n, ms=[9, 8, 8], seconds=1.0)
         results = []
         for name, mode in modes.items():
             stats = os.path.join(d, name + ".json")
             with open(stats, "w") as f:
                 json.dump({"advisor": {"mode": mode}, "iterations": []}, f)
+            log = os.path.join(d, name + ".log")
+            if logs and name in logs:
+                with open(log, "w") as f:
+                    f.write(logs[name])
+            u = dict(n, ms=[9, 8, 8], seconds=1.0, log=log)
             results.append((("cnn", "async", "off", 50, 1024, stats), u))
         a = argparse.Namespace(models="cnn", allocators="async", determinism="off",
                                budgets="50", replays=replays, markdown=os.path.join(d, "m.md"),
@@ -176,6 +180,25 @@ class Replays(unittest.TestCase):
                                           "cnn-async-detoff-b50-replay": "online"})
             self.assertEqual(rc, 1)
             self.assertEqual(rows[1]["verdict"], "NOT REPLAYED")
+
+    def test_a_second_run_after_a_first_that_cached_fails_unless_it_replayed(self):
+        import tempfile
+        cached = "umswap: plan cached for the next run of this command (key 1)\n"
+        with tempfile.TemporaryDirectory() as d:
+            rc, rows, _ = self.report(d, {"cnn-async-detoff-b50": "online",
+                                          "cnn-async-detoff-b50-replay": "online"},
+                                      logs={"cnn-async-detoff-b50": cached})
+            self.assertEqual((rc, rows[1]["verdict"]), (1, "NOT REPLAYED"))
+
+    def test_a_second_run_after_a_first_that_cached_nothing_is_judged_as_a_first(self):
+        import tempfile
+        with tempfile.TemporaryDirectory() as d:
+            rc, rows, md = self.report(d, {"cnn-async-detoff-b50": "online",
+                                           "cnn-async-detoff-b50-replay": "online"},
+                                       logs={"cnn-async-detoff-b50": "umswap: 0 iterations\n"})
+            self.assertEqual(rc, 0)
+            self.assertEqual(rows[1]["verdict"], "identical, nothing cached")
+            self.assertIn("replayed | identical, nothing cached |", md)
 
     def test_a_missing_second_run_is_not_run(self):
         import tempfile

@@ -143,6 +143,19 @@ def planned_iterations(stats):
     return planned, (max(peaks) if peaks else None)
 
 
+def planned_over_budget(stats):
+    """(iterations after the one the first plan began in whose peak resident is above the budget
+    by more than 2%, iterations after it): a row's peak under the plan is the largest of them;
+    this says whether it was one iteration or most. None without a plan or a budget."""
+    budget = (stats.get("advisor") or {}).get("budget_bytes")
+    planned, _ = planned_iterations(stats)
+    if planned is None or not isinstance(budget, int) or budget <= 0:
+        return None
+    peaks = [it["peak_resident_bytes"] for it in (stats.get("iterations") or [])[planned + 1:]
+             if isinstance(it.get("peak_resident_bytes"), int)]
+    return [sum(1 for p in peaks if p > budget * 1.02), len(peaks)]
+
+
 def stats_of(path):
     try:
         with open(path) as f:
@@ -161,6 +174,7 @@ def stats_of(path):
                                  s.get("peak_resident_bytes", adv.get("peak_resident_bytes"))),
         "plan_from_iteration": plan_from,
         "peak_planned": peak_planned,
+        "planned_over_budget": planned_over_budget(s),
         "planned_peak": adv.get("peak_resident_applied_bytes"),
         "faults_steady_max": max(steady) if steady else None,
         "unforeseen": (cc.get("unforeseen") or {}).get("faults", 0),
@@ -529,11 +543,13 @@ def report(a, natives, results, started, out):
                       "rc": u["rc"], "ok": ok, **st})
     gib = 1024 ** 3
     lines = ["| model | allocator | det. | budget | verdict (worst / spread) | last loss native "
-             "(spread) / umswap | peak counted (under the plan) / budget | plan from iteration | "
+             "(spread) / umswap | peak counted (under the plan; iterations over) / budget | "
+             "plan from iteration | "
              "faults (steady max) | unforeseen | ms native / umswap |", "|" + " --- |" * 11]
     for r in table:
         pr = r.get("peak_resident")
         pp = r.get("peak_planned")
+        over = r.get("planned_over_budget")
         lines.append(
             f"| {r['model']} | {r.get('allocator', '-')} | {r.get('deterministic', '-')} | "
             f"{r.get('budget_pct', '-')}% ({(r.get('budget_bytes') or 0) / gib:.2f} GiB)"
@@ -541,7 +557,9 @@ def report(a, natives, results, started, out):
             f"{r['verdict']}{'' if r.get('worst_in_spread') in (None, 0.0) else ' (%.2f)' % r['worst_in_spread']} | "
             f"{r.get('native_last', '-')} ({r.get('native_spread_last', '-')}) / {r.get('umswap_last', '-')} | "
             f"{'-' if pr is None else '%.2f' % (pr / gib)} "
-            f"({'-' if pp is None else '%.2f' % (pp / gib)}) / {(r.get('budget_bytes') or 0) / gib:.2f} | "
+            f"({'-' if pp is None else '%.2f' % (pp / gib)}"
+            f"{'' if not over else '; %d of %d' % tuple(over)}) / "
+            f"{(r.get('budget_bytes') or 0) / gib:.2f} | "
             f"{'-' if r.get('plan_from_iteration') is None else r['plan_from_iteration']} | "
             f"{r.get('faults_steady_max', '-')} | {r.get('unforeseen', '-')} | "
             f"{r.get('native_ms') or '-'} / {r.get('umswap_ms') or '-'} |")

@@ -100,6 +100,15 @@ class PlannedIterations(unittest.TestCase):
         self.assertEqual(cm.planned_iterations(self.stats(first_plan=150, plan=350)), (2, 1100))
         self.assertEqual(cm.planned_iterations(self.stats(plan=300)), (3, 1050))
 
+    def test_iterations_under_the_plan_over_the_budget_by_more_than_two_percent(self):
+        s = self.stats(first_plan=150)
+        s["advisor"]["budget_bytes"] = 1060  # 1081.2 with the 2%: 1100 is over, 1050 is not
+        self.assertEqual(cm.planned_over_budget(s), [1, 2])
+        s["advisor"]["budget_bytes"] = 1000
+        self.assertEqual(cm.planned_over_budget(s), [2, 2])
+        self.assertIsNone(cm.planned_over_budget(self.stats()))  # no plan
+        self.assertIsNone(cm.planned_over_budget(self.stats(first_plan=150)))  # no budget
+
     def test_no_plan_or_no_iteration_after_it(self):
         self.assertEqual(cm.planned_iterations(self.stats()), (None, None))
         self.assertEqual(cm.planned_iterations(self.stats(first_plan=400)), (4, None))
@@ -109,6 +118,12 @@ class PlannedIterations(unittest.TestCase):
 
 class Report(unittest.TestCase):
     def test_a_row_shows_the_peak_under_the_plan_and_the_iteration_it_began(self):
+        self.row(None)
+
+    def test_a_row_counts_the_planned_iterations_over_the_budget(self):
+        self.row(1060)
+
+    def row(self, budget):
         import argparse
         import io
         import json
@@ -117,8 +132,10 @@ class Report(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             stats = os.path.join(d, "s.json")
             with open(stats, "w") as f:
-                json.dump(PlannedIterations().stats(first_plan=150) | {"peak_resident_bytes": 9000},
-                          f)
+                s = PlannedIterations().stats(first_plan=150) | {"peak_resident_bytes": 9000}
+                if budget is not None:
+                    s["advisor"]["budget_bytes"] = budget
+                json.dump(s, f)
             n = {"rc": 0, "losses": [1.0, 0.9, 0.8], "ms": [5, 4, 4], "summary": {}}
             u = dict(n, ms=[9, 8, 8], seconds=1.0)
             a = argparse.Namespace(models="cnn", allocators="async", determinism="off",
@@ -130,7 +147,10 @@ class Report(unittest.TestCase):
                 self.assertEqual(cm.report(a, natives, results, 0.0, d), 0)
             row = open(a.markdown).read().splitlines()[2]
             # 9000 and 1100 bytes in GiB; the plan began in iteration 2.
-            self.assertIn("| 0.00 (0.00) / 0.00 | 2 |", row)
+            if budget is None:  # no budget in the stats: no count
+                self.assertIn("| 0.00 (0.00) / 0.00 | 2 |", row)
+            else:  # iterations 3 and 4 under the plan, 1100 over 1060 by more than 2%
+                self.assertIn("| 0.00 (0.00; 1 of 2) / 0.00 | 2 |", row)
             rows = json.load(open(a.json))["rows"]
             self.assertEqual((rows[0]["peak_planned"], rows[0]["plan_from_iteration"]), (1100, 2))
 

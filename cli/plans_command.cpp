@@ -75,17 +75,9 @@ int plans_command(const PlansFlags& flags) {
     std::fputs(plans_list_text(cache.list(), *dir).c_str(), stdout);
     return 0;
   }
-  if (flags.keys.empty()) {
-    const std::vector<std::string> removed = cache.remove({});
-    std::fputs(fmt::format("umswap: removed {} cached plan{} from {}\n", removed.size(),
-                           removed.size() == 1 ? "" : "s", dir->string())
-                   .c_str(),
-               stdout);
-    return 0;
-  }
-  // Each KEY must name one entry; nothing is removed unless all do.
-  const std::vector<PlanCacheEntry> entries = cache.list();
+  // Each KEY must name one entry; nothing is removed unless all do. No KEY: every entry.
   std::vector<std::string> keys;
+  const std::vector<PlanCacheEntry> entries = cache.list();
   for (const std::string& prefix : flags.keys) {
     std::vector<std::string> matches;
     for (const PlanCacheEntry& e : entries) {

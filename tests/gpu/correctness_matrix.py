@@ -124,22 +124,28 @@ def log_tail(path, lines=40):
         return None
 
 
-def planned_iterations(stats):
-    """(the first iteration that began under the run's first plan, the largest peak resident of
-    the iterations after it), as umswap compare takes its steady iterations; (None, None) without
-    a plan, and a None peak when no iteration came after it."""
+def planned_peaks(stats):
+    """(the first iteration that began under the run's first plan, the peak resident of each
+    iteration after it); (None, []) without a plan or such an iteration."""
     adv = stats.get("advisor") or {}
     launch = adv.get("first_plan_applied_from_launch",
                      (adv.get("plan") or {}).get("applied_from_launch"))
     its = stats.get("iterations") or []
     if not isinstance(launch, int):
-        return None, None
+        return None, []
     planned = next((i for i, it in enumerate(its)
                     if isinstance(it.get("first_step"), int) and it["first_step"] >= launch), None)
     if planned is None:
-        return None, None
-    peaks = [it["peak_resident_bytes"] for it in its[planned + 1:]
-             if isinstance(it.get("peak_resident_bytes"), int)]
+        return None, []
+    return planned, [it["peak_resident_bytes"] for it in its[planned + 1:]
+                     if isinstance(it.get("peak_resident_bytes"), int)]
+
+
+def planned_iterations(stats):
+    """(the first iteration that began under the run's first plan, the largest peak resident of
+    the iterations after it), as umswap compare takes its steady iterations; (None, None) without
+    a plan, and a None peak when no iteration came after it."""
+    planned, peaks = planned_peaks(stats)
     return planned, (max(peaks) if peaks else None)
 
 
@@ -148,11 +154,9 @@ def planned_over_budget(stats):
     by more than 2%, iterations after it): a row's peak under the plan is the largest of them;
     this says whether it was one iteration or most. None without a plan or a budget."""
     budget = (stats.get("advisor") or {}).get("budget_bytes")
-    planned, _ = planned_iterations(stats)
+    planned, peaks = planned_peaks(stats)
     if planned is None or not isinstance(budget, int) or budget <= 0:
         return None
-    peaks = [it["peak_resident_bytes"] for it in (stats.get("iterations") or [])[planned + 1:]
-             if isinstance(it.get("peak_resident_bytes"), int)]
     return [sum(1 for p in peaks if p > budget * 1.02), len(peaks)]
 
 

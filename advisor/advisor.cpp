@@ -474,11 +474,13 @@ void AdvisorImpl::run() {
     auto p = std::make_unique<LivePlan>();
     if (make_replay_plan(*matcher, budget, config.prefetch_bytes_per_s, config.evict_bytes_per_s,
                          &p->plan, &p->base, &p->period, &why, use_lifetimes())) {
-      if (config.place && use_lifetimes()) {
-        placement.from_trace(matcher->trace());
-        placement.hand_at(boundary_at_or_after(p->base, p->period, words.launched.load()));
-      }
-      p->applied_from = p->base;
+      if (config.place && use_lifetimes()) placement.from_trace(matcher->trace());
+      // From the first iteration boundary still ahead (the program ran on while the plan was
+      // made), with the arena handed there: a plan applied to launches already past, or before
+      // its arena exists, acts on what is no longer where it says.
+      p->applied_from =
+          boundary_at_or_after(p->base, p->period, words.launched.load(std::memory_order_acquire));
+      if (placement.pending()) placement.hand_at(p->applied_from);
       p->source = "replay";
       p->matcher = matcher.get();
       p->address.assign(matcher->buffer_count(), 0);
@@ -502,6 +504,7 @@ void AdvisorImpl::run() {
       const Timed planned(times.planned_s);
       const LivePlan* q = next_plan.load(std::memory_order_relaxed);
       words.doing.store("applying the plan", std::memory_order_relaxed);
+      if (placement.tend(n)) build_drops(*p);  // replay: the arena, before the plan uses it
       {
         const Timed timed(times.apply_s);
         apply(q ? std::min(n, q->applied_from) : n);
@@ -647,10 +650,8 @@ void AdvisorImpl::index_plan(LivePlan& plan_ref) {
   build_drops(*p);
 }
 
-// What runs beside a plan in force, at launch `n`: a pending placement handed over at its
-// iteration boundary (and the drop table rebuilt, the arena being new), and the sweeps.
+// What runs beside a plan in force, at launch `n`: the sweeps.
 void AdvisorImpl::tend(LivePlan& p, uint64_t n) {
-  if (placement.tend(n)) build_drops(p);  // replay: the arena is new
   if (sweeps_left > 0 && n > sweep_at && config.sweep && use_lifetimes()) {
     const uint64_t bytes =
         config.sweep([this](uint64_t page) { return sweep_may_discard(page); }, sweep_stream);
@@ -754,6 +755,14 @@ void AdvisorImpl::reset_to_start(LivePlan& p) {
   if (p.matcher) {
     log_info("replay: {} of the trace's {} buffers found in this process", planned.size(),
              p.address.size());
+    size_t named = 0;  // the first few, by trace buffer id, size and call site
+    for (uint32_t b = 0; b < p.address.size() && named < 8; ++b) {
+      if (p.address[b] != 0) continue;
+      const trace::Buffer& t = p.matcher->trace().buffers[b];
+      log_info("replay: not found: the trace's buffer {} ({}, call site {:016x}){}", t.id,
+               format_bytes(t.size), t.call_site,
+               ++named == 8 && p.address.size() - planned.size() > 8 ? ", and more" : "");
+    }
   }
   std::sort(planned.begin(), planned.end());
   const auto snapshot = registry->snapshot();

@@ -17,7 +17,7 @@ namespace umswap::advisor {
 bool PlacementHandOff::try_learned(std::span<const BlockEvent> blocks, uint64_t first,
                                    uint64_t period) {
   tried_ = ++attempts_ >= kAttempts;
-  pending_ = make(blocks, first, period, 0);
+  pending_ = make(blocks, first, period);
   if (!pending_) return false;
   tried_ = true;
   period_ = period;
@@ -28,21 +28,77 @@ bool PlacementHandOff::try_learned(std::span<const BlockEvent> blocks, uint64_t 
 void PlacementHandOff::from_trace(const trace::Trace& t) {
   tried_ = true;
   learn_placed_ = false;
-  uint64_t arena = 0;
-  for (const trace::Buffer& b : t.buffers) {
-    if (b.call_site == ManagedAllocator::kArenaSite) arena = b.size;
-  }
   const std::optional<size_t> i = replay_iteration(t);
-  if (arena == 0 || !i) {
-    note_ = "the trace was recorded without a placement";
+  if (!i) {
+    note_ = "the trace holds no iteration of its period";
     return;
   }
-  std::vector<BlockEvent> blocks;
-  for (const trace::Lifetime& l : t.lifetimes) {
-    blocks.push_back({l.before_step, t.buffers[l.buffer].base + l.offset, l.length, l.freed});
+  std::string why;
+  pending_ = recorded_placement(t, *i, SlabAllocator::kSmallLimit, &why);
+  if (!pending_) {
+    note_ = why;
+    log_info("advisor: no placement: {}", why);
+    return;
   }
-  pending_ = make(blocks, t.iterations[*i].first_step, t.iterations[*i].step_count, arena);
   period_ = t.iterations[*i].step_count;
+}
+
+std::optional<Placement> recorded_placement(const trace::Trace& t, size_t iteration,
+                                            uint64_t min_bytes, std::string* why) {
+  const trace::Iteration& it = t.iterations.at(iteration);
+  const uint64_t first = it.first_step, end = it.first_step + it.step_count;
+  const auto in_iteration = [&](const trace::Lifetime& l) {
+    return l.before_step >= first && l.before_step < end;
+  };
+  // The arena the iteration's blocks went to: the last buffer of kArenaSite it allocates in
+  // (a process that placed twice has two).
+  uint32_t arena = UINT32_MAX;
+  for (const trace::Lifetime& l : t.lifetimes) {
+    if (!l.freed && in_iteration(l) &&
+        t.buffers.at(l.buffer).call_site == ManagedAllocator::kArenaSite) {
+      arena = l.buffer;
+    }
+  }
+  if (arena == UINT32_MAX) {
+    *why = "the trace was recorded without a placement";
+    return std::nullopt;
+  }
+  Placement p;
+  p.arena_bytes = t.buffers[arena].size;
+  p.order = "as recorded in the trace";
+  // Live bytes and 2 MiB pages of the arena, followed from the trace's start; their peaks within
+  // the iteration.
+  std::vector<uint32_t> page_users(
+      static_cast<size_t>((p.arena_bytes + Placement::kPage - 1) / Placement::kPage), 0);
+  uint64_t live = 0, pages = 0;
+  for (const trace::Lifetime& l : t.lifetimes) {
+    if (l.before_step >= end) break;
+    const bool on_arena = l.buffer == arena;
+    if (in_iteration(l) && !l.freed && l.length > min_bytes) {
+      p.sizes.push_back(l.length);
+      p.offsets.push_back(on_arena ? l.offset : Placement::kUnplaced);
+      if (on_arena) ++p.placed;
+    }
+    if (!on_arena) continue;
+    live = l.freed ? live - std::min(live, l.length) : live + l.length;
+    for (uint64_t g = l.offset / Placement::kPage;
+         g <= (l.offset + l.length - 1) / Placement::kPage && g < page_users.size(); ++g) {
+      if (l.freed) {
+        if (page_users[g] > 0 && --page_users[g] == 0) --pages;
+      } else if (page_users[g]++ == 0) {
+        ++pages;
+      }
+    }
+    if (in_iteration(l)) {
+      p.live_peak = std::max(p.live_peak, live);
+      p.page_peak = std::max(p.page_peak, pages * Placement::kPage);
+    }
+  }
+  if (p.placed == 0) {
+    *why = "the trace's iteration allocates no block in its arena";
+    return std::nullopt;
+  }
+  return p;
 }
 
 void PlacementHandOff::plan_ended(uint64_t period) {
@@ -59,11 +115,9 @@ bool PlacementHandOff::tend(uint64_t n) {
   return false;
 }
 
-// A placement from two iterations' block events, or nullopt (note_ says why). With
-// `arena_must_be` (replay), only a placement whose arena has that size: the trace's plan names
-// addresses in the trace's arena, and another arena would make them wrong.
+// A placement from two iterations' block events, or nullopt (note_ says why).
 std::optional<Placement> PlacementHandOff::make(std::span<const BlockEvent> blocks, uint64_t start,
-                                                uint64_t period, uint64_t arena_must_be) {
+                                                uint64_t period) {
   std::string why;
   std::optional<Placement> p = plan_placement(blocks, start, period, SlabAllocator::kSmallLimit,
                                               SlabAllocator::kAlignment, &why);
@@ -86,13 +140,6 @@ std::optional<Placement> PlacementHandOff::make(std::span<const BlockEvent> bloc
           format_bytes(placed), format_bytes(all));
       p.reset();
     }
-  }
-  if (p && arena_must_be != 0 &&
-      (p->arena_bytes + SlabAllocator::kSlabGranule - 1) / SlabAllocator::kSlabGranule *
-              SlabAllocator::kSlabGranule !=
-          arena_must_be) {
-    p.reset();
-    why = "the trace's arena does not match the placement its iteration gives";
   }
   if (!p) {
     note_ = why;

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "umswap/allocator/managed_allocator.h"
+
 #include <functional>
 #include <string>
 #include <vector>
@@ -117,13 +119,81 @@ TEST_F(PlacementHandOffTest, APlanEndingOnThePlacedPeriodLetsTheNextPlanPlaceAga
   EXPECT_FALSE(h.may_try());
 }
 
-TEST_F(PlacementHandOffTest, ATraceWithoutAnArenaSaysSo) {
+TEST_F(PlacementHandOffTest, ATraceWithoutAnIterationSaysSo) {
   PlacementHandOff h(place);
   trace::Trace t;
   h.from_trace(t);
   EXPECT_FALSE(h.pending());
   EXPECT_FALSE(h.may_try());
-  EXPECT_EQ(h.note(), "the trace was recorded without a placement");
+  EXPECT_EQ(h.note(), "the trace holds no iteration of its period");
+}
+
+// A trace of two iterations of kPeriod steps from step 0. Buffer 0 is an arena of 64 MiB, buffer
+// 1 a slab outside it. Each iteration allocates, in this order: 8 MiB at arena offset 16 MiB,
+// 4 MiB in the slab (not placed), a small block of 512 KiB (left to the small slabs), 8 MiB at
+// arena offset 0; it frees the arena blocks before its end. With `arena` false, buffer 0 is an
+// ordinary allocation.
+trace::Trace placed_trace(bool arena = true) {
+  trace::Trace t;
+  t.detection.period = kPeriod;
+  t.iterations.push_back({0, kPeriod, 0, 0, {}});
+  t.iterations.push_back({kPeriod, kPeriod, 0, 0, {}});
+  t.buffers.push_back({1, 64 * kMiB, arena ? ManagedAllocator::kArenaSite : 7, 0, 0, false});
+  t.buffers.push_back({2, 32 * kMiB, 9, 0, 0, false});
+  for (uint64_t i = 0; i < 2; ++i) {
+    const uint64_t s = i * kPeriod;
+    t.lifetimes.push_back({s + 1, 0, 16 * kMiB, 8 * kMiB, false});
+    t.lifetimes.push_back({s + 2, 1, 4 * kMiB * i, 4 * kMiB, false});
+    t.lifetimes.push_back({s + 3, 0, 40 * kMiB, 512 * 1024, false});
+    t.lifetimes.push_back({s + 4, 0, 0, 8 * kMiB, false});
+    t.lifetimes.push_back({s + 6, 0, 16 * kMiB, 8 * kMiB, true});
+    t.lifetimes.push_back({s + 7, 0, 40 * kMiB, 512 * 1024, true});
+    t.lifetimes.push_back({s + 8, 0, 0, 8 * kMiB, true});
+  }
+  return t;
+}
+
+TEST(RecordedPlacement, TheIterationsBlocksAtTheirRecordedOffsets) {
+  std::string why;
+  const std::optional<Placement> p = recorded_placement(placed_trace(), 1, kMiB, &why);
+  ASSERT_TRUE(p.has_value()) << why;
+  EXPECT_EQ(p->arena_bytes, 64 * kMiB);
+  EXPECT_EQ(p->sizes, (std::vector<uint64_t>{8 * kMiB, 4 * kMiB, 8 * kMiB}))
+      << "blocks of more than min_bytes, in allocation order";
+  EXPECT_EQ(p->offsets, (std::vector<uint64_t>{16 * kMiB, Placement::kUnplaced, 0}));
+  EXPECT_EQ(p->placed, 2u);
+  EXPECT_EQ(p->live_peak, 16 * kMiB + 512 * 1024) << "both 8 MiB blocks and the small one";
+  EXPECT_EQ(p->page_peak, 9 * Placement::kPage) << "pages 0-3, 8-11 and 20";
+  EXPECT_EQ(p->order, "as recorded in the trace");
+}
+
+TEST(RecordedPlacement, ATraceWithoutAnArenaHasNone) {
+  std::string why;
+  EXPECT_FALSE(recorded_placement(placed_trace(false), 1, kMiB, &why).has_value());
+  EXPECT_EQ(why, "the trace was recorded without a placement");
+}
+
+TEST(RecordedPlacement, AnArenaTheIterationPlacesNothingInHasNone) {
+  trace::Trace t = placed_trace();
+  for (trace::Lifetime& l : t.lifetimes) {
+    if (l.buffer == 0 && l.length > kMiB && l.before_step >= kPeriod) l.buffer = 1;
+  }
+  std::string why;
+  EXPECT_FALSE(recorded_placement(t, 1, kMiB, &why).has_value());
+  EXPECT_NE(why.find("no block in its arena"), std::string::npos) << why;
+}
+
+TEST_F(PlacementHandOffTest, FromATraceHandsTheRecordedPlacementAtItsLaunch) {
+  PlacementHandOff h(place);
+  h.from_trace(placed_trace());
+  ASSERT_TRUE(h.pending()) << h.note();
+  EXPECT_FALSE(h.may_try()) << "replay: never placed online after it";
+  h.hand_at(30);
+  EXPECT_FALSE(h.tend(29));
+  ASSERT_TRUE(h.tend(30));
+  ASSERT_EQ(given.size(), 1u);
+  EXPECT_EQ(given[0].offsets, (std::vector<uint64_t>{16 * kMiB, Placement::kUnplaced, 0}));
+  EXPECT_EQ(h.placed_period(), 0u) << "not learned online: not learned again for it";
 }
 
 }  // namespace

@@ -38,9 +38,10 @@ class PlacementHandOff {
   // of it and the iteration before), handed over at hand_at()'s launch. False when there is none
   // (the note says why); an attempt either way.
   bool try_learned(std::span<const BlockEvent> blocks, uint64_t first, uint64_t period);
-  // Replay: the trace's arena (a buffer of ManagedAllocator::kArenaSite), reproduced from the
-  // block events of the iteration the plan comes from and the one before it; handed over at
-  // hand_at()'s launch. Placement is not tried online after it.
+  // Replay: the placement the trace's process had in the iteration the plan comes from
+  // (recorded_placement: its arena and each block's offset, as recorded, so that the plan's
+  // addresses in the arena hold here too); handed over at hand_at()'s launch. Placement is not
+  // tried online after it.
   void from_trace(const trace::Trace& t);
   // The launch at which the pending placement is handed: the first iteration boundary at or
   // after the launch it was made at (asked once it is made: making one can take a second).
@@ -71,8 +72,8 @@ class PlacementHandOff {
   nlohmann::json stats_json() const;
 
  private:
-  std::optional<Placement> make(std::span<const BlockEvent> blocks, uint64_t start, uint64_t period,
-                                uint64_t arena_must_be);
+  std::optional<Placement> make(std::span<const BlockEvent> blocks, uint64_t start,
+                                uint64_t period);
   bool hand(Placement p);
 
   const std::function<bool(Placement)>& place_;
@@ -87,5 +88,15 @@ class PlacementHandOff {
   // has not been learned again since.
   bool learn_placed_ = false;
 };
+
+// The placement a trace's iteration ran under: its arena (the buffer of
+// ManagedAllocator::kArenaSite its blocks were allocated in) and, for each block of more than
+// `min_bytes` it allocates, in order, the block's offset in that arena (kUnplaced for one
+// allocated elsewhere), with the arena's live and page peaks in the iteration. Read, not planned
+// again: a placement planned anew from the same events could differ (its local search is
+// bounded) and would take up to a second. Nullopt (why says so) when the iteration allocates
+// nothing in an arena.
+std::optional<Placement> recorded_placement(const trace::Trace& t, size_t iteration,
+                                            uint64_t min_bytes, std::string* why);
 
 }  // namespace umswap::advisor

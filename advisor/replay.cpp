@@ -4,6 +4,8 @@
 #include <map>
 #include <stdexcept>
 
+#include "umswap/allocator/registry.h"
+#include "umswap/allocator/slab_allocator.h"
 #include "umswap/core/trace_file.h"
 
 namespace umswap::advisor {
@@ -99,25 +101,54 @@ std::unique_ptr<ReplayMatcher> load_replay(const std::string& path, std::string*
   return std::make_unique<ReplayMatcher>(std::move(*t));
 }
 
+bool is_small_slab(const trace::Buffer& b) {
+  return b.size == SlabAllocator::kSmallSlab &&
+         b.api == static_cast<uint8_t>(AllocApi::cudaMallocAsync);
+}
+
 PlanInput plan_input_from_trace(const trace::Trace& t, size_t iteration, uint64_t budget,
-                                bool lifetimes) {
+                                bool lifetimes, std::vector<PlanRange>* resident) {
   const trace::Iteration& it = t.iterations.at(iteration);
+  // The small slabs the iteration touches, left out when they take half the budget or less.
+  std::vector<uint8_t> left_out(t.buffers.size(), 0);
+  uint64_t small = 0;
+  for (uint64_t s = it.first_step; s < it.first_step + it.step_count; ++s) {
+    const trace::Step& step = t.steps.at(s);
+    for (uint64_t a = step.first_access; a < step.first_access + step.access_count; ++a) {
+      const uint32_t b = t.accesses.at(a).buffer;
+      if (!left_out[b] && is_small_slab(t.buffers.at(b))) {
+        left_out[b] = 1;
+        small += t.buffers[b].size;
+      }
+    }
+  }
+  if (small > budget / 2) {
+    std::fill(left_out.begin(), left_out.end(), 0);
+    small = 0;
+  }
   PlanInput in;
   for (const trace::Buffer& b : t.buffers) in.buffer_sizes.push_back(b.size);
   for (uint64_t s = it.first_step; s < it.first_step + it.step_count; ++s) {
     const trace::Step& step = t.steps.at(s);
     PlanStep ps;
     ps.first_range = in.ranges.size();
-    ps.range_count = step.access_count;
     ps.seconds = step.end_ns > step.start_ns ? (step.end_ns - step.start_ns) / 1e9 : 0.0;
     for (uint64_t a = step.first_access; a < step.first_access + step.access_count; ++a) {
       const trace::Access& acc = t.accesses.at(a);
-      in.ranges.push_back({acc.buffer, acc.offset, acc.length});
+      if (!left_out[acc.buffer]) in.ranges.push_back({acc.buffer, acc.offset, acc.length});
     }
+    ps.range_count = in.ranges.size() - ps.first_range;
     in.steps.push_back(ps);
   }
-  if (lifetimes) append_lifetimes(t.lifetimes, it.first_step, it.step_count, in);
-  in.budget_bytes = budget;
+  if (lifetimes) {
+    append_lifetimes(t.lifetimes, it.first_step, it.step_count, in);
+    std::erase_if(in.lifetimes,
+                  [&](const PlanLifetime& l) { return left_out[l.range.buffer] != 0; });
+  }
+  in.budget_bytes = budget - small;
+  for (uint32_t b = 0; b < left_out.size() && resident; ++b) {
+    if (left_out[b]) resident->push_back({b, 0, t.buffers[b].size});
+  }
   return in;
 }
 
@@ -140,7 +171,8 @@ bool make_replay_plan(const ReplayMatcher& matcher, uint64_t budget, double pref
   const uint64_t p = t.detection.period;
   if (const std::optional<size_t> i = replay_iteration(t)) {
     const uint64_t first = t.iterations.front().first_step;
-    PlanInput in = plan_input_from_trace(t, *i, budget, lifetimes);
+    std::vector<PlanRange> small_slabs;
+    PlanInput in = plan_input_from_trace(t, *i, budget, lifetimes, &small_slabs);
     in.prefetch_bytes_per_s = prefetch_bytes_per_s;
     in.evict_bytes_per_s = evict_bytes_per_s;
     try {
@@ -149,6 +181,8 @@ bool make_replay_plan(const ReplayMatcher& matcher, uint64_t budget, double pref
       *why = std::string("planning from the trace failed: ") + e.what();
       return false;
     }
+    plan->resident_at_start.insert(plan->resident_at_start.end(), small_slabs.begin(),
+                                   small_slabs.end());
     *base = first;
     *period = p;
     return true;

@@ -2,10 +2,13 @@
 // position, and the planner input taken from a trace iteration.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "umswap/advisor/replay.h"
+#include "umswap/allocator/registry.h"
+#include "umswap/allocator/slab_allocator.h"
 #include "umswap/core/trace_file.h"
 
 namespace umswap::advisor {
@@ -125,6 +128,57 @@ TEST(ReplayPlan, InputComesFromTheTraceIterationAndPlansCycleFromItsStart) {
   EXPECT_EQ(base, 1u);
   EXPECT_EQ(period, 2u);
   EXPECT_TRUE(plan.actions.empty());  // fits: nothing to move
+}
+
+// two_step_trace with buffer 2 a small slab: 2 MiB, stream-ordered, touched by every "a".
+trace::Trace small_slab_trace() {
+  trace::Trace t = two_step_trace();
+  t.buffers[2].size = SlabAllocator::kSmallSlab;
+  t.buffers[2].api = static_cast<uint8_t>(AllocApi::cudaMallocAsync);
+  for (trace::Access& a : t.accesses) {
+    if (a.buffer == 2) a.length = SlabAllocator::kSmallSlab;
+  }
+  t.lifetimes = {{6, 2, 0, 4096, false}, {6, 1, 0, 32, false}, {7, 2, 0, 4096, true}};
+  return t;
+}
+
+TEST(ReplayPlan, SmallSlabsAreLeftOutResidentAndOutOfTheBudget) {
+  const trace::Trace t = small_slab_trace();
+  EXPECT_TRUE(is_small_slab(t.buffers[2]));
+  EXPECT_FALSE(is_small_slab(t.buffers[0]));
+  trace::Buffer not_async = t.buffers[2];
+  not_async.api = static_cast<uint8_t>(AllocApi::cudaMalloc);
+  EXPECT_FALSE(is_small_slab(not_async)) << "a program's own 2 MiB cudaMalloc";
+  std::vector<PlanRange> resident;
+  const PlanInput in = plan_input_from_trace(t, 2, 1 << 30, true, &resident);
+  EXPECT_EQ(in.budget_bytes, (uint64_t{1} << 30) - SlabAllocator::kSmallSlab);
+  ASSERT_EQ(in.steps.size(), 2u);
+  EXPECT_EQ(in.steps[0].range_count, 1u) << "step a: buffer 0 only";
+  EXPECT_EQ(in.ranges[in.steps[0].first_range].buffer, 0u);
+  EXPECT_EQ(in.steps[1].first_range, 1u);
+  EXPECT_EQ(in.lifetimes, (std::vector<PlanLifetime>{{0, false, {1, 0, 32}}}))
+      << "the small slab's block events are left out too";
+  EXPECT_EQ(resident, (std::vector<PlanRange>{{2, 0, SlabAllocator::kSmallSlab}}));
+
+  ReplayMatcher m(small_slab_trace());
+  Plan plan;
+  uint64_t base = 0, period = 0;
+  std::string why;
+  ASSERT_TRUE(make_replay_plan(m, 1 << 30, 40e9, 12e9, &plan, &base, &period, &why)) << why;
+  EXPECT_NE(std::find(plan.resident_at_start.begin(), plan.resident_at_start.end(),
+                      PlanRange{2, 0, SlabAllocator::kSmallSlab}),
+            plan.resident_at_start.end())
+      << "the replay plan keeps it on the GPU";
+  for (const Action& a : plan.actions) EXPECT_NE(a.range.buffer, 2u);
+}
+
+TEST(ReplayPlan, SmallSlabsOfMoreThanHalfTheBudgetArePlannedAsUsual) {
+  std::vector<PlanRange> resident;
+  const uint64_t budget = SlabAllocator::kSmallSlab * 3 / 2;
+  const PlanInput in = plan_input_from_trace(small_slab_trace(), 2, budget, true, &resident);
+  EXPECT_EQ(in.budget_bytes, budget);
+  EXPECT_TRUE(resident.empty());
+  EXPECT_EQ(in.steps[0].range_count, 2u);
 }
 
 TEST(ReplayLoad, UnreadableOrIterationlessTracesAreRefusedWithTheReason) {

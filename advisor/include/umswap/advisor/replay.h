@@ -17,6 +17,9 @@
 // advisor learns this process's own iteration while the replay plan runs and switches to that
 // plan at an iteration boundary (advisor.h).
 //
+// Small slabs (is_small_slab) are found but never match: what each holds depends on the run's
+// history. So replay leaves them out of the plan and resident (plan_input_from_trace).
+//
 // Thread safety: one ReplayMatcher is used by one thread (the advisor's).
 #pragma once
 
@@ -95,10 +98,19 @@ bool make_replay_plan(const ReplayMatcher& matcher, uint64_t budget, double pref
 void append_lifetimes(std::span<const trace::Lifetime> lifetimes, uint64_t first_step,
                       uint64_t step_count, PlanInput& in);
 
+// Whether a trace buffer is one of the slab allocator's small slabs (stream-ordered,
+// SlabAllocator::kSmallSlab bytes): blocks of 1 MiB or less, given out first come first fit, so
+// which small slab holds which block differs between a recording that learned online and a
+// replay that placed from its start. A replayed plan's actions on them move the wrong data (a
+// decoder LM's replay: about 1,000 faults an iteration, all in small slabs; H200, 2026-11-30).
+bool is_small_slab(const trace::Buffer& b);
+
 // The planner's input for iteration `iteration` of a trace (accesses as recorded; with
 // `lifetimes`, the trace's slab lifetimes logged after the iteration's first launch up to its
-// last).
+// last). The small slabs the iteration touches are left out (their accesses and lifetimes) and
+// their bytes taken from the budget, unless they add up to more than half of it; `resident`, if
+// given, receives each one left out, whole: it stays on the GPU (Plan::resident_at_start).
 PlanInput plan_input_from_trace(const trace::Trace& trace, size_t iteration, uint64_t budget,
-                                bool lifetimes = true);
+                                bool lifetimes = true, std::vector<PlanRange>* resident = nullptr);
 
 }  // namespace umswap::advisor

@@ -61,8 +61,9 @@ const BufferRecord* Registry::Snapshot::find(uint64_t address) const {
 
 std::optional<uint64_t> Registry::Snapshot::allocation_end(const BufferRecord& record,
                                                            uint64_t address) const {
-  if (!record.slab || blocks_ == nullptr) return record.end();
-  const auto block = blocks_->live_block(address);
+  const BlockFinder* finder = record.slab ? blocks_ : record.carved ? carved_blocks_ : nullptr;
+  if (finder == nullptr) return record.end();
+  const auto block = finder->live_block(address);
   if (!block) return std::nullopt;
   return std::min(block->second, record.end());
 }
@@ -86,6 +87,7 @@ bool Registry::insert(const BufferRecord& record) {
   next->records_.push_back(record);
   next->records_.insert(next->records_.end(), it, recs.end());
   next->blocks_ = old->blocks_;
+  next->carved_blocks_ = old->carved_blocks_;
   next->lowest_ = std::min(old->lowest_, record.base);
   next->highest_end_ = std::max(old->highest_end_, record.end());
   publish(std::move(next));
@@ -105,6 +107,7 @@ std::optional<BufferRecord> Registry::remove(uint64_t base) {
   next->records_.insert(next->records_.end(), recs.begin(), it);
   next->records_.insert(next->records_.end(), std::next(it), recs.end());
   next->blocks_ = old->blocks_;
+  next->carved_blocks_ = old->carved_blocks_;
   if (!next->records_.empty()) {
     next->lowest_ = next->records_.front().base;
     for (const auto& r : next->records_) next->highest_end_ = std::max(next->highest_end_, r.end());
@@ -118,6 +121,27 @@ void Registry::set_block_finder(const BlockFinder* finder) {
   auto next = std::make_shared<Snapshot>(*load_current());
   next->blocks_ = finder;
   publish(std::move(next));
+}
+
+void Registry::set_carved_block_finder(const BlockFinder* finder) {
+  std::lock_guard lock(write_mutex_);
+  auto next = std::make_shared<Snapshot>(*load_current());
+  next->carved_blocks_ = finder;
+  publish(std::move(next));
+}
+
+bool Registry::set_carved(uint64_t base, bool carved) {
+  std::lock_guard lock(write_mutex_);
+  const auto old = load_current();
+  const auto& recs = old->records_;
+  auto it = std::lower_bound(recs.begin(), recs.end(), base,
+                             [](const BufferRecord& r, uint64_t b) { return r.base < b; });
+  if (it == recs.end() || it->base != base) return false;
+  if (it->carved == carved) return true;
+  auto next = std::make_shared<Snapshot>(*old);
+  next->records_[static_cast<size_t>(it - recs.begin())].carved = carved;
+  publish(std::move(next));
+  return true;
 }
 
 std::shared_ptr<const Registry::Snapshot> Registry::snapshot() const {

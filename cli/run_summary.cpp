@@ -31,6 +31,8 @@ std::string memory_line(const json& stats) {
       if (api == "cudaMallocAsync" || api == "cuMemAllocAsync") ordered += n;
     }
   }
+  const json* state = schema::find(stats, schema::torch_blocks::kState);
+  const std::string torch_state = state && state->is_string() ? state->get<std::string>() : "";
   std::string line = fmt::format("managed memory (engine um); {} allocations", all);
   if (all == 0) {
     line += " through umswap";
@@ -38,10 +40,21 @@ std::string memory_line(const json& stats) {
     line += ", all stream-ordered (plans follow each block exactly)";
   } else if (ordered > 0) {
     line += fmt::format(", {} of them stream-ordered", ordered);
+  } else if (torch_state == "checked") {
+    line += fmt::format(
+        ", none stream-ordered; PyTorch's caching allocator's blocks followed in {} segments "
+        "(plans follow each tensor)",
+        u64_of(schema::find(stats, schema::torch_blocks::kSegments)).value_or(0));
+  } else if (torch_state == "not PyTorch") {
+    line += ", none stream-ordered (plans follow whole allocations)";
   } else {
+    // PyTorch's blocks not followed (said why), or a stats file from before they were.
+    line += ", none stream-ordered (plans follow whole allocations";
+    if (!torch_state.empty())
+      line += fmt::format("; PyTorch's blocks not followed: {}", torch_state);
     line +=
-        ", none stream-ordered (plans follow whole allocations; a PyTorch program plans more "
-        "exactly with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync, docs/pytorch.md)";
+        "; a PyTorch program plans more exactly with "
+        "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync, docs/pytorch.md)";
   }
   if (vmm && *vmm > 0) {
     line += fmt::format(

@@ -21,7 +21,7 @@ void scan_bytes(const std::byte* bytes, size_t size, const Registry::Snapshot& s
                       .base = r->base,
                       .size = r->size,
                       .pointer = value,
-                      .limit = r->slab ? *end : 0});
+                      .limit = r->has_blocks() ? *end : 0});
     }
   }
 }

@@ -62,7 +62,7 @@ uint64_t StepRecorder::record_copy(trace::StepKind kind, uint32_t key, CUstream 
                             .base = r->base,
                             .size = r->size,
                             .pointer = ptr,
-                            .limit = r->slab ? *end : 0});
+                            .limit = r->has_blocks() ? *end : 0});
       }
     }
   }

@@ -47,6 +47,18 @@ nlohmann::json rank_json() {
   return rank;
 }
 
+// PyTorch's caching allocator's blocks as umswap learned them (torch_blocks.h); `blocks` is null
+// when no allocator was set up (nothing was redirected).
+nlohmann::json torch_blocks_json(const TorchBlocks* blocks) {
+  TorchBlocks::Stats s;
+  if (blocks)
+    s = blocks->stats();
+  else
+    s.state = "nothing redirected";
+  return {{"state", s.state},   {"events", s.events},           {"segments", s.segments},
+          {"blocks", s.blocks}, {"live_blocks", s.live_blocks}, {"ignored", s.ignored}};
+}
+
 }  // namespace
 
 RuntimeApiScope::RuntimeApiScope(AllocApi api)
@@ -263,6 +275,8 @@ void Preload::create_allocator_once() {
       limit = options_.managed_limit.resolve(total);
     }
     allocator_ = new ManagedAllocator(api, registry_, limit, options_.async_slabs);
+    torch_blocks_ = new TorchBlocks(registry_);
+    registry_.set_carved_block_finder(torch_blocks_);
     // cudaMalloc's memory is on the GPU when the program gets it; so is umswap's, within the
     // budget, where the advisor moves memory (not in mode managed, plain unified memory): a
     // kernel that touches it first then takes no page fault, which some kernels' results depend
@@ -405,6 +419,7 @@ void Preload::write_stats_at_exit() {
         {"managed_limit", options_.managed_limit.to_string()},
         {"callsite_depth", options_.callsite_depth}}},
       {schema::kAllocator.path, to_json(stats)},
+      {schema::kTorchBlocks.path, torch_blocks_json(torch_blocks_)},
       // The GPU memory the program mapped itself (cuMemCreate), counted against the budget.
       {"program_mappings",
        {{"handles", program_mappings_.handles()},

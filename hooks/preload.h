@@ -16,6 +16,7 @@
 #include "umswap/allocator/managed_allocator.h"
 #include "umswap/allocator/program_mappings.h"
 #include "umswap/allocator/registry.h"
+#include "umswap/allocator/torch_blocks.h"
 #include "umswap/allocator/vmm_allocator.h"
 #include "umswap/core/options.h"
 
@@ -42,6 +43,8 @@ class Preload {
   // (at once, with no side effect, under engine um).
   VmmAllocator* vmm();
   Registry& registry() { return registry_; }
+  // The blocks of PyTorch's caching allocator (torch_blocks.h); only valid when redirecting().
+  TorchBlocks& torch_blocks() { return *torch_blocks_; }
   // The GPU memory the program maps itself (cuMemCreate), counted against the budget.
   ProgramMappings& program_mappings() { return program_mappings_; }
   // Call-site identity of the current allocation request (umswap's own frames skipped).
@@ -76,6 +79,7 @@ class Preload {
   std::once_flag allocator_once_;
   std::atomic<bool> planned_discards_{false};  // slab frees discard what the advisor drops
   ManagedAllocator* allocator_ = nullptr;      // never freed: hooks may run during exit
+  TorchBlocks* torch_blocks_ = nullptr;        // never freed, as allocator_
   std::once_flag vmm_once_;
   VmmAllocator* vmm_ = nullptr;  // never freed, as allocator_
   std::atomic<bool> forked_child_{false};

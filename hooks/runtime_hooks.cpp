@@ -51,6 +51,17 @@ void check_reached_driver(cudaError_t status, const void* ptr, const char* api) 
 
 constexpr cudaError_t kNoRuntime = cudaErrorSharedObjectInitFailed;
 
+// The TorchBlocks to tell about a cudaMalloc from `caller`, while it still waits for PyTorch's
+// first segment (after that, or when nothing is redirected, null at once).
+TorchBlocks* torch_segment_call(const void* caller) {
+  Preload& p = preload();
+  if (!p.redirecting() || !p.torch_blocks().wants_segment_calls()) return nullptr;
+  Dl_info info{};
+  if (!dladdr(caller, &info) || !info.dli_fname) return nullptr;
+  p.torch_blocks().before_segment_malloc(info.dli_fname);
+  return &p.torch_blocks();
+}
+
 // An allocation shim: tag the runtime API for the driver hooks below, call the real runtime, and
 // check the result reached them. `ptr` is the function's first argument (void**).
 template <typename Fn, typename... Args>
@@ -76,7 +87,16 @@ using umswap::RuntimeApiScope;
 using namespace umswap;  // the real_* caches
 
 UMSWAP_EXPORT cudaError_t cudaMalloc(void** ptr, size_t size) {
-  return tagged_allocation(UMSWAP_REAL(cudaMalloc), AllocApi::cudaMalloc, "cudaMalloc", ptr, size);
+  // PyTorch's caching allocator makes its segments here: its blocks are followed from its first
+  // one (torch_blocks.h).
+  TorchBlocks* torch = torch_segment_call(__builtin_return_address(0));
+  const cudaError_t status =
+      tagged_allocation(UMSWAP_REAL(cudaMalloc), AllocApi::cudaMalloc, "cudaMalloc", ptr, size);
+  if (torch) {
+    torch->after_segment_malloc(status == cudaSuccess && ptr,
+                                ptr ? reinterpret_cast<uint64_t>(*ptr) : 0, size);
+  }
+  return status;
 }
 
 UMSWAP_EXPORT cudaError_t cudaFree(void* ptr) {

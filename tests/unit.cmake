@@ -68,3 +68,16 @@ target_compile_definitions(allocator_call_site_test PRIVATE
 # --- vmm ---------------------------------------------------------------------------------------
 umswap_add_test(NAME vmm_chunk_arena_test
   SOURCES ${_umswap_unit_dir}/vmm/chunk_arena_test.cpp LIBS umswap_vmm)
+
+# PyTorch's caching allocator's blocks (torch_blocks.h) against a fake libc10_cuda.so with the
+# real symbol names, built alone in its own directory under that file name.
+add_library(umswap_test_fake_c10_cuda SHARED ${_umswap_unit_dir}/allocator/fake_c10/fake_c10_cuda.cpp)
+set_target_properties(umswap_test_fake_c10_cuda PROPERTIES
+  OUTPUT_NAME c10_cuda PREFIX lib SUFFIX .so CXX_VISIBILITY_PRESET hidden
+  LIBRARY_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/fake_c10)
+umswap_warnings(umswap_test_fake_c10_cuda)
+umswap_add_test(NAME allocator_torch_blocks_test
+  SOURCES ${_umswap_unit_dir}/allocator/torch_blocks_test.cpp LIBS umswap_allocator)
+add_dependencies(allocator_torch_blocks_test umswap_test_fake_c10_cuda)
+target_compile_definitions(allocator_torch_blocks_test PRIVATE
+  UMSWAP_TEST_FAKE_C10_CUDA="$<TARGET_FILE:umswap_test_fake_c10_cuda>")

@@ -89,6 +89,24 @@ TEST(RunSummary, SaysTheSteadyFiguresUnderThePlan) {
   }
 }
 
+TEST(RunSummary, SaysWhetherPyTorchsBlocksWereFollowed) {
+  json s = stats();
+  s["torch_blocks"] = {{"state", "checked"}, {"segments", 103}, {"blocks", 14166}};
+  std::string t = run_summary_text({{"a", s}}, true);
+  EXPECT_TRUE(has(t,
+                  "none stream-ordered; PyTorch's caching allocator's blocks followed in 103 "
+                  "segments (plans follow each tensor)"))
+      << t;
+  EXPECT_FALSE(has(t, "backend:cudaMallocAsync")) << t;
+  s["torch_blocks"]["state"] = "not PyTorch";  // a CUDA program of its own: no PyTorch advice
+  t = run_summary_text({{"a", s}}, true);
+  EXPECT_TRUE(has(t, "none stream-ordered (plans follow whole allocations)\n")) << t;
+  s["torch_blocks"]["state"] = "it is not the native caching allocator (another backend)";
+  t = run_summary_text({{"a", s}}, true);
+  EXPECT_TRUE(has(t, "PyTorch's blocks not followed: it is not the native caching allocator")) << t;
+  EXPECT_TRUE(has(t, "backend:cudaMallocAsync")) << t;
+}
+
 TEST(RunSummary, SaysWhenThePeakIsOverTheBudget) {
   json s = stats();
   s["advisor"]["peak_resident_bytes"] = 11811160064;  // 11 GiB

@@ -52,14 +52,20 @@ struct BufferRecord {
   bool from_pool = false;    // stream-ordered pool allocation (freed with cuMemFreeAsync)
   bool app_managed = false;  // the program asked for managed memory itself
   bool slab = false;         // holds many program allocations (see BlockFinder)
+  // A segment whose blocks the program's own allocator carves (PyTorch's caching allocator),
+  // found by the registry's second BlockFinder (torch_blocks.h).
+  bool carved = false;
 
   uint64_t end() const { return base + size; }
+  // Its program allocations are blocks inside it, each ending before the record does.
+  bool has_blocks() const { return slab || carved; }
   bool contains(uint64_t address) const { return address - base < size; }
 };
 
 // Where the program's allocation around an address begins and ends, inside a record marked
-// `slab` (memory umswap sub-allocates, slab_allocator.h): [first, second), or nullopt for space
-// no live allocation holds. Called on the kernel-launch path: must be quick and thread-safe.
+// `slab` (memory umswap sub-allocates, slab_allocator.h) or `carved` (torch_blocks.h): [first,
+// second), or nullopt for space no live allocation holds. Called on the kernel-launch path: must
+// be quick and thread-safe.
 class BlockFinder {
  public:
   virtual std::optional<std::pair<uint64_t, uint64_t>> live_block(uint64_t address) const = 0;
@@ -78,14 +84,15 @@ class Registry {
     std::span<const BufferRecord> records() const { return records_; }
     size_t size() const { return records_.size(); }
     // The end of the program's allocation around `address` in `record` (found by find()): the
-    // record's end, or for a slab the end of the live block around it; nullopt when a slab has
-    // no live block there (free space, not a pointer the program may use).
+    // record's end, or for a slab or a carved segment the end of the live block around it;
+    // nullopt when it has no live block there (free space, not a pointer the program may use).
     std::optional<uint64_t> allocation_end(const BufferRecord& record, uint64_t address) const;
 
    private:
     friend class Registry;
     std::vector<BufferRecord> records_;  // sorted by base, non-overlapping
     const BlockFinder* blocks_ = nullptr;
+    const BlockFinder* carved_blocks_ = nullptr;
     uint64_t lowest_ = UINT64_MAX;  // fast reject for values that are not addresses at all
     uint64_t highest_end_ = 0;
   };
@@ -108,6 +115,10 @@ class Registry {
   // The sub-allocator of the records marked `slab` (nullptr: none). It must outlive its use here;
   // set it back to nullptr before it goes.
   void set_block_finder(const BlockFinder* finder);
+  // The finder of the blocks in records marked `carved`, with the same contract.
+  void set_carved_block_finder(const BlockFinder* finder);
+  // Sets `carved` on the record that starts exactly at `base`; false when there is none.
+  bool set_carved(uint64_t base, bool carved);
 
  private:
   std::shared_ptr<const Snapshot> load_current() const;

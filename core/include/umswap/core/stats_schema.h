@@ -89,6 +89,17 @@ inline constexpr Field kFields[] = {
      "Memory the program mapped itself (cuMemCreate, cuMemMap): not managed; what lies on this "
      "GPU counts against the budget."},
 
+    {"torch_blocks", Kind::user, "object", detail::kPreload,
+     "The blocks of PyTorch's caching allocator, learned from its own events."},
+    {"torch_blocks.state", Kind::user, "string", detail::kPreload,
+     "checked: plans follow each of its blocks; not PyTorch: no cudaMalloc came from "
+     "libc10_cuda.so; nothing redirected: no allocator (engine vmm, mode passthrough); anything "
+     "else says why plans follow its whole segments."},
+    {"torch_blocks.segments", Kind::user, "integer", detail::kPreload,
+     "Its segments whose blocks were followed."},
+    {"torch_blocks.blocks", Kind::user, "integer", detail::kPreload,
+     "The blocks it allocated in them."},
+
     {"rank", Kind::user, "integer or null", detail::kPreload,
      "The process's rank in a distributed job (the RANK variable torchrun sets); null without "
      "one."},
@@ -390,6 +401,14 @@ inline constexpr const Field& kAllocationsByApi = field("allocator.allocations_b
 inline constexpr const Field& kUnmanagedVmmAllocations =
     field("allocator.unmanaged_vmm_allocations");
 }  // namespace allocator
+
+// PyTorch's caching allocator's blocks (torch_blocks.h): state is "checked" when plans follow them.
+inline constexpr const Field& kTorchBlocks = field("torch_blocks");
+namespace torch_blocks {
+inline constexpr const Field& kState = field("torch_blocks.state");
+inline constexpr const Field& kSegments = field("torch_blocks.segments");
+inline constexpr const Field& kBlocks = field("torch_blocks.blocks");
+}  // namespace torch_blocks
 
 inline constexpr const Field& kEngine = field("engine");
 inline constexpr const Field& kRank = field("rank");

@@ -1,0 +1,97 @@
+// TorchBlocks: the blocks PyTorch's caching allocator (its default) carves out of its segments,
+// learned from the allocator's own per-block events, so that the tracer sees each tensor's extent
+// as it does under backend:cudaMallocAsync, where every tensor is an allocation of umswap's.
+//
+// How: umswap sees only the segments (cudaMalloc). c10::cuda::CUDACachingAllocator calls every
+// attached "trace tracker" for each block allocated and freed and each segment made or released,
+// on the calling thread, under its per-device lock. The method that attaches one
+// (NativeCachingAllocator::attachAllocatorTraceTracker) is not exported: its address comes from
+// libc10_cuda.so's .symtab (elf_symbols.h), and the allocator object is checked to be that class
+// (its vtable pointer) before the call. Attached at the first cudaMalloc libc10_cuda.so makes,
+// which is the allocator's first segment: every block is seen from the start. A self-check
+// follows: the first segment event must carry the pointer and size that very cudaMalloc
+// returned, or every event is ignored. Only segments whose creation was seen (and checked) are
+// marked `carved` in the registry; any other stays one allocation, as before.
+// (Study and probe: docs/lab/2026-11-30-default-allocator-hooks.md; measured on PyTorch 2.11.)
+//
+// Thread safety: every member may be called from any thread. on_event() runs under PyTorch's
+// lock and takes only this object's mutex and the registry's writer lock, never waiting on a
+// PyTorch thread; live_block() takes the same mutex (the kernel-launch path). The object is
+// never destroyed while the process runs (PyTorch may call it during exit).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "umswap/allocator/registry.h"
+
+namespace umswap {
+
+class TorchBlocks final : public BlockFinder {
+ public:
+  // The trace entry's action_ values (c10's TraceEntry::Action; the same since PyTorch 2.1).
+  enum Action : int32_t {
+    kAlloc = 0,
+    kFreeRequested = 1,
+    kFreeCompleted = 2,
+    kSegmentAlloc = 3,
+    kSegmentFree = 4,
+    kSegmentMap = 5,
+    kSegmentUnmap = 6,
+  };
+
+  explicit TorchBlocks(Registry& registry) : registry_(registry) {}
+
+  // At a cudaMalloc from the library at `library_path` (the caller's file, dladdr), before the
+  // real call. The first time that is a libc10_cuda.so, attach (log_info says how it went).
+  // Called holding no umswap lock: attaching takes PyTorch's per-device locks.
+  void before_segment_malloc(const char* library_path);
+  // Whether cudaMalloc calls still matter: not yet attached, or attached and not yet checked.
+  bool wants_segment_calls() const {
+    const State s = state_.load(std::memory_order_acquire);
+    return s == State::idle || s == State::attached;
+  }
+  // The same cudaMalloc's result: the first segment event is checked against it.
+  void after_segment_malloc(bool succeeded, uint64_t pointer, uint64_t bytes);
+
+  // Attaches `tracker`-style: what before_segment_malloc does once the file is recognised.
+  // Returns an empty string on success, else why not. Public for tests (a fake libc10_cuda.so).
+  std::string attach(const std::string& library_path);
+
+  // One event from PyTorch, its fields read out of the TraceEntry (the tracker's body). Public
+  // for tests. Never throws.
+  void on_event(int32_t action, uint64_t address, uint64_t bytes) noexcept;
+
+  std::optional<std::pair<uint64_t, uint64_t>> live_block(uint64_t address) const override;
+
+  struct Stats {
+    std::string state;  // "not PyTorch", "attached", "checked", or why not (see state_text())
+    uint64_t events = 0;
+    uint64_t segments = 0;     // segments marked carved
+    uint64_t blocks = 0;       // blocks allocated in them
+    uint64_t live_blocks = 0;  // now
+    uint64_t ignored = 0;      // events in segments whose creation was not seen
+  };
+  Stats stats() const;
+
+ private:
+  enum class State : int { idle, attaching, attached, checked, failed };
+  void fail(std::string why);
+
+  Registry& registry_;
+  std::atomic<State> state_{State::idle};
+  std::atomic<bool> expect_set_{false};
+  std::atomic<uint64_t> expect_pointer_{0}, expect_bytes_{0};
+  mutable std::mutex mutex_;
+  std::string why_;                        // under mutex_: the failure, or how it attached
+  std::map<uint64_t, uint64_t> segments_;  // under mutex_: base -> size, carved
+  std::map<uint64_t, uint64_t> blocks_;    // under mutex_: address -> requested size, live
+  uint64_t events_ = 0, segments_made_ = 0, blocks_made_ = 0, ignored_ = 0;  // under mutex_
+};
+
+}  // namespace umswap

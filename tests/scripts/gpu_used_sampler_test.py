@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """bench/gpu_used_sampler.py without a GPU: the peaks it reports from a stand-in reader, and its
-errors for bad arguments and for a machine without NVML."""
+errors for bad arguments and for a machine without NVML; bench/nvml_managed_probe.py's exit
+without a driver."""
 import importlib.util
 import os
 import subprocess
@@ -46,6 +47,21 @@ class Sampler(unittest.TestCase):
         r = subprocess.run([sys.executable, SCRIPT, "--", "true"], capture_output=True, text=True)
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("no NVML", r.stderr)
+        self.assertNotIn("Traceback", r.stderr)
+
+
+class ManagedProbe(unittest.TestCase):
+    def test_without_a_driver_it_exits_77(self):
+        import ctypes
+        try:
+            ctypes.CDLL("libcuda.so.1")
+            ctypes.CDLL("libnvidia-ml.so.1")
+            self.skipTest("this machine has a driver")
+        except OSError:
+            pass
+        probe = os.path.join(HERE, "..", "..", "bench", "nvml_managed_probe.py")
+        r = subprocess.run([sys.executable, probe, "--gib", "0.01"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 77, r.stderr)
         self.assertNotIn("Traceback", r.stderr)
 
 

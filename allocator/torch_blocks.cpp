@@ -122,8 +122,8 @@ void TorchBlocks::fail(std::string why) {
   state_.store(State::failed, std::memory_order_release);
   std::lock_guard lock(mutex_);
   why_ = std::move(why);
-  // Segments already marked keep their flag; with no blocks left here they read as free space, so
-  // they would hide pointers: give their extent back to the whole segment.
+  // Segments marked so far lose the mark: with no blocks known here they would read as free space
+  // and hide pointers; unmarked, a pointer into one reaches to its end, as before.
   blocks_.clear();
   for (const auto& [base, size] : segments_) {
     (void)size;

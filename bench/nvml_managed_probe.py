@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """Does NVML's used memory (what bench/gpu_used_sampler.py reads) follow managed memory as the
-driver moves it? Allocates SIZE of managed memory (no umswap), prefetches it to the GPU, to the
-host and back, synchronizing after each, and prints NVML's used MiB and cuMemGetInfo's free MiB at
-each point. Exits 77 without a driver or a GPU.
+driver moves it, and do evictions of PyTorch-block-like pieces move it? Allocates SIZE of managed
+memory (no umswap), prefetches it to the GPU, to the host and back, then evicts it in pieces of
+1 MiB + 512 bytes at 512-byte offsets (as PyTorch's caching allocator lays out blocks), and at each
+point prints NVML's used MiB, cuMemGetInfo's free MiB, and how long a GPU memset of the whole
+range takes (fast when it is on the GPU, slow when its pages fault in). Exits 77 without a driver
+or a GPU.
 
     UMSWAP_MANAGED_LIMIT=... python3 bench/nvml_managed_probe.py [--gib 2]
 
@@ -12,6 +15,7 @@ GPU).
 import argparse
 import ctypes
 import sys
+import time
 
 
 class Location(ctypes.Structure):  # CUmemLocation
@@ -46,12 +50,18 @@ def main():
     cu.cuMemPrefetchAsync_v2.argtypes = [ctypes.c_ulonglong, ctypes.c_size_t, Location,
                                          ctypes.c_uint, ctypes.c_void_p]
 
-    def show(what):
+    def show(what, memset=False):
         cu.cuCtxSynchronize()
         nvml.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(mem))
         cu.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total))
-        print("%-28s NVML used %7.0f MiB   cuMemGetInfo free %7.0f MiB"
-              % (what, mem.used / 2**20, free.value / 2**20), flush=True)
+        line = "%-34s NVML used %7.0f MiB   cuMemGetInfo free %7.0f MiB" % (
+            what, mem.used / 2**20, free.value / 2**20)
+        if memset:  # after the readings: it brings the range to the GPU
+            t0 = time.perf_counter()
+            cu.cuMemsetD8_v2(ptr, 1, ctypes.c_size_t(size))
+            cu.cuCtxSynchronize()
+            line += "   memset %.2f ms" % ((time.perf_counter() - t0) * 1e3)
+        print(line, flush=True)
 
     show("before")
     if cu.cuMemAllocManaged(ctypes.byref(ptr), ctypes.c_size_t(size), 1):
@@ -62,7 +72,15 @@ def main():
              ("to the GPU again", Location(1, dev.value)), ("to the host again", Location(2, 0))]
     for what, where in steps:
         r = cu.cuMemPrefetchAsync_v2(ptr.value, size, where, 0, None)
-        show("prefetched %s%s" % (what, "" if r == 0 else " (error %d)" % r))
+        show("prefetched %s%s" % (what, "" if r == 0 else " (error %d)" % r), memset=True)
+    # On the GPU (the memset above), then out in block-like pieces: 1 MiB + 512 B every 1 MiB +
+    # 1 KiB, so each piece starts 512-byte aligned and most do not start on a 4 KiB page.
+    show("on the GPU before the pieces")
+    piece, stride, errors, at = (1 << 20) + 512, (1 << 20) + 1024, 0, 0
+    while at + piece <= size:
+        errors += cu.cuMemPrefetchAsync_v2(ptr.value + at, piece, Location(2, 0), 0, None) != 0
+        at += stride
+    show("evicted in %d pieces (%d errors)" % (at // stride, errors), memset=True)
     cu.cuMemFree_v2(ptr)
     show("freed")
     return 0

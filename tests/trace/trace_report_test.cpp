@@ -118,6 +118,21 @@ TEST(Report, WithoutIterationsOrSteps) {
   EXPECT_NE(r.find("no steps"), std::string::npos) << r;
 }
 
+TEST(Report, SaysWhenMovesToTheHostAreMissing) {
+  Trace t;
+  t.buffers.push_back({});
+  t.buffers.back().size = uint64_t{2} << 30;
+  t.totals.bytes_htod = uint64_t{10} << 30;
+  t.totals.bytes_dtoh = uint64_t{7} << 30;  // 10 in, at most 7 + 2 of them possible
+  std::string r = render_report(t);
+  EXPECT_NE(line_starting(r, "records short").find("3.00 GiB more moved in than out"),
+            std::string::npos)
+      << r;
+  t.totals.bytes_dtoh = uint64_t{8} << 30;  // 8 out + 2 that began on the host: possible
+  r = render_report(t);
+  EXPECT_EQ(line_starting(r, "records short"), "") << r;
+}
+
 TEST(Report, ManyIterationsAndLongNames) {
   Trace t = test::three_iteration_trace();
   t.names[1] = std::string(300, 'k');

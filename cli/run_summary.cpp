@@ -173,6 +173,20 @@ void add_process(std::string& out, const SummaryInput& p, bool named, bool budge
       r += " (no budget)";
     }
     out += pad + r + "\n";
+    // A byte comes to the GPU once from where it began, then only after it left: more in than
+    // out by more than all managed memory means moves out are missing from CUPTI's records, and
+    // the count above, made from them, is high (docs/lab/2026-11-30-torch-blocks.md).
+    uint64_t all_in = 0, all_out = 0;
+    for (const StatsIteration& i : its) {
+      all_in += i.bytes_htod.value_or(0);
+      all_out += i.bytes_dtoh.value_or(0);
+    }
+    if (s.managed_bytes_peak && all_in > all_out + *s.managed_bytes_peak) {
+      out += pad + fmt::format(
+                       "(that count is high: {} more came to the GPU than left it, past the {} "
+                       "of managed memory; moves to the host are missing from CUPTI's records)\n",
+                       gib(all_in - all_out), gib(*s.managed_bytes_peak));
+    }
   }
 
   // Where the advisor ended.

@@ -109,6 +109,16 @@ class PlannedIterations(unittest.TestCase):
         self.assertIsNone(cm.planned_over_budget(self.stats()))  # no plan
         self.assertIsNone(cm.planned_over_budget(self.stats(first_plan=150)))  # no budget
 
+    def test_records_short_when_more_came_in_than_could_have_left(self):
+        s = self.stats()
+        s["allocator"] = {"managed_bytes_peak": 1000}
+        for it, (i, o) in zip(s["iterations"], [(900, 0), (800, 300), (700, 200), (0, 0), (0, 0)]):
+            it["bytes_htod"], it["bytes_dtoh"] = i, o
+        self.assertEqual(cm.records_short(s), 900)  # 2400 in, 500 out, 1000 managed
+        s["allocator"]["managed_bytes_peak"] = 1900
+        self.assertEqual(cm.records_short(s), 0)
+        self.assertIsNone(cm.records_short(self.stats()))  # no allocator figures
+
     def test_no_plan_or_no_iteration_after_it(self):
         self.assertEqual(cm.planned_iterations(self.stats()), (None, None))
         self.assertEqual(cm.planned_iterations(self.stats(first_plan=400)), (4, None))

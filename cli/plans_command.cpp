@@ -4,6 +4,7 @@
 #include "umswap/cli/plan_cache.h"
 #include "umswap/core/environment.h"
 #include "umswap/core/log.h"
+#include "umswap/core/options.h"
 
 #include <fmt/format.h>
 
@@ -11,12 +12,6 @@
 
 namespace umswap::cli {
 namespace {
-
-std::string size_text(uint64_t bytes) {
-  if (bytes >= (1ull << 30)) return fmt::format("{:.1f} GiB", bytes / double(1ull << 30));
-  if (bytes >= (1ull << 20)) return fmt::format("{:.1f} MiB", bytes / double(1ull << 20));
-  return fmt::format("{:.1f} KiB", bytes / 1024.0);
-}
 
 // An argument as a shell would need it: quoted when it holds anything but plain characters.
 std::string shell_word(const std::string& arg) {
@@ -43,7 +38,7 @@ std::string plans_list_text(const std::vector<PlanCacheEntry>& entries,
   for (const PlanCacheEntry& e : entries) total += e.bytes;
   std::string out =
       fmt::format("umswap: {} cached plan{} in {} ({}), the last used first\n", entries.size(),
-                  entries.size() == 1 ? "" : "s", dir.string(), size_text(total));
+                  entries.size() == 1 ? "" : "s", dir.string(), format_bytes(total));
   out += fmt::format("{:<16}  {:<19}  {:>4}  {:>9}  {:>21}  {}\n", "key", "last used", "runs",
                      "size", "iterations x launches", "command (folder)");
   for (const PlanCacheEntry& e : entries) {
@@ -53,8 +48,8 @@ std::string plans_list_text(const std::vector<PlanCacheEntry>& entries,
       command += shell_word(arg);
     }
     out += fmt::format("{:<16}  {:<19}  {:>4}  {:>9}  {:>21}  {} ({})\n", e.key, e.used, e.runs,
-                       size_text(e.bytes), fmt::format("{} x {}", e.iterations, e.period), command,
-                       e.identity.cwd);
+                       format_bytes(e.bytes), fmt::format("{} x {}", e.iterations, e.period),
+                       command, e.identity.cwd);
     if (!e.identity.alloc_conf.empty()) {
       out += fmt::format("{:<77}PYTORCH_CUDA_ALLOC_CONF={}\n", "", e.identity.alloc_conf);
     }

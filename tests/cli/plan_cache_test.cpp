@@ -387,10 +387,10 @@ TEST(PlansListText, EmptyAndOneEntry) {
   e.iterations = 16;
   e.period = 2268;
   const std::string text = plans_list_text({e}, "/c/plans");
-  EXPECT_TRUE(contains(text, "1 cached plan in /c/plans (3.0 MiB)")) << text;
+  EXPECT_TRUE(contains(text, "1 cached plan in /c/plans (3.00 MiB)")) << text;
   EXPECT_TRUE(
       contains(text,
-               "2ae8f09c45bb0b27  2026-11-30 07:00:00     3    3.0 MiB              16 x 2268  "
+               "2ae8f09c45bb0b27  2026-11-30 07:00:00     3   3.00 MiB              16 x 2268  "
                "python3 train.py --steps 100 'it'\\''s' (/home/u/proj)"))
       << text;
   EXPECT_TRUE(contains(text, "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync")) << text;

@@ -66,12 +66,7 @@ void TorchBlocks::before_segment_malloc(const char* library_path) {
     log_info("PyTorch's caching allocator: {}; plans follow its segments, not its tensors", why);
     return;
   }
-  {
-    std::lock_guard lock(mutex_);
-    why_ = "attached";
-  }
-  expected = State::attaching;
-  state_.compare_exchange_strong(expected, State::attached);
+  state_.store(State::attached, std::memory_order_release);
   log_info("PyTorch's caching allocator: following its blocks ({})", library_path);
 }
 
@@ -118,18 +113,11 @@ std::string TorchBlocks::attach(const std::string& library_path) {
   return {};
 }
 
+// Only before any segment is marked (attaching, or the first segment's check): nothing to undo.
 void TorchBlocks::fail(std::string why) {
-  state_.store(State::failed, std::memory_order_release);
   std::lock_guard lock(mutex_);
   why_ = std::move(why);
-  // Segments marked so far lose the mark: with no blocks known here they would read as free space
-  // and hide pointers; unmarked, a pointer into one reaches to its end, as before.
-  blocks_.clear();
-  for (const auto& [base, size] : segments_) {
-    (void)size;
-    registry_.set_carved(base, false);
-  }
-  segments_.clear();
+  state_.store(State::failed, std::memory_order_release);
 }
 
 void TorchBlocks::on_event(int32_t action, uint64_t address, uint64_t bytes) noexcept {
@@ -187,12 +175,10 @@ void TorchBlocks::on_event(int32_t action, uint64_t address, uint64_t bytes) noe
   }
 }
 
+// Asked only for addresses in segments marked carved (the registry's dispatch), whose blocks are
+// all here and in no other segment: the block before the address is the only candidate.
 std::optional<std::pair<uint64_t, uint64_t>> TorchBlocks::live_block(uint64_t address) const {
   std::lock_guard lock(mutex_);
-  auto seg = segments_.upper_bound(address);
-  if (seg == segments_.begin()) return std::nullopt;
-  --seg;
-  if (address - seg->first >= seg->second) return std::nullopt;
   auto it = blocks_.upper_bound(address);
   if (it == blocks_.begin()) return std::nullopt;
   --it;

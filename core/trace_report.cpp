@@ -266,12 +266,19 @@ void report_kernels(const Trace& t, Out out) {
   }
 }
 
+// The sum of the trace's buffers' sizes.
+uint64_t footprint_of(const Trace& t) {
+  uint64_t bytes = 0;
+  for (const trace::Buffer& b : t.buffers) bytes += b.size;
+  return bytes;
+}
+
 void report_buffers(const Trace& t, Out out) {
   fmt::format_to(out, "\nBuffers\n");
-  uint64_t footprint = 0, freed = 0;
+  const uint64_t footprint = footprint_of(t);
+  uint64_t freed = 0;
   size_t largest = 0;
   for (size_t i = 0; i < t.buffers.size(); ++i) {
-    footprint += t.buffers[i].size;
     if (t.buffers[i].freed) ++freed;
     if (t.buffers[i].size > t.buffers[largest].size) largest = i;
   }
@@ -359,8 +366,7 @@ void report_totals(const Trace& t, Out out) {
   // A byte comes to the GPU once from where it began, then only after it left: more moved in
   // than out plus every buffer's size means moves out are missing from the records (seen on an
   // H200 with evictions of PyTorch's blocks, docs/lab/2026-11-30-torch-blocks.md).
-  uint64_t footprint = 0;
-  for (const trace::Buffer& b : t.buffers) footprint += b.size;
+  const uint64_t footprint = footprint_of(t);
   if (c.bytes_htod > c.bytes_dtoh + footprint) {
     fmt::format_to(out,
                    "  records short     {} more moved in than out, past the {} all buffers "

@@ -88,7 +88,7 @@ class TorchBlocks final : public BlockFinder {
   std::atomic<bool> expect_set_{false};
   std::atomic<uint64_t> expect_pointer_{0}, expect_bytes_{0};
   mutable std::mutex mutex_;
-  std::string why_;                        // under mutex_: the failure, or how it attached
+  std::string why_;                        // under mutex_: why it failed
   std::map<uint64_t, uint64_t> segments_;  // under mutex_: base -> size, carved
   std::map<uint64_t, uint64_t> blocks_;    // under mutex_: address -> requested size, live
   uint64_t events_ = 0, segments_made_ = 0, blocks_made_ = 0, ignored_ = 0;  // under mutex_

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/gpu_used_sampler.py without a GPU: the peaks it reports from a stand-in reader, and its
+"""bench/link_sampler.py without a GPU: the bytes it adds up from a stand-in reader, and its
 errors for bad arguments and for a machine without NVML; bench/nvml_managed_probe.py's exit
 without a driver."""
 import importlib.util
@@ -10,32 +10,34 @@ import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(HERE, "..", "..", "bench", "gpu_used_sampler.py")
-spec = importlib.util.spec_from_file_location("gpu_used_sampler", SCRIPT)
+SCRIPT = os.path.join(HERE, "..", "..", "bench", "link_sampler.py")
+spec = importlib.util.spec_from_file_location("link_sampler", SCRIPT)
 sampler = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(sampler)
 
 
 class Sampler(unittest.TestCase):
-    def test_peaks_over_the_run_and_its_tail(self):
-        start = time.monotonic()
-
-        def used():  # high in the first 0.2 s of a 0.6 s command, low after
-            return 900 if time.monotonic() - start < 0.2 else 100
-        before, peak, late, n, rc = sampler.sample_while(["sleep", "0.6"], used, 2, 0.4)
-        self.assertEqual(before, 900)
-        self.assertEqual(peak, 900)
-        self.assertEqual(late, 100)  # the last 40% is after the high part
-        self.assertGreater(n, 10)
+    def test_totals_are_rates_times_time(self):
+        def rate(counter):  # 1 GB/s to the host, 3 GB/s to the GPU, each reading 20 ms
+            time.sleep(0.02)
+            return 1e9 if counter == sampler.TX else 3e9
+        out, into, seconds, n, rc = sampler.sample_while(["sleep", "0.5"], rate)
         self.assertEqual(rc, 0)
+        self.assertGreater(n, 10)
+        # Each way counts the time from the start to its last reading, within one reading of
+        # the command's 0.5 s.
+        self.assertAlmostEqual(out / 1e9, seconds, delta=0.1)
+        self.assertAlmostEqual(into / 3e9, seconds, delta=0.1)
 
     def test_the_commands_exit_code_comes_back(self):
-        self.assertEqual(sampler.sample_while(["false"], lambda: 0, 2, 1.0)[4], 1)
+        def rate(counter):
+            time.sleep(0.01)
+            return 0.0
+        self.assertEqual(sampler.sample_while(["false"], rate)[4], 1)
 
     def test_bad_arguments(self):
-        for args in (["--tail", "0", "--", "true"], ["--"]):
-            r = subprocess.run([sys.executable, SCRIPT] + args, capture_output=True, text=True)
-            self.assertEqual(r.returncode, 2, r.stderr)
+        r = subprocess.run([sys.executable, SCRIPT, "--"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2, r.stderr)
 
     def test_without_nvml_it_says_so(self):
         try:

@@ -174,8 +174,9 @@ void add_process(std::string& out, const SummaryInput& p, bool named, bool budge
     }
     out += pad + r + "\n";
     // A byte comes to the GPU once from where it began, then only after it left: more in than
-    // out by more than all managed memory means moves out are missing from CUPTI's records, and
-    // the count above, made from them, is high (docs/lab/2026-11-30-torch-blocks.md).
+    // out by more than all managed memory means CUPTI's records of moves are incomplete (seen
+    // under heavy faulting, both ways: docs/lab/2026-11-30-link-and-waits.md), and the count
+    // above, made from them, is not to be trusted.
     uint64_t all_in = 0, all_out = 0;
     for (const StatsIteration& i : its) {
       all_in += i.bytes_htod.value_or(0);
@@ -183,8 +184,8 @@ void add_process(std::string& out, const SummaryInput& p, bool named, bool budge
     }
     if (s.managed_bytes_peak && all_in > all_out + *s.managed_bytes_peak) {
       out += pad + fmt::format(
-                       "(that count is high: {} more came to the GPU than left it, past the {} "
-                       "of managed memory; moves to the host are missing from CUPTI's records)\n",
+                       "(that count is unreliable: {} more came to the GPU than left it, past "
+                       "the {} of managed memory, so CUPTI's records of moves are incomplete)\n",
                        gib(all_in - all_out), gib(*s.managed_bytes_peak));
     }
   }

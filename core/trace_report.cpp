@@ -364,14 +364,14 @@ void report_totals(const Trace& t, Out out) {
   fmt::format_to(out, "  moved HtoD        {}\n", format_bytes(c.bytes_htod));
   fmt::format_to(out, "  moved DtoH        {}\n", format_bytes(c.bytes_dtoh));
   // A byte comes to the GPU once from where it began, then only after it left: more moved in
-  // than out plus every buffer's size means moves out are missing from the records (seen on an
-  // H200 with evictions of PyTorch's blocks, docs/lab/2026-11-30-torch-blocks.md).
+  // than out plus every buffer's size means the records of moves are incomplete (seen on an H200
+  // under heavy faulting, both ways: docs/lab/2026-11-30-link-and-waits.md).
   const uint64_t footprint = footprint_of(t);
   if (c.bytes_htod > c.bytes_dtoh + footprint) {
     fmt::format_to(out,
                    "  records short     {} more moved in than out, past the {} all buffers "
-                   "hold:\n                    moves to the host are missing here, and residency "
-                   "counted from them is too high\n",
+                   "hold:\n                    CUPTI's records of moves are incomplete here,\n"
+                   "                    and residency counted from them is unreliable\n",
                    format_bytes(c.bytes_htod - c.bytes_dtoh), format_bytes(footprint));
   }
   fmt::format_to(out, "  thrashing events  {}\n", c.thrashing_events);

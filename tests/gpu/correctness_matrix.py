@@ -163,8 +163,8 @@ def planned_over_budget(stats):
 def records_short(stats):
     """Bytes by which more came to the GPU than left it over the iterations, past all managed
     memory (0 when within it): a byte comes in once from where it began, then only after it left,
-    so a positive value means moves to the host are missing from CUPTI's records and the peak
-    counted from them is high (umswap's exit summary says the same). None without the figures."""
+    so a positive value means CUPTI's records of moves are incomplete and the peak counted from
+    them is unreliable (umswap's exit summary says the same). None without the figures."""
     its = stats.get("iterations") or []
     managed = (stats.get("allocator") or {}).get("managed_bytes_peak")
     if not its or not isinstance(managed, int):

@@ -118,7 +118,7 @@ TEST(Report, WithoutIterationsOrSteps) {
   EXPECT_NE(r.find("no steps"), std::string::npos) << r;
 }
 
-TEST(Report, SaysWhenMovesToTheHostAreMissing) {
+TEST(Report, SaysWhenTheRecordsOfMovesAreIncomplete) {
   Trace t;
   t.buffers.push_back({});
   t.buffers.back().size = uint64_t{2} << 30;
@@ -128,6 +128,7 @@ TEST(Report, SaysWhenMovesToTheHostAreMissing) {
   EXPECT_NE(line_starting(r, "records short").find("3.00 GiB more moved in than out"),
             std::string::npos)
       << r;
+  EXPECT_NE(r.find("CUPTI's records of moves are incomplete here,\n"), std::string::npos) << r;
   t.totals.bytes_dtoh = uint64_t{8} << 30;  // 8 out + 2 that began on the host: possible
   r = render_report(t);
   EXPECT_EQ(line_starting(r, "records short"), "") << r;

@@ -412,8 +412,6 @@ bool AdvisorImpl::set_up() {
     log_warning("advisor off: {}", fallback);
     return false;
   }
-  // Asked for, not only turned on by the copies: then it is said to be experimental.
-  const bool prefetch_wait_asked = config.prefetch_wait;
   if (config.evict_copy && (!config.prefetch_wait || !config.evict_wait)) {
     log_info("UMSWAP_EVICT_COPY: UMSWAP_PREFETCH_WAIT and UMSWAP_EVICT_WAIT are on with it");
     config.prefetch_wait = config.evict_wait = true;
@@ -428,11 +426,6 @@ bool AdvisorImpl::set_up() {
         d.mem_host_get_device_pointer(&words.progress_device, host, 0) == CUDA_SUCCESS) {
       words.progress_host = static_cast<volatile uint64_t*>(host);
       *words.progress_host = 0;
-      if (prefetch_wait_asked && !config.evict_copy) {
-        log_warning(
-            "UMSWAP_PREFETCH_WAIT is experimental: launches wait for the advisor's prefetches; a "
-            "watchdog turns the waits off after a stall (docs/advisor.md)");
-      }
     } else {
       words.progress_device = 0;
       log_warning("{}: stream memory operations unavailable; launches do not wait",

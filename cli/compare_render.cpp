@@ -243,11 +243,14 @@ std::string render_notes(const CompareReport& report) {
       why =
           "the watchdog released launches that waited for the advisor and turned the waits "
           "off, so late prefetches faulted in beside evictions (docs/advisor.md)";
-    } else if (s && (s->prefetch_wait == false || s->evict_wait == false)) {
+    } else if (s && s->prefetch_wait == false) {
       why =
-          "a launch does not wait for a prefetch that is late, so its data faults in while "
-          "evictions are still on their way out; UMSWAP_PREFETCH_WAIT=1 UMSWAP_EVICT_WAIT=1 "
-          "(experimental) make launches wait for both, at a cost in time (docs/advisor.md)";
+          "UMSWAP_PREFETCH_WAIT=0: a launch does not wait for a prefetch that is late, so its "
+          "data faults in while evictions are still on their way out (docs/advisor.md)";
+    } else if (s && s->evict_wait == false) {
+      why =
+          "launches do not wait for evictions still on their way out; UMSWAP_EVICT_WAIT=1 "
+          "(experimental) makes them wait, at a cost in time (docs/advisor.md)";
     }
     out += fmt::format("note: {} counted {} GPU-resident at its peak, over its budget of {}: {}\n",
                        row_name(row), gib(row.peak_resident_bytes), gib(row.budget_bytes), why);

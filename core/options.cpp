@@ -71,9 +71,9 @@ constexpr std::array kOptionTable = {
     OptionInfo{"UMSWAP_CUPTI_LIBRARY", "PATH", "", "libcupti.so to load (default: search)"},
     OptionInfo{"UMSWAP_REPLAY", "PATH", "",
                "trace to plan from in replay mode (`umswap replay` sets it)"},
-    OptionInfo{"UMSWAP_PREFETCH_WAIT", "BOOL", "0",
-               "1 (experimental): a launch waits for its late prefetch instead of taking page "
-               "faults; a 2 s stall turns the waits off",
+    OptionInfo{"UMSWAP_PREFETCH_WAIT", "BOOL", "1",
+               "1: a launch whose data the plan prefetches waits for that prefetch instead of "
+               "taking page faults (a 2 s stall turns the waits off); 0: it faults the data in",
                kAdvanced},
     OptionInfo{"UMSWAP_EVICT_WAIT", "BOOL", "0",
                "1 (experimental): a launch waits for the evictions whose room it needs, so that "
@@ -411,7 +411,7 @@ Options parse_options(const EnvLookup& lookup, std::vector<std::string>* warning
   if (const char* v = read("UMSWAP_ITERATION_MARKER")) options.iteration_marker = trim(v);
   if (const char* v = read("UMSWAP_CUPTI_LIBRARY")) options.cupti_library = trim(v);
   if (const char* v = read("UMSWAP_REPLAY")) options.replay_path = trim(v);
-  read_bool("UMSWAP_PREFETCH_WAIT", &options.prefetch_wait, "0");
+  read_bool("UMSWAP_PREFETCH_WAIT", &options.prefetch_wait, "1");
   read_bool("UMSWAP_EVICT_WAIT", &options.evict_wait, "0");
   // `keep` was a value here until UMSWAP_DEBUG took the diagnostics: a bad value that says where
   // it went.

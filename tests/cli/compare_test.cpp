@@ -900,10 +900,17 @@ TEST(CompareTable, ABudgetNotHeldSaysWhy) {
   const std::string off = with(R"(, "prefetch_wait": false, "evict_wait": false)");
   EXPECT_TRUE(contains(off,
                        "note: online counted 4.00 GiB GPU-resident at its peak, over its "
-                       "budget of 2.00 GiB: a launch does not wait for a prefetch that is "
-                       "late"))
+                       "budget of 2.00 GiB: UMSWAP_PREFETCH_WAIT=0: a launch does not wait for "
+                       "a prefetch that is late"))
       << off;
-  EXPECT_TRUE(contains(off, "UMSWAP_PREFETCH_WAIT=1 UMSWAP_EVICT_WAIT=1")) << off;
+  // The default: launches wait for late prefetches, not for evictions.
+  const std::string no_evict_wait =
+      with(R"(, "prefetch_wait": true, "evict_wait": false, "wait_stalls": 0)");
+  EXPECT_TRUE(contains(no_evict_wait,
+                       "launches do not wait for evictions still on their way "
+                       "out; UMSWAP_EVICT_WAIT=1"))
+      << no_evict_wait;
+  EXPECT_FALSE(contains(no_evict_wait, "UMSWAP_PREFETCH_WAIT")) << no_evict_wait;
   const std::string stalled =
       with(R"(, "prefetch_wait": true, "evict_wait": true, "wait_stalls": 1)");
   EXPECT_TRUE(contains(stalled, "the watchdog released launches")) << stalled;

@@ -142,11 +142,13 @@ struct AdvisorDriver {
 };
 
 struct AdvisorConfig {
-  Mode mode = Mode::online;    // online or replay
-  SizeSpec budget;             // 0 = the GPU's memory
-  std::string replay_path;     // replay: the trace
-  bool prefetch_wait = false;  // a launch waits for its late prefetch (UMSWAP_PREFETCH_WAIT)
-  bool evict_wait = false;     // a launch waits for the evictions planned at it (UMSWAP_EVICT_WAIT)
+  Mode mode = Mode::online;  // online or replay
+  SizeSpec budget;           // 0 = the GPU's memory
+  std::string replay_path;   // replay: the trace
+  // A launch waits for its late prefetch (UMSWAP_PREFETCH_WAIT; on in the library by default,
+  // off here so that a test turns it on where it means to).
+  bool prefetch_wait = false;
+  bool evict_wait = false;  // a launch waits for the evictions planned at it (UMSWAP_EVICT_WAIT)
   // Evictions copied to pinned host memory and discarded, brought back by a populate and a copy
   // (UMSWAP_EVICT_COPY; needs the waits' counter, docs/advisor.md "Evictions umswap copies").
   // The copies are umswap's copy kernel (copy_kernel.h) on a few SMs instead of cuMemcpyAsync,

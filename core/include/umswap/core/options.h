@@ -101,7 +101,7 @@ struct Options {
   std::string iteration_marker;   // NVTX range name that marks an iteration; empty = detect
   std::string cupti_library;      // libcupti to load; empty = search the usual places
   std::string replay_path;        // trace the replay mode plans from
-  bool prefetch_wait = false;     // a launch waits for its late prefetch rather than fault
+  bool prefetch_wait = true;      // a launch waits for its late prefetch rather than fault
   bool evict_wait = false;        // a launch waits for the evictions the plan makes at it
   bool evict_copy = false;        // evictions copied to pinned host memory, GPU pages discarded
   bool verify = false;            // UMSWAP_VERIFY (umswap run --verify): round trips hashed

@@ -123,7 +123,8 @@ void Watchdog::run() {
       copier_.ask_rescue();
       continue;
     }
-    if (stalls_.fetch_add(1) == 0) {
+    const bool first = stalls_.fetch_add(1) == 0;
+    if (first) {
       log_warning(
           "advisor: launches waited {} s for the advisor's stream (launch {}'s {}; its counter at "
           "launch {}); waits are off for the rest of the run",
@@ -134,6 +135,10 @@ void Watchdog::run() {
     words_.waits_from.store(UINT64_MAX, std::memory_order_release);
     *words_.progress_host = kReleased;
     watched = UINT64_MAX;
+    // Where the advisor thread was (its driver call, the GPU's place, the waits placed; every
+    // thread's stack under UMSWAP_DEBUG=hang-stacks), once, after the release: the report's
+    // event queries may wait on the driver, and the launches no longer do.
+    if (first) report_state();
   }
 }
 

@@ -161,16 +161,29 @@ void add_process(std::string& out, const SummaryInput& p, bool named, bool budge
                      in.value_or(0) / 1e9, moved_out.value_or(0) / 1e9, faults.value_or(0));
   }
 
-  // Residency against the budget.
-  if (s.peak_resident_bytes) {
-    std::string r = fmt::format("peak GPU-resident {}", gib(*s.peak_resident_bytes));
+  // Residency against the budget: under the plan (the iterations timed above), which is what the
+  // plan holds, with the whole run's peak beside it when learning went higher.
+  std::optional<uint64_t> planned_peak;
+  if (planned) {
+    for (size_t i = first; i < end; ++i) {
+      if (its[i].peak_resident_bytes) {
+        planned_peak = std::max(planned_peak.value_or(0), *its[i].peak_resident_bytes);
+      }
+    }
+  }
+  if (s.peak_resident_bytes || planned_peak) {
+    const uint64_t peak = planned_peak.value_or(s.peak_resident_bytes.value_or(0));
+    std::string r =
+        fmt::format("peak GPU-resident {}{}", gib(peak), planned_peak ? " under the plan" : "");
     if (budget_given && s.budget_bytes && *s.budget_bytes > 0) {
-      const double ratio =
-          static_cast<double>(*s.peak_resident_bytes) / static_cast<double>(*s.budget_bytes);
+      const double ratio = static_cast<double>(peak) / static_cast<double>(*s.budget_bytes);
       r += fmt::format(" for a budget of {} ({:.0f}%{})", gib(*s.budget_bytes), ratio * 100,
                        ratio <= 1.02 ? "" : ": over it");
     } else {
       r += " (no budget)";
+    }
+    if (planned_peak && s.peak_resident_bytes && *s.peak_resident_bytes > *planned_peak) {
+      r += fmt::format("; {} in the whole run, learning included", gib(*s.peak_resident_bytes));
     }
     out += pad + r + "\n";
     // A byte comes to the GPU once from where it began, then only after it left: more in than

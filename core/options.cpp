@@ -100,8 +100,9 @@ constexpr std::array kOptionTable = {
                kAdvanced},
     OptionInfo{"UMSWAP_DEBUG", "hang-stacks,op-log,keep-pages", "",
                "diagnostics, any of them, comma-separated; hang-stacks: with the watchdog's "
-               "stall report (launches held 10 s while copies are live, or one launch 30 s in "
-               "umswap's launch path), every thread of the program prints its call stack to "
+               "stall report (launches held 2 s by the advisor, 10 s while copies are live, or "
+               "one launch 30 s in umswap's launch path), every thread of the program prints its "
+               "call stack to "
                "stderr; op-log: the advisor's calls on each stream are followed by a write of "
                "their number, and a stall report says which call each stream is held at; "
                "keep-pages: with UMSWAP_EVICT_COPY=1, the same copies out and back, the GPU "

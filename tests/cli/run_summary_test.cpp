@@ -129,6 +129,35 @@ TEST(RunSummary, SaysWhenThePeakIsOverTheBudget) {
   EXPECT_TRUE(has(n, "peak GPU-resident 11.00 GiB (no budget)")) << n;
 }
 
+// Under the plan: the steady iterations' own peaks, which is what the plan holds; the whole run's,
+// learning included, beside it when higher.
+TEST(RunSummary, SaysThePeakUnderThePlanApartFromLearning) {
+  json s = stats();
+  s["advisor"]["peak_resident_bytes"] = 16106127360;  // 15 GiB, in a learning iteration
+  for (json& it : s["iterations"]) it["peak_resident_bytes"] = 16106127360;
+  s["iterations"][3]["peak_resident_bytes"] = 10200547328;  // 9.5 GiB
+  s["iterations"][4]["peak_resident_bytes"] = 10737418240;  // 10 GiB
+  s["iterations"][5]["peak_resident_bytes"] = 10468982784;  // 9.75 GiB
+  const std::string t = run_summary_text({{"a", s}}, true);
+  EXPECT_TRUE(has(t,
+                  "peak GPU-resident 10.00 GiB under the plan for a budget of 10.00 GiB (100%); "
+                  "15.00 GiB in the whole run, learning included\n"))
+      << t;
+  // One steady iteration over it: judged over.
+  s["iterations"][5]["peak_resident_bytes"] = 12884901888;  // 12 GiB
+  const std::string u = run_summary_text({{"a", s}}, true);
+  EXPECT_TRUE(has(u,
+                  "peak GPU-resident 12.00 GiB under the plan for a budget of 10.00 GiB (120%: "
+                  "over it); 15.00 GiB in the whole run"))
+      << u;
+  // No plan in force: the whole run's peak, as before.
+  s["advisor"]["plan"]["applied_from_launch"] = nullptr;
+  s["advisor"]["first_plan_applied_from_launch"] = nullptr;
+  const std::string v = run_summary_text({{"a", s}}, true);
+  EXPECT_TRUE(has(v, "peak GPU-resident 15.00 GiB for a budget of 10.00 GiB (150%: over it)\n"))
+      << v;
+}
+
 TEST(RunSummary, SaysTheFallbackAndTheAllocationPath) {
   json s = stats("replay");
   s["advisor"]["fallback"] = "the launches no longer match the trace";

@@ -2,11 +2,11 @@
 // (inside the driver, measured on cudnn_vgg16). A launch must never wait for ever on the
 // advisor: if launches wait for a counter value that has not moved for 2 s (while the advisor
 // thread issues nothing either; 10 s at most), the waits are turned off for the rest of the run,
-// with one warning; with copies live it asks the advisor thread to bring everything back first
-// (releasing launches would let them read discarded pages) and, if that does not come, says where
-// things stand, once. It also reports, once, a launch held 30 s inside umswap's launch path.
-// Runs only while launches can wait (the counter exists: UMSWAP_PREFETCH_WAIT, UMSWAP_EVICT_WAIT
-// or UMSWAP_EVICT_COPY).
+// with one warning and, the first time, a report of where things stood; with copies live it asks
+// the advisor thread to bring everything back first (releasing launches would let them read
+// discarded pages) and, if that does not come, says where things stand, once. It also reports,
+// once, a launch held 30 s inside umswap's launch path. Runs only while launches can wait (the
+// counter exists: UMSWAP_PREFETCH_WAIT, UMSWAP_EVICT_WAIT or UMSWAP_EVICT_COPY).
 //
 // Threads: start() and join() from the advisor's facade (start on the advisor thread once it is
 // set up); its thread reads Progress, the event rings, the copy evictor's words and the launch

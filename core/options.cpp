@@ -102,12 +102,11 @@ constexpr std::array kOptionTable = {
                "diagnostics, any of them, comma-separated; hang-stacks: with the watchdog's "
                "stall report (launches held 2 s by the advisor, 10 s while copies are live, or "
                "one launch 30 s in umswap's launch path), every thread of the program prints its "
-               "call stack to "
-               "stderr; op-log: the advisor's calls on each stream are followed by a write of "
-               "their number, and a stall report says which call each stream is held at; "
-               "keep-pages: with UMSWAP_EVICT_COPY=1, the same copies out and back, the GPU "
-               "pages kept (a wrong result with copies that keep-pages does not show came from "
-               "a read of a discarded range; docs/advisor.md)",
+               "call stack to stderr; op-log: the advisor's calls on each stream are followed by "
+               "a write of their number, and a stall report says which call each stream is held "
+               "at; keep-pages: with UMSWAP_EVICT_COPY=1, the same copies out and back, the GPU "
+               "pages kept (a wrong result with copies that keep-pages does not show came from a "
+               "read of a discarded range; docs/advisor.md)",
                kAdvanced},
     OptionInfo{"UMSWAP_ASYNC_SLABS", "BOOL", "1",
                "1: cudaMallocAsync allocations are blocks of umswap's managed slabs (exact "

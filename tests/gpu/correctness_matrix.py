@@ -195,6 +195,8 @@ def stats_of(path):
         "planned_over_budget": planned_over_budget(s),
         "planned_peak": adv.get("peak_resident_applied_bytes"),
         "records_short": records_short(s),
+        # Times the watchdog released launches waiting for the advisor (waits off afterwards).
+        "wait_stalls": adv.get("wait_stalls"),
         "faults_steady_max": max(steady) if steady else None,
         "unforeseen": (cc.get("unforeseen") or {}).get("faults", 0),
         "harmful": cc.get("harmful", 0),
@@ -563,7 +565,7 @@ def report(a, natives, results, started, out):
     gib = 1024 ** 3
     lines = ["| model | allocator | det. | budget | verdict (worst / spread) | last loss native "
              "(spread) / umswap | peak counted (under the plan; iterations over; * records "
-             "short) / budget | "
+             "short; † waits released) / budget | "
              "plan from iteration | "
              "faults (steady max) | unforeseen | ms native / umswap |", "|" + " --- |" * 11]
     for r in table:
@@ -579,7 +581,8 @@ def report(a, natives, results, started, out):
             f"{'-' if pr is None else '%.2f' % (pr / gib)} "
             f"({'-' if pp is None else '%.2f' % (pp / gib)}"
             f"{'' if not over else '; %d of %d' % tuple(over)}"
-            f"{'; *' if r.get('records_short') else ''}) / "
+            f"{'; *' if r.get('records_short') else ''}"
+            f"{'; †' if r.get('wait_stalls') else ''}) / "
             f"{(r.get('budget_bytes') or 0) / gib:.2f} | "
             f"{'-' if r.get('plan_from_iteration') is None else r['plan_from_iteration']} | "
             f"{r.get('faults_steady_max', '-')} | {r.get('unforeseen', '-')} | "

@@ -133,7 +133,10 @@ class Report(unittest.TestCase):
     def test_a_row_counts_the_planned_iterations_over_the_budget(self):
         self.row(1060)
 
-    def row(self, budget):
+    def test_a_row_whose_waits_the_watchdog_released_is_marked(self):
+        self.row(1060, stalls=2)
+
+    def row(self, budget, stalls=0):
         import argparse
         import io
         import json
@@ -145,6 +148,7 @@ class Report(unittest.TestCase):
                 s = PlannedIterations().stats(first_plan=150) | {"peak_resident_bytes": 9000}
                 if budget is not None:
                     s["advisor"]["budget_bytes"] = budget
+                s["advisor"]["wait_stalls"] = stalls
                 json.dump(s, f)
             n = {"rc": 0, "losses": [1.0, 0.9, 0.8], "ms": [5, 4, 4], "summary": {}}
             u = dict(n, ms=[9, 8, 8], seconds=1.0)
@@ -159,9 +163,12 @@ class Report(unittest.TestCase):
             # 9000 and 1100 bytes in GiB; the plan began in iteration 2.
             if budget is None:  # no budget in the stats: no count
                 self.assertIn("| 0.00 (0.00) / 0.00 | 2 |", row)
+            elif stalls:  # the same, and the watchdog turned the waits off
+                self.assertIn("| 0.00 (0.00; 1 of 2; †) / 0.00 | 2 |", row)
             else:  # iterations 3 and 4 under the plan, 1100 over 1060 by more than 2%
                 self.assertIn("| 0.00 (0.00; 1 of 2) / 0.00 | 2 |", row)
             rows = json.load(open(a.json))["rows"]
+            self.assertEqual(rows[0]["wait_stalls"], stalls)
             self.assertEqual((rows[0]["peak_planned"], rows[0]["plan_from_iteration"]), (1100, 2))
 
 

@@ -130,16 +130,16 @@ void Registry::set_carved_block_finder(const BlockFinder* finder) {
   publish(std::move(next));
 }
 
-bool Registry::set_carved(uint64_t base, bool carved) {
+bool Registry::mark_carved(uint64_t base) {
   std::lock_guard lock(write_mutex_);
   const auto old = load_current();
   const auto& recs = old->records_;
   auto it = std::lower_bound(recs.begin(), recs.end(), base,
                              [](const BufferRecord& r, uint64_t b) { return r.base < b; });
   if (it == recs.end() || it->base != base) return false;
-  if (it->carved == carved) return true;
+  if (it->carved) return true;
   auto next = std::make_shared<Snapshot>(*old);
-  next->records_[static_cast<size_t>(it - recs.begin())].carved = carved;
+  next->records_[static_cast<size_t>(it - recs.begin())].carved = true;
   publish(std::move(next));
   return true;
 }

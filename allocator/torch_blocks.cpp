@@ -143,7 +143,7 @@ void TorchBlocks::on_event(int32_t action, uint64_t address, uint64_t bytes) noe
     ++events_;
     switch (action) {
       case kSegmentAlloc:
-        if (registry_.set_carved(address, true)) {
+        if (registry_.mark_carved(address)) {
           segments_[address] = bytes;
           ++segments_made_;
         }

@@ -304,13 +304,8 @@ std::vector<ModeRow> compute_rows(const std::vector<ModeOutcome>& outcomes, cons
       row.bytes_out_per_iteration =
           steady_mean(*o.stats, [](const auto& i) { return i.bytes_dtoh; });
       // Over the steady iterations: the learning ones hold the whole footprint on purpose.
-      const auto [first, end] = planned_steady_range(its.size(), &*o.stats);
-      for (size_t i = first; i < end; ++i) {
-        if (its[i].peak_resident_bytes) {
-          row.peak_resident_bytes =
-              std::max(row.peak_resident_bytes.value_or(0), *its[i].peak_resident_bytes);
-        }
-      }
+      row.peak_resident_bytes =
+          steady_max(*o.stats, [](const auto& i) { return i.peak_resident_bytes; });
       if (!row.peak_resident_bytes) row.peak_resident_bytes = o.stats->peak_resident_bytes;
       if (o.mode == CompareMode::vmm) {
         // Engine vmm: its chunks and the program's own GPU memory, exact (no managed memory,

@@ -163,14 +163,9 @@ void add_process(std::string& out, const SummaryInput& p, bool named, bool budge
 
   // Residency against the budget: under the plan (the iterations timed above), which is what the
   // plan holds, with the whole run's peak beside it when learning went higher.
-  std::optional<uint64_t> planned_peak;
-  if (planned) {
-    for (size_t i = first; i < end; ++i) {
-      if (its[i].peak_resident_bytes) {
-        planned_peak = std::max(planned_peak.value_or(0), *its[i].peak_resident_bytes);
-      }
-    }
-  }
+  const std::optional<uint64_t> planned_peak =
+      planned ? steady_max(s, [](const StatsIteration& i) { return i.peak_resident_bytes; })
+              : std::nullopt;
   if (s.peak_resident_bytes || planned_peak) {
     const uint64_t peak = planned_peak.value_or(s.peak_resident_bytes.value_or(0));
     std::string r =

@@ -117,8 +117,8 @@ class Registry {
   void set_block_finder(const BlockFinder* finder);
   // The finder of the blocks in records marked `carved`, with the same contract.
   void set_carved_block_finder(const BlockFinder* finder);
-  // Sets `carved` on the record that starts exactly at `base`; false when there is none.
-  bool set_carved(uint64_t base, bool carved);
+  // Marks `carved` the record that starts exactly at `base`; false when there is none.
+  bool mark_carved(uint64_t base);
 
  private:
   std::shared_ptr<const Snapshot> load_current() const;

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <functional>
@@ -180,6 +181,17 @@ std::optional<double> steady_mean(const StatsFigures& stats, Get get) {
     }
   }
   return n ? std::optional<double>(sum / static_cast<double>(n)) : std::nullopt;
+}
+// Largest `get(iteration)` over the same steady iterations; nullopt when none has the figure.
+template <typename Get>
+std::optional<uint64_t> steady_max(const StatsFigures& stats, Get get) {
+  const std::vector<StatsIteration>& iterations = stats.iterations;
+  const auto [first, end] = planned_steady_range(iterations.size(), &stats);
+  std::optional<uint64_t> most;
+  for (size_t i = first; i < end; ++i) {
+    if (const std::optional<uint64_t> v = get(iterations[i])) most = std::max(most.value_or(0), *v);
+  }
+  return most;
 }
 // A stats or summary field read as a count: a non-negative number, else nullopt (missing, null,
 // negative, another type).

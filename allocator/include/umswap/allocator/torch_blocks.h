@@ -22,7 +22,10 @@
 // block freed but not yet completed overlaps them, and none is discarded already. Those
 // `discard_page` accepts go in one `discard` call on the block's stream (the entry's stream_; the
 // legacy stream maps to the per-thread one, which it is ordered with), so they go after every use
-// of the block there and before any reuse. Discarded pages are remembered until an allocation
+// of the block there and before any reuse. The other bytes of such a page belonged to blocks freed
+// before, of the same segment and so of the same stream (PyTorch's pools are per stream: a segment
+// is made for one stream and its blocks keep it), whose last uses precede the discard in that
+// order. Discarded pages are remembered until an allocation
 // overlaps one (edge pages too: nothing touched them since): then it is forgotten, and populated on
 // the GPU on the allocation's stream unless `populate_later` takes it (the advisor populates it
 // before its first use). Nothing is discarded or populated on a stream being captured into a graph.

@@ -18,19 +18,18 @@
 // DiscardMode::planned): each block's allocation and free go to `lifetime` (the tracer, so that
 // plans know when a tensor is dead); at a block's FREE_COMPLETED (PyTorch may reuse it from then,
 // on its stream only; uses on other streams are over), the candidates are the whole 2 MiB pages
-// (absolute alignment) inside the free space around it that overlap it: no live block and no
-// block freed but not yet completed overlaps them, and none is discarded already. Those
-// `discard_page` accepts go in one `discard` call on the block's stream (the entry's stream_; the
-// legacy stream maps to the per-thread one, which it is ordered with), so they go after every use
-// of the block there and before any reuse. The other bytes of such a page belonged to blocks freed
-// before, of the same segment and so of the same stream (PyTorch's pools are per stream: a segment
-// is made for one stream and its blocks keep it), whose last uses precede the discard in that
-// order. Discarded pages are remembered until an allocation
-// overlaps one (edge pages too: nothing touched them since): then it is forgotten, and populated on
-// the GPU on the allocation's stream unless `populate_later` takes it (the advisor populates it
-// before its first use). Nothing is discarded or populated on a stream being captured into a graph.
-// A failed call turns the drops off and forgets every page (the driver populates a page on first
-// touch).
+// (absolute alignment) inside the free space around it that overlap it: no live block and no block
+// freed but not yet completed overlaps them, and none is discarded already. Those `discard_page`
+// accepts go in one `discard` call on the block's stream (the entry's stream_; the legacy stream
+// maps to the per-thread one, which it is ordered with), so they go after every use of the block
+// there and before any reuse. The other bytes of such a page belonged to blocks freed before, of
+// the same segment and so of the same stream (PyTorch's pools are per stream: a segment is made for
+// one stream and its blocks keep it), whose last uses precede the discard in that order. Discarded
+// pages are remembered until an allocation overlaps one (edge pages too: nothing touched them
+// since): then it is forgotten, and populated on the GPU on the allocation's stream unless
+// `populate_later` takes it (the advisor populates it before its first use). Nothing is discarded
+// or populated on a stream being captured into a graph. A failed call turns the drops off and
+// forgets every page (the driver populates a page on first touch).
 //
 // Thread safety: every member may be called from any thread. on_event() runs under PyTorch's
 // lock and takes only this object's mutex and the registry's writer lock, never waiting on a

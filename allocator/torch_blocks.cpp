@@ -302,7 +302,8 @@ std::optional<std::pair<uint64_t, uint64_t>> TorchBlocks::live_block(uint64_t ad
 TorchBlocks::Stats TorchBlocks::stats() const {
   std::lock_guard lock(mutex_);
   Stats s;
-  switch (state_.load(std::memory_order_acquire)) {
+  const State state = state_.load(std::memory_order_acquire);
+  switch (state) {
     case State::idle:
       s.state = "not PyTorch";
       break;
@@ -327,7 +328,9 @@ TorchBlocks::Stats TorchBlocks::stats() const {
   s.discarded_bytes = discarded_bytes_;
   s.populated_bytes = populated_bytes_;
   s.populate_deferred_bytes = deferred_bytes_;
-  s.drops = !drops_stopped_.empty() ? drops_stopped_ : drops_on_ ? "on" : "off";
+  // Nothing is dropped while no block is followed (another backend, not PyTorch, failed).
+  const bool following = state == State::attached || state == State::checked;
+  s.drops = !drops_stopped_.empty() ? drops_stopped_ : drops_on_ && following ? "on" : "off";
   return s;
 }
 

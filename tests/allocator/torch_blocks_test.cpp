@@ -334,6 +334,17 @@ TEST_F(TorchDropsTest, ASegmentGivenBackForgetsItsPages) {
   EXPECT_TRUE(log_.populates.empty());
 }
 
+// Drops set up in a program whose allocator is not followed (another backend): said to be off.
+TEST_F(TorchBlocksTest, NoDropsWhereNoBlockIsFollowed) {
+  DropLog log;
+  blocks_.set_drops(log.drops());
+  EXPECT_EQ(blocks_.stats().drops, "off");
+  fake_.set_backend(2);
+  blocks_.before_segment_malloc(UMSWAP_TEST_FAKE_C10_CUDA);
+  EXPECT_EQ(blocks_.stats().drops, "off");
+  blocks_.set_drops({});  // before `log` goes
+}
+
 // Without the driver calls (no planned discards): lifetimes only.
 TEST_F(TorchDropsTest, WithoutDriverCallsOnlyLifetimes) {
   TorchBlocks::Drops d = log_.drops();

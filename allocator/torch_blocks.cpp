@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <link.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <iterator>
@@ -28,7 +29,22 @@ constexpr std::string_view kAttachMethod =
 // on 2.11 by bench/allocator_trace_probe.py, H200, 2026-11-30, and by the self-check at run time).
 constexpr size_t kActionOffset = 0;   // int32 enum
 constexpr size_t kAddressOffset = 8;  // size_t
+constexpr size_t kStreamOffset = 32;  // cudaStream_t (void* in c10's generic TraceEntry)
 constexpr size_t kSizeOffset = 40;    // size_t
+
+// The unit of dropping: the driver's large page for managed memory, as the slabs' (a page that
+// also holds a live neighbour is never discarded).
+constexpr uint64_t kPage = uint64_t{2} << 20;
+
+// Appends a page to a batch of ranges, extending the last one when it follows it.
+void add_page(std::vector<uint64_t>& starts, std::vector<uint64_t>& sizes, uint64_t page) {
+  if (!starts.empty() && starts.back() + sizes.back() == page) {
+    sizes.back() += kPage;
+  } else {
+    starts.push_back(page);
+    sizes.push_back(kPage);
+  }
+}
 
 // The tracker's argument: the entry, only ever read through the offsets above.
 struct OpaqueTraceEntry;
@@ -107,7 +123,7 @@ std::string TorchBlocks::attach(const std::string& library_path) {
   auto method = reinterpret_cast<AttachMethod>(load + found.at(std::string(kAttachMethod)));
   Tracker tracker = [this](const OpaqueTraceEntry& e) {
     on_event(field<int32_t>(e, kActionOffset), field<uint64_t>(e, kAddressOffset),
-             field<uint64_t>(e, kSizeOffset));
+             field<uint64_t>(e, kSizeOffset), field<uint64_t>(e, kStreamOffset));
   };
   method(object, &tracker);
   return {};
@@ -120,7 +136,16 @@ void TorchBlocks::fail(std::string why) {
   state_.store(State::failed, std::memory_order_release);
 }
 
-void TorchBlocks::on_event(int32_t action, uint64_t address, uint64_t bytes) noexcept {
+void TorchBlocks::set_drops(Drops drops) {
+  std::lock_guard lock(mutex_);
+  drops_ = std::move(drops);
+  drops_on_ = drops_.discard && drops_.populate;
+  drops_stopped_.clear();
+  discarded_.clear();
+}
+
+void TorchBlocks::on_event(int32_t action, uint64_t address, uint64_t bytes,
+                           uint64_t stream) noexcept {
   try {
     const State state = state_.load(std::memory_order_acquire);
     if (state != State::attached && state != State::checked) return;
@@ -150,22 +175,32 @@ void TorchBlocks::on_event(int32_t action, uint64_t address, uint64_t bytes) noe
         break;
       case kSegmentFree: {
         segments_.erase(address);
-        auto it = blocks_.lower_bound(address);
-        while (it != blocks_.end() && it->first < address + bytes) it = blocks_.erase(it);
+        for (auto* m : {&blocks_, &pending_}) {
+          auto it = m->lower_bound(address);
+          while (it != m->end() && it->first < address + bytes) it = m->erase(it);
+        }
+        discarded_.erase(discarded_.lower_bound(address), discarded_.lower_bound(address + bytes));
         break;
       }
       case kAlloc: {
-        auto seg = segments_.upper_bound(address);
-        if (seg == segments_.begin() || std::prev(seg)->first + std::prev(seg)->second <= address) {
+        if (segment_of(address) == segments_.end()) {
           ++ignored_;
           break;
         }
         blocks_[address] = bytes;
         ++blocks_made_;
+        if (drops_.lifetime) drops_.lifetime(address, bytes, false);
+        populate_discarded(address, bytes, stream);
         break;
       }
       case kFreeRequested:
-        blocks_.erase(address);
+        if (blocks_.erase(address) > 0) {
+          pending_[address] = bytes;
+          if (drops_.lifetime) drops_.lifetime(address, bytes, true);
+        }
+        break;
+      case kFreeCompleted:
+        if (pending_.erase(address) > 0) discard_free_pages(address, bytes, stream);
         break;
       default:
         break;
@@ -173,6 +208,83 @@ void TorchBlocks::on_event(int32_t action, uint64_t address, uint64_t bytes) noe
   } catch (...) {
     // Nothing may unwind into PyTorch's allocator (std::bad_alloc from a map node).
   }
+}
+
+std::map<uint64_t, uint64_t>::const_iterator TorchBlocks::segment_of(uint64_t address) const {
+  auto seg = segments_.upper_bound(address);
+  if (seg == segments_.begin()) return segments_.end();
+  --seg;
+  return address - seg->first < seg->second ? seg : segments_.end();
+}
+
+void TorchBlocks::discard_free_pages(uint64_t address, uint64_t bytes, uint64_t stream) {
+  if (!drops_on_ || !drops_.discard_page || bytes == 0) return;
+  if (drops_.capturing && drops_.capturing(stream)) return;
+  const auto seg = segment_of(address);
+  if (seg == segments_.end()) return;
+  // The free space around the block: up to the nearest live or not yet completed block each side.
+  uint64_t lo = seg->first, hi = seg->first + seg->second;
+  for (const auto* m : {&blocks_, &pending_}) {
+    auto next = m->lower_bound(address);
+    if (next != m->end()) hi = std::min(hi, next->first);
+    if (next != m->begin()) lo = std::max(lo, std::prev(next)->first + std::prev(next)->second);
+  }
+  const uint64_t first = std::max((lo + kPage - 1) / kPage, address / kPage) * kPage;
+  const uint64_t end = std::min(hi, (address + bytes + kPage - 1) / kPage * kPage);
+  std::vector<uint64_t> starts, sizes;
+  for (uint64_t page = first; page + kPage <= end; page += kPage) {
+    if (discarded_.contains(page) || !drops_.discard_page(page)) continue;
+    add_page(starts, sizes, page);
+  }
+  if (starts.empty()) return;
+  if (!drops_.discard(starts, sizes, stream)) {
+    stop_drops("cuMemDiscardBatchAsync");
+    return;
+  }
+  for (size_t i = 0; i < starts.size(); ++i) {
+    for (uint64_t page = starts[i]; page < starts[i] + sizes[i]; page += kPage) {
+      discarded_.insert(page);
+    }
+    discarded_bytes_ += sizes[i];
+    if (drops_.residency) drops_.residency(starts[i], sizes[i], false);
+  }
+}
+
+void TorchBlocks::populate_discarded(uint64_t address, uint64_t bytes, uint64_t stream) {
+  // Every page the block overlaps, edge pages too: forgotten whatever happens next (once a live
+  // block overlaps a page, discarding-and-populating it again would destroy that block's data).
+  const auto from = discarded_.lower_bound(address / kPage * kPage);
+  const auto to = discarded_.lower_bound(address + std::max<uint64_t>(bytes, 1));
+  if (from == to) return;
+  std::vector<uint64_t> pages(from, to);
+  discarded_.erase(from, to);
+  // Not on a stream being captured: the driver populates them at the first touch.
+  if (!drops_on_ || (drops_.capturing && drops_.capturing(stream))) return;
+  std::vector<uint64_t> starts, sizes;
+  for (const uint64_t page : pages) {
+    if (drops_.populate_later && drops_.populate_later(page)) {
+      deferred_bytes_ += kPage;
+      continue;
+    }
+    add_page(starts, sizes, page);
+  }
+  if (starts.empty()) return;
+  if (!drops_.populate(starts, sizes, stream)) {
+    stop_drops("cuMemDiscardAndPrefetchBatchAsync");
+    return;
+  }
+  for (size_t i = 0; i < starts.size(); ++i) {
+    populated_bytes_ += sizes[i];
+    if (drops_.residency) drops_.residency(starts[i], sizes[i], true);
+  }
+}
+
+// A page forgotten is populated by the driver at its first touch, as managed memory always is.
+void TorchBlocks::stop_drops(const char* call) {
+  drops_on_ = false;
+  discarded_.clear();
+  drops_stopped_ = std::string(call) + " failed";
+  log_warning("{} failed; PyTorch's dead blocks are no longer dropped", call);
 }
 
 // Asked only for addresses in segments marked carved (the registry's dispatch), whose blocks are
@@ -190,7 +302,8 @@ std::optional<std::pair<uint64_t, uint64_t>> TorchBlocks::live_block(uint64_t ad
 TorchBlocks::Stats TorchBlocks::stats() const {
   std::lock_guard lock(mutex_);
   Stats s;
-  switch (state_.load(std::memory_order_acquire)) {
+  const State state = state_.load(std::memory_order_acquire);
+  switch (state) {
     case State::idle:
       s.state = "not PyTorch";
       break;
@@ -212,6 +325,12 @@ TorchBlocks::Stats TorchBlocks::stats() const {
   s.blocks = blocks_made_;
   s.live_blocks = blocks_.size();
   s.ignored = ignored_;
+  s.discarded_bytes = discarded_bytes_;
+  s.populated_bytes = populated_bytes_;
+  s.populate_deferred_bytes = deferred_bytes_;
+  // Nothing is dropped while no block is followed (another backend, not PyTorch, failed).
+  const bool following = state == State::attached || state == State::checked;
+  s.drops = !drops_stopped_.empty() ? drops_stopped_ : drops_on_ && following ? "on" : "off";
   return s;
 }
 

@@ -55,8 +55,16 @@ nlohmann::json torch_blocks_json(const TorchBlocks* blocks) {
     s = blocks->stats();
   else
     s.state = "nothing redirected";
-  return {{"state", s.state},   {"events", s.events},           {"segments", s.segments},
-          {"blocks", s.blocks}, {"live_blocks", s.live_blocks}, {"ignored", s.ignored}};
+  return {{"state", s.state},
+          {"events", s.events},
+          {"segments", s.segments},
+          {"blocks", s.blocks},
+          {"live_blocks", s.live_blocks},
+          {"ignored", s.ignored},
+          {"drops", s.drops},
+          {"discarded_bytes", s.discarded_bytes},
+          {"populated_bytes", s.populated_bytes},
+          {"populate_deferred_bytes", s.populate_deferred_bytes}};
 }
 
 }  // namespace
@@ -294,6 +302,7 @@ void Preload::create_allocator_once() {
       }
     });
     configure_slabs();
+    configure_torch_drops();
     if (options_.verbose >= 1 && limit != 0) {
       log_info("managed memory capped at {}", format_bytes(limit));
     }
@@ -336,6 +345,67 @@ void Preload::configure_slabs() {
   hooks.discard_page = nullptr;
   hooks.populate_later = nullptr;
   allocator_->configure_slabs(hooks);
+}
+
+void Preload::configure_torch_drops() {
+  TorchBlocks::Drops drops;
+  if (options_.lifetimes) {
+    drops.lifetime = [](uint64_t address, uint64_t bytes, bool freed) {
+      tracer::note_lifetime(address, bytes, freed);
+    };
+  }
+  // The same switch as the slabs' planned discards: the advisor plans with lifetimes only then.
+  if (planned_discards_.load()) {
+    drops.discard_page = [](uint64_t page) {
+      advisor::Advisor* advisor = g_advisor.load(std::memory_order_acquire);
+      return advisor != nullptr && advisor->discard_page(page);
+    };
+    drops.populate_later = [](uint64_t page) {
+      advisor::Advisor* advisor = g_advisor.load(std::memory_order_acquire);
+      return advisor != nullptr && advisor->populate_later(page);
+    };
+    drops.residency = [](uint64_t address, uint64_t bytes, bool on_gpu) {
+      tracer::note_residency(address, bytes, on_gpu);
+    };
+    // Not on the legacy default stream, which these calls refuse: the per-thread stream is
+    // ordered with it (as the slabs' discards).
+    const auto on = [](uint64_t stream) {
+      return stream == 0 || stream == reinterpret_cast<uint64_t>(CU_STREAM_LEGACY)
+                 ? CU_STREAM_PER_THREAD
+                 : reinterpret_cast<CUstream>(stream);
+    };
+    const auto discard = driver_.cuMemDiscardBatchAsync;
+    const auto populate = driver_.cuMemDiscardAndPrefetchBatchAsync;
+    const auto get_device = driver_.cuCtxGetDevice;
+    drops.discard = [discard, on](const std::vector<uint64_t>& starts,
+                                  const std::vector<uint64_t>& sizes, uint64_t stream) {
+      std::vector<CUdeviceptr> p(starts.begin(), starts.end());
+      std::vector<size_t> n(sizes.begin(), sizes.end());
+      return discard && discard(p.data(), n.data(), p.size(), 0, on(stream)) == CUDA_SUCCESS;
+    };
+    drops.populate = [populate, get_device, on](const std::vector<uint64_t>& starts,
+                                                const std::vector<uint64_t>& sizes,
+                                                uint64_t stream) {
+      CUdevice device = 0;
+      if (!populate || !get_device || get_device(&device) != CUDA_SUCCESS) return false;
+      CUmemLocation where{};
+      where.type = CU_MEM_LOCATION_TYPE_DEVICE;
+      where.id = device;
+      size_t where_from = 0;  // the one location applies to every range
+      std::vector<CUdeviceptr> p(starts.begin(), starts.end());
+      std::vector<size_t> n(sizes.begin(), sizes.end());
+      return populate(p.data(), n.data(), p.size(), &where, &where_from, 1, 0, on(stream)) ==
+             CUDA_SUCCESS;
+    };
+    // A stream that cannot be asked counts as capturing: nothing is dropped on it.
+    const auto is_capturing = driver_.cuStreamIsCapturing;
+    drops.capturing = [is_capturing, on](uint64_t stream) {
+      CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+      return !is_capturing || is_capturing(on(stream), &status) != CUDA_SUCCESS ||
+             status != CU_STREAM_CAPTURE_STATUS_NONE;
+    };
+  }
+  torch_blocks_->set_drops(std::move(drops));
 }
 
 bool Preload::redirecting() {

@@ -62,6 +62,9 @@ class Preload {
   void load_driver_once();
   void create_allocator_once();
   void configure_slabs();
+  // PyTorch's caching allocator's blocks: their lifetimes to the tracer, and with planned
+  // discards their dead pages dropped as the slabs' are (torch_blocks.h). After configure_slabs.
+  void configure_torch_drops();
   void start_tracer_once();
   void start_advisor(advisor::Advisor* advisor);
   // Whether the advisor is to run: a mode that advises, under engine um (under engine vmm it

@@ -9,7 +9,10 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
+#include <tuple>
 #include <utility>
+#include <vector>
 
 #include "umswap/core/elf_symbols.h"
 
@@ -28,17 +31,21 @@ class FakeC10 {
     set_backend = reinterpret_cast<void (*)(int)>(dlsym(handle_, "fake_c10_set_backend"));
     clear = reinterpret_cast<void (*)()>(dlsym(handle_, "fake_c10_clear_trackers"));
     trackers = reinterpret_cast<size_t (*)()>(dlsym(handle_, "fake_c10_trackers"));
-    emit = reinterpret_cast<void (*)(int32_t, size_t, size_t)>(dlsym(handle_, "fake_c10_emit"));
+    emit_ = reinterpret_cast<void (*)(int32_t, size_t, size_t, size_t)>(
+        dlsym(handle_, "fake_c10_emit"));
   }
-  bool ok() const { return handle_ && set_backend && clear && trackers && emit; }
+  bool ok() const { return handle_ && set_backend && clear && trackers && emit_; }
+  void emit(int32_t action, size_t address, size_t bytes, size_t stream = 0) const {
+    emit_(action, address, bytes, stream);
+  }
 
   void (*set_backend)(int) = nullptr;
   void (*clear)() = nullptr;
   size_t (*trackers)() = nullptr;
-  void (*emit)(int32_t, size_t, size_t) = nullptr;
 
  private:
   void* handle_ = nullptr;  // left loaded: trackers in it point into this test
+  void (*emit_)(int32_t, size_t, size_t, size_t) = nullptr;
 };
 
 class TorchBlocksTest : public ::testing::Test {
@@ -177,6 +184,178 @@ TEST_F(TorchBlocksTest, OtherLibrariesDoNotCount) {
 TEST_F(TorchBlocksTest, ALibraryWithoutTheSymbolsIsSaid) {
   // The test program itself is not PyTorch: named libc10_cuda.so it would lack the symbols.
   EXPECT_NE(blocks_.attach("/proc/self/exe").find("lacks"), std::string::npos);
+}
+
+// What set_drops() is told and asked, recorded; the driver calls succeed unless told otherwise.
+struct DropLog {
+  std::vector<std::tuple<uint64_t, uint64_t, bool>> lifetimes, residency;
+  // (first page, bytes, stream) of each range of each call
+  std::vector<std::tuple<uint64_t, uint64_t, uint64_t>> discards, populates;
+  std::set<uint64_t> refused, later;  // pages discard_page refuses, pages populate_later takes
+  std::set<uint64_t> capturing;       // streams being captured
+  bool fail_discard = false;
+
+  TorchBlocks::Drops drops() {
+    TorchBlocks::Drops d;
+    d.lifetime = [this](uint64_t a, uint64_t n, bool freed) {
+      lifetimes.emplace_back(a, n, freed);
+    };
+    d.discard_page = [this](uint64_t page) { return !refused.contains(page); };
+    d.populate_later = [this](uint64_t page) { return later.contains(page); };
+    d.residency = [this](uint64_t a, uint64_t n, bool on) { residency.emplace_back(a, n, on); };
+    d.discard = [this](const std::vector<uint64_t>& starts, const std::vector<uint64_t>& sizes,
+                       uint64_t stream) {
+      if (fail_discard) return false;
+      for (size_t i = 0; i < starts.size(); ++i) discards.emplace_back(starts[i], sizes[i], stream);
+      return true;
+    };
+    d.populate = [this](const std::vector<uint64_t>& starts, const std::vector<uint64_t>& sizes,
+                        uint64_t stream) {
+      for (size_t i = 0; i < starts.size(); ++i)
+        populates.emplace_back(starts[i], sizes[i], stream);
+      return true;
+    };
+    d.capturing = [this](uint64_t stream) { return capturing.contains(stream); };
+    return d;
+  }
+};
+using Call = std::tuple<uint64_t, uint64_t, uint64_t>;
+using Calls = std::vector<Call>;
+
+class TorchDropsTest : public TorchBlocksTest {
+ protected:
+  void SetUp() override {
+    TorchBlocksTest::SetUp();
+    first_segment();  // 20 MiB at kSegment, which is 2 MiB aligned
+    blocks_.set_drops(log_.drops());
+  }
+  void alloc(uint64_t offset, uint64_t bytes, uint64_t stream = 7) {
+    fake_.emit(TorchBlocks::kAlloc, kSegment + offset, bytes, stream);
+  }
+  void free(uint64_t offset, uint64_t bytes, uint64_t stream = 7, bool complete = true) {
+    fake_.emit(TorchBlocks::kFreeRequested, kSegment + offset, bytes, stream);
+    if (complete) fake_.emit(TorchBlocks::kFreeCompleted, kSegment + offset, bytes, stream);
+  }
+  DropLog log_;
+};
+
+// Only whole 2 MiB pages of the free space around the block, on the block's stream: the page it
+// shares with a live neighbour stays.
+TEST_F(TorchDropsTest, AFreedBlockDropsTheWholeFreePagesItOverlaps) {
+  alloc(0, 5 * MiB);
+  alloc(5 * MiB, MiB);
+  free(0, 5 * MiB, 11);
+  EXPECT_EQ(log_.discards, Calls({{kSegment, 4 * MiB, 11}}));
+  EXPECT_EQ(log_.residency.size(), 1u);
+  using L = std::tuple<uint64_t, uint64_t, bool>;
+  EXPECT_EQ(log_.lifetimes, std::vector<L>({{kSegment, 5 * MiB, false},
+                                            {kSegment + 5 * MiB, MiB, false},
+                                            {kSegment, 5 * MiB, true}}));
+  // The neighbour goes too: its free space now reaches the segment's end, and the shared page
+  // [4, 6) MiB is whole; the pages already dropped are not asked again.
+  free(5 * MiB, MiB);
+  EXPECT_EQ(log_.discards, Calls({{kSegment, 4 * MiB, 11}, {kSegment + 4 * MiB, 2 * MiB, 7}}));
+  EXPECT_EQ(blocks_.stats().discarded_bytes, 6 * MiB);
+  EXPECT_EQ(blocks_.stats().drops, "on");
+}
+
+// A block freed but not completed (another stream may still use it) is not free space.
+TEST_F(TorchDropsTest, ABlockNotYetCompletedKeepsItsPages) {
+  alloc(0, 5 * MiB);
+  alloc(5 * MiB, 3 * MiB);
+  free(5 * MiB, 3 * MiB, 7, false);  // requested only: page [4, 6) MiB is not free yet
+  free(0, 5 * MiB);
+  EXPECT_EQ(log_.discards, Calls({{kSegment, 4 * MiB, 7}}));
+  fake_.emit(TorchBlocks::kFreeCompleted, kSegment + 5 * MiB, 3 * MiB, 7);
+  EXPECT_EQ(log_.discards, Calls({{kSegment, 4 * MiB, 7}, {kSegment + 4 * MiB, 4 * MiB, 7}}));
+}
+
+TEST_F(TorchDropsTest, OnlyThePagesThePlanDropsAreDiscarded) {
+  log_.refused = {kSegment, kSegment + 4 * MiB};
+  alloc(0, 8 * MiB);
+  free(0, 8 * MiB);
+  EXPECT_EQ(log_.discards,
+            Calls({{kSegment + 2 * MiB, 2 * MiB, 7}, {kSegment + 6 * MiB, 2 * MiB, 7}}));
+}
+
+// An allocation over dropped pages populates them on its stream (edge pages too) and forgets
+// them, except those the advisor populates itself later.
+TEST_F(TorchDropsTest, AnAllocationPopulatesTheDroppedPagesItOverlaps) {
+  alloc(0, 6 * MiB);
+  free(0, 6 * MiB);
+  ASSERT_EQ(log_.discards, Calls({{kSegment, 6 * MiB, 7}}));
+  log_.later = {kSegment + 2 * MiB};
+  alloc(MiB, 2 * MiB, 9);  // [1, 3) MiB: pages [0, 2) and [2, 4)
+  EXPECT_EQ(log_.populates, Calls({{kSegment, 2 * MiB, 9}}));
+  EXPECT_EQ(blocks_.stats().populate_deferred_bytes, 2 * MiB);
+  alloc(3 * MiB, MiB, 9);  // [3, 4) MiB: page [2, 4) was forgotten, nothing to populate
+  EXPECT_EQ(log_.populates.size(), 1u);
+  alloc(4 * MiB, MiB, 9);  // page [4, 6) still dropped
+  EXPECT_EQ(log_.populates, Calls({{kSegment, 2 * MiB, 9}, {kSegment + 4 * MiB, 2 * MiB, 9}}));
+}
+
+// Nothing is dropped or populated on a stream being captured; a page an allocation there
+// overlaps is forgotten all the same (the driver populates it at its first touch).
+TEST_F(TorchDropsTest, NothingOnAStreamBeingCaptured) {
+  log_.capturing = {5};
+  alloc(0, 4 * MiB, 5);
+  free(0, 4 * MiB, 5);
+  EXPECT_TRUE(log_.discards.empty());
+  free(0, 0, 5, false);  // nothing of ours: no effect
+  alloc(0, 4 * MiB, 7);
+  free(0, 4 * MiB, 7);
+  ASSERT_EQ(log_.discards, Calls({{kSegment, 4 * MiB, 7}}));
+  alloc(0, MiB, 5);
+  EXPECT_TRUE(log_.populates.empty());
+  alloc(MiB, MiB, 7);  // page [0, 2) was forgotten
+  alloc(2 * MiB, MiB, 7);
+  EXPECT_EQ(log_.populates, Calls({{kSegment + 2 * MiB, 2 * MiB, 7}}));
+}
+
+TEST_F(TorchDropsTest, AFailedDiscardStopsTheDrops) {
+  log_.fail_discard = true;
+  alloc(0, 4 * MiB);
+  free(0, 4 * MiB);
+  EXPECT_EQ(blocks_.stats().drops, "cuMemDiscardBatchAsync failed");
+  log_.fail_discard = false;
+  alloc(0, 4 * MiB);
+  free(0, 4 * MiB);
+  EXPECT_TRUE(log_.discards.empty());
+  EXPECT_EQ(log_.lifetimes.size(), 4u);  // lifetimes are still told
+}
+
+TEST_F(TorchDropsTest, ASegmentGivenBackForgetsItsPages) {
+  alloc(0, 4 * MiB);
+  free(0, 4 * MiB);
+  ASSERT_EQ(log_.discards.size(), 1u);
+  fake_.emit(TorchBlocks::kSegmentFree, kSegment, 20 * MiB);
+  fake_.emit(TorchBlocks::kSegmentAlloc, kSegment, 20 * MiB);
+  alloc(0, 4 * MiB);
+  EXPECT_TRUE(log_.populates.empty());
+}
+
+// Drops set up in a program whose allocator is not followed (another backend): said to be off.
+TEST_F(TorchBlocksTest, NoDropsWhereNoBlockIsFollowed) {
+  DropLog log;
+  blocks_.set_drops(log.drops());
+  EXPECT_EQ(blocks_.stats().drops, "off");
+  fake_.set_backend(2);
+  blocks_.before_segment_malloc(UMSWAP_TEST_FAKE_C10_CUDA);
+  EXPECT_EQ(blocks_.stats().drops, "off");
+  blocks_.set_drops({});  // before `log` goes
+}
+
+// Without the driver calls (no planned discards): lifetimes only.
+TEST_F(TorchDropsTest, WithoutDriverCallsOnlyLifetimes) {
+  TorchBlocks::Drops d = log_.drops();
+  d.discard = nullptr;
+  d.populate = nullptr;
+  blocks_.set_drops(d);
+  alloc(0, 4 * MiB);
+  free(0, 4 * MiB);
+  EXPECT_TRUE(log_.discards.empty());
+  EXPECT_EQ(log_.lifetimes.size(), 2u);
+  EXPECT_EQ(blocks_.stats().drops, "off");
 }
 
 }  // namespace

@@ -16,6 +16,11 @@
 #                  umswap's slabs, frees discard the dead pages its plan drops) and a captured
 #                  CUDA graph (allocations during capture take the driver's pool): bit-identical
 #                  to native; the stats show the slabs in use and dead pages discarded
+#   default-alloc  PyTorch's default caching allocator, its blocks followed (torch_blocks.h):
+#                  eager training with a budget below its footprint, whose frees drop the dead
+#                  pages the plan drops, and a captured CUDA graph under the same budget (nothing
+#                  dropped on a capturing stream): bit-identical to native; the stats show the
+#                  blocks followed ("checked"), the drops on, and dead pages discarded
 #   evict-copy     a small GPT-2 (samples/pytorch/gpt2.py --deterministic) at half its peak with
 #                  UMSWAP_EVICT_COPY=1 (by umswap's copy kernel), with UMSWAP_DEBUG=keep-pages
 #                  too, and =0
@@ -177,6 +182,24 @@ async-alloc)
   same_as_native graph --steps 8
   echo "graph under backend:cudaMallocAsync: identical over $(grep -c '^step' "$work/run.out") steps"
   ;;
+default-alloc)
+  unset PYTORCH_CUDA_ALLOC_CONF
+  RUN_ARGS="--budget 2M" same_as_native eager --steps 30
+  state=$(stats "$work/stats.json" 's["torch_blocks"]["state"]')
+  drops=$(stats "$work/stats.json" 's["torch_blocks"]["drops"]')
+  discarded=$(stats "$work/stats.json" 's["torch_blocks"]["discarded_bytes"]')
+  echo "eager, budget 2M, default allocator: identical over 30 steps; blocks $state, drops" \
+    "$drops, $discarded bytes discarded," \
+    "$(stats "$work/stats.json" 's["torch_blocks"]["populated_bytes"]') populated; dead data" \
+    "dropped per iteration" \
+    "$(stats "$work/stats.json" 's["advisor"].get("plan", {}).get("bytes_dropped_per_iteration")')"
+  [ "$state" = checked ] || fail "PyTorch's blocks not followed: $state"
+  [ "$drops" = on ] || fail "the drops are not on: $drops"
+  [ "$discarded" -gt 0 ] || fail "no dead page discarded"
+  RUN_ARGS="--budget 2M" same_as_native graph --steps 8
+  echo "graph under the default allocator, budget 2M: identical over" \
+    "$(grep -c '^step' "$work/run.out") steps"
+  ;;
 evict-copy)
   python3 -c 'import transformers' 2>/dev/null || { echo "skip: no transformers"; exit 77; }
   check=$here/../../scripts/evict_copy_check.py
@@ -201,7 +224,7 @@ for run in r["runs"]:
 PY
   ;;
 *)
-  echo "usage: torch_hardening.sh UMSWAP profiler|cupti-missing|dataloader|graph|compile|async-alloc|evict-copy" >&2
+  echo "usage: torch_hardening.sh UMSWAP profiler|cupti-missing|dataloader|graph|compile|async-alloc|default-alloc|evict-copy" >&2
   exit 2
   ;;
 esac

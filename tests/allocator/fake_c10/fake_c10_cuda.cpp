@@ -22,7 +22,8 @@ struct TraceEntry {
   size_t size_ = 0;
   uint64_t mempool_[2] = {0, 0};
 };
-static_assert(offsetof(TraceEntry, addr_) == 8 && offsetof(TraceEntry, size_) == 40);
+static_assert(offsetof(TraceEntry, addr_) == 8 && offsetof(TraceEntry, stream_) == 32 &&
+              offsetof(TraceEntry, size_) == 40);
 }  // namespace CachingDeviceAllocator
 
 namespace cuda::CUDACachingAllocator {
@@ -74,11 +75,13 @@ extern "C" FAKE_EXPORT size_t fake_c10_trackers() {
   return Native::native.trackers.size();
 }
 
-extern "C" FAKE_EXPORT void fake_c10_emit(int32_t action, size_t address, size_t bytes) {
+extern "C" FAKE_EXPORT void fake_c10_emit(int32_t action, size_t address, size_t bytes,
+                                          size_t stream) {
   c10::CachingDeviceAllocator::TraceEntry e;
   e.action_ = action;
   e.addr_ = address;
   e.size_ = bytes;
+  e.stream_ = reinterpret_cast<void*>(stream);
   e.context_ = std::make_shared<int>(7);  // a live field between the ones read
   for (const Tracker& t : Native::native.trackers) t(e);
 }

@@ -458,6 +458,7 @@ void AdvisorImpl::relax_capture_mode() {
 }
 
 void AdvisorImpl::run() {
+  timeline.start();
   residency.untrace_this_thread();  // its copies are not the program's steps
   if (!set_up()) return;
   watchdog.start(stream, [this] { return plan.load() != nullptr; });
@@ -465,6 +466,7 @@ void AdvisorImpl::run() {
   if (matcher) {
     std::string why;
     auto p = std::make_unique<LivePlan>();
+    const auto planning = LearningTimeline::Clock::now();
     if (make_replay_plan(*matcher, budget, config.prefetch_bytes_per_s, config.evict_bytes_per_s,
                          &p->plan, &p->base, &p->period, &why, use_lifetimes())) {
       if (config.place && use_lifetimes()) placement.from_trace(matcher->trace());
@@ -478,6 +480,8 @@ void AdvisorImpl::run() {
       p->matcher = matcher.get();
       p->address.assign(matcher->buffer_count(), 0);
       p->buffer_id.assign(matcher->buffer_count(), 0);
+      timeline.note("plan from the trace", seen(), LearningTimeline::seconds_since(planning),
+                    p->applied_from);
       activate(std::move(p));
     } else {
       fallback = why + "; learning online instead";
@@ -546,6 +550,7 @@ void AdvisorImpl::release_waits() {
 }
 
 void AdvisorImpl::drop_plan(uint64_t at, const char* why) {
+  timeline.note("plan dropped", at);
   LivePlan* p = plan.load();
   plan.store(nullptr, std::memory_order_release);
   next_plan.store(nullptr, std::memory_order_release);  // a relearned plan not yet in force

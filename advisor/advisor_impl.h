@@ -25,6 +25,7 @@
 #include "umswap/advisor/event_ring.h"
 #include "umswap/advisor/evictor.h"
 #include "umswap/advisor/learn_path.h"
+#include "umswap/advisor/learning_timeline.h"
 #include "umswap/advisor/logged_calls.h"
 #include "umswap/advisor/online_learning.h"
 #include "umswap/advisor/op_log.h"
@@ -176,7 +177,9 @@ class AdvisorImpl final : public EvictorHost {
   uint64_t cursor = 0;
   uint64_t learn_from = 0;
   uint64_t next_check = 0;
-  OnlineLearning online;  // which iteration to plan from; remembers diverged plans
+  OnlineLearning online;      // which iteration to plan from; remembers diverged plans
+  LearningTimeline timeline;  // when each learning step happened (the stats' advisor.timeline)
+  uint64_t seen() const { return words.launched.load(std::memory_order_acquire); }
   bool learning_failed = false;
   // The placement made online or from the trace, until the allocator has it
   // (placement_hand_off.h).

@@ -65,21 +65,25 @@ void AdvisorImpl::learn() {
       choice = online.choose(keys, buffers);
       if (!choice) return;
     }
+    timeline.note("iteration found", seen());
   }
   const uint64_t e = from + choice->region_start;
   const uint64_t first = from + choice->first;
   if (placement.may_try() && config.place && use_lifetimes() && first >= choice->period) {
     // Place the iteration's blocks first (at its next boundary), then learn it again at their
     // new addresses (run()).
+    const auto placing = LearningTimeline::Clock::now();
     if (placement.try_learned(
             steps.copy_lifetimes(first - choice->period, first + choice->period - 1), first,
             choice->period)) {
-      placement.hand_at(
-          boundary_at_or_after(e, choice->period, words.launched.load(std::memory_order_acquire)));
+      const uint64_t hand = boundary_at_or_after(e, choice->period, seen());
+      placement.hand_at(hand);
+      timeline.note("placement made", seen(), LearningTimeline::seconds_since(placing), hand);
       return;
     }
   }
   std::unique_ptr<LivePlan> p;
+  const auto planning = LearningTimeline::Clock::now();
   try {
     p = build_plan(e, first, choice->period);
   } catch (const std::exception& ex) {
@@ -95,6 +99,7 @@ void AdvisorImpl::learn() {
   p->applied_from =
       boundary_at_or_after(e, p->period, words.launched.load(std::memory_order_acquire));
   log_learned(*p, first);
+  timeline.note("plan learned", seen(), LearningTimeline::seconds_since(planning), p->applied_from);
   activate(std::move(p));
 }
 
@@ -244,6 +249,7 @@ void AdvisorImpl::stage(std::unique_ptr<LivePlan> p) {
   next_plan.store(plans.back().get(), std::memory_order_release);
   log_info("advisor: the plan learned from this process applies from launch {}",
            plans.back()->applied_from);
+  timeline.note("plan relearned", seen(), 0, plans.back()->applied_from);
 }
 
 // The advisor's cursor reached next_plan's applied_from: the launch path already takes it from
@@ -256,6 +262,7 @@ void AdvisorImpl::switch_to_next() {
   relearning = false;
   relearned_at = q->applied_from;
   take_effect(*q);
+  timeline.note("relearned plan in force", seen(), 0, q->applied_from);
 }
 
 // Replay, at each iteration boundary g after the first applied iteration: if the iteration that
@@ -274,6 +281,7 @@ void AdvisorImpl::check_relearn(const LivePlan& p, uint64_t g) {
       relearn_from = g;
       relearn_after_learning = true;
       log_info("advisor: learning the iteration from launch {} again, now planned", g);
+      timeline.note("relearning once planned", seen(), 0, g);
     }
     return;
   }
@@ -283,6 +291,7 @@ void AdvisorImpl::check_relearn(const LivePlan& p, uint64_t g) {
   relearning = true;
   relearn_from = g;
   relearn_skipped_bytes = skipped;
+  timeline.note("relearning in replay", seen(), 0, g);
   replay_found = {plan_buffers, plan_buffers_found};
   placement.settle();  // the arena came from the trace
   log_info(

@@ -79,6 +79,7 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
     advisor[stats_schema::advisor::kEvictCopy.name()] = a.copier.stats_json(summary);
   }
   advisor["placement"] = a.placement.stats_json();
+  advisor["timeline"] = a.timeline.to_json();
   // The first plan that took effect (its actions started): the iterations after it run planned,
   // whatever plans replace it.
   nlohmann::json first_in_force(nullptr);

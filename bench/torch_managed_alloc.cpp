@@ -1,7 +1,9 @@
-// A PyTorch CUDAPluggableAllocator for attention_managed_probe.py: every tensor its own
-// allocation, with no umswap involved. TORCH_MANAGED_ALLOC picks the memory: "device"
-// (cuMemAlloc), "managed" (cuMemAllocManaged: the first touch of each page is a GPU page fault),
-// "populated" (managed, prefetched to the GPU and waited for before it is handed out: no fault).
+// A PyTorch CUDAPluggableAllocator for attention_managed_probe.py and sparse_fault_probe.py:
+// every tensor its own allocation, with no umswap involved. TORCH_MANAGED_ALLOC picks the
+// memory: "device" (cuMemAlloc), "managed" (cuMemAllocManaged: the first touch of each page is a
+// GPU page fault), "populated" (managed, prefetched to the GPU and waited for before it is handed
+// out: no fault), "host" (managed, prefetched to the host on the allocating stream: every GPU
+// access migrates its page back by a fault, as a block reused after its eviction).
 #include <cuda.h>
 #include <sys/types.h>
 
@@ -11,13 +13,14 @@
 
 namespace {
 
-enum class Memory { device, managed, populated };
+enum class Memory { device, managed, populated, host };
 
 Memory memory() {
   static const Memory m = [] {
     const char* v = std::getenv("TORCH_MANAGED_ALLOC");
     if (v && !std::strcmp(v, "device")) return Memory::device;
     if (v && !std::strcmp(v, "populated")) return Memory::populated;
+    if (v && !std::strcmp(v, "host")) return Memory::host;
     return Memory::managed;
   }();
   return m;
@@ -49,6 +52,14 @@ extern "C" void* torch_managed_malloc(ssize_t size, int device, void* stream) {
     auto* s = static_cast<CUstream>(stream);
     if (cuMemPrefetchAsync(p, n, gpu, 0, s) != CUDA_SUCCESS ||
         cuStreamSynchronize(s) != CUDA_SUCCESS) {
+      cuMemFree(p);
+      return nullptr;
+    }
+  }
+  if (memory() == Memory::host) {
+    CUmemLocation host{};
+    host.type = CU_MEM_LOCATION_TYPE_HOST;
+    if (cuMemPrefetchAsync(p, n, host, 0, static_cast<CUstream>(stream)) != CUDA_SUCCESS) {
       cuMemFree(p);
       return nullptr;
     }

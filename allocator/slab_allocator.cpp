@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 
+#include "umswap/allocator/discard_pages.h"
 #include "umswap/core/log.h"
 
 namespace umswap {
@@ -30,8 +31,7 @@ uint64_t round_up(uint64_t value, uint64_t granule) {
   return (value + granule - 1) / granule * granule;
 }
 
-// The unit of discarding: the driver's large page for managed memory.
-constexpr uint64_t kPage = uint64_t{2} << 20;
+constexpr uint64_t kPage = kDiscardPage;
 
 // The whole 2 MiB pages inside [address, address + size): discarding a page that also holds a
 // live neighbour would lose the neighbour's data.
@@ -39,27 +39,6 @@ std::pair<uint64_t, uint64_t> whole_pages(uint64_t address, uint64_t size) {
   const uint64_t first = round_up(address, kPage);
   const uint64_t last = (address + size) / kPage * kPage;
   return first < last ? std::pair{first, last - first} : std::pair{uint64_t{0}, uint64_t{0}};
-}
-
-// Adds one page to a list of ranges, extending the last range when the page follows it (and
-// `may_extend`: a range must not run from one slab into the next, a separate allocation).
-void add_page(std::vector<CUdeviceptr>& starts, std::vector<size_t>& sizes, uint64_t page,
-              bool may_extend = true) {
-  if (may_extend && !starts.empty() && starts.back() + sizes.back() == page) {
-    sizes.back() += kPage;
-  } else {
-    starts.push_back(page);
-    sizes.push_back(kPage);
-  }
-}
-
-// The stream a stream-ordered discard may go on: not the legacy default stream (the API
-// refuses it); the per-thread stream is ordered with it.
-CUstream discard_stream(CUstream stream) {
-  const auto handle = reinterpret_cast<uintptr_t>(stream);
-  return handle == 0 || handle == reinterpret_cast<uintptr_t>(CU_STREAM_LEGACY)
-             ? CU_STREAM_PER_THREAD
-             : stream;
 }
 
 }  // namespace

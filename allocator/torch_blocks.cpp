@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "umswap/allocator/discard_pages.h"
 #include "umswap/core/elf_symbols.h"
 #include "umswap/core/log.h"
 
@@ -32,19 +33,7 @@ constexpr size_t kAddressOffset = 8;  // size_t
 constexpr size_t kStreamOffset = 32;  // cudaStream_t (void* in c10's generic TraceEntry)
 constexpr size_t kSizeOffset = 40;    // size_t
 
-// The unit of dropping: the driver's large page for managed memory, as the slabs' (a page that
-// also holds a live neighbour is never discarded).
-constexpr uint64_t kPage = uint64_t{2} << 20;
-
-// Appends a page to a batch of ranges, extending the last one when it follows it.
-void add_page(std::vector<uint64_t>& starts, std::vector<uint64_t>& sizes, uint64_t page) {
-  if (!starts.empty() && starts.back() + sizes.back() == page) {
-    sizes.back() += kPage;
-  } else {
-    starts.push_back(page);
-    sizes.push_back(kPage);
-  }
-}
+constexpr uint64_t kPage = kDiscardPage;
 
 // The tracker's argument: the entry, only ever read through the offsets above.
 struct OpaqueTraceEntry;
@@ -231,22 +220,23 @@ void TorchBlocks::discard_free_pages(uint64_t address, uint64_t bytes, uint64_t 
   }
   const uint64_t first = std::max((lo + kPage - 1) / kPage, address / kPage) * kPage;
   const uint64_t end = std::min(hi, (address + bytes + kPage - 1) / kPage * kPage);
-  std::vector<uint64_t> starts, sizes;
+  starts_.clear();
+  sizes_.clear();
   for (uint64_t page = first; page + kPage <= end; page += kPage) {
     if (discarded_.contains(page) || !drops_.discard_page(page)) continue;
-    add_page(starts, sizes, page);
+    add_page(starts_, sizes_, page);
   }
-  if (starts.empty()) return;
-  if (!drops_.discard(starts, sizes, stream)) {
+  if (starts_.empty()) return;
+  if (!drops_.discard(starts_, sizes_, stream)) {
     stop_drops("cuMemDiscardBatchAsync");
     return;
   }
-  for (size_t i = 0; i < starts.size(); ++i) {
-    for (uint64_t page = starts[i]; page < starts[i] + sizes[i]; page += kPage) {
+  for (size_t i = 0; i < starts_.size(); ++i) {
+    for (uint64_t page = starts_[i]; page < starts_[i] + sizes_[i]; page += kPage) {
       discarded_.insert(page);
     }
-    discarded_bytes_ += sizes[i];
-    if (drops_.residency) drops_.residency(starts[i], sizes[i], false);
+    discarded_bytes_ += sizes_[i];
+    if (drops_.residency) drops_.residency(starts_[i], sizes_[i], false);
   }
 }
 
@@ -256,26 +246,26 @@ void TorchBlocks::populate_discarded(uint64_t address, uint64_t bytes, uint64_t 
   const auto from = discarded_.lower_bound(address / kPage * kPage);
   const auto to = discarded_.lower_bound(address + std::max<uint64_t>(bytes, 1));
   if (from == to) return;
-  std::vector<uint64_t> pages(from, to);
-  discarded_.erase(from, to);
   // Not on a stream being captured: the driver populates them at the first touch.
-  if (!drops_on_ || (drops_.capturing && drops_.capturing(stream))) return;
-  std::vector<uint64_t> starts, sizes;
-  for (const uint64_t page : pages) {
-    if (drops_.populate_later && drops_.populate_later(page)) {
+  const bool populate = drops_on_ && !(drops_.capturing && drops_.capturing(stream));
+  starts_.clear();
+  sizes_.clear();
+  for (auto page = from; populate && page != to; ++page) {
+    if (drops_.populate_later && drops_.populate_later(*page)) {
       deferred_bytes_ += kPage;
       continue;
     }
-    add_page(starts, sizes, page);
+    add_page(starts_, sizes_, *page);
   }
-  if (starts.empty()) return;
-  if (!drops_.populate(starts, sizes, stream)) {
+  discarded_.erase(from, to);
+  if (starts_.empty()) return;
+  if (!drops_.populate(starts_, sizes_, stream)) {
     stop_drops("cuMemDiscardAndPrefetchBatchAsync");
     return;
   }
-  for (size_t i = 0; i < starts.size(); ++i) {
-    populated_bytes_ += sizes[i];
-    if (drops_.residency) drops_.residency(starts[i], sizes[i], true);
+  for (size_t i = 0; i < starts_.size(); ++i) {
+    populated_bytes_ += sizes_[i];
+    if (drops_.residency) drops_.residency(starts_[i], sizes_[i], true);
   }
 }
 

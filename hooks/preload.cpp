@@ -15,6 +15,7 @@
 #include "umswap/advisor/advisor.h"
 #include "umswap/advisor/resident_launches.h"
 #include "umswap/allocator/call_site.h"
+#include "umswap/allocator/discard_pages.h"
 #include "umswap/core/environment.h"
 #include "umswap/core/log.h"
 #include "umswap/core/stats_file.h"
@@ -65,6 +66,18 @@ nlohmann::json torch_blocks_json(const TorchBlocks* blocks) {
           {"discarded_bytes", s.discarded_bytes},
           {"populated_bytes", s.populated_bytes},
           {"populate_deferred_bytes", s.populate_deferred_bytes}};
+}
+
+// The hooks the slabs and PyTorch's followed blocks share (besides the tracer's note_lifetime
+// and note_residency): the advisor's plan says which dead pages to drop and which to leave for it
+// to populate.
+bool advisor_discard_page(uint64_t page) {
+  advisor::Advisor* advisor = g_advisor.load(std::memory_order_acquire);
+  return advisor != nullptr && advisor->discard_page(page);
+}
+bool advisor_populate_later(uint64_t page) {
+  advisor::Advisor* advisor = g_advisor.load(std::memory_order_acquire);
+  return advisor != nullptr && advisor->populate_later(page);
 }
 
 }  // namespace
@@ -313,21 +326,11 @@ void Preload::create_allocator_once() {
 // block's allocation and free, and a free discards the pages the advisor's plan drops.
 void Preload::configure_slabs() {
   SlabHooks hooks;
-  hooks.residency = [](uint64_t address, uint64_t bytes, bool on_gpu) {
-    tracer::note_residency(address, bytes, on_gpu);
-  };
+  hooks.residency = tracer::note_residency;
   if (options_.lifetimes) {
-    hooks.lifetime = [](uint64_t address, uint64_t bytes, bool freed) {
-      tracer::note_lifetime(address, bytes, freed);
-    };
-    hooks.discard_page = [](uint64_t page) {
-      advisor::Advisor* advisor = g_advisor.load(std::memory_order_acquire);
-      return advisor != nullptr && advisor->discard_page(page);
-    };
-    hooks.populate_later = [](uint64_t page) {
-      advisor::Advisor* advisor = g_advisor.load(std::memory_order_acquire);
-      return advisor != nullptr && advisor->populate_later(page);
-    };
+    hooks.lifetime = tracer::note_lifetime;
+    hooks.discard_page = advisor_discard_page;
+    hooks.populate_later = advisor_populate_later;
   }
   if (options_.lifetimes && advises(options_.mode)) {
     hooks.discards = DiscardMode::planned;
@@ -349,53 +352,33 @@ void Preload::configure_slabs() {
 
 void Preload::configure_torch_drops() {
   TorchBlocks::Drops drops;
-  if (options_.lifetimes) {
-    drops.lifetime = [](uint64_t address, uint64_t bytes, bool freed) {
-      tracer::note_lifetime(address, bytes, freed);
-    };
-  }
+  if (options_.lifetimes) drops.lifetime = tracer::note_lifetime;
   // The same switch as the slabs' planned discards: the advisor plans with lifetimes only then.
   if (planned_discards_.load()) {
-    drops.discard_page = [](uint64_t page) {
-      advisor::Advisor* advisor = g_advisor.load(std::memory_order_acquire);
-      return advisor != nullptr && advisor->discard_page(page);
-    };
-    drops.populate_later = [](uint64_t page) {
-      advisor::Advisor* advisor = g_advisor.load(std::memory_order_acquire);
-      return advisor != nullptr && advisor->populate_later(page);
-    };
-    drops.residency = [](uint64_t address, uint64_t bytes, bool on_gpu) {
-      tracer::note_residency(address, bytes, on_gpu);
-    };
-    // Not on the legacy default stream, which these calls refuse: the per-thread stream is
-    // ordered with it (as the slabs' discards).
+    drops.discard_page = advisor_discard_page;
+    drops.populate_later = advisor_populate_later;
+    drops.residency = tracer::note_residency;
     const auto on = [](uint64_t stream) {
-      return stream == 0 || stream == reinterpret_cast<uint64_t>(CU_STREAM_LEGACY)
-                 ? CU_STREAM_PER_THREAD
-                 : reinterpret_cast<CUstream>(stream);
+      return discard_stream(reinterpret_cast<CUstream>(stream));
     };
     const auto discard = driver_.cuMemDiscardBatchAsync;
     const auto populate = driver_.cuMemDiscardAndPrefetchBatchAsync;
     const auto get_device = driver_.cuCtxGetDevice;
-    drops.discard = [discard, on](const std::vector<uint64_t>& starts,
-                                  const std::vector<uint64_t>& sizes, uint64_t stream) {
-      std::vector<CUdeviceptr> p(starts.begin(), starts.end());
-      std::vector<size_t> n(sizes.begin(), sizes.end());
-      return discard && discard(p.data(), n.data(), p.size(), 0, on(stream)) == CUDA_SUCCESS;
+    drops.discard = [discard, on](std::vector<CUdeviceptr>& starts, std::vector<size_t>& sizes,
+                                  uint64_t stream) {
+      return discard &&
+             discard(starts.data(), sizes.data(), starts.size(), 0, on(stream)) == CUDA_SUCCESS;
     };
-    drops.populate = [populate, get_device, on](const std::vector<uint64_t>& starts,
-                                                const std::vector<uint64_t>& sizes,
-                                                uint64_t stream) {
+    drops.populate = [populate, get_device, on](std::vector<CUdeviceptr>& starts,
+                                                std::vector<size_t>& sizes, uint64_t stream) {
       CUdevice device = 0;
       if (!populate || !get_device || get_device(&device) != CUDA_SUCCESS) return false;
       CUmemLocation where{};
       where.type = CU_MEM_LOCATION_TYPE_DEVICE;
       where.id = device;
       size_t where_from = 0;  // the one location applies to every range
-      std::vector<CUdeviceptr> p(starts.begin(), starts.end());
-      std::vector<size_t> n(sizes.begin(), sizes.end());
-      return populate(p.data(), n.data(), p.size(), &where, &where_from, 1, 0, on(stream)) ==
-             CUDA_SUCCESS;
+      return populate(starts.data(), sizes.data(), starts.size(), &where, &where_from, 1, 0,
+                      on(stream)) == CUDA_SUCCESS;
     };
     // A stream that cannot be asked counts as capturing: nothing is dropped on it.
     const auto is_capturing = driver_.cuStreamIsCapturing;

@@ -203,13 +203,13 @@ struct DropLog {
     d.discard_page = [this](uint64_t page) { return !refused.contains(page); };
     d.populate_later = [this](uint64_t page) { return later.contains(page); };
     d.residency = [this](uint64_t a, uint64_t n, bool on) { residency.emplace_back(a, n, on); };
-    d.discard = [this](const std::vector<uint64_t>& starts, const std::vector<uint64_t>& sizes,
+    d.discard = [this](std::vector<CUdeviceptr>& starts, std::vector<size_t>& sizes,
                        uint64_t stream) {
       if (fail_discard) return false;
       for (size_t i = 0; i < starts.size(); ++i) discards.emplace_back(starts[i], sizes[i], stream);
       return true;
     };
-    d.populate = [this](const std::vector<uint64_t>& starts, const std::vector<uint64_t>& sizes,
+    d.populate = [this](std::vector<CUdeviceptr>& starts, std::vector<size_t>& sizes,
                         uint64_t stream) {
       for (size_t i = 0; i < starts.size(); ++i)
         populates.emplace_back(starts[i], sizes[i], stream);

@@ -38,6 +38,8 @@
 // while the process runs (PyTorch may call it during exit).
 #pragma once
 
+#include <cuda.h>
+
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -76,9 +78,9 @@ class TorchBlocks final : public BlockFinder {
     std::function<bool(uint64_t page)> populate_later;
     // A range left the GPU without a transfer (false) or was populated there (true).
     std::function<void(uint64_t address, uint64_t bytes, bool on_gpu)> residency;
-    // The driver: one batch each (whole 2 MiB pages), on `stream`; false: the call failed.
-    std::function<bool(const std::vector<uint64_t>&starts, const std::vector<uint64_t>&sizes,
-                       uint64_t stream)>
+    // The driver: one batch each (whole 2 MiB pages, discard_pages.h), on `stream` (the
+    // entry's); false: the call failed. The batch is this object's scratch, handed as is.
+    std::function<bool(std::vector<CUdeviceptr>&starts, std::vector<size_t>&sizes, uint64_t stream)>
         discard, populate;
     std::function<bool(uint64_t stream)> capturing;  // empty: never
   };
@@ -146,6 +148,8 @@ class TorchBlocks final : public BlockFinder {
   std::string drops_stopped_;              // under mutex_: why they stopped
   uint64_t events_ = 0, segments_made_ = 0, blocks_made_ = 0, ignored_ = 0;  // under mutex_
   uint64_t discarded_bytes_ = 0, populated_bytes_ = 0, deferred_bytes_ = 0;  // under mutex_
+  std::vector<CUdeviceptr> starts_;  // under mutex_: the batch being made (its capacity kept)
+  std::vector<size_t> sizes_;
 };
 
 }  // namespace umswap

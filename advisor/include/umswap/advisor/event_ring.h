@@ -23,6 +23,9 @@ inline constexpr uint64_t kEventSlack = 8;
 
 // Events recorded on the application's streams at chosen launches, which the advisor's stream
 // waits for: slot = launch index modulo kEventRing; index[slot] says which launch it holds now.
+// A slot's lock makes a wait's check of the launch and its cuStreamWaitEvent one step: without it,
+// a launch kEventRing later could record the slot in between (a program that far ahead of the
+// advisor), and the wait would be for that launch, not the one checked.
 struct EventRing {
   EventRing() {
     for (auto& e : index) e.store(UINT64_MAX);
@@ -35,8 +38,10 @@ struct EventRing {
   std::atomic<size_t> placed_count{0};
   std::array<CUevent, kEventRing> events{};
   std::array<std::atomic<uint64_t>, kEventRing> index{};
+  std::array<std::atomic<bool>, kEventRing> busy{};  // the slots' locks (held for one call)
   void record(const AdvisorDriver& d, uint64_t launch, CUstream stream) {
     const size_t slot = launch % kEventRing;
+    const SlotLock lock(busy[slot]);
     if (d.event_record(events[slot], stream) == CUDA_SUCCESS) {
       index[slot].store(launch, std::memory_order_release);
     }
@@ -55,12 +60,24 @@ struct EventRing {
       seen = index[slot].load(std::memory_order_acquire);
     }
     if (seen != j) return false;
+    const SlotLock lock(busy[slot]);
+    if (index[slot].load(std::memory_order_acquire) != j) return false;  // reused meanwhile
     const size_t k = placed_count.load(std::memory_order_relaxed);
     placed_launch[k % placed_launch.size()].store(j, std::memory_order_relaxed);
     placed_on[k % placed_on.size()].store(waiter, std::memory_order_relaxed);
     placed_count.store(k + 1, std::memory_order_release);
     return d.stream_wait_event(waiter, events[slot], 0) == CUDA_SUCCESS;
   }
+  // A slot's lock: spins (yielding) while the other side makes its one call.
+  struct SlotLock {
+    std::atomic<bool>& held;
+    explicit SlotLock(std::atomic<bool>& h) : held(h) {
+      while (held.exchange(true, std::memory_order_acquire)) std::this_thread::yield();
+    }
+    ~SlotLock() { held.store(false, std::memory_order_release); }
+    SlotLock(const SlotLock&) = delete;
+    SlotLock& operator=(const SlotLock&) = delete;
+  };
   // The latest launch whose event has run (0: none seen; the watchdog's report).
   uint64_t ran_through(const AdvisorDriver& d) const {
     uint64_t through = 0;

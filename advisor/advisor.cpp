@@ -386,7 +386,7 @@ bool AdvisorImpl::set_up() {
   if (d.ctx_get_device(&device) != CUDA_SUCCESS ||
       d.stream_create(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
       d.stream_create(&sweep_stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
-      d.event_create(&barrier, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+      d.event_create(&barrier, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS || !sweeps.set_up(d)) {
     state = "off";
     fallback = "could not create the advisor's stream";
     log_warning("advisor off: {}", fallback);
@@ -648,16 +648,12 @@ void AdvisorImpl::index_plan(LivePlan& plan_ref) {
   build_drops(*p);
 }
 
-// What runs beside a plan in force, at launch `n`: the sweeps.
+// What runs beside a plan in force, at launch `n`: the sweeps (sweeps.h).
 void AdvisorImpl::tend(LivePlan& p, uint64_t n) {
-  if (sweeps_left > 0 && n > sweep_at && config.sweep && use_lifetimes()) {
-    const uint64_t bytes =
-        config.sweep([this](uint64_t page) { return sweep_may_discard(page); }, sweep_stream);
-    swept_bytes += bytes;
-    sweeps.emplace_back(n, bytes);
-    sweep_at += p.period;
-    --sweeps_left;
-  }
+  if (!config.sweep || !use_lifetimes()) return;
+  sweeps.tend(d, stream, n, p.period, [this] {
+    return config.sweep([this](uint64_t page) { return sweep_may_discard(page); }, sweep_stream);
+  });
 }
 
 // Where a plan buffer lives in this process now (online: the address it was learned at, if the

@@ -34,6 +34,7 @@
 #include "umswap/advisor/progress.h"
 #include "umswap/advisor/replay.h"
 #include "umswap/advisor/resident_gate.h"
+#include "umswap/advisor/sweeps.h"
 #include "umswap/advisor/watchdog.h"
 #include "umswap/allocator/driver_api.h"
 #include "umswap/allocator/managed_allocator.h"
@@ -184,11 +185,7 @@ class AdvisorImpl final : public EvictorHost {
   // The placement made online or from the trace, until the allocator has it
   // (placement_hand_off.h).
   PlacementHandOff placement{config.place};
-  int sweeps_left = 0;
-  uint64_t sweep_at = 0;
-  uint64_t swept_bytes = 0;
-  // Each sweep: (the launch it ran at, bytes it discarded); the stats' advisor.sweeps.
-  std::vector<std::pair<uint64_t, uint64_t>> sweeps;
+  Sweeps sweeps;                                 // a plan's sweeps of free slab pages (sweeps.h)
   std::vector<std::unique_ptr<LivePlan>> plans;  // every plan ever made; never freed while running
   std::unique_ptr<ReplayMatcher> matcher;
   uint64_t replay_checked = 0;  // replay: launches whose keys were compared with the trace

@@ -230,8 +230,7 @@ void AdvisorImpl::activate(std::unique_ptr<LivePlan> p) {
 void AdvisorImpl::take_effect(const LivePlan& p) {
   cursor = p.applied_from;
   state = "applied";
-  sweeps_left = 3;
-  sweep_at = p.applied_from;
+  sweeps.start(p.applied_from);
 }
 
 // A relearned plan waits in next_plan until the plan in force has run up to its applied_from.

@@ -109,9 +109,9 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
     advisor["discards_approved"] = a.discards_approved.load();
     // The last launches' waits (LaunchWaitLog::rows_json).
     advisor["launch_waits"] = a.watchdog.launch_waits().rows_json();
-    advisor["swept_bytes"] = a.swept_bytes;
+    advisor["swept_bytes"] = a.sweeps.swept_bytes();
     advisor["sweeps"] = nlohmann::json::array();
-    for (const auto& [launch, bytes] : a.sweeps) {
+    for (const auto& [launch, bytes] : a.sweeps.done()) {
       advisor["sweeps"].push_back({{"launch", launch}, {"bytes", bytes}});
     }
     if (const std::shared_ptr<const DropTable> table = last->drops.load()) {

@@ -26,6 +26,7 @@
 #include "umswap/advisor/logged_calls.h"
 #include "umswap/advisor/online_learning.h"
 #include "umswap/advisor/op_log.h"
+#include "umswap/advisor/plan_streams.h"
 #include "umswap/advisor/planner.h"
 #include "umswap/advisor/progress.h"
 #include "umswap/advisor/replay.h"
@@ -694,13 +695,15 @@ void AdvisorImpl::migrate(uint64_t address, uint64_t length, bool to_gpu, uint64
   ++(to_gpu ? prefetch_calls : evict_calls);
 }
 
-// Makes the advisor's stream wait for everything submitted so far on the planned streams.
-void AdvisorImpl::barrier_all(const LivePlan& p) {
+// Makes the advisor's stream wait for everything submitted so far on the planned streams. True
+// when it waits for every one of them (false with none).
+bool AdvisorImpl::barrier_all(const LivePlan& p) {
+  bool all = !p.streams.empty();
   for (uint64_t s : p.streams) {
-    if (d.event_record(barrier, reinterpret_cast<CUstream>(s)) == CUDA_SUCCESS) {
-      d.stream_wait_event(stream, barrier, 0);
-    }
+    all = d.event_record(barrier, reinterpret_cast<CUstream>(s)) == CUDA_SUCCESS &&
+          d.stream_wait_event(stream, barrier, 0) == CUDA_SUCCESS && all;
   }
+  return all;
 }
 
 // The advisor's stream waits until launch j has finished on the GPU. False: it could not (the
@@ -735,9 +738,13 @@ void AdvisorImpl::reset_to_start(LivePlan& p) {
   // them); the migrations below then go unordered, which costs faults, never data.
   if (!words.progress_device || words.waits_from.load(std::memory_order_acquire) == UINT64_MAX) {
     const uint64_t seen = words.launched.load(std::memory_order_acquire);
-    barrier_all(p);
-    p.barrier_covers = seen > kEventSlack ? seen - kEventSlack : 0;
-    p.barrier_taken = true;
+    // A replay plan's trace names no stream of this process: those of the steps before.
+    if (p.streams.empty()) p.streams = streams_before(steps, seen, p.period);
+    // Launches are taken as run on the GPU only where the barrier waits for all their streams.
+    if (barrier_all(p)) {
+      p.barrier_covers = seen > kEventSlack ? seen - kEventSlack : 0;
+      p.barrier_taken = true;
+    }
   }
   // Buffers outside the plan: not used by the loop, so they leave the GPU.
   std::vector<uint64_t> planned;

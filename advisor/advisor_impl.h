@@ -228,7 +228,7 @@ class AdvisorImpl final : public EvictorHost {
   void check_relearn(const LivePlan& p, uint64_t g);
   void apply(uint64_t n);
   void reset_to_start(LivePlan& p);
-  void barrier_all(const LivePlan& p);
+  bool barrier_all(const LivePlan& p);
   bool wait_for_launch(const LivePlan& p, uint64_t j);
   bool resolve(LivePlan& p, uint32_t buffer);
   void migrate(uint64_t address, uint64_t length, bool to_gpu, uint64_t launch) override;

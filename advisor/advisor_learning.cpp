@@ -73,9 +73,11 @@ void AdvisorImpl::learn() {
     // Place the iteration's blocks first (at its next boundary), then learn it again at their
     // new addresses (run()).
     const auto placing = LearningTimeline::Clock::now();
-    if (placement.try_learned(
-            steps.copy_lifetimes(first - choice->period, first + choice->period - 1), first,
-            choice->period)) {
+    // Its local search ends before the boundary it would be handed at (search_deadline()).
+    const uint64_t period = choice->period;
+    const uint64_t deadline = PlacementHandOff::search_deadline(e, period, seen());
+    if (placement.try_learned(steps.copy_lifetimes(first - period, first + period - 1), first,
+                              period, [this, deadline] { return seen() >= deadline; })) {
       const uint64_t hand = boundary_at_or_after(e, choice->period, seen());
       placement.hand_at(hand);
       timeline.note("placement made", seen(), LearningTimeline::seconds_since(placing), hand);

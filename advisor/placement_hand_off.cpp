@@ -15,14 +15,20 @@
 namespace umswap::advisor {
 
 bool PlacementHandOff::try_learned(std::span<const BlockEvent> blocks, uint64_t first,
-                                   uint64_t period) {
+                                   uint64_t period, const std::function<bool()>& stop) {
   tried_ = ++attempts_ >= kAttempts;
-  pending_ = make(blocks, first, period);
+  pending_ = make(blocks, first, period, stop);
   if (!pending_) return false;
   tried_ = true;
   period_ = period;
   learn_placed_ = true;
   return true;
+}
+
+uint64_t PlacementHandOff::search_deadline(uint64_t base, uint64_t period, uint64_t seen) {
+  const uint64_t next = seen <= base ? base : base + (seen - base + period - 1) / period * period;
+  const uint64_t target = next - seen >= period / 2 ? next : next + period;
+  return target - period / 4;
 }
 
 void PlacementHandOff::from_trace(const trace::Trace& t) {
@@ -117,10 +123,11 @@ bool PlacementHandOff::tend(uint64_t n) {
 
 // A placement from two iterations' block events, or nullopt (note_ says why).
 std::optional<Placement> PlacementHandOff::make(std::span<const BlockEvent> blocks, uint64_t start,
-                                                uint64_t period) {
+                                                uint64_t period,
+                                                const std::function<bool()>& stop) {
   std::string why;
   std::optional<Placement> p = plan_placement(blocks, start, period, SlabAllocator::kSmallLimit,
-                                              SlabAllocator::kAlignment, &why);
+                                              SlabAllocator::kAlignment, &why, stop);
   if (!p) {
     why += fmt::format(" ({} block events logged for launches {} to {})", blocks.size(),
                        start - std::min(start, period), start + period);

@@ -139,7 +139,7 @@ uint64_t page_peak(const std::vector<Interval>& items, const std::vector<uint64_
 
 std::optional<Placement> plan_placement(std::span<const BlockEvent> events, uint64_t start,
                                         uint64_t period, uint64_t min_bytes, uint64_t alignment,
-                                        std::string* why) {
+                                        std::string* why, const std::function<bool()>& stop) {
   if (period == 0 || start < period || alignment == 0) {
     *why = "no two whole iterations to plan placement from";
     return std::nullopt;
@@ -271,11 +271,16 @@ std::optional<Placement> plan_placement(std::span<const BlockEvent> events, uint
     uint64_t top = UINT64_MAX;
     const uint64_t tries = local_search_tries(items.size());
     std::vector<size_t> walk, trial;
-    for (uint64_t round = 0; round < kSearchRounds && top > goal; ++round) {
+    bool stopped = false;
+    for (uint64_t round = 0; round < kSearchRounds && top > goal && !stopped; ++round) {
       std::mt19937_64 rng(kSearchSeed + round);
       walk = *best_order;
       uint64_t walk_top = pack(items, walk, count, alignment, false, offsets);
       for (uint64_t t = 0; t < tries / kSearchRounds && walk_top > goal; ++t) {
+        if (t % kStopCheckTries == 0 && stop && stop()) {
+          stopped = true;
+          break;
+        }
         trial = walk;
         const size_t a = rng() % trial.size(), b = rng() % trial.size();
         if (rng() % 2 == 0) {

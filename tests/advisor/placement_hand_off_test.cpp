@@ -196,5 +196,20 @@ TEST_F(PlacementHandOffTest, FromATraceHandsTheRecordedPlacementAtItsLaunch) {
   EXPECT_EQ(h.placed_period(), 0u) << "not learned online: not learned again for it";
 }
 
+TEST(PlacementSearchDeadlineTest, AQuarterIterationBeforeTheBoundaryItIsHandedAt) {
+  // Iterations of 1000 launches from launch 500: boundaries 500, 1500, 2500...
+  EXPECT_EQ(PlacementHandOff::search_deadline(500, 1000, 600), 1250u);   // 900 left: the next
+  EXPECT_EQ(PlacementHandOff::search_deadline(500, 1000, 1000), 1250u);  // 500 left: still
+  EXPECT_EQ(PlacementHandOff::search_deadline(500, 1000, 1001), 2250u);  // 499: the one after
+  EXPECT_EQ(PlacementHandOff::search_deadline(500, 1000, 1500), 1250u + 1000u);  // on one
+  EXPECT_EQ(PlacementHandOff::search_deadline(500, 1000, 100), 1250u);  // 400 left before 500
+  // A search that stops at the deadline is handed at the boundary it was for.
+  for (uint64_t seen : {600u, 1001u, 1499u, 1500u, 3210u}) {
+    const uint64_t d = PlacementHandOff::search_deadline(500, 1000, seen);
+    EXPECT_GE(d, seen + 1000 / 4) << seen;  // a quarter of an iteration to search, at least
+    EXPECT_EQ((d + 250 - 500) % 1000, 0u) << seen;
+  }
+}
+
 }  // namespace
 }  // namespace umswap::advisor

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <random>
 #include <string>
@@ -69,11 +70,12 @@ std::vector<BlockEvent> emit(const Script& script, int iterations) {
 
 // Plans from the last two of `iterations` recorded iterations.
 std::optional<Placement> plan(const Script& script, int iterations = 3, uint64_t min_bytes = MiB,
-                              uint64_t alignment = 512, std::string* why_out = nullptr) {
+                              uint64_t alignment = 512, std::string* why_out = nullptr,
+                              const std::function<bool()>& stop = {}) {
   const std::vector<BlockEvent> events = emit(script, iterations);
   std::string why;
   auto p = plan_placement(events, static_cast<uint64_t>(iterations - 1) * kPeriod, kPeriod,
-                          min_bytes, alignment, &why);
+                          min_bytes, alignment, &why, stop);
   if (why_out) *why_out = why;
   return p;
 }
@@ -496,6 +498,25 @@ TEST(PlacementTest, RandomIterationsArePackedWithoutConflicts) {
       EXPECT_EQ(p->candidates.size(), 5u);
       EXPECT_LT(p->arena_bytes, greedy);
       reached += p->arena_bytes == (peak + alignment - 1) / alignment * alignment;
+      // Stopped at its first ask, the search leaves the best greedy order; stopped later, an
+      // arena between the greedy one and the whole search's (the same seeds walk the same way).
+      int asks = 0;
+      const auto now = plan(s, 3, min_bytes, alignment, nullptr, [&] { return ++asks > 0; });
+      ASSERT_TRUE(now.has_value());
+      expect_well_formed(*now);
+      EXPECT_EQ(asks, 1);
+      EXPECT_EQ(now->candidates.size(), 4u);
+      EXPECT_EQ(now->arena_bytes, greedy);
+      asks = 0;
+      const auto later = plan(s, 3, min_bytes, alignment, nullptr, [&] { return ++asks > 3; });
+      ASSERT_TRUE(later.has_value());
+      expect_well_formed(*later);
+      EXPECT_LE(later->arena_bytes, greedy);
+      EXPECT_GE(later->arena_bytes, p->arena_bytes);
+      EXPECT_EQ(later->offsets.size(), p->offsets.size());
+      if (p->arena_bytes < (peak + alignment - 1) / alignment * alignment) {
+        EXPECT_EQ(asks, 4);  // a search that never reached the live peak asked until told
+      }
     } else {
       EXPECT_EQ(p->candidates.size(), 4u);
     }

@@ -13,6 +13,9 @@ user's first run of a command does; at the --replays budgets (50% by default) th
 runs a second time right after, replaying the plan the first run cached (a user's second run:
 the "replay" rows, which must have replayed). With --engines um,vmm every row also runs under
 `umswap run --engine vmm` at each budget (the "vmm" rows: no advisor, no cache).
+`--repeat N` runs every umswap row N times, each with a cache of its own (rows "repeat 2" and
+on): for a failure too rare to see once in a matrix (the EmbeddingBag's crash on the async
+backend, 2 in 62 runs, 2026-11-30), with the matrix's load beside it.
 Runs go side by side (--jobs at a time), each umswap run with UMSWAP_MANAGED_LIMIT set
 (--limit) so that the managed memory of all runs together stays far below the card's.
 
@@ -36,6 +39,7 @@ Prints a markdown table (also --markdown FILE) and writes --json FILE. Exit 0: e
 1: a row failed or a run crashed; 2: bad arguments; 77: no torch or GPU.
 """
 import argparse
+import collections
 import concurrent.futures as futures
 import json
 import os
@@ -210,6 +214,13 @@ RUN_KINDS = ("first", "replay", "vmm")  # a row's run: its suffix in file names 
 
 
 RUN_LABELS = {"replay": ", replayed", "vmm": ", vmm"}  # after the budget in the table
+REPEAT = re.compile(r"-r(\d+)(?:-replay|-vmm)?\.json$")
+
+
+def repeat_of(stats_path):
+    """Which of --repeat's runs of its row a run is (1, 2, ...), from its stats file name."""
+    m = REPEAT.search(stats_path or "")
+    return int(m.group(1)) if m else 1
 
 
 def run_kind(stats_path):
@@ -275,7 +286,7 @@ def judge(n1, n2, u):
 def rejudge(a):
     """Rebuild natives and results from the logs in a.rejudge and report them."""
     natives, results = {}, []
-    pat = re.compile(r"^(\w+)-(\w+)-det(\w+)-(native(\d)|b(\d+)(-replay|-vmm)?)\.log$")
+    pat = re.compile(r"^(\w+)-(\w+)-det(\w+)-(native(\d)|b(\d+)(?:-r\d+)?(-replay|-vmm)?)\.log$")
     for name in sorted(os.listdir(a.rejudge)):
         path = os.path.join(a.rejudge, name)
         m = pat.match(name)
@@ -321,6 +332,8 @@ def main():
                     help="budgets (of --budgets) at which each row's command runs again, "
                          "replaying the plan its first run cached; '' for none (default 50)")
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs of every umswap row, each with a cache of its own (default 1)")
     ap.add_argument("--jobs", type=int, default=8, help="runs at a time (default 8)")
     ap.add_argument("--limit", type=parse_size, default=parse_size("12G"),
                     help="UMSWAP_MANAGED_LIMIT of each umswap run (default 12G)")
@@ -354,10 +367,10 @@ def main():
     if (not models or any(x not in ALLOCATORS for x in allocs) or
             any(x not in ("off", "on") for x in dets) or not budgets or
             any(not 0 < b <= 100 for b in budgets) or a.steps < 3 or a.jobs < 1 or
-            a.deadline < 0 or not replays <= set(budgets) or not engines or
+            a.deadline < 0 or a.repeat < 1 or not replays <= set(budgets) or not engines or
             any(x not in ("um", "vmm") for x in engines)):
         ap.error("bad --models, --allocators, --determinism, --budgets, --replays (a subset of "
-                 "--budgets), --engines, --steps, --jobs or --deadline")
+                 "--budgets), --engines, --steps, --jobs, --repeat or --deadline")
     if a.jobs * a.limit > 110 * 1024 ** 3:
         ap.error("--jobs x --limit must stay under 110G (never oversubscribe a shared GPU)")
     if not shutil.which(a.umswap) and not os.access(a.umswap, os.X_OK):
@@ -419,7 +432,8 @@ def main():
             if not peak:
                 continue
             for b in sorted(budgets):
-                planned.append((m, al, d, b, peak * b // 100))
+                for k in range(1, a.repeat + 1):
+                    planned.append((m, al, d, b, peak * b // 100, k))
         if not a.no_cupy:  # first: short, and its natives run beside it
             sys.path.insert(0, HERE)
             import cupy_loop
@@ -436,9 +450,9 @@ def main():
                                   XDG_CACHE_HOME=os.path.join(out, "cache", "cupy")),
                              log, a.timeout, deadline)] = (
                 "cupy", "umswap", "-", 50, budget, stats)
-        for (m, al, d, b, budget) in longest_first(
+        for (m, al, d, b, budget, k) in longest_first(
                 planned, replays if "um" in engines else ()):
-            name = f"{m}-{al}-det{d}-b{b}"
+            name = f"{m}-{al}-det{d}-b{b}" + (f"-r{k}" if k > 1 else "")
             # A plan cache of the row's own: its first run learns online whatever ran before,
             # and its second (at the --replays budgets) replays what the first cached.
             env = dict(env_for(al, True), XDG_CACHE_HOME=os.path.join(out, "cache", name))
@@ -513,14 +527,17 @@ def report(a, natives, results, started, out):
                       "umswap_ms": sorted(u["ms"][2:])[len(u["ms"][2:]) // 2] if len(
                           u["ms"]) > 2 else None,
                       "seconds": u["seconds"], "rc": u["rc"], "ok": ok, **st})
+        if repeat_of(stats) > 1:
+            table[-1]["repeat"] = repeat_of(stats)
         if not ok:
             # The run's last lines travel with the row: a failure stays explained when the log
             # folder does not survive (a device run that cannot bring it back).
             table[-1]["steps_done"] = len(u["losses"])
             table[-1]["log_tail"] = log_tail(u.get("log"))
     # Rows asked for and not run (a matrix stopped before it got to them).
-    done = {(r["model"], r["allocator"], r["deterministic"], r["budget_pct"],
-             r.get("run", "first")) for r in table}
+    done = collections.Counter((r["model"], r["allocator"], r["deterministic"], r["budget_pct"],
+                                r.get("run", "first")) for r in table)
+    repeat = getattr(a, "repeat", 1)
     replays = {int(x) for x in getattr(a, "replays", "").split(",") if x}
     engines = [x for x in getattr(a, "engines", "um").split(",") if x]
     for m in [x for x in a.models.split(",") if x]:
@@ -530,7 +547,7 @@ def report(a, natives, results, started, out):
                     kinds = (["first"] + (["replay"] if b in replays else [])
                              if "um" in engines else []) + (["vmm"] if "vmm" in engines else [])
                     for kind in kinds:
-                        if (m, al, d, b, kind) not in done:
+                        for _ in range(repeat - done[(m, al, d, b, kind)]):
                             failed = True
                             table.append({"model": m, "allocator": al, "deterministic": d,
                                           "budget_pct": b, "run": kind,
@@ -575,7 +592,8 @@ def report(a, natives, results, started, out):
         lines.append(
             f"| {r['model']} | {r.get('allocator', '-')} | {r.get('deterministic', '-')} | "
             f"{r.get('budget_pct', '-')}% ({(r.get('budget_bytes') or 0) / gib:.2f} GiB)"
-            f"{RUN_LABELS.get(r.get('run'), '')} | "
+            f"{RUN_LABELS.get(r.get('run'), '')}"
+            f"{', repeat %d' % r['repeat'] if r.get('repeat') else ''} | "
             f"{r['verdict']}{'' if r.get('worst_in_spread') in (None, 0.0) else ' (%.2f)' % r['worst_in_spread']} | "
             f"{r.get('native_last', '-')} ({r.get('native_spread_last', '-')}) / {r.get('umswap_last', '-')} | "
             f"{'-' if pr is None else '%.2f' % (pr / gib)} "

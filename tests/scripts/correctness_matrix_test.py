@@ -294,9 +294,14 @@ class Replays(unittest.TestCase):
                              ("vmm", "identical", 512))
 
     engines = "um"
+    repeat = 1
 
     def test_main_with_vmm_rows_too(self):
         self.engines = "um,vmm"
+        self.test_main_runs_each_second_run_after_its_first_with_its_own_cache()
+
+    def test_main_repeats_every_row_with_a_cache_of_its_own(self):
+        self.repeat = 2
         self.test_main_runs_each_second_run_after_its_first_with_its_own_cache()
 
     def test_main_runs_each_second_run_after_its_first_with_its_own_cache(self):
@@ -348,7 +353,8 @@ class Replays(unittest.TestCase):
             sys.argv = ["correctness_matrix.py", "--umswap", umswap, "--models", "cnn,mlm",
                         "--allocators", "async", "--determinism", "off", "--budgets", "100,50",
                         "--no-cupy", "--jobs", "4", "--out", out, "--engines", self.engines,
-                        "--json", os.path.join(d, "m.json")]
+                        "--json", os.path.join(d, "m.json"), "--repeat", str(self.repeat),
+                        "--markdown", os.path.join(d, "m.md")]
             sys.modules["torch"] = torch
             try:
                 with redirect_stdout(io.StringIO()):
@@ -366,14 +372,23 @@ class Replays(unittest.TestCase):
             if "vmm" in self.engines:
                 expected += [(m, b, "vmm", None) for m in ("cnn", "mlm") for b in (50, 100)]
             self.assertEqual(sorted(((r["model"], r["budget_pct"], r["run"], r["advisor_mode"])
-                                     for r in rows), key=str), sorted(expected, key=str))
+                                     for r in rows), key=str),
+                             sorted(expected * self.repeat, key=str))
+            self.assertEqual(sorted(r.get("repeat", 1) for r in rows),
+                             sorted(list(range(1, self.repeat + 1)) * len(expected)))
+            if self.repeat > 1:
+                self.assertIn("50% (0.00 GiB), replayed, repeat 2 |",
+                              open(os.path.join(d, "m.md")).read())
             for r in rows:
                 self.assertEqual(r["peak_resident"], 777 if r["run"] == "vmm" else None)
             # Each row's cache is its own: two runs in the 50% rows' caches, one in the others'.
             caches = {n: len(open(os.path.join(out, "cache", n, "plan")).read().split())
                       for n in os.listdir(os.path.join(out, "cache"))}
-            self.assertEqual(caches, {"cnn-async-detoff-b50": 2, "cnn-async-detoff-b100": 1,
-                                      "mlm-async-detoff-b50": 2, "mlm-async-detoff-b100": 1})
+            want = {"cnn-async-detoff-b50": 2, "cnn-async-detoff-b100": 1,
+                    "mlm-async-detoff-b50": 2, "mlm-async-detoff-b100": 1}
+            for k in range(2, self.repeat + 1):
+                want.update({f"{n}-r{k}": v for n, v in list(want.items()) if "-r" not in n})
+            self.assertEqual(caches, want)
 
 
 if __name__ == "__main__":

@@ -283,9 +283,4 @@ class AdvisorImpl final : public EvictorHost {
   bool stopping() const override { return words.stop.load(std::memory_order_acquire); }
 };
 
-// The first launch at or after `n` that begins an iteration (base + k period).
-inline uint64_t boundary_at_or_after(uint64_t base, uint64_t period, uint64_t n) {
-  return n <= base ? base : base + (n - base + period - 1) / period * period;
-}
-
 }  // namespace umswap::advisor

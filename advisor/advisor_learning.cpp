@@ -78,7 +78,7 @@ void AdvisorImpl::learn() {
     const uint64_t deadline = PlacementHandOff::search_deadline(e, period, seen());
     if (placement.try_learned(steps.copy_lifetimes(first - period, first + period - 1), first,
                               period, [this, deadline] { return seen() >= deadline; })) {
-      const uint64_t hand = boundary_at_or_after(e, choice->period, seen());
+      const uint64_t hand = boundary_at_or_after(e, period, seen());
       placement.hand_at(hand);
       timeline.note("placement made", seen(), LearningTimeline::seconds_since(placing), hand);
       return;

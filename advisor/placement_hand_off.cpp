@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "umswap/advisor/advisor_common.h"
 #include "umswap/advisor/replay.h"
 #include "umswap/allocator/managed_allocator.h"
 #include "umswap/allocator/slab_allocator.h"
@@ -26,7 +27,8 @@ bool PlacementHandOff::try_learned(std::span<const BlockEvent> blocks, uint64_t 
 }
 
 uint64_t PlacementHandOff::search_deadline(uint64_t base, uint64_t period, uint64_t seen) {
-  const uint64_t next = seen <= base ? base : base + (seen - base + period - 1) / period * period;
+  if (period == 0) return seen;
+  const uint64_t next = boundary_at_or_after(base, period, seen);
   const uint64_t target = next - seen >= period / 2 ? next : next + period;
   return target - period / 4;
 }

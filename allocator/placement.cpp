@@ -277,7 +277,7 @@ std::optional<Placement> plan_placement(std::span<const BlockEvent> events, uint
       walk = *best_order;
       uint64_t walk_top = pack(items, walk, count, alignment, false, offsets);
       for (uint64_t t = 0; t < tries / kSearchRounds && walk_top > goal; ++t) {
-        if (t % kStopCheckTries == 0 && stop && stop()) {
+        if (stop && stop()) {
           stopped = true;
           break;
         }

@@ -13,9 +13,10 @@ user's first run of a command does; at the --replays budgets (50% by default) th
 runs a second time right after, replaying the plan the first run cached (a user's second run:
 the "replay" rows, which must have replayed). With --engines um,vmm every row also runs under
 `umswap run --engine vmm` at each budget (the "vmm" rows: no advisor, no cache).
-`--repeat N` runs every umswap row N times, each with a cache of its own (rows "repeat 2" and
-on): for a failure too rare to see once in a matrix (the EmbeddingBag's crash on the async
-backend, 2 in 62 runs, 2026-11-30), with the matrix's load beside it.
+`--repeat N` runs every model's umswap row N times (the CuPy loop once), each with a cache of
+its own (rows "repeat 2" and on), every row's first run before any second: for a failure too
+rare to see once in a matrix (the EmbeddingBag's crash on the async backend, 2 in 62 runs,
+2026-11-30), with the matrix's load beside it.
 Runs go side by side (--jobs at a time), each umswap run with UMSWAP_MANAGED_LIMIT set
 (--limit) so that the managed memory of all runs together stays far below the card's.
 
@@ -75,7 +76,9 @@ def longest_first(keys, twice=()):
     budget in `twice` runs two times in one job (a replay after its first run): it starts with
     the lowest budget's rows, which take about as long."""
     lowest = min((k[3] for k in keys), default=0)
-    return sorted(keys, key=lambda k: (lowest if k[3] in twice else k[3],
+    # With --repeat, every row's first run before any row's second (k[5], the repeat number).
+    return sorted(keys, key=lambda k: (k[5] if len(k) > 5 else 1,
+                                       lowest if k[3] in twice else k[3],
                                        -MODEL_COST.get(k[0], 0), k[1] != "default",
                                        k[2] != "on", k[3]))
 
@@ -500,7 +503,8 @@ def first_run_cached(replay_log):
 def report(a, natives, results, started, out):
     table, failed = [], False
     for (m, al, d, b, budget, stats), u in sorted(
-            results, key=lambda x: x[0][:4] + (RUN_KINDS.index(run_kind(x[0][5])),)):
+            results, key=lambda x: x[0][:4] + (repeat_of(x[0][5]),
+                                               RUN_KINDS.index(run_kind(x[0][5])))):
         if m == "cupy":
             continue
         n1, n2 = natives[(m, al, d, 1)], natives[(m, al, d, 2)]
@@ -537,7 +541,8 @@ def report(a, natives, results, started, out):
     # Rows asked for and not run (a matrix stopped before it got to them).
     done = collections.Counter((r["model"], r["allocator"], r["deterministic"], r["budget_pct"],
                                 r.get("run", "first")) for r in table)
-    repeat = getattr(a, "repeat", 1)
+    # Rejudged logs say how many repeats ran, even without --repeat.
+    repeat = max([getattr(a, "repeat", 1)] + [repeat_of(k[5]) for k, _ in results if k[5]])
     replays = {int(x) for x in getattr(a, "replays", "").split(",") if x}
     engines = [x for x in getattr(a, "engines", "um").split(",") if x]
     for m in [x for x in a.models.split(",") if x]:
@@ -547,11 +552,13 @@ def report(a, natives, results, started, out):
                     kinds = (["first"] + (["replay"] if b in replays else [])
                              if "um" in engines else []) + (["vmm"] if "vmm" in engines else [])
                     for kind in kinds:
-                        for _ in range(repeat - done[(m, al, d, b, kind)]):
+                        for k in range(done[(m, al, d, b, kind)] + 1, repeat + 1):
                             failed = True
                             table.append({"model": m, "allocator": al, "deterministic": d,
                                           "budget_pct": b, "run": kind,
                                           "verdict": "NOT RUN", "ok": False})
+                            if k > 1:  # which one is not known: counted from the last run
+                                table[-1]["repeat"] = k
     cupy = {k[1] + str(k[3]): (k, r) for (k, r) in results if k[0] == "cupy"}
     if cupy and set(cupy) != {"native1", "native2", "umswap50"}:
         failed = True

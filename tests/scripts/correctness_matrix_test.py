@@ -64,6 +64,12 @@ class Schedule(unittest.TestCase):
             ("decoder", "default", "on", 25, 1), ("decoder", "default", "on", 50, 1),
             ("decoder", "async", "off", 25, 1), ("lstm", "default", "off", 25, 1),
             ("cnn", "default", "off", 25, 1), ("cnn", "async", "off", 100, 1)])
+        # --repeat: every row's first run before any row's second (the sixth field).
+        repeated = [("cnn", "async", "off", 25, 1, 2), ("decoder", "async", "off", 50, 1, 2),
+                    ("cnn", "async", "off", 25, 1, 1), ("decoder", "async", "off", 50, 1, 1)]
+        self.assertEqual(cm.longest_first(repeated), [
+            ("cnn", "async", "off", 25, 1, 1), ("decoder", "async", "off", 50, 1, 1),
+            ("cnn", "async", "off", 25, 1, 2), ("decoder", "async", "off", 50, 1, 2)])
 
     def test_a_run_past_the_deadline_does_not_start_and_one_near_it_is_cut(self):
         import tempfile

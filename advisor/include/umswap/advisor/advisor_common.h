@@ -1,6 +1,6 @@
 // What the advisor's parts share (advisor.cpp, copy_evictor.cpp): the counter's values, the 2 MiB
-// page, the transfer log's entry and the advisor thread's time accounting. Internal to the
-// advisor; nothing here talks to CUDA.
+// page, the iteration boundaries, the transfer log's entry and the advisor thread's time
+// accounting. Internal to the advisor; nothing here talks to CUDA.
 #pragma once
 
 #include <time.h>
@@ -25,6 +25,11 @@ static_assert(kPage == kPageBytes, "whole_pages() gives the pages the hash kerne
 // The whole 2 MiB pages inside [address, address + length), as [lo, hi) (empty: hi <= lo).
 constexpr std::pair<uint64_t, uint64_t> whole_pages(uint64_t address, uint64_t length) {
   return {(address + kPage - 1) / kPage * kPage, (address + length) / kPage * kPage};
+}
+
+// The first launch at or after `n` that begins an iteration (base + k period).
+inline uint64_t boundary_at_or_after(uint64_t base, uint64_t period, uint64_t n) {
+  return n <= base ? base : base + (n - base + period - 1) / period * period;
 }
 
 // highest_restore_wait: the restored value in the low 48 bits, its word's epoch above.

@@ -45,8 +45,9 @@ class PlacementHandOff {
   // `period` launches from `base`), or the one after when less than half an iteration is left.
   // A search longer than the program's iteration would otherwise cost a learning iteration (the
   // correctness matrix's EmbeddingBag: 2.4 s for 152 blocks, handed one iteration later, for
-  // 0.6% of the page peak). It never hands later than a whole search: it only ends one that
-  // would overrun the boundary.
+  // 0.6% of the page peak). It never hands later than a whole search would: it ends a search
+  // still running a quarter of an iteration before the boundary (with fewer than 4 launches an
+  // iteration, at the boundary). `seen` itself for a period of 0.
   static uint64_t search_deadline(uint64_t base, uint64_t period, uint64_t seen);
   // Replay: the placement the trace's process had in the iteration the plan comes from
   // (recorded_placement: its arena and each block's offset, as recorded, so that the plan's

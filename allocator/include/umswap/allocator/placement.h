@@ -29,7 +29,7 @@
 //     When the smallest is above the live peak, rounds of random swaps and moves in the best
 //     order (first gap, fixed seeds: the same events give the same placement) search for a
 //     smaller one, within a bounded amount of work (about 1 s on a slow core), stopping at the
-//     live peak, or earlier when `stop` (asked every kStopCheckTries tries; empty: never) says
+//     live peak, or earlier when `stop` (asked before every try; empty: never) says
 //     so, with the best found by then; listed as "local search from the best" when it found a
 //     smaller arena. Without `stop`, the same events give the same placement; with it, how far
 //     the search got depends on when it said so.
@@ -83,9 +83,5 @@ inline constexpr size_t kMaxPlacedAllocations = 20000;
 std::optional<Placement> plan_placement(std::span<const BlockEvent> events, uint64_t start,
                                         uint64_t period, uint64_t min_bytes, uint64_t alignment,
                                         std::string* why, const std::function<bool()>& stop = {});
-
-// How often plan_placement() asks `stop`: every this many tries of the local search (a try packs
-// the iteration once: about 0.1 ms for 150 blocks).
-inline constexpr uint64_t kStopCheckTries = 16;
 
 }  // namespace umswap

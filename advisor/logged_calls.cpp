@@ -8,6 +8,7 @@
 #include "umswap/advisor/advisor_common.h"
 #include "umswap/advisor/op_log.h"
 #include "umswap/core/driver_lock.h"
+#include "umswap/core/flight_recorder.h"
 #include "umswap/core/log.h"
 
 namespace umswap::advisor {
@@ -67,6 +68,11 @@ CUresult CUDAAPI logged_prefetch(CUdeviceptr p, size_t n, CUmemLocation to, unsi
   close_waits_before(s);
   const CUresult r =
       (InCall("cuMemPrefetchAsync"), g_op_log->real.mem_prefetch_async(p, n, to, flags, s));
+  if (r == CUDA_SUCCESS) {
+    flight::record(
+        to.type == CU_MEM_LOCATION_TYPE_HOST ? flight::Kind::evict : flight::Kind::prefetch, p, n,
+        s);
+  }
   op_logged(s, to.type == CU_MEM_LOCATION_TYPE_HOST ? "prefetch to host" : "prefetch to gpu", p, n);
   return r;
 }
@@ -75,6 +81,9 @@ CUresult CUDAAPI logged_discard(CUdeviceptr* ps, size_t* sizes, size_t count,
   close_waits_before(s);
   const CUresult r = (InCall("cuMemDiscardBatchAsync"),
                       g_op_log->real.mem_discard_batch_async(ps, sizes, count, flags, s));
+  for (size_t i = 0; r == CUDA_SUCCESS && i < count; ++i) {
+    flight::record(flight::Kind::discard, ps[i], sizes[i], s);
+  }
   op_logged(s, "discard", count ? ps[0] : 0, count ? sizes[0] : 0);
   return r;
 }

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "umswap/allocator/discard_pages.h"
+#include "umswap/core/flight_recorder.h"
 #include "umswap/core/log.h"
 
 namespace umswap {
@@ -159,6 +160,7 @@ uint64_t SlabAllocator::discard_ranges(CUstream stream, bool synchronize) {
   ++stats_.discard_calls;
   uint64_t bytes = 0;
   for (size_t i = 0; i < range_starts_.size(); ++i) {
+    flight::record(flight::Kind::discard, range_starts_[i], range_sizes_[i], stream);
     // No remembered page lies inside the range: each one goes just before the next remembered.
     const auto next = discarded_.lower_bound(range_starts_[i]);
     for (uint64_t page = range_starts_[i]; page < range_starts_[i] + range_sizes_[i];
@@ -237,6 +239,7 @@ void SlabAllocator::populate_discarded(uint64_t address, uint64_t size, CUstream
   }
   ++stats_.populate_calls;
   for (size_t i = 0; i < range_starts_.size(); ++i) {
+    flight::record(flight::Kind::populate, range_starts_[i], range_sizes_[i], stream);
     stats_.populated_bytes += range_sizes_[i];
     if (source_.residency) source_.residency(range_starts_[i], range_sizes_[i], true);
   }
@@ -421,6 +424,7 @@ bool SlabAllocator::set_placement(Placement placement, const Context& context) {
   for (const auto& [slab_base, slab] : slabs_) {
     if (!slab.small) retiring_.insert(slab_base);
   }
+  flight::record(flight::Kind::arena, base, bytes);
   add_slab(base, Slab{.size = bytes, .small = false, .arena = true});
   stats_.arena_bytes = bytes;
   arena_ = base;
@@ -467,6 +471,7 @@ CUresult SlabAllocator::new_slab(uint64_t size, bool small, const Context& conte
 
 void SlabAllocator::add_slab(uint64_t base, Slab slab) {
   const uint64_t bytes = slab.size;
+  flight::record(flight::Kind::slab_create, base, bytes);
   slabs_.emplace(base, slab);
   Block b{.size = bytes, .slab = base, .free = true, .stream = kAnyStream, .seq = 0, .event = {}};
   blocks_.emplace(base, b);
@@ -488,6 +493,7 @@ bool SlabAllocator::give_back_if_free(std::map<uint64_t, Slab>::iterator s) {
   blocks_.erase(it);
   discarded_.erase(discarded_.lower_bound(s->first),
                    discarded_.lower_bound(s->first + s->second.size));
+  flight::record(flight::Kind::slab_free, s->first, s->second.size);
   source_.destroy(s->first);
   // Freed memory holds no GPU pages any more.
   if (source_.residency) source_.residency(s->first, s->second.size, false);
@@ -576,6 +582,7 @@ CUresult SlabAllocator::allocate(uint64_t bytes, CUstream stream, CUdeviceptr* o
   if (it == blocks_.end()) return CUDA_ERROR_OUT_OF_MEMORY;  // a fresh slab always fits
   place(it, size);
   *out = it->first;
+  flight::record(flight::Kind::block_alloc, it->first, it->second.size, stream);
   if (source_.lifetime) source_.lifetime(it->first, it->second.size, false);
   populate_discarded(it->first, it->second.size, stream);
   return CUDA_SUCCESS;
@@ -587,6 +594,7 @@ std::optional<CUresult> SlabAllocator::release(CUdeviceptr ptr, uint64_t tag, CU
   const auto it = blocks_.find(ptr);
   if (it == blocks_.end() || it->second.free) return std::nullopt;
   const uint64_t size = it->second.size;
+  flight::record(flight::Kind::block_free, ptr, size, stream);
   if (source_.lifetime) source_.lifetime(ptr, size, true);
   --stats_.blocks_in_use;
   stats_.bytes_in_use -= size;

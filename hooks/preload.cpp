@@ -17,6 +17,7 @@
 #include "umswap/allocator/call_site.h"
 #include "umswap/allocator/discard_pages.h"
 #include "umswap/core/environment.h"
+#include "umswap/core/flight_recorder.h"
 #include "umswap/core/log.h"
 #include "umswap/core/stats_file.h"
 #include "umswap/tracer/tracer.h"
@@ -181,6 +182,7 @@ void Preload::start_tracer_once() {
   }
   std::string reason;
   if (tracer::start_tracer(config, td, registry_, &reason)) {
+    flight::set_launch_clock(&tracer::logged_steps);
     if (!config.trace_path.empty()) log_info("tracing kernel launches into {}", config.trace_path);
     if (advisor) start_advisor(advisor);
   } else {
@@ -419,6 +421,32 @@ CallSiteId Preload::call_site() const {
       {.depth = options_.callsite_depth, .skip_innermost = 0, .skip_module = &kAnchor});
 }
 
+CUresult Preload::context_error() const {
+  const RealDriver& d = driver_;
+  if (!driver_ok_ || !d.cuEventCreate || !d.cuEventRecord || !d.cuEventQuery ||
+      !d.cuEventDestroy_v2) {
+    return CUDA_SUCCESS;
+  }
+  CUevent e = nullptr;
+  CUresult r = d.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING);
+  if (r == CUDA_SUCCESS) {
+    r = d.cuEventRecord(e, nullptr);
+    if (r == CUDA_SUCCESS) r = d.cuEventQuery(e);
+    d.cuEventDestroy_v2(e);
+  }
+  switch (r) {
+    case CUDA_SUCCESS:
+    case CUDA_ERROR_NOT_READY:
+    case CUDA_ERROR_DEINITIALIZED:
+    case CUDA_ERROR_NOT_INITIALIZED:
+    case CUDA_ERROR_INVALID_CONTEXT:
+    case CUDA_ERROR_CONTEXT_IS_DESTROYED:
+      return CUDA_SUCCESS;  // no failed work, or nothing left to ask
+    default:
+      return r;
+  }
+}
+
 bool Preload::used_cuda() const {
   return allocated_.load() || tracer::tracer_saw_calls();
 }
@@ -611,6 +639,17 @@ void Preload::write_stats_at_exit() {
     j.update(advisor->stats(summary));
   } else if (summary) {
     j[schema::kIterations.path] = advisor::iterations_json(*summary);
+  }
+  if (const CUresult error = context_error(); error != CUDA_SUCCESS) {
+    // The program's GPU work failed: what umswap did to its memory last, to tell whether it
+    // had a part in it.
+    const std::vector<flight::Event> events = flight::snapshot();
+    j["flight_recorder"] = flight::to_json(events);
+    j["flight_recorder"]["context_error"] = static_cast<int>(error);
+    log_warning(
+        "the program's CUDA context holds error {} at exit; umswap's last {} memory operations "
+        "are in the stats file (flight_recorder)",
+        static_cast<int>(error), events.size());
   }
   const std::string path = expand_stats_path(options_.stats_path, ::getpid());
   std::string error;

@@ -55,6 +55,10 @@ class Preload {
 
   // The process allocated through umswap's hooks or made a traced CUDA call.
   bool used_cuda() const;
+  // At exit: the error the current context holds (its GPU work failed: an illegal address, ...),
+  // from an event recorded and queried, which never waits; CUDA_SUCCESS when it holds none, or
+  // when there is no context or driver left to ask.
+  CUresult context_error() const;
   void mark_forked_child() { forked_child_.store(true, std::memory_order_relaxed); }
   void write_stats_at_exit();
 

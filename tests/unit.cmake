@@ -13,6 +13,8 @@ umswap_add_test(NAME core_thread_stacks_test
   SOURCES ${_umswap_unit_dir}/core/thread_stacks_test.cpp LIBS umswap_core)
 umswap_add_test(NAME core_log_test
   SOURCES ${_umswap_unit_dir}/core/log_test.cpp LIBS umswap_core)
+umswap_add_test(NAME core_flight_recorder_test
+  SOURCES ${_umswap_unit_dir}/core/flight_recorder_test.cpp LIBS umswap_core)
 
 # --- allocator ---------------------------------------------------------------------------------
 umswap_add_test(NAME allocator_registry_test

@@ -6,6 +6,7 @@
 // how many driver calls, and in what order with events), and placement (the arena, requests
 // following the planned sequence or going elsewhere, slabs the arena replaces given back).
 #include "umswap/allocator/slab_allocator.h"
+#include "umswap/core/flight_recorder.h"
 
 #include <gtest/gtest.h>
 
@@ -459,6 +460,37 @@ TEST_F(SlabAllocatorTest, AnEndedStreamIsNeverNamedAgainAndItsHandleMayComeBack)
 }
 
 // --- lifetime ------------------------------------------------------------------------------------
+
+TEST_F(SlabAllocatorTest, TheFlightRecorderHearsSlabsAndBlocksInOrder) {
+  const std::vector<flight::Event> before = flight::snapshot();
+  const uint64_t after = before.empty() ? 0 : before.back().seq;
+  g->source_limit = 128 * MiB;
+  const CUdeviceptr a = alloc(64 * MiB);
+  const CUdeviceptr b = alloc(64 * MiB);
+  release(a);
+  release(b);
+  const CUdeviceptr c = alloc(100 * MiB);  // both slabs go back first (pressure)
+  using E = std::tuple<flight::Kind, uint64_t, uint64_t>;
+  std::vector<E> got;
+  for (const flight::Event& e : flight::snapshot()) {
+    if (e.seq <= after) continue;
+    got.emplace_back(e.kind, e.address, e.bytes);
+    if (e.kind == flight::Kind::block_alloc || e.kind == flight::Kind::block_free) {
+      EXPECT_EQ(e.stream, reinterpret_cast<uintptr_t>(kS));
+    }
+  }
+  using K = flight::Kind;
+  EXPECT_EQ(got, (std::vector<E>{{K::slab_create, a, 64 * MiB},
+                                 {K::block_alloc, a, 64 * MiB},
+                                 {K::slab_create, b, 64 * MiB},
+                                 {K::block_alloc, b, 64 * MiB},
+                                 {K::block_free, a, 64 * MiB},
+                                 {K::block_free, b, 64 * MiB},
+                                 {K::slab_free, a, 64 * MiB},
+                                 {K::slab_free, b, 64 * MiB},
+                                 {K::slab_create, c, 100 * MiB},
+                                 {K::block_alloc, c, 100 * MiB}}));
+}
 
 TEST_F(SlabAllocatorTest, LifetimeHearsEveryBlockHandedOutAndTakenBackInOrder) {
   const CUdeviceptr a = alloc(100, kS);

@@ -126,8 +126,11 @@ CUresult event_create(CUevent* e, unsigned) {
 CUresult event_record(CUevent, CUstream) {
   return CUDA_SUCCESS;
 }
+// FAKE_CUDA_STICKY_ERROR=N: every event query answers error N, as the driver's calls do once the
+// context's GPU work failed (an illegal address: 700).
 CUresult event_query(CUevent) {
-  return CUDA_SUCCESS;
+  static const char* sticky = std::getenv("FAKE_CUDA_STICKY_ERROR");
+  return sticky ? static_cast<CUresult>(std::atoi(sticky)) : CUDA_SUCCESS;
 }
 CUresult event_synchronize(CUevent) {
   return CUDA_SUCCESS;

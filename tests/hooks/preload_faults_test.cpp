@@ -237,6 +237,26 @@ TEST_F(PreloadFaults, WritablePathsGetBothFilesAndNoWarning) {
   EXPECT_TRUE(entries().empty());
 }
 
+// A context whose GPU work failed (the fake's event queries answer error 700): the stats get
+// the flight recorder's events and the error, with one warning; none of it otherwise (above).
+TEST_F(PreloadFaults, AContextHoldingAnErrorAtExitPutsTheFlightRecorderInTheStats) {
+  const ProbeRun r = run({{"UMSWAP_STATS", path("s.json")}, {"FAKE_CUDA_STICKY_ERROR", "700"}});
+  expect_one_warning(r, "the program's CUDA context holds error 700 at exit", "flight_recorder");
+  std::string error;
+  const auto stats = read_stats_file(path("s.json"), &error);
+  ASSERT_TRUE(stats) << error;
+  ASSERT_TRUE(stats->contains("flight_recorder")) << stats->dump();
+  EXPECT_EQ((*stats)["flight_recorder"]["context_error"], 700);
+  EXPECT_TRUE((*stats)["flight_recorder"]["events"].is_array());
+  EXPECT_EQ((*stats)["flight_recorder"]["columns"].size(), 7u);
+  std::string plain;
+  fs::remove(path("s.json"));
+  const ProbeRun ok = run({{"UMSWAP_STATS", path("s.json")}});
+  const auto clean = read_stats_file(path("s.json"), &plain);
+  ASSERT_TRUE(clean) << plain;
+  EXPECT_FALSE(clean->contains("flight_recorder"));
+}
+
 // Paths that cannot be written even as root: a missing directory, a directory in the way of the
 // rename, a regular file used as a directory.
 std::vector<std::pair<std::string, std::string>> unwritable(const fs::path& dir) {

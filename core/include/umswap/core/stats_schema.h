@@ -135,6 +135,14 @@ inline constexpr Field kFields[] = {
      "what rounding up to 2 MiB wastes)."},
     {"vmm.out_of_memory", Kind::user, "integer", detail::kVmmAllocator,
      "Allocations refused with out-of-memory: past the GPU pool and the host limit together."},
+    {"flight_recorder", Kind::diagnostic, "object", detail::kPreload,
+     "Only when the program's CUDA context held an error at exit (its GPU work failed; umswap "
+     "also prints one warning): `context_error`, the driver's error number, and `events`, the "
+     "last 16,384 things umswap did to device memory, oldest first, each `[seq, time_ns, launch, "
+     "what, address, bytes, stream]`: slab blocks handed out (`block alloc`) and taken back "
+     "(`block free`), slabs made and given back, the placement's `arena`, `discard` and "
+     "`populate` ranges, the advisor's `prefetch` and `evict` calls; `launch` is the launches "
+     "the tracer had logged by then."},
     {"vmm.copies_to_host", Kind::diagnostic, "integer", detail::kVmmAllocator,
      "Chunks copied from the GPU to the host by moves (0 while nothing moves)."},
     {"vmm.copies_to_gpu", Kind::diagnostic, "integer", detail::kVmmAllocator,

@@ -228,10 +228,11 @@ void SlabAllocator::populate_discarded(uint64_t address, uint64_t size, CUstream
   where.type = CU_MEM_LOCATION_TYPE_DEVICE;
   where.id = device;
   size_t where_from = 0;  // the one location applies to every range
+  const CUstream on = discard_stream(stream);
   const auto start = std::chrono::steady_clock::now();
   r = driver_.mem_discard_and_prefetch_batch_async(range_starts_.data(), range_sizes_.data(),
                                                    range_starts_.size(), &where, &where_from, 1, 0,
-                                                   discard_stream(stream));
+                                                   on);
   stats_.populate_call_seconds += seconds_since(start);
   if (r != CUDA_SUCCESS) {
     stop_discarding("cuMemDiscardAndPrefetchBatchAsync", r);
@@ -239,7 +240,7 @@ void SlabAllocator::populate_discarded(uint64_t address, uint64_t size, CUstream
   }
   ++stats_.populate_calls;
   for (size_t i = 0; i < range_starts_.size(); ++i) {
-    flight::record(flight::Kind::populate, range_starts_[i], range_sizes_[i], stream);
+    flight::record(flight::Kind::populate, range_starts_[i], range_sizes_[i], on);
     stats_.populated_bytes += range_sizes_[i];
     if (source_.residency) source_.residency(range_starts_[i], range_sizes_[i], true);
   }
@@ -424,7 +425,6 @@ bool SlabAllocator::set_placement(Placement placement, const Context& context) {
   for (const auto& [slab_base, slab] : slabs_) {
     if (!slab.small) retiring_.insert(slab_base);
   }
-  flight::record(flight::Kind::arena, base, bytes);
   add_slab(base, Slab{.size = bytes, .small = false, .arena = true});
   stats_.arena_bytes = bytes;
   arena_ = base;
@@ -471,7 +471,7 @@ CUresult SlabAllocator::new_slab(uint64_t size, bool small, const Context& conte
 
 void SlabAllocator::add_slab(uint64_t base, Slab slab) {
   const uint64_t bytes = slab.size;
-  flight::record(flight::Kind::slab_create, base, bytes);
+  flight::record(slab.arena ? flight::Kind::arena : flight::Kind::slab_create, base, bytes);
   slabs_.emplace(base, slab);
   Block b{.size = bytes, .slab = base, .free = true, .stream = kAnyStream, .seq = 0, .event = {}};
   blocks_.emplace(base, b);
@@ -594,7 +594,9 @@ std::optional<CUresult> SlabAllocator::release(CUdeviceptr ptr, uint64_t tag, CU
   const auto it = blocks_.find(ptr);
   if (it == blocks_.end() || it->second.free) return std::nullopt;
   const uint64_t size = it->second.size;
-  flight::record(flight::Kind::block_free, ptr, size, stream);
+  // The legacy stream as the program named it (0), not as free() passes it on.
+  flight::record(flight::Kind::block_free, ptr, size,
+                 stream == CU_STREAM_LEGACY ? nullptr : stream);
   if (source_.lifetime) source_.lifetime(ptr, size, true);
   --stats_.blocks_in_use;
   stats_.bytes_in_use -= size;

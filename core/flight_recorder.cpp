@@ -9,20 +9,22 @@
 namespace umswap::flight {
 namespace {
 
-// One slot: `seq` is written last (release) and cleared first, so a reader that sees the same
-// non-zero seq before and after copying the fields has a complete event.
-struct Slot {
+// One slot. A writer claims it by turning `seq` into its own number with kBusy set (only from
+// an older number: two writers a whole ring apart never write it at once), writes the fields and
+// publishes its number (release); a reader that sees the same published number before and after
+// copying the fields has a complete event.
+constexpr uint64_t kBusy = uint64_t{1} << 63;
+struct alignas(64) Slot {
   std::atomic<uint64_t> seq{0};
   std::atomic<uint64_t> time_ns{0}, launch{0}, address{0}, bytes{0}, stream{0};
   std::atomic<uint8_t> kind{0};
 };
 
-std::array<Slot, kEvents>& ring() {
-  static std::array<Slot, kEvents> slots;  // constant-initialized: usable from any constructor
-  return slots;
-}
-std::atomic<uint64_t> g_next{0};
-std::atomic<uint64_t (*)()> g_clock{nullptr};
+// Trivially destructible, constant-initialized: usable from any constructor or exit handler.
+constinit std::array<Slot, kEvents> g_ring{};
+constinit std::atomic<uint64_t> g_next{0};
+constinit std::atomic<uint64_t> g_dropped{0};
+constinit std::atomic<uint64_t (*)()> g_clock{nullptr};
 
 }  // namespace
 
@@ -52,8 +54,15 @@ const char* to_string(Kind kind) {
 
 void record(Kind kind, uint64_t address, uint64_t bytes, const void* stream) {
   const uint64_t seq = g_next.fetch_add(1, std::memory_order_relaxed) + 1;
-  Slot& s = ring()[(seq - 1) & (kEvents - 1)];
-  s.seq.store(0, std::memory_order_relaxed);
+  Slot& s = g_ring[(seq - 1) & (kEvents - 1)];
+  uint64_t held = s.seq.load(std::memory_order_relaxed);
+  do {
+    if ((held & kBusy) != 0 || held >= seq) {  // a writer a ring ahead or behind is in it
+      g_dropped.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+  } while (!s.seq.compare_exchange_weak(held, seq | kBusy, std::memory_order_acq_rel,
+                                        std::memory_order_relaxed));
   std::atomic_thread_fence(std::memory_order_release);
   const auto clock = g_clock.load(std::memory_order_relaxed);
   s.time_ns.store(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -78,7 +87,7 @@ std::vector<Event> snapshot() {
   std::vector<Event> out;
   out.reserve(static_cast<size_t>(last - first + 1));
   for (uint64_t seq = first; seq <= last; ++seq) {
-    const Slot& s = ring()[(seq - 1) & (kEvents - 1)];
+    const Slot& s = g_ring[(seq - 1) & (kEvents - 1)];
     if (s.seq.load(std::memory_order_acquire) != seq) continue;
     Event e;
     e.seq = seq;
@@ -95,6 +104,10 @@ std::vector<Event> snapshot() {
   return out;
 }
 
+uint64_t dropped() {
+  return g_dropped.load(std::memory_order_relaxed);
+}
+
 nlohmann::json to_json(const std::vector<Event>& events) {
   nlohmann::json list = nlohmann::json::array();
   for (const Event& e : events) {
@@ -102,7 +115,8 @@ nlohmann::json to_json(const std::vector<Event>& events) {
                     e.bytes, fmt::format("{:#x}", e.stream)});
   }
   return {{"columns", {"seq", "time_ns", "launch", "what", "address", "bytes", "stream"}},
-          {"events", std::move(list)}};
+          {"events", std::move(list)},
+          {"dropped", dropped()}};
 }
 
 }  // namespace umswap::flight

@@ -395,6 +395,7 @@ void Preload::configure_torch_drops() {
 
 bool Preload::redirecting() {
   allocated_.store(true, std::memory_order_relaxed);  // every allocation hook asks, in every mode
+  check_context_at_exit_once();
   if (options_.engine != Engine::um) return false;
   if (!redirects(options_.mode) || forked_child_.load(std::memory_order_relaxed)) return false;
   if (!driver()) return false;
@@ -409,6 +410,7 @@ ManagedAllocator& Preload::allocator() {
 VmmAllocator* Preload::vmm() {
   if (options_.engine != Engine::vmm) return nullptr;
   allocated_.store(true, std::memory_order_relaxed);
+  check_context_at_exit_once();
   if (!redirects(options_.mode) || forked_child_.load(std::memory_order_relaxed)) return nullptr;
   if (!driver()) return nullptr;
   std::call_once(vmm_once_, [this] { vmm_ = make_vmm_allocator(driver_, registry_, options_); });
@@ -423,28 +425,51 @@ CallSiteId Preload::call_site() const {
 
 CUresult Preload::context_error() const {
   const RealDriver& d = driver_;
-  if (!driver_ok_ || !d.cuEventCreate || !d.cuEventRecord || !d.cuEventQuery ||
-      !d.cuEventDestroy_v2) {
+  if (!driver_ok_ || !d.cuStreamCreate || !d.cuStreamDestroy_v2 || !d.cuEventCreate ||
+      !d.cuEventRecord || !d.cuEventQuery || !d.cuEventDestroy_v2) {
     return CUDA_SUCCESS;
   }
+  // On a stream of its own, so that no capture another thread may have open is disturbed.
+  CUstream s = nullptr;
   CUevent e = nullptr;
-  CUresult r = d.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING);
+  CUresult r = d.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);
   if (r == CUDA_SUCCESS) {
-    r = d.cuEventRecord(e, nullptr);
-    if (r == CUDA_SUCCESS) r = d.cuEventQuery(e);
-    d.cuEventDestroy_v2(e);
+    r = d.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING);
+    if (r == CUDA_SUCCESS) {
+      r = d.cuEventRecord(e, s);
+      if (r == CUDA_SUCCESS) r = d.cuEventQuery(e);
+      d.cuEventDestroy_v2(e);
+    }
+    d.cuStreamDestroy_v2(s);
   }
-  switch (r) {
-    case CUDA_SUCCESS:
-    case CUDA_ERROR_NOT_READY:
-    case CUDA_ERROR_DEINITIALIZED:
-    case CUDA_ERROR_NOT_INITIALIZED:
-    case CUDA_ERROR_INVALID_CONTEXT:
-    case CUDA_ERROR_CONTEXT_IS_DESTROYED:
-      return CUDA_SUCCESS;  // no failed work, or nothing left to ask
-    default:
+  switch (r) {  // the errors that stay with a context once its GPU work failed
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+    case CUDA_ERROR_LAUNCH_TIMEOUT:
+    case CUDA_ERROR_ASSERT:
+    case CUDA_ERROR_HARDWARE_STACK_ERROR:
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case CUDA_ERROR_MISALIGNED_ADDRESS:
+    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+    case CUDA_ERROR_INVALID_PC:
+    case CUDA_ERROR_LAUNCH_FAILED:
+    case CUDA_ERROR_UNKNOWN:
       return r;
+    default:
+      return CUDA_SUCCESS;  // none, or nothing left to ask (no context, the driver shut down)
   }
+}
+
+void Preload::check_context_at_exit_once() {
+  // Registered at the first allocation, after the CUDA runtime registered its own exit handler,
+  // so it runs before that one tears the context down (atexit's last in, first out); the stats
+  // are written later, from the library's destructor.
+  std::call_once(exit_check_once_, [] {
+    std::atexit([] {
+      Preload& p = preload();
+      if (p.forked_child_.load() || ::getpid() != g_owner_pid) return;
+      p.exit_error_.store(static_cast<int>(p.context_error()), std::memory_order_relaxed);
+    });
+  });
 }
 
 bool Preload::used_cuda() const {
@@ -640,16 +665,16 @@ void Preload::write_stats_at_exit() {
   } else if (summary) {
     j[schema::kIterations.path] = advisor::iterations_json(*summary);
   }
-  if (const CUresult error = context_error(); error != CUDA_SUCCESS) {
+  if (const int error = exit_error_.load(std::memory_order_relaxed); error != CUDA_SUCCESS) {
     // The program's GPU work failed: what umswap did to its memory last, to tell whether it
     // had a part in it.
     const std::vector<flight::Event> events = flight::snapshot();
     j["flight_recorder"] = flight::to_json(events);
-    j["flight_recorder"]["context_error"] = static_cast<int>(error);
+    j["flight_recorder"]["context_error"] = error;
     log_warning(
         "the program's CUDA context holds error {} at exit; umswap's last {} memory operations "
         "are in the stats file (flight_recorder)",
-        static_cast<int>(error), events.size());
+        error, events.size());
   }
   const std::string path = expand_stats_path(options_.stats_path, ::getpid());
   std::string error;

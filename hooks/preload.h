@@ -55,9 +55,9 @@ class Preload {
 
   // The process allocated through umswap's hooks or made a traced CUDA call.
   bool used_cuda() const;
-  // At exit: the error the current context holds (its GPU work failed: an illegal address, ...),
-  // from an event recorded and queried, which never waits; CUDA_SUCCESS when it holds none, or
-  // when there is no context or driver left to ask.
+  // The error the current context holds once its GPU work failed (an illegal address, ...), from
+  // an event recorded on a stream of its own and queried, which never waits; CUDA_SUCCESS when it
+  // holds none, or when there is no context or driver left to ask.
   CUresult context_error() const;
   void mark_forked_child() { forked_child_.store(true, std::memory_order_relaxed); }
   void write_stats_at_exit();
@@ -91,8 +91,13 @@ class Preload {
   VmmAllocator* vmm_ = nullptr;  // never freed, as allocator_
   std::atomic<bool> forked_child_{false};
   std::atomic<bool> allocated_{false};  // an allocation hook ran (the process uses CUDA memory)
-  bool wants_tracer_ = false;           // decided once from the options
-  std::atomic<int> tracer_state_{0};    // 0 not started, 1 starting, 2 done (running or not)
+  // The context's error at exit (context_error(), asked by an exit handler registered at the first
+  // allocation, while the runtime still holds the context): the stats' flight_recorder.
+  void check_context_at_exit_once();
+  std::once_flag exit_check_once_;
+  std::atomic<int> exit_error_{0};
+  bool wants_tracer_ = false;         // decided once from the options
+  std::atomic<int> tracer_state_{0};  // 0 not started, 1 starting, 2 done (running or not)
 };
 
 Preload& preload();

@@ -57,6 +57,7 @@ TEST(FlightRecorderTest, KeepsEventsInOrderWithTheLaunchesSeen) {
   EXPECT_EQ(j["events"][0][4], "0x1000");
   EXPECT_EQ(j["events"][1][3], "evict");
   EXPECT_EQ(j["columns"].size(), j["events"][0].size());
+  EXPECT_TRUE(j["dropped"].is_number());
 }
 
 TEST(FlightRecorderTest, KeepsOnlyTheLastEventsOnceTheRingWraps) {
@@ -72,6 +73,7 @@ TEST(FlightRecorderTest, WritersOnSeveralThreadsLoseNothingInTheLastRing) {
   // Each event's bytes are a function of its address: a torn slot would break it.
   constexpr int kThreads = 4;
   constexpr uint64_t kEach = kEvents;  // the ring wraps several times under the writers
+  const uint64_t dropped_before = dropped();
   std::vector<std::thread> writers;
   for (int t = 0; t < kThreads; ++t) {
     writers.emplace_back([t] {
@@ -87,7 +89,9 @@ TEST(FlightRecorderTest, WritersOnSeveralThreadsLoseNothingInTheLastRing) {
   }
   for (std::thread& w : writers) w.join();
   const std::vector<Event> all = snapshot();
-  ASSERT_EQ(all.size(), kEvents);
+  // A slot a writer still held when the ring came round again lost the later event (counted).
+  EXPECT_LE(all.size(), kEvents);
+  EXPECT_GE(all.size() + (dropped() - dropped_before), kEvents);
   std::set<uint64_t> seqs;
   for (const Event& e : all) {
     EXPECT_EQ(e.bytes, e.address * 3 + 1);

@@ -141,6 +141,15 @@ CUresult event_destroy(CUevent) {
 CUresult ctx_synchronize() {
   return CUDA_SUCCESS;
 }
+int g_stream_storage[4];
+CUresult stream_create(CUstream* s, unsigned) {
+  static unsigned next = 0;
+  *s = reinterpret_cast<CUstream>(&g_stream_storage[next++ % 4]);
+  return CUDA_SUCCESS;
+}
+CUresult stream_destroy(CUstream) {
+  return CUDA_SUCCESS;
+}
 CUresult stream_is_capturing(CUstream, CUstreamCaptureStatus* status) {
   *status = CU_STREAM_CAPTURE_STATUS_NONE;
   return CUDA_SUCCESS;
@@ -219,6 +228,8 @@ const Entry kEntries[] = {
     {"cuEventDestroy", reinterpret_cast<void*>(&event_destroy)},
     {"cuCtxSynchronize", reinterpret_cast<void*>(&ctx_synchronize)},
     {"cuStreamIsCapturing", reinterpret_cast<void*>(&stream_is_capturing)},
+    {"cuStreamCreate", reinterpret_cast<void*>(&stream_create)},
+    {"cuStreamDestroy", reinterpret_cast<void*>(&stream_destroy)},
     {"cuMemCreate", reinterpret_cast<void*>(&mem_create)},
     {"cuMemRelease", reinterpret_cast<void*>(&mem_release)},
     {"cuMemMap", reinterpret_cast<void*>(&mem_map)},

@@ -252,6 +252,7 @@ TEST_F(PreloadFaults, AContextHoldingAnErrorAtExitPutsTheFlightRecorderInTheStat
   std::string plain;
   fs::remove(path("s.json"));
   const ProbeRun ok = run({{"UMSWAP_STATS", path("s.json")}});
+  EXPECT_EQ(ok.err, "");
   const auto clean = read_stats_file(path("s.json"), &plain);
   ASSERT_TRUE(clean) << plain;
   EXPECT_FALSE(clean->contains("flight_recorder"));

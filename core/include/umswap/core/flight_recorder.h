@@ -7,9 +7,11 @@
 // what umswap did just before it. The stats file gets the ring (`flight_recorder`) when the
 // program's context holds an error at exit; nothing else reads it.
 //
-// Threads: record() from any thread, without a lock (one atomic add and seven relaxed stores);
-// set_launch_clock() before the first record() it should number; snapshot() from any thread (at
-// exit): an event being written at the time is left out.
+// Threads: record() from any thread, without a lock (an atomic add, a compare-and-swap and seven
+// relaxed stores; an event whose slot another writer holds, a whole ring apart, is dropped and
+// counted); set_launch_clock() before the first record() it should number; snapshot() from any
+// thread, exit handlers included: an event being written at the time is left out. A batch of
+// discards or populates is one event per range: a large sweep can push older events out.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +26,7 @@ enum class Kind : uint8_t {
   block_free,   // given back by the program (stream-ordered or not)
   slab_create,  // a slab made (cuMemAllocManaged)
   slab_free,    // a wholly free slab given back (cuMemFree)
-  arena,        // a placement's arena made
+  arena,        // a placement's arena made (a slab too, recorded once as this)
   discard,      // pages discarded (one range of a batch)
   populate,     // pages discarded and prefetched to the GPU (one range of a batch)
   prefetch,     // the advisor's prefetch to the GPU (one call)
@@ -38,7 +40,8 @@ struct Event {
   uint64_t launch = 0;   // launches seen when recorded (the launch clock; 0 without one)
   uint64_t address = 0;
   uint64_t bytes = 0;
-  uint64_t stream = 0;  // the stream handle's value (0: the legacy stream, or none)
+  uint64_t stream = 0;  // the stream handle's value (0: the legacy stream, or none; 0x2: the
+                        // calling thread's per-thread stream)
   Kind kind = Kind::block_alloc;
 };
 
@@ -49,8 +52,10 @@ void record(Kind kind, uint64_t address, uint64_t bytes, const void* stream = nu
 void set_launch_clock(uint64_t (*clock)());
 // The ring's complete events, oldest first (at most kEvents).
 std::vector<Event> snapshot();
-// The snapshot as the stats file's `flight_recorder`: {"events": [[seq, time_ns, launch, kind,
-// address, size, stream], ...]} with addresses and streams in hex.
+// Events dropped because their slot was being written (see Threads).
+uint64_t dropped();
+// The snapshot as the stats file's `flight_recorder`: {"columns": [...], "events": [[seq, time_ns,
+// launch, what, address, bytes, stream], ...], "dropped": n}, addresses and streams in hex.
 nlohmann::json to_json(const std::vector<Event>& events);
 
 }  // namespace umswap::flight

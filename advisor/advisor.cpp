@@ -481,8 +481,8 @@ void AdvisorImpl::run() {
       p->matcher = matcher.get();
       p->address.assign(matcher->buffer_count(), 0);
       p->buffer_id.assign(matcher->buffer_count(), 0);
-      timeline.note("plan from the trace", seen(), LearningTimeline::seconds_since(planning),
-                    p->applied_from);
+      timeline.note("plan from the trace", launches_seen(),
+                    LearningTimeline::seconds_since(planning), p->applied_from);
       activate(std::move(p));
     } else {
       fallback = why + "; learning online instead";

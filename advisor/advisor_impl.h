@@ -180,7 +180,6 @@ class AdvisorImpl final : public EvictorHost {
   uint64_t next_check = 0;
   OnlineLearning online;      // which iteration to plan from; remembers diverged plans
   LearningTimeline timeline;  // when each learning step happened (the stats' advisor.timeline)
-  uint64_t seen() const { return words.launched.load(std::memory_order_acquire); }
   bool learning_failed = false;
   // The placement made online or from the trace, until the allocator has it
   // (placement_hand_off.h).

@@ -65,7 +65,7 @@ void AdvisorImpl::learn() {
       choice = online.choose(keys, buffers);
       if (!choice) return;
     }
-    timeline.note("iteration found", seen());
+    timeline.note("iteration found", launches_seen());
   }
   const uint64_t e = from + choice->region_start;
   const uint64_t first = from + choice->first;
@@ -75,12 +75,13 @@ void AdvisorImpl::learn() {
     const auto placing = LearningTimeline::Clock::now();
     // Its local search ends before the boundary it would be handed at (search_deadline()).
     const uint64_t period = choice->period;
-    const uint64_t deadline = PlacementHandOff::search_deadline(e, period, seen());
+    const uint64_t deadline = PlacementHandOff::search_deadline(e, period, launches_seen());
     if (placement.try_learned(steps.copy_lifetimes(first - period, first + period - 1), first,
-                              period, [this, deadline] { return seen() >= deadline; })) {
-      const uint64_t hand = boundary_at_or_after(e, period, seen());
+                              period, [this, deadline] { return launches_seen() >= deadline; })) {
+      const uint64_t hand = boundary_at_or_after(e, period, launches_seen());
       placement.hand_at(hand);
-      timeline.note("placement made", seen(), LearningTimeline::seconds_since(placing), hand);
+      timeline.note("placement made", launches_seen(), LearningTimeline::seconds_since(placing),
+                    hand);
       return;
     }
   }
@@ -98,10 +99,10 @@ void AdvisorImpl::learn() {
   if (!p) return;
   p->learned_evicting = learn_path.take_moved();
   // From the next iteration boundary on (launch indices below it may already be running).
-  p->applied_from =
-      boundary_at_or_after(e, p->period, words.launched.load(std::memory_order_acquire));
+  p->applied_from = boundary_at_or_after(e, p->period, launches_seen());
   log_learned(*p, first);
-  timeline.note("plan learned", seen(), LearningTimeline::seconds_since(planning), p->applied_from);
+  timeline.note("plan learned", launches_seen(), LearningTimeline::seconds_since(planning),
+                p->applied_from);
   activate(std::move(p));
 }
 
@@ -250,7 +251,7 @@ void AdvisorImpl::stage(std::unique_ptr<LivePlan> p) {
   next_plan.store(plans.back().get(), std::memory_order_release);
   log_info("advisor: the plan learned from this process applies from launch {}",
            plans.back()->applied_from);
-  timeline.note("plan relearned", seen(), 0, plans.back()->applied_from);
+  timeline.note("plan relearned", launches_seen(), 0, plans.back()->applied_from);
 }
 
 // The advisor's cursor reached next_plan's applied_from: the launch path already takes it from
@@ -263,7 +264,7 @@ void AdvisorImpl::switch_to_next() {
   relearning = false;
   relearned_at = q->applied_from;
   take_effect(*q);
-  timeline.note("relearned plan in force", seen(), 0, q->applied_from);
+  timeline.note("relearned plan in force", launches_seen(), 0, q->applied_from);
 }
 
 // Replay, at each iteration boundary g after the first applied iteration: if the iteration that
@@ -282,7 +283,7 @@ void AdvisorImpl::check_relearn(const LivePlan& p, uint64_t g) {
       relearn_from = g;
       relearn_after_learning = true;
       log_info("advisor: learning the iteration from launch {} again, now planned", g);
-      timeline.note("relearning once planned", seen(), 0, g);
+      timeline.note("relearning once planned", launches_seen(), 0, g);
     }
     return;
   }
@@ -292,7 +293,7 @@ void AdvisorImpl::check_relearn(const LivePlan& p, uint64_t g) {
   relearning = true;
   relearn_from = g;
   relearn_skipped_bytes = skipped;
-  timeline.note("relearning in replay", seen(), 0, g);
+  timeline.note("relearning in replay", launches_seen(), 0, g);
   replay_found = {plan_buffers, plan_buffers_found};
   placement.settle();  // the arena came from the trace
   log_info(

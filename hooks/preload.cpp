@@ -251,6 +251,7 @@ void Preload::start_advisor(advisor::Advisor* advisor) {
 
 void Preload::create_allocator_once() {
   std::call_once(allocator_once_, [this] {
+    check_context_at_exit_once();
     const RealDriver& d = driver_;
     DriverApi api;
     api.mem_alloc_managed = d.cuMemAllocManaged;
@@ -395,7 +396,6 @@ void Preload::configure_torch_drops() {
 
 bool Preload::redirecting() {
   allocated_.store(true, std::memory_order_relaxed);  // every allocation hook asks, in every mode
-  check_context_at_exit_once();
   if (options_.engine != Engine::um) return false;
   if (!redirects(options_.mode) || forked_child_.load(std::memory_order_relaxed)) return false;
   if (!driver()) return false;
@@ -410,10 +410,12 @@ ManagedAllocator& Preload::allocator() {
 VmmAllocator* Preload::vmm() {
   if (options_.engine != Engine::vmm) return nullptr;
   allocated_.store(true, std::memory_order_relaxed);
-  check_context_at_exit_once();
   if (!redirects(options_.mode) || forked_child_.load(std::memory_order_relaxed)) return nullptr;
   if (!driver()) return nullptr;
-  std::call_once(vmm_once_, [this] { vmm_ = make_vmm_allocator(driver_, registry_, options_); });
+  std::call_once(vmm_once_, [this] {
+    check_context_at_exit_once();
+    vmm_ = make_vmm_allocator(driver_, registry_, options_);
+  });
   return vmm_;
 }
 
@@ -460,9 +462,9 @@ CUresult Preload::context_error() const {
 }
 
 void Preload::check_context_at_exit_once() {
-  // Registered at the first allocation, after the CUDA runtime registered its own exit handler,
-  // so it runs before that one tears the context down (atexit's last in, first out); the stats
-  // are written later, from the library's destructor.
+  // Registered when the allocator is made (the first allocation umswap serves), after the CUDA
+  // runtime registered its own exit handler, so it runs before that one tears the context down
+  // (atexit's last in, first out); the stats are written later, from the library's destructor.
   std::call_once(exit_check_once_, [] {
     std::atexit([] {
       Preload& p = preload();

@@ -91,8 +91,8 @@ class Preload {
   VmmAllocator* vmm_ = nullptr;  // never freed, as allocator_
   std::atomic<bool> forked_child_{false};
   std::atomic<bool> allocated_{false};  // an allocation hook ran (the process uses CUDA memory)
-  // The context's error at exit (context_error(), asked by an exit handler registered at the first
-  // allocation, while the runtime still holds the context): the stats' flight_recorder.
+  // The context's error at exit (context_error(), asked by an exit handler registered when the
+  // allocator is made, while the runtime still holds the context): the stats' flight_recorder.
   void check_context_at_exit_once();
   std::once_flag exit_check_once_;
   std::atomic<int> exit_error_{0};

@@ -40,15 +40,15 @@ void AdvisorImpl::learn() {
   uint64_t from = learn_from;  // the launch of the first key the choice counts from
   std::optional<LearnChoice> choice;
   if (const uint64_t period = placement.placed_period()) {
-    // After a placement's hand-off: the iteration after the first placed one, with the placed
-    // period, not detected again (online_learning.h). + 1: its block events after its last
-    // launch are logged before the next launch.
+    // After a placement's hand-off: the first placed iteration, with the placed period, not
+    // detected again (online_learning.h). + 1: its block events after its last launch are
+    // logged before the next launch.
     if (logged < learn_from + period + 1) return;
     from = learn_from - period;
     choice = OnlineLearning::placed_iteration(steps.copy_keys(from, 2 * period), period);
     placement.learned();
     if (!choice) {  // the program changed: detected as usual from here
-      log_info("advisor: launch {}: the iteration after the placed one differs; learning again",
+      log_info("advisor: launch {}: the first placed iteration differs; learning again",
                learn_from);
       next_check = 0;
       return;

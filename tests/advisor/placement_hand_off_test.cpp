@@ -56,7 +56,7 @@ TEST_F(PlacementHandOffTest, HandsThePlacementAtItsLaunchNotBefore) {
   ASSERT_TRUE(h.handed().has_value());
   EXPECT_EQ(h.handed()->sizes, given[0].sizes);
   EXPECT_EQ(h.handed()->placed, 2u);
-  EXPECT_EQ(h.learn_again_from(), 40 + kPeriod);
+  EXPECT_EQ(h.learn_again_from(), 40u) << "the first placed iteration";
   EXPECT_EQ(h.placed_period(), kPeriod) << "handed online: learned again with its period";
   h.learned();
   EXPECT_EQ(h.placed_period(), 0u);

@@ -27,8 +27,8 @@
 // Pointers tell layers apart only until umswap's placement (placement_hand_off.h) lays out the
 // iteration's blocks: it may give a layer's activations the addresses the layer before had, and a
 // layer then looks like its own loop. So once a placement made for an iteration of P launches has
-// been handed over, nothing is detected: the iteration after the first placed one is planned with
-// period P, if its keys are those of the placed one (placed_iteration()).
+// been handed over, nothing is detected: the first placed iteration is planned with period P, if
+// its keys are those of the iteration before it (placed_iteration()).
 //
 // Thread safety: none; one instance per advisor thread.
 #pragma once
@@ -63,9 +63,10 @@ class OnlineLearning {
   void diverged(std::span<const uint32_t> plan_keys);
   uint64_t longest_diverged_period() const { return longest_diverged_; }
 
-  // After a placement of an iteration of `period` launches: `keys` from the first placed
-  // iteration's first launch on. The iteration after it (first = period), once it is all logged
-  // and its keys repeat the placed one's; nothing while it is not all there, or when they differ.
+  // After a placement of an iteration of `period` launches: `keys` from the first launch of the
+  // iteration before the first placed one. The first placed one (first = period), once it is all
+  // logged and its keys repeat the one before's; nothing while it is not all there, or when they
+  // differ.
   static std::optional<LearnChoice> placed_iteration(std::span<const uint32_t> keys,
                                                      uint64_t period);
 

@@ -67,11 +67,14 @@ class PlacementHandOff {
   // At launch `n`: a pending placement goes to the allocator once n reaches its launch. True
   // when it was handed.
   bool tend(uint64_t n);
-  // The launch to learn again from after the hand-off: the iteration after the first placed one
-  // (whose first blocks may have been missed).
-  uint64_t learn_again_from() const { return place_at_ + period_; }
+  // The launch to learn again from after the hand-off: the first placed iteration. The blocks
+  // it allocated before the advisor thread handed the placement over, and those the iteration
+  // before allocated and it frees (gradients), are in the old slabs, so its plan names their old
+  // addresses: the relearning once planned (check_relearn) corrects them. Learning from the
+  // iteration after it, as before, put the first plan in force one iteration later.
+  uint64_t learn_again_from() const { return place_at_; }
   // The period of the iteration an online placement was handed for, until learned() (0 when
-  // there is none): learning plans the iteration after the first placed one with it
+  // there is none): learning plans the first placed iteration with it
   // (OnlineLearning::placed_iteration()), since pointers no longer tell its loops apart.
   uint64_t placed_period() const { return learn_placed_ && !pending_ ? period_ : 0; }
   void learned() { learn_placed_ = false; }

@@ -9,7 +9,9 @@ BertForMaskedLM: tied input and output embeddings, AdamW, bf16 autocast), decode
 causal LM from transformers, AdamW, bf16 autocast), lstm (a 4-layer nn.LSTM language model through
 cuDNN, Adam), embbag (nn.EmbeddingBag tables with sparse gradients, SparseAdam, and a dense MLP
 with Adam), moe (a mixture-of-experts MLP: top-2 routing by argsort, index_select, index_add_,
-AdamW), bert-issue (the BertForMaskedLM of issue 36: 1024 wide, 24 layers, batch 32, sequence
+AdamW), varlen (the decoder on batches whose sequence length changes every step, 256 to 512
+tokens, as a text loader that pads to each batch's longest gives: not in the matrix's default
+models, since umswap does not plan it yet: docs/advisor.md), bert-issue (the BertForMaskedLM of issue 36: 1024 wide, 24 layers, batch 32, sequence
 512, about 25 GiB).
 
 Each prints `iter <i> ms <float> loss <repr>` per step (timed between two synchronizes; the loss
@@ -33,7 +35,7 @@ import sys
 import time
 
 SKIP = 77
-MODELS = ("cnn", "mlm", "decoder", "lstm", "embbag", "moe", "bert-issue")
+MODELS = ("cnn", "mlm", "decoder", "lstm", "embbag", "moe", "varlen", "bert-issue")
 
 
 def build(name, torch, scale, attn=None):
@@ -74,7 +76,7 @@ def build(name, torch, scale, attn=None):
             return model(input_ids=ids, labels=ids).loss
         return model, [opt], step, torch.bfloat16
 
-    if name == "decoder":
+    if name in ("decoder", "varlen"):
         from transformers import LlamaConfig, LlamaForCausalLM
         cfg = LlamaConfig(hidden_size=512, intermediate_size=1536, num_hidden_layers=8,
                           num_attention_heads=8, num_key_value_heads=4, vocab_size=32000,
@@ -83,9 +85,13 @@ def build(name, torch, scale, attn=None):
         batch, seq = int(12 * scale), 512
         ids = torch.randint(0, cfg.vocab_size, (batch, seq), device=dev, generator=g)
         opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
+        # varlen: step i's length, fixed by the seed (a CPU generator: no GPU work of its own).
+        lengths = torch.randint(256, seq + 1, (100000,),
+                                generator=torch.Generator().manual_seed(1234)).tolist()
 
         def step(i):
-            return model(input_ids=ids, labels=ids).loss
+            t = ids if name == "decoder" else ids[:, :lengths[i % len(lengths)]]
+            return model(input_ids=t, labels=t).loss
         return model, [opt], step, torch.bfloat16
 
     if name == "lstm":

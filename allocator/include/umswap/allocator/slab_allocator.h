@@ -61,7 +61,10 @@
 //     placement is set (a replaced arena among them: a later call replaces the placement, and
 //     the old arena takes no new blocks) are given back by allocate() once wholly free and idle
 //     (an event is recorded on each stream that freed a part of one, and it goes once they
-//     completed); large slabs made later stay, as without a placement.
+//     completed); large slabs made later stay, as without a placement. A give-back is
+//     `SlabSource::destroy`, cuMemFree of managed memory, which waits for all of the device's
+//     work, not only the slab's (bench/free_order_probe.cu `busy`: 301 ms behind a 300 ms spin on
+//     another stream, H200, 2026-11-30): the allocating thread stands still until the GPU is idle.
 //   * Errors come back as CUresult; nothing throws except std::bad_alloc.
 // Thread safety: every member may be called from any thread; one mutex guards everything.
 #pragma once

@@ -203,6 +203,16 @@ void add_process(std::string& out, const SummaryInput& p, bool named, bool budge
       fmt::format("advisor {}, {}", s.advisor_mode.value_or("?"), s.advisor_state.value_or("?"));
   if (s.advisor_fallback) a += fmt::format(": {}", *s.advisor_fallback);
   out += pad + a + "\n";
+  // Online, under a budget, and no plan ever started: say why that usually is, since the budget
+  // was then kept only by the learning path's evictions.
+  if (budget_given && s.advisor_mode == "online" && s.first_plan_known &&
+      !s.first_plan_applied_from) {
+    out += pad +
+           "no plan was made: the launches never repeated as one iteration for long enough (a "
+           "run of a few iterations, or a loop whose kernels change from step to step, as with a "
+           "sequence length per batch or a mixture of experts' routing: docs/advisor.md, \"What "
+           "does not work yet\")\n";
+  }
   out += pad + memory_line(p.stats) + "\n";
 }
 

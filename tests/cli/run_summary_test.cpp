@@ -180,6 +180,25 @@ TEST(RunSummary, WithoutAPlanUsesTheIterationsAfterTheFirstTwo) {
   EXPECT_FALSE(has(t, "plan in force")) << t;
 }
 
+// Online under a budget with no plan ever started (the field there, null): the summary says why
+// that usually is; not without a budget, not when a plan started, not for a file without the field.
+TEST(RunSummary, SaysWhyNoPlanWasMade) {
+  json s = stats();
+  s["advisor"].erase("plan");
+  s["advisor"]["state"] = "learning";
+  s["advisor"]["first_plan_applied_from_launch"] = nullptr;
+  const std::string why = "no plan was made: the launches never repeated as one iteration";
+  EXPECT_TRUE(has(run_summary_text({{"a", s}}, true), why)) << run_summary_text({{"a", s}}, true);
+  EXPECT_FALSE(has(run_summary_text({{"a", s}}, false), why));
+  json replayed = s;
+  replayed["advisor"]["mode"] = "replay";
+  EXPECT_FALSE(has(run_summary_text({{"a", replayed}}, true), why));
+  json started = s;
+  started["advisor"]["first_plan_applied_from_launch"] = 300;
+  EXPECT_FALSE(has(run_summary_text({{"a", started}}, true), why));
+  EXPECT_FALSE(has(run_summary_text({{"a", stats()}}, true), why));
+}
+
 TEST(RunSummary, NamesEachProcessAndSkipsThoseWithoutTheAdvisor) {
   json managed = stats();
   managed.erase("advisor");  // a launcher, or --mode managed

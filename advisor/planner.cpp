@@ -413,6 +413,7 @@ Plan make_plan(const PlanInput& input) {
   plan.footprint_bytes = tr.footprint;
   for (uint64_t t = 0; t < S; ++t) {
     if (tr.step_bytes[t] > C) plan.unfit_steps.push_back(static_cast<uint32_t>(t));
+    plan.largest_step_bytes = std::max(plan.largest_step_bytes, tr.step_bytes[t]);
   }
 
   std::vector<uint8_t> nonkept = choose_gaps(tr, C);

@@ -206,6 +206,8 @@ StatsFigures parse_stats_figures(const json& stats) {
   s.peak_resident_bytes = get_u64(stats, advisor::kPeakResidentBytes);
   s.peak_resident_plan_bytes = get_u64(stats, advisor::kPeakResidentPlanBytes);
   s.plan_applied_from = get_u64(stats, advisor::plan::kAppliedFromLaunch);
+  s.plan_unfit_steps = get_u64(stats, advisor::plan::kUnfitSteps);
+  s.plan_largest_step_bytes = get_u64(stats, advisor::plan::kLargestStepBytes);
   s.first_plan_applied_from = get_u64(stats, advisor::kFirstPlanAppliedFromLaunch);
   s.first_plan_known = schema::find(stats, advisor::kFirstPlanAppliedFromLaunch) != nullptr;
   s.prefetch_wait = get_bool(stats, advisor::kPrefetchWait);

@@ -181,6 +181,17 @@ void add_process(std::string& out, const SummaryInput& p, bool named, bool budge
       r += fmt::format("; {} in the whole run, learning included", gib(*s.peak_resident_bytes));
     }
     out += pad + r + "\n";
+    // Launches whose own data is over the budget: no plan holds it there (planner.h).
+    if (budget_given && s.plan_unfit_steps && *s.plan_unfit_steps > 0 &&
+        s.plan_largest_step_bytes && s.budget_bytes) {
+      out += pad + fmt::format(
+                       "{} launch{} of the iteration touch{} more than the budget (up to {}): no "
+                       "plan holds it there, and what does not fit faults in; a budget of at "
+                       "least {} can be held\n",
+                       *s.plan_unfit_steps, *s.plan_unfit_steps == 1 ? "" : "es",
+                       *s.plan_unfit_steps == 1 ? "es" : "", gib(*s.plan_largest_step_bytes),
+                       gib(*s.plan_largest_step_bytes));
+    }
     // A byte comes to the GPU once from where it began, then only after it left: more in than
     // out by more than all managed memory means CUPTI's records of moves are incomplete (seen
     // under heavy faulting, both ways: docs/lab/2026-11-30-link-and-waits.md), and the count

@@ -457,6 +457,7 @@ TEST(Planner, UnfitStepIsReportedAndFaults) {
   t.in.budget_bytes = 10 * MiB;
   const Plan plan = make_plan(t.in);
   EXPECT_EQ(plan.unfit_steps, std::vector<uint32_t>{12});
+  EXPECT_EQ(plan.largest_step_bytes, 16 * MiB);
   expect_well_formed(t.in, plan);
   const Simulation sim = simulate(t.in, plan, 4);
   EXPECT_GT(sim.misses, 0u);
@@ -705,6 +706,9 @@ TEST(PlannerLifetimes, PeakAtFreesCountsBlocksUntilTheirFree) {
   EXPECT_EQ(held.peak_resident_at_frees_bytes, held.peak_resident_bytes);
   t.in.budget_bytes = 2 * kBlock;
   EXPECT_EQ(make_plan(t.in).unfit_steps, std::vector<uint32_t>{1});
+  // A budget of the largest step's blocks leaves no step unfit.
+  t.in.budget_bytes = make_plan(t.in).largest_step_bytes;
+  EXPECT_TRUE(make_plan(t.in).unfit_steps.empty());
 }
 
 TEST(PlannerLifetimes, BlockIsDeadOnlyWhenWhollyUnallocated) {

@@ -199,6 +199,24 @@ TEST(RunSummary, SaysWhyNoPlanWasMade) {
   EXPECT_FALSE(has(run_summary_text({{"a", stats()}}, true), why));
 }
 
+// A plan with launches whose own data is over the budget: the summary says the smallest budget
+// that can be held (only with a budget given, and only when there are such launches).
+TEST(RunSummary, SaysWhenLaunchesTouchMoreThanTheBudget) {
+  json s = stats();
+  s["advisor"]["plan"]["unfit_steps"] = 3;
+  s["advisor"]["plan"]["largest_step_bytes"] = 12884901888;  // 12 GiB, over the 10 GiB budget
+  const std::string line =
+      "3 launches of the iteration touch more than the budget (up to 12.00 GiB): no plan holds "
+      "it there, and what does not fit faults in; a budget of at least 12.00 GiB can be held\n";
+  EXPECT_TRUE(has(run_summary_text({{"a", s}}, true), line)) << run_summary_text({{"a", s}}, true);
+  EXPECT_FALSE(has(run_summary_text({{"a", s}}, false), "more than the budget"));
+  s["advisor"]["plan"]["unfit_steps"] = 1;
+  EXPECT_TRUE(has(run_summary_text({{"a", s}}, true), "1 launch of the iteration touches more"));
+  s["advisor"]["plan"]["unfit_steps"] = 0;
+  EXPECT_FALSE(has(run_summary_text({{"a", s}}, true), "more than the budget"));
+  EXPECT_FALSE(has(run_summary_text({{"a", stats()}}, true), "more than the budget"));
+}
+
 TEST(RunSummary, NamesEachProcessAndSkipsThoseWithoutTheAdvisor) {
   json managed = stats();
   managed.erase("advisor");  // a launcher, or --mode managed

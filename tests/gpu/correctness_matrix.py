@@ -201,6 +201,8 @@ def stats_of(path):
         "peak_planned": peak_planned,
         "planned_over_budget": planned_over_budget(s),
         "planned_peak": adv.get("peak_resident_applied_bytes"),
+        # The last plan's launches whose own data is over the budget: no plan holds it there.
+        "unfit_steps": (adv.get("plan") or {}).get("unfit_steps"),
         "records_short": records_short(s),
         # Times the watchdog released launches waiting for the advisor (waits off afterwards).
         "wait_stalls": adv.get("wait_stalls"),
@@ -589,7 +591,7 @@ def report(a, natives, results, started, out):
     gib = 1024 ** 3
     lines = ["| model | allocator | det. | budget | verdict (worst / spread) | last loss native "
              "(spread) / umswap | peak counted (under the plan; iterations over; * records "
-             "short; † waits released) / budget | "
+             "short; † waits released; ‡ launches over the budget on their own) / budget | "
              "plan from iteration | "
              "faults (steady max) | unforeseen | ms native / umswap |", "|" + " --- |" * 11]
     for r in table:
@@ -607,7 +609,8 @@ def report(a, natives, results, started, out):
             f"({'-' if pp is None else '%.2f' % (pp / gib)}"
             f"{'' if not over else '; %d of %d' % tuple(over)}"
             f"{'; *' if r.get('records_short') else ''}"
-            f"{'; †' if r.get('wait_stalls') else ''}) / "
+            f"{'; †' if r.get('wait_stalls') else ''}"
+            f"{'; ‡' if r.get('unfit_steps') else ''}) / "
             f"{(r.get('budget_bytes') or 0) / gib:.2f} | "
             f"{'-' if r.get('plan_from_iteration') is None else r['plan_from_iteration']} | "
             f"{r.get('faults_steady_max', '-')} | {r.get('unforeseen', '-')} | "

@@ -142,7 +142,10 @@ class Report(unittest.TestCase):
     def test_a_row_whose_waits_the_watchdog_released_is_marked(self):
         self.row(1060, stalls=2)
 
-    def row(self, budget, stalls=0):
+    def test_a_row_whose_plan_has_launches_over_the_budget_is_marked(self):
+        self.row(1060, unfit=3)
+
+    def row(self, budget, stalls=0, unfit=0):
         import argparse
         import io
         import json
@@ -155,6 +158,8 @@ class Report(unittest.TestCase):
                 if budget is not None:
                     s["advisor"]["budget_bytes"] = budget
                 s["advisor"]["wait_stalls"] = stalls
+                if unfit:
+                    s["advisor"]["plan"] = {"unfit_steps": unfit}
                 json.dump(s, f)
             n = {"rc": 0, "losses": [1.0, 0.9, 0.8], "ms": [5, 4, 4], "summary": {}}
             u = dict(n, ms=[9, 8, 8], seconds=1.0)
@@ -171,10 +176,13 @@ class Report(unittest.TestCase):
                 self.assertIn("| 0.00 (0.00) / 0.00 | 2 |", row)
             elif stalls:  # the same, and the watchdog turned the waits off
                 self.assertIn("| 0.00 (0.00; 1 of 2; †) / 0.00 | 2 |", row)
+            elif unfit:  # the same, and the plan's launches over the budget on their own
+                self.assertIn("| 0.00 (0.00; 1 of 2; ‡) / 0.00 | 2 |", row)
             else:  # iterations 3 and 4 under the plan, 1100 over 1060 by more than 2%
                 self.assertIn("| 0.00 (0.00; 1 of 2) / 0.00 | 2 |", row)
             rows = json.load(open(a.json))["rows"]
             self.assertEqual(rows[0]["wait_stalls"], stalls)
+            self.assertEqual(rows[0]["unfit_steps"], unfit or None)
             self.assertEqual((rows[0]["peak_planned"], rows[0]["plan_from_iteration"]), (1100, 2))
 
 

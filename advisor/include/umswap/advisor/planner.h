@@ -176,6 +176,9 @@ struct Plan {
   uint64_t footprint_bytes = 0;  // all blocks the iteration touches
   // Steps whose own blocks exceed the budget (they fault; the plan is still valid for the rest).
   std::vector<uint32_t> unfit_steps;
+  // The most bytes one step's own blocks take: no budget below it holds every step (it is the
+  // smallest budget with no unfit step).
+  uint64_t largest_step_bytes = 0;
   uint64_t prefetch_calls = 0, evict_calls = 0;  // actions per iteration
   std::vector<Drop> drops;                       // by buffer, offset
   uint64_t bytes_dropped_per_iteration = 0;

@@ -88,6 +88,9 @@ struct StatsFigures {
   std::optional<uint64_t> peak_resident_bytes;  // counted from CUPTI records
   std::optional<uint64_t> peak_resident_plan_bytes;
   std::optional<uint64_t> plan_applied_from;  // advisor.plan.applied_from_launch (the last plan)
+  // advisor.plan.unfit_steps, largest_step_bytes: launches whose own data is over the budget,
+  // and the most one launch touches (the smallest budget with none).
+  std::optional<uint64_t> plan_unfit_steps, plan_largest_step_bytes;
   std::optional<uint64_t> first_plan_applied_from;  // advisor.first_plan_applied_from_launch
   bool first_plan_known = false;  // the file has that field (null: no plan started)
   // advisor.prefetch_wait, evict_wait (UMSWAP_PREFETCH_WAIT, UMSWAP_EVICT_WAIT) and wait_stalls

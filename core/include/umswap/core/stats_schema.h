@@ -197,6 +197,12 @@ inline constexpr Field kFields[] = {
     {"advisor.plan.applied_from_launch", Kind::diagnostic, "integer", detail::kAdvisor,
      "The launch from which the last plan is in force (a relearned plan's, or one made too late "
      "to start: then after the last iteration)."},
+    {"advisor.plan.unfit_steps", Kind::diagnostic, "integer", detail::kAdvisor,
+     "Launches of the last plan's iteration whose own data (in 2 MiB blocks) is more than the "
+     "budget: they fault in what does not fit, and no plan holds the budget there."},
+    {"advisor.plan.largest_step_bytes", Kind::diagnostic, "integer", detail::kAdvisor,
+     "The most one launch of the last plan's iteration touches (in 2 MiB blocks): the smallest "
+     "budget with no unfit launch."},
     {"advisor.first_plan_applied_from_launch", Kind::diagnostic, "integer or null",
      detail::kAdvisor,
      "The launch from which the first plan that started was in force; null when none started. "
@@ -461,6 +467,8 @@ inline constexpr const Field& kFirstPlanAppliedFromLaunch =
 inline constexpr const Field& kPlan = field("advisor.plan");
 namespace plan {
 inline constexpr const Field& kAppliedFromLaunch = field("advisor.plan.applied_from_launch");
+inline constexpr const Field& kUnfitSteps = field("advisor.plan.unfit_steps");
+inline constexpr const Field& kLargestStepBytes = field("advisor.plan.largest_step_bytes");
 }  // namespace plan
 inline constexpr const Field& kPrefetchWait = field("advisor.prefetch_wait");
 inline constexpr const Field& kEvictWait = field("advisor.evict_wait");

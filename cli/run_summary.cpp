@@ -134,15 +134,15 @@ void add_process(std::string& out, const SummaryInput& p, bool named, bool budge
     line += fmt::format(", median {:.1f} ms over {} {}", *m, ms.size(),
                         planned ? "iterations under the plan" : "steady iterations");
   }
+  // A plan relearned later, in force before the end: the iteration it began in (none: its.size()).
+  size_t relearned = its.size();
+  if (from && s.plan_applied_from && *s.plan_applied_from > *from) {
+    relearned = iteration_from(its, *s.plan_applied_from).value_or(its.size());
+  }
   if (const std::optional<size_t> first_planned =
           from ? iteration_from(its, *from) : std::nullopt) {
     line += fmt::format("; the plan in force from iteration {}", *first_planned);
-    // A plan relearned later, in force before the end.
-    if (const std::optional<size_t> last = s.plan_applied_from && *s.plan_applied_from > *from
-                                               ? iteration_from(its, *s.plan_applied_from)
-                                               : std::nullopt) {
-      line += fmt::format(", relearned from iteration {}", *last);
-    }
+    if (relearned < its.size()) line += fmt::format(", relearned from iteration {}", relearned);
   }
   out += head + line + "\n";
   if (engine_of(p.stats) == "vmm") {
@@ -179,6 +179,21 @@ void add_process(std::string& out, const SummaryInput& p, bool named, bool budge
     }
     if (planned_peak && s.peak_resident_bytes && *s.peak_resident_bytes > *planned_peak) {
       r += fmt::format("; {} in the whole run, learning included", gib(*s.peak_resident_bytes));
+    }
+    // Under the relearned plan alone (from the iteration after the one it began in, as the
+    // steady iterations are counted), when that differs: the plan the run ended with.
+    const size_t after = relearned + 1;
+    uint64_t last_peak = 0;
+    for (size_t i = after; i < its.size(); ++i) {
+      last_peak = std::max(last_peak, its[i].peak_resident_bytes.value_or(0));
+    }
+    if (planned_peak.has_value() && last_peak > 0 && last_peak < peak) {
+      r += fmt::format("; {}", gib(last_peak));
+      if (budget_given && s.budget_bytes.value_or(0) > 0) {
+        r += fmt::format(" ({:.0f}%)", static_cast<double>(last_peak) /
+                                           static_cast<double>(*s.budget_bytes) * 100);
+      }
+      r += fmt::format(" from iteration {} on, under the relearned plan", after);
     }
     out += pad + r + "\n";
     // Launches whose own data is over the budget: no plan holds it there (planner.h).

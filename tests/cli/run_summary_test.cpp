@@ -182,6 +182,29 @@ TEST(RunSummary, WithoutAPlanUsesTheIterationsAfterTheFirstTwo) {
 
 // Online under a budget with no plan ever started (the field there, null): the summary says why
 // that usually is; not without a budget, not when a plan started, not for a file without the field.
+// A plan relearned later whose iterations stay lower than the first plan's: the peak under the
+// plan (both, as the steady iterations are counted) and, beside it, the relearned plan's own.
+TEST(RunSummary, SaysThePeakUnderTheRelearnedPlan) {
+  json s = stats();
+  s["advisor"]["first_plan_applied_from_launch"] = 150;  // iteration 1: steady from 2
+  s["advisor"]["plan"]["applied_from_launch"] = 450;     // relearned: iteration 3, counted from 4
+  for (json& it : s["iterations"]) it["peak_resident_bytes"] = 10737418240;  // 10 GiB
+  s["iterations"][2]["peak_resident_bytes"] = 12884901888;                   // 12 GiB
+  s["iterations"][3]["peak_resident_bytes"] = 11811160064;                   // 11 GiB
+  const std::string t = run_summary_text({{"a", s}}, true);
+  EXPECT_TRUE(has(t,
+                  "peak GPU-resident 12.00 GiB under the plan for a budget of 10.00 GiB (120%: "
+                  "over it); 10.00 GiB (100%) from iteration 4 on, under the relearned plan\n"))
+      << t;
+  // Without a budget, no share; with the relearned plan as high, nothing beside it.
+  EXPECT_TRUE(has(run_summary_text({{"a", s}}, false),
+                  "(no budget); 10.00 GiB from iteration 4 on, under the relearned plan\n"));
+  s["iterations"][5]["peak_resident_bytes"] = 12884901888;
+  EXPECT_FALSE(has(run_summary_text({{"a", s}}, true), "under the relearned plan"));
+  // Not relearned: nothing beside it.
+  EXPECT_FALSE(has(run_summary_text({{"a", stats()}}, true), "under the relearned plan"));
+}
+
 TEST(RunSummary, SaysWhyNoPlanWasMade) {
   json s = stats();
   s["advisor"].erase("plan");

@@ -167,6 +167,26 @@ def planned_over_budget(stats):
     return [sum(1 for p in peaks if p > budget * 1.02), len(peaks)]
 
 
+def relearned_over_budget(stats):
+    """planned_over_budget's count over the iterations after the one the last plan began in, when
+    that plan was relearned (it began after the first): [over, iterations]. None otherwise."""
+    adv = stats.get("advisor") or {}
+    first = adv.get("first_plan_applied_from_launch")
+    last = (adv.get("plan") or {}).get("applied_from_launch")
+    budget = adv.get("budget_bytes")
+    if not (isinstance(first, int) and isinstance(last, int) and last > first and
+            isinstance(budget, int) and budget > 0):
+        return None
+    its = stats.get("iterations") or []
+    began = next((i for i, it in enumerate(its)
+                  if isinstance(it.get("first_step"), int) and it["first_step"] >= last), None)
+    if began is None:
+        return None
+    peaks = [it["peak_resident_bytes"] for it in its[began + 1:]
+             if isinstance(it.get("peak_resident_bytes"), int)]
+    return [sum(1 for p in peaks if p > budget * 1.02), len(peaks)] if peaks else None
+
+
 def records_short(stats):
     """Bytes by which more came to the GPU than left it over the iterations, past all managed
     memory (0 when within it): a byte comes in once from where it began, then only after it left,
@@ -200,6 +220,7 @@ def stats_of(path):
         "plan_from_iteration": plan_from,
         "peak_planned": peak_planned,
         "planned_over_budget": planned_over_budget(s),
+        "relearned_over_budget": relearned_over_budget(s),
         "planned_peak": adv.get("peak_resident_applied_bytes"),
         # The last plan's launches whose own data is over the budget: no plan holds it there.
         "unfit_steps": (adv.get("plan") or {}).get("unfit_steps"),
@@ -591,7 +612,8 @@ def report(a, natives, results, started, out):
     gib = 1024 ** 3
     lines = ["| model | allocator | det. | budget | verdict (worst / spread) | last loss native "
              "(spread) / umswap | peak counted (under the plan; iterations over; * records "
-             "short; † waits released; ‡ launches over the budget on their own) / budget | "
+             "short; † waits released; ‡ launches over the budget on their own; → over under the "
+             "relearned plan) / budget | "
              "plan from iteration | "
              "faults (steady max) | unforeseen | ms native / umswap |", "|" + " --- |" * 11]
     for r in table:
@@ -608,6 +630,7 @@ def report(a, natives, results, started, out):
             f"{'-' if pr is None else '%.2f' % (pr / gib)} "
             f"({'-' if pp is None else '%.2f' % (pp / gib)}"
             f"{'' if not over else '; %d of %d' % tuple(over)}"
+            f"{'' if not r.get('relearned_over_budget') else ' → %d of %d' % tuple(r['relearned_over_budget'])}"
             f"{'; *' if r.get('records_short') else ''}"
             f"{'; †' if r.get('wait_stalls') else ''}"
             f"{'; ‡' if r.get('unfit_steps') else ''}) / "

@@ -132,6 +132,26 @@ class PlannedIterations(unittest.TestCase):
         self.assertEqual(cm.planned_iterations({}), (None, None))
 
 
+class RelearnedOverBudget(unittest.TestCase):
+    def stats(self, first, last, peaks, budget=100):
+        return {"advisor": {"first_plan_applied_from_launch": first, "budget_bytes": budget,
+                            "plan": {"applied_from_launch": last}},
+                "iterations": [{"first_step": 100 * i, "peak_resident_bytes": p}
+                               for i, p in enumerate(peaks)]}
+
+    def test_counts_the_iterations_after_the_one_the_relearned_plan_began_in(self):
+        # First plan from iteration 1, relearned from iteration 3: iterations 4 and 5 count.
+        s = self.stats(100, 300, [150, 150, 130, 130, 100, 103])
+        self.assertEqual(cm.relearned_over_budget(s), [1, 2])
+
+    def test_none_without_a_relearned_plan_or_an_iteration_after_it(self):
+        self.assertIsNone(cm.relearned_over_budget(self.stats(100, 100, [150, 100, 100])))
+        self.assertIsNone(cm.relearned_over_budget(self.stats(100, 500, [150, 100, 100])))
+        self.assertIsNone(cm.relearned_over_budget(self.stats(100, 200, [150, 100, 100])))
+        self.assertIsNone(cm.relearned_over_budget(self.stats(None, 200, [150, 100, 100])))
+        self.assertIsNone(cm.relearned_over_budget({}))
+
+
 class Report(unittest.TestCase):
     def test_a_row_shows_the_peak_under_the_plan_and_the_iteration_it_began(self):
         self.row(None)

@@ -207,6 +207,11 @@ StatsFigures parse_stats_figures(const json& stats) {
   s.peak_resident_plan_bytes = get_u64(stats, advisor::kPeakResidentPlanBytes);
   s.plan_applied_from = get_u64(stats, advisor::plan::kAppliedFromLaunch);
   s.plan_unfit_steps = get_u64(stats, advisor::plan::kUnfitSteps);
+  s.detection_source = get_string(stats, schema::detection::kSource);
+  s.detection_period = get_u64(stats, schema::detection::kPeriod);
+  s.detection_confidence = get_double(stats, schema::detection::kConfidence);
+  s.detection_warmup_steps = get_u64(stats, schema::detection::kWarmupSteps);
+  s.detection_steps = get_u64(stats, schema::detection::kSteps);
   s.plan_largest_step_bytes = get_u64(stats, advisor::plan::kLargestStepBytes);
   s.first_plan_applied_from = get_u64(stats, advisor::kFirstPlanAppliedFromLaunch);
   s.first_plan_known = schema::find(stats, advisor::kFirstPlanAppliedFromLaunch) != nullptr;

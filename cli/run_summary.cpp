@@ -14,6 +14,10 @@ namespace {
 namespace schema = stats_schema;
 using json = nlohmann::json;
 
+// Below it a detected period is not planned from online (advisor/online_learning.h's
+// kMinConfidence): the summary says the iterations are doubtful.
+constexpr double kWeakConfidence = 0.8;
+
 std::string gib(uint64_t bytes) {
   return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1024.0 * 1024 * 1024));
 }
@@ -134,7 +138,8 @@ void add_process(std::string& out, const SummaryInput& p, bool named, bool budge
     line += fmt::format(", median {:.1f} ms over {} {}", *m, ms.size(),
                         planned ? "iterations under the plan" : "steady iterations");
   }
-  // A plan relearned later, in force before the end: the iteration it began in (none: its.size()).
+  // A plan relearned later, in force before the end: the first iteration that began at or after
+  // its first launch (none: its.size()).
   size_t relearned = its.size();
   if (from && s.plan_applied_from && *s.plan_applied_from > *from) {
     relearned = iteration_from(its, *s.plan_applied_from).value_or(its.size());
@@ -145,6 +150,22 @@ void add_process(std::string& out, const SummaryInput& p, bool named, bool budge
     if (relearned < its.size()) line += fmt::format(", relearned from iteration {}", relearned);
   }
   out += head + line + "\n";
+  // Iterations found by the period only weakly (below online learning's confidence, or over the
+  // last quarter of the run or less): say so, since their figures are then not the loop's.
+  if (s.detection_source == "period" && s.detection_period.value_or(0) > 0 &&
+      s.detection_confidence && s.detection_steps.value_or(0) > 0 && s.detection_warmup_steps &&
+      *s.detection_warmup_steps < *s.detection_steps) {
+    const double covered = static_cast<double>(*s.detection_steps - *s.detection_warmup_steps) /
+                           static_cast<double>(*s.detection_steps);
+    if (*s.detection_confidence < kWeakConfidence || covered < 0.25) {
+      out += pad + fmt::format(
+                       "(those iterations are a period of {} launches found over the last {:.0f}% "
+                       "of the run's {} launches, confidence {:.2f}: probably not the program's "
+                       "loop)\n",
+                       *s.detection_period, std::max(1.0, covered * 100), *s.detection_steps,
+                       *s.detection_confidence);
+    }
+  }
   if (engine_of(p.stats) == "vmm") {
     add_vmm_lines(out, pad, p.stats);
     return;
@@ -180,8 +201,8 @@ void add_process(std::string& out, const SummaryInput& p, bool named, bool budge
     if (planned_peak && s.peak_resident_bytes && *s.peak_resident_bytes > *planned_peak) {
       r += fmt::format("; {} in the whole run, learning included", gib(*s.peak_resident_bytes));
     }
-    // Under the relearned plan alone (from the iteration after the one it began in, as the
-    // steady iterations are counted), when that differs: the plan the run ended with.
+    // Under the relearned plan alone (from the iteration after the first one that began under it,
+    // as the steady iterations are counted), when lower: the plan the run ended with.
     const size_t after = relearned + 1;
     uint64_t last_peak = 0;
     for (size_t i = after; i < its.size(); ++i) {
@@ -190,22 +211,22 @@ void add_process(std::string& out, const SummaryInput& p, bool named, bool budge
     if (planned_peak.has_value() && last_peak > 0 && last_peak < peak) {
       r += fmt::format("; {}", gib(last_peak));
       if (budget_given && s.budget_bytes.value_or(0) > 0) {
-        r += fmt::format(" ({:.0f}%)", static_cast<double>(last_peak) /
-                                           static_cast<double>(*s.budget_bytes) * 100);
+        const double share = static_cast<double>(last_peak) / static_cast<double>(*s.budget_bytes);
+        r += fmt::format(" ({:.0f}%{})", share * 100, share <= 1.02 ? "" : ": over it");
       }
       r += fmt::format(" from iteration {} on, under the relearned plan", after);
     }
     out += pad + r + "\n";
-    // Launches whose own data is over the budget: no plan holds it there (planner.h).
+    // Launches whose own data is over the plan's budget (the budget less the program's own GPU
+    // memory): no plan holds it there (planner.h). Their largest is a floor, not a promise.
     if (budget_given && s.plan_unfit_steps && *s.plan_unfit_steps > 0 &&
-        s.plan_largest_step_bytes && s.budget_bytes) {
+        s.plan_largest_step_bytes) {
       out += pad + fmt::format(
-                       "{} launch{} of the iteration touch{} more than the budget (up to {}): no "
-                       "plan holds it there, and what does not fit faults in; a budget of at "
-                       "least {} can be held\n",
+                       "{} launch{} of the iteration touch{} more managed memory than the budget "
+                       "leaves for it (one touches {}): no plan holds the budget there, and what "
+                       "does not fit faults in; no budget below that can be held\n",
                        *s.plan_unfit_steps, *s.plan_unfit_steps == 1 ? "" : "es",
-                       *s.plan_unfit_steps == 1 ? "es" : "", gib(*s.plan_largest_step_bytes),
-                       gib(*s.plan_largest_step_bytes));
+                       *s.plan_unfit_steps == 1 ? "es" : "", gib(*s.plan_largest_step_bytes));
     }
     // A byte comes to the GPU once from where it began, then only after it left: more in than
     // out by more than all managed memory means CUPTI's records of moves are incomplete (seen
@@ -229,10 +250,11 @@ void add_process(std::string& out, const SummaryInput& p, bool named, bool budge
       fmt::format("advisor {}, {}", s.advisor_mode.value_or("?"), s.advisor_state.value_or("?"));
   if (s.advisor_fallback) a += fmt::format(": {}", *s.advisor_fallback);
   out += pad + a + "\n";
-  // Online, under a budget, and no plan ever started: say why that usually is, since the budget
-  // was then kept only by the learning path's evictions.
-  if (budget_given && s.advisor_mode == "online" && s.first_plan_known &&
-      !s.first_plan_applied_from) {
+  // Online, under a budget, still learning at the end and no plan ever made (none started, none
+  // staged): say why that usually is, since the budget was then kept only by the learning path's
+  // evictions.
+  if (budget_given && s.advisor_mode == "online" && s.advisor_state == "learning" &&
+      s.first_plan_known && !s.first_plan_applied_from && !s.plan_applied_from) {
     out += pad +
            "no plan was made: the launches never repeated as one iteration for long enough (a "
            "run of a few iterations, or a loop whose kernels change from step to step, as with a "

@@ -550,11 +550,11 @@ void Preload::write_stats_at_exit() {
   }
   if (summary) {
     j[schema::kDetection.path] = {
-        {"period", summary->trace.detection.period},
-        {"confidence", summary->trace.detection.confidence},
-        {"warmup_steps", summary->trace.detection.warmup_steps},
-        {"source", summary->trace.detection.source},
-        {"steps", summary->trace.steps.size()},
+        {schema::detection::kPeriod.name(), summary->trace.detection.period},
+        {schema::detection::kConfidence.name(), summary->trace.detection.confidence},
+        {schema::detection::kWarmupSteps.name(), summary->trace.detection.warmup_steps},
+        {schema::detection::kSource.name(), summary->trace.detection.source},
+        {schema::detection::kSteps.name(), summary->trace.steps.size()},
         {schema::detection::kDroppedRecords.name(), summary->trace.dropped_records}};
     j["kernel_layouts"] = {{"read_before_launch", summary->layouts_prepared},
                            {"read_inside_launch", summary->layouts_read_in_callback},

@@ -180,8 +180,6 @@ TEST(RunSummary, WithoutAPlanUsesTheIterationsAfterTheFirstTwo) {
   EXPECT_FALSE(has(t, "plan in force")) << t;
 }
 
-// Online under a budget with no plan ever started (the field there, null): the summary says why
-// that usually is; not without a budget, not when a plan started, not for a file without the field.
 // A plan relearned later whose iterations stay lower than the first plan's: the peak under the
 // plan (both, as the steady iterations are counted) and, beside it, the relearned plan's own.
 TEST(RunSummary, SaysThePeakUnderTheRelearnedPlan) {
@@ -196,6 +194,12 @@ TEST(RunSummary, SaysThePeakUnderTheRelearnedPlan) {
                   "peak GPU-resident 12.00 GiB under the plan for a budget of 10.00 GiB (120%: "
                   "over it); 10.00 GiB (100%) from iteration 4 on, under the relearned plan\n"))
       << t;
+  // Over the budget under the relearned plan too: said so.
+  s["iterations"][4]["peak_resident_bytes"] = 11274289152;  // 10.5 GiB
+  EXPECT_TRUE(has(run_summary_text({{"a", s}}, true),
+                  "; 10.50 GiB (105%: over it) from iteration 4 on, under the relearned plan\n"))
+      << run_summary_text({{"a", s}}, true);
+  s["iterations"][4]["peak_resident_bytes"] = 10737418240;
   // Without a budget, no share; with the relearned plan as high, nothing beside it.
   EXPECT_TRUE(has(run_summary_text({{"a", s}}, false),
                   "(no budget); 10.00 GiB from iteration 4 on, under the relearned plan\n"));
@@ -205,6 +209,34 @@ TEST(RunSummary, SaysThePeakUnderTheRelearnedPlan) {
   EXPECT_FALSE(has(run_summary_text({{"a", stats()}}, true), "under the relearned plan"));
 }
 
+// Iterations the run's end found only weakly (low confidence, or over a short tail of the run):
+// a line says their figures are probably not the loop's; none for a steady detection or marks.
+TEST(RunSummary, SaysWhenTheIterationsAreDoubtful) {
+  json s = stats();
+  s["detection"] = {{"source", "period"},
+                    {"period", 39},
+                    {"confidence", 0.476},
+                    {"steps", 28888},
+                    {"warmup_steps", 28473}};
+  const std::string doubt =
+      "(those iterations are a period of 39 launches found over the last 1% of the run's 28888 "
+      "launches, confidence 0.48: probably not the program's loop)\n";
+  EXPECT_TRUE(has(run_summary_text({{"a", s}}, true), doubt)) << run_summary_text({{"a", s}}, true);
+  s["detection"]["confidence"] = 0.97;  // confident, but over the last 1% only
+  EXPECT_TRUE(has(run_summary_text({{"a", s}}, true), "over the last 1% of the run's"));
+  s["detection"]["warmup_steps"] = 4000;  // confident and over 86% of the run
+  EXPECT_FALSE(has(run_summary_text({{"a", s}}, true), "probably not"));
+  s["detection"]["confidence"] = 0.5;  // over most of the run, but weak
+  EXPECT_TRUE(has(run_summary_text({{"a", s}}, true), "confidence 0.50: probably not"));
+  s["detection"]["source"] = "api";  // marks: not judged
+  EXPECT_FALSE(has(run_summary_text({{"a", s}}, true), "probably not"));
+  EXPECT_FALSE(has(run_summary_text({{"a", stats()}}, true), "probably not"));
+}
+
+// Online under a budget, learning at the end, no plan ever made (the first plan's field there,
+// null, and no last plan): the summary says why that usually is; not without a budget, not in
+// replay, not when a plan started or one was made too late to start, not for a file without the
+// field.
 TEST(RunSummary, SaysWhyNoPlanWasMade) {
   json s = stats();
   s["advisor"].erase("plan");
@@ -219,6 +251,12 @@ TEST(RunSummary, SaysWhyNoPlanWasMade) {
   json started = s;
   started["advisor"]["first_plan_applied_from_launch"] = 300;
   EXPECT_FALSE(has(run_summary_text({{"a", started}}, true), why));
+  json staged = s;  // made, but too late to start
+  staged["advisor"]["plan"] = {{"applied_from_launch", 900}};
+  EXPECT_FALSE(has(run_summary_text({{"a", staged}}, true), why));
+  json off = s;
+  off["advisor"]["state"] = "off";
+  EXPECT_FALSE(has(run_summary_text({{"a", off}}, true), why));
   EXPECT_FALSE(has(run_summary_text({{"a", stats()}}, true), why));
 }
 
@@ -229,15 +267,16 @@ TEST(RunSummary, SaysWhenLaunchesTouchMoreThanTheBudget) {
   s["advisor"]["plan"]["unfit_steps"] = 3;
   s["advisor"]["plan"]["largest_step_bytes"] = 12884901888;  // 12 GiB, over the 10 GiB budget
   const std::string line =
-      "3 launches of the iteration touch more than the budget (up to 12.00 GiB): no plan holds "
-      "it there, and what does not fit faults in; a budget of at least 12.00 GiB can be held\n";
+      "3 launches of the iteration touch more managed memory than the budget leaves for it (one "
+      "touches 12.00 GiB): no plan holds the budget there, and what does not fit faults in; no "
+      "budget below that can be held\n";
   EXPECT_TRUE(has(run_summary_text({{"a", s}}, true), line)) << run_summary_text({{"a", s}}, true);
-  EXPECT_FALSE(has(run_summary_text({{"a", s}}, false), "more than the budget"));
+  EXPECT_FALSE(has(run_summary_text({{"a", s}}, false), "more managed memory"));
   s["advisor"]["plan"]["unfit_steps"] = 1;
   EXPECT_TRUE(has(run_summary_text({{"a", s}}, true), "1 launch of the iteration touches more"));
   s["advisor"]["plan"]["unfit_steps"] = 0;
-  EXPECT_FALSE(has(run_summary_text({{"a", s}}, true), "more than the budget"));
-  EXPECT_FALSE(has(run_summary_text({{"a", stats()}}, true), "more than the budget"));
+  EXPECT_FALSE(has(run_summary_text({{"a", s}}, true), "more managed memory"));
+  EXPECT_FALSE(has(run_summary_text({{"a", stats()}}, true), "more managed memory"));
 }
 
 TEST(RunSummary, NamesEachProcessAndSkipsThoseWithoutTheAdvisor) {

@@ -620,6 +620,7 @@ def report(a, natives, results, started, out):
         pr = r.get("peak_resident")
         pp = r.get("peak_planned")
         over = r.get("planned_over_budget")
+        relearned = r.get("relearned_over_budget")
         lines.append(
             f"| {r['model']} | {r.get('allocator', '-')} | {r.get('deterministic', '-')} | "
             f"{r.get('budget_pct', '-')}% ({(r.get('budget_bytes') or 0) / gib:.2f} GiB)"
@@ -630,7 +631,7 @@ def report(a, natives, results, started, out):
             f"{'-' if pr is None else '%.2f' % (pr / gib)} "
             f"({'-' if pp is None else '%.2f' % (pp / gib)}"
             f"{'' if not over else '; %d of %d' % tuple(over)}"
-            f"{'' if not r.get('relearned_over_budget') else ' → %d of %d' % tuple(r['relearned_over_budget'])}"
+            f"{'' if not relearned else ' → %d of %d' % tuple(relearned)}"
             f"{'; *' if r.get('records_short') else ''}"
             f"{'; †' if r.get('wait_stalls') else ''}"
             f"{'; ‡' if r.get('unfit_steps') else ''}) / "

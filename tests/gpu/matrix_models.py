@@ -11,8 +11,8 @@ cuDNN, Adam), embbag (nn.EmbeddingBag tables with sparse gradients, SparseAdam, 
 with Adam), moe (a mixture-of-experts MLP: top-2 routing by argsort, index_select, index_add_,
 AdamW), varlen (the decoder on batches whose sequence length changes every step, 256 to 512
 tokens, as a text loader that pads to each batch's longest gives: not in the matrix's default
-models, since umswap does not plan it yet: docs/advisor.md), bert-issue (the BertForMaskedLM of issue 36: 1024 wide, 24 layers, batch 32, sequence
-512, about 25 GiB).
+models, since umswap does not plan it yet: docs/advisor.md), bert-issue (the BertForMaskedLM
+of issue 36: 1024 wide, 24 layers, batch 32, sequence 512, about 25 GiB).
 
 Each prints `iter <i> ms <float> loss <repr>` per step (timed between two synchronizes; the loss
 printed with every digit of its float), then one line `summary {json}` with

@@ -165,7 +165,10 @@ class Report(unittest.TestCase):
     def test_a_row_whose_plan_has_launches_over_the_budget_is_marked(self):
         self.row(1060, unfit=3)
 
-    def row(self, budget, stalls=0, unfit=0):
+    def test_a_row_with_a_relearned_plan_counts_the_iterations_under_it(self):
+        self.row(1060, relearned=True)
+
+    def row(self, budget, stalls=0, unfit=0, relearned=False):
         import argparse
         import io
         import json
@@ -180,6 +183,8 @@ class Report(unittest.TestCase):
                 s["advisor"]["wait_stalls"] = stalls
                 if unfit:
                     s["advisor"]["plan"] = {"unfit_steps": unfit}
+                if relearned:  # relearned in iteration 3: iteration 4 (1050 bytes) counts
+                    s["advisor"]["plan"] = {"applied_from_launch": 250}
                 json.dump(s, f)
             n = {"rc": 0, "losses": [1.0, 0.9, 0.8], "ms": [5, 4, 4], "summary": {}}
             u = dict(n, ms=[9, 8, 8], seconds=1.0)
@@ -198,11 +203,14 @@ class Report(unittest.TestCase):
                 self.assertIn("| 0.00 (0.00; 1 of 2; †) / 0.00 | 2 |", row)
             elif unfit:  # the same, and the plan's launches over the budget on their own
                 self.assertIn("| 0.00 (0.00; 1 of 2; ‡) / 0.00 | 2 |", row)
+            elif relearned:  # the same, and none of the one iteration under the relearned plan
+                self.assertIn("| 0.00 (0.00; 1 of 2 → 0 of 1) / 0.00 | 2 |", row)
             else:  # iterations 3 and 4 under the plan, 1100 over 1060 by more than 2%
                 self.assertIn("| 0.00 (0.00; 1 of 2) / 0.00 | 2 |", row)
             rows = json.load(open(a.json))["rows"]
             self.assertEqual(rows[0]["wait_stalls"], stalls)
             self.assertEqual(rows[0]["unfit_steps"], unfit or None)
+            self.assertEqual(rows[0]["relearned_over_budget"], [0, 1] if relearned else None)
             self.assertEqual((rows[0]["peak_planned"], rows[0]["plan_from_iteration"]), (1100, 2))
 
 

@@ -91,6 +91,10 @@ struct StatsFigures {
   // advisor.plan.unfit_steps, largest_step_bytes: launches whose own data is over the budget,
   // and the most one launch touches (the smallest budget with none).
   std::optional<uint64_t> plan_unfit_steps, plan_largest_step_bytes;
+  // detection.*: how the run's end found its iterations.
+  std::optional<std::string> detection_source;
+  std::optional<uint64_t> detection_period, detection_warmup_steps, detection_steps;
+  std::optional<double> detection_confidence;
   std::optional<uint64_t> first_plan_applied_from;  // advisor.first_plan_applied_from_launch
   bool first_plan_known = false;  // the file has that field (null: no plan started)
   // advisor.prefetch_wait, evict_wait (UMSWAP_PREFETCH_WAIT, UMSWAP_EVICT_WAIT) and wait_stalls

@@ -306,6 +306,18 @@ inline constexpr Field kFields[] = {
 
     {"detection", Kind::diagnostic, "object", detail::kPreload,
      "The tracer's iteration detection; absent when the tracer did not run."},
+    {"detection.period", Kind::diagnostic, "integer", detail::kPreload,
+     "Launches per iteration as the run's end found them (0: no iteration found)."},
+    {"detection.confidence", Kind::diagnostic, "number", detail::kPreload,
+     "Of the launches after the first detected iteration, the share that matched their "
+     "counterpart one iteration earlier (0 to 1)."},
+    {"detection.warmup_steps", Kind::diagnostic, "integer", detail::kPreload,
+     "The launch the first detected iteration begins at."},
+    {"detection.source", Kind::diagnostic, "string", detail::kPreload,
+     "How the iterations were found: `period` (the launch sequence's period), `nvtx:<name>`, "
+     "`api` (umswap_mark_iteration()), or `none`."},
+    {"detection.steps", Kind::diagnostic, "integer", detail::kPreload,
+     "Launches (and copies, memsets) the tracer logged in the run."},
     {"detection.dropped_records", Kind::diagnostic, "integer", detail::kPreload,
      "CUPTI activity records dropped (--verify does not check the accesses in them)."},
 
@@ -549,6 +561,11 @@ inline constexpr const Field& kPeakResidentBytes = field("iterations[].peak_resi
 
 inline constexpr const Field& kDetection = field("detection");
 namespace detection {
+inline constexpr const Field& kPeriod = field("detection.period");
+inline constexpr const Field& kConfidence = field("detection.confidence");
+inline constexpr const Field& kWarmupSteps = field("detection.warmup_steps");
+inline constexpr const Field& kSource = field("detection.source");
+inline constexpr const Field& kSteps = field("detection.steps");
 inline constexpr const Field& kDroppedRecords = field("detection.dropped_records");
 }  // namespace detection
 

@@ -18,6 +18,12 @@ using json = nlohmann::json;
 // kMinConfidence): the summary says the iterations are doubtful.
 constexpr double kWeakConfidence = 0.8;
 
+// "(P%)" of the budget, with ": over it" past 102%.
+std::string share_of_budget(uint64_t bytes, uint64_t budget) {
+  const double share = static_cast<double>(bytes) / static_cast<double>(budget);
+  return fmt::format("({:.0f}%{})", share * 100, share <= 1.02 ? "" : ": over it");
+}
+
 std::string gib(uint64_t bytes) {
   return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1024.0 * 1024 * 1024));
 }
@@ -192,9 +198,8 @@ void add_process(std::string& out, const SummaryInput& p, bool named, bool budge
     std::string r =
         fmt::format("peak GPU-resident {}{}", gib(peak), planned_peak ? " under the plan" : "");
     if (budget_given && s.budget_bytes && *s.budget_bytes > 0) {
-      const double ratio = static_cast<double>(peak) / static_cast<double>(*s.budget_bytes);
-      r += fmt::format(" for a budget of {} ({:.0f}%{})", gib(*s.budget_bytes), ratio * 100,
-                       ratio <= 1.02 ? "" : ": over it");
+      r += fmt::format(" for a budget of {} {}", gib(*s.budget_bytes),
+                       share_of_budget(peak, *s.budget_bytes));
     } else {
       r += " (no budget)";
     }
@@ -211,8 +216,7 @@ void add_process(std::string& out, const SummaryInput& p, bool named, bool budge
     if (planned_peak.has_value() && last_peak > 0 && last_peak < peak) {
       r += fmt::format("; {}", gib(last_peak));
       if (budget_given && s.budget_bytes.value_or(0) > 0) {
-        const double share = static_cast<double>(last_peak) / static_cast<double>(*s.budget_bytes);
-        r += fmt::format(" ({:.0f}%{})", share * 100, share <= 1.02 ? "" : ": over it");
+        r += " " + share_of_budget(last_peak, *s.budget_bytes);
       }
       r += fmt::format(" from iteration {} on, under the relearned plan", after);
     }

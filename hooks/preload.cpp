@@ -671,8 +671,9 @@ void Preload::write_stats_at_exit() {
     // The program's GPU work failed: what umswap did to its memory last, to tell whether it
     // had a part in it.
     const std::vector<flight::Event> events = flight::snapshot();
-    j["flight_recorder"] = flight::to_json(events);
-    j["flight_recorder"]["context_error"] = error;
+    nlohmann::json& recorder = j[schema::kFlightRecorder.path];
+    recorder = flight::to_json(events);
+    recorder["context_error"] = error;
     log_warning(
         "the program's CUDA context holds error {} at exit; umswap's last {} memory operations "
         "are in the stats file (flight_recorder)",

@@ -131,21 +131,26 @@ def log_tail(path, lines=40):
         return None
 
 
+def peaks_after(stats, launch):
+    """(the first iteration that began at or after `launch`, the peak resident of each iteration
+    after it); (None, []) when `launch` is not a launch number or no iteration began there."""
+    its = stats.get("iterations") or []
+    if not isinstance(launch, int):
+        return None, []
+    began = next((i for i, it in enumerate(its)
+                  if isinstance(it.get("first_step"), int) and it["first_step"] >= launch), None)
+    if began is None:
+        return None, []
+    return began, [it["peak_resident_bytes"] for it in its[began + 1:]
+                   if isinstance(it.get("peak_resident_bytes"), int)]
+
+
 def planned_peaks(stats):
     """(the first iteration that began under the run's first plan, the peak resident of each
     iteration after it); (None, []) without a plan or such an iteration."""
     adv = stats.get("advisor") or {}
-    launch = adv.get("first_plan_applied_from_launch",
-                     (adv.get("plan") or {}).get("applied_from_launch"))
-    its = stats.get("iterations") or []
-    if not isinstance(launch, int):
-        return None, []
-    planned = next((i for i, it in enumerate(its)
-                    if isinstance(it.get("first_step"), int) and it["first_step"] >= launch), None)
-    if planned is None:
-        return None, []
-    return planned, [it["peak_resident_bytes"] for it in its[planned + 1:]
-                     if isinstance(it.get("peak_resident_bytes"), int)]
+    return peaks_after(stats, adv.get("first_plan_applied_from_launch",
+                                      (adv.get("plan") or {}).get("applied_from_launch")))
 
 
 def planned_iterations(stats):
@@ -156,6 +161,11 @@ def planned_iterations(stats):
     return planned, (max(peaks) if peaks else None)
 
 
+def over_budget(peaks, budget):
+    """[peaks above the budget by more than 2%, peaks]."""
+    return [sum(1 for p in peaks if p > budget * 1.02), len(peaks)]
+
+
 def planned_over_budget(stats):
     """(iterations after the one the first plan began in whose peak resident is above the budget
     by more than 2%, iterations after it): a row's peak under the plan is the largest of them;
@@ -164,7 +174,7 @@ def planned_over_budget(stats):
     planned, peaks = planned_peaks(stats)
     if planned is None or not isinstance(budget, int) or budget <= 0:
         return None
-    return [sum(1 for p in peaks if p > budget * 1.02), len(peaks)]
+    return over_budget(peaks, budget)
 
 
 def relearned_over_budget(stats):
@@ -177,14 +187,8 @@ def relearned_over_budget(stats):
     if not (isinstance(first, int) and isinstance(last, int) and last > first and
             isinstance(budget, int) and budget > 0):
         return None
-    its = stats.get("iterations") or []
-    began = next((i for i, it in enumerate(its)
-                  if isinstance(it.get("first_step"), int) and it["first_step"] >= last), None)
-    if began is None:
-        return None
-    peaks = [it["peak_resident_bytes"] for it in its[began + 1:]
-             if isinstance(it.get("peak_resident_bytes"), int)]
-    return [sum(1 for p in peaks if p > budget * 1.02), len(peaks)] if peaks else None
+    _, peaks = peaks_after(stats, last)
+    return over_budget(peaks, budget) if peaks else None
 
 
 def records_short(stats):

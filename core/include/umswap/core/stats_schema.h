@@ -559,6 +559,7 @@ inline constexpr const Field& kEvictedBytes = field("iterations[].evicted_bytes"
 inline constexpr const Field& kPeakResidentBytes = field("iterations[].peak_resident_bytes");
 }  // namespace iterations
 
+inline constexpr const Field& kFlightRecorder = field("flight_recorder");
 inline constexpr const Field& kDetection = field("detection");
 namespace detection {
 inline constexpr const Field& kPeriod = field("detection.period");

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <optional>
 
+#include "launch_in_order.h"
 #include "preload.h"
 #include "reentry_guard.h"
 #include "umswap/core/log.h"
@@ -439,14 +440,32 @@ UMSWAP_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned grid_x, unsign
       f, f, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, stream, params, extra);
 }
 
+namespace {
+
+// A launch that asks to overlap the kernel ahead of it goes in stream order while umswap
+// redirects the program's memory (launch_in_order.h says why).
+const CUlaunchConfig* in_order(const CUlaunchConfig* config, umswap::LaunchInOrder& storage) {
+  Preload& p = preload();
+  if (skip(p)) return config;
+  const CUlaunchConfig* out = storage.apply(config);
+  if (out != config) p.note_launch_in_order();
+  return out;
+}
+
+}  // namespace
+
 UMSWAP_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** params,
                                         void** extra) {
-  return launch<&umswap::RealDriver::cuLaunchKernelEx>(f, config, f, params, extra);
+  umswap::LaunchInOrder storage;
+  return launch<&umswap::RealDriver::cuLaunchKernelEx>(f, in_order(config, storage), f, params,
+                                                       extra);
 }
 
 UMSWAP_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f,
                                              void** params, void** extra) {
-  return launch<&umswap::RealDriver::cuLaunchKernelEx_ptsz>(f, config, f, params, extra);
+  umswap::LaunchInOrder storage;
+  return launch<&umswap::RealDriver::cuLaunchKernelEx_ptsz>(f, in_order(config, storage), f, params,
+                                                            extra);
 }
 
 UMSWAP_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned grid_x, unsigned grid_y,

@@ -562,6 +562,7 @@ void Preload::write_stats_at_exit() {
                            {"last_error", summary->layout_error},
                            {"first_uses", summary->first_uses}};
     j["captured_calls"] = summary->captured_calls;
+    j[schema::kLaunchesInStreamOrder.path] = launches_in_order_.load(std::memory_order_relaxed);
     if (summary->has_unified_memory_counters) {
       j["peak_resident_bytes"] = summary->peak_resident;
       // The kernels that took GPU page faults: some compute differently when they do

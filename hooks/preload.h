@@ -60,6 +60,9 @@ class Preload {
   // holds none, or when there is no context or driver left to ask.
   CUresult context_error() const;
   void mark_forked_child() { forked_child_.store(true, std::memory_order_relaxed); }
+  // A kernel launch that asked to overlap the one ahead of it went in stream order
+  // (launch_in_order.h); counted for the stats file. Any thread.
+  void note_launch_in_order() { launches_in_order_.fetch_add(1, std::memory_order_relaxed); }
   void write_stats_at_exit();
 
  private:
@@ -91,6 +94,7 @@ class Preload {
   VmmAllocator* vmm_ = nullptr;  // never freed, as allocator_
   std::atomic<bool> forked_child_{false};
   std::atomic<bool> allocated_{false};  // an allocation hook ran (the process uses CUDA memory)
+  std::atomic<uint64_t> launches_in_order_{0};
   // The context's error at exit (context_error(), asked by an exit handler registered when the
   // allocator is made, while the runtime still holds the context): the stats' flight_recorder.
   void check_context_at_exit_once();

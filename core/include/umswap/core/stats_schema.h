@@ -135,6 +135,11 @@ inline constexpr Field kFields[] = {
      "what rounding up to 2 MiB wastes)."},
     {"vmm.out_of_memory", Kind::user, "integer", detail::kVmmAllocator,
      "Allocations refused with out-of-memory: past the GPU pool and the host limit together."},
+    {"launches_in_stream_order", Kind::diagnostic, "integer", detail::kPreload,
+     "Kernel launches that asked to overlap the kernel ahead of them on their stream "
+     "(programmatic dependent launch) and that umswap launched in stream order instead, as it "
+     "does with every such launch while it redirects memory (a race in CUDA 13.0's merge sort "
+     "that faults make likely: docs/RELIABILITY.md)."},
     {"flight_recorder", Kind::diagnostic, "object", detail::kPreload,
      "Only when the program's CUDA context held an error at exit (its GPU work failed; umswap "
      "also prints one warning): `context_error`, the driver's error number, and `events`, the "
@@ -560,6 +565,7 @@ inline constexpr const Field& kPeakResidentBytes = field("iterations[].peak_resi
 }  // namespace iterations
 
 inline constexpr const Field& kFlightRecorder = field("flight_recorder");
+inline constexpr const Field& kLaunchesInStreamOrder = field("launches_in_stream_order");
 inline constexpr const Field& kDetection = field("detection");
 namespace detection {
 inline constexpr const Field& kPeriod = field("detection.period");

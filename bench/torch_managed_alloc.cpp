@@ -3,17 +3,27 @@
 // memory: "device" (cuMemAlloc), "managed" (cuMemAllocManaged: the first touch of each page is a
 // GPU page fault), "populated" (managed, prefetched to the GPU and waited for before it is handed
 // out: no fault), "host" (managed, prefetched to the host on the allocating stream: every GPU
-// access migrates its page back by a fault, as a block reused after its eviction).
+// access migrates its page back by a fault, as a block reused after its eviction), "churn"
+// (managed, and a thread of this library moves random 2-32 MiB pieces of the live allocations to
+// the host and back on a stream of its own, all the time, racing the program's kernels as
+// umswap's evictions do when a plan is wrong; the counts go to stderr at exit).
 #include <cuda.h>
 #include <sys/types.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
 
 namespace {
 
-enum class Memory { device, managed, populated, host };
+enum class Memory { device, managed, populated, host, churn };
 
 Memory memory() {
   static const Memory m = [] {
@@ -21,6 +31,7 @@ Memory memory() {
     if (v && !std::strcmp(v, "device")) return Memory::device;
     if (v && !std::strcmp(v, "populated")) return Memory::populated;
     if (v && !std::strcmp(v, "host")) return Memory::host;
+    if (v && !std::strcmp(v, "churn")) return Memory::churn;
     return Memory::managed;
   }();
   return m;
@@ -34,6 +45,64 @@ bool make_current(int device) {
   return cuInit(0) == CUDA_SUCCESS && cuDeviceGet(&dev, device) == CUDA_SUCCESS &&
          cuDevicePrimaryCtxRetain(&ctx, dev) == CUDA_SUCCESS &&
          cuCtxSetCurrent(ctx) == CUDA_SUCCESS;
+}
+
+// The churn: live allocations (address -> bytes), under mu. A piece is prefetched under mu, so
+// never after its allocation's cuMemFree (also under mu).
+std::mutex mu;
+std::map<CUdeviceptr, size_t> live;
+std::atomic<bool> stopping{false};
+std::atomic<uint64_t> moves_to_host{0}, moves_to_gpu{0}, failed_moves{0};
+std::thread churner;
+
+void churn(CUcontext ctx, int device) {
+  cuCtxSetCurrent(ctx);
+  CUstream s = nullptr;
+  if (cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) return;
+  std::mt19937_64 rng(1);
+  constexpr size_t kPiece = 2u << 20;
+  for (uint64_t i = 0; !stopping.load(); ++i) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!live.empty()) {
+        auto it = live.begin();
+        std::advance(it, static_cast<long>(rng() % live.size()));
+        const size_t pieces = (it->second + kPiece - 1) / kPiece;
+        const size_t first = rng() % pieces;
+        const size_t count = std::min<size_t>(pieces - first, 1 + rng() % 16);
+        const size_t bytes = std::min(count * kPiece, it->second - first * kPiece);
+        CUmemLocation to{};
+        to.type = i % 2 ? CU_MEM_LOCATION_TYPE_DEVICE : CU_MEM_LOCATION_TYPE_HOST;
+        to.id = i % 2 ? device : 0;
+        if (cuMemPrefetchAsync(it->first + first * kPiece, bytes, to, 0, s) == CUDA_SUCCESS)
+          ++(i % 2 ? moves_to_gpu : moves_to_host);
+        else
+          ++failed_moves;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  cuStreamSynchronize(s);
+  cuStreamDestroy(s);
+}
+
+void stop_churn() {
+  stopping = true;
+  if (churner.joinable()) churner.join();
+  std::fprintf(stderr, "churn: %llu pieces to the host, %llu to the GPU, %llu refused\n",
+               static_cast<unsigned long long>(moves_to_host.load()),
+               static_cast<unsigned long long>(moves_to_gpu.load()),
+               static_cast<unsigned long long>(failed_moves.load()));
+}
+
+void start_churn(int device) {
+  static std::once_flag once;
+  std::call_once(once, [device] {
+    CUcontext ctx = nullptr;
+    cuCtxGetCurrent(&ctx);
+    churner = std::thread(churn, ctx, device);
+    std::atexit(stop_churn);
+  });
 }
 
 }  // namespace
@@ -64,9 +133,17 @@ extern "C" void* torch_managed_malloc(ssize_t size, int device, void* stream) {
       return nullptr;
     }
   }
+  if (memory() == Memory::churn) {
+    start_churn(device);
+    std::lock_guard<std::mutex> lock(mu);
+    live[p] = n;
+  }
   return reinterpret_cast<void*>(static_cast<uintptr_t>(p));
 }
 
 extern "C" void torch_managed_free(void* ptr, ssize_t, int, void*) {
-  cuMemFree(static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(ptr)));
+  const auto p = static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(ptr));
+  std::lock_guard<std::mutex> lock(mu);
+  live.erase(p);
+  cuMemFree(p);
 }

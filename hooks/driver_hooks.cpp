@@ -443,29 +443,33 @@ UMSWAP_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned grid_x, unsign
 namespace {
 
 // A launch that asks to overlap the kernel ahead of it goes in stream order while umswap
-// redirects the program's memory (launch_in_order.h says why).
-const CUlaunchConfig* in_order(const CUlaunchConfig* config, umswap::LaunchInOrder& storage) {
+// redirects the program's memory (launch_in_order.h says why); what the driver writes into the
+// attributes goes back to the program's.
+template <auto Real>
+CUresult launch_ex(const CUlaunchConfig* config, CUfunction f, void** params, void** extra) {
+  if (!umswap::LaunchInOrder::overlaps(config)) {
+    return launch<Real>(f, config, f, params, extra);
+  }
   Preload& p = preload();
-  if (skip(p)) return config;
-  const CUlaunchConfig* out = storage.apply(config);
-  if (out != config) p.note_launch_in_order();
-  return out;
+  if (skip(p)) return launch<Real>(f, config, f, params, extra);
+  umswap::LaunchInOrder in_order;
+  const CUlaunchConfig* copy = in_order.apply(config);
+  if (copy != config) p.note_launch_in_order();
+  const CUresult r = launch<Real>(f, copy, f, params, extra);
+  in_order.write_back(config);
+  return r;
 }
 
 }  // namespace
 
 UMSWAP_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** params,
                                         void** extra) {
-  umswap::LaunchInOrder storage;
-  return launch<&umswap::RealDriver::cuLaunchKernelEx>(f, in_order(config, storage), f, params,
-                                                       extra);
+  return launch_ex<&umswap::RealDriver::cuLaunchKernelEx>(config, f, params, extra);
 }
 
 UMSWAP_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f,
                                              void** params, void** extra) {
-  umswap::LaunchInOrder storage;
-  return launch<&umswap::RealDriver::cuLaunchKernelEx_ptsz>(f, in_order(config, storage), f, params,
-                                                            extra);
+  return launch_ex<&umswap::RealDriver::cuLaunchKernelEx_ptsz>(config, f, params, extra);
 }
 
 UMSWAP_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned grid_x, unsigned grid_y,

@@ -18,22 +18,38 @@
 #include <cuda.h>
 
 #include <array>
+#include <new>
 #include <vector>
 
 namespace umswap {
 
 class LaunchInOrder {
  public:
-  // `config` itself when it asks for no overlap (or is null), else a copy that asks for none,
-  // valid while this object lives. Every other attribute is kept as it was.
+  LaunchInOrder() = default;
+  LaunchInOrder(const LaunchInOrder&) = delete;  // copy_.attrs points into this object
+  LaunchInOrder& operator=(const LaunchInOrder&) = delete;
+
+  // Whether `config` asks to overlap the kernel ahead (cheap: every launch asks it).
+  static bool overlaps(const CUlaunchConfig* config) {
+    if (!config || !config->attrs) return false;
+    for (unsigned i = 0; i < config->numAttrs; ++i) {
+      if (asks_overlap(config->attrs[i])) return true;
+    }
+    return false;
+  }
+
+  // `config` itself when it asks for no overlap (or is null, or no memory is left for the copy),
+  // else a copy that asks for none, valid while this object lives. Every other attribute is
+  // kept as it was.
   const CUlaunchConfig* apply(const CUlaunchConfig* config) {
-    if (!config || !config->attrs) return config;
-    bool overlaps = false;
-    for (unsigned i = 0; i < config->numAttrs; ++i) overlaps |= asks_overlap(config->attrs[i]);
-    if (!overlaps) return config;
+    if (!overlaps(config)) return config;
     CUlaunchAttribute* attrs = small_.data();
     if (config->numAttrs > small_.size()) {
-      large_.resize(config->numAttrs);
+      try {
+        large_.resize(config->numAttrs);
+      } catch (const std::bad_alloc&) {
+        return config;
+      }
       attrs = large_.data();
     }
     for (unsigned i = 0; i < config->numAttrs; ++i) {
@@ -42,7 +58,20 @@ class LaunchInOrder {
     }
     copy_ = *config;
     copy_.attrs = attrs;
+    copied_ = true;
     return &copy_;
+  }
+
+  // After the launch: what the driver wrote into the copy's attributes goes back to the
+  // program's (CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE returns a node handle there);
+  // the overlap it asked for is left as it was. Nothing when `config` was not copied.
+  void write_back(const CUlaunchConfig* config) const {
+    if (!copied_ || !config || config->numAttrs != copy_.numAttrs) return;
+    for (unsigned i = 0; i < config->numAttrs; ++i) {
+      if (config->attrs[i].id != CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION) {
+        config->attrs[i].value = copy_.attrs[i].value;
+      }
+    }
   }
 
  private:
@@ -51,8 +80,10 @@ class LaunchInOrder {
            a.value.programmaticStreamSerializationAllowed != 0;
   }
 
-  CUlaunchConfig copy_{};
-  std::array<CUlaunchAttribute, 8> small_{};
+  // Not zeroed: built on every launch's stack, written only when a launch is copied.
+  bool copied_ = false;
+  CUlaunchConfig copy_;
+  std::array<CUlaunchAttribute, 8> small_;
   std::vector<CUlaunchAttribute> large_;
 };
 

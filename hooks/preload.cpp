@@ -548,6 +548,7 @@ void Preload::write_stats_at_exit() {
   if (const std::string yielded = tracer::yielded_cupti_to(); !yielded.empty()) {
     j["tracer_yielded_to"] = yielded;  // a profiler took CUPTI (before or during the run)
   }
+  j[schema::kLaunchesInStreamOrder.path] = launches_in_order_.load(std::memory_order_relaxed);
   if (summary) {
     j[schema::kDetection.path] = {
         {schema::detection::kPeriod.name(), summary->trace.detection.period},
@@ -562,7 +563,6 @@ void Preload::write_stats_at_exit() {
                            {"last_error", summary->layout_error},
                            {"first_uses", summary->first_uses}};
     j["captured_calls"] = summary->captured_calls;
-    j[schema::kLaunchesInStreamOrder.path] = launches_in_order_.load(std::memory_order_relaxed);
     if (summary->has_unified_memory_counters) {
       j["peak_resident_bytes"] = summary->peak_resident;
       // The kernels that took GPU page faults: some compute differently when they do

@@ -75,9 +75,65 @@ TEST(LaunchInOrder, HandlesMoreAttributesThanItsSmallArray) {
     if (i == 17) {
       EXPECT_EQ(out->attrs[i].value.programmaticStreamSerializationAllowed, 0);
     } else {
+      EXPECT_EQ(out->attrs[i].id, CU_LAUNCH_ATTRIBUTE_PRIORITY);
       EXPECT_EQ(out->attrs[i].value.priority, i);
     }
   }
+}
+
+// The copy's own array holds 8; 8 and 9 attributes, and two that ask, each keep every id.
+TEST(LaunchInOrder, KeepsEveryAttributeAroundItsArraysSize) {
+  for (const int n : {1, 8, 9}) {
+    std::vector<CUlaunchAttribute> attrs;
+    for (int i = 0; i < n; ++i) attrs.push_back(i % 4 == 0 ? overlap(1) : priority(i));
+    const CUlaunchConfig c = config(attrs);
+    LaunchInOrder l;
+    const CUlaunchConfig* out = l.apply(&c);
+    ASSERT_NE(out, &c) << n;
+    ASSERT_EQ(out->numAttrs, static_cast<unsigned>(n));
+    for (int i = 0; i < n; ++i) {
+      EXPECT_EQ(out->attrs[i].id, attrs[i].id) << n << " " << i;
+      if (i % 4 == 0) {
+        EXPECT_EQ(out->attrs[i].value.programmaticStreamSerializationAllowed, 0);
+      } else {
+        EXPECT_EQ(out->attrs[i].value.priority, i);
+      }
+    }
+  }
+}
+
+TEST(LaunchInOrder, AttributesWithoutAnArrayAreLeftAlone) {
+  CUlaunchConfig c{};
+  c.numAttrs = 3;  // and attrs null: nothing to read
+  LaunchInOrder l;
+  EXPECT_FALSE(LaunchInOrder::overlaps(&c));
+  EXPECT_EQ(l.apply(&c), &c);
+}
+
+// What the driver writes into the copy (a device-updatable node's handle) reaches the program's
+// attributes; the overlap the program asked for stays as it asked.
+TEST(LaunchInOrder, WritesTheDriversAnswersBack) {
+  CUlaunchAttribute node{};
+  node.id = CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE;
+  node.value.deviceUpdatableKernelNode.deviceUpdatable = 1;
+  std::vector<CUlaunchAttribute> attrs{overlap(1), node};
+  const CUlaunchConfig c = config(attrs);
+  LaunchInOrder l;
+  const CUlaunchConfig* out = l.apply(&c);
+  ASSERT_NE(out, &c);
+  out->attrs[1].value.deviceUpdatableKernelNode.devNode =
+      reinterpret_cast<CUgraphDeviceNode>(0xabc0);
+  l.write_back(&c);
+  EXPECT_EQ(attrs[1].value.deviceUpdatableKernelNode.devNode,
+            reinterpret_cast<CUgraphDeviceNode>(0xabc0));
+  EXPECT_EQ(attrs[0].value.programmaticStreamSerializationAllowed, 1);
+  // Nothing copied, nothing written.
+  LaunchInOrder none;
+  std::vector<CUlaunchAttribute> plain{priority(5)};
+  const CUlaunchConfig d = config(plain);
+  EXPECT_EQ(none.apply(&d), &d);
+  none.write_back(&d);
+  EXPECT_EQ(plain[0].value.priority, 5);
 }
 
 }  // namespace

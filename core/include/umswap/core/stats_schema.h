@@ -136,10 +136,12 @@ inline constexpr Field kFields[] = {
     {"vmm.out_of_memory", Kind::user, "integer", detail::kVmmAllocator,
      "Allocations refused with out-of-memory: past the GPU pool and the host limit together."},
     {"launches_in_stream_order", Kind::diagnostic, "integer", detail::kPreload,
-     "Kernel launches that asked to overlap the kernel ahead of them on their stream "
-     "(programmatic dependent launch) and that umswap launched in stream order instead, as it "
-     "does with every such launch while it redirects memory (a race in CUDA 13.0's merge sort "
-     "that faults make likely: docs/RELIABILITY.md)."},
+     "Kernel launches (`cuLaunchKernelEx`) that asked to overlap the kernel ahead of them on "
+     "their stream (programmatic dependent launch) and that umswap launched in stream order "
+     "instead, as it does with every such launch of the program under engine um (a race in the "
+     "merge sort of CUDA 13.0's CUB, built into PyTorch 2.11, that faults make likely: "
+     "docs/RELIABILITY.md); a launch captured into a graph counts once, not per replay. 0 under "
+     "engine vmm, which leaves them as they are."},
     {"flight_recorder", Kind::diagnostic, "object", detail::kPreload,
      "Only when the program's CUDA context held an error at exit (its GPU work failed; umswap "
      "also prints one warning): `context_error`, the driver's error number, and `events`, the "

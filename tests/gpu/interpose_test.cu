@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -144,6 +145,71 @@ TEST_F(Interpose, CudaMallocAsyncIsManagedAndFreedInStreamOrder) {
   }
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+}
+
+// A kernel that lets the next one on its stream start at once (programmatic dependent launch),
+// then writes its flag about 10 ms later; and one that reads the flag before it waits for the
+// kernel ahead, as the merge sort of CUDA 13.0's CUB reads its partitions (launch_in_order.h).
+__global__ void write_late(unsigned* flag) {
+#if __CUDA_ARCH__ >= 900
+  cudaTriggerProgrammaticLaunchCompletion();
+#endif
+  const long long start = clock64();
+  while (clock64() - start < 20'000'000) {
+  }
+  *flag = 1;
+}
+
+__global__ void read_early(const unsigned* flag, unsigned* seen) {
+  *seen = *static_cast<const volatile unsigned*>(flag);
+#if __CUDA_ARCH__ >= 900
+  cudaGridDependencySynchronize();
+#endif
+}
+
+// Under umswap the overlap asked for is not given: the early read sees the write. Natively it may
+// not (the overlap is allowed, not promised): printed, not checked.
+TEST_F(Interpose, LaunchesAskingToOverlapRunInStreamOrder) {
+  int major = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  if (major < 9) GTEST_SKIP() << "programmatic dependent launch needs compute capability 9.0";
+  unsigned* flag = nullptr;
+  unsigned* seen = nullptr;
+  ASSERT_EQ(cudaMalloc(&flag, sizeof(unsigned)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&seen, sizeof(unsigned)), cudaSuccess);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_EQ(cudaMemsetAsync(flag, 0, sizeof(unsigned), stream), cudaSuccess);
+    ASSERT_EQ(cudaMemsetAsync(seen, 0xff, sizeof(unsigned), stream), cudaSuccess);
+    write_late<<<1, 1, 0, stream>>>(flag);
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    cudaLaunchAttribute overlap{};
+    overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    overlap.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(1);
+    config.blockDim = dim3(1);
+    config.stream = stream;
+    config.attrs = &overlap;
+    config.numAttrs = 1;
+    ASSERT_EQ(cudaLaunchKernelEx(&config, read_early, static_cast<const unsigned*>(flag), seen),
+              cudaSuccess);
+    // The program's attributes are left as it wrote them.
+    EXPECT_EQ(overlap.val.programmaticStreamSerializationAllowed, 1);
+    unsigned host = 0;
+    ASSERT_EQ(cudaMemcpyAsync(&host, seen, sizeof(host), cudaMemcpyDeviceToHost, stream),
+              cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    if (expect_managed()) {
+      EXPECT_EQ(host, 1u) << "round " << round << ": the read ran before the kernel ahead ended";
+    } else {
+      std::printf("native: round %d, the early read saw %u\n", round, host);
+    }
+  }
+  ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+  ASSERT_EQ(cudaFree(flag), cudaSuccess);
+  ASSERT_EQ(cudaFree(seen), cudaSuccess);
 }
 
 TEST_F(Interpose, CudaMallocManagedStaysManaged) {

@@ -29,7 +29,7 @@ class LaunchInOrder {
   LaunchInOrder(const LaunchInOrder&) = delete;  // copy_.attrs points into this object
   LaunchInOrder& operator=(const LaunchInOrder&) = delete;
 
-  // Whether `config` asks to overlap the kernel ahead (cheap: every launch asks it).
+  // Whether `config` asks to overlap the kernel ahead (cheap: asked of every cuLaunchKernelEx).
   static bool overlaps(const CUlaunchConfig* config) {
     if (!config || !config->attrs) return false;
     for (unsigned i = 0; i < config->numAttrs; ++i) {
@@ -80,7 +80,7 @@ class LaunchInOrder {
            a.value.programmaticStreamSerializationAllowed != 0;
   }
 
-  // Not zeroed: built on every launch's stack, written only when a launch is copied.
+  // Not zeroed: written only when a launch is copied.
   bool copied_ = false;
   CUlaunchConfig copy_;
   std::array<CUlaunchAttribute, 8> small_;

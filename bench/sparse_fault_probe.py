@@ -18,9 +18,10 @@ memory populated by first-touch faults; managed memory populated before use; and
 prefetched to the host at allocation, so that every GPU access to a new tensor migrates its pages
 back by a fault ("host"); and managed memory whose pieces a thread keeps moving to the host and
 back while the kernels run ("churn": umswap's evictions racing the program's accesses, as when a
-plan is wrong; not in the default list). Each process prints its steps' checksums (the coalesced gradient's
-indices and values and the weights, bit for bit) or the error that stopped it; the probe prints,
-per memory, the steps that ran, whether they match device memory's bit for bit, and any error.
+plan is wrong; not in the default list). Each process prints its steps' checksums (the coalesced
+gradient's indices and values and the weights, bit for bit) or the error that stopped it; the
+probe prints, per memory, the steps that ran, whether they match device memory's bit for bit, and
+any error.
 About 3 GiB in all (weights and SparseAdam's two moments), far below the GPU's memory.
 Exit 77 when torch or a GPU is missing.
 """
@@ -100,15 +101,22 @@ def main():
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
     runs = {}
     for memory in memories:
-        p = subprocess.run([sys.executable, __file__, "--child", os.path.abspath(a.library),
-                            str(a.steps)], capture_output=True, text=True,
-                           env=dict(os.environ, TORCH_MANAGED_ALLOC=memory))
-        steps = [l.split()[2:] for l in p.stdout.splitlines() if l.startswith("step ")]
-        errors = [l for l in p.stdout.splitlines() if l.startswith("error ")]
-        if p.returncode not in (0, 3) and not errors:
-            tail = (p.stderr.strip().splitlines() or ["(no output)"])[-1]
-            errors = [f"exit {p.returncode}: {tail}"]
-        churned = [l for l in p.stderr.splitlines() if l.startswith("churn: ")]
+        try:
+            p = subprocess.run([sys.executable, __file__, "--child", os.path.abspath(a.library),
+                                str(a.steps)], capture_output=True, text=True,
+                               env=dict(os.environ, TORCH_MANAGED_ALLOC=memory),
+                               timeout=60 + 10 * a.steps)
+            out, err, rc = p.stdout, p.stderr, p.returncode
+        except subprocess.TimeoutExpired as e:
+            out = e.stdout or ""
+            out = out.decode(errors="replace") if isinstance(out, bytes) else out
+            err, rc = "timed out", 124
+        steps = [l.split()[2:] for l in out.splitlines() if l.startswith("step ")]
+        errors = [l for l in out.splitlines() if l.startswith("error ")]
+        churned = [l for l in err.splitlines() if l.startswith("churn: ")]
+        if rc not in (0, 3) and not errors:
+            rest = [l for l in err.strip().splitlines() if not l.startswith("churn: ")]
+            errors = [f"exit {rc}: {(rest or ['(no output)'])[-1]}"]
         runs[memory] = (steps, errors + churned)
     ref = runs.get("device", (None, None))[0]
     print("memory: steps run of N; against device memory's, bit for bit; error")

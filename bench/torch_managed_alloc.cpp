@@ -47,10 +47,14 @@ bool make_current(int device) {
          cuCtxSetCurrent(ctx) == CUDA_SUCCESS;
 }
 
-// The churn: live allocations (address -> bytes), under mu. A piece is prefetched under mu, so
-// never after its allocation's cuMemFree (also under mu).
+// The churn: live allocations (address -> bytes), under mu. A piece's prefetch is queued under mu,
+// so before its allocation's cuMemFree (also under mu), which waits for the device's work:
+// never a prefetch of freed memory. Holding mu across those calls also holds PyTorch's mallocs
+// and frees meanwhile (part of the timing probed). The map is never destroyed: libtorch frees
+// tensors from its own exit handlers, after this library's static destructors would have run.
+// One GPU: the context and device are the first allocation's.
 std::mutex mu;
-std::map<CUdeviceptr, size_t> live;
+std::map<CUdeviceptr, size_t>& live = *new std::map<CUdeviceptr, size_t>;
 std::atomic<bool> stopping{false};
 std::atomic<uint64_t> moves_to_host{0}, moves_to_gpu{0}, failed_moves{0};
 std::thread churner;

@@ -18,6 +18,7 @@
 #include <cuda.h>
 
 #include <array>
+#include <cstring>
 #include <new>
 #include <vector>
 
@@ -62,14 +63,17 @@ class LaunchInOrder {
     return &copy_;
   }
 
-  // After the launch: what the driver wrote into the copy's attributes goes back to the
+  // After the launch: a value the driver wrote into the copy's attributes goes back to the
   // program's (CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE returns a node handle there);
-  // the overlap it asked for is left as it was. Nothing when `config` was not copied.
+  // only a value that changed is written (the program's array may be read-only, or shared by
+  // threads), and the overlap it asked for is left as it was. Nothing when it was not copied.
   void write_back(const CUlaunchConfig* config) const {
     if (!copied_ || !config || config->numAttrs != copy_.numAttrs) return;
     for (unsigned i = 0; i < config->numAttrs; ++i) {
-      if (config->attrs[i].id != CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION) {
-        config->attrs[i].value = copy_.attrs[i].value;
+      CUlaunchAttribute& mine = config->attrs[i];
+      if (mine.id != CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION &&
+          std::memcmp(&mine.value, &copy_.attrs[i].value, sizeof(mine.value)) != 0) {
+        mine.value = copy_.attrs[i].value;
       }
     }
   }

@@ -56,7 +56,7 @@ MODELS = os.path.join(HERE, "matrix_models.py")
 CUPY = os.path.join(HERE, "cupy_loop.py")
 # The loss is read up to where it ends: a line of umswap's on stderr (one log for both) may start
 # right after it, before the program's newline (run 127: "loss 9.552780151367188umswap: a plan").
-ITER = re.compile(r"^iter (\d+) ms ([0-9.]+) loss (-?(?:nan|inf|[0-9.]+(?:e[-+]?[0-9]+)?))",
+ITER = re.compile(r"^iter (\d+) ms ([0-9.]+) loss (-?(?:nan|inf|\d+(?:\.\d*)?(?:e[-+]?\d+)?))",
                   re.M)
 SUMMARY = re.compile(r"^summary (\{.*\})$", re.M)
 ALLOCATORS = {"default": None, "async": "backend:cudaMallocAsync"}

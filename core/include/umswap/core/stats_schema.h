@@ -136,9 +136,10 @@ inline constexpr Field kFields[] = {
     {"vmm.out_of_memory", Kind::user, "integer", detail::kVmmAllocator,
      "Allocations refused with out-of-memory: past the GPU pool and the host limit together."},
     {"launches_in_stream_order", Kind::diagnostic, "integer", detail::kPreload,
-     "Kernel launches (`cuLaunchKernelEx`) that asked to overlap the kernel ahead of them on "
-     "their stream (programmatic dependent launch) and that umswap launched in stream order "
-     "instead, as it does with every such launch of the program under engine um (a race in the "
+     "Kernel launches (`cuLaunchKernelEx[_ptsz]`, counted before the driver's answer) that "
+     "asked to overlap the kernel ahead of them on their stream (programmatic dependent launch) "
+     "and that umswap launched in stream order instead, as it does with every such launch of "
+     "the program while it redirects memory under engine um (not in `--mode passthrough`) (a race in the "
      "merge sort of CUDA 13.0's CUB, built into PyTorch 2.11, that faults make likely: "
      "docs/RELIABILITY.md); a launch captured into a graph counts once, not per replay. 0 under "
      "engine vmm, which leaves them as they are."},

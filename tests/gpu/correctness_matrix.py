@@ -353,7 +353,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n", 2)[2])
-    ap.add_argument("--umswap", required=True, help="the umswap command")
+    ap.add_argument("--umswap", help="the umswap command (required unless --rejudge)")
     ap.add_argument("--models", default="cnn,mlm,decoder,lstm,embbag,moe")
     ap.add_argument("--allocators", default="default,async")
     ap.add_argument("--determinism", default="off,on", help="off, on or off,on (default)")
@@ -379,7 +379,9 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--markdown")
     ap.add_argument("--rejudge", metavar="DIR",
-                    help="run nothing: judge the logs a (possibly stopped) matrix left in DIR")
+                    help="run nothing: judge the logs a (possibly stopped) matrix left in DIR; "
+                         "give the matrix's own --models, --allocators, --determinism, --budgets "
+                         "and --replays (the rows they name that have no log are NOT RUN)")
     ap.add_argument("env", nargs="*", help="-- ENV=VALUE ... for every umswap run")
     a = ap.parse_args()
     extra = {}
@@ -406,10 +408,12 @@ def main():
                  "--budgets), --engines, --steps, --jobs, --repeat or --deadline")
     if a.jobs * a.limit > 110 * 1024 ** 3:
         ap.error("--jobs x --limit must stay under 110G (never oversubscribe a shared GPU)")
-    if not shutil.which(a.umswap) and not os.access(a.umswap, os.X_OK):
-        ap.error(f"no umswap command at {a.umswap}")
     if a.rejudge:
         return rejudge(a)
+    if not a.umswap:
+        ap.error("--umswap is required (unless --rejudge)")
+    if not shutil.which(a.umswap) and not os.access(a.umswap, os.X_OK):
+        ap.error(f"no umswap command at {a.umswap}")
     try:
         import torch  # noqa: F401
         if not torch.cuda.is_available():

@@ -72,6 +72,42 @@ json result_match_json(const ModeRow& row) {
   return row.result_basis == "loss" ? "within_tolerance" : "same";
 }
 
+// The fields a mode's entry and a baseline's share in the JSON report: how the run went, its
+// timing, its transfers, its result against native, and its raw iterations.
+json outcome_json(const ModeOutcome& o, const ModeRow& r) {
+  json iter_ms = json::array(), losses = json::array();
+  for (const IterationLine& it : o.output.iterations) {
+    iter_ms.push_back(it.ms);
+    losses.push_back(text_or_null(it.loss));
+  }
+  return {
+      {"rank", opt(o.rank)},
+      {"status", mode_status_name(o.status)},
+      {"reason", text_or_null(o.reason)},
+      {"exit_code", opt(o.exit_code)},
+      {"wall_s", opt(o.wall_s)},
+      {"steady_median_ms", opt(r.steady_median_ms)},
+      {"timing_source", text_or_null(r.timing_source)},
+      {"steady_iterations", r.steady_iterations},
+      {"first_ms", opt(r.first_ms)},
+      {"ratio_to_native", opt(r.ratio_to_native)},
+      {"bytes_in_per_iteration", opt(r.bytes_in_per_iteration)},
+      {"bytes_out_per_iteration", opt(r.bytes_out_per_iteration)},
+      {"peak_allocated_bytes", opt(r.peak_allocated_bytes)},
+      {"checksum", text_or_null(r.checksum)},
+      {"result_match", result_match_json(r)},
+      {"result_basis", text_or_null(r.result_basis)},
+      {"loss_relative_difference", opt(r.loss_relative_difference)},
+      {"loss_worst_iteration", opt(r.loss_worst_iteration)},
+      {"loss_native_spread", opt(r.loss_native_spread)},
+      {"loss_past_iteration", opt(r.loss_past_iteration)},
+      {"raw",
+       {{"iter_ms", std::move(iter_ms)},
+        {"loss", std::move(losses)},
+        {"summary", o.output.summary}}},
+  };
+}
+
 }  // namespace
 
 std::string render_table(const std::vector<ModeRow>& rows) {
@@ -317,89 +353,31 @@ json compare_json(const CompareReport& report) {
   for (size_t i = 0; i < report.outcomes.size() && i < report.rows.size(); ++i) {
     const ModeOutcome& o = report.outcomes[i];
     const ModeRow& r = report.rows[i];
-    json iter_ms = json::array(), losses = json::array();
-    for (const IterationLine& it : o.output.iterations) {
-      iter_ms.push_back(it.ms);
-      losses.push_back(text_or_null(it.loss));
-    }
-    modes.push_back({
-        {"mode", compare_mode_name(o.mode)},
-        {"rank", opt(o.rank)},
-        {"status", mode_status_name(o.status)},
-        {"reason", text_or_null(o.reason)},
-        {"exit_code", opt(o.exit_code)},
-        {"wall_s", opt(o.wall_s)},
-        {"record_exit_code", opt(o.record_exit_code)},
-        {"record_wall_s", opt(o.record_wall_s)},
-        {"steady_median_ms", opt(r.steady_median_ms)},
-        {"timing_source", text_or_null(r.timing_source)},
-        {"steady_iterations", r.steady_iterations},
-        {"first_ms", opt(r.first_ms)},
-        {"ratio_to_native", opt(r.ratio_to_native)},
-        {"link_limit_ms", opt(r.link_limit_ms)},
-        {"ratio_to_link_limit", opt(r.ratio_to_link_limit)},
-        {"driver_limit_ms", opt(r.driver_limit_ms)},
-        {"ratio_to_driver_limit", opt(r.ratio_to_driver_limit)},
-        {"gpu_faults_per_iteration", opt(r.faults_per_iteration)},
-        {"bytes_in_per_iteration", opt(r.bytes_in_per_iteration)},
-        {"bytes_out_per_iteration", opt(r.bytes_out_per_iteration)},
-        {"peak_resident_bytes", opt(r.peak_resident_bytes)},
-        {"peak_allocated_bytes", opt(r.peak_allocated_bytes)},
-        {"budget_bytes", opt(r.budget_bytes)},
-        {"budget_held", opt(r.budget_held)},
-        {"checksum", text_or_null(r.checksum)},
-        {"result_match", result_match_json(r)},
-        {"result_basis", text_or_null(r.result_basis)},
-        {"loss_relative_difference", opt(r.loss_relative_difference)},
-        {"loss_worst_iteration", opt(r.loss_worst_iteration)},
-        {"loss_native_spread", opt(r.loss_native_spread)},
-        {"loss_past_iteration", opt(r.loss_past_iteration)},
-        {"raw",
-         {{"iter_ms", std::move(iter_ms)},
-          {"loss", std::move(losses)},
-          {"summary", o.output.summary},
-          {"stats", o.stats ? stats_json(*o.stats) : json(nullptr)},
-          {"stats_error", text_or_null(o.stats_error)}}},
-    });
+    json m = outcome_json(o, r);
+    m["mode"] = compare_mode_name(o.mode);
+    m["record_exit_code"] = opt(o.record_exit_code);
+    m["record_wall_s"] = opt(o.record_wall_s);
+    m["link_limit_ms"] = opt(r.link_limit_ms);
+    m["ratio_to_link_limit"] = opt(r.ratio_to_link_limit);
+    m["driver_limit_ms"] = opt(r.driver_limit_ms);
+    m["ratio_to_driver_limit"] = opt(r.ratio_to_driver_limit);
+    m["gpu_faults_per_iteration"] = opt(r.faults_per_iteration);
+    m["peak_resident_bytes"] = opt(r.peak_resident_bytes);
+    m["budget_bytes"] = opt(r.budget_bytes);
+    m["budget_held"] = opt(r.budget_held);
+    m["raw"]["stats"] = o.stats ? stats_json(*o.stats) : json(nullptr);
+    m["raw"]["stats_error"] = text_or_null(o.stats_error);
+    modes.push_back(std::move(m));
   }
   json baselines = json::array();
   for (size_t i = 0; i < report.baselines.size() && i < report.baseline_rows.size(); ++i) {
     const ModeOutcome& o = report.baselines[i];
     const ModeRow& r = report.baseline_rows[i];
-    json iter_ms = json::array(), losses = json::array();
-    for (const IterationLine& it : o.output.iterations) {
-      iter_ms.push_back(it.ms);
-      losses.push_back(text_or_null(it.loss));
-    }
-    baselines.push_back({
-        {"baseline", o.baseline ? json(compare_baseline_name(*o.baseline)) : json(nullptr)},
-        {"flag", o.baseline ? json(compare_baseline_flag(*o.baseline)) : json(nullptr)},
-        {"rank", opt(o.rank)},
-        {"status", mode_status_name(o.status)},
-        {"reason", text_or_null(o.reason)},
-        {"exit_code", opt(o.exit_code)},
-        {"wall_s", opt(o.wall_s)},
-        {"steady_median_ms", opt(r.steady_median_ms)},
-        {"timing_source", text_or_null(r.timing_source)},
-        {"steady_iterations", r.steady_iterations},
-        {"first_ms", opt(r.first_ms)},
-        {"ratio_to_native", opt(r.ratio_to_native)},
-        {"peak_allocated_bytes", opt(r.peak_allocated_bytes)},
-        {"peak_reserved_bytes", opt(get_u64(o.output.summary, "peak_reserved_bytes"))},
-        {"bytes_in_per_iteration", opt(r.bytes_in_per_iteration)},
-        {"bytes_out_per_iteration", opt(r.bytes_out_per_iteration)},
-        {"checksum", text_or_null(r.checksum)},
-        {"result_match", result_match_json(r)},
-        {"result_basis", text_or_null(r.result_basis)},
-        {"loss_relative_difference", opt(r.loss_relative_difference)},
-        {"loss_worst_iteration", opt(r.loss_worst_iteration)},
-        {"loss_native_spread", opt(r.loss_native_spread)},
-        {"loss_past_iteration", opt(r.loss_past_iteration)},
-        {"raw",
-         {{"iter_ms", std::move(iter_ms)},
-          {"loss", std::move(losses)},
-          {"summary", o.output.summary}}},
-    });
+    json b = outcome_json(o, r);
+    b["baseline"] = o.baseline ? json(compare_baseline_name(*o.baseline)) : json(nullptr);
+    b["flag"] = o.baseline ? json(compare_baseline_flag(*o.baseline)) : json(nullptr);
+    b["peak_reserved_bytes"] = opt(get_u64(o.output.summary, "peak_reserved_bytes"));
+    baselines.push_back(std::move(b));
   }
   json verdicts = json::array();
   for (const BaselineVerdict& v : baseline_verdicts(report.rows, report.baseline_rows)) {

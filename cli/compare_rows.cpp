@@ -271,6 +271,30 @@ std::pair<size_t, size_t> planned_steady_range(size_t count, const StatsFigures*
   return {std::max(first, plain.first), count};
 }
 
+namespace {
+
+// A row's fields that a mode and a baseline share: which run it is, how it ended, and, when it
+// ran to its end, its timing against native's and the program's own peak.
+ModeRow timed_row(const ModeOutcome& o, std::optional<double> native_ms) {
+  ModeRow row;
+  row.mode = o.mode;
+  row.baseline = o.baseline;
+  row.rank = o.rank;
+  row.status = o.status;
+  row.reason = o.reason;
+  if (o.status != ModeStatus::ok) return row;
+  const Timing t = timing_of(o);
+  row.steady_median_ms = t.steady_median_ms;
+  row.first_ms = t.first_ms;
+  row.steady_iterations = t.steady_iterations;
+  row.timing_source = t.source;
+  row.ratio_to_native = ratio(row.steady_median_ms, native_ms);
+  row.peak_allocated_bytes = get_u64(o.output.summary, "peak_allocated_bytes");
+  return row;
+}
+
+}  // namespace
+
 std::vector<ModeRow> compute_rows(const std::vector<ModeOutcome>& outcomes, const LinkRates& rates,
                                   double loss_tolerance,
                                   const std::vector<ModeOutcome>& natives_again) {
@@ -278,23 +302,11 @@ std::vector<ModeRow> compute_rows(const std::vector<ModeOutcome>& outcomes, cons
   for (const ModeOutcome& o : outcomes) {
     const ModeOutcome* native = ok_native(outcomes, o.rank);
     const std::optional<double> native_ms = native_median_ms(native);
-    ModeRow row;
-    row.mode = o.mode;
-    row.rank = o.rank;
-    row.status = o.status;
-    row.reason = o.reason;
+    ModeRow row = timed_row(o, native_ms);
     if (o.status != ModeStatus::ok) {
       rows.push_back(std::move(row));
       continue;
     }
-    const Timing t = timing_of(o);
-    row.steady_median_ms = t.steady_median_ms;
-    row.first_ms = t.first_ms;
-    row.steady_iterations = t.steady_iterations;
-    row.timing_source = t.source;
-    row.ratio_to_native = ratio(row.steady_median_ms, native_ms);
-    row.peak_allocated_bytes = get_u64(o.output.summary, "peak_allocated_bytes");
-
     if (o.stats) {
       const std::vector<StatsIteration>& its = o.stats->iterations;
       row.faults_per_iteration =
@@ -356,21 +368,8 @@ std::vector<ModeRow> compute_baseline_rows(const std::vector<ModeOutcome>& basel
   std::vector<ModeRow> rows;
   for (const ModeOutcome& o : baselines) {
     const ModeOutcome* native = ok_native(outcomes, o.rank);
-    const std::optional<double> native_ms = native_median_ms(native);
-    ModeRow row;
-    row.mode = o.mode;
-    row.baseline = o.baseline;
-    row.rank = o.rank;
-    row.status = o.status;
-    row.reason = o.reason;
+    ModeRow row = timed_row(o, native_median_ms(native));
     if (o.status == ModeStatus::ok) {
-      const Timing t = timing_of(o);
-      row.steady_median_ms = t.steady_median_ms;
-      row.first_ms = t.first_ms;
-      row.steady_iterations = t.steady_iterations;
-      row.timing_source = t.source;
-      row.ratio_to_native = ratio(row.steady_median_ms, native_ms);
-      row.peak_allocated_bytes = get_u64(o.output.summary, "peak_allocated_bytes");
       // What save_on_cpu copied each way per iteration, where the script counts it (the bundled
       // samples do, samples/pytorch/common.py).
       auto bytes = [&](std::string_view key) {

@@ -445,16 +445,16 @@ namespace {
 // A launch that asks to overlap the kernel ahead of it goes in stream order while umswap
 // redirects the program's memory (launch_in_order.h says why); what the driver writes into the
 // attributes goes back to the program's.
+// The attributes are read once: apply() copies only a launch that asks, and umswap's state is
+// looked at only then.
 template <auto Real>
 CUresult launch_ex(const CUlaunchConfig* config, CUfunction f, void** params, void** extra) {
-  if (!umswap::LaunchInOrder::overlaps(config)) {
-    return launch<Real>(f, config, f, params, extra);
-  }
-  Preload& p = preload();
-  if (skip(p)) return launch<Real>(f, config, f, params, extra);
   umswap::LaunchInOrder in_order;
   const CUlaunchConfig* copy = in_order.apply(config);
-  if (copy != config) p.note_launch_in_order();
+  if (copy == config) return launch<Real>(f, config, f, params, extra);
+  Preload& p = preload();
+  if (skip(p)) return launch<Real>(f, config, f, params, extra);
+  p.note_launch_in_order();
   const CUresult r = launch<Real>(f, copy, f, params, extra);
   in_order.write_back(config);
   return r;

@@ -139,10 +139,10 @@ inline constexpr Field kFields[] = {
      "Kernel launches (`cuLaunchKernelEx[_ptsz]`, counted before the driver's answer) that "
      "asked to overlap the kernel ahead of them on their stream (programmatic dependent launch) "
      "and that umswap launched in stream order instead, as it does with every such launch of "
-     "the program while it redirects memory under engine um (not in `--mode passthrough`) (a race in the "
-     "merge sort of CUDA 13.0's CUB, built into PyTorch 2.11, that faults make likely: "
-     "docs/RELIABILITY.md); a launch captured into a graph counts once, not per replay. 0 under "
-     "engine vmm, which leaves them as they are."},
+     "the program while it redirects memory under engine um (not in `--mode passthrough`): a "
+     "race in the merge sort of CUDA 13.0's CUB, built into PyTorch 2.11, that faults make "
+     "likely (docs/RELIABILITY.md). A launch captured into a graph counts once, not per replay. "
+     "0 under engine vmm, which leaves them as they are."},
     {"flight_recorder", Kind::diagnostic, "object", detail::kPreload,
      "Only when the program's CUDA context held an error at exit (its GPU work failed; umswap "
      "also prints one warning): `context_error`, the driver's error number, and `events`, the "

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Compares two correctness matrices (correctness_matrix.py --json) row by row: A against B.
+
+  matrix_compare.py A.json B.json [--budgets 50,25] [--json OUT]
+
+Rows are matched by model, allocator, determinism, budget, run (first, replay, vmm) and repeat;
+only rows both matrices ran are compared (a NOT RUN row is not run). Prints:
+
+- rows compared, and every row whose verdict changed (identical, within, OUTSIDE, ...);
+- failed rows (ok false) in each;
+- budgets held: rows with a plan whose every planned iteration stayed within the budget + 2%
+  (planned_over_budget), in each, in all and by model;
+- time: the geometric mean over rows that finished in both of A's median iteration over B's
+  (umswap_ms), and how many rows were faster in A;
+- rows whose waits the watchdog released (wait_stalls > 0) in each.
+
+A benchmark of two binaries or two settings is only as fair as its two runs were alike: same
+GPU, same --jobs and --limit, ideally one session. Exit 0, or 2 on bad input (a file that is not
+a matrix's JSON, a bad --budgets).
+"""
+import argparse
+import collections
+import json
+import math
+import sys
+
+
+def key(row):
+    return (row.get("model"), row.get("allocator"), row.get("deterministic"),
+            row.get("budget_pct"), row.get("run") or "first", row.get("repeat", 1))
+
+
+def load(path):
+    with open(path) as f:
+        data = json.load(f)
+    if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
+        raise ValueError(f"{path}: not a correctness matrix's JSON (no rows)")
+    return {key(r): r for r in data["rows"] if r.get("verdict") != "NOT RUN"}
+
+
+def held(row):
+    """True/False for a row with a plan (budget held in every planned iteration), else None."""
+    over = row.get("planned_over_budget")
+    if not isinstance(over, list) or len(over) != 2 or not over[1]:
+        return None
+    return over[0] == 0
+
+
+def median_ms(row):
+    ms = row.get("umswap_ms")
+    return ms if row.get("rc") == 0 and isinstance(ms, (int, float)) and ms > 0 else None
+
+
+def compare(a, b, budgets=None):
+    keys = sorted((k for k in a if k in b and (budgets is None or k[3] in budgets)),
+                  key=lambda k: tuple(str(x) for x in k))
+    out = {"rows": len(keys), "verdicts_changed": [], "failed": [0, 0], "held": [0, 0],
+           "with_plan": [0, 0], "by_model": {}, "stalled": [0, 0]}
+    logs = []
+    for k in keys:
+        ra, rb = a[k], b[k]
+        if ra.get("verdict") != rb.get("verdict"):
+            out["verdicts_changed"].append({"row": list(k), "a": ra.get("verdict"),
+                                            "b": rb.get("verdict")})
+        model = out["by_model"].setdefault(k[0], {"held": [0, 0], "with_plan": [0, 0]})
+        for i, r in enumerate((ra, rb)):
+            out["failed"][i] += not r.get("ok", False)
+            out["stalled"][i] += (r.get("wait_stalls") or 0) > 0
+            h = held(r)
+            if h is not None:
+                out["with_plan"][i] += 1
+                out["held"][i] += h
+                model["with_plan"][i] += 1
+                model["held"][i] += h
+        ma, mb = median_ms(ra), median_ms(rb)
+        if ma and mb:
+            logs.append(math.log(ma / mb))
+    out["timed_rows"] = len(logs)
+    out["time_ratio"] = math.exp(sum(logs) / len(logs)) if logs else None
+    out["faster_in_a"] = sum(1 for x in logs if x < 0)
+    return out
+
+
+def render(c):
+    lines = [f"rows compared: {c['rows']}"]
+    for v in c["verdicts_changed"]:
+        lines.append(f"  verdict changed: {' '.join(str(x) for x in v['row'])}: "
+                     f"A {v['a']}, B {v['b']}")
+    lines.append(f"failed: A {c['failed'][0]}, B {c['failed'][1]}")
+    lines.append(f"budget held in every planned iteration: A {c['held'][0]} of "
+                 f"{c['with_plan'][0]}, B {c['held'][1]} of {c['with_plan'][1]}")
+    for m, v in sorted(c["by_model"].items()):
+        if v["with_plan"][0] or v["with_plan"][1]:
+            lines.append(f"  {m}: A {v['held'][0]} of {v['with_plan'][0]}, "
+                         f"B {v['held'][1]} of {v['with_plan'][1]}")
+    if c["time_ratio"] is None:
+        lines.append("time: no row finished in both")
+    else:
+        lines.append(f"time, A over B: {c['time_ratio']:.3f}x (geometric mean of "
+                     f"{c['timed_rows']} rows; {c['faster_in_a']} faster in A)")
+    lines.append(f"waits released by the watchdog: A {c['stalled'][0]} rows, "
+                 f"B {c['stalled'][1]} rows")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n", 2)[2])
+    ap.add_argument("a")
+    ap.add_argument("b")
+    ap.add_argument("--budgets", help="only these budgets (percents, comma-separated)")
+    ap.add_argument("--json", help="write the comparison here too")
+    args = ap.parse_args(argv)
+    budgets = None
+    if args.budgets is not None:
+        try:
+            budgets = {int(x) for x in args.budgets.split(",") if x}
+        except ValueError:
+            budgets = set()
+        if not budgets or any(not 0 < x <= 100 for x in budgets):
+            ap.error("bad --budgets: percents in (0, 100], comma-separated")
+    try:
+        a, b = load(args.a), load(args.b)
+    except (OSError, ValueError) as e:
+        print(f"matrix_compare: {e}", file=sys.stderr)
+        return 2
+    c = compare(a, b, budgets)
+    print(render(c))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(c, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -240,6 +240,13 @@ def stats_of(path):
         "evict_copy_off": (adv.get("evict_copy") or {}).get("off_reason"),
         "guard_hits": (adv.get("evict_copy") or {}).get("guard_hits"),
         "advisor_mode": adv.get("mode"),
+        # What could explain a changed result (lab/2026-12-01-discards-racing-migrations.md):
+        # dead pages discarded at frees (slabs and PyTorch's blocks), actions on buffers no
+        # longer found, and how many plans the run had (relearnings).
+        "discarded_bytes": (((s.get("allocator") or {}).get("async_slabs") or {}).get(
+            "discarded_bytes") or 0) + ((s.get("torch_blocks") or {}).get("discarded_bytes") or 0),
+        "stale_actions": adv.get("stale_actions"),
+        "plans": adv.get("plans"),
     }
 
 

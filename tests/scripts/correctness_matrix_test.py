@@ -152,6 +152,26 @@ class RelearnedOverBudget(unittest.TestCase):
         self.assertIsNone(cm.relearned_over_budget({}))
 
 
+class StatsOf(unittest.TestCase):
+    def test_a_row_carries_what_could_explain_a_changed_result(self):
+        import json
+        import tempfile
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "s.json")
+            with open(path, "w") as f:
+                json.dump({"advisor": {"stale_actions": 88, "plans": 2},
+                           "allocator": {"async_slabs": {"discarded_bytes": 1000}},
+                           "torch_blocks": {"discarded_bytes": 24}}, f)
+            row = cm.stats_of(path)
+            self.assertEqual((row["discarded_bytes"], row["stale_actions"], row["plans"]),
+                             (1024, 88, 2))
+            with open(path, "w") as f:  # engine vmm or PyTorch's default allocator: none there
+                json.dump({"advisor": {}, "torch_blocks": {"discarded_bytes": None}}, f)
+            row = cm.stats_of(path)
+            self.assertEqual((row["discarded_bytes"], row["stale_actions"], row["plans"]),
+                             (0, None, None))
+
+
 class Report(unittest.TestCase):
     def test_a_row_shows_the_peak_under_the_plan_and_the_iteration_it_began(self):
         self.row(None)

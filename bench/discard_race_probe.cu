@@ -16,20 +16,25 @@
 // (discard-host: a candidate replacement for the plain discard), or left alone (none: the control),
 // then a kernel writes them afresh and updates every live word from its old value (both copies);
 // then the two copies are compared on the GPU and the managed copy's differing words repaired, so
-// that each round counts what it lost: in pages dead that round (written after the discard) and
-// in live pages. Prints the words differing, split so, and the rounds that lost any; exits 1 when
-// any word differed, 0 when all matched. The pages are 2 MiB-aligned in absolute addresses (as
-// umswap's discards are).
+// that each round counts what it lost, by page: dead that round (written after its discard),
+// dead in an earlier round, never dead (no discard ever covered it). Prints those counts and the
+// rounds that lost any (numbered from 0). Exit status: 0 all matched, 3 a word differed, 2 bad
+// arguments, 1 a CUDA error (cuda_check.h; also where the GPU cannot access managed memory
+// concurrently). The pages are 2 MiB-aligned in absolute addresses (as umswap's discards are).
 //
 // Measured (H200, driver 580.159.04, 2026-12-01 01:25 UTC, beside 10 PyTorch runs) with a first
 // build whose pages were relative to the allocation (its alignment not printed) and which did not
 // repair (a wrong word counted again at every compare until its page was rewritten): none 0 words
-// differing in 400 rounds; discard 555,401,600 from round 1 on (256 MiB, 4 movers) and 242,483,520
-// (1 GiB, 8 movers, from round 4); populate 0 and 0. Not yet run: this build, discard with
-// --movers 0, discard-host (docs/lab/2026-12-01-discards-racing-migrations.md).
+// differing in 400 rounds; discard 555,401,600 from round 1 (numbered from 0) on (256 MiB, 400
+// rounds, 4 movers) and 242,483,520 from round 4 (1 GiB, 200 rounds, 8 movers); populate 0 and 0
+// (the same sizes); one more discard and one more populate run at 256 MiB hit their 60 s timeout.
+// Not yet run: this build, discard with --movers 0, discard-host
+// (docs/lab/2026-12-01-discards-racing-migrations.md).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -63,22 +68,34 @@ __global__ void step(unsigned* x, size_t n, int round) {
   }
 }
 
-// Counts the words of `b` that differ from `a`, split by whether their page was dead this round
-// (written afresh after the discard) or live (kept from before it), marks the round bad, and
-// repairs them, so that each round counts only what it lost itself.
+// The last round at or before `round` in which `page` was dead (written afresh, and discarded
+// first in modes discard and discard-host), or -1.
+__device__ int last_dead(size_t page, int round) {
+  for (int r = round; r >= 0; --r) {
+    if (dead(page, r)) return r;
+  }
+  return -1;
+}
+
+// Counts the words of `b` that differ from `a` by their page's history: dead this round (written
+// afresh after its discard), dead in an earlier round and updated since, never dead (only
+// updated: no discard ever covered it); marks the round bad, and repairs them, so that each round
+// counts only what it lost itself. A loss found one round late in a page dead the round before
+// counts as "earlier", not as a loss of data no discard covered.
 __global__ void compare(const unsigned* a, unsigned* b, size_t n, int round,
-                        unsigned long long* dead_words, unsigned long long* live_words,
-                        int* bad_rounds) {
+                        unsigned long long* words, int* bad_rounds) {
   const size_t per_page = kPage / sizeof(unsigned);
-  unsigned long long in_dead = 0, in_live = 0;
+  unsigned long long by[3] = {0, 0, 0};
   for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     if (a[i] == b[i]) continue;
-    (dead(i / per_page, round) ? in_dead : in_live) += 1;
+    const int last = last_dead(i / per_page, round);
+    ++by[last == round ? 0 : last >= 0 ? 1 : 2];
     b[i] = a[i];
   }
-  if (in_dead) atomicAdd(dead_words, in_dead);
-  if (in_live) atomicAdd(live_words, in_live);
-  if (in_dead || in_live) bad_rounds[round] = 1;
+  for (int k = 0; k < 3; ++k) {
+    if (by[k]) atomicAdd(&words[k], by[k]);
+  }
+  if (by[0] || by[1] || by[2]) bad_rounds[round] = 1;
 }
 
 // Gives the movers time to migrate pages between a round's discard and its writes.
@@ -94,42 +111,56 @@ int main(int argc, char** argv) {
   size_t mib = 256;
   int rounds = 400, movers = 4;
   std::string mode = "discard";
-  for (int i = 1; i < argc; ++i) {
+  const auto number = [](const char* text, unsigned long long most, unsigned long long* out) {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long v = std::strtoull(text, &end, 10);
+    if (errno || end == text || *end || text[0] == '-' || v > most) return false;
+    *out = v;
+    return true;
+  };
+  bool ok = true;
+  for (int i = 1; i < argc && ok; ++i) {
+    unsigned long long v = 0;
     if (i + 1 < argc && !std::strcmp(argv[i], "--mib")) {
-      mib = std::strtoull(argv[++i], nullptr, 10);
+      ok = number(argv[++i], 4096, &v) && v >= 4 && v % 2 == 0;
+      mib = v;
     } else if (i + 1 < argc && !std::strcmp(argv[i], "--rounds")) {
-      rounds = std::atoi(argv[++i]);
+      ok = number(argv[++i], 100000, &v) && v >= 1;
+      rounds = static_cast<int>(v);
     } else if (i + 1 < argc && !std::strcmp(argv[i], "--movers")) {
-      movers = std::atoi(argv[++i]);
+      ok = number(argv[++i], 16, &v);
+      movers = static_cast<int>(v);
     } else if (i + 1 < argc && !std::strcmp(argv[i], "--mode")) {
       mode = argv[++i];
+      ok = mode == "discard" || mode == "populate" || mode == "discard-host" || mode == "none";
     } else {
-      std::fprintf(stderr,
-                   "usage: discard_race_probe [--mib M] [--rounds R] [--movers K] "
-                   "[--mode discard|populate|discard-host|none]\n");
-      return 2;
+      ok = false;
     }
   }
-  if (mib < 4 || mib > 4096 || mib % 2 || rounds < 1 || movers < 0 || movers > 16 ||
-      (mode != "discard" && mode != "populate" && mode != "discard-host" && mode != "none")) {
-    std::fprintf(stderr, "discard_race_probe: bad arguments\n");
+  if (!ok) {
+    std::fprintf(stderr,
+                 "usage: discard_race_probe [--mib M] [--rounds R] [--movers K] "
+                 "[--mode discard|populate|discard-host|none]\n"
+                 "  M: MiB of managed memory, even, 4-4096 (default 256); R: 1-100000 (400); "
+                 "K: 0-16 (4)\n");
     return 2;
   }
   const size_t bytes = mib << 20, n = bytes / sizeof(unsigned), pages = bytes / kPage;
   int device = 0;
   CHECK(cudaGetDevice(&device));
   unsigned *ref = nullptr, *man = nullptr, *allocation = nullptr;
-  unsigned long long* words = nullptr;  // [0] in dead pages, [1] in live pages
+  unsigned long long* words = nullptr;  // by page: dead this round, dead before, never
   int* bad_rounds = nullptr;
   CHECK(cudaMalloc(&ref, bytes));
   CHECK(cudaMallocManaged(&allocation, bytes + kPage));
   const auto at = reinterpret_cast<uintptr_t>(allocation);
   man = reinterpret_cast<unsigned*>((at + kPage - 1) / kPage * kPage);
-  CHECK(cudaMalloc(&words, 2 * sizeof *words));
+  CHECK(cudaMalloc(&words, 3 * sizeof *words));
   CHECK(cudaMalloc(&bad_rounds, rounds * sizeof *bad_rounds));
   CHECK(cudaMemset(ref, 0, bytes));
   CHECK(cudaMemset(allocation, 0, bytes + kPage));
-  CHECK(cudaMemset(words, 0, 2 * sizeof *words));
+  CHECK(cudaMemset(words, 0, 3 * sizeof *words));
   CHECK(cudaMemset(bad_rounds, 0, rounds * sizeof *bad_rounds));
   cudaStream_t s;
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -185,14 +216,14 @@ int main(int argc, char** argv) {
     spin<<<1, 1, 0, s>>>(100000);
     step<<<1024, 256, 0, s>>>(ref, n, r);
     step<<<1024, 256, 0, s>>>(man, n, r);
-    compare<<<1024, 256, 0, s>>>(ref, man, n, r, &words[0], &words[1], bad_rounds);
+    compare<<<1024, 256, 0, s>>>(ref, man, n, r, words, bad_rounds);
     CHECK(cudaGetLastError());
     if (r % 8 == 7) CHECK(cudaStreamSynchronize(s));
   }
   CHECK(cudaStreamSynchronize(s));
   done.store(true);
   for (auto& th : threads) th.join();
-  unsigned long long lost[2] = {0, 0};
+  unsigned long long lost[3] = {0, 0, 0};
   std::vector<int> bad(rounds);
   CHECK(cudaMemcpy(lost, words, sizeof lost, cudaMemcpyDeviceToHost));
   CHECK(cudaMemcpy(bad.data(), bad_rounds, rounds * sizeof(int), cudaMemcpyDeviceToHost));
@@ -202,13 +233,14 @@ int main(int argc, char** argv) {
     ++bad_count;
     if (first_bad < 0) first_bad = r;
   }
+  const unsigned long long total = lost[0] + lost[1] + lost[2];
   std::printf("allocation at %#llx (%llu bytes past a 2 MiB boundary)\n",
               static_cast<unsigned long long>(at), static_cast<unsigned long long>(at % kPage));
   std::printf(
-      "mode %s rounds %d moves %llu pages discarded %llu words %zu differ %llu (dead pages %llu, "
-      "live pages %llu) rounds bad %d first %d\n",
+      "mode %s rounds %d moves %llu pages discarded %llu words %zu differ %llu (pages dead that "
+      "round %llu, dead before %llu, never dead %llu) rounds bad %d first (from 0) %d\n",
       mode.c_str(), rounds, static_cast<unsigned long long>(moves.load()),
-      static_cast<unsigned long long>(discarded), n, lost[0] + lost[1], lost[0], lost[1], bad_count,
+      static_cast<unsigned long long>(discarded), n, total, lost[0], lost[1], lost[2], bad_count,
       first_bad);
-  return lost[0] + lost[1] == 0 ? 0 : 1;
+  return total == 0 ? 0 : 3;
 }

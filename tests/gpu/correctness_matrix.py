@@ -208,6 +208,13 @@ def records_short(stats):
     return max(0, moved_in - moved_out - managed)
 
 
+def discarded_bytes(s):
+    parts = [((s.get("allocator") or {}).get("async_slabs") or {}).get("discarded_bytes"),
+             (s.get("torch_blocks") or {}).get("discarded_bytes")]
+    parts = [x for x in parts if isinstance(x, int)]
+    return sum(parts) if parts else None
+
+
 def stats_of(path):
     try:
         with open(path) as f:
@@ -241,10 +248,10 @@ def stats_of(path):
         "guard_hits": (adv.get("evict_copy") or {}).get("guard_hits"),
         "advisor_mode": adv.get("mode"),
         # What could explain a changed result (lab/2026-12-01-discards-racing-migrations.md):
-        # dead pages discarded at frees (slabs and PyTorch's blocks), actions on buffers no
-        # longer found, and how many plans the run had (relearnings).
-        "discarded_bytes": (((s.get("allocator") or {}).get("async_slabs") or {}).get(
-            "discarded_bytes") or 0) + ((s.get("torch_blocks") or {}).get("discarded_bytes") or 0),
+        # dead pages discarded (slabs, at frees and sweeps, and PyTorch's blocks; None where
+        # neither reports), actions on buffers no longer found, and how many plans the run made
+        # (relearned ones included, in force or not).
+        "discarded_bytes": discarded_bytes(s),
         "stale_actions": adv.get("stale_actions"),
         "plans": adv.get("plans"),
     }

@@ -6,7 +6,8 @@
 Rows are matched by model, allocator, determinism, budget, run (first, replay, vmm) and repeat;
 only rows both matrices ran are compared (a NOT RUN row is not run). Prints:
 
-- rows compared, and every row whose verdict changed (identical, within, OUTSIDE, ...);
+- rows compared, and how many (and which) only one of the two ran;
+- every row whose verdict changed (identical, within, OUTSIDE, ...);
 - failed rows (ok false) in each;
 - budgets held: rows with a plan whose every planned iteration stayed within the budget + 2%
   (planned_over_budget), in each, in all and by model;
@@ -16,7 +17,7 @@ only rows both matrices ran are compared (a NOT RUN row is not run). Prints:
 
 A benchmark of two binaries or two settings is only as fair as its two runs were alike: same
 GPU, same --jobs and --limit, ideally one session. Exit 0, or 2 on bad input (a file that is not
-a matrix's JSON, a bad --budgets).
+a matrix's JSON, a row that is not an object, one row twice, a bad --budgets).
 """
 import argparse
 import collections
@@ -35,7 +36,17 @@ def load(path):
         data = json.load(f)
     if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
         raise ValueError(f"{path}: not a correctness matrix's JSON (no rows)")
-    return {key(r): r for r in data["rows"] if r.get("verdict") != "NOT RUN"}
+    rows = {}
+    for r in data["rows"]:
+        if not isinstance(r, dict):
+            raise ValueError(f"{path}: a row that is not an object: {r!r:.80}")
+        if r.get("verdict") == "NOT RUN":
+            continue
+        k = key(r)
+        if k in rows:
+            raise ValueError(f"{path}: row {' '.join(str(x) for x in k)} appears twice")
+        rows[k] = r
+    return rows
 
 
 def held(row):
@@ -52,9 +63,19 @@ def median_ms(row):
 
 
 def compare(a, b, budgets=None):
-    keys = sorted((k for k in a if k in b and (budgets is None or k[3] in budgets)),
-                  key=lambda k: tuple(str(x) for x in k))
-    out = {"rows": len(keys), "verdicts_changed": [], "failed": [0, 0], "held": [0, 0],
+    def name(k):
+        return tuple(str(x) for x in k)
+
+    def chosen(k):
+        return budgets is None or k[3] in budgets
+
+    keys = sorted((k for k in a if k in b and chosen(k)), key=name)
+    out = {"rows": len(keys),
+           "only_in_a": [list(k) for k in sorted((k for k in a if k not in b and chosen(k)),
+                                                 key=name)],
+           "only_in_b": [list(k) for k in sorted((k for k in b if k not in a and chosen(k)),
+                                                 key=name)],
+           "verdicts_changed": [], "failed": [0, 0], "held": [0, 0],
            "with_plan": [0, 0], "by_model": {}, "stalled": [0, 0]}
     logs = []
     for k in keys:
@@ -83,6 +104,12 @@ def compare(a, b, budgets=None):
 
 def render(c):
     lines = [f"rows compared: {c['rows']}"]
+    for side in ("a", "b"):
+        only = c[f"only_in_{side}"]
+        if only:
+            lines.append(f"  only in {side.upper()} ({len(only)}): " +
+                         "; ".join(" ".join(str(x) for x in k) for k in only[:8]) +
+                         ("; ..." if len(only) > 8 else ""))
     for v in c["verdicts_changed"]:
         lines.append(f"  verdict changed: {' '.join(str(x) for x in v['row'])}: "
                      f"A {v['a']}, B {v['b']}")
@@ -97,7 +124,8 @@ def render(c):
         lines.append("time: no row finished in both")
     else:
         lines.append(f"time, A over B: {c['time_ratio']:.3f}x (geometric mean of "
-                     f"{c['timed_rows']} rows; {c['faster_in_a']} faster in A)")
+                     f"{c['timed_rows']} rows; {c['faster_in_a']} faster in A; "
+                     f"{c['rows'] - c['timed_rows']} without a median in both)")
     lines.append(f"waits released by the watchdog: A {c['stalled'][0]} rows, "
                  f"B {c['stalled'][1]} rows")
     return "\n".join(lines)

@@ -169,7 +169,7 @@ class StatsOf(unittest.TestCase):
                 json.dump({"advisor": {}, "torch_blocks": {"discarded_bytes": None}}, f)
             row = cm.stats_of(path)
             self.assertEqual((row["discarded_bytes"], row["stale_actions"], row["plans"]),
-                             (0, None, None))
+                             (None, None, None))
 
 
 class Report(unittest.TestCase):

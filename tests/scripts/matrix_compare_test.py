@@ -73,7 +73,12 @@ class Compare(unittest.TestCase):
         self.assertIn("verdict changed: lstm async off 50 first 1: A OUTSIDE, B within", out)
         self.assertIn("verdict changed: moe async off 50 first 1: A identical, B FAILED", out)
         self.assertIn("budget held in every planned iteration: A 2 of 3, B 2 of 3", out)
-        self.assertIn("time, A over B: 2.000x (geometric mean of 3 rows; 0 faster in A)", out)
+        self.assertIn("time, A over B: 2.000x (geometric mean of 3 rows; 0 faster in A; 1 "
+                      "without a median in both)", out)
+        self.assertEqual(c["only_in_a"], [["only-in-a", "async", "off", 50, "first", 1]])
+        self.assertEqual(c["only_in_b"], [["cnn", "async", "off", 100, "first", 1]])
+        self.assertIn("only in A (1): only-in-a async off 50 first 1", out)
+        self.assertIn("only in B (1): cnn async off 100 first 1", out)
 
     def test_budgets_filter_and_repeats_are_rows_of_their_own(self):
         a = self.write("a.json", [row("cnn", 50, ms=100.0), row("cnn", 25, ms=300.0),
@@ -99,6 +104,13 @@ class Compare(unittest.TestCase):
         rc, _, err = self.run_main(good, good, "--budgets", "0,x")
         self.assertEqual(rc, 2)
         self.assertIn("bad --budgets", err)
+        rc, _, err = self.run_main(self.write("twice.json", [row("cnn", 50), row("cnn", 50)]),
+                                   good)
+        self.assertEqual(rc, 2)
+        self.assertIn("row cnn async off 50 first 1 appears twice", err)
+        rc, _, err = self.run_main(self.write("odd.json", [row("cnn", 50), 7]), good)
+        self.assertEqual(rc, 2)
+        self.assertIn("a row that is not an object", err)
         rc, out, _ = self.run_main(good, self.write("empty.json", []))
         self.assertEqual(rc, 0)
         self.assertIn("rows compared: 0", out)

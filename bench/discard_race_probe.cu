@@ -33,22 +33,20 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "cuda_check.h"
+#include "prefetch_movers.h"
 
 namespace {
 
-constexpr size_t kPage = size_t{1} << 21;
+constexpr size_t kPage = PrefetchMovers::kPage;
 
 __host__ __device__ bool dead(size_t page, int round) {
   uint64_t h = (page + 1) * 0x9e3779b97f4a7c15ull ^
@@ -166,29 +164,7 @@ int main(int argc, char** argv) {
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   CHECK(cudaDeviceSynchronize());
 
-  std::atomic<bool> done{false};
-  std::atomic<uint64_t> moves{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < movers; ++t) {
-    threads.emplace_back([&, t] {
-      CHECK(cudaSetDevice(device));
-      cudaStream_t ms;
-      CHECK(cudaStreamCreateWithFlags(&ms, cudaStreamNonBlocking));
-      std::mt19937_64 rng(4321 + t);
-      while (!done.load()) {
-        const size_t first = rng() % pages, count = 1 + rng() % 8;
-        const size_t length = std::min(count, pages - first) * kPage;
-        cudaMemLocation where{};
-        where.type = (rng() & 1) ? cudaMemLocationTypeHost : cudaMemLocationTypeDevice;
-        where.id = where.type == cudaMemLocationTypeHost ? 0 : device;
-        CHECK(cudaMemPrefetchAsync(reinterpret_cast<char*>(man) + first * kPage, length, where, 0,
-                                   ms));
-        if ((moves.fetch_add(1) & 31) == 31) CHECK(cudaStreamSynchronize(ms));
-      }
-      CHECK(cudaStreamSynchronize(ms));
-      CHECK(cudaStreamDestroy(ms));
-    });
-  }
+  PrefetchMovers movers_running(man, bytes, movers, 8, 4321);
   std::vector<void*> starts;
   std::vector<size_t> sizes;
   uint64_t discarded = 0;
@@ -221,8 +197,7 @@ int main(int argc, char** argv) {
     if (r % 8 == 7) CHECK(cudaStreamSynchronize(s));
   }
   CHECK(cudaStreamSynchronize(s));
-  done.store(true);
-  for (auto& th : threads) th.join();
+  movers_running.stop();
   unsigned long long lost[3] = {0, 0, 0};
   std::vector<int> bad(rounds);
   CHECK(cudaMemcpy(lost, words, sizeof lost, cudaMemcpyDeviceToHost));
@@ -239,7 +214,7 @@ int main(int argc, char** argv) {
   std::printf(
       "mode %s rounds %d moves %llu pages discarded %llu words %zu differ %llu (pages dead that "
       "round %llu, dead before %llu, never dead %llu) rounds bad %d first (from 0) %d\n",
-      mode.c_str(), rounds, static_cast<unsigned long long>(moves.load()),
+      mode.c_str(), rounds, static_cast<unsigned long long>(movers_running.moves()),
       static_cast<unsigned long long>(discarded), n, total, lost[0], lost[1], lost[2], bad_count,
       first_bad);
   return total == 0 ? 0 : 3;

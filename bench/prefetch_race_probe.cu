@@ -15,16 +15,14 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <random>
-#include <thread>
 #include <vector>
 
 #include "cuda_check.h"
+#include "prefetch_movers.h"
 
 __global__ void update(float* x, size_t n, int round) {
   for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
@@ -70,8 +68,6 @@ int main(int argc, char** argv) {
     return 2;
   }
   const size_t n = mib * (1 << 20) / sizeof(float);
-  int device = 0;
-  CHECK(cudaGetDevice(&device));
   float *ref = nullptr, *man = nullptr, *ref_y = nullptr, *man_y = nullptr;
   unsigned long long *ref_c = nullptr, *man_c = nullptr;
   CHECK(cudaMalloc(&ref, n * sizeof(float)));
@@ -88,31 +84,7 @@ int main(int argc, char** argv) {
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   CHECK(cudaDeviceSynchronize());
 
-  std::atomic<bool> done{false};
-  std::atomic<uint64_t> moves{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < movers; ++t) {
-    threads.emplace_back([&, t] {
-      CHECK(cudaSetDevice(device));
-      cudaStream_t ms;
-      CHECK(cudaStreamCreateWithFlags(&ms, cudaStreamNonBlocking));
-      std::mt19937_64 rng(1234 + t);
-      const size_t pages = n * sizeof(float) >> 21;
-      while (!done.load()) {
-        const size_t first = rng() % pages, count = 1 + rng() % 16;
-        const size_t bytes = std::min(count, pages - first) << 21;
-        char* at = reinterpret_cast<char*>(man) + (first << 21);
-        cudaMemLocation where{};
-        where.type = (rng() & 1) ? cudaMemLocationTypeHost : cudaMemLocationTypeDevice;
-        where.id = where.type == cudaMemLocationTypeHost ? 0 : device;
-        CHECK(cudaMemPrefetchAsync(at, bytes, where, 0, ms));
-        moves.fetch_add(1);
-        if ((moves.load() & 63) == 0) CHECK(cudaStreamSynchronize(ms));
-      }
-      CHECK(cudaStreamSynchronize(ms));
-      CHECK(cudaStreamDestroy(ms));
-    });
-  }
+  PrefetchMovers movers_running(man, n * sizeof(float), movers, 16, 1234);
   for (int r = 0; r < rounds; ++r) {
     for (auto [x, y, c] : {std::tuple{ref, ref_y, ref_c}, std::tuple{man, man_y, man_c}}) {
       update<<<1024, 256, 0, s>>>(x, n, r);
@@ -123,8 +95,7 @@ int main(int argc, char** argv) {
     if (r % 16 == 15) CHECK(cudaStreamSynchronize(s));
   }
   CHECK(cudaStreamSynchronize(s));
-  done.store(true);
-  for (auto& th : threads) th.join();
+  movers_running.stop();
   std::vector<uint32_t> a(n), b(n);
   CHECK(cudaMemcpy(a.data(), ref, n * sizeof(float), cudaMemcpyDeviceToHost));
   CHECK(cudaMemcpy(b.data(), man, n * sizeof(float), cudaMemcpyDeviceToHost));
@@ -140,6 +111,7 @@ int main(int argc, char** argv) {
   size_t counters_differ = 0;
   for (size_t i = 0; i < 4096; ++i) counters_differ += ca[i] != cb[i];
   std::printf("rounds %d moves %llu words %zu differ %zu counters 4096 differ %zu\n", rounds,
-              static_cast<unsigned long long>(moves.load()), n + n / 64, differ, counters_differ);
+              static_cast<unsigned long long>(movers_running.moves()), n + n / 64, differ,
+              counters_differ);
   return differ == 0 && counters_differ == 0 ? 0 : 1;
 }

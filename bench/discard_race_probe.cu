@@ -22,18 +22,26 @@
 // arguments, 1 a CUDA error (cuda_check.h; also where the GPU cannot access managed memory
 // concurrently). The pages are 2 MiB-aligned in absolute addresses (as umswap's discards are).
 //
-// Measured (H200, driver 580.159.04, 2026-12-01 01:25 UTC, beside 10 PyTorch runs) with a first
-// build whose pages were relative to the allocation (its alignment not printed) and which did not
-// repair (a wrong word counted again at every compare until its page was rewritten): none 0 words
-// differing in 400 rounds; discard 555,401,600 from round 1 (numbered from 0) on (256 MiB, 400
-// rounds, 4 movers) and 242,483,520 from round 4 (1 GiB, 200 rounds, 8 movers); populate 0 and 0
-// (the same sizes); one more discard and one more populate run at 256 MiB hit their 60 s timeout.
-// Not yet run: this build, discard with --movers 0, discard-host
-// (docs/lab/2026-12-01-discards-racing-migrations.md).
+// --quiet discard pauses the movers (their streams drained) while each round's discard runs;
+// --quiet writes pauses them while the writes after it run: which of the two races loses data.
+//
+// Measured alone (H200, driver 580.159.04, 2026-12-01 02:55-03:00 UTC, runs 132-133; rounds bad
+// of rounds, words differing): discard with 0 movers 0 of 200 (256 MiB); discard 86 of 200 (4
+// movers, 73,332,960 words: 68,753,376 written after that round's discard, 4,579,584 dead
+// before, never-dead pages none), 102 of 200 (a second run), 43 of 200 with 1 mover, 23 of 100
+// at 1 GiB with 8; discard --quiet writes 0 of 200 and 0 of 100 (1 GiB, 8); discard --quiet
+// discard 1 of 200 (197,632 words, dead before) and 0 of 100 (1 GiB, 8); populate and
+// discard-host 0 in every run (200 rounds at 256 MiB with 4 movers, 100 and 200 at 1 GiB with
+// 8, 100 with none). So a plain discard loses what is written after it when a migration of its
+// pages runs beside the discard (mostly) or beside the first writes after it (rarely); the
+// combined discard-and-prefetch did not, either way. Plain discard, 1 GiB, no movers, 100 rounds
+// did not finish in 45 s (every write then faults its page in); discard-host took 5.6 s,
+// populate 0.5 s (docs/lab/2026-12-01-discards-racing-migrations.md).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -108,7 +116,7 @@ __global__ void spin(long long cycles) {
 int main(int argc, char** argv) {
   size_t mib = 256;
   int rounds = 400, movers = 4;
-  std::string mode = "discard";
+  std::string mode = "discard", quiet = "none";
   const auto number = [](const char* text, unsigned long long most, unsigned long long* out) {
     char* end = nullptr;
     errno = 0;
@@ -132,6 +140,9 @@ int main(int argc, char** argv) {
     } else if (i + 1 < argc && !std::strcmp(argv[i], "--mode")) {
       mode = argv[++i];
       ok = mode == "discard" || mode == "populate" || mode == "discard-host" || mode == "none";
+    } else if (i + 1 < argc && !std::strcmp(argv[i], "--quiet")) {
+      quiet = argv[++i];
+      ok = quiet == "none" || quiet == "discard" || quiet == "writes";
     } else {
       ok = false;
     }
@@ -139,7 +150,7 @@ int main(int argc, char** argv) {
   if (!ok) {
     std::fprintf(stderr,
                  "usage: discard_race_probe [--mib M] [--rounds R] [--movers K] "
-                 "[--mode discard|populate|discard-host|none]\n"
+                 "[--mode discard|populate|discard-host|none] [--quiet none|discard|writes]\n"
                  "  M: MiB of managed memory, even, 4-4096 (default 256); R: 1-100000 (400); "
                  "K: 0-16 (4)\n");
     return 2;
@@ -164,6 +175,7 @@ int main(int argc, char** argv) {
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   CHECK(cudaDeviceSynchronize());
 
+  const auto began = std::chrono::steady_clock::now();
   PrefetchMovers movers_running(man, bytes, movers, 8, 4321);
   std::vector<void*> starts;
   std::vector<size_t> sizes;
@@ -179,6 +191,7 @@ int main(int argc, char** argv) {
       starts.push_back(reinterpret_cast<char*>(man) + p * kPage);
       sizes.push_back(kPage);
     }
+    if (quiet == "discard") movers_running.pause();
     if (mode == "discard" && !starts.empty()) {
       CHECK(cudaMemDiscardBatchAsync(starts.data(), sizes.data(), starts.size(), 0, s));
     } else if ((mode == "populate" || mode == "discard-host") && !starts.empty()) {
@@ -189,11 +202,18 @@ int main(int argc, char** argv) {
                                                 &index, 1, 0, s));
     }
     discarded += mode == "none" ? 0 : starts.size();
+    if (quiet != "none") CHECK(cudaStreamSynchronize(s));
+    if (quiet == "discard") movers_running.resume();
+    if (quiet == "writes") movers_running.pause();
     spin<<<1, 1, 0, s>>>(100000);
     step<<<1024, 256, 0, s>>>(ref, n, r);
     step<<<1024, 256, 0, s>>>(man, n, r);
     compare<<<1024, 256, 0, s>>>(ref, man, n, r, words, bad_rounds);
     CHECK(cudaGetLastError());
+    if (quiet == "writes") {
+      CHECK(cudaStreamSynchronize(s));
+      movers_running.resume();
+    }
     if (r % 8 == 7) CHECK(cudaStreamSynchronize(s));
   }
   CHECK(cudaStreamSynchronize(s));
@@ -209,13 +229,16 @@ int main(int argc, char** argv) {
     if (first_bad < 0) first_bad = r;
   }
   const unsigned long long total = lost[0] + lost[1] + lost[2];
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
   std::printf("allocation at %#llx (%llu bytes past a 2 MiB boundary)\n",
               static_cast<unsigned long long>(at), static_cast<unsigned long long>(at % kPage));
   std::printf(
-      "mode %s rounds %d moves %llu pages discarded %llu words %zu differ %llu (pages dead that "
-      "round %llu, dead before %llu, never dead %llu) rounds bad %d first (from 0) %d\n",
-      mode.c_str(), rounds, static_cast<unsigned long long>(movers_running.moves()),
+      "mode %s quiet %s rounds %d moves %llu pages discarded %llu words %zu differ %llu (pages "
+      "dead that "
+      "round %llu, dead before %llu, never dead %llu) rounds bad %d first (from 0) %d in %.1f s\n",
+      mode.c_str(), quiet.c_str(), rounds, static_cast<unsigned long long>(movers_running.moves()),
       static_cast<unsigned long long>(discarded), n, total, lost[0], lost[1], lost[2], bad_count,
-      first_bad);
+      first_bad, seconds);
   return total == 0 ? 0 : 3;
 }

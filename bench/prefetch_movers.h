@@ -35,6 +35,13 @@ class PrefetchMovers {
         std::mt19937_64 rng(seed + static_cast<uint64_t>(t));
         const size_t pages = bytes / kPage;
         while (!done_.load()) {
+          if (paused_.load()) {
+            CHECK(cudaStreamSynchronize(s));
+            parked_.fetch_add(1);
+            while (paused_.load() && !done_.load()) std::this_thread::yield();
+            parked_.fetch_sub(1);
+            continue;
+          }
           const size_t first = rng() % pages, count = 1 + rng() % most_pages;
           cudaMemLocation where{};
           where.type = (rng() & 1) ? cudaMemLocationTypeHost : cudaMemLocationTypeDevice;
@@ -61,8 +68,17 @@ class PrefetchMovers {
   }
   uint64_t moves() const { return moves_.load(); }
 
+  // pause(): returns once every mover has queued its last move and seen its stream finish, so
+  // that no migration of the allocation runs until resume().
+  void pause() {
+    paused_.store(true);
+    while (parked_.load() < static_cast<int>(threads_.size())) std::this_thread::yield();
+  }
+  void resume() { paused_.store(false); }
+
  private:
-  std::atomic<bool> done_{false};
+  std::atomic<bool> done_{false}, paused_{false};
+  std::atomic<int> parked_{0};
   std::atomic<uint64_t> moves_{0};
   std::vector<std::thread> threads_;
 };

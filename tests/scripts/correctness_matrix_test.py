@@ -20,6 +20,14 @@ class Judge(unittest.TestCase):
         self.assertEqual(cm.judge(n, n, run([10.5, 10.1, 9.9], "abd"))[0], "DIFFERS")
         self.assertEqual(cm.judge(n, n, run([10.5, 10.1, 9.900001], "abc"))[0], "DIFFERS")
 
+    def test_natives_agreeing_without_deterministic_algorithms_agreed_by_chance(self):
+        n = run([10.0, 9.0, 8.0])
+        n["summary"]["deterministic"] = False
+        self.assertEqual(cm.judge(n, n, run([10.0, 9.0, 8.0]))[0], "identical")
+        # The spread rule with no spread: half a percent of the natives' loss.
+        self.assertEqual(cm.judge(n, n, run([10.0, 9.0, 8.03]))[0], "within")
+        self.assertEqual(cm.judge(n, n, run([10.0, 9.0, 8.05]))[0], "OUTSIDE")
+
     def test_spread_allows_four_times_the_natives_difference_or_half_a_percent(self):
         a, b = run([10.0, 9.0, 8.0]), run([10.0, 9.01, 8.02])
         # Step 2's mean is 8.01, its running spread 0.02: 0.08 allowed (0.5% is 0.04).

@@ -676,7 +676,22 @@ void AdvisorImpl::migrate(uint64_t address, uint64_t length, bool to_gpu, uint64
   where.id = to_gpu ? device : 0;
   std::unique_lock held = resident.hold();
   const auto t0 = std::chrono::steady_clock::now();
-  const CUresult r = d.mem_prefetch_async(address, length, where, 0, stream);
+  CUresult r = CUDA_SUCCESS;
+  if (DropOrder* order = config.drop_order) {
+    // Around pages a free or a sweep is discarding: both at once lose data (drop_order.h).
+    thread_local std::vector<DropOrder::Range> parts;
+    const uint64_t ticket = order->begin_migration(address, length, &parts);
+    length = 0;
+    for (const auto& [from, to] : parts) {
+      const CUresult part = d.mem_prefetch_async(from, to - from, where, 0, stream);
+      if (part == CUDA_SUCCESS) length += to - from;
+      if (r == CUDA_SUCCESS) r = part;
+    }
+    order->end_migration(ticket, stream);
+    if (parts.empty()) return;  // every page is being discarded
+  } else {
+    r = d.mem_prefetch_async(address, length, where, 0, stream);
+  }
   held.unlock();
   words.issued_calls.fetch_add(1, std::memory_order_relaxed);
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

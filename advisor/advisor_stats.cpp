@@ -108,6 +108,15 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
         {"peak_resident_at_frees_bytes", last->plan.peak_resident_at_frees_bytes},
         {"drops", last->plan.drops.size()}};
     advisor["discards_approved"] = a.discards_approved.load();
+    if (const DropOrder* order = a.config.drop_order) {
+      const DropOrder::Stats s = order->stats();
+      advisor["drop_order"] = {{"pages_kept", s.pages_kept},
+                               {"migrations_cut", s.migrations_cut},
+                               {"pages_left_out", s.pages_left_out},
+                               {"event_failures", s.event_failures},
+                               {"discards_pending", s.discards_pending},
+                               {"migrations_pending", s.migrations_pending}};
+    }
     // The last launches' waits (LaunchWaitLog::rows_json).
     advisor["launch_waits"] = a.watchdog.launch_waits().rows_json();
     advisor["swept_bytes"] = a.sweeps.swept_bytes();

@@ -81,7 +81,7 @@ ManagedAllocator::ManagedAllocator(const DriverApi& driver, Registry& registry,
 }
 
 bool ManagedAllocator::configure_slabs(SlabHooks hooks) {
-  if (!slabs_ || !slabs_->set_discard_mode(hooks.discards)) return false;
+  if (!slabs_ || !slabs_->set_discard_mode(hooks.discards, hooks.order)) return false;
   hooks_ = std::move(hooks);
   return true;
 }

@@ -106,7 +106,7 @@ SlabAllocator::EventRef SlabAllocator::record_event(CUstream stream) {
   return EventRef(e, [this](CUevent done) { spare_events_.push_back(done); });
 }
 
-bool SlabAllocator::set_discard_mode(DiscardMode mode) {
+bool SlabAllocator::set_discard_mode(DiscardMode mode, DropOrder* order) {
   std::lock_guard lock(mutex_);
   if (mode != DiscardMode::off &&
       (!driver_.mem_discard_batch_async || !driver_.mem_discard_and_prefetch_batch_async ||
@@ -114,6 +114,7 @@ bool SlabAllocator::set_discard_mode(DiscardMode mode) {
     return false;
   }
   discard_mode_ = mode;
+  order_ = order;
   if (mode == DiscardMode::off) discarded_.clear();  // the driver populates them on first touch
   return true;
 }
@@ -135,21 +136,25 @@ void SlabAllocator::discard_dead_pages(uint64_t address, uint64_t size,
   const uint64_t last = std::min(inside + inside_bytes, round_up(address + size, kPage));
   range_starts_.clear();
   range_sizes_.clear();
+  std::unique_lock order = lock_order();
   // None of these pages is in discarded_: the freed block overlaps each, and its allocation
   // populated and forgot every discarded page it overlapped.
   for (uint64_t page = first; page < last; page += kPage) {
-    if (!(source_.discard_page && source_.discard_page(page))) continue;
+    if (!may_discard(page) || !(source_.discard_page && source_.discard_page(page))) continue;
     add_page(range_starts_, range_sizes_, page);
   }
-  discard_ranges(discard_stream(stream), false);
+  discard_ranges(discard_stream(stream), false, std::move(order));
 }
 
-uint64_t SlabAllocator::discard_ranges(CUstream stream, bool synchronize) {
+uint64_t SlabAllocator::discard_ranges(CUstream stream, bool synchronize,
+                                       std::unique_lock<std::mutex> order) {
   if (range_starts_.empty()) return 0;
   const auto start = std::chrono::steady_clock::now();
   CUresult r = driver_.mem_discard_batch_async(range_starts_.data(), range_sizes_.data(),
                                                range_starts_.size(), 0, stream);
   stats_.discard_call_seconds += seconds_since(start);
+  if (r == CUDA_SUCCESS && order_) order_->discarded(range_starts_, range_sizes_, stream);
+  if (order.owns_lock()) order.unlock();
   if (r == CUDA_SUCCESS && synchronize && driver_.stream_synchronize) {
     r = driver_.stream_synchronize(stream);
   }
@@ -182,6 +187,7 @@ uint64_t SlabAllocator::sweep_free_pages(const std::function<bool(uint64_t page)
   record_events_for_other_streams(kAnyStream);
   range_starts_.clear();
   range_sizes_.clear();
+  std::unique_lock order = lock_order();
   for (const auto& [address, b] : blocks_) {
     if (!b.free || b.stream != kAnyStream) continue;
     const auto [first, bytes] = whole_pages(address, b.size);
@@ -189,12 +195,12 @@ uint64_t SlabAllocator::sweep_free_pages(const std::function<bool(uint64_t page)
     // allocations is refused (the likely cause of a CUDA_ERROR_INVALID_VALUE seen on GPT-2).
     bool first_in_block = true;
     for (uint64_t page = first; page < first + bytes; page += kPage) {
-      if (discarded_.contains(page) || !discard(page)) continue;
+      if (discarded_.contains(page) || !may_discard(page) || !discard(page)) continue;
       add_page(range_starts_, range_sizes_, page, !first_in_block);
       first_in_block = false;
     }
   }
-  const uint64_t swept = discard_ranges(stream, true);
+  const uint64_t swept = discard_ranges(stream, true, std::move(order));
   stats_.swept_bytes += swept;
   return swept;
 }

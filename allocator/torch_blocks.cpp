@@ -222,14 +222,22 @@ void TorchBlocks::discard_free_pages(uint64_t address, uint64_t bytes, uint64_t 
   const uint64_t end = std::min(hi, (address + bytes + kPage - 1) / kPage * kPage);
   starts_.clear();
   sizes_.clear();
+  std::unique_lock<std::mutex> order;
+  if (drops_.order) order = drops_.order->lock();
   for (uint64_t page = first; page + kPage <= end; page += kPage) {
-    if (discarded_.contains(page) || !drops_.discard_page(page)) continue;
+    if (discarded_.contains(page)) continue;
+    if (drops_.order && !drops_.order->may_discard(page)) continue;
+    if (!drops_.discard_page(page)) continue;
     add_page(starts_, sizes_, page);
   }
   if (starts_.empty()) return;
   if (!drops_.discard(starts_, sizes_, stream)) {
     stop_drops("cuMemDiscardBatchAsync");
     return;
+  }
+  if (drops_.order) {
+    drops_.order->discarded(starts_, sizes_, discard_stream(reinterpret_cast<CUstream>(stream)));
+    order.unlock();
   }
   for (size_t i = 0; i < starts_.size(); ++i) {
     for (uint64_t page = starts_[i]; page < starts_[i] + sizes_[i]; page += kPage) {

@@ -214,6 +214,7 @@ void Preload::start_advisor(advisor::Advisor* advisor) {
   if (options_.placement) {
     config.place = [this](Placement placement) { return allocator_->place(std::move(placement)); };
   }
+  if (options_.lifetimes) config.drop_order = drop_order();
   config.sweep = [this](const std::function<bool(uint64_t)>& discard, CUstream stream) {
     return allocator_->sweep_free_pages(discard, stream);
   };
@@ -334,6 +335,7 @@ void Preload::configure_slabs() {
     hooks.lifetime = tracer::note_lifetime;
     hooks.discard_page = advisor_discard_page;
     hooks.populate_later = advisor_populate_later;
+    hooks.order = drop_order();
   }
   if (options_.lifetimes && advises(options_.mode)) {
     hooks.discards = DiscardMode::planned;
@@ -353,6 +355,18 @@ void Preload::configure_slabs() {
   allocator_->configure_slabs(hooks);
 }
 
+DropOrder* Preload::drop_order() {
+  std::call_once(drop_order_once_, [this] {
+    DropOrder::Driver d;
+    d.event_create = driver_.cuEventCreate;
+    d.event_record = driver_.cuEventRecord;
+    d.event_query = driver_.cuEventQuery;
+    d.event_destroy = driver_.cuEventDestroy_v2;
+    if (d.complete()) drop_order_ = new DropOrder(d);  // never freed: hooks may run during exit
+  });
+  return drop_order_;
+}
+
 void Preload::configure_torch_drops() {
   TorchBlocks::Drops drops;
   if (options_.lifetimes) drops.lifetime = tracer::note_lifetime;
@@ -361,6 +375,7 @@ void Preload::configure_torch_drops() {
     drops.discard_page = advisor_discard_page;
     drops.populate_later = advisor_populate_later;
     drops.residency = tracer::note_residency;
+    drops.order = drop_order();
     const auto on = [](uint64_t stream) {
       return discard_stream(reinterpret_cast<CUstream>(stream));
     };

@@ -90,6 +90,11 @@ class Preload {
   std::atomic<bool> planned_discards_{false};  // slab frees discard what the advisor drops
   ManagedAllocator* allocator_ = nullptr;      // never freed: hooks may run during exit
   TorchBlocks* torch_blocks_ = nullptr;        // never freed, as allocator_
+  // The frees' discards ordered with the advisor's migrations (drop_order.h); made once by
+  // drop_order(), never freed; null without the driver's event functions.
+  std::once_flag drop_order_once_;
+  DropOrder* drop_order_ = nullptr;
+  DropOrder* drop_order();
   std::once_flag vmm_once_;
   VmmAllocator* vmm_ = nullptr;  // never freed, as allocator_
   std::atomic<bool> forked_child_{false};

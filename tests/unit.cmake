@@ -21,6 +21,8 @@ umswap_add_test(NAME allocator_registry_test
   SOURCES ${_umswap_unit_dir}/allocator/registry_test.cpp LIBS umswap_allocator)
 umswap_add_test(NAME allocator_slab_allocator_test
   SOURCES ${_umswap_unit_dir}/allocator/slab_allocator_test.cpp LIBS umswap_allocator)
+umswap_add_test(NAME allocator_drop_order_test
+  SOURCES ${_umswap_unit_dir}/allocator/drop_order_test.cpp LIBS umswap_allocator)
 umswap_add_test(NAME allocator_placement_test
   SOURCES ${_umswap_unit_dir}/allocator/placement_test.cpp LIBS umswap_allocator)
 umswap_add_test(NAME allocator_managed_allocator_test

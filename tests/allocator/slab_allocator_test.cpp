@@ -581,6 +581,32 @@ TEST_F(SlabAllocatorTest, PlannedDiscardsExactlyTheAcceptedPagesInOneCallOnTheFr
   EXPECT_EQ(j["discarded_bytes"], 6 * MiB);
 }
 
+// With a DropOrder: a page an unfinished migration covers is kept (not asked, not discarded), and
+// the discard is told to the order, which leaves its pages out of a migration until it finished.
+TEST_F(SlabAllocatorTest, PlannedDiscardsKeepThePagesOfUnfinishedMigrations) {
+  DropOrder::Driver od;
+  od.event_create = &fake_event_create;
+  od.event_record = &fake_event_record;
+  od.event_query = &fake_event_query;
+  DropOrder order(od);
+  ASSERT_TRUE(slabs_->set_discard_mode(DiscardMode::planned, &order));
+  g->accept = [](uint64_t) { return true; };
+  const CUdeviceptr a = alloc(8 * MiB, kS);
+  std::vector<DropOrder::Range> parts;
+  const uint64_t ticket = order.begin_migration(a + 2 * MiB + 4096, 4096, &parts);
+  order.end_migration(ticket, kT);  // its event: not complete
+  release(a, kS);
+  EXPECT_EQ(g->asked, pages_at(a, {0, 4, 6}));
+  ASSERT_EQ(g->discards.size(), 1u);
+  EXPECT_EQ(g->discards[0],
+            (DriverCall{.ranges = {{a, 2 * MiB}, {a + 4 * MiB, 4 * MiB}}, .stream = kS}));
+  EXPECT_EQ(order.stats().pages_kept, 1u);
+  // The discard is pending: a migration over the block moves only the kept page.
+  order.begin_migration(a, 8 * MiB, &parts);
+  EXPECT_EQ(parts, (std::vector<DropOrder::Range>{{a + 2 * MiB, a + 4 * MiB}}));
+  slabs_->set_discard_mode(DiscardMode::off);  // forgets the order before it goes
+}
+
 // A sweep discards the accepted whole pages of free blocks every stream may take, on the per-thread
 // stream, and only once; a free block still answering to its stream gets an event instead and is
 // swept once that event completed; the pages are populated when an allocation overlaps them.

@@ -222,6 +222,21 @@ struct DropLog {
 using Call = std::tuple<uint64_t, uint64_t, uint64_t>;
 using Calls = std::vector<Call>;
 
+// DropOrder's events for TorchDropsTest: never complete; the streams they were recorded on.
+std::vector<CUstream> g_order_records;
+CUresult CUDAAPI order_event_create(CUevent* e, unsigned) {
+  static uintptr_t next = 1;
+  *e = reinterpret_cast<CUevent>(next++);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI order_event_record(CUevent, CUstream s) {
+  g_order_records.push_back(s);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI order_event_query(CUevent) {
+  return CUDA_ERROR_NOT_READY;
+}
+
 class TorchDropsTest : public TorchBlocksTest {
  protected:
   void SetUp() override {
@@ -276,6 +291,28 @@ TEST_F(TorchDropsTest, OnlyThePagesThePlanDropsAreDiscarded) {
   free(0, 8 * MiB);
   EXPECT_EQ(log_.discards,
             Calls({{kSegment + 2 * MiB, 2 * MiB, 7}, {kSegment + 6 * MiB, 2 * MiB, 7}}));
+}
+
+// With a DropOrder: a page an unfinished migration covers stays, and the discard is told to it
+// (an event after it on the discard's stream, the per-thread one for the legacy stream).
+TEST_F(TorchDropsTest, ThePagesOfUnfinishedMigrationsAreNotDiscarded) {
+  DropOrder order({.event_create = &order_event_create,
+                   .event_record = &order_event_record,
+                   .event_query = &order_event_query,
+                   .event_destroy = nullptr});
+  g_order_records.clear();
+  TorchBlocks::Drops drops = log_.drops();
+  drops.order = &order;
+  blocks_.set_drops(std::move(drops));
+  std::vector<DropOrder::Range> parts;
+  order.end_migration(order.begin_migration(kSegment + 2 * MiB, MiB, &parts), nullptr);
+  alloc(0, 8 * MiB, 0);
+  free(0, 8 * MiB, 0);
+  EXPECT_EQ(log_.discards, Calls({{kSegment, 2 * MiB, 0}, {kSegment + 4 * MiB, 4 * MiB, 0}}));
+  EXPECT_EQ(order.stats().pages_kept, 1u);
+  ASSERT_EQ(g_order_records.size(), 2u);
+  EXPECT_EQ(g_order_records[1], CU_STREAM_PER_THREAD);
+  EXPECT_EQ(order.stats().discards_pending, 1u);
 }
 
 // An allocation over dropped pages populates them on its stream (edge pages too) and forgets

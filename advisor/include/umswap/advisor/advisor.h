@@ -99,6 +99,7 @@
 #include <string>
 #include <utility>
 
+#include "umswap/allocator/drop_order.h"
 #include "umswap/allocator/placement.h"
 #include "umswap/allocator/registry.h"
 #include "umswap/core/options.h"
@@ -192,6 +193,9 @@ struct AdvisorConfig {
   // uses (an earlier iteration's addresses); on a non-blocking stream of the advisor's own.
   // Empty: no sweeps.
   std::function<uint64_t(const std::function<bool(uint64_t)>&, CUstream)> sweep;
+  // The frees' and sweeps' discards, ordered with migrate()'s calls (drop_order.h): a migration
+  // leaves out the pages of discards not seen finished. Null: none (no discards, or no events).
+  DropOrder* drop_order = nullptr;
   // The GPU memory the program mapped itself, now (ProgramMappings: NCCL's buffers, JAX): it
   // stays on the GPU and counts against the budget, so online plans and learning keep managed
   // memory under managed_budget(). Empty: none. (A replay plan is made at start, before.)

@@ -78,6 +78,7 @@ struct SlabHooks {
   std::function<void(uint64_t address, uint64_t bytes, bool freed)> lifetime;
   std::function<bool(uint64_t page)> discard_page;
   std::function<bool(uint64_t page)> populate_later;
+  DropOrder* order = nullptr;  // SlabAllocator::set_discard_mode's
 };
 
 class ManagedAllocator {

@@ -85,6 +85,7 @@
 #include <nlohmann/json.hpp>
 
 #include "umswap/allocator/driver_api.h"
+#include "umswap/allocator/drop_order.h"
 #include "umswap/allocator/placement.h"
 #include "umswap/allocator/registry.h"
 
@@ -113,9 +114,8 @@ struct SlabSource {
   // instead of being populated at the allocation. It is forgotten all the same.
   std::function<bool(uint64_t page)> populate_later;
   // `residency`, `lifetime`, `discard_page` and `populate_later` may be empty. They are called
-  // under the
-  // allocator's mutex, on the thread that allocates or frees: they must be cheap and must not
-  // call back into the allocator (it would deadlock).
+  // under the allocator's mutex, on the thread that allocates or frees: they must be cheap and
+  // must not call back into the allocator (it would deadlock).
 };
 
 struct SlabStats {
@@ -169,8 +169,9 @@ class SlabAllocator final : public BlockFinder {
   void stream_ends(CUstream stream);
   // A mode other than off needs mem_discard_batch_async, mem_discard_and_prefetch_batch_async
   // and ctx_get_device: false (and nothing changes) without them. Off forgets the discarded
-  // pages.
-  bool set_discard_mode(DiscardMode mode);
+  // pages. `order` (drop_order.h; null: none): a page it refuses is not discarded (nor asked of
+  // SlabSource::discard_page), and it hears of every discard; it must outlive this allocator.
+  bool set_discard_mode(DiscardMode mode, DropOrder* order = nullptr);
   // With a discard mode other than off: discards the whole 2 MiB pages of free blocks, not
   // discarded yet, that `discard` accepts, but only in blocks every stream may take (their frees
   // are behind the GPU); blocks still answering to the stream that freed them get an event on it,
@@ -222,7 +223,13 @@ class SlabAllocator final : public BlockFinder {
   // Discards the ranges gathered in range_starts_/range_sizes_ on `stream` (then synchronized, if
   // asked), remembers their pages and tells `residency`; returns the bytes (0 on failure, which
   // turns discarding off).
-  uint64_t discard_ranges(CUstream stream, bool synchronize);
+  // `order` is order_'s lock (or none), held since the pages were chosen: let go once the
+  // discard is queued and told, before any synchronizing.
+  uint64_t discard_ranges(CUstream stream, bool synchronize, std::unique_lock<std::mutex> order);
+  std::unique_lock<std::mutex> lock_order() {
+    return order_ ? order_->lock() : std::unique_lock<std::mutex>();
+  }
+  bool may_discard(uint64_t page) { return !order_ || order_->may_discard(page); }
   void stop_discarding(const char* call, CUresult status);
   std::map<uint64_t, Block>::iterator find_fit(uint64_t size, bool small, uint64_t tag);
   // The free arena block that starts at the planned offset of this request, split off its free
@@ -260,6 +267,7 @@ class SlabAllocator final : public BlockFinder {
   uint64_t seq_ = 0;
   uint64_t retired_ = 0;  // streams that ended
   DiscardMode discard_mode_ = DiscardMode::off;
+  DropOrder* order_ = nullptr;
   std::set<uint64_t> discarded_;           // discarded pages (2 MiB aligned) not handed out since
   std::vector<CUdeviceptr> range_starts_;  // scratch for the batched driver calls
   std::vector<size_t> range_sizes_;

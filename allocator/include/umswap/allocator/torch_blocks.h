@@ -51,6 +51,7 @@
 #include <utility>
 #include <vector>
 
+#include "umswap/allocator/drop_order.h"
 #include "umswap/allocator/registry.h"
 
 namespace umswap {
@@ -83,6 +84,8 @@ class TorchBlocks final : public BlockFinder {
     std::function<bool(std::vector<CUdeviceptr>&starts, std::vector<size_t>&sizes, uint64_t stream)>
         discard, populate;
     std::function<bool(uint64_t stream)> capturing;  // empty: never
+    // The discards' order with the advisor's migrations (drop_order.h); null: none.
+    DropOrder* order = nullptr;
   };
   // Before any event (at start-up); a second call replaces the first.
   void set_drops(Drops drops);

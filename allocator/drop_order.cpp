@@ -1,0 +1,144 @@
+#include "umswap/allocator/drop_order.h"
+
+#include <algorithm>
+
+#include "umswap/allocator/discard_pages.h"
+
+namespace umswap {
+
+namespace {
+
+uint64_t page_down(uint64_t a) {
+  return a / kDiscardPage * kDiscardPage;
+}
+uint64_t page_up(uint64_t a) {
+  return (a + kDiscardPage - 1) / kDiscardPage * kDiscardPage;
+}
+
+}  // namespace
+
+CUevent DropOrder::take_event() {
+  if (!spare_.empty()) {
+    CUevent e = spare_.back();
+    spare_.pop_back();
+    return e;
+  }
+  CUevent e = nullptr;
+  if (d_.event_create(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return nullptr;
+  return e;
+}
+
+// The advisor's stream finishes its calls in order: the first not finished ends the pruning. One
+// whose event could not be recorded counts as finished (counted in event_failures).
+void DropOrder::prune_migrations() {
+  while (!migrations_.empty()) {
+    Migration& m = migrations_.front();
+    if (!m.ended) return;
+    if (m.done) {
+      if (!finished(m.done)) return;
+      give_back(m.done);
+    }
+    migrations_.pop_front();
+  }
+}
+
+void DropOrder::prune_discards() {
+  std::erase_if(discards_, [this](Discard& c) {
+    if (!finished(c.done)) return false;
+    give_back(c.done);
+    return true;
+  });
+}
+
+bool DropOrder::may_discard(uint64_t page) {
+  prune_migrations();
+  for (const Migration& m : migrations_) {
+    if (page < m.pages.second && m.pages.first < page + kDiscardPage) {
+      ++stats_.pages_kept;
+      return false;
+    }
+  }
+  return true;
+}
+
+void DropOrder::discarded(const std::vector<CUdeviceptr>& starts, const std::vector<size_t>& sizes,
+                          CUstream stream) {
+  if (starts.empty()) return;
+  prune_discards();
+  CUevent e = take_event();
+  if (!e || d_.event_record(e, stream) != CUDA_SUCCESS) {
+    if (e) give_back(e);
+    ++stats_.event_failures;
+    return;
+  }
+  Discard c;
+  c.done = e;
+  for (size_t i = 0; i < starts.size(); ++i) {
+    c.pages.emplace_back(page_down(starts[i]), page_up(starts[i] + sizes[i]));
+  }
+  discards_.push_back(std::move(c));
+}
+
+uint64_t DropOrder::begin_migration(uint64_t address, uint64_t length, std::vector<Range>* parts) {
+  parts->clear();
+  std::lock_guard lock(mutex_);
+  prune_discards();
+  const uint64_t end = address + length;
+  // The pages of pending discards inside the range, in order, merged.
+  std::vector<Range> out;
+  for (const Discard& c : discards_) {
+    for (const Range& r : c.pages) {
+      if (r.first < end && address < r.second) out.push_back(r);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  uint64_t at = address;
+  for (const Range& r : out) {
+    if (r.first > at) parts->emplace_back(at, std::min(r.first, end));
+    at = std::max(at, r.second);
+  }
+  if (at < end) parts->emplace_back(at, end);
+  if (!out.empty()) {
+    ++stats_.migrations_cut;
+    uint64_t left = 0, reach = 0;
+    for (const Range& r : out) {
+      const uint64_t from = std::max({r.first, reach, page_down(address)});
+      const uint64_t to = std::min(r.second, page_up(end));
+      if (to > from) left += (to - from) / kDiscardPage;
+      reach = std::max(reach, r.second);
+    }
+    stats_.pages_left_out += left;
+  }
+  Migration m;
+  m.pages = {page_down(address), page_up(end)};
+  m.ticket = next_ticket_++;
+  migrations_.push_back(m);
+  return m.ticket;
+}
+
+void DropOrder::end_migration(uint64_t ticket, CUstream stream) {
+  std::lock_guard lock(mutex_);
+  for (auto it = migrations_.rbegin(); it != migrations_.rend(); ++it) {
+    if (it->ticket != ticket) continue;
+    CUevent e = take_event();
+    if (!e || d_.event_record(e, stream) != CUDA_SUCCESS) {
+      if (e) give_back(e);
+      ++stats_.event_failures;
+    } else {
+      it->done = e;
+    }
+    it->ended = true;
+    break;
+  }
+  prune_migrations();
+}
+
+DropOrder::Stats DropOrder::stats() const {
+  std::lock_guard lock(mutex_);
+  Stats s = stats_;
+  s.discards_pending = discards_.size();
+  s.migrations_pending = migrations_.size();
+  return s;
+}
+
+}  // namespace umswap

@@ -1,0 +1,107 @@
+// DropOrder: keeps the plain discards of dead 2 MiB pages (a free's and a sweep's
+// cuMemDiscardBatchAsync, slab_allocator.h and torch_blocks.h) and the advisor's migrations
+// (cuMemPrefetchAsync on its own stream) from running at the same time on the same page.
+//
+// Why: the driver leaves a discard that runs beside a prefetch of the same range undefined, and
+// the advisor's stream is not ordered with the program's frees. bench/discard_race_probe.cu
+// measured what happens (H200, 2026-12-01): data written after a discard was lost in 23 to 102 of
+// 100-200 rounds while other streams migrated the same pages, none without them, and mostly when
+// a migration ran beside the discard itself (docs/lab/2026-12-01-discards-racing-migrations.md).
+//
+// Neither side waits for the other (a wait would tie the program's stream to the advisor's, whose
+// launches already wait for it): a page that a migration not yet seen finished covers is not
+// discarded (it keeps its dead data: a copy an eviction makes, time and not correctness), and a
+// migration leaves out the pages of discards not yet seen finished (dead pages: nothing to move;
+// a block allocated there since is populated by its allocation or its launch, on its stream).
+// "Seen finished": an event recorded after the call, on its stream, has completed.
+//
+// Not ordered: an allocation's populate (cuMemDiscardAndPrefetchBatchAsync to the GPU; the probe's
+// populate mode lost nothing with migrations racing), the migrations the launch path issues on the
+// program's own streams (ordered with the frees on those streams), UMSWAP_EVICT_COPY's discards.
+//
+// Threads: any. The discard side calls lock(), then may_discard() for each candidate page, queues
+// its discard and calls discarded(), all under that lock (taken inside its allocator's mutex:
+// the lock order is allocator, then this). The migration side calls begin_migration() and, after
+// its calls, end_migration(). Nothing here calls out but the four event functions.
+#pragma once
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+namespace umswap {
+
+class DropOrder {
+ public:
+  struct Driver {
+    PFN_cuEventCreate_v2000 event_create = nullptr;
+    PFN_cuEventRecord_v2000 event_record = nullptr;
+    PFN_cuEventQuery_v2000 event_query = nullptr;
+    PFN_cuEventDestroy_v4000 event_destroy = nullptr;
+    bool complete() const { return event_create && event_record && event_query; }
+  };
+  struct Stats {
+    uint64_t pages_kept = 0;        // discards left out: a migration not seen finished covered them
+    uint64_t migrations_cut = 0;    // migrations that left pages out
+    uint64_t pages_left_out = 0;    // the pages they left out (a page counted once a migration)
+    uint64_t event_failures = 0;    // events that could not be made or recorded
+    uint64_t discards_pending = 0;  // now: discard calls not yet seen finished
+    uint64_t migrations_pending = 0;
+  };
+  using Range = std::pair<uint64_t, uint64_t>;  // [first, second)
+
+  explicit DropOrder(Driver d) : d_(d) {}
+  // Events are left to the process's end (the context may be gone by then).
+  DropOrder(const DropOrder&) = delete;
+  DropOrder& operator=(const DropOrder&) = delete;
+
+  // The discard side.
+  [[nodiscard]] std::unique_lock<std::mutex> lock() { return std::unique_lock(mutex_); }
+  // Under lock(): whether the 2 MiB page at `page` may be discarded now.
+  bool may_discard(uint64_t page);
+  // Under lock(): a discard of these ranges was just queued on `stream`.
+  void discarded(const std::vector<CUdeviceptr>& starts, const std::vector<size_t>& sizes,
+                 CUstream stream);
+
+  // The migration side. Fills `parts` with what of [address, address + length) may be migrated
+  // now (whole pages left out) and returns a ticket: until end_migration(ticket, stream) and
+  // the event it records, no page of the range is discarded.
+  uint64_t begin_migration(uint64_t address, uint64_t length, std::vector<Range>* parts);
+  void end_migration(uint64_t ticket, CUstream stream);
+
+  Stats stats() const;
+
+ private:
+  struct Discard {
+    std::vector<Range> pages;  // page-aligned
+    CUevent done = nullptr;
+  };
+  struct Migration {
+    Range pages;  // page-aligned, the whole range
+    uint64_t ticket = 0;
+    CUevent done = nullptr;  // none while its calls are being made
+    bool ended = false;
+  };
+
+  CUevent take_event();
+  void give_back(CUevent e) { spare_.push_back(e); }
+  bool finished(CUevent e) const { return d_.event_query(e) == CUDA_SUCCESS; }
+  void prune_migrations();
+  void prune_discards();
+
+  Driver d_;
+  mutable std::mutex mutex_;
+  std::deque<Migration> migrations_;  // in the order issued: one stream finishes them in order
+  std::vector<Discard> discards_;     // from any stream: any order
+  std::vector<CUevent> spare_;
+  uint64_t next_ticket_ = 1;
+  Stats stats_;
+};
+
+}  // namespace umswap

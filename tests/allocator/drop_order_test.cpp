@@ -1,0 +1,155 @@
+// DropOrder (drop_order.h) over fake events: a discard and a migration of the same 2 MiB page
+// never run at once, and neither side waits.
+#include "umswap/allocator/drop_order.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "umswap/allocator/discard_pages.h"
+
+namespace umswap {
+namespace {
+
+constexpr uint64_t kPage = kDiscardPage;
+constexpr uint64_t kBase = uint64_t{1} << 40;
+
+// Each event is a number; finished once the test says so.
+struct FakeEvents {
+  uintptr_t next = 1;
+  std::map<uintptr_t, bool> done;          // recorded events: finished?
+  std::map<uintptr_t, CUstream> recorded;  // on which stream
+  bool fail_record = false;
+  int created = 0;
+};
+FakeEvents* g = nullptr;
+
+CUresult CUDAAPI fake_create(CUevent* e, unsigned) {
+  ++g->created;
+  *e = reinterpret_cast<CUevent>(g->next++);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI fake_record(CUevent e, CUstream s) {
+  if (g->fail_record) return CUDA_ERROR_INVALID_VALUE;
+  g->done[reinterpret_cast<uintptr_t>(e)] = false;
+  g->recorded[reinterpret_cast<uintptr_t>(e)] = s;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI fake_query(CUevent e) {
+  return g->done.at(reinterpret_cast<uintptr_t>(e)) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+const CUstream kProgram = reinterpret_cast<CUstream>(uintptr_t{0x10});
+const CUstream kAdvisor = reinterpret_cast<CUstream>(uintptr_t{0x20});
+
+class DropOrderTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    g = &events_;
+    DropOrder::Driver d;
+    d.event_create = &fake_create;
+    d.event_record = &fake_record;
+    d.event_query = &fake_query;
+    ASSERT_TRUE(d.complete());
+    order_ = std::make_unique<DropOrder>(d);
+  }
+  void TearDown() override { g = nullptr; }
+
+  // Finishes every event recorded so far.
+  void finish_all() {
+    for (auto& [e, done] : events_.done) done = true;
+  }
+  // The discard of pages [first, first + count) as a free makes it, if they may be discarded.
+  bool discard(uint64_t first, uint64_t count) {
+    auto held = order_->lock();
+    for (uint64_t p = 0; p < count; ++p) {
+      if (!order_->may_discard(kBase + (first + p) * kPage)) return false;
+    }
+    order_->discarded({kBase + first * kPage}, {count * kPage}, kProgram);
+    return true;
+  }
+  std::vector<DropOrder::Range> migrate(uint64_t address, uint64_t length, bool end = true) {
+    std::vector<DropOrder::Range> parts;
+    const uint64_t ticket = order_->begin_migration(address, length, &parts);
+    if (end) order_->end_migration(ticket, kAdvisor);
+    return parts;
+  }
+
+  FakeEvents events_;
+  std::unique_ptr<DropOrder> order_;
+};
+
+TEST_F(DropOrderTest, AMigrationNotSeenFinishedKeepsItsPagesFromBeingDiscarded) {
+  // Pages 2 and 3 (the range ends inside page 3).
+  migrate(kBase + 2 * kPage, kPage + 4096);
+  {
+    auto held = order_->lock();
+    EXPECT_TRUE(order_->may_discard(kBase + kPage));
+    EXPECT_FALSE(order_->may_discard(kBase + 2 * kPage));
+    EXPECT_FALSE(order_->may_discard(kBase + 3 * kPage));
+    EXPECT_TRUE(order_->may_discard(kBase + 4 * kPage));
+  }
+  EXPECT_EQ(order_->stats().pages_kept, 2u);
+  finish_all();
+  EXPECT_TRUE(discard(2, 1));
+  EXPECT_EQ(order_->stats().migrations_pending, 0u);  // seen finished, let go
+}
+
+TEST_F(DropOrderTest, AMigrationWhoseCallsAreStillBeingMadeCountsAsUnfinished) {
+  std::vector<DropOrder::Range> parts;
+  const uint64_t ticket = order_->begin_migration(kBase, kPage, &parts);
+  finish_all();  // nothing recorded for it yet
+  EXPECT_FALSE(discard(0, 1));
+  order_->end_migration(ticket, kAdvisor);
+  EXPECT_FALSE(discard(0, 1));  // its event is recorded, not finished
+  finish_all();
+  EXPECT_TRUE(discard(0, 1));
+}
+
+TEST_F(DropOrderTest, AMigrationLeavesOutThePagesOfDiscardsNotSeenFinished) {
+  ASSERT_TRUE(discard(2, 2));  // pages 2 and 3
+  ASSERT_TRUE(discard(6, 1));  // page 6
+  const uint64_t from = kBase + kPage + 100, to = kBase + 8 * kPage;
+  const std::vector<DropOrder::Range> parts = migrate(from, to - from);
+  const std::vector<DropOrder::Range> want = {
+      {from, kBase + 2 * kPage}, {kBase + 4 * kPage, kBase + 6 * kPage}, {kBase + 7 * kPage, to}};
+  EXPECT_EQ(parts, want);
+  EXPECT_EQ(order_->stats().migrations_cut, 1u);
+  EXPECT_EQ(order_->stats().pages_left_out, 3u);
+  // The discards' events are on the freeing stream, the migration's on the advisor's.
+  for (const auto& [e, s] : events_.recorded) EXPECT_TRUE(s == kProgram || s == kAdvisor);
+  finish_all();
+  EXPECT_EQ(migrate(from, to - from), std::vector<DropOrder::Range>({{from, to}}));
+  EXPECT_EQ(order_->stats().discards_pending, 0u);
+}
+
+TEST_F(DropOrderTest, AMigrationInsideADiscardedPageMovesNothing) {
+  ASSERT_TRUE(discard(0, 1));
+  EXPECT_TRUE(migrate(kBase + 4096, 8192).empty());
+  EXPECT_TRUE(migrate(kBase + 2 * kPage, 4096).size() == 1);  // another page
+}
+
+TEST_F(DropOrderTest, EventsAreReusedOnceSeenFinished) {
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(discard(i, 1));
+    migrate(kBase + 20 * kPage, kPage);
+    finish_all();
+  }
+  EXPECT_LE(events_.created, 4);
+}
+
+TEST_F(DropOrderTest, AnEventThatCannotBeRecordedIsCountedAndHoldsNothingBack) {
+  events_.fail_record = true;
+  ASSERT_TRUE(discard(0, 1));
+  migrate(kBase + 2 * kPage, kPage);
+  events_.fail_record = false;
+  EXPECT_EQ(order_->stats().event_failures, 2u);
+  EXPECT_EQ(migrate(kBase, kPage).size(), 1u);  // the discard is not remembered
+  finish_all();
+  EXPECT_TRUE(discard(2, 1));
+}
+
+}  // namespace
+}  // namespace umswap

@@ -677,20 +677,23 @@ void AdvisorImpl::migrate(uint64_t address, uint64_t length, bool to_gpu, uint64
   std::unique_lock held = resident.hold();
   const auto t0 = std::chrono::steady_clock::now();
   CUresult r = CUDA_SUCCESS;
+  uint64_t moved = 0;
   if (DropOrder* order = config.drop_order) {
     // Around pages a free or a sweep is discarding: both at once lose data (drop_order.h).
     thread_local std::vector<DropOrder::Range> parts;
     const uint64_t ticket = order->begin_migration(address, length, &parts);
-    length = 0;
     for (const auto& [from, to] : parts) {
       const CUresult part = d.mem_prefetch_async(from, to - from, where, 0, stream);
-      if (part == CUDA_SUCCESS) length += to - from;
-      if (r == CUDA_SUCCESS) r = part;
+      if (part == CUDA_SUCCESS) {
+        moved += to - from;
+      } else if (r == CUDA_SUCCESS) {
+        r = part;
+      }
     }
     order->end_migration(ticket, stream);
-    if (parts.empty()) return;  // every page is being discarded
   } else {
     r = d.mem_prefetch_async(address, length, where, 0, stream);
+    if (r == CUDA_SUCCESS) moved = length;
   }
   held.unlock();
   words.issued_calls.fetch_add(1, std::memory_order_relaxed);
@@ -703,10 +706,10 @@ void AdvisorImpl::migrate(uint64_t address, uint64_t length, bool to_gpu, uint64
       log_warning("advisor: cuMemPrefetchAsync of {} at {:#x} failed (error {}); skipped",
                   format_bytes(length), address, static_cast<int>(r));
     }
-    return;
   }
-  (to_gpu ? prefetched : evicted).push_back({launch, length});
-  (to_gpu ? prefetched_bytes : evicted_bytes) += length;
+  if (moved == 0) return;  // failed, or every page was being discarded
+  (to_gpu ? prefetched : evicted).push_back({launch, moved});
+  (to_gpu ? prefetched_bytes : evicted_bytes) += moved;
   ++(to_gpu ? prefetch_calls : evict_calls);
 }
 

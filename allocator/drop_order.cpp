@@ -29,12 +29,16 @@ CUevent DropOrder::take_event() {
 }
 
 // The advisor's stream finishes its calls in order: the first not finished ends the pruning. One
-// whose event could not be recorded counts as finished (counted in event_failures).
+// whose event could not be recorded is finished once a later one is seen finished.
 void DropOrder::prune_migrations() {
   while (!migrations_.empty()) {
     Migration& m = migrations_.front();
     if (!m.ended) return;
-    if (m.done) {
+    if (!m.done) {
+      const auto later = std::find_if(migrations_.begin(), migrations_.end(),
+                                      [](const Migration& x) { return x.done != nullptr; });
+      if (later == migrations_.end() || !finished(later->done)) return;
+    } else {
       if (!finished(m.done)) return;
       give_back(m.done);
     }
@@ -42,16 +46,22 @@ void DropOrder::prune_migrations() {
   }
 }
 
+std::unique_lock<std::mutex> DropOrder::lock() {
+  std::unique_lock held(mutex_);
+  prune_migrations();
+  return held;
+}
+
+// A discard without an event is never seen finished: its pages stay out of every migration.
 void DropOrder::prune_discards() {
   std::erase_if(discards_, [this](Discard& c) {
-    if (!finished(c.done)) return false;
+    if (!c.done || !finished(c.done)) return false;
     give_back(c.done);
     return true;
   });
 }
 
 bool DropOrder::may_discard(uint64_t page) {
-  prune_migrations();
   for (const Migration& m : migrations_) {
     if (page < m.pages.second && m.pages.first < page + kDiscardPage) {
       ++stats_.pages_kept;
@@ -65,14 +75,13 @@ void DropOrder::discarded(const std::vector<CUdeviceptr>& starts, const std::vec
                           CUstream stream) {
   if (starts.empty()) return;
   prune_discards();
-  CUevent e = take_event();
-  if (!e || d_.event_record(e, stream) != CUDA_SUCCESS) {
-    if (e) give_back(e);
-    ++stats_.event_failures;
-    return;
-  }
   Discard c;
-  c.done = e;
+  c.done = take_event();
+  if (!c.done || d_.event_record(c.done, stream) != CUDA_SUCCESS) {
+    if (c.done) give_back(c.done);
+    c.done = nullptr;
+    ++stats_.event_failures;
+  }
   for (size_t i = 0; i < starts.size(); ++i) {
     c.pages.emplace_back(page_down(starts[i]), page_up(starts[i] + sizes[i]));
   }

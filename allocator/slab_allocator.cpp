@@ -140,7 +140,7 @@ void SlabAllocator::discard_dead_pages(uint64_t address, uint64_t size,
   // None of these pages is in discarded_: the freed block overlaps each, and its allocation
   // populated and forgot every discarded page it overlapped.
   for (uint64_t page = first; page < last; page += kPage) {
-    if (!may_discard(page) || !(source_.discard_page && source_.discard_page(page))) continue;
+    if (!(source_.discard_page && source_.discard_page(page)) || !may_discard(page)) continue;
     add_page(range_starts_, range_sizes_, page);
   }
   discard_ranges(discard_stream(stream), false, std::move(order));
@@ -195,7 +195,7 @@ uint64_t SlabAllocator::sweep_free_pages(const std::function<bool(uint64_t page)
     // allocations is refused (the likely cause of a CUDA_ERROR_INVALID_VALUE seen on GPT-2).
     bool first_in_block = true;
     for (uint64_t page = first; page < first + bytes; page += kPage) {
-      if (discarded_.contains(page) || !may_discard(page) || !discard(page)) continue;
+      if (discarded_.contains(page) || !discard(page) || !may_discard(page)) continue;
       add_page(range_starts_, range_sizes_, page, !first_in_block);
       first_in_block = false;
     }

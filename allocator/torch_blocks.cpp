@@ -225,9 +225,8 @@ void TorchBlocks::discard_free_pages(uint64_t address, uint64_t bytes, uint64_t 
   std::unique_lock<std::mutex> order;
   if (drops_.order) order = drops_.order->lock();
   for (uint64_t page = first; page + kPage <= end; page += kPage) {
-    if (discarded_.contains(page)) continue;
+    if (discarded_.contains(page) || !drops_.discard_page(page)) continue;
     if (drops_.order && !drops_.order->may_discard(page)) continue;
-    if (!drops_.discard_page(page)) continue;
     add_page(starts_, sizes_, page);
   }
   if (starts_.empty()) return;

@@ -337,7 +337,8 @@ void Preload::configure_slabs() {
     hooks.populate_later = advisor_populate_later;
     hooks.order = drop_order();
   }
-  if (options_.lifetimes && advises(options_.mode)) {
+  // Discards only where they can be kept apart from the advisor's migrations (drop_order.h).
+  if (options_.lifetimes && advises(options_.mode) && hooks.order) {
     hooks.discards = DiscardMode::planned;
   }
   if (allocator_->configure_slabs(hooks)) {

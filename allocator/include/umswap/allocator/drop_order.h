@@ -8,13 +8,18 @@
 // 100-200 rounds while other streams migrated the same pages, none without them, and mostly when
 // a migration ran beside the discard itself (docs/lab/2026-12-01-discards-racing-migrations.md).
 //
-// Neither side waits for the other (a wait would tie the program's stream to the advisor's, whose
-// launches already wait for it): a page that a migration not yet seen finished covers is not
+// Neither side waits for the other on the GPU (a wait would tie the program's stream to the
+// advisor's, whose launches already wait for it; on the host they share one lock, held across a
+// discard call or the choice of a migration's pages): a page that a migration not yet seen
+// finished covers is not
 // discarded (it keeps its dead data: a copy an eviction makes, time and not correctness), and a
 // migration leaves out the pages of discards not yet seen finished (dead pages: nothing to move;
 // a block allocated there since is populated by its allocation or its launch, on its stream).
 // "Seen finished": an event recorded after the call, on its stream, has completed.
 //
+// Not covered: a migration beside the first writes after a discard that has finished (the probe
+// lost data so once in 200 rounds; umswap populates a page before a block uses it, unless a plan
+// that does not match the program leaves it to the launch path and the launch never comes).
 // Not ordered: an allocation's populate (cuMemDiscardAndPrefetchBatchAsync to the GPU; the probe's
 // populate mode lost nothing with migrations racing), the migrations the launch path issues on the
 // program's own streams (ordered with the frees on those streams), UMSWAP_EVICT_COPY's discards.
@@ -62,10 +67,11 @@ class DropOrder {
   DropOrder& operator=(const DropOrder&) = delete;
 
   // The discard side.
-  [[nodiscard]] std::unique_lock<std::mutex> lock() { return std::unique_lock(mutex_); }
+  [[nodiscard]] std::unique_lock<std::mutex> lock();
   // Under lock(): whether the 2 MiB page at `page` may be discarded now.
   bool may_discard(uint64_t page);
-  // Under lock(): a discard of these ranges was just queued on `stream`.
+  // Under lock(): a discard of these ranges was just queued on `stream`. If no event can be
+  // recorded after it, its pages stay out of every migration from then on (event_failures).
   void discarded(const std::vector<CUdeviceptr>& starts, const std::vector<size_t>& sizes,
                  CUstream stream);
 
@@ -73,6 +79,8 @@ class DropOrder {
   // now (whole pages left out) and returns a ticket: until end_migration(ticket, stream) and
   // the event it records, no page of the range is discarded.
   uint64_t begin_migration(uint64_t address, uint64_t length, std::vector<Range>* parts);
+  // If no event can be recorded, the migration counts as finished once a later one is seen
+  // finished (one stream runs them in order).
   void end_migration(uint64_t ticket, CUstream stream);
 
   Stats stats() const;

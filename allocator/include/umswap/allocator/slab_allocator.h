@@ -169,8 +169,8 @@ class SlabAllocator final : public BlockFinder {
   void stream_ends(CUstream stream);
   // A mode other than off needs mem_discard_batch_async, mem_discard_and_prefetch_batch_async
   // and ctx_get_device: false (and nothing changes) without them. Off forgets the discarded
-  // pages. `order` (drop_order.h; null: none): a page it refuses is not discarded (nor asked of
-  // SlabSource::discard_page), and it hears of every discard; it must outlive this allocator.
+  // pages. `order` (drop_order.h; null: none): a page SlabSource::discard_page accepts but it
+  // refuses is not discarded, and it hears of every discard; it must outlive this allocator.
   bool set_discard_mode(DiscardMode mode, DropOrder* order = nullptr);
   // With a discard mode other than off: discards the whole 2 MiB pages of free blocks, not
   // discarded yet, that `discard` accepts, but only in blocks every stream may take (their frees

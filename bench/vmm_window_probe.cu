@@ -222,7 +222,7 @@ class Probe {
   }
 
   Config c_;
-  CUcontext ctx_;  // the primary context, current on the mover's thread too
+  CUcontext ctx_;                // the primary context, current on the mover's thread too
   ChunkArena* arena_ = nullptr;  // never destroyed: a dead context cannot release it
   CUdeviceptr base_[kRanges] = {};
   CUdeviceptr table_ = 0, gate_dev_ = 0, wrong_dev_ = 0;

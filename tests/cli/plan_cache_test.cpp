@@ -2,8 +2,8 @@
 // it, and its entries on disk (a temporary folder, with a real trace recorded on an H200).
 #include "umswap/cli/plan_cache.h"
 #include "umswap/cli/cli_main.h"
-#include "umswap/core/trace_iterations.h"
 #include "umswap/core/trace_file.h"
+#include "umswap/core/trace_iterations.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>

@@ -102,8 +102,9 @@ TEST(VerifyReport, CopiesStoppedEarlyAreSaid) {
   s["advisor"]["evict_copy"]["off_reason"] = "launches waited 2 s for the advisor";
   VerifyVerdict v = judge_verify({s}, {"a.json"});
   EXPECT_TRUE(v.ok) << v.text;
-  EXPECT_TRUE(contains(v.text, "note: the copy path stopped before the end (launches waited 2 s "
-                               "for the advisor)"))
+  EXPECT_TRUE(contains(v.text,
+                       "note: the copy path stopped before the end (launches waited 2 s "
+                       "for the advisor)"))
       << v.text;
   s["advisor"]["evict_copy"]["off_reason"] = "the program ends";
   v = judge_verify({s}, {"a.json"});

@@ -118,8 +118,8 @@ class HostCopies {
     std::shared_ptr<Block> block;
     uint64_t block_offset = 0;  // of the piece's first byte
     bool discarded = false;
-    uint64_t ticket = 0;           // of its copy out
-    uint64_t due = UINT64_MAX;     // the launch that brings it back
+    uint64_t ticket = 0;        // of its copy out
+    uint64_t due = UINT64_MAX;  // the launch that brings it back
   };
   using Map = std::map<uint64_t, Piece>;  // by address
 

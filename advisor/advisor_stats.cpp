@@ -114,6 +114,7 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
                                {"migrations_cut", s.migrations_cut},
                                {"pages_left_out", s.pages_left_out},
                                {"event_failures", s.event_failures},
+                               {"stopped", s.stopped},
                                {"discards_pending", s.discards_pending},
                                {"migrations_pending", s.migrations_pending}};
     }

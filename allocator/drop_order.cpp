@@ -29,19 +29,12 @@ CUevent DropOrder::take_event() {
 }
 
 // The advisor's stream finishes its calls in order: the first not finished ends the pruning. One
-// whose event could not be recorded is finished once a later one is seen finished.
+// whose event could not be recorded is never seen finished (and stopped the discards).
 void DropOrder::prune_migrations() {
   while (!migrations_.empty()) {
     Migration& m = migrations_.front();
-    if (!m.ended) return;
-    if (!m.done) {
-      const auto later = std::find_if(migrations_.begin(), migrations_.end(),
-                                      [](const Migration& x) { return x.done != nullptr; });
-      if (later == migrations_.end() || !finished(later->done)) return;
-    } else {
-      if (!finished(m.done)) return;
-      give_back(m.done);
-    }
+    if (!m.ended || !m.done || !finished(m.done)) return;
+    give_back(m.done);
     migrations_.pop_front();
   }
 }
@@ -62,6 +55,10 @@ void DropOrder::prune_discards() {
 }
 
 bool DropOrder::may_discard(uint64_t page) {
+  if (stopped_) {
+    ++stats_.pages_kept;
+    return false;
+  }
   for (const Migration& m : migrations_) {
     if (page < m.pages.second && m.pages.first < page + kDiscardPage) {
       ++stats_.pages_kept;
@@ -81,6 +78,7 @@ void DropOrder::discarded(const std::vector<CUdeviceptr>& starts, const std::vec
     if (c.done) give_back(c.done);
     c.done = nullptr;
     ++stats_.event_failures;
+    stopped_ = true;
   }
   for (size_t i = 0; i < starts.size(); ++i) {
     c.pages.emplace_back(page_down(starts[i]), page_up(starts[i] + sizes[i]));
@@ -118,6 +116,7 @@ uint64_t DropOrder::begin_migration(uint64_t address, uint64_t length, std::vect
     }
     stats_.pages_left_out += left;
   }
+  if (stopped_) return 0;  // no discard comes any more: nothing to keep apart
   Migration m;
   m.pages = {page_down(address), page_up(end)};
   m.ticket = next_ticket_++;
@@ -126,6 +125,7 @@ uint64_t DropOrder::begin_migration(uint64_t address, uint64_t length, std::vect
 }
 
 void DropOrder::end_migration(uint64_t ticket, CUstream stream) {
+  if (ticket == 0) return;
   std::lock_guard lock(mutex_);
   for (auto it = migrations_.rbegin(); it != migrations_.rend(); ++it) {
     if (it->ticket != ticket) continue;
@@ -133,6 +133,7 @@ void DropOrder::end_migration(uint64_t ticket, CUstream stream) {
     if (!e || d_.event_record(e, stream) != CUDA_SUCCESS) {
       if (e) give_back(e);
       ++stats_.event_failures;
+      stopped_ = true;
     } else {
       it->done = e;
     }
@@ -145,6 +146,7 @@ void DropOrder::end_migration(uint64_t ticket, CUstream stream) {
 DropOrder::Stats DropOrder::stats() const {
   std::lock_guard lock(mutex_);
   Stats s = stats_;
+  s.stopped = stopped_;
   s.discards_pending = discards_.size();
   s.migrations_pending = migrations_.size();
   return s;

@@ -119,7 +119,9 @@ TEST_F(DropOrderTest, AMigrationLeavesOutThePagesOfDiscardsNotSeenFinished) {
   EXPECT_EQ(order_->stats().migrations_cut, 1u);
   EXPECT_EQ(order_->stats().pages_left_out, 3u);
   // The discards' events are on the freeing stream, the migration's on the advisor's.
-  for (const auto& [e, s] : events_.recorded) EXPECT_TRUE(s == kProgram || s == kAdvisor);
+  std::vector<CUstream> streams;
+  for (const auto& [e, s] : events_.recorded) streams.push_back(s);
+  EXPECT_EQ(streams, (std::vector<CUstream>{kProgram, kProgram, kAdvisor}));
   finish_all();
   EXPECT_EQ(migrate(from, to - from), std::vector<DropOrder::Range>({{from, to}}));
   EXPECT_EQ(order_->stats().discards_pending, 0u);
@@ -150,20 +152,24 @@ TEST_F(DropOrderTest, ADiscardWithoutAnEventKeepsItsPagesOutOfMigrationsForGood)
   EXPECT_EQ(migrate(kBase, 2 * kPage),
             std::vector<DropOrder::Range>({{kBase + kPage, kBase + 2 * kPage}}));
   EXPECT_EQ(order_->stats().discards_pending, 1u);
+  // And no page is discarded any more; migrations are no longer tracked.
+  EXPECT_TRUE(order_->stats().stopped);
+  EXPECT_FALSE(discard(8, 1));
+  migrate(kBase + 10 * kPage, kPage, false);
+  EXPECT_EQ(order_->stats().migrations_pending, 0u);
 }
 
-// Without an event a migration is finished once a later one (same stream, in order) is.
-TEST_F(DropOrderTest, AMigrationWithoutAnEventEndsWithTheNextOneSeenFinished) {
+// Without an event a migration is never seen finished, and no page is discarded any more.
+TEST_F(DropOrderTest, AMigrationWithoutAnEventStopsTheDiscards) {
   events_.fail_record = true;
   migrate(kBase, kPage);
   events_.fail_record = false;
   EXPECT_EQ(order_->stats().event_failures, 1u);
+  EXPECT_TRUE(order_->stats().stopped);
   EXPECT_FALSE(discard(0, 1));
-  migrate(kBase + 4 * kPage, kPage);
-  EXPECT_FALSE(discard(0, 1));  // the later one is not finished either
   finish_all();
-  EXPECT_TRUE(discard(0, 1));
-  EXPECT_EQ(order_->stats().migrations_pending, 0u);
+  EXPECT_FALSE(discard(4, 1));
+  EXPECT_EQ(order_->stats().migrations_pending, 1u);
 }
 
 }  // namespace

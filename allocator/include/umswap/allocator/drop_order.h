@@ -56,6 +56,7 @@ class DropOrder {
     uint64_t migrations_cut = 0;    // migrations that left pages out
     uint64_t pages_left_out = 0;    // the pages they left out (a page counted once a migration)
     uint64_t event_failures = 0;    // events that could not be made or recorded
+    bool stopped = false;           // after the first: no more discards
     uint64_t discards_pending = 0;  // now: discard calls not yet seen finished
     uint64_t migrations_pending = 0;
   };
@@ -72,6 +73,8 @@ class DropOrder {
   bool may_discard(uint64_t page);
   // Under lock(): a discard of these ranges was just queued on `stream`. If no event can be
   // recorded after it, its pages stay out of every migration from then on (event_failures).
+  // After any event failure, on either side, may_discard() refuses every page (stopped): what is
+  // kept stays bounded, and discards are only ever a saving.
   void discarded(const std::vector<CUdeviceptr>& starts, const std::vector<size_t>& sizes,
                  CUstream stream);
 
@@ -79,8 +82,8 @@ class DropOrder {
   // now (whole pages left out) and returns a ticket: until end_migration(ticket, stream) and
   // the event it records, no page of the range is discarded.
   uint64_t begin_migration(uint64_t address, uint64_t length, std::vector<Range>* parts);
-  // If no event can be recorded, the migration counts as finished once a later one is seen
-  // finished (one stream runs them in order).
+  // If no event can be recorded, the migration is never seen finished (and the discards stop).
+  // Once stopped, the ticket is 0: nothing to end.
   void end_migration(uint64_t ticket, CUstream stream);
 
   Stats stats() const;
@@ -109,6 +112,7 @@ class DropOrder {
   std::vector<Discard> discards_;     // from any stream: any order
   std::vector<CUevent> spare_;
   uint64_t next_ticket_ = 1;
+  bool stopped_ = false;
   Stats stats_;
 };
 

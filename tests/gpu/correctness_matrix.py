@@ -255,6 +255,11 @@ def stats_of(path):
         "discarded_bytes": discarded_bytes(s),
         "stale_actions": adv.get("stale_actions"),
         "plans": adv.get("plans"),
+        # Discards and migrations kept apart (advisor.md, "Lifetimes"): pages kept back from a
+        # discard, pages left out of a migration, whether an event failure stopped the discards.
+        "drops_kept": (adv.get("drop_order") or {}).get("pages_kept"),
+        "moves_left_out": (adv.get("drop_order") or {}).get("pages_left_out"),
+        "drops_stopped": (adv.get("drop_order") or {}).get("stopped"),
     }
 
 

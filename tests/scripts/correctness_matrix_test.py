@@ -167,17 +167,22 @@ class StatsOf(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "s.json")
             with open(path, "w") as f:
-                json.dump({"advisor": {"stale_actions": 88, "plans": 2},
+                json.dump({"advisor": {"stale_actions": 88, "plans": 2,
+                                       "drop_order": {"pages_kept": 5, "pages_left_out": 7,
+                                                      "stopped": False}},
                            "allocator": {"async_slabs": {"discarded_bytes": 1000}},
                            "torch_blocks": {"discarded_bytes": 24}}, f)
             row = cm.stats_of(path)
             self.assertEqual((row["discarded_bytes"], row["stale_actions"], row["plans"]),
                              (1024, 88, 2))
+            self.assertEqual((row["drops_kept"], row["moves_left_out"], row["drops_stopped"]),
+                             (5, 7, False))
             with open(path, "w") as f:  # engine vmm or PyTorch's default allocator: none there
                 json.dump({"advisor": {}, "torch_blocks": {"discarded_bytes": None}}, f)
             row = cm.stats_of(path)
             self.assertEqual((row["discarded_bytes"], row["stale_actions"], row["plans"]),
                              (None, None, None))
+            self.assertIsNone(row["drops_kept"])
 
 
 class Report(unittest.TestCase):

@@ -39,12 +39,6 @@ void DropOrder::prune_migrations() {
   }
 }
 
-std::unique_lock<std::mutex> DropOrder::lock() {
-  std::unique_lock held(mutex_);
-  prune_migrations();
-  return held;
-}
-
 // A discard without an event is never seen finished: its pages stay out of every migration.
 void DropOrder::prune_discards() {
   std::erase_if(discards_, [this](Discard& c) {
@@ -54,7 +48,11 @@ void DropOrder::prune_discards() {
   });
 }
 
-bool DropOrder::may_discard(uint64_t page) {
+bool DropOrder::may_discard(uint64_t page, std::unique_lock<std::mutex>& held) {
+  if (!held.owns_lock()) {
+    held = std::unique_lock(mutex_);
+    prune_migrations();
+  }
   if (stopped_) {
     ++stats_.pages_kept;
     return false;
@@ -80,9 +78,7 @@ void DropOrder::discarded(const std::vector<CUdeviceptr>& starts, const std::vec
     ++stats_.event_failures;
     stopped_ = true;
   }
-  for (size_t i = 0; i < starts.size(); ++i) {
-    c.pages.emplace_back(page_down(starts[i]), page_up(starts[i] + sizes[i]));
-  }
+  for (size_t i = 0; i < starts.size(); ++i) c.pages.emplace_back(starts[i], starts[i] + sizes[i]);
   discards_.push_back(std::move(c));
 }
 

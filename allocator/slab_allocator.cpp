@@ -136,11 +136,13 @@ void SlabAllocator::discard_dead_pages(uint64_t address, uint64_t size,
   const uint64_t last = std::min(inside + inside_bytes, round_up(address + size, kPage));
   range_starts_.clear();
   range_sizes_.clear();
-  std::unique_lock order = lock_order();
+  std::unique_lock<std::mutex> order;
   // None of these pages is in discarded_: the freed block overlaps each, and its allocation
   // populated and forgot every discarded page it overlapped.
   for (uint64_t page = first; page < last; page += kPage) {
-    if (!(source_.discard_page && source_.discard_page(page)) || !may_discard(page)) continue;
+    if (!(source_.discard_page && source_.discard_page(page)) || !may_discard(page, order)) {
+      continue;
+    }
     add_page(range_starts_, range_sizes_, page);
   }
   discard_ranges(discard_stream(stream), false, std::move(order));
@@ -187,7 +189,7 @@ uint64_t SlabAllocator::sweep_free_pages(const std::function<bool(uint64_t page)
   record_events_for_other_streams(kAnyStream);
   range_starts_.clear();
   range_sizes_.clear();
-  std::unique_lock order = lock_order();
+  std::unique_lock<std::mutex> order;
   for (const auto& [address, b] : blocks_) {
     if (!b.free || b.stream != kAnyStream) continue;
     const auto [first, bytes] = whole_pages(address, b.size);
@@ -195,7 +197,7 @@ uint64_t SlabAllocator::sweep_free_pages(const std::function<bool(uint64_t page)
     // allocations is refused (the likely cause of a CUDA_ERROR_INVALID_VALUE seen on GPT-2).
     bool first_in_block = true;
     for (uint64_t page = first; page < first + bytes; page += kPage) {
-      if (discarded_.contains(page) || !discard(page) || !may_discard(page)) continue;
+      if (discarded_.contains(page) || !discard(page) || !may_discard(page, order)) continue;
       add_page(range_starts_, range_sizes_, page, !first_in_block);
       first_in_block = false;
     }

@@ -222,11 +222,10 @@ void TorchBlocks::discard_free_pages(uint64_t address, uint64_t bytes, uint64_t 
   const uint64_t end = std::min(hi, (address + bytes + kPage - 1) / kPage * kPage);
   starts_.clear();
   sizes_.clear();
-  std::unique_lock<std::mutex> order;
-  if (drops_.order) order = drops_.order->lock();
+  std::unique_lock<std::mutex> order;  // drops_.order's, from the first page it is asked about
   for (uint64_t page = first; page + kPage <= end; page += kPage) {
     if (discarded_.contains(page) || !drops_.discard_page(page)) continue;
-    if (drops_.order && !drops_.order->may_discard(page)) continue;
+    if (drops_.order && !drops_.order->may_discard(page, order)) continue;
     add_page(starts_, sizes_, page);
   }
   if (starts_.empty()) return;

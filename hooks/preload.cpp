@@ -362,7 +362,6 @@ DropOrder* Preload::drop_order() {
     d.event_create = driver_.cuEventCreate;
     d.event_record = driver_.cuEventRecord;
     d.event_query = driver_.cuEventQuery;
-    d.event_destroy = driver_.cuEventDestroy_v2;
     if (d.complete()) drop_order_ = new DropOrder(d);  // never freed: hooks may run during exit
   });
   return drop_order_;

@@ -63,9 +63,9 @@ class DropOrderTest : public testing::Test {
   }
   // The discard of pages [first, first + count) as a free makes it, if they may be discarded.
   bool discard(uint64_t first, uint64_t count) {
-    auto held = order_->lock();
+    std::unique_lock<std::mutex> held;
     for (uint64_t p = 0; p < count; ++p) {
-      if (!order_->may_discard(kBase + (first + p) * kPage)) return false;
+      if (!order_->may_discard(kBase + (first + p) * kPage, held)) return false;
     }
     order_->discarded({kBase + first * kPage}, {count * kPage}, kProgram);
     return true;
@@ -85,11 +85,11 @@ TEST_F(DropOrderTest, AMigrationNotSeenFinishedKeepsItsPagesFromBeingDiscarded) 
   // Pages 2 and 3 (the range ends inside page 3).
   migrate(kBase + 2 * kPage, kPage + 4096);
   {
-    auto held = order_->lock();
-    EXPECT_TRUE(order_->may_discard(kBase + kPage));
-    EXPECT_FALSE(order_->may_discard(kBase + 2 * kPage));
-    EXPECT_FALSE(order_->may_discard(kBase + 3 * kPage));
-    EXPECT_TRUE(order_->may_discard(kBase + 4 * kPage));
+    std::unique_lock<std::mutex> held;
+    EXPECT_TRUE(order_->may_discard(kBase + kPage, held));
+    EXPECT_FALSE(order_->may_discard(kBase + 2 * kPage, held));
+    EXPECT_FALSE(order_->may_discard(kBase + 3 * kPage, held));
+    EXPECT_TRUE(order_->may_discard(kBase + 4 * kPage, held));
   }
   EXPECT_EQ(order_->stats().pages_kept, 2u);
   finish_all();

@@ -298,8 +298,7 @@ TEST_F(TorchDropsTest, OnlyThePagesThePlanDropsAreDiscarded) {
 TEST_F(TorchDropsTest, ThePagesOfUnfinishedMigrationsAreNotDiscarded) {
   DropOrder order({.event_create = &order_event_create,
                    .event_record = &order_event_record,
-                   .event_query = &order_event_query,
-                   .event_destroy = nullptr});
+                   .event_query = &order_event_query});
   g_order_records.clear();
   TorchBlocks::Drops drops = log_.drops();
   drops.order = &order;

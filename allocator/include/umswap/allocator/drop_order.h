@@ -11,20 +11,22 @@
 // Neither side waits for the other on the GPU (a wait would tie the program's stream to the
 // advisor's, whose launches already wait for it; on the host they share one lock, held across a
 // discard call or the choice of a migration's pages): a page that a migration not yet seen
-// finished covers is not
-// discarded (it keeps its dead data: a copy an eviction makes, time and not correctness), and a
-// migration leaves out the pages of discards not yet seen finished (dead pages: nothing to move;
-// a block allocated there since is populated by its allocation or its launch, on its stream).
-// "Seen finished": an event recorded after the call, on its stream, has completed.
+// finished covers is not discarded (it keeps its dead data: a copy an eviction makes, time and
+// not correctness), and a migration leaves out the pages of discards not yet seen finished (dead
+// pages: nothing to move; a block allocated there since is populated by its allocation or its
+// launch, on its stream). "Seen finished": an event recorded after the call, on its stream, has
+// completed.
 //
-// Not covered: a migration beside the first writes after a discard that has finished (the probe
-// lost data so once in 200 rounds; umswap populates a page before a block uses it, unless a plan
-// that does not match the program leaves it to the launch path and the launch never comes).
+// Not covered: a migration beside the first writes to a page whose discard has finished and
+// which nothing populated (the probe lost data so once in 200 rounds): where a plan that does not
+// match the program leaves the populate to a launch that never comes, for a PyTorch block
+// allocated during a graph capture, after discarding stopped on a failed call.
 // Not ordered: an allocation's populate (cuMemDiscardAndPrefetchBatchAsync to the GPU; the probe's
 // populate mode lost nothing with migrations racing), the migrations the launch path issues on the
 // program's own streams (ordered with the frees on those streams), UMSWAP_EVICT_COPY's discards.
 //
-// Threads: any. The discard side calls lock(), then may_discard() for each candidate page, queues
+// Threads: any. The discard side asks may_discard() for each candidate page (the first call takes
+// this object's lock into the caller's `held`: a free with no candidate takes no lock), queues
 // its discard and calls discarded(), all under that lock (taken inside its allocator's mutex:
 // the lock order is allocator, then this). The migration side calls begin_migration() and, after
 // its calls, end_migration(). Nothing here calls out but the four event functions.
@@ -48,7 +50,6 @@ class DropOrder {
     PFN_cuEventCreate_v2000 event_create = nullptr;
     PFN_cuEventRecord_v2000 event_record = nullptr;
     PFN_cuEventQuery_v2000 event_query = nullptr;
-    PFN_cuEventDestroy_v4000 event_destroy = nullptr;
     bool complete() const { return event_create && event_record && event_query; }
   };
   struct Stats {
@@ -67,11 +68,11 @@ class DropOrder {
   DropOrder(const DropOrder&) = delete;
   DropOrder& operator=(const DropOrder&) = delete;
 
-  // The discard side.
-  [[nodiscard]] std::unique_lock<std::mutex> lock();
-  // Under lock(): whether the 2 MiB page at `page` may be discarded now.
-  bool may_discard(uint64_t page);
-  // Under lock(): a discard of these ranges was just queued on `stream`. If no event can be
+  // The discard side. Whether the 2 MiB page at `page` may be discarded now; takes the lock into
+  // `held` unless it holds it already.
+  bool may_discard(uint64_t page, std::unique_lock<std::mutex>& held);
+  // Under that lock: a discard of these ranges (whole pages) was just queued on `stream`. If no
+  // event can be
   // recorded after it, its pages stay out of every migration from then on (event_failures).
   // After any event failure, on either side, may_discard() refuses every page (stopped): what is
   // kept stays bounded, and discards are only ever a saving.
@@ -90,7 +91,7 @@ class DropOrder {
 
  private:
   struct Discard {
-    std::vector<Range> pages;  // page-aligned
+    std::vector<Range> pages;  // whole pages, as the discard call had them
     CUevent done = nullptr;
   };
   struct Migration {

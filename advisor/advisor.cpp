@@ -681,7 +681,7 @@ void AdvisorImpl::migrate(uint64_t address, uint64_t length, bool to_gpu, uint64
   if (DropOrder* order = config.drop_order) {
     // Around pages a free or a sweep is discarding: both at once lose data (drop_order.h).
     thread_local std::vector<DropOrder::Range> parts;
-    const uint64_t ticket = order->begin_migration(address, length, &parts);
+    const uint64_t ticket = order->begin_migration(address, length, to_gpu, &parts);
     for (const auto& [from, to] : parts) {
       const CUresult part = d.mem_prefetch_async(from, to - from, where, 0, stream);
       if (part == CUDA_SUCCESS) {

@@ -111,6 +111,9 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
     if (const DropOrder* order = a.config.drop_order) {
       const DropOrder::Stats s = order->stats();
       advisor["drop_order"] = {{"pages_kept", s.pages_kept},
+                               {"kept_by_evictions", s.kept_by_evictions},
+                               {"pages_after_waits", s.pages_after_waits},
+                               {"stream_waits", s.stream_waits},
                                {"migrations_cut", s.migrations_cut},
                                {"pages_left_out", s.pages_left_out},
                                {"event_failures", s.event_failures},

@@ -48,7 +48,8 @@ void DropOrder::prune_discards() {
   });
 }
 
-bool DropOrder::may_discard(uint64_t page, std::unique_lock<std::mutex>& held) {
+bool DropOrder::may_discard(uint64_t page, std::unique_lock<std::mutex>& held,
+                            std::vector<CUevent>* waits) {
   if (!held.owns_lock()) {
     held = std::unique_lock(mutex_);
     prune_migrations();
@@ -57,11 +58,38 @@ bool DropOrder::may_discard(uint64_t page, std::unique_lock<std::mutex>& held) {
     ++stats_.pages_kept;
     return false;
   }
+  const size_t had = waits ? waits->size() : 0;
   for (const Migration& m : migrations_) {
-    if (page < m.pages.second && m.pages.first < page + kDiscardPage) {
-      ++stats_.pages_kept;
+    if (!(page < m.pages.second && m.pages.first < page + kDiscardPage)) continue;
+    if (waits && m.to_gpu && m.ended && m.done) {
+      if (std::find(waits->begin(), waits->end(), m.done) == waits->end()) {
+        waits->push_back(m.done);
+      }
+      continue;
+    }
+    if (waits) waits->resize(had);  // this page is not discarded: it needs none of them
+    ++stats_.pages_kept;
+    if (!m.to_gpu) ++stats_.kept_by_evictions;
+    return false;
+  }
+  if (waits && waits->size() > had) ++stats_.pages_after_waits;
+  return true;
+}
+
+bool DropOrder::wait_for(CUstream stream, const std::vector<CUevent>& waits) {
+  if (waits.empty()) return true;
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (d_.stream_is_capturing(stream, &capture) != CUDA_SUCCESS ||
+      capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+    return false;  // an event from outside would invalidate the capture
+  }
+  for (CUevent e : waits) {
+    if (d_.stream_wait_event(stream, e, 0) != CUDA_SUCCESS) {
+      ++stats_.event_failures;
+      stopped_ = true;
       return false;
     }
+    ++stats_.stream_waits;
   }
   return true;
 }
@@ -82,7 +110,8 @@ void DropOrder::discarded(const std::vector<CUdeviceptr>& starts, const std::vec
   discards_.push_back(std::move(c));
 }
 
-uint64_t DropOrder::begin_migration(uint64_t address, uint64_t length, std::vector<Range>* parts) {
+uint64_t DropOrder::begin_migration(uint64_t address, uint64_t length, bool to_gpu,
+                                    std::vector<Range>* parts) {
   parts->clear();
   std::lock_guard lock(mutex_);
   prune_discards();
@@ -116,6 +145,7 @@ uint64_t DropOrder::begin_migration(uint64_t address, uint64_t length, std::vect
   Migration m;
   m.pages = {page_down(address), page_up(end)};
   m.ticket = next_ticket_++;
+  m.to_gpu = to_gpu;
   migrations_.push_back(m);
   return m.ticket;
 }

@@ -137,15 +137,20 @@ void SlabAllocator::discard_dead_pages(uint64_t address, uint64_t size,
   range_starts_.clear();
   range_sizes_.clear();
   std::unique_lock<std::mutex> order;
+  waits_.clear();
   // None of these pages is in discarded_: the freed block overlaps each, and its allocation
   // populated and forgot every discarded page it overlapped.
   for (uint64_t page = first; page < last; page += kPage) {
-    if (!(source_.discard_page && source_.discard_page(page)) || !may_discard(page, order)) {
+    if (!(source_.discard_page && source_.discard_page(page)) ||
+        !(!order_ || order_->may_discard(page, order, &waits_))) {
       continue;
     }
     add_page(range_starts_, range_sizes_, page);
   }
-  discard_ranges(discard_stream(stream), false, std::move(order));
+  const CUstream on = discard_stream(stream);
+  // After the prefetches of these pages the order names (drop_order.h), or not at all.
+  if (!waits_.empty() && !order_->wait_for(on, waits_)) return;
+  discard_ranges(on, false, std::move(order));
 }
 
 uint64_t SlabAllocator::discard_ranges(CUstream stream, bool synchronize,

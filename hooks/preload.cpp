@@ -362,6 +362,8 @@ DropOrder* Preload::drop_order() {
     d.event_create = driver_.cuEventCreate;
     d.event_record = driver_.cuEventRecord;
     d.event_query = driver_.cuEventQuery;
+    d.stream_wait_event = driver_.cuStreamWaitEvent;
+    d.stream_is_capturing = driver_.cuStreamIsCapturing;
     if (d.complete()) drop_order_ = new DropOrder(d);  // never freed: hooks may run during exit
   });
   return drop_order_;

@@ -1,5 +1,5 @@
 // DropOrder (drop_order.h) over fake events: a discard and a migration of the same 2 MiB page
-// never run at once, and neither side waits.
+// never run at once; a discard waits on the GPU only for prefetches, never for an eviction.
 #include "umswap/allocator/drop_order.h"
 
 #include <gtest/gtest.h>
@@ -23,6 +23,8 @@ struct FakeEvents {
   std::map<uintptr_t, CUstream> recorded;  // on which stream
   bool fail_record = false;
   int created = 0;
+  std::vector<std::pair<CUstream, uintptr_t>> waits;  // cuStreamWaitEvent calls
+  bool capturing = false, fail_wait = false;
 };
 FakeEvents* g = nullptr;
 
@@ -41,6 +43,16 @@ CUresult CUDAAPI fake_query(CUevent e) {
   return g->done.at(reinterpret_cast<uintptr_t>(e)) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
+CUresult CUDAAPI fake_wait(CUstream s, CUevent e, unsigned) {
+  if (g->fail_wait) return CUDA_ERROR_INVALID_VALUE;
+  g->waits.emplace_back(s, reinterpret_cast<uintptr_t>(e));
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI fake_is_capturing(CUstream, CUstreamCaptureStatus* status) {
+  *status = g->capturing ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+  return CUDA_SUCCESS;
+}
+
 const CUstream kProgram = reinterpret_cast<CUstream>(uintptr_t{0x10});
 const CUstream kAdvisor = reinterpret_cast<CUstream>(uintptr_t{0x20});
 
@@ -52,6 +64,8 @@ class DropOrderTest : public testing::Test {
     d.event_create = &fake_create;
     d.event_record = &fake_record;
     d.event_query = &fake_query;
+    d.stream_wait_event = &fake_wait;
+    d.stream_is_capturing = &fake_is_capturing;
     ASSERT_TRUE(d.complete());
     order_ = std::make_unique<DropOrder>(d);
   }
@@ -70,9 +84,21 @@ class DropOrderTest : public testing::Test {
     order_->discarded({kBase + first * kPage}, {count * kPage}, kProgram);
     return true;
   }
-  std::vector<DropOrder::Range> migrate(uint64_t address, uint64_t length, bool end = true) {
+  // A free's discard that may wait for prefetches: whether every page may go, and the waits.
+  bool discard_after(uint64_t first, uint64_t count, std::vector<CUevent>* waits) {
+    std::unique_lock<std::mutex> held;
+    waits->clear();
+    for (uint64_t p = 0; p < count; ++p) {
+      if (!order_->may_discard(kBase + (first + p) * kPage, held, waits)) return false;
+    }
+    if (!order_->wait_for(kProgram, *waits)) return false;
+    order_->discarded({kBase + first * kPage}, {count * kPage}, kProgram);
+    return true;
+  }
+  std::vector<DropOrder::Range> migrate(uint64_t address, uint64_t length, bool end = true,
+                                        bool to_gpu = false) {
     std::vector<DropOrder::Range> parts;
-    const uint64_t ticket = order_->begin_migration(address, length, &parts);
+    const uint64_t ticket = order_->begin_migration(address, length, to_gpu, &parts);
     if (end) order_->end_migration(ticket, kAdvisor);
     return parts;
   }
@@ -99,7 +125,7 @@ TEST_F(DropOrderTest, AMigrationNotSeenFinishedKeepsItsPagesFromBeingDiscarded) 
 
 TEST_F(DropOrderTest, AMigrationWhoseCallsAreStillBeingMadeCountsAsUnfinished) {
   std::vector<DropOrder::Range> parts;
-  const uint64_t ticket = order_->begin_migration(kBase, kPage, &parts);
+  const uint64_t ticket = order_->begin_migration(kBase, kPage, false, &parts);
   finish_all();  // nothing recorded for it yet
   EXPECT_FALSE(discard(0, 1));
   order_->end_migration(ticket, kAdvisor);
@@ -170,6 +196,54 @@ TEST_F(DropOrderTest, AMigrationWithoutAnEventStopsTheDiscards) {
   finish_all();
   EXPECT_FALSE(discard(4, 1));
   EXPECT_EQ(order_->stats().migrations_pending, 1u);
+}
+
+// A page only prefetches cover is discarded after the discard's stream waits for their events
+// (each once); an eviction still keeps it, and so does a prefetch whose calls are being made.
+TEST_F(DropOrderTest, ADiscardWaitsForPrefetchesButNeverForAnEviction) {
+  migrate(kBase, 2 * kPage, true, true);           // a prefetch of pages 0 and 1
+  migrate(kBase + kPage, kPage, true, true);       // another of page 1
+  migrate(kBase + 4 * kPage, kPage, true, false);  // an eviction of page 4
+  std::vector<CUevent> waits;
+  ASSERT_TRUE(discard_after(0, 2, &waits));
+  ASSERT_EQ(events_.waits.size(), 2u);
+  EXPECT_EQ(events_.waits[0].first, kProgram);
+  EXPECT_EQ(events_.waits[0].second, reinterpret_cast<uintptr_t>(waits[0]));
+  EXPECT_NE(events_.waits[0].second, events_.waits[1].second);
+  EXPECT_FALSE(discard_after(4, 1, &waits));
+  EXPECT_TRUE(waits.empty());
+  // Without a list of waits (a sweep's discard) a prefetch keeps its pages too.
+  EXPECT_FALSE(discard(0, 1));
+  const DropOrder::Stats s = order_->stats();
+  EXPECT_EQ(s.pages_after_waits, 2u);
+  EXPECT_EQ(s.stream_waits, 2u);
+  EXPECT_EQ(s.kept_by_evictions, 1u);
+  EXPECT_EQ(s.pages_kept, 2u);
+  std::vector<DropOrder::Range> parts;
+  order_->begin_migration(kBase + 8 * kPage, kPage, true, &parts);  // its calls not yet ended
+  EXPECT_FALSE(discard_after(8, 1, &waits));
+  // A page with one prefetch and one eviction over it stays; the prefetch's event is not kept.
+  migrate(kBase + 10 * kPage, kPage, true, true);
+  migrate(kBase + 10 * kPage, kPage, true, false);
+  EXPECT_FALSE(discard_after(10, 1, &waits));
+  EXPECT_TRUE(waits.empty());
+}
+
+TEST_F(DropOrderTest, NoWaitOnAStreamBeingCapturedAndAFailedWaitStopsTheDiscards) {
+  migrate(kBase, kPage, true, true);
+  std::vector<CUevent> waits;
+  events_.capturing = true;
+  EXPECT_FALSE(discard_after(0, 1, &waits));
+  EXPECT_TRUE(events_.waits.empty());
+  EXPECT_FALSE(order_->stats().stopped);
+  events_.capturing = false;
+  events_.fail_wait = true;
+  EXPECT_FALSE(discard_after(0, 1, &waits));
+  EXPECT_EQ(order_->stats().event_failures, 1u);
+  EXPECT_TRUE(order_->stats().stopped);
+  events_.fail_wait = false;
+  finish_all();
+  EXPECT_FALSE(discard(2, 1));
 }
 
 }  // namespace

@@ -91,6 +91,7 @@ struct Fakes {
   std::function<bool(uint64_t)> later;  // populate_later's answer; empty: no
   // "alloc", "free", "ask", "discard", "prefetch" and "record", in the order they happened.
   std::vector<std::string> order;
+  std::vector<std::pair<CUstream, CUevent>> waited;  // cuStreamWaitEvent calls
 };
 Fakes* g = nullptr;
 
@@ -118,6 +119,15 @@ CUresult CUDAAPI fake_event_synchronize(CUevent e) {
 }
 CUresult CUDAAPI fake_event_destroy(CUevent) {
   ++g->destroyed;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI fake_stream_wait_event(CUstream stream, CUevent e, unsigned) {
+  g->order.push_back("wait");
+  g->waited.emplace_back(stream, e);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI fake_stream_is_capturing(CUstream, CUstreamCaptureStatus* status) {
+  *status = CU_STREAM_CAPTURE_STATUS_NONE;
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI fake_stream_synchronize(CUstream stream) {
@@ -593,7 +603,7 @@ TEST_F(SlabAllocatorTest, PlannedDiscardsKeepThePagesOfUnfinishedMigrations) {
   g->accept = [](uint64_t) { return true; };
   const CUdeviceptr a = alloc(8 * MiB, kS);
   std::vector<DropOrder::Range> parts;
-  const uint64_t ticket = order.begin_migration(a + 2 * MiB + 4096, 4096, &parts);
+  const uint64_t ticket = order.begin_migration(a + 2 * MiB + 4096, 4096, false, &parts);
   order.end_migration(ticket, kT);  // its event: not complete
   release(a, kS);
   EXPECT_EQ(g->asked, pages_at(a, {0, 2, 4, 6}));
@@ -602,9 +612,41 @@ TEST_F(SlabAllocatorTest, PlannedDiscardsKeepThePagesOfUnfinishedMigrations) {
             (DriverCall{.ranges = {{a, 2 * MiB}, {a + 4 * MiB, 4 * MiB}}, .stream = kS}));
   EXPECT_EQ(order.stats().pages_kept, 1u);
   // The discard is pending: a migration over the block moves only the kept page.
-  order.begin_migration(a, 8 * MiB, &parts);
+  order.begin_migration(a, 8 * MiB, false, &parts);
   EXPECT_EQ(parts, (std::vector<DropOrder::Range>{{a + 2 * MiB, a + 4 * MiB}}));
   slabs_->set_discard_mode(DiscardMode::off);  // forgets the order before it goes
+}
+
+// A page a prefetch covers (its calls ended, its event not complete) is discarded after the
+// freeing stream waits for that event; an eviction's page is kept.
+TEST_F(SlabAllocatorTest, PlannedDiscardsWaitForPrefetchesButKeepTheEvictionsPages) {
+  DropOrder::Driver od;
+  od.event_create = &fake_event_create;
+  od.event_record = &fake_event_record;
+  od.event_query = &fake_event_query;
+  od.stream_wait_event = &fake_stream_wait_event;
+  od.stream_is_capturing = &fake_stream_is_capturing;
+  DropOrder order(od);
+  ASSERT_TRUE(slabs_->set_discard_mode(DiscardMode::planned, &order));
+  g->accept = [](uint64_t) { return true; };
+  const CUdeviceptr a = alloc(8 * MiB, kS);
+  std::vector<DropOrder::Range> parts;
+  order.end_migration(order.begin_migration(a + 2 * MiB, 2 * MiB, true, &parts), kT);
+  const size_t recorded = g->events.size();
+  order.end_migration(order.begin_migration(a + 6 * MiB, 4096, false, &parts), kT);
+  g->order.clear();
+  release(a, kS);
+  ASSERT_EQ(g->discards.size(), 1u);
+  EXPECT_EQ(g->discards[0], (DriverCall{.ranges = {{a, 6 * MiB}}, .stream = kS}));  // page 3 kept
+  ASSERT_EQ(g->waited.size(), 1u);
+  EXPECT_EQ(g->waited[0].first, kS);
+  EXPECT_EQ(g->waited[0].second, reinterpret_cast<CUevent>(g->events[recorded - 1].get()));
+  const auto wait = std::find(g->order.begin(), g->order.end(), "wait");
+  const auto discard = std::find(g->order.begin(), g->order.end(), "discard");
+  EXPECT_LT(wait, discard);  // the wait comes first, on the same stream
+  EXPECT_EQ(order.stats().pages_after_waits, 1u);
+  EXPECT_EQ(order.stats().kept_by_evictions, 1u);
+  slabs_->set_discard_mode(DiscardMode::off);
 }
 
 // A sweep discards the accepted whole pages of free blocks every stream may take, on the per-thread

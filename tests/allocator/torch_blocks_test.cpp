@@ -236,6 +236,15 @@ CUresult CUDAAPI order_event_record(CUevent, CUstream s) {
 CUresult CUDAAPI order_event_query(CUevent) {
   return CUDA_ERROR_NOT_READY;
 }
+std::vector<std::pair<CUstream, CUevent>> g_order_waits;
+CUresult CUDAAPI order_stream_wait_event(CUstream s, CUevent e, unsigned) {
+  g_order_waits.emplace_back(s, e);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI order_stream_is_capturing(CUstream, CUstreamCaptureStatus* status) {
+  *status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return CUDA_SUCCESS;
+}
 
 class TorchDropsTest : public TorchBlocksTest {
  protected:
@@ -304,7 +313,7 @@ TEST_F(TorchDropsTest, ThePagesOfUnfinishedMigrationsAreNotDiscarded) {
   drops.order = &order;
   blocks_.set_drops(std::move(drops));
   std::vector<DropOrder::Range> parts;
-  order.end_migration(order.begin_migration(kSegment + 2 * MiB, MiB, &parts), nullptr);
+  order.end_migration(order.begin_migration(kSegment + 2 * MiB, MiB, false, &parts), nullptr);
   alloc(0, 8 * MiB, 0);
   free(0, 8 * MiB, 0);
   EXPECT_EQ(log_.discards, Calls({{kSegment, 2 * MiB, 0}, {kSegment + 4 * MiB, 4 * MiB, 0}}));
@@ -312,6 +321,29 @@ TEST_F(TorchDropsTest, ThePagesOfUnfinishedMigrationsAreNotDiscarded) {
   ASSERT_EQ(g_order_records.size(), 2u);
   EXPECT_EQ(g_order_records[1], CU_STREAM_PER_THREAD);
   EXPECT_EQ(order.stats().discards_pending, 1u);
+}
+
+// A page only a prefetch covers is discarded after the discard's stream (the per-thread one for
+// the legacy stream) waits for the prefetch's event.
+TEST_F(TorchDropsTest, ThePagesOfPrefetchesAreDiscardedAfterAWait) {
+  DropOrder order({.event_create = &order_event_create,
+                   .event_record = &order_event_record,
+                   .event_query = &order_event_query,
+                   .stream_wait_event = &order_stream_wait_event,
+                   .stream_is_capturing = &order_stream_is_capturing});
+  g_order_waits.clear();
+  TorchBlocks::Drops drops = log_.drops();
+  drops.order = &order;
+  blocks_.set_drops(std::move(drops));
+  std::vector<DropOrder::Range> parts;
+  order.end_migration(order.begin_migration(kSegment + 2 * MiB, MiB, true, &parts), nullptr);
+  alloc(0, 8 * MiB, 0);
+  free(0, 8 * MiB, 0);
+  EXPECT_EQ(log_.discards, Calls({{kSegment, 8 * MiB, 0}}));
+  ASSERT_EQ(g_order_waits.size(), 1u);
+  EXPECT_EQ(g_order_waits[0].first, CU_STREAM_PER_THREAD);
+  EXPECT_EQ(order.stats().pages_kept, 0u);
+  EXPECT_EQ(order.stats().pages_after_waits, 1u);
 }
 
 // An allocation over dropped pages populates them on its stream (edge pages too) and forgets

@@ -8,14 +8,18 @@
 // 100-200 rounds while other streams migrated the same pages, none without them, and mostly when
 // a migration ran beside the discard itself (docs/lab/2026-12-01-discards-racing-migrations.md).
 //
-// Neither side waits for the other on the GPU (a wait would tie the program's stream to the
-// advisor's, whose launches already wait for it; on the host they share one lock, held across a
-// discard call or the choice of a migration's pages): a page that a migration not yet seen
-// finished covers is not discarded (it keeps its dead data: a copy an eviction makes, time and
-// not correctness), and a migration leaves out the pages of discards not yet seen finished (dead
-// pages: nothing to move; a block allocated there since is populated by its allocation or its
-// launch, on its stream). "Seen finished": an event recorded after the call, on its stream, has
-// completed.
+// On the host the two sides share one lock, held across a discard call or the choice of a
+// migration's pages. A page that an eviction (to the host) not yet seen finished covers is not
+// discarded: it keeps its dead data (a copy the eviction makes: time, not correctness). A page
+// that only prefetches (to the GPU) not yet seen finished cover is discarded after the discard's
+// stream waits for their events (wait_for()): a free of a block follows its uses, whose launches
+// the prefetch wait already ordered after those prefetches, so the wait is almost always met when
+// the stream reaches it; without it the page stays resident past its free, and a budget of 25%
+// was held at 2.9x (H200, 2026-12-01). The program's stream never waits for an eviction, which
+// the advisor's stream may reach much later. A migration leaves out the pages of discards not yet
+// seen finished (dead pages: nothing to move; a block allocated there since is populated by its
+// allocation or its launch, on its stream). "Seen finished": an event recorded after the call,
+// on its stream, has completed.
 //
 // Not covered: a migration beside the first writes to a page whose discard has finished and
 // which nothing populated (the probe lost data so once in 200 rounds): where a plan that does not
@@ -26,10 +30,11 @@
 // program's own streams (ordered with the frees on those streams), UMSWAP_EVICT_COPY's discards.
 //
 // Threads: any. The discard side asks may_discard() for each candidate page (the first call takes
-// this object's lock into the caller's `held`: a free with no candidate takes no lock), queues
-// its discard and calls discarded(), all under that lock (taken inside its allocator's mutex:
-// the lock order is allocator, then this). The migration side calls begin_migration() and, after
-// its calls, end_migration(). Nothing here calls out but the four event functions.
+// this object's lock into the caller's `held`: a free with no candidate takes no lock), calls
+// wait_for() with the events it was given, queues its discard and calls discarded(), all under
+// that lock (taken inside its allocator's mutex: the lock order is allocator, then this). The
+// migration side calls begin_migration() and, after its calls, end_migration(). Nothing here
+// calls out but the driver functions below.
 #pragma once
 
 #include <cuda.h>
@@ -50,15 +55,23 @@ class DropOrder {
     PFN_cuEventCreate_v2000 event_create = nullptr;
     PFN_cuEventRecord_v2000 event_record = nullptr;
     PFN_cuEventQuery_v2000 event_query = nullptr;
-    bool complete() const { return event_create && event_record && event_query; }
+    PFN_cuStreamWaitEvent_v3020 stream_wait_event = nullptr;
+    PFN_cuStreamIsCapturing_v10000 stream_is_capturing = nullptr;
+    bool complete() const {
+      return event_create && event_record && event_query && stream_wait_event &&
+             stream_is_capturing;
+    }
   };
   struct Stats {
-    uint64_t pages_kept = 0;        // discards left out: a migration not seen finished covered them
-    uint64_t migrations_cut = 0;    // migrations that left pages out
-    uint64_t pages_left_out = 0;    // the pages they left out (a page counted once a migration)
-    uint64_t event_failures = 0;    // events that could not be made or recorded
-    bool stopped = false;           // after the first: no more discards
-    uint64_t discards_pending = 0;  // now: discard calls not yet seen finished
+    uint64_t pages_kept = 0;  // discards left out: a migration not seen finished covered them
+    uint64_t kept_by_evictions = 0;  // of them, an eviction covered
+    uint64_t pages_after_waits = 0;  // discarded after the stream waited for prefetches
+    uint64_t stream_waits = 0;       // the waits (cuStreamWaitEvent)
+    uint64_t migrations_cut = 0;     // migrations that left pages out
+    uint64_t pages_left_out = 0;     // the pages they left out (a page counted once a migration)
+    uint64_t event_failures = 0;     // events that could not be made or recorded
+    bool stopped = false;            // after the first: no more discards
+    uint64_t discards_pending = 0;   // now: discard calls not yet seen finished
     uint64_t migrations_pending = 0;
   };
   using Range = std::pair<uint64_t, uint64_t>;  // [first, second)
@@ -69,8 +82,15 @@ class DropOrder {
   DropOrder& operator=(const DropOrder&) = delete;
 
   // The discard side. Whether the 2 MiB page at `page` may be discarded now; takes the lock into
-  // `held` unless it holds it already.
-  bool may_discard(uint64_t page, std::unique_lock<std::mutex>& held);
+  // `held` unless it holds it already. With `waits`, a page that only prefetches cover whose
+  // calls have ended may be discarded once the discard's stream waits for their events, which are
+  // added to *waits (each once).
+  bool may_discard(uint64_t page, std::unique_lock<std::mutex>& held,
+                   std::vector<CUevent>* waits = nullptr);
+  // Under that lock, before the discard call: `stream` waits for those events. False: the discard
+  // must not be made (the stream is being captured into a graph, or a wait failed, which stops
+  // the discards as an event failure does).
+  bool wait_for(CUstream stream, const std::vector<CUevent>& waits);
   // Under that lock: a discard of these ranges (whole pages) was just queued on `stream`. If no
   // event can be
   // recorded after it, its pages stay out of every migration from then on (event_failures).
@@ -82,7 +102,9 @@ class DropOrder {
   // The migration side. Fills `parts` with what of [address, address + length) may be migrated
   // now (whole pages left out) and returns a ticket: until end_migration(ticket, stream) and
   // the event it records, no page of the range is discarded.
-  uint64_t begin_migration(uint64_t address, uint64_t length, std::vector<Range>* parts);
+  // `to_gpu`: a prefetch (a discard may wait for it), else an eviction.
+  uint64_t begin_migration(uint64_t address, uint64_t length, bool to_gpu,
+                           std::vector<Range>* parts);
   // If no event can be recorded, the migration is never seen finished (and the discards stop).
   // Once stopped, the ticket is 0: nothing to end.
   void end_migration(uint64_t ticket, CUstream stream);
@@ -99,6 +121,7 @@ class DropOrder {
     uint64_t ticket = 0;
     CUevent done = nullptr;  // none while its calls are being made
     bool ended = false;
+    bool to_gpu = false;
   };
 
   CUevent take_event();

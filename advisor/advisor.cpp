@@ -352,7 +352,7 @@ bool AdvisorImpl::discard_page(uint64_t page) {
 
 void Advisor::after_step(uint64_t index, CUstream stream) {
   AdvisorImpl& a = *impl_;
-  a.resident.close(stream);
+  a.resident.close(stream, index);
   if (!a.context.load(std::memory_order_relaxed)) {
     CUcontext c = nullptr;
     if (a.d.ctx_get_current(&c) == CUDA_SUCCESS && c) a.context.store(c);
@@ -417,6 +417,10 @@ bool AdvisorImpl::set_up() {
     log_info("UMSWAP_EVICT_COPY: UMSWAP_PREFETCH_WAIT and UMSWAP_EVICT_WAIT are on with it");
     config.prefetch_wait = config.evict_wait = true;
   }
+  // While launches wait for the advisor's prefetches, a resident launch orders only the
+  // migrations for it and later launches (resident_gate.h). Not with copies: their waits and
+  // stops are their own.
+  if (config.prefetch_wait && !config.evict_copy) resident.defer(&words.waits_off);
   if (config.prefetch_wait || config.evict_wait) {
     void* host = nullptr;
     const std::lock_guard driver(driver_setup_mutex());  // pinned memory (driver_lock.h)
@@ -674,6 +678,7 @@ void AdvisorImpl::migrate(uint64_t address, uint64_t length, bool to_gpu, uint64
   CUmemLocation where{};
   where.type = to_gpu ? CU_MEM_LOCATION_TYPE_DEVICE : CU_MEM_LOCATION_TYPE_HOST;
   where.id = to_gpu ? device : 0;
+  resident.order_before(launch);
   std::unique_lock held = resident.hold();
   const auto t0 = std::chrono::steady_clock::now();
   CUresult r = CUDA_SUCCESS;

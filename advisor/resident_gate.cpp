@@ -1,5 +1,7 @@
 #include "umswap/advisor/resident_gate.h"
 
+#include <algorithm>
+
 #include "umswap/advisor/advisor_common.h"
 #include "umswap/advisor/resident_launches.h"
 #include "umswap/allocator/driver_api.h"
@@ -12,10 +14,7 @@ thread_local bool t_open = false;  // this thread is between make_resident() and
 
 bool ResidentGate::set_up(CUstream advisor_stream) {
   stream_ = advisor_stream;
-  if (d_.event_create(&before_, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
-      d_.event_create(&after_, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
-    return false;
-  }
+  if (d_.event_create(&before_, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return false;
   ready_.store(true, std::memory_order_release);
   return true;
 }
@@ -78,16 +77,60 @@ void ResidentGate::make_resident(const std::vector<tracer::PointerHit>* hits, CU
   call_ns_.fetch_add(static_cast<uint64_t>(now_ns() - before), std::memory_order_relaxed);
 }
 
-// The advisor's migrations issued after it wait for it.
-void ResidentGate::close(CUstream s) {
+CUevent ResidentGate::take_event() {
+  if (!spare_.empty()) {
+    CUevent e = spare_.back();
+    spare_.pop_back();
+    return e;
+  }
+  CUevent e = nullptr;
+  return d_.event_create(&e, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS ? e : nullptr;
+}
+
+void ResidentGate::order_after(CUevent e) {
+  if (d_.stream_wait_event(stream_, e, 0) != CUDA_SUCCESS) {
+    gate_failures_.fetch_add(1, std::memory_order_relaxed);
+  }
+  spare_.push_back(e);  // the wait took the record it had: it may be recorded again
+}
+
+// The advisor's migrations issued after it wait for it: from now on, or from those for its launch
+// on (the contract above).
+void ResidentGate::close(CUstream s, uint64_t index) {
   if (!t_open) return;
   std::lock_guard lock(mutex_);
   t_open = false;
   --open_;
-  if (d_.event_record(after_, s) != CUDA_SUCCESS ||
-      d_.stream_wait_event(stream_, after_, 0) != CUDA_SUCCESS) {
+  CUevent e = take_event();
+  if (!e || d_.event_record(e, s) != CUDA_SUCCESS) {
+    if (e) spare_.push_back(e);
     gate_failures_.fetch_add(1, std::memory_order_relaxed);
+    return;
   }
+  if (!deferring()) {
+    order_after(e);
+    return;
+  }
+  pending_.emplace_back(index, e);
+  deferred_.fetch_add(1, std::memory_order_relaxed);
+  pending_count_.store(pending_.size(), std::memory_order_relaxed);
+  if (pending_.size() > most_pending_.load(std::memory_order_relaxed)) {
+    most_pending_.store(pending_.size(), std::memory_order_relaxed);
+  }
+}
+
+void ResidentGate::order_before(uint64_t g) {
+  if (pending_count_.load(std::memory_order_relaxed) == 0) return;  // the common case: no lock
+  std::lock_guard lock(mutex_);
+  const bool all = !deferring();
+  // Launch order is close order on one thread; with several launching threads a later close may
+  // name an earlier launch, so the whole list is looked at.
+  std::erase_if(pending_, [&](const std::pair<uint64_t, CUevent>& c) {
+    if (!all && c.first > g) return false;
+    order_after(c.second);
+    return true;
+  });
+  pending_count_.store(pending_.size(), std::memory_order_relaxed);
 }
 
 std::unique_lock<std::mutex> ResidentGate::hold() {
@@ -116,6 +159,8 @@ nlohmann::json ResidentGate::stats_json() const {
           {"migrations_held", gate_waits_.load()},
           {"hold_timeouts", gate_timeouts_.load()},
           {"order_failures", gate_failures_.load()},
+          {"closes_deferred", deferred_.load()},
+          {"most_closes_pending", most_pending_.load()},
           {"call_seconds", call_ns_.load() * 1e-9}};
 }
 

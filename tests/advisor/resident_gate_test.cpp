@@ -155,7 +155,7 @@ TEST_F(ResidentGateTest, PrefetchesWhatTheParametersReachAndTellsTheSink) {
   hits[1].pointer = 64 * kP;
   hits[1].limit = 64 * kP + 3 * kP + 1;
   gate.make_resident(&hits, stream(9), 0);
-  gate.close(stream(9));
+  gate.close(stream(9), 5);
 
   std::vector<LaunchReach> reaches;
   for (const tracer::PointerHit& h : hits) {
@@ -192,7 +192,7 @@ TEST_F(ResidentGateTest, AFailedPrefetchIsCountedAndNotToldAsResident) {
   hits[0].pointer = 4 * kP;
   g_fail_prefetch = true;
   gate.make_resident(&hits, stream(9), 0);
-  gate.close(stream(9));
+  gate.close(stream(9), 5);
   EXPECT_TRUE(sink.populates.empty());
   EXPECT_EQ(gate.stats_json()["failed_calls"], 1);
   EXPECT_EQ(gate.stats_json()["prefetch_calls"], 0);
@@ -202,7 +202,7 @@ TEST_F(ResidentGateTest, AnUnscannedLaunchIsCountedAndPrefetchesNothing) {
   ResidentGate gate(d, log, sink);
   ASSERT_TRUE(gate.set_up(stream(7)));
   gate.make_resident(nullptr, stream(9), 0);
-  gate.close(stream(9));
+  gate.close(stream(9), 5);
   EXPECT_TRUE(sink.populates.empty());
   EXPECT_EQ(gate.stats_json()["unscanned_launches"], 1);
 }
@@ -213,7 +213,7 @@ TEST_F(ResidentGateTest, OrdersTheLaunchBetweenTheAdvisorsMigrations) {
   ResidentGate gate(d, log, sink);
   ASSERT_TRUE(gate.set_up(stream(7)));
   gate.make_resident(nullptr, stream(9), 0);
-  gate.close(stream(9));
+  gate.close(stream(9), 5);
   const std::vector<Call> c = calls();
   ASSERT_EQ(c.size(), 4u);
   EXPECT_EQ(c[0].what, "record");
@@ -229,11 +229,58 @@ TEST_F(ResidentGateTest, OrdersTheLaunchBetweenTheAdvisorsMigrations) {
   EXPECT_NE(c[0].a, c[2].a);
 }
 
+// While launches wait on the advisor's counter, a close waits in a list: the advisor's stream
+// waits for it only before a migration for its launch or a later one, so that the migrations for
+// earlier launches, which those launches wait for, are not held behind it. Once the waits are off
+// every pending close orders the stream at the next migration, and later ones at once.
+TEST_F(ResidentGateTest, ClosesWaitForTheMigrationsOfTheirOwnLaunchOnWhileLaunchesWait) {
+  ResidentGate gate(d, log, sink);
+  ASSERT_TRUE(gate.set_up(stream(7)));
+  std::atomic<bool> waits_off{false};
+  gate.defer(&waits_off);
+  gate.make_resident(nullptr, stream(9), 0);
+  gate.close(stream(9), 40);
+  gate.make_resident(nullptr, stream(9), 0);
+  gate.close(stream(9), 60);
+  const auto waits_on_advisor = [&] {
+    std::vector<uintptr_t> events;
+    for (const Call& c : calls()) {
+      if (c.what == "wait" && c.a == id(stream(7))) events.push_back(c.b);
+    }
+    return events;
+  };
+  const auto recorded_on_launch_stream = [&] {
+    std::vector<uintptr_t> events;
+    for (const Call& c : calls()) {
+      if (c.what == "record" && c.b == id(stream(9))) events.push_back(c.a);
+    }
+    return events;
+  };
+  const std::vector<uintptr_t> after = recorded_on_launch_stream();
+  ASSERT_EQ(after.size(), 2u);
+  EXPECT_NE(after[0], after[1]) << "two pending closes need two events";
+  EXPECT_TRUE(waits_on_advisor().empty());
+  gate.order_before(39);
+  EXPECT_TRUE(waits_on_advisor().empty()) << "a migration for an earlier launch does not wait";
+  gate.order_before(40);
+  EXPECT_EQ(waits_on_advisor(), std::vector<uintptr_t>{after[0]});
+  gate.order_before(45);
+  EXPECT_EQ(waits_on_advisor().size(), 1u);
+  waits_off = true;  // the watchdog
+  gate.order_before(45);
+  EXPECT_EQ(waits_on_advisor(), (std::vector<uintptr_t>{after[0], after[1]}));
+  gate.make_resident(nullptr, stream(9), 0);
+  gate.close(stream(9), 80);
+  EXPECT_EQ(waits_on_advisor().size(), 3u) << "with the waits off, at once";
+  EXPECT_EQ(gate.stats_json()["closes_deferred"], 2);
+  EXPECT_EQ(gate.stats_json()["most_closes_pending"], 2);
+}
+
 // Before set_up() there is no advisor stream to order against: nothing is recorded or waited.
 TEST_F(ResidentGateTest, BeforeSetUpNoOrderIsPlaced) {
   ResidentGate gate(d, log, sink);
   gate.make_resident(nullptr, stream(9), 0);
-  gate.close(stream(9));
+  gate.close(stream(9), 5);
   EXPECT_TRUE(calls().empty());
 }
 
@@ -248,7 +295,7 @@ TEST_F(ResidentGateTest, HoldWaitsForAnOpenLaunchToClose) {
     opened = true;
     while (!go_close.load()) std::this_thread::sleep_for(std::chrono::microseconds(50));
     closed = true;
-    gate.close(stream(9));
+    gate.close(stream(9), 5);
   });
   while (!opened.load()) std::this_thread::sleep_for(std::chrono::microseconds(50));
   std::atomic<bool> held{false};

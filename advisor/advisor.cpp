@@ -80,7 +80,9 @@ Advisor::Advisor(const tracer::StepLogReader& steps, tracer::ResidencySink& resi
 
 Advisor::~Advisor() {
   // Leaked on purpose when the thread still runs (exit paths): never joined from a destructor.
-  if (!impl_->thread.joinable()) delete impl_;
+  if (impl_->thread.joinable()) return;
+  if (impl_->config.drop_order) impl_->config.drop_order->allow_waits(nullptr);  // reads words
+  delete impl_;
 }
 
 bool Advisor::start(const AdvisorConfig& config, const AdvisorDriver& driver, Registry& registry,
@@ -368,6 +370,8 @@ void Advisor::on_finish() {
   a.words.stop.store(true);
   a.thread.join();
   a.watchdog.join();
+  // No plan applies any more: a free's discard waits for no prefetch (drop_order.h).
+  if (a.config.drop_order) a.config.drop_order->allow_waits(nullptr);
   a.plan.store(nullptr, std::memory_order_release);
   if (a.words.progress_host)
     *a.words.progress_host = kReleased;  // no launch waits for the advisor any more
@@ -417,10 +421,6 @@ bool AdvisorImpl::set_up() {
     log_info("UMSWAP_EVICT_COPY: UMSWAP_PREFETCH_WAIT and UMSWAP_EVICT_WAIT are on with it");
     config.prefetch_wait = config.evict_wait = true;
   }
-  // While launches wait for the advisor's prefetches, a resident launch orders only the
-  // migrations for it and later launches (resident_gate.h). Not with copies: their waits and
-  // stops are their own.
-  if (config.prefetch_wait && !config.evict_copy) resident.defer(&words.waits_off);
   if (config.prefetch_wait || config.evict_wait) {
     void* host = nullptr;
     const std::lock_guard driver(driver_setup_mutex());  // pinned memory (driver_lock.h)
@@ -435,6 +435,18 @@ bool AdvisorImpl::set_up() {
       words.progress_device = 0;
       log_warning("{}: stream memory operations unavailable; launches do not wait",
                   config.prefetch_wait ? "UMSWAP_PREFETCH_WAIT" : "UMSWAP_EVICT_WAIT");
+    }
+  }
+  // While launches wait for the advisor's prefetches, a resident launch orders only the
+  // migrations for it and later launches (resident_gate.h), and a free's discard may wait for a
+  // prefetch (drop_order.h). Not with copies: their waits and stops are their own.
+  if (config.prefetch_wait && !config.evict_copy && words.progress_device != 0) {
+    resident.defer(&words);
+    if (config.drop_order) {
+      config.drop_order->allow_waits([this] {
+        return !words.waits_off.load(std::memory_order_acquire) &&
+               words.waits_from.load(std::memory_order_acquire) != UINT64_MAX;
+      });
     }
   }
   copier.set_up(stream, device, words.progress_device != 0);
@@ -678,8 +690,7 @@ void AdvisorImpl::migrate(uint64_t address, uint64_t length, bool to_gpu, uint64
   CUmemLocation where{};
   where.type = to_gpu ? CU_MEM_LOCATION_TYPE_DEVICE : CU_MEM_LOCATION_TYPE_HOST;
   where.id = to_gpu ? device : 0;
-  resident.order_before(launch);
-  std::unique_lock held = resident.hold();
+  std::unique_lock held = resident.hold(launch);
   const auto t0 = std::chrono::steady_clock::now();
   CUresult r = CUDA_SUCCESS;
   uint64_t moved = 0;

@@ -114,6 +114,7 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
                                {"kept_by_evictions", s.kept_by_evictions},
                                {"pages_after_waits", s.pages_after_waits},
                                {"stream_waits", s.stream_waits},
+                               {"kept_capturing", s.kept_capturing},
                                {"migrations_cut", s.migrations_cut},
                                {"pages_left_out", s.pages_left_out},
                                {"event_failures", s.event_failures},

@@ -83,6 +83,8 @@ CUevent ResidentGate::take_event() {
     spare_.pop_back();
     return e;
   }
+  // On the launching thread: another thread's capture in the global mode must not end.
+  const RelaxedCaptureScope relaxed(d_.thread_exchange_capture_mode);
   CUevent e = nullptr;
   return d_.event_create(&e, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS ? e : nullptr;
 }
@@ -92,6 +94,12 @@ void ResidentGate::order_after(CUevent e) {
     gate_failures_.fetch_add(1, std::memory_order_relaxed);
   }
   spare_.push_back(e);  // the wait took the record it had: it may be recorded again
+}
+
+bool ResidentGate::deferring(uint64_t index) const {
+  const Progress* w = words_.load(std::memory_order_acquire);
+  return w && !w->waits_off.load(std::memory_order_acquire) &&
+         index >= w->waits_from.load(std::memory_order_acquire);  // UINT64_MAX: no plan waits
 }
 
 // The advisor's migrations issued after it wait for it: from now on, or from those for its launch
@@ -107,45 +115,43 @@ void ResidentGate::close(CUstream s, uint64_t index) {
     gate_failures_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  if (!deferring()) {
+  if (!deferring(index)) {
     order_after(e);
     return;
   }
   pending_.emplace_back(index, e);
   deferred_.fetch_add(1, std::memory_order_relaxed);
-  pending_count_.store(pending_.size(), std::memory_order_relaxed);
   if (pending_.size() > most_pending_.load(std::memory_order_relaxed)) {
     most_pending_.store(pending_.size(), std::memory_order_relaxed);
   }
 }
 
-void ResidentGate::order_before(uint64_t g) {
-  if (pending_count_.load(std::memory_order_relaxed) == 0) return;  // the common case: no lock
-  std::lock_guard lock(mutex_);
-  const bool all = !deferring();
-  // Launch order is close order on one thread; with several launching threads a later close may
-  // name an earlier launch, so the whole list is looked at.
-  std::erase_if(pending_, [&](const std::pair<uint64_t, CUevent>& c) {
-    if (!all && c.first > g) return false;
-    order_after(c.second);
-    return true;
-  });
-  pending_count_.store(pending_.size(), std::memory_order_relaxed);
-}
-
-std::unique_lock<std::mutex> ResidentGate::hold() {
+std::unique_lock<std::mutex> ResidentGate::hold(uint64_t g) {
   std::unique_lock lock(mutex_);
-  if (open_ == 0) return lock;
-  gate_waits_.fetch_add(1, std::memory_order_relaxed);
-  const int64_t start = now_ns();
-  while (open_ > 0) {
-    lock.unlock();
-    sleep_us(10);
-    lock.lock();
-    if (now_ns() - start > 1'000'000'000) {
-      gate_timeouts_.fetch_add(1, std::memory_order_relaxed);
-      break;
+  if (open_ > 0) {
+    gate_waits_.fetch_add(1, std::memory_order_relaxed);
+    const int64_t start = now_ns();
+    while (open_ > 0) {
+      lock.unlock();
+      sleep_us(10);
+      lock.lock();
+      if (now_ns() - start > 1'000'000'000) {
+        gate_timeouts_.fetch_add(1, std::memory_order_relaxed);
+        break;
+      }
     }
+  }
+  // Under the same lock as the wait above, held until the migration is issued: a launch opening
+  // from here on waits for this migration (make_resident), so only those closed so far count.
+  if (!pending_.empty()) {
+    const Progress* w = words_.load(std::memory_order_acquire);
+    const bool all = !w || w->waits_off.load(std::memory_order_acquire);
+    // With several launching threads a later close may name an earlier launch: the whole list.
+    std::erase_if(pending_, [&](const std::pair<uint64_t, CUevent>& c) {
+      if (!all && c.first > g) return false;
+      order_after(c.second);
+      return true;
+    });
   }
   return lock;
 }

@@ -48,8 +48,7 @@ void DropOrder::prune_discards() {
   });
 }
 
-bool DropOrder::may_discard(uint64_t page, std::unique_lock<std::mutex>& held,
-                            std::vector<CUevent>* waits) {
+bool DropOrder::may_discard(uint64_t page, std::unique_lock<std::mutex>& held, Wait* wait) {
   if (!held.owns_lock()) {
     held = std::unique_lock(mutex_);
     prune_migrations();
@@ -58,40 +57,52 @@ bool DropOrder::may_discard(uint64_t page, std::unique_lock<std::mutex>& held,
     ++stats_.pages_kept;
     return false;
   }
-  const size_t had = waits ? waits->size() : 0;
+  // Any eviction over the page, or a migration whose calls are being made, keeps it. Prefetches
+  // alone: the latest (the migrations run in the order issued, on one stream) may be waited for.
+  const Migration* latest = nullptr;
+  bool keep = false, eviction = false;
   for (const Migration& m : migrations_) {
     if (!(page < m.pages.second && m.pages.first < page + kDiscardPage)) continue;
-    if (waits && m.to_gpu && m.ended && m.done) {
-      if (std::find(waits->begin(), waits->end(), m.done) == waits->end()) {
-        waits->push_back(m.done);
-      }
-      continue;
-    }
-    if (waits) waits->resize(had);  // this page is not discarded: it needs none of them
-    ++stats_.pages_kept;
-    if (!m.to_gpu) ++stats_.kept_by_evictions;
+    latest = &m;
+    eviction = eviction || !m.to_gpu;
+    keep = keep || !m.to_gpu || !m.ended || !m.done;
+  }
+  if (!latest) return true;
+  ++stats_.pages_kept;  // unless the wait below is taken
+  if (eviction) ++stats_.kept_by_evictions;
+  if (keep || !wait || !waits_allowed_ || !waits_allowed_()) return false;
+  if (wait->capturing < 0) {
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    wait->capturing = d_.stream_is_capturing(wait->stream, &status) != CUDA_SUCCESS ||
+                      status != CU_STREAM_CAPTURE_STATUS_NONE;  // an outside event ends a capture
+  }
+  if (wait->capturing) {
+    ++stats_.kept_capturing;
     return false;
   }
-  if (waits && waits->size() > had) ++stats_.pages_after_waits;
+  --stats_.pages_kept;
+  ++stats_.pages_after_waits;
+  if (latest->ticket > wait->ticket) {
+    wait->ticket = latest->ticket;
+    wait->event = latest->done;
+  }
   return true;
 }
 
-bool DropOrder::wait_for(CUstream stream, const std::vector<CUevent>& waits) {
-  if (waits.empty()) return true;
-  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (d_.stream_is_capturing(stream, &capture) != CUDA_SUCCESS ||
-      capture != CU_STREAM_CAPTURE_STATUS_NONE) {
-    return false;  // an event from outside would invalidate the capture
+bool DropOrder::wait_for(const Wait& wait) {
+  if (!wait.event) return true;
+  if (d_.stream_wait_event(wait.stream, wait.event, 0) != CUDA_SUCCESS) {
+    ++stats_.event_failures;
+    stopped_ = true;
+    return false;
   }
-  for (CUevent e : waits) {
-    if (d_.stream_wait_event(stream, e, 0) != CUDA_SUCCESS) {
-      ++stats_.event_failures;
-      stopped_ = true;
-      return false;
-    }
-    ++stats_.stream_waits;
-  }
+  ++stats_.stream_waits;
   return true;
+}
+
+void DropOrder::allow_waits(std::function<bool()> allowed) {
+  std::lock_guard lock(mutex_);
+  waits_allowed_ = std::move(allowed);
 }
 
 void DropOrder::discarded(const std::vector<CUdeviceptr>& starts, const std::vector<size_t>& sizes,

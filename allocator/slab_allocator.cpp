@@ -137,20 +137,19 @@ void SlabAllocator::discard_dead_pages(uint64_t address, uint64_t size,
   range_starts_.clear();
   range_sizes_.clear();
   std::unique_lock<std::mutex> order;
-  waits_.clear();
+  DropOrder::Wait wait;
+  wait.stream = discard_stream(stream);
   // None of these pages is in discarded_: the freed block overlaps each, and its allocation
   // populated and forgot every discarded page it overlapped.
   for (uint64_t page = first; page < last; page += kPage) {
-    if (!(source_.discard_page && source_.discard_page(page)) ||
-        !(!order_ || order_->may_discard(page, order, &waits_))) {
+    if (!(source_.discard_page && source_.discard_page(page)) || !may_discard(page, order, &wait)) {
       continue;
     }
     add_page(range_starts_, range_sizes_, page);
   }
-  const CUstream on = discard_stream(stream);
-  // After the prefetches of these pages the order names (drop_order.h), or not at all.
-  if (!waits_.empty() && !order_->wait_for(on, waits_)) return;
-  discard_ranges(on, false, std::move(order));
+  // After the prefetch the order names (drop_order.h), or not at all.
+  if (order_ && !range_starts_.empty() && !order_->wait_for(wait)) return;
+  discard_ranges(wait.stream, false, std::move(order));
 }
 
 uint64_t SlabAllocator::discard_ranges(CUstream stream, bool synchronize,

@@ -223,16 +223,17 @@ void TorchBlocks::discard_free_pages(uint64_t address, uint64_t bytes, uint64_t 
   starts_.clear();
   sizes_.clear();
   std::unique_lock<std::mutex> order;  // drops_.order's, from the first page it is asked about
-  waits_.clear();
+  DropOrder::Wait wait;
+  wait.stream = discard_stream(reinterpret_cast<CUstream>(stream));
   for (uint64_t page = first; page + kPage <= end; page += kPage) {
     if (discarded_.contains(page) || !drops_.discard_page(page)) continue;
-    if (drops_.order && !drops_.order->may_discard(page, order, &waits_)) continue;
+    if (drops_.order && !drops_.order->may_discard(page, order, &wait)) continue;
     add_page(starts_, sizes_, page);
   }
   if (starts_.empty()) return;
-  // After the prefetches of these pages the order names (drop_order.h), or not at all.
-  const CUstream on = discard_stream(reinterpret_cast<CUstream>(stream));
-  if (!waits_.empty() && !drops_.order->wait_for(on, waits_)) return;
+  // After the prefetch the order names (drop_order.h), or not at all.
+  if (drops_.order && !drops_.order->wait_for(wait)) return;
+  const CUstream on = wait.stream;
   if (!drops_.discard(starts_, sizes_, stream)) {
     stop_drops("cuMemDiscardBatchAsync");
     return;

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "umswap/advisor/progress.h"
 #include "umswap/advisor/resident_launches.h"
 
 namespace umswap::advisor {
@@ -229,51 +230,93 @@ TEST_F(ResidentGateTest, OrdersTheLaunchBetweenTheAdvisorsMigrations) {
   EXPECT_NE(c[0].a, c[2].a);
 }
 
-// While launches wait on the advisor's counter, a close waits in a list: the advisor's stream
-// waits for it only before a migration for its launch or a later one, so that the migrations for
-// earlier launches, which those launches wait for, are not held behind it. Once the waits are off
-// every pending close orders the stream at the next migration, and later ones at once.
+// The advisor's stream waits for a resident launch (events recorded on the launch's stream).
+std::vector<uintptr_t> waits_on_advisor() {
+  std::lock_guard lock(g_mutex);
+  std::vector<uintptr_t> events;
+  for (const Call& c : g_calls) {
+    if (c.what == "wait" && c.a == id(stream(7))) events.push_back(c.b);
+  }
+  return events;
+}
+std::vector<uintptr_t> recorded_on_launch_stream() {
+  std::lock_guard lock(g_mutex);
+  std::vector<uintptr_t> events;
+  for (const Call& c : g_calls) {
+    if (c.what == "record" && c.b == id(stream(9))) events.push_back(c.a);
+  }
+  return events;
+}
+
+// While the counter's waits cover a launch, its close waits in a list: the advisor's stream waits
+// for it only before a migration for its launch or a later one, so that the migrations for
+// earlier launches, which those launches wait for, are not held behind it. A launch the waits do
+// not cover (before waits_from) closes at once. Once the waits are off every pending close orders
+// the stream at the next migration, and later ones at once.
 TEST_F(ResidentGateTest, ClosesWaitForTheMigrationsOfTheirOwnLaunchOnWhileLaunchesWait) {
   ResidentGate gate(d, log, sink);
   ASSERT_TRUE(gate.set_up(stream(7)));
-  std::atomic<bool> waits_off{false};
-  gate.defer(&waits_off);
+  Progress words;
+  gate.defer(&words);
+  gate.make_resident(nullptr, stream(9), 0);
+  gate.close(stream(9), 5);  // no plan's waits yet (waits_from UINT64_MAX): at once
+  ASSERT_EQ(waits_on_advisor().size(), 1u);
+  words.waits_from = 10;
+  gate.make_resident(nullptr, stream(9), 0);
+  gate.close(stream(9), 8);  // below waits_from: at once
+  ASSERT_EQ(waits_on_advisor().size(), 2u);
   gate.make_resident(nullptr, stream(9), 0);
   gate.close(stream(9), 40);
   gate.make_resident(nullptr, stream(9), 0);
   gate.close(stream(9), 60);
-  const auto waits_on_advisor = [&] {
-    std::vector<uintptr_t> events;
-    for (const Call& c : calls()) {
-      if (c.what == "wait" && c.a == id(stream(7))) events.push_back(c.b);
-    }
-    return events;
-  };
-  const auto recorded_on_launch_stream = [&] {
-    std::vector<uintptr_t> events;
-    for (const Call& c : calls()) {
-      if (c.what == "record" && c.b == id(stream(9))) events.push_back(c.a);
-    }
-    return events;
-  };
   const std::vector<uintptr_t> after = recorded_on_launch_stream();
-  ASSERT_EQ(after.size(), 2u);
-  EXPECT_NE(after[0], after[1]) << "two pending closes need two events";
-  EXPECT_TRUE(waits_on_advisor().empty());
-  gate.order_before(39);
-  EXPECT_TRUE(waits_on_advisor().empty()) << "a migration for an earlier launch does not wait";
-  gate.order_before(40);
-  EXPECT_EQ(waits_on_advisor(), std::vector<uintptr_t>{after[0]});
-  gate.order_before(45);
-  EXPECT_EQ(waits_on_advisor().size(), 1u);
-  waits_off = true;  // the watchdog
-  gate.order_before(45);
-  EXPECT_EQ(waits_on_advisor(), (std::vector<uintptr_t>{after[0], after[1]}));
+  ASSERT_EQ(after.size(), 4u);
+  EXPECT_NE(after[2], after[3]) << "two pending closes need two events";
+  EXPECT_EQ(waits_on_advisor().size(), 2u);
+  gate.hold(39);
+  EXPECT_EQ(waits_on_advisor().size(), 2u) << "a migration for an earlier launch does not wait";
+  gate.hold(40);
+  EXPECT_EQ(waits_on_advisor().back(), after[2]);
+  gate.hold(45);
+  EXPECT_EQ(waits_on_advisor().size(), 3u);
+  words.waits_off = true;  // the watchdog
+  gate.hold(45);
+  EXPECT_EQ(waits_on_advisor().size(), 4u);
+  EXPECT_EQ(waits_on_advisor().back(), after[3]);
   gate.make_resident(nullptr, stream(9), 0);
   gate.close(stream(9), 80);
-  EXPECT_EQ(waits_on_advisor().size(), 3u) << "with the waits off, at once";
+  EXPECT_EQ(waits_on_advisor().size(), 5u) << "with the waits off, at once";
   EXPECT_EQ(gate.stats_json()["closes_deferred"], 2);
   EXPECT_EQ(gate.stats_json()["most_closes_pending"], 2);
+}
+
+// A launch open when the advisor thread asks for a migration for a later launch: hold() waits for
+// its close, which goes to the list, and then orders the advisor's stream after it before the
+// migration (not after it, as a check before the wait would).
+TEST_F(ResidentGateTest, AHoldOrdersAfterALaunchThatClosesWhileItWaits) {
+  ResidentGate gate(d, log, sink);
+  ASSERT_TRUE(gate.set_up(stream(7)));
+  Progress words;
+  words.waits_from = 0;
+  gate.defer(&words);
+  std::atomic<bool> opened{false}, go_close{false};
+  std::thread launcher([&] {
+    gate.make_resident(nullptr, stream(9), 0);
+    opened = true;
+    while (!go_close.load()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    gate.close(stream(9), 20);
+  });
+  while (!opened.load()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  std::thread advisor([&] {
+    auto lock = gate.hold(30);
+    EXPECT_EQ(waits_on_advisor().size(), 1u) << "the migration comes after the launch";
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  go_close = true;
+  launcher.join();
+  advisor.join();
+  ASSERT_EQ(recorded_on_launch_stream().size(), 1u);
+  EXPECT_EQ(waits_on_advisor(), recorded_on_launch_stream());
 }
 
 // Before set_up() there is no advisor stream to order against: nothing is recorded or waited.
@@ -300,7 +343,7 @@ TEST_F(ResidentGateTest, HoldWaitsForAnOpenLaunchToClose) {
   while (!opened.load()) std::this_thread::sleep_for(std::chrono::microseconds(50));
   std::atomic<bool> held{false};
   std::thread advisor([&] {
-    auto lock = gate.hold();
+    auto lock = gate.hold(5);
     EXPECT_TRUE(closed.load()) << "hold() returned while the launch was still open";
     held = true;
   });

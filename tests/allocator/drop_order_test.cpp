@@ -84,14 +84,15 @@ class DropOrderTest : public testing::Test {
     order_->discarded({kBase + first * kPage}, {count * kPage}, kProgram);
     return true;
   }
-  // A free's discard that may wait for prefetches: whether every page may go, and the waits.
-  bool discard_after(uint64_t first, uint64_t count, std::vector<CUevent>* waits) {
+  // A free's discard that may wait for a prefetch: whether every page may go; `wait` as filled.
+  bool discard_after(uint64_t first, uint64_t count, DropOrder::Wait* wait) {
     std::unique_lock<std::mutex> held;
-    waits->clear();
+    *wait = DropOrder::Wait{};
+    wait->stream = kProgram;
     for (uint64_t p = 0; p < count; ++p) {
-      if (!order_->may_discard(kBase + (first + p) * kPage, held, waits)) return false;
+      if (!order_->may_discard(kBase + (first + p) * kPage, held, wait)) return false;
     }
-    if (!order_->wait_for(kProgram, *waits)) return false;
+    if (!order_->wait_for(*wait)) return false;
     order_->discarded({kBase + first * kPage}, {count * kPage}, kProgram);
     return true;
   }
@@ -198,47 +199,61 @@ TEST_F(DropOrderTest, AMigrationWithoutAnEventStopsTheDiscards) {
   EXPECT_EQ(order_->stats().migrations_pending, 1u);
 }
 
-// A page only prefetches cover is discarded after the discard's stream waits for their events
-// (each once); an eviction still keeps it, and so does a prefetch whose calls are being made.
-TEST_F(DropOrderTest, ADiscardWaitsForPrefetchesButNeverForAnEviction) {
+// A page that only prefetches not seen finished cover is discarded after the discard's stream
+// waits for the latest of their events, once a discard (one stream runs them in order), while the
+// advisor allows waits. Any eviction over a page keeps it, before or after a prefetch, and so
+// does a prefetch whose calls are being made.
+TEST_F(DropOrderTest, ADiscardWaitsForTheLatestPrefetchButNeverForAnEviction) {
   migrate(kBase, 2 * kPage, true, true);           // a prefetch of pages 0 and 1
-  migrate(kBase + kPage, kPage, true, true);       // another of page 1
+  migrate(kBase + kPage, kPage, true, true);       // another of page 1: the latest
   migrate(kBase + 4 * kPage, kPage, true, false);  // an eviction of page 4
-  std::vector<CUevent> waits;
-  ASSERT_TRUE(discard_after(0, 2, &waits));
-  ASSERT_EQ(events_.waits.size(), 2u);
+  const uintptr_t latest = events_.recorded.rbegin()->first - 1;
+  DropOrder::Wait wait;
+  EXPECT_FALSE(discard_after(0, 2, &wait)) << "waits are not allowed yet";
+  bool allowed = true;
+  order_->allow_waits([&] { return allowed; });
+  ASSERT_TRUE(discard_after(0, 2, &wait));
+  ASSERT_EQ(events_.waits.size(), 1u);
   EXPECT_EQ(events_.waits[0].first, kProgram);
-  EXPECT_EQ(events_.waits[0].second, reinterpret_cast<uintptr_t>(waits[0]));
-  EXPECT_NE(events_.waits[0].second, events_.waits[1].second);
-  EXPECT_FALSE(discard_after(4, 1, &waits));
-  EXPECT_TRUE(waits.empty());
-  // Without a list of waits (a sweep's discard) a prefetch keeps its pages too.
+  EXPECT_EQ(events_.waits[0].second, latest);
+  EXPECT_FALSE(discard_after(4, 1, &wait));
+  EXPECT_EQ(wait.event, nullptr);
+  // Without a Wait (a sweep's discard) a prefetch keeps its pages too; so with waits disallowed.
   EXPECT_FALSE(discard(0, 1));
+  allowed = false;
+  EXPECT_FALSE(discard_after(1, 1, &wait));
+  allowed = true;
   const DropOrder::Stats s = order_->stats();
   EXPECT_EQ(s.pages_after_waits, 2u);
-  EXPECT_EQ(s.stream_waits, 2u);
+  EXPECT_EQ(s.stream_waits, 1u);
   EXPECT_EQ(s.kept_by_evictions, 1u);
-  EXPECT_EQ(s.pages_kept, 2u);
+  EXPECT_EQ(s.pages_kept, 4u);  // page 0 before allowed, 4, 0 without a Wait, 1 disallowed
   std::vector<DropOrder::Range> parts;
   order_->begin_migration(kBase + 8 * kPage, kPage, true, &parts);  // its calls not yet ended
-  EXPECT_FALSE(discard_after(8, 1, &waits));
-  // A page with one prefetch and one eviction over it stays; the prefetch's event is not kept.
+  EXPECT_FALSE(discard_after(8, 1, &wait));
+  // An eviction over a page keeps it, after a prefetch or before one.
   migrate(kBase + 10 * kPage, kPage, true, true);
   migrate(kBase + 10 * kPage, kPage, true, false);
-  EXPECT_FALSE(discard_after(10, 1, &waits));
-  EXPECT_TRUE(waits.empty());
+  EXPECT_FALSE(discard_after(10, 1, &wait));
+  migrate(kBase + 12 * kPage, kPage, true, false);
+  migrate(kBase + 12 * kPage, kPage, true, true);
+  EXPECT_FALSE(discard_after(12, 1, &wait));
+  EXPECT_EQ(wait.event, nullptr);
+  EXPECT_EQ(order_->stats().kept_by_evictions, 3u);
 }
 
 TEST_F(DropOrderTest, NoWaitOnAStreamBeingCapturedAndAFailedWaitStopsTheDiscards) {
+  order_->allow_waits([] { return true; });
   migrate(kBase, kPage, true, true);
-  std::vector<CUevent> waits;
+  DropOrder::Wait wait;
   events_.capturing = true;
-  EXPECT_FALSE(discard_after(0, 1, &waits));
+  EXPECT_FALSE(discard_after(0, 1, &wait));
   EXPECT_TRUE(events_.waits.empty());
+  EXPECT_EQ(order_->stats().kept_capturing, 1u);
   EXPECT_FALSE(order_->stats().stopped);
   events_.capturing = false;
   events_.fail_wait = true;
-  EXPECT_FALSE(discard_after(0, 1, &waits));
+  EXPECT_FALSE(discard_after(0, 1, &wait));
   EXPECT_EQ(order_->stats().event_failures, 1u);
   EXPECT_TRUE(order_->stats().stopped);
   events_.fail_wait = false;

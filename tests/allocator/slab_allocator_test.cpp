@@ -92,6 +92,7 @@ struct Fakes {
   // "alloc", "free", "ask", "discard", "prefetch" and "record", in the order they happened.
   std::vector<std::string> order;
   std::vector<std::pair<CUstream, CUevent>> waited;  // cuStreamWaitEvent calls
+  bool capturing = false;                            // cuStreamIsCapturing's answer
 };
 Fakes* g = nullptr;
 
@@ -127,7 +128,7 @@ CUresult CUDAAPI fake_stream_wait_event(CUstream stream, CUevent e, unsigned) {
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI fake_stream_is_capturing(CUstream, CUstreamCaptureStatus* status) {
-  *status = CU_STREAM_CAPTURE_STATUS_NONE;
+  *status = g->capturing ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI fake_stream_synchronize(CUstream stream) {
@@ -627,6 +628,7 @@ TEST_F(SlabAllocatorTest, PlannedDiscardsWaitForPrefetchesButKeepTheEvictionsPag
   od.stream_wait_event = &fake_stream_wait_event;
   od.stream_is_capturing = &fake_stream_is_capturing;
   DropOrder order(od);
+  order.allow_waits([] { return true; });  // as the advisor does while launches wait
   ASSERT_TRUE(slabs_->set_discard_mode(DiscardMode::planned, &order));
   g->accept = [](uint64_t) { return true; };
   const CUdeviceptr a = alloc(8 * MiB, kS);
@@ -646,6 +648,31 @@ TEST_F(SlabAllocatorTest, PlannedDiscardsWaitForPrefetchesButKeepTheEvictionsPag
   EXPECT_LT(wait, discard);  // the wait comes first, on the same stream
   EXPECT_EQ(order.stats().pages_after_waits, 1u);
   EXPECT_EQ(order.stats().kept_by_evictions, 1u);
+  slabs_->set_discard_mode(DiscardMode::off);
+}
+
+// On a stream being captured nothing waits: the page a prefetch covers is kept, the others go.
+TEST_F(SlabAllocatorTest, OnACapturedStreamAPrefetchsPageIsKeptAndTheOthersDiscarded) {
+  DropOrder::Driver od;
+  od.event_create = &fake_event_create;
+  od.event_record = &fake_event_record;
+  od.event_query = &fake_event_query;
+  od.stream_wait_event = &fake_stream_wait_event;
+  od.stream_is_capturing = &fake_stream_is_capturing;
+  DropOrder order(od);
+  order.allow_waits([] { return true; });
+  ASSERT_TRUE(slabs_->set_discard_mode(DiscardMode::planned, &order));
+  g->accept = [](uint64_t) { return true; };
+  const CUdeviceptr a = alloc(8 * MiB, kS);
+  std::vector<DropOrder::Range> parts;
+  order.end_migration(order.begin_migration(a + 2 * MiB, 2 * MiB, true, &parts), kT);
+  g->capturing = true;
+  release(a, kS);
+  ASSERT_EQ(g->discards.size(), 1u);
+  EXPECT_EQ(g->discards[0],
+            (DriverCall{.ranges = {{a, 2 * MiB}, {a + 4 * MiB, 4 * MiB}}, .stream = kS}));
+  EXPECT_TRUE(g->waited.empty());
+  EXPECT_EQ(order.stats().kept_capturing, 1u);
   slabs_->set_discard_mode(DiscardMode::off);
 }
 

@@ -332,6 +332,7 @@ TEST_F(TorchDropsTest, ThePagesOfPrefetchesAreDiscardedAfterAWait) {
                    .stream_wait_event = &order_stream_wait_event,
                    .stream_is_capturing = &order_stream_is_capturing});
   g_order_waits.clear();
+  order.allow_waits([] { return true; });  // as the advisor does while launches wait
   TorchBlocks::Drops drops = log_.drops();
   drops.order = &order;
   blocks_.set_drops(std::move(drops));

@@ -9,17 +9,21 @@
 // a migration ran beside the discard itself (docs/lab/2026-12-01-discards-racing-migrations.md).
 //
 // On the host the two sides share one lock, held across a discard call or the choice of a
-// migration's pages. A page that an eviction (to the host) not yet seen finished covers is not
-// discarded: it keeps its dead data (a copy the eviction makes: time, not correctness). A page
-// that only prefetches (to the GPU) not yet seen finished cover is discarded after the discard's
-// stream waits for their events (wait_for()): a free of a block follows its uses, whose launches
-// the prefetch wait already ordered after those prefetches, so the wait is almost always met when
-// the stream reaches it; without it the page stays resident past its free, and a budget of 25%
-// was held at 2.9x (H200, 2026-12-01). The program's stream never waits for an eviction, which
-// the advisor's stream may reach much later. A migration leaves out the pages of discards not yet
-// seen finished (dead pages: nothing to move; a block allocated there since is populated by its
-// allocation or its launch, on its stream). "Seen finished": an event recorded after the call,
-// on its stream, has completed.
+// migration's pages. A page that an eviction (to the host) not yet seen finished covers, or a
+// migration whose calls are still being made, is not discarded: it keeps its dead data (a copy
+// the eviction makes: time, not correctness). A page that only prefetches (to the GPU) not yet
+// seen finished cover is discarded, while the advisor allows waits (allow_waits(): while launches
+// wait for its prefetches through its counter), after the discard's stream waits for the latest
+// of their events (wait_for(); the migrations run in the order issued, on the advisor's one
+// stream, so one wait covers them all, and one wait serves a whole discard): a free of a block
+// follows its uses, whose launches already waited for those prefetches, so the wait is met when
+// the stream gets there. Without it the page stayed resident past its free: the cnn's budget at
+// 25% was held at 2.7-2.9x (H200, 2026-12-01). The program's stream never waits for an
+// eviction, which the advisor's stream may reach much later, nor for anything once the waits are
+// off (a wait on an event cannot be released by the watchdog), nor on a stream being captured.
+// A migration leaves out the pages of discards not yet seen finished (dead pages: nothing to
+// move; a block allocated there since is populated by its allocation or its launch, on its
+// stream). "Seen finished": an event recorded after the call, on its stream, has completed.
 //
 // Not covered: a migration beside the first writes to a page whose discard has finished and
 // which nothing populated (the probe lost data so once in 200 rounds): where a plan that does not
@@ -31,10 +35,10 @@
 //
 // Threads: any. The discard side asks may_discard() for each candidate page (the first call takes
 // this object's lock into the caller's `held`: a free with no candidate takes no lock), calls
-// wait_for() with the events it was given, queues its discard and calls discarded(), all under
+// wait_for() with the Wait it filled, queues its discard and calls discarded(), all under
 // that lock (taken inside its allocator's mutex: the lock order is allocator, then this). The
 // migration side calls begin_migration() and, after its calls, end_migration(). Nothing here
-// calls out but the driver functions below.
+// calls out but the driver functions below and allow_waits()'s function (under the lock).
 #pragma once
 
 #include <cuda.h>
@@ -43,6 +47,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -65,8 +70,9 @@ class DropOrder {
   struct Stats {
     uint64_t pages_kept = 0;  // discards left out: a migration not seen finished covered them
     uint64_t kept_by_evictions = 0;  // of them, an eviction covered
-    uint64_t pages_after_waits = 0;  // discarded after the stream waited for prefetches
-    uint64_t stream_waits = 0;       // the waits (cuStreamWaitEvent)
+    uint64_t pages_after_waits = 0;  // discarded after the stream waited for a prefetch
+    uint64_t stream_waits = 0;       // the waits (cuStreamWaitEvent), one a discard at most
+    uint64_t kept_capturing = 0;     // of pages_kept, on a stream being captured
     uint64_t migrations_cut = 0;     // migrations that left pages out
     uint64_t pages_left_out = 0;     // the pages they left out (a page counted once a migration)
     uint64_t event_failures = 0;     // events that could not be made or recorded
@@ -81,21 +87,29 @@ class DropOrder {
   DropOrder(const DropOrder&) = delete;
   DropOrder& operator=(const DropOrder&) = delete;
 
+  // What one discard waits for before it is made: the latest prefetch event its pages asked for.
+  struct Wait {
+    CUstream stream = nullptr;  // the discard's
+    CUevent event = nullptr;    // none: no wait
+    uint64_t ticket = 0;
+    int capturing = -1;  // the stream, asked once: -1 not yet, 0 no, 1 yes (or the query failed)
+  };
   // The discard side. Whether the 2 MiB page at `page` may be discarded now; takes the lock into
-  // `held` unless it holds it already. With `waits`, a page that only prefetches cover whose
-  // calls have ended may be discarded once the discard's stream waits for their events, which are
-  // added to *waits (each once).
-  bool may_discard(uint64_t page, std::unique_lock<std::mutex>& held,
-                   std::vector<CUevent>* waits = nullptr);
-  // Under that lock, before the discard call: `stream` waits for those events. False: the discard
-  // must not be made (the stream is being captured into a graph, or a wait failed, which stops
-  // the discards as an event failure does).
-  bool wait_for(CUstream stream, const std::vector<CUevent>& waits);
+  // `held` unless it holds it already. With `wait` (a free's discard), a page that only
+  // prefetches not seen finished cover, their calls ended, may be discarded once the discard's
+  // stream waits for `wait->event` (set to the latest such prefetch's), if waits are allowed and
+  // the stream is not being captured.
+  bool may_discard(uint64_t page, std::unique_lock<std::mutex>& held, Wait* wait = nullptr);
+  // Under that lock, before the discard call: its stream waits for the event asked for, if any.
+  // False: the wait failed, which stops the discards as an event failure does; discard nothing.
+  bool wait_for(const Wait& wait);
+  // Whether discards may wait for prefetches now (called under the lock; empty: never, the
+  // default). The advisor sets it while launches wait on its counter, and clears it at its end.
+  void allow_waits(std::function<bool()> allowed);
   // Under that lock: a discard of these ranges (whole pages) was just queued on `stream`. If no
-  // event can be
-  // recorded after it, its pages stay out of every migration from then on (event_failures).
-  // After any event failure, on either side, may_discard() refuses every page (stopped): what is
-  // kept stays bounded, and discards are only ever a saving.
+  // event can be recorded after it, its pages stay out of every migration from then on
+  // (event_failures). After any event failure, on either side, may_discard() refuses every page
+  // (stopped): what is kept stays bounded, and discards are only ever a saving.
   void discarded(const std::vector<CUdeviceptr>& starts, const std::vector<size_t>& sizes,
                  CUstream stream);
 
@@ -137,6 +151,7 @@ class DropOrder {
   std::vector<CUevent> spare_;
   uint64_t next_ticket_ = 1;
   bool stopped_ = false;
+  std::function<bool()> waits_allowed_;
   Stats stats_;
 };
 

@@ -226,8 +226,9 @@ class SlabAllocator final : public BlockFinder {
   // `order` is order_'s lock (or none), held since the pages were chosen: let go once the
   // discard is queued and told, before any synchronizing.
   uint64_t discard_ranges(CUstream stream, bool synchronize, std::unique_lock<std::mutex> order);
-  bool may_discard(uint64_t page, std::unique_lock<std::mutex>& order) {
-    return !order_ || order_->may_discard(page, order);
+  bool may_discard(uint64_t page, std::unique_lock<std::mutex>& order,
+                   DropOrder::Wait* wait = nullptr) {
+    return !order_ || order_->may_discard(page, order, wait);
   }
   void stop_discarding(const char* call, CUresult status);
   std::map<uint64_t, Block>::iterator find_fit(uint64_t size, bool small, uint64_t tag);

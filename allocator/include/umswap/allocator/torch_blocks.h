@@ -153,7 +153,6 @@ class TorchBlocks final : public BlockFinder {
   uint64_t discarded_bytes_ = 0, populated_bytes_ = 0, deferred_bytes_ = 0;  // under mutex_
   std::vector<CUdeviceptr> starts_;  // under mutex_: the batch being made (its capacity kept)
   std::vector<size_t> sizes_;
-  std::vector<CUevent> waits_;  // under mutex_: the events a discard waits for (drop_order.h)
 };
 
 }  // namespace umswap

@@ -145,10 +145,14 @@ std::unique_lock<std::mutex> ResidentGate::hold(uint64_t g) {
   // from here on waits for this migration (make_resident), so only those closed so far count.
   if (!pending_.empty()) {
     const Progress* w = words_.load(std::memory_order_acquire);
-    const bool all = !w || w->waits_off.load(std::memory_order_acquire);
+    // No launch waits on the counter any more (the watchdog, or no plan's waits): all of them.
+    const bool all = !w || w->waits_off.load(std::memory_order_acquire) ||
+                     w->waits_from.load(std::memory_order_acquire) == UINT64_MAX;
     // With several launching threads a later close may name an earlier launch: the whole list.
     std::erase_if(pending_, [&](const std::pair<uint64_t, CUevent>& c) {
-      if (!all && c.first > g) return false;
+      // Not launch g's own: it may wait on the counter for g's actions, this migration among
+      // them, and so runs after it anyway (waiting for it here would deadlock the two streams).
+      if (!all && c.first >= g) return false;
       order_after(c.second);
       return true;
     });

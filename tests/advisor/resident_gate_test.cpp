@@ -276,6 +276,8 @@ TEST_F(ResidentGateTest, ClosesWaitForTheMigrationsOfTheirOwnLaunchOnWhileLaunch
   gate.hold(39);
   EXPECT_EQ(waits_on_advisor().size(), 2u) << "a migration for an earlier launch does not wait";
   gate.hold(40);
+  EXPECT_EQ(waits_on_advisor().size(), 2u) << "nor one for the launch itself (it waits for them)";
+  gate.hold(41);
   EXPECT_EQ(waits_on_advisor().back(), after[2]);
   gate.hold(45);
   EXPECT_EQ(waits_on_advisor().size(), 3u);
@@ -288,6 +290,23 @@ TEST_F(ResidentGateTest, ClosesWaitForTheMigrationsOfTheirOwnLaunchOnWhileLaunch
   EXPECT_EQ(waits_on_advisor().size(), 5u) << "with the waits off, at once";
   EXPECT_EQ(gate.stats_json()["closes_deferred"], 2);
   EXPECT_EQ(gate.stats_json()["most_closes_pending"], 2);
+}
+
+// A plan dropped (its waits gone: waits_from back to UINT64_MAX): the pending closes order the
+// advisor's stream at its next migration, whatever launch that is for.
+TEST_F(ResidentGateTest, PendingClosesOrderTheStreamOnceNoLaunchWaits) {
+  ResidentGate gate(d, log, sink);
+  ASSERT_TRUE(gate.set_up(stream(7)));
+  Progress words;
+  words.waits_from = 0;
+  gate.defer(&words);
+  gate.make_resident(nullptr, stream(9), 0);
+  gate.close(stream(9), 50);
+  gate.hold(10);
+  EXPECT_TRUE(waits_on_advisor().empty());
+  words.waits_from = UINT64_MAX;
+  gate.hold(10);
+  EXPECT_EQ(waits_on_advisor(), recorded_on_launch_stream());
 }
 
 // A launch open when the advisor thread asks for a migration for a later launch: hold() waits for

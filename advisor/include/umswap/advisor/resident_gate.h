@@ -4,18 +4,19 @@
 // its memory: the launch waits for those issued before it (make_resident), the advisor thread
 // issues none while one is between the two (hold()), and those issued after it wait for it
 // (close()): at once, or, for a launch the advisor's counter waits cover (defer()), before the
-// advisor's first migration for that launch or a later one (hold(g)).
+// advisor's first migration for a later launch (hold(g)).
 //
 // Why not at once: the advisor is often hundreds of launches behind the program. A migration it
 // issues late for an earlier launch L is one the program's stream waits for before L (the
 // counter, UMSWAP_PREFETCH_WAIT), and L comes before the resident launch R in that stream: had the
 // advisor's stream waited for R first, neither stream could go on until the watchdog released
 // the launches after 2 s and turned the waits off (23 of the correctness matrix's 24 decoder and
-// masked-LM rows, H200, 2026-12-01). Such a late migration for an earlier launch may run beside
-// R. It does not move what R uses, as far as the plan knows it: an eviction of one of R's ranges
-// before R is followed by a prefetch of it, and R waits for that through the counter. What R's
-// parameters reach past the plan's ranges (make_resident() prefetches to the end of a block or
-// an allocation) is not covered. Closes of launches the counter does not cover (before the
+// masked-LM rows, H200, 2026-12-01). The same holds for R's own migrations (a prefetch at R's own
+// step, which R waits for through the counter). Such a late migration for R or an earlier launch
+// may run beside R. It does not move what R uses, as far as the plan knows it: an eviction of one
+// of R's ranges before R is followed by a prefetch of it, and R waits for that through the counter.
+// What R's parameters reach past the plan's ranges (make_resident() prefetches to the end of a
+// block or an allocation) is not covered. Closes of launches the counter does not cover (before the
 // waits start, without a plan, once the watchdog turned the waits off) order the advisor's stream
 // at once, and the pending ones do at the advisor's next migration once the waits are off.
 //
@@ -69,8 +70,8 @@ class ResidentGate {
   void defer(const Progress* words) { words_.store(words, std::memory_order_release); }
   // Advisor thread, before a migration for launch `g`: the returned lock held, no such launch is
   // between make_resident() and close() (or 1 s has passed: counted, a launch whose close never
-  // came), and the advisor's stream waits for the closed ones up to g (all of them once the
-  // waits are off).
+  // came), and the advisor's stream waits for the closed ones before g (all of them once no
+  // launch waits on the counter).
   std::unique_lock<std::mutex> hold(uint64_t g);
 
   nlohmann::json stats_json() const;

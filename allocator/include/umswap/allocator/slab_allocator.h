@@ -268,7 +268,6 @@ class SlabAllocator final : public BlockFinder {
   uint64_t retired_ = 0;  // streams that ended
   DiscardMode discard_mode_ = DiscardMode::off;
   DropOrder* order_ = nullptr;
-  std::vector<CUevent> waits_;             // under mutex_: the events a free's discard waits for
   std::set<uint64_t> discarded_;           // discarded pages (2 MiB aligned) not handed out since
   std::vector<CUdeviceptr> range_starts_;  // scratch for the batched driver calls
   std::vector<size_t> range_sizes_;

@@ -198,12 +198,15 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
   if (!a.words.progress_device) return;
   // A launch waits for the counter to reach `value` (at most once: the larger of its waits).
   uint64_t value = 0;
+  uint64_t covered = 0;  // every action of the launches up to it is done once the wait is met
   bool evict_wait = false;
   if (a.config.prefetch_wait && p->wait_ahead[phase] != UINT32_MAX &&
       index >= p->wait_ahead[phase]) {
     const uint64_t issued_at = index - p->wait_ahead[phase];
-    if (issued_at >= a.words.waits_from.load(std::memory_order_acquire))
+    if (issued_at >= a.words.waits_from.load(std::memory_order_acquire)) {
       value = actions_done(issued_at);
+      covered = issued_at;
+    }
   }
   // UMSWAP_EVICT_WAIT: the evictions that must be done for this launch to run within the budget
   // (Plan::room_wait_back), not before the advisor has waits on.
@@ -212,12 +215,15 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
       index >= room_wait[phase] && index >= a.words.waits_from.load() &&
       evictions_done(index - room_wait[phase]) > value) {
     value = evictions_done(index - room_wait[phase]);
+    covered = index - room_wait[phase];  // its evictions only: all of the launches before it
+    covered = covered > 0 ? covered - 1 : 0;
     evict_wait = true;
   }
   if (value == 0) return;
   if (a.d.stream_wait_value64(stream, a.words.progress_device, value, CU_STREAM_WAIT_VALUE_GEQ) ==
       CUDA_SUCCESS) {
     (evict_wait ? a.evict_waits_placed : a.waits_placed).fetch_add(1, std::memory_order_relaxed);
+    if (covered > 0) a.resident.note_counter_wait(stream, covered);  // resident_gate.h
     raise_to(a.words.highest_wait, value + 1);
     a.watchdog.launch_waits().note(index, stream, 0, value);
   }
@@ -354,7 +360,7 @@ bool AdvisorImpl::discard_page(uint64_t page) {
 
 void Advisor::after_step(uint64_t index, CUstream stream) {
   AdvisorImpl& a = *impl_;
-  a.resident.close(stream, index);
+  a.resident.close(stream);
   if (!a.context.load(std::memory_order_relaxed)) {
     CUcontext c = nullptr;
     if (a.d.ctx_get_current(&c) == CUDA_SUCCESS && c) a.context.store(c);
@@ -690,6 +696,12 @@ void AdvisorImpl::migrate(uint64_t address, uint64_t length, bool to_gpu, uint64
   CUmemLocation where{};
   where.type = to_gpu ? CU_MEM_LOCATION_TYPE_DEVICE : CU_MEM_LOCATION_TYPE_HOST;
   where.id = to_gpu ? device : 0;
+  // The watchdog released the launches on the host: a lower counter value still queued on this
+  // stream must not take the release back, before any close is waited for (resident_gate.h).
+  if (!stream_released && words.progress_device && words.waits_off.load()) {
+    d.stream_write_value64(stream, words.progress_device, kReleased, 0);
+    stream_released = true;
+  }
   std::unique_lock held = resident.hold(launch);
   const auto t0 = std::chrono::steady_clock::now();
   CUresult r = CUDA_SUCCESS;

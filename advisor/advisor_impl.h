@@ -137,6 +137,7 @@ class AdvisorImpl final : public EvictorHost {
   Progress words;
   // Launches of kernels that must find their memory on the GPU (resident_gate.h).
   ResidentGate resident{d, steps, residency};
+  bool stream_released = false;  // advisor thread: kReleased written on `stream` after waits_off
   Registry* registry = nullptr;
 
   // Launch path.

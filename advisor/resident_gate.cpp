@@ -96,15 +96,27 @@ void ResidentGate::order_after(CUevent e) {
   spare_.push_back(e);  // the wait took the record it had: it may be recorded again
 }
 
-bool ResidentGate::deferring(uint64_t index) const {
+bool ResidentGate::deferring() const {
   const Progress* w = words_.load(std::memory_order_acquire);
   return w && !w->waits_off.load(std::memory_order_acquire) &&
-         index >= w->waits_from.load(std::memory_order_acquire);  // UINT64_MAX: no plan waits
+         w->waits_from.load(std::memory_order_acquire) != UINT64_MAX;
 }
 
-// The advisor's migrations issued after it wait for it: from now on, or from those for its launch
-// on (the contract above).
-void ResidentGate::close(CUstream s, uint64_t index) {
+void ResidentGate::note_counter_wait(CUstream s, uint64_t covered) {
+  if (!words_.load(std::memory_order_relaxed)) return;  // closes never wait in the list
+  std::lock_guard lock(mutex_);
+  for (auto& [stream, b] : covered_) {
+    if (stream == s) {
+      b = std::max(b, covered);
+      return;
+    }
+  }
+  covered_.emplace_back(s, covered);
+}
+
+// The advisor's migrations issued after it wait for it: from now on, or from those for a launch
+// past what its stream waited for (the contract above).
+void ResidentGate::close(CUstream s) {
   if (!t_open) return;
   std::lock_guard lock(mutex_);
   t_open = false;
@@ -115,11 +127,14 @@ void ResidentGate::close(CUstream s, uint64_t index) {
     gate_failures_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  if (!deferring(index)) {
+  const auto waited =
+      std::find_if(covered_.begin(), covered_.end(),
+                   [s](const std::pair<CUstream, uint64_t>& c) { return c.first == s; });
+  if (!deferring() || waited == covered_.end()) {
     order_after(e);
     return;
   }
-  pending_.emplace_back(index, e);
+  pending_.emplace_back(waited->second, e);
   deferred_.fetch_add(1, std::memory_order_relaxed);
   if (pending_.size() > most_pending_.load(std::memory_order_relaxed)) {
     most_pending_.store(pending_.size(), std::memory_order_relaxed);
@@ -144,14 +159,10 @@ std::unique_lock<std::mutex> ResidentGate::hold(uint64_t g) {
   // Under the same lock as the wait above, held until the migration is issued: a launch opening
   // from here on waits for this migration (make_resident), so only those closed so far count.
   if (!pending_.empty()) {
-    const Progress* w = words_.load(std::memory_order_acquire);
-    // No launch waits on the counter any more (the watchdog, or no plan's waits): all of them.
-    const bool all = !w || w->waits_off.load(std::memory_order_acquire) ||
-                     w->waits_from.load(std::memory_order_acquire) == UINT64_MAX;
-    // With several launching threads a later close may name an earlier launch: the whole list.
+    const bool all = !deferring();
     std::erase_if(pending_, [&](const std::pair<uint64_t, CUevent>& c) {
-      // Not launch g's own: it may wait on the counter for g's actions, this migration among
-      // them, and so runs after it anyway (waiting for it here would deadlock the two streams).
+      // Migrations for launches up to B run before the launch (its stream waited for them):
+      // waiting for it there would deadlock the two streams.
       if (!all && c.first >= g) return false;
       order_after(c.second);
       return true;

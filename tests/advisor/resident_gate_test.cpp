@@ -156,7 +156,7 @@ TEST_F(ResidentGateTest, PrefetchesWhatTheParametersReachAndTellsTheSink) {
   hits[1].pointer = 64 * kP;
   hits[1].limit = 64 * kP + 3 * kP + 1;
   gate.make_resident(&hits, stream(9), 0);
-  gate.close(stream(9), 5);
+  gate.close(stream(9));
 
   std::vector<LaunchReach> reaches;
   for (const tracer::PointerHit& h : hits) {
@@ -193,7 +193,7 @@ TEST_F(ResidentGateTest, AFailedPrefetchIsCountedAndNotToldAsResident) {
   hits[0].pointer = 4 * kP;
   g_fail_prefetch = true;
   gate.make_resident(&hits, stream(9), 0);
-  gate.close(stream(9), 5);
+  gate.close(stream(9));
   EXPECT_TRUE(sink.populates.empty());
   EXPECT_EQ(gate.stats_json()["failed_calls"], 1);
   EXPECT_EQ(gate.stats_json()["prefetch_calls"], 0);
@@ -203,7 +203,7 @@ TEST_F(ResidentGateTest, AnUnscannedLaunchIsCountedAndPrefetchesNothing) {
   ResidentGate gate(d, log, sink);
   ASSERT_TRUE(gate.set_up(stream(7)));
   gate.make_resident(nullptr, stream(9), 0);
-  gate.close(stream(9), 5);
+  gate.close(stream(9));
   EXPECT_TRUE(sink.populates.empty());
   EXPECT_EQ(gate.stats_json()["unscanned_launches"], 1);
 }
@@ -214,7 +214,7 @@ TEST_F(ResidentGateTest, OrdersTheLaunchBetweenTheAdvisorsMigrations) {
   ResidentGate gate(d, log, sink);
   ASSERT_TRUE(gate.set_up(stream(7)));
   gate.make_resident(nullptr, stream(9), 0);
-  gate.close(stream(9), 5);
+  gate.close(stream(9));
   const std::vector<Call> c = calls();
   ASSERT_EQ(c.size(), 4u);
   EXPECT_EQ(c[0].what, "record");
@@ -248,46 +248,45 @@ std::vector<uintptr_t> recorded_on_launch_stream() {
   return events;
 }
 
-// While the counter's waits cover a launch, its close waits in a list: the advisor's stream waits
-// for it only before a migration for its launch or a later one, so that the migrations for
-// earlier launches, which those launches wait for, are not held behind it. A launch the waits do
-// not cover (before waits_from) closes at once. Once the waits are off every pending close orders
-// the stream at the next migration, and later ones at once.
-TEST_F(ResidentGateTest, ClosesWaitForTheMigrationsOfTheirOwnLaunchOnWhileLaunchesWait) {
+// While launches wait on the counter, a close waits in a list under B, the highest launch whose
+// actions its stream waited for: the advisor's stream waits for it only before a migration for a
+// launch past B. Migrations up to B, which the launch's stream waits for, are not held behind it.
+// A stream that waited for nothing closes at once; once the waits are off every pending close
+// orders the stream at the next migration, and later ones at once.
+TEST_F(ResidentGateTest, ClosesWaitForMigrationsPastWhatTheirStreamWaitedFor) {
   ResidentGate gate(d, log, sink);
   ASSERT_TRUE(gate.set_up(stream(7)));
   Progress words;
+  words.waits_from = 0;
   gate.defer(&words);
   gate.make_resident(nullptr, stream(9), 0);
-  gate.close(stream(9), 5);  // no plan's waits yet (waits_from UINT64_MAX): at once
+  gate.close(stream(9));  // its stream waited for nothing: at once
   ASSERT_EQ(waits_on_advisor().size(), 1u);
-  words.waits_from = 10;
+  gate.note_counter_wait(stream(9), 30);
+  gate.note_counter_wait(stream(8), 70);  // another stream's wait changes nothing here
   gate.make_resident(nullptr, stream(9), 0);
-  gate.close(stream(9), 8);  // below waits_from: at once
-  ASSERT_EQ(waits_on_advisor().size(), 2u);
+  gate.close(stream(9));
+  gate.note_counter_wait(stream(9), 50);
   gate.make_resident(nullptr, stream(9), 0);
-  gate.close(stream(9), 40);
-  gate.make_resident(nullptr, stream(9), 0);
-  gate.close(stream(9), 60);
+  gate.close(stream(9));
   const std::vector<uintptr_t> after = recorded_on_launch_stream();
-  ASSERT_EQ(after.size(), 4u);
-  EXPECT_NE(after[2], after[3]) << "two pending closes need two events";
+  ASSERT_EQ(after.size(), 3u);
+  EXPECT_NE(after[1], after[2]) << "two pending closes need two events";
+  EXPECT_EQ(waits_on_advisor().size(), 1u);
+  gate.hold(30);
+  EXPECT_EQ(waits_on_advisor().size(), 1u) << "a migration its stream waited for does not wait";
+  gate.hold(31);
   EXPECT_EQ(waits_on_advisor().size(), 2u);
-  gate.hold(39);
-  EXPECT_EQ(waits_on_advisor().size(), 2u) << "a migration for an earlier launch does not wait";
-  gate.hold(40);
-  EXPECT_EQ(waits_on_advisor().size(), 2u) << "nor one for the launch itself (it waits for them)";
-  gate.hold(41);
-  EXPECT_EQ(waits_on_advisor().back(), after[2]);
+  EXPECT_EQ(waits_on_advisor().back(), after[1]);
   gate.hold(45);
-  EXPECT_EQ(waits_on_advisor().size(), 3u);
+  EXPECT_EQ(waits_on_advisor().size(), 2u);
   words.waits_off = true;  // the watchdog
   gate.hold(45);
-  EXPECT_EQ(waits_on_advisor().size(), 4u);
-  EXPECT_EQ(waits_on_advisor().back(), after[3]);
+  EXPECT_EQ(waits_on_advisor().size(), 3u);
+  EXPECT_EQ(waits_on_advisor().back(), after[2]);
   gate.make_resident(nullptr, stream(9), 0);
-  gate.close(stream(9), 80);
-  EXPECT_EQ(waits_on_advisor().size(), 5u) << "with the waits off, at once";
+  gate.close(stream(9));
+  EXPECT_EQ(waits_on_advisor().size(), 4u) << "with the waits off, at once";
   EXPECT_EQ(gate.stats_json()["closes_deferred"], 2);
   EXPECT_EQ(gate.stats_json()["most_closes_pending"], 2);
 }
@@ -300,8 +299,9 @@ TEST_F(ResidentGateTest, PendingClosesOrderTheStreamOnceNoLaunchWaits) {
   Progress words;
   words.waits_from = 0;
   gate.defer(&words);
+  gate.note_counter_wait(stream(9), 50);
   gate.make_resident(nullptr, stream(9), 0);
-  gate.close(stream(9), 50);
+  gate.close(stream(9));
   gate.hold(10);
   EXPECT_TRUE(waits_on_advisor().empty());
   words.waits_from = UINT64_MAX;
@@ -318,12 +318,13 @@ TEST_F(ResidentGateTest, AHoldOrdersAfterALaunchThatClosesWhileItWaits) {
   Progress words;
   words.waits_from = 0;
   gate.defer(&words);
+  gate.note_counter_wait(stream(9), 20);
   std::atomic<bool> opened{false}, go_close{false};
   std::thread launcher([&] {
     gate.make_resident(nullptr, stream(9), 0);
     opened = true;
     while (!go_close.load()) std::this_thread::sleep_for(std::chrono::microseconds(50));
-    gate.close(stream(9), 20);
+    gate.close(stream(9));
   });
   while (!opened.load()) std::this_thread::sleep_for(std::chrono::microseconds(50));
   std::thread advisor([&] {
@@ -342,7 +343,7 @@ TEST_F(ResidentGateTest, AHoldOrdersAfterALaunchThatClosesWhileItWaits) {
 TEST_F(ResidentGateTest, BeforeSetUpNoOrderIsPlaced) {
   ResidentGate gate(d, log, sink);
   gate.make_resident(nullptr, stream(9), 0);
-  gate.close(stream(9), 5);
+  gate.close(stream(9));
   EXPECT_TRUE(calls().empty());
 }
 
@@ -357,7 +358,7 @@ TEST_F(ResidentGateTest, HoldWaitsForAnOpenLaunchToClose) {
     opened = true;
     while (!go_close.load()) std::this_thread::sleep_for(std::chrono::microseconds(50));
     closed = true;
-    gate.close(stream(9), 5);
+    gate.close(stream(9));
   });
   while (!opened.load()) std::this_thread::sleep_for(std::chrono::microseconds(50));
   std::atomic<bool> held{false};

@@ -3,22 +3,24 @@
 // GPU on its own stream first, and no migration of the advisor's runs beside it that could move
 // its memory: the launch waits for those issued before it (make_resident), the advisor thread
 // issues none while one is between the two (hold()), and those issued after it wait for it
-// (close()): at once, or, for a launch the advisor's counter waits cover (defer()), before the
-// advisor's first migration for a later launch (hold(g)).
+// (close()): at once, or, while launches wait on the advisor's counter (defer()), before the
+// advisor's first migration for a launch past B (hold(g), g > B), where B is the highest launch
+// whose actions the launch's stream has waited for through the counter, up to and including the
+// launch itself (note_counter_wait()).
 //
 // Why not at once: the advisor is often hundreds of launches behind the program. A migration it
 // issues late for an earlier launch L is one the program's stream waits for before L (the
 // counter, UMSWAP_PREFETCH_WAIT), and L comes before the resident launch R in that stream: had the
 // advisor's stream waited for R first, neither stream could go on until the watchdog released
 // the launches after 2 s and turned the waits off (23 of the correctness matrix's 24 decoder and
-// masked-LM rows, H200, 2026-12-01). The same holds for R's own migrations (a prefetch at R's own
-// step, which R waits for through the counter). Such a late migration for R or an earlier launch
-// may run beside R. It does not move what R uses, as far as the plan knows it: an eviction of one
-// of R's ranges before R is followed by a prefetch of it, and R waits for that through the counter.
-// What R's parameters reach past the plan's ranges (make_resident() prefetches to the end of a
-// block or an allocation) is not covered. Closes of launches the counter does not cover (before the
-// waits start, without a plan, once the watchdog turned the waits off) order the advisor's stream
-// at once, and the pending ones do at the advisor's next migration once the waits are off.
+// masked-LM rows, H200, 2026-12-01). Keyed by B, nothing rests on the plan: the advisor's
+// migrations for launches up to B finish before R runs (R's stream waited for them), and those
+// for later launches wait for R; R's close depends on counter values up to B's, which the
+// advisor's stream writes before any migration for a later launch, so no cycle forms. A stream
+// that waited for nothing orders at once. Once no launch waits on the counter (the watchdog
+// turned the waits off: its release does not mean the actions are done; or no plan's waits are
+// in force), closes order the advisor's stream at once, and the pending ones do at the advisor's
+// next migration.
 //
 // Threads: set_up() and defer() on the advisor thread, once, before any of its migrations;
 // needs(), make_resident() and close() on the launching threads (any of them); hold() on the
@@ -62,16 +64,18 @@ class ResidentGate {
   // its parameters point at (`hits`; null: not scanned) goes to `device` on `s`. Pointers the
   // parameters do not show (a table in device memory) are not covered.
   void make_resident(const std::vector<tracer::PointerHit>* hits, CUstream s, CUdevice device);
-  // After launch `index` is submitted on `s` (every launch: a no-op unless make_resident()
-  // opened).
-  void close(CUstream s, uint64_t index);
-  // Closes of launches the counter's waits cover (index >= words->waits_from, the waits not
-  // turned off) wait in a list for hold(): set by the advisor thread once its counter exists.
+  // Launch path, when a launch on `s` is made to wait for the counter: every action of the
+  // launches up to `covered` is done once that wait is met.
+  void note_counter_wait(CUstream s, uint64_t covered);
+  // After the launch is submitted on `s` (every launch: a no-op unless make_resident() opened).
+  void close(CUstream s);
+  // Closes may wait in a list for hold() while `words` shows launches waiting on the counter: set
+  // by the advisor thread once its counter exists.
   void defer(const Progress* words) { words_.store(words, std::memory_order_release); }
   // Advisor thread, before a migration for launch `g`: the returned lock held, no such launch is
   // between make_resident() and close() (or 1 s has passed: counted, a launch whose close never
-  // came), and the advisor's stream waits for the closed ones before g (all of them once no
-  // launch waits on the counter).
+  // came), and the advisor's stream waits for the closed ones whose B is below g (all of them
+  // once no launch waits on the counter).
   std::unique_lock<std::mutex> hold(uint64_t g);
 
   nlohmann::json stats_json() const;
@@ -88,16 +92,17 @@ class ResidentGate {
   std::mutex mutex_;
   int open_ = 0;  // launches between make_resident() and close(), under mutex_
   CUevent before_ = nullptr;
-  std::atomic<const Progress*> words_{nullptr};       // set: closes may wait (defer())
-  std::deque<std::pair<uint64_t, CUevent>> pending_;  // under mutex_: closed, launch order
-  std::vector<CUevent> spare_;                        // under mutex_: events to record again
+  std::atomic<const Progress*> words_{nullptr};         // set: closes may wait (defer())
+  std::deque<std::pair<uint64_t, CUevent>> pending_;    // under mutex_: closed, by B (contract)
+  std::vector<std::pair<CUstream, uint64_t>> covered_;  // under mutex_: each stream's B so far
+  std::vector<CUevent> spare_;                          // under mutex_: events to record again
   std::atomic<bool> ready_{false};  // set_up() done: no migration was issued before
   std::atomic<uint64_t> launches_{0}, calls_{0}, bytes_{0}, failures_{0}, unscanned_{0},
       call_ns_{0};
   std::atomic<uint64_t> gate_failures_{0}, gate_timeouts_{0}, gate_waits_{0}, deferred_{0},
       most_pending_{0};
-  // Whether the close of launch `index` may wait in the list (the contract above).
-  bool deferring(uint64_t index) const;
+  // Whether closes may wait in the list now (the contract above).
+  bool deferring() const;
   CUevent take_event();  // under mutex_; null: none could be made
   // Under mutex_: the advisor's stream waits for `e`, which goes back to spare_.
   void order_after(CUevent e);

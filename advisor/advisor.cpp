@@ -33,6 +33,7 @@
 #include "umswap/advisor/resident_gate.h"
 #include "umswap/advisor/watchdog.h"
 #include "umswap/allocator/driver_api.h"
+#include "umswap/allocator/drop_order.h"
 #include "umswap/allocator/managed_allocator.h"
 #include "umswap/allocator/placement.h"
 #include "umswap/core/driver_lock.h"
@@ -215,8 +216,8 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
       index >= room_wait[phase] && index >= a.words.waits_from.load() &&
       evictions_done(index - room_wait[phase]) > value) {
     value = evictions_done(index - room_wait[phase]);
-    covered = index - room_wait[phase];  // its evictions only: all of the launches before it
-    covered = covered > 0 ? covered - 1 : 0;
+    // Its evictions only: every action of the launches before it.
+    covered = index - room_wait[phase] > 0 ? index - room_wait[phase] - 1 : 0;
     evict_wait = true;
   }
   if (value == 0) return;

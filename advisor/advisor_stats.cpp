@@ -5,6 +5,7 @@
 
 #include "advisor_impl.h"
 #include "umswap/advisor/advisor.h"
+#include "umswap/allocator/drop_order.h"
 #include "umswap/core/stats_schema.h"
 
 namespace umswap::advisor {

@@ -233,13 +233,12 @@ void TorchBlocks::discard_free_pages(uint64_t address, uint64_t bytes, uint64_t 
   if (starts_.empty()) return;
   // After the prefetch the order names (drop_order.h), or not at all.
   if (drops_.order && !drops_.order->wait_for(wait)) return;
-  const CUstream on = wait.stream;
   if (!drops_.discard(starts_, sizes_, stream)) {
     stop_drops("cuMemDiscardBatchAsync");
     return;
   }
   if (drops_.order) {
-    drops_.order->discarded(starts_, sizes_, on);
+    drops_.order->discarded(starts_, sizes_, wait.stream);
     order.unlock();
   }
   for (size_t i = 0; i < starts_.size(); ++i) {

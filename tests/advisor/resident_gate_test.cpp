@@ -230,22 +230,23 @@ TEST_F(ResidentGateTest, OrdersTheLaunchBetweenTheAdvisorsMigrations) {
   EXPECT_NE(c[0].a, c[2].a);
 }
 
-// The advisor's stream waits for a resident launch (events recorded on the launch's stream).
-std::vector<uintptr_t> waits_on_advisor() {
+// The events of the fake driver's calls named `what` on stream `on` ("wait": the events the
+// stream waited for; "record": the events recorded on it).
+std::vector<uintptr_t> events_of(const std::string& what, CUstream on) {
   std::lock_guard lock(g_mutex);
   std::vector<uintptr_t> events;
+  const bool wait = what == "wait";  // a wait names (stream, event), a record (event, stream)
   for (const Call& c : g_calls) {
-    if (c.what == "wait" && c.a == id(stream(7))) events.push_back(c.b);
+    if (c.what == what && (wait ? c.a : c.b) == id(on)) events.push_back(wait ? c.b : c.a);
   }
   return events;
 }
+// The advisor's stream (7) waiting for a resident launch; events recorded on the launch's (9).
+std::vector<uintptr_t> waits_on_advisor() {
+  return events_of("wait", stream(7));
+}
 std::vector<uintptr_t> recorded_on_launch_stream() {
-  std::lock_guard lock(g_mutex);
-  std::vector<uintptr_t> events;
-  for (const Call& c : g_calls) {
-    if (c.what == "record" && c.b == id(stream(9))) events.push_back(c.a);
-  }
-  return events;
+  return events_of("record", stream(9));
 }
 
 // While launches wait on the counter, a close waits in a list under B, the highest launch whose

@@ -135,6 +135,14 @@ CUresult CUDAAPI fake_stream_synchronize(CUstream stream) {
   g->stream_synchronizes.push_back(stream);
   return CUDA_SUCCESS;
 }
+// DropOrder's driver over the fakes above (drop_order.h).
+DropOrder::Driver order_driver() {
+  return {.event_create = &fake_event_create,
+          .event_record = &fake_event_record,
+          .event_query = &fake_event_query,
+          .stream_wait_event = &fake_stream_wait_event,
+          .stream_is_capturing = &fake_stream_is_capturing};
+}
 
 CUresult CUDAAPI fake_ctx_synchronize() {
   ++g->ctx_synchronizes;
@@ -595,11 +603,7 @@ TEST_F(SlabAllocatorTest, PlannedDiscardsExactlyTheAcceptedPagesInOneCallOnTheFr
 // With a DropOrder: a page an unfinished migration covers is kept (asked, not discarded), and
 // the discard is told to the order, which leaves its pages out of a migration until it finished.
 TEST_F(SlabAllocatorTest, PlannedDiscardsKeepThePagesOfUnfinishedMigrations) {
-  DropOrder::Driver od;
-  od.event_create = &fake_event_create;
-  od.event_record = &fake_event_record;
-  od.event_query = &fake_event_query;
-  DropOrder order(od);
+  DropOrder order(order_driver());
   ASSERT_TRUE(slabs_->set_discard_mode(DiscardMode::planned, &order));
   g->accept = [](uint64_t) { return true; };
   const CUdeviceptr a = alloc(8 * MiB, kS);
@@ -621,13 +625,7 @@ TEST_F(SlabAllocatorTest, PlannedDiscardsKeepThePagesOfUnfinishedMigrations) {
 // A page a prefetch covers (its calls ended, its event not complete) is discarded after the
 // freeing stream waits for that event; an eviction's page is kept.
 TEST_F(SlabAllocatorTest, PlannedDiscardsWaitForPrefetchesButKeepTheEvictionsPages) {
-  DropOrder::Driver od;
-  od.event_create = &fake_event_create;
-  od.event_record = &fake_event_record;
-  od.event_query = &fake_event_query;
-  od.stream_wait_event = &fake_stream_wait_event;
-  od.stream_is_capturing = &fake_stream_is_capturing;
-  DropOrder order(od);
+  DropOrder order(order_driver());
   order.allow_waits([] { return true; });  // as the advisor does while launches wait
   ASSERT_TRUE(slabs_->set_discard_mode(DiscardMode::planned, &order));
   g->accept = [](uint64_t) { return true; };
@@ -653,13 +651,7 @@ TEST_F(SlabAllocatorTest, PlannedDiscardsWaitForPrefetchesButKeepTheEvictionsPag
 
 // On a stream being captured nothing waits: the page a prefetch covers is kept, the others go.
 TEST_F(SlabAllocatorTest, OnACapturedStreamAPrefetchsPageIsKeptAndTheOthersDiscarded) {
-  DropOrder::Driver od;
-  od.event_create = &fake_event_create;
-  od.event_record = &fake_event_record;
-  od.event_query = &fake_event_query;
-  od.stream_wait_event = &fake_stream_wait_event;
-  od.stream_is_capturing = &fake_stream_is_capturing;
-  DropOrder order(od);
+  DropOrder order(order_driver());
   order.allow_waits([] { return true; });
   ASSERT_TRUE(slabs_->set_discard_mode(DiscardMode::planned, &order));
   g->accept = [](uint64_t) { return true; };

@@ -245,6 +245,13 @@ CUresult CUDAAPI order_stream_is_capturing(CUstream, CUstreamCaptureStatus* stat
   *status = CU_STREAM_CAPTURE_STATUS_NONE;
   return CUDA_SUCCESS;
 }
+DropOrder::Driver order_driver() {
+  return {.event_create = &order_event_create,
+          .event_record = &order_event_record,
+          .event_query = &order_event_query,
+          .stream_wait_event = &order_stream_wait_event,
+          .stream_is_capturing = &order_stream_is_capturing};
+}
 
 class TorchDropsTest : public TorchBlocksTest {
  protected:
@@ -305,9 +312,7 @@ TEST_F(TorchDropsTest, OnlyThePagesThePlanDropsAreDiscarded) {
 // With a DropOrder: a page an unfinished migration covers stays, and the discard is told to it
 // (an event after it on the discard's stream, the per-thread one for the legacy stream).
 TEST_F(TorchDropsTest, ThePagesOfUnfinishedMigrationsAreNotDiscarded) {
-  DropOrder order({.event_create = &order_event_create,
-                   .event_record = &order_event_record,
-                   .event_query = &order_event_query});
+  DropOrder order(order_driver());
   g_order_records.clear();
   TorchBlocks::Drops drops = log_.drops();
   drops.order = &order;
@@ -326,11 +331,7 @@ TEST_F(TorchDropsTest, ThePagesOfUnfinishedMigrationsAreNotDiscarded) {
 // A page only a prefetch covers is discarded after the discard's stream (the per-thread one for
 // the legacy stream) waits for the prefetch's event.
 TEST_F(TorchDropsTest, ThePagesOfPrefetchesAreDiscardedAfterAWait) {
-  DropOrder order({.event_create = &order_event_create,
-                   .event_record = &order_event_record,
-                   .event_query = &order_event_query,
-                   .stream_wait_event = &order_stream_wait_event,
-                   .stream_is_capturing = &order_stream_is_capturing});
+  DropOrder order(order_driver());
   g_order_waits.clear();
   order.allow_waits([] { return true; });  // as the advisor does while launches wait
   TorchBlocks::Drops drops = log_.drops();

@@ -99,12 +99,15 @@
 #include <string>
 #include <utility>
 
-#include "umswap/allocator/drop_order.h"
 #include "umswap/allocator/placement.h"
 #include "umswap/allocator/registry.h"
 #include "umswap/core/options.h"
 #include "umswap/tracer/tracer.h"
 #include "umswap/tracer/tracer_ports.h"
+
+namespace umswap {
+class DropOrder;  // allocator/drop_order.h
+}  // namespace umswap
 
 namespace umswap::advisor {
 

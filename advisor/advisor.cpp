@@ -130,6 +130,7 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
     }
   } noted{a, index, stream};
   a.words.launched.store(index + 1, std::memory_order_release);
+  a.boundary.hold(index);  // the first plan may start here (boundary_hold.h)
   LivePlan* p = a.plan_at(index);
   // While learning, and once a plan is staged until the advisor thread takes it up (the launches
   // in between have no actions yet: it begins the plan with a barrier, reset_to_start()).
@@ -548,6 +549,8 @@ void AdvisorImpl::run() {
       if (placement.tend(n)) {
         learn_from = placement.learn_again_from();
         next_check = 0;
+        // The placed iteration starts: the launch after it waits while its plan is made.
+        if (plans.empty()) boundary.arm(learn_from + placement.placed_period());
       }
       sleep_us(50);
     } else {
@@ -556,6 +559,7 @@ void AdvisorImpl::run() {
     }
   }
   copier.stop("the program ends");
+  boundary.release();
   release_waits();
   if (relearn_task.valid()) relearn_task.wait();  // reads the tracer's log: not past the exit
   if (stream) d.stream_synchronize(stream);
@@ -860,7 +864,8 @@ void AdvisorImpl::apply(uint64_t n) {
       reset_to_start(p);
       if (words.progress_device && !words.waits_off.load()) {
         d.stream_write_value64(stream, words.progress_device, actions_done(g), 0);
-        words.waits_from.store(std::max(n, g + 1), std::memory_order_release);
+        words.waits_from.store(std::max(n, g + (p.held_start ? p.period : 1)),
+                               std::memory_order_release);
         copier.go_live();
       }
     }

@@ -21,6 +21,7 @@
 
 #include "umswap/advisor/advisor.h"
 #include "umswap/advisor/advisor_common.h"
+#include "umswap/advisor/boundary_hold.h"
 #include "umswap/advisor/copy_evictor.h"
 #include "umswap/advisor/event_ring.h"
 #include "umswap/advisor/evictor.h"
@@ -92,6 +93,9 @@ struct LivePlan {
   // Whether that barrier was taken (a plan that replaced another while launches wait on the
   // advisor's stream takes none: its launches below applied_from are not covered).
   bool barrier_taken = false;
+  // In force from the launch BoundaryHold held for it: its first iteration has no launch waits
+  // (the advisor's stream first does the plan's start work), they begin an iteration later.
+  bool held_start = false;
   std::vector<uint32_t> keys;          // expected step key per phase; empty = not checked here
   std::vector<uint8_t> needs_event;    // per phase: a later eviction waits for this launch
   std::vector<uint8_t> prefetches;     // per phase: the plan prefetches at this launch
@@ -137,6 +141,9 @@ class AdvisorImpl final : public EvictorHost {
   Progress words;
   // Launches of kernels that must find their memory on the GPU (resident_gate.h).
   ResidentGate resident{d, steps, residency};
+  // The launch after the first placed iteration waits while the first plan is made
+  // (boundary_hold.h): armed, claimed and released by the advisor thread.
+  BoundaryHold boundary;
   bool stream_released = false;  // advisor thread: kReleased written on `stream` after waits_off
   Registry* registry = nullptr;
 

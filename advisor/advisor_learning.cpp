@@ -39,15 +39,18 @@ void AdvisorImpl::learn() {
   const uint64_t logged = steps.logged_steps();
   uint64_t from = learn_from;  // the launch of the first key the choice counts from
   std::optional<LearnChoice> choice;
+  uint64_t held = BoundaryHold::kNone;  // the launch after the placed iteration (boundary_hold.h)
   if (const uint64_t period = placement.placed_period()) {
     // After a placement's hand-off: the first placed iteration, with the placed period, not
     // detected again (online_learning.h). + 1: its block events after its last launch are
     // logged before the next launch.
     if (logged < learn_from + period + 1) return;
     from = learn_from - period;
+    held = learn_from + period;
     choice = OnlineLearning::placed_iteration(steps.copy_keys(from, 2 * period), period);
     placement.learned();
     if (!choice) {  // the program changed: detected as usual from here
+      boundary.release();
       log_info("advisor: launch {}: the first placed iteration differs; learning again",
                learn_from);
       next_check = 0;
@@ -90,20 +93,28 @@ void AdvisorImpl::learn() {
   try {
     p = build_plan(e, first, choice->period);
   } catch (const std::exception& ex) {
+    boundary.release();
     learning_failed = true;
     state = "off";
     fallback = std::string("planning failed: ") + ex.what();
     log_warning("advisor off: {}", fallback);
     return;
   }
-  if (!p) return;
+  if (!p) {
+    boundary.release();
+    return;
+  }
   p->learned_evicting = learn_path.take_moved();
-  // From the next iteration boundary on (launch indices below it may already be running).
-  p->applied_from = boundary_at_or_after(e, p->period, launches_seen());
+  // From the next iteration boundary on (launch indices below it may already be running), or
+  // from the launch held for it, which waits until the plan is in force.
+  p->held_start = held != BoundaryHold::kNone && held >= e && (held - e) % p->period == 0 &&
+                  boundary.claim(held);
+  p->applied_from = p->held_start ? held : boundary_at_or_after(e, p->period, launches_seen());
   log_learned(*p, first);
-  timeline.note("plan learned", launches_seen(), LearningTimeline::seconds_since(planning),
-                p->applied_from);
+  timeline.note(p->held_start ? "plan learned, its first launch held" : "plan learned",
+                launches_seen(), LearningTimeline::seconds_since(planning), p->applied_from);
   activate(std::move(p));
+  boundary.release();
 }
 
 // Replay relearning: this process's iteration from relearn_from (a boundary of the replay plan,

@@ -39,6 +39,7 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
       {"evict_waits_placed", a.evict_waits_placed.load()},
       {"learn_evict", a.learn_path.stats_json()},
       {"resident_launches", a.resident.stats_json()},
+      {"boundary_hold", a.boundary.stats_json()},
       {"launch_populates", a.launch_populates.load()},
       {"launch_populated_bytes", a.launch_populated_bytes.load()},
       {"launch_populate_call_seconds", a.launch_populate_call_ns.load() * 1e-9},

@@ -129,8 +129,9 @@ void Advisor::on_step(uint64_t index, uint32_t key, CUstream stream,
       }
     }
   } noted{a, index, stream};
-  a.words.launched.store(index + 1, std::memory_order_release);
-  a.boundary.hold(index);  // the first plan may start here (boundary_hold.h)
+  // Sequentially consistent with the hold's read of the launch armed (boundary_hold.h).
+  a.words.launched.store(index + 1, std::memory_order_seq_cst);
+  a.boundary.hold(index);  // the first plan may start here
   LivePlan* p = a.plan_at(index);
   // While learning, and once a plan is staged until the advisor thread takes it up (the launches
   // in between have no actions yet: it begins the plan with a barrier, reset_to_start()).
@@ -558,8 +559,8 @@ void AdvisorImpl::run() {
       sleep_us(500);
     }
   }
+  boundary.release();  // before any driver call (boundary_hold.h)
   copier.stop("the program ends");
-  boundary.release();
   release_waits();
   if (relearn_task.valid()) relearn_task.wait();  // reads the tracer's log: not past the exit
   if (stream) d.stream_synchronize(stream);

@@ -93,8 +93,9 @@ struct LivePlan {
   // Whether that barrier was taken (a plan that replaced another while launches wait on the
   // advisor's stream takes none: its launches below applied_from are not covered).
   bool barrier_taken = false;
-  // In force from the launch BoundaryHold held for it: its first iteration has no launch waits
-  // (the advisor's stream first does the plan's start work), they begin an iteration later.
+  // In force from the launch BoundaryHold held for it, which goes on once the plan is visible,
+  // before the advisor issues the plan's start work (its barrier and migrations): the launches of
+  // its first iteration wait for none of it, and waits begin an iteration later.
   bool held_start = false;
   std::vector<uint32_t> keys;          // expected step key per phase; empty = not checked here
   std::vector<uint8_t> needs_event;    // per phase: a later eviction waits for this launch
@@ -143,7 +144,7 @@ class AdvisorImpl final : public EvictorHost {
   ResidentGate resident{d, steps, residency};
   // The launch after the first placed iteration waits while the first plan is made
   // (boundary_hold.h): armed, claimed and released by the advisor thread.
-  BoundaryHold boundary;
+  BoundaryHold boundary{words.launched};
   bool stream_released = false;  // advisor thread: kReleased written on `stream` after waits_off
   Registry* registry = nullptr;
 

@@ -1,4 +1,5 @@
-// BoundaryHold (boundary_hold.h): which launch waits, for how long, and who decides.
+// BoundaryHold (boundary_hold.h): which launch waits, for how long, and who decides. `launched`
+// plays the launch path's counter: it says index + 1 before hold(index), as on_step does.
 #include "umswap/advisor/boundary_hold.h"
 
 #include <gtest/gtest.h>
@@ -17,26 +18,51 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+// The launch path's side: launch `index` counted, then held.
+bool launch(std::atomic<uint64_t>& launched, BoundaryHold& h, uint64_t index) {
+  launched.store(index + 1);
+  return h.hold(index);
+}
+
+void wait_until_held(const BoundaryHold& h, uint64_t count) {
+  while (h.stats().held < count) std::this_thread::sleep_for(1ms);
+}
+
 TEST(BoundaryHold, OnlyTheArmedLaunchWaits) {
-  BoundaryHold h;
-  EXPECT_FALSE(h.hold(0));  // nothing armed
+  std::atomic<uint64_t> launched{0};
+  BoundaryHold h(launched);
+  EXPECT_FALSE(launch(launched, h, 0));  // nothing armed
   h.arm(10);
-  EXPECT_FALSE(h.hold(9));
-  EXPECT_FALSE(h.hold(11));
+  EXPECT_FALSE(launch(launched, h, 9));
   h.release();
-  EXPECT_FALSE(h.hold(10));  // released before it came
+  EXPECT_FALSE(launch(launched, h, 10));  // released before it came
   EXPECT_FALSE(h.claim(10));
   EXPECT_EQ(h.stats().held, 0u);
+}
+
+// Armed too late: the launch went on before it was armed, and a claim must not take it (the plan
+// would start from a launch already run).
+TEST(BoundaryHold, ALaunchThatWentOnCannotBeClaimed) {
+  std::atomic<uint64_t> launched{0};
+  BoundaryHold h(launched);
+  EXPECT_FALSE(launch(launched, h, 10));
+  h.arm(10);
+  EXPECT_FALSE(h.claim(10));
+  EXPECT_FALSE(launch(launched, h, 11));
+  const BoundaryHold::Stats s = h.stats();
+  EXPECT_EQ(s.claimed, 0u);
+  EXPECT_EQ(s.held, 0u);
 }
 
 // Not claimed: it waits as long as the iteration before it took (arm() to its arrival), not
 // longer, and a claim after that fails (the plan goes to a later boundary).
 TEST(BoundaryHold, UnclaimedItWaitsAsLongAsTheIterationTook) {
-  BoundaryHold h(5s);
+  std::atomic<uint64_t> launched{0};
+  BoundaryHold h(launched, 5s);
   h.arm(7);
   std::this_thread::sleep_for(50ms);  // the iteration
   const auto t0 = Clock::now();
-  EXPECT_TRUE(h.hold(7));
+  EXPECT_TRUE(launch(launched, h, 7));
   const double waited = seconds_since(t0);
   EXPECT_GE(waited, 0.045);
   EXPECT_LT(waited, 2.0);
@@ -47,66 +73,74 @@ TEST(BoundaryHold, UnclaimedItWaitsAsLongAsTheIterationTook) {
 }
 
 TEST(BoundaryHold, UnclaimedItWaitsAtMostItsLimit) {
-  BoundaryHold h(20ms);
+  std::atomic<uint64_t> launched{0};
+  BoundaryHold h(launched, 20ms);
   h.arm(3);
   std::this_thread::sleep_for(300ms);  // a long iteration
   const auto t0 = Clock::now();
-  EXPECT_TRUE(h.hold(3));
+  EXPECT_TRUE(launch(launched, h, 3));
   EXPECT_LT(seconds_since(t0), 0.25);
   EXPECT_EQ(h.stats().gave_up, 1u);
 }
 
 // Claimed while it waits: it waits on, past its own limit, until the plan is in force.
 TEST(BoundaryHold, AClaimKeepsItUntilRelease) {
-  BoundaryHold h(30ms);
+  std::atomic<uint64_t> launched{0};
+  BoundaryHold h(launched, 1s);
   h.arm(5);
-  std::this_thread::sleep_for(30ms);
+  std::this_thread::sleep_for(1s);  // it may wait 1 s unclaimed: time enough to claim it
   std::atomic<bool> done{false};
-  std::thread launch([&] {
-    h.hold(5);
+  const auto t0 = Clock::now();
+  std::thread program([&] {
+    launch(launched, h, 5);
     done = true;
   });
-  while (h.stats().held == 0) std::this_thread::sleep_for(1ms);
+  wait_until_held(h, 1);
   EXPECT_TRUE(h.claim(5));
-  std::this_thread::sleep_for(150ms);  // well past 30 ms
+  while (seconds_since(t0) < 1.5) std::this_thread::sleep_for(10ms);  // past its own limit
   EXPECT_FALSE(done.load());
   h.release();
-  launch.join();
+  program.join();
   EXPECT_TRUE(done.load());
   const BoundaryHold::Stats s = h.stats();
   EXPECT_EQ(s.claimed, 1u);
   EXPECT_EQ(s.gave_up, 0u);
-  EXPECT_GE(s.held_seconds, 0.1);
+  EXPECT_EQ(s.claim_timeouts, 0u);
+  EXPECT_GE(s.held_seconds, 1.4);
 }
 
 // Claimed before the launch arrives: it waits for the release when it comes.
 TEST(BoundaryHold, AClaimBeforeTheLaunchHoldsItOnArrival) {
-  BoundaryHold h(10ms);
+  std::atomic<uint64_t> launched{2};  // launches 0 and 1 seen: 2 is yet to come
+  BoundaryHold h(launched, 10ms);
   h.arm(2);
   EXPECT_TRUE(h.claim(2));
   std::thread advisor([&] {
+    wait_until_held(h, 1);
     std::this_thread::sleep_for(100ms);
     h.release();
   });
   const auto t0 = Clock::now();
-  EXPECT_TRUE(h.hold(2));
-  EXPECT_GE(seconds_since(t0), 0.05);
+  EXPECT_TRUE(launch(launched, h, 2));
+  EXPECT_GE(seconds_since(t0), 0.09);
   advisor.join();
   EXPECT_FALSE(h.claim(2));
+  EXPECT_EQ(h.stats().gave_up, 0u);
 }
 
 // A release (no plan after all) lets the waiting launch go at once.
 TEST(BoundaryHold, AReleaseWithoutAClaimEndsTheWait) {
-  BoundaryHold h(5s);
+  std::atomic<uint64_t> launched{0};
+  BoundaryHold h(launched, 5s);
   h.arm(4);
-  std::this_thread::sleep_for(800ms);  // it could wait 0.8 s unclaimed
+  std::this_thread::sleep_for(1s);  // it could wait 1 s unclaimed
   std::thread advisor([&] {
-    while (h.stats().held == 0) std::this_thread::sleep_for(1ms);
+    wait_until_held(h, 1);
     h.release();
   });
   const auto t0 = Clock::now();
-  EXPECT_TRUE(h.hold(4));
-  EXPECT_LT(seconds_since(t0), 0.7);
+  EXPECT_TRUE(launch(launched, h, 4));
+  EXPECT_LT(seconds_since(t0), 0.9);
   advisor.join();
   EXPECT_EQ(h.stats().gave_up, 0u);  // released, not given up
   EXPECT_EQ(h.stats_json()["held"], 1);

@@ -12,7 +12,12 @@ only rows both matrices ran are compared (a NOT RUN row is not run). Prints:
 - budgets held: rows with a plan whose every planned iteration stayed within the budget + 2%
   (planned_over_budget), in each, in all and by model;
 - time: the geometric mean over rows that finished in both of A's median iteration over B's
-  (umswap_ms), and how many rows were faster in A;
+  (umswap_ms), and how many rows were faster in A; then, over the rows whose natives have a
+  median in both, the natives' own ratio (native_ms: umswap does not touch them, so it says how
+  alike the two machines or loads were) and umswap's time over its row's native, A over B (the
+  comparison that load cancels from);
+- first runs' first plan: the mean iteration from which it was in force (plan_from_iteration),
+  over rows that have one in both;
 - rows whose waits the watchdog released (wait_stalls > 0) in each.
 
 A benchmark of two binaries or two settings is only as fair as its two runs were alike: same
@@ -62,6 +67,10 @@ def median_ms(row):
     return ms if row.get("rc") == 0 and isinstance(ms, (int, float)) and ms > 0 else None
 
 
+def positive(x):
+    return x if isinstance(x, (int, float)) and x > 0 else None
+
+
 def compare(a, b, budgets=None):
     def name(k):
         return tuple(str(x) for x in k)
@@ -77,7 +86,7 @@ def compare(a, b, budgets=None):
                                                  key=name)],
            "verdicts_changed": [], "failed": [0, 0], "held": [0, 0],
            "with_plan": [0, 0], "by_model": {}, "stalled": [0, 0]}
-    logs = []
+    logs, native_logs, relative_logs, plan_from = [], [], [], [[], []]
     for k in keys:
         ra, rb = a[k], b[k]
         if ra.get("verdict") != rb.get("verdict"):
@@ -96,9 +105,28 @@ def compare(a, b, budgets=None):
         ma, mb = median_ms(ra), median_ms(rb)
         if ma and mb:
             logs.append(math.log(ma / mb))
+            na, nb = positive(ra.get("native_ms")), positive(rb.get("native_ms"))
+            if na and nb:
+                native_logs.append(math.log(na / nb))
+                relative_logs.append(math.log((ma / na) / (mb / nb)))
+        pa, pb = ra.get("plan_from_iteration"), rb.get("plan_from_iteration")
+        if k[4] == "first" and isinstance(pa, int) and isinstance(pb, int):
+            plan_from[0].append(pa)
+            plan_from[1].append(pb)
+
+    def geo(xs):
+        return math.exp(sum(xs) / len(xs)) if xs else None
+
     out["timed_rows"] = len(logs)
-    out["time_ratio"] = math.exp(sum(logs) / len(logs)) if logs else None
+    out["time_ratio"] = geo(logs)
     out["faster_in_a"] = sum(1 for x in logs if x < 0)
+    out["native_rows"] = len(native_logs)
+    out["native_ratio"] = geo(native_logs)
+    out["time_over_native_ratio"] = geo(relative_logs)
+    out["plan_from_rows"] = len(plan_from[0])
+    out["plan_from_mean"] = ([sum(v) / len(v) for v in plan_from] if plan_from[0] else None)
+    out["plan_from_earlier_in_a"] = sum(1 for x, y in zip(*plan_from) if x < y)
+    out["plan_from_later_in_a"] = sum(1 for x, y in zip(*plan_from) if x > y)
     return out
 
 
@@ -126,6 +154,14 @@ def render(c):
         lines.append(f"time, A over B: {c['time_ratio']:.3f}x (geometric mean of "
                      f"{c['timed_rows']} rows; {c['faster_in_a']} faster in A; "
                      f"{c['rows'] - c['timed_rows']} without a median in both)")
+    if c["native_ratio"] is not None:
+        lines.append(f"  natives, A over B: {c['native_ratio']:.3f}x; umswap over its native, "
+                     f"A over B: {c['time_over_native_ratio']:.3f}x ({c['native_rows']} rows)")
+    if c["plan_from_mean"] is not None:
+        lines.append(f"first plan in force from iteration (first runs, mean): "
+                     f"A {c['plan_from_mean'][0]:.2f}, B {c['plan_from_mean'][1]:.2f} "
+                     f"({c['plan_from_rows']} rows; {c['plan_from_earlier_in_a']} earlier in A, "
+                     f"{c['plan_from_later_in_a']} later)")
     lines.append(f"waits released by the watchdog: A {c['stalled'][0]} rows, "
                  f"B {c['stalled'][1]} rows")
     return "\n".join(lines)

@@ -80,6 +80,36 @@ class Compare(unittest.TestCase):
         self.assertIn("only in A (1): only-in-a async off 50 first 1", out)
         self.assertIn("only in B (1): cnn async off 100 first 1", out)
 
+    def test_natives_and_first_plans(self):
+        # B's machine ran everything twice as slowly: its natives too. Against their natives,
+        # A's first row is 2x slower (umswap 200 on native 50, B 200 on native 100), the second
+        # as fast (400 on 100, 800 on 200): 1.414x. Replays have no first plan to compare.
+        a = self.write("a.json", [
+            row("cnn", 50, ms=200.0, native_ms=50.0, plan_from_iteration=4),
+            row("lstm", 50, ms=400.0, native_ms=100.0, plan_from_iteration=5),
+            row("lstm", 50, ms=400.0, run="replay", plan_from_iteration=1),
+            row("mlm", 50, ms=100.0, plan_from_iteration=6)])  # no native: time only
+        b = self.write("b.json", [
+            row("cnn", 50, ms=200.0, native_ms=100.0, plan_from_iteration=5),
+            row("lstm", 50, ms=800.0, native_ms=200.0, plan_from_iteration=5),
+            row("lstm", 50, ms=400.0, run="replay", plan_from_iteration=1),
+            row("mlm", 50, ms=100.0, plan_from_iteration=None)])
+        rc, out, _ = self.run_main(a, b, "--json", os.path.join(self.dir, "c.json"))
+        self.assertEqual(rc, 0)
+        with open(os.path.join(self.dir, "c.json")) as f:
+            c = json.load(f)
+        self.assertEqual(c["native_rows"], 2)
+        self.assertAlmostEqual(c["native_ratio"], 0.5)
+        self.assertAlmostEqual(c["time_over_native_ratio"], 2 ** 0.5)
+        self.assertEqual(c["plan_from_rows"], 2)
+        self.assertEqual(c["plan_from_mean"], [4.5, 5.0])
+        self.assertEqual(c["plan_from_earlier_in_a"], 1)
+        self.assertEqual(c["plan_from_later_in_a"], 0)
+        self.assertIn("natives, A over B: 0.500x; umswap over its native, A over B: 1.414x "
+                      "(2 rows)", out)
+        self.assertIn("first plan in force from iteration (first runs, mean): A 4.50, B 5.00 "
+                      "(2 rows; 1 earlier in A, 0 later)", out)
+
     def test_budgets_filter_and_repeats_are_rows_of_their_own(self):
         a = self.write("a.json", [row("cnn", 50, ms=100.0), row("cnn", 25, ms=300.0),
                                   row("cnn", 50, ms=400.0, repeat=2)])

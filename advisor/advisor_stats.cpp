@@ -114,6 +114,8 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
       const DropOrder::Stats s = order->stats();
       advisor["drop_order"] = {{"pages_kept", s.pages_kept},
                                {"kept_by_evictions", s.kept_by_evictions},
+                               {"kept_prefetched_after", s.kept_prefetched_after},
+                               {"kept_eviction_last", s.kept_eviction_last},
                                {"pages_after_waits", s.pages_after_waits},
                                {"stream_waits", s.stream_waits},
                                {"kept_capturing", s.kept_capturing},
@@ -122,7 +124,8 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
                                {"event_failures", s.event_failures},
                                {"stopped", s.stopped},
                                {"discards_pending", s.discards_pending},
-                               {"migrations_pending", s.migrations_pending}};
+                               {"migrations_pending", s.migrations_pending},
+                               {"most_migrations_pending", s.most_migrations_pending}};
     }
     // The last launches' waits (LaunchWaitLog::rows_json).
     advisor["launch_waits"] = a.watchdog.launch_waits().rows_json();

@@ -69,7 +69,11 @@ bool DropOrder::may_discard(uint64_t page, std::unique_lock<std::mutex>& held, W
   }
   if (!latest) return true;
   ++stats_.pages_kept;  // unless the wait below is taken
-  if (eviction) ++stats_.kept_by_evictions;
+  if (eviction) {
+    ++stats_.kept_by_evictions;
+    const bool prefetched_after = latest->to_gpu && latest->ended && latest->done;
+    ++(prefetched_after ? stats_.kept_prefetched_after : stats_.kept_eviction_last);
+  }
   if (keep || !wait || !waits_allowed_ || !waits_allowed_()) return false;
   if (wait->capturing < 0) {
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
@@ -158,6 +162,8 @@ uint64_t DropOrder::begin_migration(uint64_t address, uint64_t length, bool to_g
   m.ticket = next_ticket_++;
   m.to_gpu = to_gpu;
   migrations_.push_back(m);
+  stats_.most_migrations_pending =
+      std::max<uint64_t>(stats_.most_migrations_pending, migrations_.size());
   return m.ticket;
 }
 

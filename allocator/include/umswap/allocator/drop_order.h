@@ -70,6 +70,10 @@ class DropOrder {
   struct Stats {
     uint64_t pages_kept = 0;  // discards left out: a migration not seen finished covered them
     uint64_t kept_by_evictions = 0;  // of them, an eviction covered
+    // Of those, the latest migration over the page an ended prefetch (the eviction before it on
+    // the same stream: done once the prefetch is), or else an eviction or a call still made.
+    uint64_t kept_prefetched_after = 0;
+    uint64_t kept_eviction_last = 0;
     uint64_t pages_after_waits = 0;  // discarded after the stream waited for a prefetch
     uint64_t stream_waits = 0;       // the waits (cuStreamWaitEvent), one a discard at most
     uint64_t kept_capturing = 0;     // of pages_kept, on a stream being captured
@@ -79,6 +83,7 @@ class DropOrder {
     bool stopped = false;            // after the first: no more discards
     uint64_t discards_pending = 0;   // now: discard calls not yet seen finished
     uint64_t migrations_pending = 0;
+    uint64_t most_migrations_pending = 0;  // the most at once (a front never seen finished grows)
   };
   using Range = std::pair<uint64_t, uint64_t>;  // [first, second)
 

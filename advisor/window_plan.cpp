@@ -1,0 +1,91 @@
+// Windows from the plan: see umswap/advisor/window_plan.h.
+#include "umswap/advisor/window_plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <unordered_set>
+
+namespace umswap::advisor {
+
+uint32_t WindowPlan::segment_of(uint32_t step) const {
+  const auto it = std::upper_bound(segment_start.begin(), segment_start.end(), step);
+  return static_cast<uint32_t>(it - segment_start.begin()) - 1;
+}
+
+WindowPlan plan_windows(const PlanInput& in, const WindowOptions& options) {
+  if (!(options.fill > 0 && options.fill <= 1))
+    throw std::invalid_argument("umswap plan_windows: fill must be in (0, 1]");
+  if (in.granularity == 0) throw std::invalid_argument("umswap plan_windows: granularity is 0");
+  const uint64_t g = in.granularity;
+  const double limit = options.fill * static_cast<double>(in.budget_bytes);
+  WindowPlan w;
+  w.segments.buffer_sizes = in.buffer_sizes;
+  w.segments.budget_bytes = in.budget_bytes;
+  w.segments.granularity = in.granularity;
+  w.segments.prefetch_bytes_per_s = in.prefetch_bytes_per_s;
+  w.segments.evict_bytes_per_s = in.evict_bytes_per_s;
+  w.segments.lookahead_bytes = in.lookahead_bytes;
+  w.segments.lookahead_seconds = in.lookahead_seconds;
+  std::unordered_set<uint64_t> in_segment;  // (buffer << 40 | block) of the current segment
+  std::vector<uint64_t> blocks;             // the step's, scratch
+  double segment_bytes = 0;
+  for (size_t t = 0; t < in.steps.size(); ++t) {
+    const PlanStep& s = in.steps[t];
+    if (s.first_range > in.ranges.size() || s.range_count > in.ranges.size() - s.first_range)
+      throw std::invalid_argument("umswap plan_windows: step " + std::to_string(t) +
+                                  " names ranges past the input's");
+    blocks.clear();
+    for (uint64_t r = s.first_range; r < s.first_range + s.range_count; ++r) {
+      const PlanRange& range = in.ranges[r];
+      if (range.length == 0) continue;
+      if (range.buffer >= in.buffer_sizes.size())
+        throw std::invalid_argument("umswap plan_windows: a range names no buffer");
+      for (uint64_t k = range.offset / g; k <= (range.offset + range.length - 1) / g; ++k) {
+        blocks.push_back(uint64_t{range.buffer} << 40 | k);
+      }
+    }
+    std::sort(blocks.begin(), blocks.end());
+    blocks.erase(std::unique(blocks.begin(), blocks.end()), blocks.end());
+    const auto bytes_of = [&](uint64_t key) {
+      const uint64_t size = in.buffer_sizes[key >> 40];
+      const uint64_t k = key & ((uint64_t{1} << 40) - 1);
+      return static_cast<double>(std::min(g, size - std::min(size, k * g)));
+    };
+    double added = 0;
+    for (const uint64_t key : blocks) {
+      if (!in_segment.count(key)) added += bytes_of(key);
+    }
+    if (t == 0 || (segment_bytes + added > limit && !in_segment.empty())) {
+      w.segment_start.push_back(static_cast<uint32_t>(t));
+      w.segments.steps.push_back({w.segments.ranges.size(), 0, 0.0});
+      in_segment.clear();
+      segment_bytes = 0;
+      added = 0;
+      for (const uint64_t key : blocks) {
+        if (in_segment.insert(key).second) added += bytes_of(key);
+      }
+    } else {
+      in_segment.insert(blocks.begin(), blocks.end());
+    }
+    segment_bytes += added;
+    PlanStep& seg = w.segments.steps.back();
+    w.segments.ranges.insert(
+        w.segments.ranges.end(), in.ranges.begin() + static_cast<ptrdiff_t>(s.first_range),
+        in.ranges.begin() + static_cast<ptrdiff_t>(s.first_range + s.range_count));
+    if (uint64_t{seg.range_count} + s.range_count > UINT32_MAX)
+      throw std::invalid_argument("umswap plan_windows: a segment of more than 2^32 ranges");
+    seg.range_count += s.range_count;
+    seg.seconds += s.seconds;
+  }
+  w.plan = make_plan(w.segments);
+  std::vector<uint32_t> at;
+  for (const Action& a : w.plan.actions) at.push_back(a.at_step);
+  std::sort(at.begin(), at.end());
+  w.windows = static_cast<uint32_t>(std::unique(at.begin(), at.end()) - at.begin());
+  return w;
+}
+
+}  // namespace umswap::advisor

@@ -15,6 +15,76 @@ uint32_t WindowPlan::segment_of(uint32_t step) const {
   return static_cast<uint32_t>(it - segment_start.begin()) - 1;
 }
 
+namespace {
+
+// in.lifetimes at segment boundaries (window_plan.h), in program order from the iteration's
+// start: an allocation before the first segment's launches comes last (before the next
+// iteration's), where the planner's cyclic reading puts it.
+void segment_lifetimes(const PlanInput& in, WindowPlan& w) {
+  const auto segments = static_cast<uint32_t>(w.segment_start.size());
+  const auto steps = static_cast<uint32_t>(in.steps.size());
+  struct Event {
+    uint32_t at;     // after segment `at`
+    int64_t since;   // an allocation: from where it counts against the frees before it (-1:
+                     // the iteration's start, where `at` is the last segment, cyclically)
+    uint32_t order;  // position in in.lifetimes
+    bool freed;
+  };
+  std::vector<Event> events;
+  events.reserve(in.lifetimes.size());
+  for (uint32_t i = 0; i < in.lifetimes.size(); ++i) {
+    const PlanLifetime& l = in.lifetimes[i];
+    if (l.after_step >= steps)
+      throw std::invalid_argument("umswap plan_windows: a lifetime after a step past the input's");
+    if (l.range.buffer >= in.buffer_sizes.size())
+      throw std::invalid_argument("umswap plan_windows: a lifetime names no buffer");
+    uint32_t at;
+    int64_t since;
+    if (l.freed) {
+      at = w.segment_of(l.after_step);
+      since = at;
+    } else {  // before the segment of its first launch (the next iteration's first, cyclically)
+      const bool wraps = l.after_step + 1 == steps;  // after the last launch
+      const uint32_t next = wraps ? 0 : w.segment_of(l.after_step + 1);
+      at = next == 0 ? segments - 1 : next - 1;
+      since = next == 0 && !wraps ? -1 : int64_t{at};  // inside the first segment: its start
+    }
+    events.push_back({at, since, i, l.freed});
+  }
+  // A free whose bytes an allocation after it (in program order) takes again, and that moved
+  // before it: left out.
+  std::vector<uint8_t> left_out(events.size(), 0);
+  std::vector<std::vector<uint32_t>> by_buffer(in.buffer_sizes.size());
+  for (const Event& e : events) by_buffer[in.lifetimes[e.order].range.buffer].push_back(e.order);
+  for (const std::vector<uint32_t>& list : by_buffer) {
+    for (size_t f = 0; f < list.size(); ++f) {
+      const Event& free = events[list[f]];
+      if (!free.freed) continue;
+      const PlanRange& fr = in.lifetimes[free.order].range;
+      for (size_t a = f + 1; a < list.size(); ++a) {
+        const Event& alloc = events[list[a]];
+        const PlanRange& ar = in.lifetimes[alloc.order].range;
+        if (!alloc.freed && alloc.since < free.since && ar.offset < fr.offset + fr.length &&
+            fr.offset < ar.offset + ar.length) {
+          left_out[free.order] = 1;
+          ++w.frees_left_out;
+          break;
+        }
+      }
+    }
+  }
+  std::stable_sort(events.begin(), events.end(),
+                   [](const Event& x, const Event& y) { return x.at < y.at; });
+  for (const Event& e : events) {
+    if (left_out[e.order]) continue;
+    PlanLifetime l = in.lifetimes[e.order];
+    l.after_step = e.at;
+    w.segments.lifetimes.push_back(l);
+  }
+}
+
+}  // namespace
+
 WindowPlan plan_windows(const PlanInput& in, const WindowOptions& options) {
   if (!(options.fill > 0 && options.fill <= 1))
     throw std::invalid_argument("umswap plan_windows: fill must be in (0, 1]");
@@ -29,6 +99,7 @@ WindowPlan plan_windows(const PlanInput& in, const WindowOptions& options) {
   w.segments.evict_bytes_per_s = in.evict_bytes_per_s;
   w.segments.lookahead_bytes = in.lookahead_bytes;
   w.segments.lookahead_seconds = in.lookahead_seconds;
+  w.segments.hold_until_free = in.hold_until_free;
   std::unordered_set<uint64_t> in_segment;  // (buffer << 40 | block) of the current segment
   std::vector<uint64_t> blocks;             // the step's, scratch
   double segment_bytes = 0;
@@ -80,6 +151,7 @@ WindowPlan plan_windows(const PlanInput& in, const WindowOptions& options) {
     seg.range_count += s.range_count;
     seg.seconds += s.seconds;
   }
+  segment_lifetimes(in, w);
   w.plan = make_plan(w.segments);
   std::vector<uint32_t> at;
   for (const Action& a : w.plan.actions) at.push_back(a.at_step);

@@ -3,8 +3,8 @@
 // takes the iteration replay plans from, and for each budget (a share of the iteration's
 // footprint) prints the planner's per-launch plan (bytes each way per iteration, launches at
 // which it moves something: each a window under engine vmm) beside plan_windows() at each fill
-// (segments, windows, bytes each way, against the per-launch plan). CPU only. Without lifetimes
-// in both, as plan_windows() plans.
+// (segments, windows, bytes each way, against the per-launch plan). CPU only. Both with the
+// trace's lifetimes (dead data dropped, not moved).
 //
 //   window_plan_bench TRACE [SHARES [FILLS [PERIOD]]]   e.g. window_plan_bench run.umtrace 0.5 0.6
 //
@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
   std::printf("%s: iteration %zu, %zu launches, footprint %.2f GB\n", argv[1], *iteration,
               in.steps.size(), gb(footprint));
   for (const double share : shares) {
-    in = advisor::plan_input_from_trace(*t, *iteration, uint64_t(share * double(footprint)), false);
+    in = advisor::plan_input_from_trace(*t, *iteration, uint64_t(share * double(footprint)));
     const advisor::Plan per_launch = advisor::make_plan(in);
     std::set<uint32_t> moving;
     for (const advisor::Action& a : per_launch.actions) moving.insert(a.at_step);
@@ -113,9 +113,10 @@ int main(int argc, char** argv) {
                                   : 0.0;
       std::printf(
           "  fill %.2f: %zu segments, %u windows, %.2f GB in, %.2f GB out (%.2fx the per-launch "
-          "plan's), %zu unfit segments\n",
+          "plan's), %zu unfit segments, %u frees left out\n",
           fill, w.segment_start.size(), w.windows, gb(w.plan.bytes_prefetched_per_iteration),
-          gb(w.plan.bytes_evicted_per_iteration), in_ratio, w.plan.unfit_steps.size());
+          gb(w.plan.bytes_evicted_per_iteration), in_ratio, w.plan.unfit_steps.size(),
+          w.frees_left_out);
     }
   }
   return 0;

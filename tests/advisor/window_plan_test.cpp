@@ -141,6 +141,36 @@ TEST(WindowPlan, AStepBiggerThanItsShareIsASegmentByItself) {
   EXPECT_EQ(plan_windows(t.in, {0.5}).segment_start, (std::vector<uint32_t>{0}));  // all fit
 }
 
+// A tensor freed and another allocated at its bytes inside one segment: at segment granularity
+// the first one's free would end the second's life, and the plan would drop live data. The free
+// is left out, and the second tensor's bytes stay allocated until its own free.
+TEST(WindowPlan, ABlockReusedInsideASegmentStaysLive) {
+  Builder t;
+  const uint32_t slab = t.buffer(2 * MiB), p = t.buffer(2 * MiB), q = t.buffer(2 * MiB);
+  t.step({slab});  // X's last use                      segment 0
+  t.step({slab});  // Y's first use (same bytes)        segment 0
+  t.step({p});     //                                   segment 1
+  t.step({q});     //                                   segment 2
+  t.step({slab});  // Y's last use                      segment 3
+  t.step({p});     //                                   segment 4
+  const PlanRange block{slab, 0, 2 * MiB};
+  // X freed and Y allocated after step 0, Y freed after step 4, X allocated for the next
+  // iteration after step 5 (the last).
+  t.in.lifetimes = {{0, true, block}, {0, false, block}, {4, true, block}, {5, false, block}};
+  t.in.budget_bytes = 4 * MiB;
+  const WindowPlan w = plan_windows(t.in, {0.5});
+  ASSERT_EQ(w.segment_start, (std::vector<uint32_t>{0, 2, 3, 4, 5}));
+  EXPECT_EQ(w.frees_left_out, 1u);
+  for (const Drop& d : w.plan.drops) {
+    EXPECT_FALSE(d.range.buffer == slab && d.last_use == 0) << "Y dropped between its uses";
+  }
+  const Simulation sim = simulate(w.segments, w.plan, 3);
+  EXPECT_EQ(sim.misses, 0u);
+  EXPECT_FALSE(sim.drop_of_live);
+  // Y's free and X's allocation across the iteration's end: a dead gap the plan may drop.
+  EXPECT_EQ(w.segments.lifetimes.size(), 3u);
+}
+
 TEST(WindowPlan, BadInputThrows) {
   PlanInput in = training(2);
   in.budget_bytes = footprint(in);

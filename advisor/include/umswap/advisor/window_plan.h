@@ -6,9 +6,11 @@
 // distinct blocks fit in `fill` of the budget, and the planner runs over the segments as its
 // steps: every move then falls on a segment boundary, where one window makes all of them.
 //
-// Not yet with lifetimes: inside a segment a block freed and another allocated at its place are
-// both live, which the planner's lifetimes cannot say; every byte the iteration touches is
-// planned as live (more moved, never a drop of live data).
+// Lifetimes (PlanInput::lifetimes) go to segment boundaries so that no live byte looks dead: an
+// allocation moves to the start of the segment of its first launch, a free to the end of its
+// segment. A free whose bytes a later allocation takes again within the same segment is left out
+// (the two tensors' bytes stay allocated across it): at segment granularity the first tensor's
+// free would otherwise end the second's life.
 //
 // Pure: a function of its arguments; reentrant. Throws std::invalid_argument for a fill outside
 // (0, 1], and what make_plan() throws.
@@ -29,7 +31,8 @@ struct WindowOptions {
 
 struct WindowPlan {
   std::vector<uint32_t> segment_start;       // the first step of each segment, ascending; [0] = 0
-  PlanInput segments;                        // the input with segment s as step s, no lifetimes
+  PlanInput segments;                        // the input with segment s as step s
+  uint32_t frees_left_out = 0;               // frees whose bytes were taken again in their segment
   Plan plan;                                 // make_plan(segments)
   uint32_t windows = 0;                      // segments at whose start the plan moves something
   uint32_t segment_of(uint32_t step) const;  // which segment a step is in

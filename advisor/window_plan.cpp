@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_set>
+#include <utility>
+#include <vector>
 
 namespace umswap::advisor {
 
@@ -16,6 +18,8 @@ uint32_t WindowPlan::segment_of(uint32_t step) const {
 }
 
 namespace {
+
+constexpr uint64_t kMaxStepBlocks = uint64_t{1} << 28;  // as make_plan's blocks, at most
 
 // in.lifetimes at segment boundaries (window_plan.h), in program order from the iteration's
 // start: an allocation before the first segment's launches comes last (before the next
@@ -36,6 +40,8 @@ void segment_lifetimes(const PlanInput& in, WindowPlan& w) {
     const PlanLifetime& l = in.lifetimes[i];
     if (l.after_step >= steps)
       throw std::invalid_argument("umswap plan_windows: a lifetime after a step past the input's");
+    if (i > 0 && l.after_step < in.lifetimes[i - 1].after_step)
+      throw std::invalid_argument("umswap plan_windows: lifetimes out of program order");
     if (l.range.buffer >= in.buffer_sizes.size())
       throw std::invalid_argument("umswap plan_windows: a lifetime names no buffer");
     uint32_t at;
@@ -73,8 +79,13 @@ void segment_lifetimes(const PlanInput& in, WindowPlan& w) {
       }
     }
   }
-  std::stable_sort(events.begin(), events.end(),
-                   [](const Event& x, const Event& y) { return x.at < y.at; });
+  // Within a segment's group, the allocations moved to the iteration's start come last: they
+  // take effect for the next iteration, after every free of this one (a free of the last segment
+  // listed after them would end their life at once).
+  std::stable_sort(events.begin(), events.end(), [](const Event& x, const Event& y) {
+    if (x.at != y.at) return x.at < y.at;
+    return (x.since < 0) < (y.since < 0);
+  });
   for (const Event& e : events) {
     if (left_out[e.order]) continue;
     PlanLifetime l = in.lifetimes[e.order];
@@ -100,8 +111,14 @@ WindowPlan plan_windows(const PlanInput& in, const WindowOptions& options) {
   w.segments.lookahead_bytes = in.lookahead_bytes;
   w.segments.lookahead_seconds = in.lookahead_seconds;
   w.segments.hold_until_free = in.hold_until_free;
-  std::unordered_set<uint64_t> in_segment;  // (buffer << 40 | block) of the current segment
-  std::vector<uint64_t> blocks;             // the step's, scratch
+  using Block = std::pair<uint32_t, uint64_t>;  // (buffer, block index)
+  struct BlockHash {
+    size_t operator()(const Block& b) const {
+      return std::hash<uint64_t>()(b.second * 0x9E3779B97F4A7C15ull ^ b.first);
+    }
+  };
+  std::unordered_set<Block, BlockHash> in_segment;  // the current segment's blocks
+  std::vector<Block> blocks;                        // the step's, scratch
   double segment_bytes = 0;
   for (size_t t = 0; t < in.steps.size(); ++t) {
     const PlanStep& s = in.steps[t];
@@ -114,29 +131,32 @@ WindowPlan plan_windows(const PlanInput& in, const WindowOptions& options) {
       if (range.length == 0) continue;
       if (range.buffer >= in.buffer_sizes.size())
         throw std::invalid_argument("umswap plan_windows: a range names no buffer");
-      for (uint64_t k = range.offset / g; k <= (range.offset + range.length - 1) / g; ++k) {
-        blocks.push_back(uint64_t{range.buffer} << 40 | k);
-      }
+      const uint64_t size = in.buffer_sizes[range.buffer];
+      if (range.offset > size || range.length > size - range.offset)
+        throw std::invalid_argument("umswap plan_windows: a range outside its buffer");
+      const uint64_t first = range.offset / g, last = (range.offset + range.length - 1) / g;
+      if (last - first >= kMaxStepBlocks - blocks.size())
+        throw std::invalid_argument("umswap plan_windows: a step of more than 2^28 blocks");
+      for (uint64_t k = first; k <= last; ++k) blocks.emplace_back(range.buffer, k);
     }
     std::sort(blocks.begin(), blocks.end());
     blocks.erase(std::unique(blocks.begin(), blocks.end()), blocks.end());
-    const auto bytes_of = [&](uint64_t key) {
-      const uint64_t size = in.buffer_sizes[key >> 40];
-      const uint64_t k = key & ((uint64_t{1} << 40) - 1);
-      return static_cast<double>(std::min(g, size - std::min(size, k * g)));
+    const auto bytes_of = [&](const Block& b) {
+      const uint64_t size = in.buffer_sizes[b.first];
+      return static_cast<double>(std::min(g, size - b.second * g));
     };
     double added = 0;
-    for (const uint64_t key : blocks) {
-      if (!in_segment.count(key)) added += bytes_of(key);
+    for (const Block& b : blocks) {
+      if (!in_segment.count(b)) added += bytes_of(b);
     }
-    if (t == 0 || (segment_bytes + added > limit && !in_segment.empty())) {
+    if (t == 0 || (added > 0 && segment_bytes + added > limit)) {
       w.segment_start.push_back(static_cast<uint32_t>(t));
       w.segments.steps.push_back({w.segments.ranges.size(), 0, 0.0});
       in_segment.clear();
       segment_bytes = 0;
       added = 0;
-      for (const uint64_t key : blocks) {
-        if (in_segment.insert(key).second) added += bytes_of(key);
+      for (const Block& b : blocks) {
+        if (in_segment.insert(b).second) added += bytes_of(b);
       }
     } else {
       in_segment.insert(blocks.begin(), blocks.end());

@@ -15,6 +15,7 @@
 // Exit: 0, 1 when the trace cannot be read or has no iteration, 2 for bad arguments.
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -45,6 +46,9 @@ double gb(uint64_t bytes) {
   return static_cast<double>(bytes) / 1e9;
 }
 
+int report(const umswap::trace::Trace& trace, size_t iteration, const std::vector<double>& shares,
+           const std::vector<double>& fills, const char* path);
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -57,7 +61,7 @@ int main(int argc, char** argv) {
   if (argc > 4) {
     char* end = nullptr;
     period = std::strtoull(argv[4], &end, 10);
-    if (*end != '\0' || period == 0) {
+    if (argv[4][0] < '0' || argv[4][0] > '9' || *end != '\0' || period == 0) {
       std::fprintf(stderr, "window_plan_bench: PERIOD is a number of launches (> 0)\n");
       return 2;
     }
@@ -75,7 +79,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::optional<size_t> iteration = trace::replay_iteration(*t);
-  if (!iteration) {
+  if (!iteration || t->iterations.empty()) {
     std::fprintf(stderr, "window_plan_bench: %s: no complete iteration\n", argv[1]);
     return 1;
   }
@@ -91,13 +95,27 @@ int main(int argc, char** argv) {
     t->iterations.push_back({end - period, period, 0, 0, {}});
     iteration = t->iterations.size() - 1;
   }
+  try {
+    return report(*t, *iteration, shares, fills, argv[1]);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "window_plan_bench: %s: %s\n", argv[1], e.what());
+    return 1;
+  }
+}
+
+namespace {
+
+int report(const umswap::trace::Trace& trace, size_t iteration, const std::vector<double>& shares,
+           const std::vector<double>& fills, const char* path) {
+  using namespace umswap;
+  const trace::Trace* t = &trace;
   // The footprint: the iteration planned with room for everything.
-  advisor::PlanInput in = advisor::plan_input_from_trace(*t, *iteration, uint64_t{1} << 61, false);
+  advisor::PlanInput in = advisor::plan_input_from_trace(*t, iteration, uint64_t{1} << 61, false);
   const uint64_t footprint = advisor::make_plan(in).footprint_bytes;
-  std::printf("%s: iteration %zu, %zu launches, footprint %.2f GB\n", argv[1], *iteration,
+  std::printf("%s: iteration %zu, %zu launches, footprint %.2f GB\n", path, iteration,
               in.steps.size(), gb(footprint));
   for (const double share : shares) {
-    in = advisor::plan_input_from_trace(*t, *iteration, uint64_t(share * double(footprint)));
+    in = advisor::plan_input_from_trace(*t, iteration, uint64_t(share * double(footprint)));
     const advisor::Plan per_launch = advisor::make_plan(in);
     std::set<uint32_t> moving;
     for (const advisor::Action& a : per_launch.actions) moving.insert(a.at_step);
@@ -121,3 +139,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <random>
 #include <set>
 #include <stdexcept>
 #include <vector>
@@ -169,6 +171,134 @@ TEST(WindowPlan, ABlockReusedInsideASegmentStaysLive) {
   EXPECT_FALSE(sim.drop_of_live);
   // Y's free and X's allocation across the iteration's end: a dead gap the plan may drop.
   EXPECT_EQ(w.segments.lifetimes.size(), 3u);
+}
+
+// A tensor allocated inside the first segment and freed in the last, on a block where another
+// is freed in between (a review's counterexample): its allocation, listed last, must come after
+// the last segment's frees, or the block looks empty through the tensor's life.
+TEST(WindowPlan, AnAllocationInsideTheFirstSegmentOutlivesTheLastSegmentsFrees) {
+  Builder t;
+  const uint32_t slab = t.buffer(2 * MiB), p = t.buffer(2 * MiB), q = t.buffer(2 * MiB);
+  t.step({slab});  //                   segment 0
+  t.step({slab});  // T written         segment 0
+  t.step({p, q});  // the whole budget  segment 1
+  t.step({slab});  // T read            segment 2
+  const PlanRange lo{slab, 0, MiB}, hi{slab, MiB, MiB};
+  // T allocated (hi) after step 0; W freed (lo) after step 1; T freed after step 3; W allocated
+  // after step 3 for the next iteration.
+  t.in.lifetimes = {{0, false, hi}, {1, true, lo}, {3, true, hi}, {3, false, lo}};
+  t.in.budget_bytes = 4 * MiB;
+  const WindowPlan w = plan_windows(t.in, {1.0});
+  ASSERT_EQ(w.segment_start, (std::vector<uint32_t>{0, 2, 3}));
+  for (const Drop& d : w.plan.drops) {
+    EXPECT_FALSE(d.range.buffer == slab && d.last_use == 0) << "T dropped while live";
+  }
+  const PlanLifetime& last = w.segments.lifetimes.back();
+  EXPECT_FALSE(last.freed);  // T's allocation, after the last segment's frees
+  EXPECT_EQ(last.range, hi);
+}
+
+// The property behind the mapping, on random tensors: wherever the segment-level lifetimes make
+// a block's gap between two segments that use it dead (the block wholly unallocated at some
+// moment of it, as the planner reads them), the original lifetimes make the gap between the last
+// launch that uses it in the first segment and the first launch in the second dead too.
+TEST(WindowPlan, NoGapIsDeadBySegmentsThatIsLiveByLaunches) {
+  // Positions after which a block (two 1 MiB halves) is wholly unallocated, in the second of two
+  // passes over `lifetimes` from "all allocated" (mark_dead_gaps' reading).
+  const auto empty_after = [](const std::vector<PlanLifetime>& lifetimes) {
+    std::set<uint32_t> out;
+    bool half[2] = {true, true};
+    for (int pass = 0; pass < 2; ++pass) {
+      for (const PlanLifetime& l : lifetimes) {
+        half[l.range.offset / MiB] = !l.freed;
+        if (pass == 1 && l.freed && !half[0] && !half[1]) out.insert(l.after_step);
+      }
+    }
+    return out;
+  };
+  // Some position of `empty` in [from, to) on a circle of n.
+  const auto dead_within = [](const std::set<uint32_t>& empty, uint64_t from, uint64_t to,
+                              uint64_t n) {
+    for (const uint32_t e : empty) {
+      for (const uint64_t x : {uint64_t{e}, e + n, e + 2 * n}) {
+        if (from <= x && x < to) return true;
+      }
+    }
+    return false;
+  };
+  std::mt19937 rng(7);
+  int checked = 0, dead_gaps = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const uint32_t n = 4 + rng() % 10;  // launches
+    Builder t;
+    const uint32_t slab = t.buffer(2 * MiB), filler = t.buffer(2 * MiB);
+    std::vector<std::vector<uint32_t>> uses(n);
+    std::vector<std::pair<uint32_t, PlanLifetime>> events;  // (program position, lifetime)
+    for (uint64_t h = 0; h < 2; ++h) {
+      const PlanRange half{slab, h * MiB, MiB};
+      // Tensors on the circle: arcs [start, end] of launches, in order, gaps between them of 0
+      // or more launches (0: freed and allocated again after the same launch).
+      const uint32_t shift = rng() % n;
+      uint32_t at = 0;
+      while (at < n) {
+        const uint32_t length = 1 + rng() % 3, gap = rng() % 3;
+        if (at + length > n) break;
+        const uint32_t start = (at + shift) % n, end = (at + length - 1 + shift) % n;
+        for (uint32_t k = at; k < at + length; ++k) {
+          if (k == at || k + 1 == at + length || rng() % 2) uses[(k + shift) % n].push_back(0);
+        }
+        // Program position: 2 * after_step, + 1 for an allocation (after the frees there).
+        const uint32_t alloc_after = (start + n - 1) % n;
+        events.push_back({2 * alloc_after + 1, {alloc_after, false, half}});
+        events.push_back({2 * end, {end, true, half}});
+        at += length + gap;
+      }
+    }
+    std::sort(events.begin(), events.end(),
+              [](const auto& x, const auto& y) { return x.first < y.first; });
+    for (const auto& e : events) t.in.lifetimes.push_back(e.second);
+    for (uint32_t k = 0; k < n; ++k) {
+      if (uses[k].empty() || rng() % 3 == 0) {
+        t.step({filler});
+      } else {
+        t.step({slab});
+      }
+    }
+    t.in.budget_bytes = 4 * MiB;
+    const WindowPlan w = plan_windows(t.in, {rng() % 2 ? 0.5 : 1.0});
+    const auto segments = static_cast<uint32_t>(w.segment_start.size());
+    // Launches and segments that use the slab.
+    std::vector<uint32_t> launches, used;
+    for (uint32_t k = 0; k < n; ++k) {
+      if (t.in.ranges[t.in.steps[k].first_range].buffer == slab) launches.push_back(k);
+    }
+    for (const uint32_t k : launches) {
+      if (used.empty() || used.back() != w.segment_of(k)) used.push_back(w.segment_of(k));
+    }
+    if (used.size() > 1 && used.back() == used.front()) used.pop_back();
+    if (used.empty()) continue;
+    const std::set<uint32_t> by_segments = empty_after(w.segments.lifetimes);
+    const std::set<uint32_t> by_launches = empty_after(t.in.lifetimes);
+    for (size_t i = 0; i < used.size(); ++i) {
+      const uint32_t s1 = used[i];
+      const uint64_t s2 = i + 1 < used.size() ? used[i + 1] : used[0] + uint64_t{segments};
+      if (!dead_within(by_segments, s1, s2, segments)) continue;
+      ++dead_gaps;
+      // The last launch using the slab in s1, the first in s2 (unrolled).
+      uint64_t last = 0, first = UINT64_MAX;
+      for (const uint32_t k : launches) {
+        if (w.segment_of(k) == s1) last = k;
+        if (w.segment_of(k) == s2 % segments) first = std::min<uint64_t>(first, k);
+      }
+      if (first <= last) first += n;
+      EXPECT_TRUE(dead_within(by_launches, last, first, n))
+          << "trial " << trial << ": segments " << s1 << ".." << s2 << " dead by segments, "
+          << "launches " << last << ".." << first << " live";
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 500);
+  EXPECT_GT(dead_gaps, 500);
 }
 
 TEST(WindowPlan, BadInputThrows) {

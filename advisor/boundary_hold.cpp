@@ -5,10 +5,13 @@
 namespace umswap::advisor {
 
 void BoundaryHold::arm(uint64_t launch) {
-  std::lock_guard lock(mutex_);
-  armed_at_ = Clock::now();
-  claimed_ = false;
-  armed_.store(launch, std::memory_order_seq_cst);
+  {
+    std::lock_guard lock(mutex_);
+    armed_at_ = Clock::now();
+    claimed_ = false;
+    armed_.store(launch, std::memory_order_seq_cst);
+  }
+  released_.notify_all();  // a launch still held for an earlier arm goes on
 }
 
 bool BoundaryHold::hold(uint64_t index) {
@@ -27,7 +30,8 @@ bool BoundaryHold::hold(uint64_t index) {
     ++stats_.claim_timeouts;
   }
   waiting_ = false;
-  armed_.store(kNone, std::memory_order_relaxed);
+  if (armed_.load(std::memory_order_relaxed) == index)
+    armed_.store(kNone, std::memory_order_relaxed);
   stats_.held_seconds += std::chrono::duration<double>(Clock::now() - arrived).count();
   return true;
 }
@@ -47,7 +51,8 @@ bool BoundaryHold::claim(uint64_t launch) {
 void BoundaryHold::release() {
   {
     std::lock_guard lock(mutex_);
-    armed_.store(kNone, std::memory_order_relaxed);
+    // Release: a launch that reads it on hold()'s fast path sees the plan made before it.
+    armed_.store(kNone, std::memory_order_release);
     claimed_ = false;
   }
   released_.notify_all();

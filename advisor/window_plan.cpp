@@ -2,7 +2,6 @@
 #include "umswap/advisor/window_plan.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <stdexcept>
 #include <string>

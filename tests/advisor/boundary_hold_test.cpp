@@ -24,8 +24,11 @@ bool launch(std::atomic<uint64_t>& launched, BoundaryHold& h, uint64_t index) {
   return h.hold(index);
 }
 
+// Waits until `count` launches are held (at most 10 s: then the test fails, not hangs).
 void wait_until_held(const BoundaryHold& h, uint64_t count) {
-  while (h.stats().held < count) std::this_thread::sleep_for(1ms);
+  const auto until = Clock::now() + 10s;
+  while (h.stats().held < count && Clock::now() < until) std::this_thread::sleep_for(1ms);
+  ASSERT_GE(h.stats().held, count) << "no launch held";
 }
 
 TEST(BoundaryHold, OnlyTheArmedLaunchWaits) {
@@ -52,6 +55,13 @@ TEST(BoundaryHold, ALaunchThatWentOnCannotBeClaimed) {
   const BoundaryHold::Stats s = h.stats();
   EXPECT_EQ(s.claimed, 0u);
   EXPECT_EQ(s.held, 0u);
+  // Counted but not yet in hold() when the claim comes: refused, and disarmed, so that the
+  // launch does not then wait for a plan that will not come.
+  h.arm(20);
+  launched.store(21);
+  EXPECT_FALSE(h.claim(20));
+  EXPECT_FALSE(h.hold(20));
+  EXPECT_EQ(h.stats().held, 0u);
 }
 
 // Not claimed: it waits as long as the iteration before it took (arm() to its arrival), not
@@ -90,14 +100,14 @@ TEST(BoundaryHold, AClaimKeepsItUntilRelease) {
   h.arm(5);
   std::this_thread::sleep_for(1s);  // it may wait 1 s unclaimed: time enough to claim it
   std::atomic<bool> done{false};
-  const auto t0 = Clock::now();
   std::thread program([&] {
     launch(launched, h, 5);
     done = true;
   });
   wait_until_held(h, 1);
+  const auto held = Clock::now();  // it waits since before now
   EXPECT_TRUE(h.claim(5));
-  while (seconds_since(t0) < 1.5) std::this_thread::sleep_for(10ms);  // past its own limit
+  while (seconds_since(held) < 1.5) std::this_thread::sleep_for(10ms);  // past its own 1 s
   EXPECT_FALSE(done.load());
   h.release();
   program.join();

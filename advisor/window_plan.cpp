@@ -172,11 +172,15 @@ WindowPlan plan_windows(const PlanInput& in, const WindowOptions& options) {
   }
   segment_lifetimes(in, w);
   w.plan = make_plan(w.segments);
-  std::vector<uint32_t> at;
-  for (const Action& a : w.plan.actions) at.push_back(a.at_step);
-  std::sort(at.begin(), at.end());
-  w.windows = static_cast<uint32_t>(std::unique(at.begin(), at.end()) - at.begin());
+  w.windows = steps_with_actions(w.plan);
   return w;
+}
+
+uint32_t steps_with_actions(const Plan& plan) {
+  std::vector<uint32_t> at;
+  for (const Action& a : plan.actions) at.push_back(a.at_step);
+  std::sort(at.begin(), at.end());
+  return static_cast<uint32_t>(std::unique(at.begin(), at.end()) - at.begin());
 }
 
 }  // namespace umswap::advisor

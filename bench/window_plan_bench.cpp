@@ -17,7 +17,6 @@
 #include <cstdlib>
 #include <exception>
 #include <optional>
-#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -108,21 +107,19 @@ namespace {
 int report(const umswap::trace::Trace& trace, size_t iteration, const std::vector<double>& shares,
            const std::vector<double>& fills, const char* path) {
   using namespace umswap;
-  const trace::Trace* t = &trace;
   // The footprint: the iteration planned with room for everything.
-  advisor::PlanInput in = advisor::plan_input_from_trace(*t, iteration, uint64_t{1} << 61, false);
+  advisor::PlanInput in =
+      advisor::plan_input_from_trace(trace, iteration, uint64_t{1} << 61, false);
   const uint64_t footprint = advisor::make_plan(in).footprint_bytes;
   std::printf("%s: iteration %zu, %zu launches, footprint %.2f GB\n", path, iteration,
               in.steps.size(), gb(footprint));
   for (const double share : shares) {
-    in = advisor::plan_input_from_trace(*t, iteration, uint64_t(share * double(footprint)));
+    in = advisor::plan_input_from_trace(trace, iteration, uint64_t(share * double(footprint)));
     const advisor::Plan per_launch = advisor::make_plan(in);
-    std::set<uint32_t> moving;
-    for (const advisor::Action& a : per_launch.actions) moving.insert(a.at_step);
     std::printf(
-        "budget %.0f%% (%.2f GB): per launch %.2f GB in, %.2f GB out, moves at %zu launches\n",
+        "budget %.0f%% (%.2f GB): per launch %.2f GB in, %.2f GB out, moves at %u launches\n",
         share * 100, gb(in.budget_bytes), gb(per_launch.bytes_prefetched_per_iteration),
-        gb(per_launch.bytes_evicted_per_iteration), moving.size());
+        gb(per_launch.bytes_evicted_per_iteration), advisor::steps_with_actions(per_launch));
     for (const double fill : fills) {
       const advisor::WindowPlan w = advisor::plan_windows(in, {fill});
       const double in_ratio = per_launch.bytes_prefetched_per_iteration

@@ -260,6 +260,12 @@ class TorchDropsTest : public TorchBlocksTest {
     first_segment();  // 20 MiB at kSegment, which is 2 MiB aligned
     blocks_.set_drops(log_.drops());
   }
+  // The drops ordered with migrations by `order` (drop_order.h), as the advisor hands them.
+  void order_drops(DropOrder& order) {
+    TorchBlocks::Drops drops = log_.drops();
+    drops.order = &order;
+    blocks_.set_drops(std::move(drops));
+  }
   void alloc(uint64_t offset, uint64_t bytes, uint64_t stream = 7) {
     fake_.emit(TorchBlocks::kAlloc, kSegment + offset, bytes, stream);
   }
@@ -314,9 +320,7 @@ TEST_F(TorchDropsTest, OnlyThePagesThePlanDropsAreDiscarded) {
 TEST_F(TorchDropsTest, ThePagesOfUnfinishedMigrationsAreNotDiscarded) {
   DropOrder order(order_driver());
   g_order_records.clear();
-  TorchBlocks::Drops drops = log_.drops();
-  drops.order = &order;
-  blocks_.set_drops(std::move(drops));
+  order_drops(order);
   std::vector<DropOrder::Range> parts;
   order.end_migration(order.begin_migration(kSegment + 2 * MiB, MiB, false, &parts), nullptr);
   alloc(0, 8 * MiB, 0);
@@ -334,9 +338,7 @@ TEST_F(TorchDropsTest, ThePagesOfPrefetchesAreDiscardedAfterAWait) {
   DropOrder order(order_driver());
   g_order_waits.clear();
   order.allow_waits([] { return true; });  // as the advisor does while launches wait
-  TorchBlocks::Drops drops = log_.drops();
-  drops.order = &order;
-  blocks_.set_drops(std::move(drops));
+  order_drops(order);
   std::vector<DropOrder::Range> parts;
   order.end_migration(order.begin_migration(kSegment + 2 * MiB, MiB, true, &parts), nullptr);
   alloc(0, 8 * MiB, 0);

@@ -40,4 +40,8 @@ struct WindowPlan {
 
 WindowPlan plan_windows(const PlanInput& in, const WindowOptions& options = {});
 
+// The steps at which `plan` moves something (distinct Action::at_step): a plan's windows under
+// engine vmm when its steps are segments, one a launch when they are launches.
+uint32_t steps_with_actions(const Plan& plan);
+
 }  // namespace umswap::advisor

@@ -67,6 +67,8 @@ nlohmann::json to_json(const VmmAllocatorStats& s) {
       {"bytes_to_host", a.bytes_to_host},
       {"bytes_to_gpu", a.bytes_to_gpu},
       {schema::kRemaps.name(), a.remaps},
+      {schema::kCopyWaitMs.name(), static_cast<double>(a.copy_wait_ns) / 1e6},
+      {schema::kRemapMs.name(), static_cast<double>(a.remap_ns) / 1e6},
       {"arena_failures", a.failures},
       {"holes", a.holes},
       {"steps_held", s.residency.steps_held},

@@ -560,6 +560,8 @@ void Preload::write_stats_at_exit() {
       j[schema::kVmm.path]["drains_failed"] = w.drains_failed;
       j[schema::kVmm.path]["windows_skipped_for_capture"] = w.skipped_for_capture;
       j[schema::kVmm.path]["window_ms"] = w.window_ms;
+      j[schema::kVmm.path][schema::vmm::kWindowOpenMs.name()] = w.open_ms;
+      j[schema::kVmm.path][schema::vmm::kWindowDrainMs.name()] = w.drain_ms;
     }
   }
   if (const std::string yielded = tracer::yielded_cupti_to(); !yielded.empty()) {

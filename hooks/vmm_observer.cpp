@@ -13,6 +13,13 @@ namespace {
 // (the tracer stopped between its entry and exit) must not hang the program.
 constexpr std::chrono::milliseconds kOpenWait{10000};
 
+void add_since(std::atomic<uint64_t>& total, std::chrono::steady_clock::time_point from) {
+  total.fetch_add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                            std::chrono::steady_clock::now() - from)
+                                            .count()),
+                  std::memory_order_relaxed);
+}
+
 }  // namespace
 
 VmmObserver::VmmObserver(const VmmObserverDriver& driver, VmmAllocator* (*allocator)())
@@ -57,11 +64,15 @@ void VmmObserver::window(VmmAllocator& allocator) {
         kOpenWait.count() / 1000);
     return;
   }
+  add_since(open_ns_, started);
   if (capture_open()) {
     hold_.close();
     return;
   }
-  if (driver_.ctx_synchronize() != CUDA_SUCCESS) {
+  const auto drain = std::chrono::steady_clock::now();
+  const CUresult drained = driver_.ctx_synchronize();
+  add_since(drain_ns_, drain);
+  if (drained != CUDA_SUCCESS) {
     // The context has failed (an earlier launch's error): nothing may move; the program hears of
     // the error from its own calls.
     drains_failed_.fetch_add(1, std::memory_order_relaxed);
@@ -74,10 +85,7 @@ void VmmObserver::window(VmmAllocator& allocator) {
   allocator.residency().make_resident(bases_, stream_);
   allocator.note_peaks();
   hold_.close();
-  window_ns_.fetch_add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                 std::chrono::steady_clock::now() - started)
-                                                 .count()),
-                       std::memory_order_relaxed);
+  add_since(window_ns_, started);
 }
 
 void VmmObserver::after_step(uint64_t /*index*/, CUstream /*stream*/) {
@@ -106,7 +114,12 @@ VmmWindowStats VmmObserver::stats() const {
   s.windows_abandoned = hold_.windows_abandoned();
   s.drains_failed = drains_failed_.load(std::memory_order_relaxed);
   s.skipped_for_capture = skipped_for_capture_.load(std::memory_order_relaxed);
-  s.window_ms = static_cast<double>(window_ns_.load(std::memory_order_relaxed)) / 1e6;
+  auto ms = [](const std::atomic<uint64_t>& ns) {
+    return static_cast<double>(ns.load(std::memory_order_relaxed)) / 1e6;
+  };
+  s.window_ms = ms(window_ns_);
+  s.open_ms = ms(open_ns_);
+  s.drain_ms = ms(drain_ns_);
   return s;
 }
 

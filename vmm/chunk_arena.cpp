@@ -1,6 +1,7 @@
 #include "umswap/vmm/chunk_arena.h"
 
 #include <algorithm>
+#include <chrono>
 #include <iterator>
 #include <limits>
 #include <utility>
@@ -26,6 +27,12 @@ CUmemLocation host_location() {
 
 Location other(Location where) {
   return where == Location::gpu ? Location::host : Location::gpu;
+}
+
+uint64_t elapsed_ns(std::chrono::steady_clock::time_point from,
+                    std::chrono::steady_clock::time_point to) {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(to - from).count());
 }
 
 }  // namespace
@@ -344,7 +351,11 @@ Moved ChunkArena::commit(StagedMove& staged) {
   const Location to = staged.to_;
 
   // Wait for the copies before any slot changes.
-  if (CUresult r = count(driver_.stream_synchronize(staged.stream_)); r != CUDA_SUCCESS) {
+  const auto started = std::chrono::steady_clock::now();
+  const CUresult synced = count(driver_.stream_synchronize(staged.stream_));
+  const auto copied = std::chrono::steady_clock::now();
+  stats_.copy_wait_ns += elapsed_ns(started, copied);
+  if (CUresult r = synced; r != CUDA_SUCCESS) {
     // The copies may not have happened: no slot changes, the new chunks go back.
     moved.bytes_left += staged.items_.size() * kChunk;
     give_back(staged);
@@ -381,6 +392,7 @@ Moved ChunkArena::commit(StagedMove& staged) {
     bytes += kChunk;
   }
   staged.items_.clear();
+  stats_.remap_ns += elapsed_ns(copied, std::chrono::steady_clock::now());
   return moved;
 }
 

@@ -169,6 +169,14 @@ inline constexpr Field kFields[] = {
      "ranges moved."},
     {"vmm.window_ms", Kind::diagnostic, "number", detail::kVmmAllocator,
      "Milliseconds the program was held by windows, in all (drains included)."},
+    {"vmm.window_open_ms", Kind::diagnostic, "number", detail::kVmmAllocator,
+     "Of window_ms: waiting for the program's calls in flight to leave the driver."},
+    {"vmm.window_drain_ms", Kind::diagnostic, "number", detail::kVmmAllocator,
+     "Of window_ms: waiting for the GPU to finish the work queued before the window."},
+    {"vmm.copy_wait_ms", Kind::diagnostic, "number", detail::kVmmAllocator,
+     "Milliseconds moves waited for their chunk copies, in all (inside windows)."},
+    {"vmm.remap_ms", Kind::diagnostic, "number", detail::kVmmAllocator,
+     "Milliseconds moves spent remapping chunk slots (unmap, map, access), in all."},
     {"vmm.ranges_restored", Kind::diagnostic, "integer", detail::kVmmAllocator,
      "Ranges brought to the GPU for the step that opened the window."},
     {"vmm.ranges_prefetched", Kind::diagnostic, "integer", detail::kVmmAllocator,
@@ -466,6 +474,10 @@ inline constexpr const Field& kBytesToGpu = field("vmm.bytes_to_gpu");
 inline constexpr const Field& kBytesToHost = field("vmm.bytes_to_host");
 inline constexpr const Field& kWindows = field("vmm.windows");
 inline constexpr const Field& kWindowMs = field("vmm.window_ms");
+inline constexpr const Field& kWindowOpenMs = field("vmm.window_open_ms");
+inline constexpr const Field& kWindowDrainMs = field("vmm.window_drain_ms");
+inline constexpr const Field& kCopyWaitMs = field("vmm.copy_wait_ms");
+inline constexpr const Field& kRemapMs = field("vmm.remap_ms");
 inline constexpr const Field& kRangesRestored = field("vmm.ranges_restored");
 inline constexpr const Field& kRangesPrefetched = field("vmm.ranges_prefetched");
 inline constexpr const Field& kRangesEvicted = field("vmm.ranges_evicted");

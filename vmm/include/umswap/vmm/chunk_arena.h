@@ -139,6 +139,9 @@ struct ArenaStats {
   uint64_t gpu_create_fallbacks = 0;  // allocate()'s chunks put on the host: no GPU memory
   uint64_t failures = 0;              // driver calls that failed (the rollbacks' included)
   uint64_t holes = 0;                 // slots unmapped now (see the contract)
+  // Time inside commit(): waiting for the staged copies, and remapping the slots.
+  uint64_t copy_wait_ns = 0;
+  uint64_t remap_ns = 0;
 };
 
 class ChunkArena {

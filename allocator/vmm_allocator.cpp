@@ -60,6 +60,7 @@ nlohmann::json to_json(const VmmAllocatorStats& s) {
       {schema::kProgramGpuBytesPeak.name(), s.program_gpu_bytes_peak},
       {schema::kGpuAndProgramBytesPeak.name(), s.gpu_and_program_bytes_peak},
       {"gpu_chunks_made", a.gpu_chunks_made},
+      {schema::kBlockBytes.name(), a.block_bytes},
       {"host_chunks_made", a.host_chunks_made},
       {"gpu_create_fallbacks", a.gpu_create_fallbacks},
       {schema::kCopiesToHost.name(), a.copies_to_host},
@@ -89,7 +90,8 @@ VmmAllocator::VmmAllocator(const vmm::VmmDriver& arena_driver, const VmmSyncDriv
     : sync_(sync),
       registry_(registry),
       device_(device),
-      arena_(arena_driver, device, gpu_limit_bytes, host_limit_bytes) {}
+      arena_(arena_driver, device, gpu_limit_bytes, host_limit_bytes,
+             vmm::ChunkArena::chunks_per_block_for(gpu_limit_bytes)) {}
 
 VmmAllocator::~VmmAllocator() {
   drain();

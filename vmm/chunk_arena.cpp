@@ -1,6 +1,7 @@
 #include "umswap/vmm/chunk_arena.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <iterator>
 #include <limits>
@@ -39,35 +40,43 @@ uint64_t elapsed_ns(std::chrono::steady_clock::time_point from,
 
 uint64_t ChunkArena::gpu_limit_bytes() const {
   std::lock_guard lock(mutex_);
-  return gpu_.limit() * kChunk;
+  return gpu_.limit() * block_bytes();
 }
 
 void ChunkArena::set_gpu_limit_bytes(uint64_t bytes) {
   std::lock_guard lock(mutex_);
-  gpu_.set_limit(bytes / kChunk);
+  gpu_.set_limit(bytes / block_bytes());
 }
 
 uint64_t ChunkArena::trim_to_limit() {
   std::lock_guard lock(mutex_);
   if (!driver_.complete()) return 0;
-  return gpu_.trim_to_limit() * kChunk;
+  return gpu_.trim_to_limit() * block_bytes();
+}
+
+uint32_t ChunkArena::chunks_per_block_for(uint64_t gpu_limit_bytes) {
+  uint32_t per = detail::ChunkPool::kMaxChunksPerBlock;
+  while (per > 1 && gpu_limit_bytes / (uint64_t{per} * kChunk) < kMinBlocks) per /= 2;
+  return std::min<uint32_t>(per, kLargestBlock / kChunk);
 }
 
 ChunkArena::ChunkArena(const VmmDriver& driver, CUdevice device, uint64_t gpu_limit_bytes,
-                       uint64_t host_limit_bytes)
+                       uint64_t host_limit_bytes, uint32_t chunks_per_block)
     : driver_(driver),
       device_(device),
-      gpu_capacity_(gpu_limit_bytes / kChunk),
-      host_capacity_(host_limit_bytes / kChunk),
-      gpu_(&driver_, device_location(device), device, gpu_capacity_),
-      host_(&driver_, host_location(), device, host_capacity_) {}
+      per_(std::clamp<uint32_t>(std::bit_floor(std::max<uint32_t>(chunks_per_block, 1)), 1,
+                                detail::ChunkPool::kMaxChunksPerBlock)),
+      gpu_capacity_(gpu_limit_bytes / block_bytes()),
+      host_capacity_(host_limit_bytes / block_bytes()),
+      gpu_(&driver_, device_location(device), device, gpu_capacity_, per_),
+      host_(&driver_, host_location(), device, host_capacity_, per_) {}
 
 ChunkArena::~ChunkArena() {
   std::lock_guard lock(mutex_);
   if (!driver_.complete()) return;
   for (auto& [base, range] : ranges_) {
     unmap_range(base, range);
-    driver_.mem_address_free(base, range.slots.size() * kChunk);
+    driver_.mem_address_free(base, range.reserved);
   }
   ranges_.clear();
   gpu_.destroy();
@@ -79,16 +88,29 @@ CUresult ChunkArena::count(CUresult result) {
   return result;
 }
 
-CUresult ChunkArena::map_slot(CUdeviceptr at, Location where, uint32_t chunk) {
-  if (CUresult r = count(driver_.mem_map(at, kChunk, 0, pool(where).handle(chunk), 0));
+void ChunkArena::give(Location where, uint32_t chunk, bool whole) {
+  if (whole) {
+    pool(where).give_block(chunk);
+  } else {
+    pool(where).give(chunk);
+  }
+}
+
+CUresult ChunkArena::take(Location where, bool whole, uint32_t* chunk) {
+  return whole ? pool(where).take_block(chunk) : pool(where).take(chunk);
+}
+
+CUresult ChunkArena::map_slot(CUdeviceptr at, uint64_t bytes, Location where, uint32_t chunk) {
+  detail::ChunkPool& p = pool(where);
+  if (CUresult r = count(driver_.mem_map(at, bytes, p.offset(chunk), p.handle(chunk), 0));
       r != CUDA_SUCCESS) {
     return r;
   }
   const CUmemAccessDesc access = detail::device_access(device_);
-  if (CUresult r = count(driver_.mem_set_access(at, kChunk, &access, 1)); r != CUDA_SUCCESS) {
+  if (CUresult r = count(driver_.mem_set_access(at, bytes, &access, 1)); r != CUDA_SUCCESS) {
     // Mapped without access is no use to a kernel; undo, so that the caller's rollback maps the
     // other chunk at a free slot.
-    count(driver_.mem_unmap(at, kChunk));
+    count(driver_.mem_unmap(at, bytes));
     return r;
   }
   return CUDA_SUCCESS;
@@ -101,13 +123,13 @@ CUresult ChunkArena::unmap_range(CUdeviceptr base, Range& range) {
     if (slot.mapped) {
       // A failed unmap is reported; the chunk goes back to its pool all the same (the range is
       // being given up, and nothing reads it through this address any more).
-      CUresult r = count(driver_.mem_unmap(base + i * kChunk, kChunk));
+      CUresult r = count(driver_.mem_unmap(base + range.offset(i), range.bytes(i)));
       if (r != CUDA_SUCCESS && first == CUDA_SUCCESS) first = r;
       slot.mapped = false;
     } else {
       --stats_.holes;
     }
-    pool(slot.where).give(slot.chunk);
+    give(slot.where, slot.chunk, range.whole(i));
   }
   return first;
 }
@@ -116,7 +138,9 @@ CUresult ChunkArena::allocate(uint64_t bytes, CUdeviceptr* address) {
   std::lock_guard lock(mutex_);
   if (!driver_.complete()) return CUDA_ERROR_NOT_INITIALIZED;
   if (bytes == 0 || address == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (bytes > std::numeric_limits<uint64_t>::max() - kChunk) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (bytes > std::numeric_limits<uint64_t>::max() - block_bytes()) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   const uint64_t chunks = (bytes + kChunk - 1) / kChunk;
   // Refused before any driver call when the two pools together cannot back the range.
   if (chunks > gpu_.available() + host_.available()) {
@@ -132,13 +156,44 @@ CUresult ChunkArena::allocate(uint64_t bytes, CUdeviceptr* address) {
   Range range;
   range.size = bytes;
   range.id = next_range_id_++;
-  range.slots.reserve(chunks);
-  CUresult r = CUDA_SUCCESS;
-  for (uint64_t i = 0; i < chunks && r == CUDA_SUCCESS; ++i) {
+  range.reserved = chunks * kChunk;
+  range.block = block_bytes();
+  // Whole blocks for the range's leading pieces, 2 MiB chunks for the rest; if blocks run out
+  // where chunks would not (blocks split by small ranges), chunks only.
+  CUresult r = back(base, range, per_ > 1 ? chunks / per_ : 0);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY && range.large > 0) {
+    unmap_range(base, range);
+    range.slots.clear();
+    r = back(base, range, 0);
+  }
+  if (r == CUDA_SUCCESS) {
+    // One call gives access to the whole range: every piece of it is mapped now.
+    const CUmemAccessDesc access = detail::device_access(device_);
+    r = count(driver_.mem_set_access(base, range.reserved, &access, 1));
+  }
+  if (r != CUDA_SUCCESS) {
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) ++stats_.out_of_memory;
+    unmap_range(base, range);
+    count(driver_.mem_address_free(base, range.reserved));
+    return r;
+  }
+  stats_.pieces_whole += range.large;
+  ranges_.emplace(base, std::move(range));
+  ++stats_.allocations;
+  *address = base;
+  return CUDA_SUCCESS;
+}
+
+CUresult ChunkArena::back(CUdeviceptr base, Range& range, uint64_t large) {
+  range.large = large;
+  const uint64_t pieces = large + (range.reserved - large * range.block) / kChunk;
+  range.slots.reserve(pieces);
+  for (uint64_t i = 0; i < pieces; ++i) {
+    const bool whole = range.whole(i);
     Slot slot;
-    r = CUDA_ERROR_OUT_OF_MEMORY;
-    if (gpu_.available() > 0) {
-      r = gpu_.take(&slot.chunk);
+    CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+    if ((whole ? gpu_.available_blocks() : gpu_.available()) > 0) {
+      r = take(Location::gpu, whole, &slot.chunk);
       if (r == CUDA_SUCCESS) {
         slot.where = Location::gpu;
       } else if (r == CUDA_ERROR_OUT_OF_MEMORY) {
@@ -148,43 +203,27 @@ CUresult ChunkArena::allocate(uint64_t bytes, CUdeviceptr* address) {
         ++stats_.gpu_create_fallbacks;
       } else {
         count(r);
-        break;
+        return r;
       }
     }
     if (r != CUDA_SUCCESS) {
-      r = host_.take(&slot.chunk);
+      r = take(Location::host, whole, &slot.chunk);
       slot.where = Location::host;
       if (r != CUDA_SUCCESS) {
-        if (r == CUDA_ERROR_OUT_OF_MEMORY) {
-          ++stats_.out_of_memory;
-        } else {
-          count(r);
-        }
-        break;
+        if (r != CUDA_ERROR_OUT_OF_MEMORY) count(r);
+        return r;
       }
     }
-    const CUdeviceptr at = base + i * kChunk;
-    r = count(driver_.mem_map(at, kChunk, 0, pool(slot.where).handle(slot.chunk), 0));
+    const detail::ChunkPool& p = pool(slot.where);
+    r = count(driver_.mem_map(base + range.offset(i), range.bytes(i), p.offset(slot.chunk),
+                              p.handle(slot.chunk), 0));
     if (r != CUDA_SUCCESS) {
-      pool(slot.where).give(slot.chunk);
-      break;
+      give(slot.where, slot.chunk, whole);
+      return r;
     }
     slot.mapped = true;
     range.slots.push_back(slot);
   }
-  if (r == CUDA_SUCCESS) {
-    // One call gives access to the whole range: every chunk of it is mapped now.
-    const CUmemAccessDesc access = detail::device_access(device_);
-    r = count(driver_.mem_set_access(base, chunks * kChunk, &access, 1));
-  }
-  if (r != CUDA_SUCCESS) {
-    unmap_range(base, range);
-    count(driver_.mem_address_free(base, chunks * kChunk));
-    return r;
-  }
-  ranges_.emplace(base, std::move(range));
-  ++stats_.allocations;
-  *address = base;
   return CUDA_SUCCESS;
 }
 
@@ -194,8 +233,7 @@ CUresult ChunkArena::release(CUdeviceptr address) {
   const auto it = ranges_.find(address);
   if (it == ranges_.end()) return CUDA_ERROR_INVALID_VALUE;
   CUresult first = unmap_range(it->first, it->second);
-  const CUresult freed =
-      count(driver_.mem_address_free(it->first, it->second.slots.size() * kChunk));
+  const CUresult freed = count(driver_.mem_address_free(it->first, it->second.reserved));
   if (first == CUDA_SUCCESS) first = freed;
   ranges_.erase(it);
   ++stats_.releases;
@@ -210,23 +248,24 @@ Moved ChunkArena::restore(CUdeviceptr address, uint64_t length, CUstream stream)
   return move(address, length, stream, Location::gpu);
 }
 
-CUresult ChunkArena::remap(CUdeviceptr at, Slot& slot, Location to, uint32_t chunk) {
+CUresult ChunkArena::remap(CUdeviceptr at, uint64_t bytes, bool whole, Slot& slot, Location to,
+                           uint32_t chunk) {
   const Location from = slot.where;
-  if (CUresult r = count(driver_.mem_unmap(at, kChunk)); r != CUDA_SUCCESS) {
+  if (CUresult r = count(driver_.mem_unmap(at, bytes)); r != CUDA_SUCCESS) {
     // Still mapped to the original, which still holds the data.
-    pool(to).give(chunk);
+    give(to, chunk, whole);
     return r;
   }
-  if (CUresult r = map_slot(at, to, chunk); r != CUDA_SUCCESS) {
-    pool(to).give(chunk);
+  if (CUresult r = map_slot(at, bytes, to, chunk); r != CUDA_SUCCESS) {
+    give(to, chunk, whole);
     // The original chunk was not given back yet and still holds the data: map it again.
-    if (map_slot(at, from, slot.chunk) != CUDA_SUCCESS) {
+    if (map_slot(at, bytes, from, slot.chunk) != CUDA_SUCCESS) {
       slot.mapped = false;
       ++stats_.holes;
     }
     return r;
   }
-  pool(from).give(slot.chunk);
+  give(from, slot.chunk, whole);
   slot.where = to;
   slot.chunk = chunk;
   ++stats_.remaps;
@@ -241,7 +280,7 @@ Moved ChunkArena::move(CUdeviceptr address, uint64_t length, CUstream stream, Lo
 std::vector<StagedMove::Chunk> StagedMove::chunks() const {
   std::vector<Chunk> out;
   out.reserve(items_.size());
-  for (const Item& i : items_) out.push_back({i.slot, i.from, i.to});
+  for (const Item& i : items_) out.push_back({i.slot, i.from, i.to, i.bytes});
   return out;
 }
 
@@ -271,7 +310,7 @@ StagedMove ChunkArena::stage(CUdeviceptr address, uint64_t length, Location to, 
   auto it = ranges_.upper_bound(address);
   if (it != ranges_.begin()) {
     const auto before = std::prev(it);
-    if (address < before->first + before->second.slots.size() * kChunk) it = before;
+    if (address < before->first + before->second.reserved) it = before;
   }
 
   // Every chunk to move gets its new chunk and its copy, while its slot stays mapped to the
@@ -284,46 +323,48 @@ StagedMove ChunkArena::stage(CUdeviceptr address, uint64_t length, Location to, 
     const CUdeviceptr base = it->first;
     Range& range = it->second;
     std::vector<Slot>& slots = range.slots;
-    const uint64_t first = (std::max(address, base) - base) / kChunk;
+    const uint64_t first = range.piece_at(std::max(address, base) - base);
     const uint64_t last =
-        (std::min<CUdeviceptr>(end, base + slots.size() * kChunk) - 1 - base) / kChunk;
+        range.piece_at(std::min<CUdeviceptr>(end, base + range.reserved) - 1 - base);
     for (uint64_t i = first; i <= last; ++i) {
       Slot& slot = slots[i];
-      const CUdeviceptr at = base + i * kChunk;
+      const CUdeviceptr at = base + range.offset(i);
+      const uint64_t bytes = range.bytes(i);
+      const bool whole = range.whole(i);
       if (!slot.mapped) {
         // A hole left by an earlier rollback: map its chunk again before anything else.
-        if (CUresult r = map_slot(at, slot.where, slot.chunk); r == CUDA_SUCCESS) {
+        if (CUresult r = map_slot(at, bytes, slot.where, slot.chunk); r == CUDA_SUCCESS) {
           slot.mapped = true;
           --stats_.holes;
         } else {
           note(r);
-          if (slot.where == from) moved.bytes_left += kChunk;
+          if (slot.where == from) moved.bytes_left += bytes;
           continue;
         }
       }
       if (slot.where != from) continue;
       if (stopped) {
-        moved.bytes_left += kChunk;
+        moved.bytes_left += bytes;
         continue;
       }
       uint32_t chunk = 0;
-      CUresult r = pool(to).take(&chunk);
+      CUresult r = take(to, whole, &chunk);
       const CUdeviceptr dst = r == CUDA_SUCCESS ? pool(to).window_address(chunk) : 0;
       const CUdeviceptr src = pool(from).window_address(slot.chunk);
       if (r == CUDA_SUCCESS) {
-        r = count(copy ? copy(dst, src, kChunk, stream)
-                       : driver_.memcpy_dtod_async(dst, src, kChunk, stream));
-        if (r != CUDA_SUCCESS) pool(to).give(chunk);
+        r = count(copy ? copy(dst, src, bytes, stream)
+                       : driver_.memcpy_dtod_async(dst, src, bytes, stream));
+        if (r != CUDA_SUCCESS) give(to, chunk, whole);
       } else if (r != CUDA_ERROR_OUT_OF_MEMORY) {
         count(r);
       }
       if (r != CUDA_SUCCESS) {
         note(r);
         stopped = true;
-        moved.bytes_left += kChunk;
+        moved.bytes_left += bytes;
         continue;
       }
-      staged.items_.push_back({at, range.id, from, slot.chunk, chunk, src, dst});
+      staged.items_.push_back({at, range.id, from, slot.chunk, chunk, src, dst, bytes, whole});
     }
   }
   if (!overlaps) moved.result = CUDA_ERROR_INVALID_VALUE;
@@ -331,7 +372,7 @@ StagedMove ChunkArena::stage(CUdeviceptr address, uint64_t length, Location to, 
 }
 
 void ChunkArena::give_back(StagedMove& staged) {
-  for (const StagedMove::Item& item : staged.items_) pool(staged.to_).give(item.to_chunk);
+  for (const StagedMove::Item& item : staged.items_) give(staged.to_, item.to_chunk, item.whole);
   staged.items_.clear();
 }
 
@@ -357,14 +398,14 @@ Moved ChunkArena::commit(StagedMove& staged) {
   stats_.copy_wait_ns += elapsed_ns(started, copied);
   if (CUresult r = synced; r != CUDA_SUCCESS) {
     // The copies may not have happened: no slot changes, the new chunks go back.
-    moved.bytes_left += staged.items_.size() * kChunk;
+    for (const StagedMove::Item& item : staged.items_) moved.bytes_left += item.bytes;
     give_back(staged);
     note(r);
     return moved;
   }
   uint64_t& copies = to == Location::host ? stats_.copies_to_host : stats_.copies_to_gpu;
   uint64_t& bytes = to == Location::host ? stats_.bytes_to_host : stats_.bytes_to_gpu;
-  copies += staged.items_.size();
+  for (const StagedMove::Item& item : staged.items_) copies += item.bytes / kChunk;
 
   // Then remap, chunk by chunk; the first failure stops the rest (their copies are wasted).
   bool stopped = false;
@@ -373,23 +414,29 @@ Moved ChunkArena::commit(StagedMove& staged) {
     if (!stopped) {
       // The slot as it is now: still in the same range, still mapped to the chunk copied.
       if (const auto it = find(item.slot); it != ranges_.end() && it->second.id == item.range_id) {
-        Slot& s = it->second.slots[(item.slot - it->first) / kChunk];
-        if (s.mapped && s.where == item.from_where && s.chunk == item.from_chunk) slot = &s;
+        const Range& range = it->second;
+        const uint64_t i = range.piece_at(item.slot - it->first);
+        Slot& s = it->second.slots[i];
+        if (range.offset(i) == item.slot - it->first && range.whole(i) == item.whole && s.mapped &&
+            s.where == item.from_where && s.chunk == item.from_chunk) {
+          slot = &s;
+        }
       }
     }
     if (!slot) {  // stopped, or released or moved since stage(): the copy is not wanted
-      pool(to).give(item.to_chunk);
-      moved.bytes_left += kChunk;
+      give(to, item.to_chunk, item.whole);
+      moved.bytes_left += item.bytes;
       continue;
     }
-    if (CUresult r = remap(item.slot, *slot, to, item.to_chunk); r != CUDA_SUCCESS) {
+    if (CUresult r = remap(item.slot, item.bytes, item.whole, *slot, to, item.to_chunk);
+        r != CUDA_SUCCESS) {
       note(r);
       stopped = true;
-      moved.bytes_left += kChunk;
+      moved.bytes_left += item.bytes;
       continue;
     }
-    moved.bytes += kChunk;
-    bytes += kChunk;
+    moved.bytes += item.bytes;
+    bytes += item.bytes;
   }
   staged.items_.clear();
   stats_.remap_ns += elapsed_ns(copied, std::chrono::steady_clock::now());
@@ -399,7 +446,7 @@ Moved ChunkArena::commit(StagedMove& staged) {
 uint64_t ChunkArena::trim() {
   std::lock_guard lock(mutex_);
   if (!driver_.complete()) return 0;
-  return (gpu_.trim() + host_.trim()) * kChunk;
+  return (gpu_.trim() + host_.trim()) * block_bytes();
 }
 
 uint64_t ChunkArena::gpu_bytes_in_use() const {
@@ -414,19 +461,19 @@ uint64_t ChunkArena::host_bytes_in_use() const {
 
 uint64_t ChunkArena::gpu_bytes_held() const {
   std::lock_guard lock(mutex_);
-  return gpu_.made() * kChunk;
+  return gpu_.made() * block_bytes();
 }
 
 uint64_t ChunkArena::host_bytes_held() const {
   std::lock_guard lock(mutex_);
-  return host_.made() * kChunk;
+  return host_.made() * block_bytes();
 }
 
 ChunkArena::RangeMap::iterator ChunkArena::find(CUdeviceptr address) {
   auto it = ranges_.upper_bound(address);
   if (it == ranges_.begin()) return ranges_.end();
   --it;
-  return address < it->first + it->second.slots.size() * kChunk ? it : ranges_.end();
+  return address < it->first + it->second.reserved ? it : ranges_.end();
 }
 
 ChunkArena::RangeMap::const_iterator ChunkArena::find(CUdeviceptr address) const {
@@ -440,14 +487,16 @@ std::optional<RangeInfo> ChunkArena::range(CUdeviceptr address) const {
   RangeInfo info;
   info.base = it->first;
   info.size = it->second.size;
-  info.reserved = it->second.slots.size() * kChunk;
-  for (const Slot& slot : it->second.slots) {
+  const Range& range = it->second;
+  info.reserved = range.reserved;
+  for (size_t i = 0; i < range.slots.size(); ++i) {
+    const Slot& slot = range.slots[i];
     if (!slot.mapped) {
-      info.unmapped_bytes += kChunk;
+      info.unmapped_bytes += range.bytes(i);
     } else if (slot.where == Location::gpu) {
-      info.gpu_bytes += kChunk;
+      info.gpu_bytes += range.bytes(i);
     } else {
-      info.host_bytes += kChunk;
+      info.host_bytes += range.bytes(i);
     }
   }
   return info;
@@ -457,7 +506,7 @@ std::optional<Location> ChunkArena::chunk_location(CUdeviceptr address) const {
   std::lock_guard lock(mutex_);
   const auto it = find(address);
   if (it == ranges_.end()) return std::nullopt;
-  const Slot& slot = it->second.slots[(address - it->first) / kChunk];
+  const Slot& slot = it->second.slots[it->second.piece_at(address - it->first)];
   if (!slot.mapped) return std::nullopt;
   return slot.where;
 }
@@ -473,10 +522,13 @@ ArenaStats ChunkArena::stats() const {
   s.ranges = ranges_.size();
   s.chunks_mapped = 0;
   for (const auto& [base, range] : ranges_) {
-    for (const Slot& slot : range.slots) s.chunks_mapped += slot.mapped ? 1 : 0;
+    for (size_t i = 0; i < range.slots.size(); ++i) {
+      s.chunks_mapped += range.slots[i].mapped ? range.bytes(i) / kChunk : 0;
+    }
   }
-  s.gpu_chunks_made = gpu_.made();
-  s.host_chunks_made = host_.made();
+  s.gpu_chunks_made = gpu_.made() * per_;
+  s.host_chunks_made = host_.made() * per_;
+  s.block_bytes = block_bytes();
   return s;
 }
 

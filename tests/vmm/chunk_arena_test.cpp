@@ -40,9 +40,9 @@ class ChunkArenaTest : public ::testing::Test {
     g_fake.reset();
   }
 
-  ChunkArena& make(uint64_t gpu_bytes, uint64_t host_bytes) {
-    arena_ =
-        std::make_unique<ChunkArena>(fake::fake_driver(), g_fake->device, gpu_bytes, host_bytes);
+  ChunkArena& make(uint64_t gpu_bytes, uint64_t host_bytes, uint32_t chunks_per_block = 1) {
+    arena_ = std::make_unique<ChunkArena>(fake::fake_driver(), g_fake->device, gpu_bytes,
+                                          host_bytes, chunks_per_block);
     return *arena_;
   }
   CUdeviceptr allocate(uint64_t bytes) {
@@ -711,6 +711,176 @@ TEST_F(ChunkArenaTest, AShrunkPoolMakesNoChunkPastItAndTrimsTheFreeOnes) {
   a.set_gpu_limit_bytes(0);
   EXPECT_EQ(a.trim_to_limit(), 8 * kChunk);
   EXPECT_EQ(a.gpu_bytes_held(), 0u);
+}
+
+// --- Blocks: a range's large pieces mapped and moved whole (chunks_per_block > 1) -------------
+
+constexpr uint64_t kBlock = 4 * kChunk;  // the tests' blocks: 4 chunks
+
+TEST_F(ChunkArenaTest, ALargeRangeTakesWholeBlocksAndMovesThemWhole) {
+  ChunkArena& a = make(4 * kBlock, 4 * kBlock, 4);
+  EXPECT_EQ(a.block_bytes(), kBlock);
+  const uint64_t size = 9 * kChunk + 5;  // ten chunks: two blocks, then two chunks
+  const CUdeviceptr p = allocate(size);
+  ASSERT_TRUE(g_fake->kernel_write(p, size, 1));
+  EXPECT_EQ(g_fake->mapping_size_at(p), kBlock);
+  EXPECT_EQ(g_fake->mapping_size_at(p + kBlock + kChunk), kBlock);
+  EXPECT_EQ(g_fake->mapping_size_at(p + 2 * kBlock), kChunk);
+  EXPECT_EQ(g_fake->mapping_size_at(p + 2 * kBlock + kChunk), kChunk);
+  // Four mappings in the range, three blocks made (two whole, one split), each in its window.
+  EXPECT_EQ(g_fake->live_map_calls(), 4u + 3u);
+  EXPECT_EQ(a.gpu_bytes_in_use(), 10 * kChunk);
+  EXPECT_EQ(a.gpu_bytes_held(), 3 * kBlock);
+  EXPECT_EQ(a.stats().pieces_whole, 2u);
+
+  // A staged move copies a whole block in one copy.
+  std::vector<uint64_t> copied;
+  StagedMove staged = a.stage(p, size, Location::host, kStream,
+                              [&](CUdeviceptr dst, CUdeviceptr src, uint64_t bytes, CUstream s) {
+                                copied.push_back(bytes);
+                                return fake::fake_memcpy(dst, src, bytes, s);
+                              });
+  EXPECT_EQ(copied, (std::vector<uint64_t>{kBlock, kBlock, kChunk, kChunk}));
+  const std::vector<StagedMove::Chunk> chunks = staged.chunks();
+  ASSERT_EQ(chunks.size(), 4u);
+  EXPECT_EQ(chunks[1].slot, p + kBlock);
+  EXPECT_EQ(chunks[1].bytes, kBlock);
+  EXPECT_EQ(chunks[3].slot, p + 2 * kBlock + kChunk);
+  const Moved out = a.commit(staged);
+  EXPECT_EQ(out.result, CUDA_SUCCESS);
+  EXPECT_EQ(out.bytes, 10 * kChunk);
+  for (uint64_t i = 0; i < 10; ++i) expect_at(p + i * kChunk, Location::host);
+  EXPECT_EQ(g_fake->kernel_mismatches(p, size, 1), 0u);
+  EXPECT_EQ(a.gpu_bytes_in_use(), 0u);
+  EXPECT_EQ(a.host_bytes_in_use(), 10 * kChunk);
+
+  ASSERT_TRUE(g_fake->kernel_write(p + kBlock - kChunk / 2, kChunk, 2));  // across two pieces
+  const Moved in = a.restore(p, size, kStream);
+  EXPECT_EQ(in.bytes, 10 * kChunk);
+  for (uint64_t i = 0; i < 10; ++i) expect_at(p + i * kChunk, Location::gpu);
+  EXPECT_EQ(g_fake->kernel_mismatches(p, kBlock - kChunk / 2, 1), 0u);
+  EXPECT_EQ(g_fake->kernel_mismatches(p + kBlock - kChunk / 2, kChunk, 2), 0u);
+  EXPECT_EQ(g_fake->kernel_mismatches(p + kBlock + kChunk / 2, size - kBlock - kChunk / 2, 1), 0u);
+  const ArenaStats s = a.stats();
+  EXPECT_EQ(s.copies_to_host, 10u);  // chunks
+  EXPECT_EQ(s.remaps, 8u);           // pieces
+  EXPECT_EQ(s.chunks_mapped, 10u);
+  EXPECT_EQ(g_fake->copies_run, 8u);
+  // A move of part of a whole piece moves the piece.
+  EXPECT_EQ(a.evict(p + kBlock + kChunk, 1, kStream).bytes, kBlock);
+  EXPECT_EQ(a.range(p)->host_bytes, kBlock);
+  EXPECT_EQ(a.release(p), CUDA_SUCCESS);
+  EXPECT_EQ(a.trim(), 6 * kBlock);  // three blocks on each side
+}
+
+TEST_F(ChunkArenaTest, SmallRangesShareABlockThatIsFreedWithItsLastChunk) {
+  ChunkArena& a = make(3 * kBlock, 0, 4);
+  std::vector<CUdeviceptr> small;
+  for (int i = 0; i < 4; ++i) small.push_back(allocate(kChunk));
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(g_fake->kernel_write(small[i], kChunk, 10 + i));
+  EXPECT_EQ(a.gpu_bytes_held(), kBlock);  // one block, split
+  EXPECT_EQ(g_fake->gpu_bytes, kBlock);
+  EXPECT_EQ(a.release(small[1]), CUDA_SUCCESS);
+  EXPECT_EQ(a.release(small[2]), CUDA_SUCCESS);
+  EXPECT_EQ(a.gpu_bytes_in_use(), 2 * kChunk);
+  // The split block's free chunks serve the next small range before any block is made.
+  small[1] = allocate(kChunk);
+  EXPECT_EQ(a.gpu_bytes_held(), kBlock);
+  // Two whole blocks for a large range: the pool is full.
+  const CUdeviceptr big = allocate(2 * kBlock);
+  EXPECT_EQ(a.range(big)->gpu_bytes, 2 * kBlock);
+  EXPECT_EQ(a.gpu_bytes_held(), 3 * kBlock);
+  EXPECT_EQ(a.trim(), 0u);  // nothing free
+  for (CUdeviceptr q : {small[0], small[1], small[3]}) EXPECT_EQ(a.release(q), CUDA_SUCCESS);
+  EXPECT_EQ(a.trim(), kBlock);  // the split block, free with its last chunk
+  EXPECT_EQ(g_fake->kernel_mismatches(big, 0, 0), 0u);
+  EXPECT_EQ(a.release(big), CUDA_SUCCESS);
+  EXPECT_LE(g_fake->gpu_bytes_peak, 3 * kBlock);
+}
+
+TEST_F(ChunkArenaTest, ALargePieceWithNoWholeBlockOnTheGpuGoesToTheHost) {
+  ChunkArena& a = make(2 * kBlock, 2 * kBlock, 4);
+  const CUdeviceptr p = allocate(kChunk);  // splits a GPU block
+  const CUdeviceptr q = allocate(2 * kBlock);
+  ASSERT_TRUE(g_fake->kernel_write(q, 2 * kBlock, 3));
+  EXPECT_EQ(a.range(q)->gpu_bytes, kBlock);
+  EXPECT_EQ(a.range(q)->host_bytes, kBlock);
+  expect_at(q + kBlock, Location::host);
+  // Three GPU chunks are free, but no whole block: the restore moves nothing and says so.
+  Moved m = a.restore(q, 2 * kBlock, kStream);
+  EXPECT_EQ(m.result, CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(m.bytes_left, kBlock);
+  EXPECT_EQ(a.release(p), CUDA_SUCCESS);
+  m = a.restore(q, 2 * kBlock, kStream);
+  EXPECT_EQ(m.result, CUDA_SUCCESS);
+  EXPECT_EQ(m.bytes, kBlock);
+  EXPECT_TRUE(a.on_gpu(q));
+  EXPECT_EQ(g_fake->kernel_mismatches(q, 2 * kBlock, 3), 0u);
+  EXPECT_LE(g_fake->gpu_bytes_peak, 2 * kBlock);
+  EXPECT_EQ(a.release(q), CUDA_SUCCESS);
+}
+
+TEST_F(ChunkArenaTest, WithNoWholeBlockLeftARangeIsBackedByChunks) {
+  ChunkArena& a = make(kBlock, 2 * kBlock, 4);
+  const CUdeviceptr gpu_one = allocate(kChunk);   // splits the GPU's one block
+  const CUdeviceptr host_big = allocate(kBlock);  // no whole GPU block: a whole host block
+  const CUdeviceptr gpu_two = allocate(2 * kChunk);
+  const CUdeviceptr split = allocate(2 * kChunk);  // the GPU's last chunk, and a host block split
+  EXPECT_EQ(a.range(host_big)->host_bytes, kBlock);
+  EXPECT_EQ(a.range(gpu_two)->gpu_bytes, 2 * kChunk);
+  EXPECT_EQ(a.range(split)->gpu_bytes, kChunk);
+  EXPECT_EQ(a.release(gpu_two), CUDA_SUCCESS);
+  // Two GPU chunks and three host chunks free, in split blocks only, and no block may be made: a
+  // block-sized range is backed by chunks.
+  const CUdeviceptr p = allocate(kBlock);
+  const RangeInfo info = *a.range(p);
+  EXPECT_EQ(info.gpu_bytes, 2 * kChunk);
+  EXPECT_EQ(info.host_bytes, 2 * kChunk);
+  EXPECT_EQ(g_fake->mapping_size_at(p), kChunk);
+  ASSERT_TRUE(g_fake->kernel_write(p, kBlock, 6));
+  const Moved m = a.evict(p, kBlock, kStream);  // one host chunk left
+  EXPECT_EQ(m.bytes, kChunk);
+  EXPECT_EQ(m.bytes_left, kChunk);
+  EXPECT_EQ(g_fake->kernel_mismatches(p, kBlock, 6), 0u);
+  EXPECT_EQ(a.stats().pieces_whole, 1u);  // host_big's
+  for (CUdeviceptr q : {gpu_one, host_big, split, p}) EXPECT_EQ(a.release(q), CUDA_SUCCESS);
+}
+
+TEST_F(ChunkArenaTest, AFailedMoveOfWholeBlocksLeavesEachMappedToItsData) {
+  ChunkArena& a = make(2 * kBlock, 2 * kBlock, 4);
+  const CUdeviceptr p = allocate(2 * kBlock);
+  ASSERT_TRUE(g_fake->kernel_write(p, 2 * kBlock, 7));
+  g_fake->fail_nth(fake::kMap, 2, CUDA_ERROR_ILLEGAL_STATE);  // the second piece's map
+  Moved m = a.evict(p, 2 * kBlock, kStream);
+  EXPECT_EQ(m.result, CUDA_ERROR_ILLEGAL_STATE);
+  EXPECT_EQ(m.bytes, kBlock);
+  EXPECT_EQ(m.bytes_left, kBlock);
+  EXPECT_EQ(a.stats().holes, 0u);
+  expect_at(p, Location::host);
+  expect_at(p + kBlock, Location::gpu);
+  EXPECT_EQ(g_fake->kernel_mismatches(p, 2 * kBlock, 7), 0u);
+  g_fake->fail_nth(fake::kSetAccess, 1, CUDA_ERROR_ILLEGAL_STATE);
+  m = a.evict(p, 2 * kBlock, kStream);
+  EXPECT_EQ(m.result, CUDA_ERROR_ILLEGAL_STATE);
+  EXPECT_EQ(a.stats().holes, 0u);
+  EXPECT_EQ(g_fake->kernel_mismatches(p, 2 * kBlock, 7), 0u);
+  m = a.evict(p, 2 * kBlock, kStream);
+  EXPECT_EQ(m.result, CUDA_SUCCESS);
+  EXPECT_EQ(m.bytes, kBlock);
+  EXPECT_EQ(g_fake->kernel_mismatches(p, 2 * kBlock, 7), 0u);
+  EXPECT_EQ(a.gpu_bytes_in_use(), 0u);
+  EXPECT_EQ(a.release(p), CUDA_SUCCESS);
+}
+
+TEST(ChunksPerBlockFor, TheLargestBlockThatLeavesThePoolThirtyTwo) {
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  EXPECT_EQ(ChunkArena::chunks_per_block_for(0), 1u);
+  EXPECT_EQ(ChunkArena::chunks_per_block_for(100 * kMiB), 1u);            // 50 chunks
+  EXPECT_EQ(ChunkArena::chunks_per_block_for(128 * kMiB), 2u);            // 32 of 4 MiB
+  EXPECT_EQ(ChunkArena::chunks_per_block_for(491 * kMiB), 4u);            // 61 of 8 MiB
+  EXPECT_EQ(ChunkArena::chunks_per_block_for(666 * kMiB), 8u);            // 41 of 16 MiB
+  EXPECT_EQ(ChunkArena::chunks_per_block_for(1024 * kMiB), 16u);          // 32 of 32 MiB
+  EXPECT_EQ(ChunkArena::chunks_per_block_for(uint64_t{140} << 30), 16u);  // 32 MiB at most
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // A fake CUDA driver for the vmm engine's tests that simulates physical memory: every cuMemCreate
-// gives a handle owning the bytes of its chunk (GPU or host, by its properties),
-// cuMemAddressReserve hands out virtual ranges, cuMemMap records which handle backs each 2 MiB slot
-// of them, and a copy moves bytes between the handles mapped at its two addresses. Copies are
+// gives a handle owning the bytes of its block (whole 2 MiB chunks, GPU or host, by its
+// properties), cuMemAddressReserve hands out virtual ranges, cuMemMap records which handle and
+// which offset in it back each 2 MiB slot of them (a mapping is undone only whole, as the driver
+// requires), and a copy moves bytes between the handles mapped at its two addresses. Copies are
 // queued on their stream and run at cuStreamSynchronize, resolving their addresses then, as a GPU
 // would: an engine that remapped before waiting would copy the wrong chunk, and the tests would see
 // it.
@@ -53,7 +54,10 @@ struct Fake {
   };
   struct Mapping {
     CUmemGenericAllocationHandle handle = 0;
+    uint64_t offset = 0;  // of this slot in the handle's memory
     bool access = false;
+    CUdeviceptr start = 0;  // the cuMemMap call's range this slot is part of
+    uint64_t size = 0;
   };
   struct Copy {
     CUdeviceptr dst = 0;
@@ -109,7 +113,7 @@ struct Fake {
   uint8_t* byte_at(CUdeviceptr va) {
     const auto it = slots.find(va / kChunk * kChunk);
     if (it == slots.end() || !it->second.access) return nullptr;
-    return &phys.at(it->second.handle).bytes[va % kChunk];
+    return &phys.at(it->second.handle).bytes[it->second.offset + va % kChunk];
   }
   // The handle mapped at the slot holding `va` (0: none).
   CUmemGenericAllocationHandle handle_at(CUdeviceptr va) {
@@ -132,6 +136,19 @@ struct Fake {
   size_t live_mappings() {
     std::lock_guard lock(mutex);
     return slots.size();
+  }
+  // cuMemMap calls whose mapping is still there.
+  size_t live_map_calls() {
+    std::lock_guard lock(mutex);
+    size_t n = 0;
+    for (const auto& [at, m] : slots) n += at == m.start ? 1 : 0;
+    return n;
+  }
+  // The bytes of the cuMemMap call that mapped the slot holding `va` (0: none).
+  uint64_t mapping_size_at(CUdeviceptr va) {
+    std::lock_guard lock(mutex);
+    const auto it = slots.find(va / kChunk * kChunk);
+    return it == slots.end() ? 0 : it->second.size;
   }
 
   // As a kernel: false when a byte is not mapped with access.
@@ -199,8 +216,8 @@ inline CUresult CUDAAPI fake_create(CUmemGenericAllocationHandle* handle, size_t
   if (g_fake->injected(call)) return g_fake->fail_with[call];
   const bool gpu =
       prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE && prop->location.id == g_fake->device;
-  if (size != kChunk || flags != 0 || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
-      !(gpu || (host && prop->location.id == 0))) {
+  if (size == 0 || size % kChunk != 0 || flags != 0 ||
+      prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || !(gpu || (host && prop->location.id == 0))) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   if (gpu && g_fake->gpu_bytes + size > g_fake->gpu_physical_limit) {
@@ -241,12 +258,17 @@ inline CUresult CUDAAPI fake_map(CUdeviceptr ptr, size_t size, size_t offset,
   std::lock_guard lock(g_fake->mutex);
   if (g_fake->injected(kMap)) return g_fake->fail_with[kMap];
   const auto it = g_fake->phys.find(handle);
-  if (it == g_fake->phys.end() || it->second.released || size != it->second.bytes.size() ||
-      offset != 0 || flags != 0 || ptr % kChunk != 0 || !g_fake->inside_reservation(ptr, size) ||
-      g_fake->slots.contains(ptr)) {
+  if (it == g_fake->phys.end() || it->second.released || size == 0 || size % kChunk != 0 ||
+      offset % kChunk != 0 || offset + size > it->second.bytes.size() || flags != 0 ||
+      ptr % kChunk != 0 || !g_fake->inside_reservation(ptr, size)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  g_fake->slots[ptr] = Fake::Mapping{handle, false};
+  for (CUdeviceptr at = ptr; at < ptr + size; at += kChunk) {
+    if (g_fake->slots.contains(at)) return CUDA_ERROR_INVALID_VALUE;
+  }
+  for (uint64_t i = 0; i < size; i += kChunk) {
+    g_fake->slots[ptr + i] = Fake::Mapping{handle, offset + i, false, ptr, size};
+  }
   ++it->second.maps;
   return CUDA_SUCCESS;
 }
@@ -255,14 +277,20 @@ inline CUresult CUDAAPI fake_unmap(CUdeviceptr ptr, size_t size) {
   std::lock_guard lock(g_fake->mutex);
   if (g_fake->injected(kUnmap)) return g_fake->fail_with[kUnmap];
   if (ptr % kChunk != 0 || size % kChunk != 0 || size == 0) return CUDA_ERROR_INVALID_VALUE;
+  // Whole mappings only: the driver cannot unmap part of one.
   for (CUdeviceptr at = ptr; at < ptr + size; at += kChunk) {
-    if (!g_fake->slots.contains(at)) return CUDA_ERROR_INVALID_VALUE;
+    const auto it = g_fake->slots.find(at);
+    if (it == g_fake->slots.end() || it->second.start < ptr ||
+        it->second.start + it->second.size > ptr + size) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
   }
   for (CUdeviceptr at = ptr; at < ptr + size; at += kChunk) {
-    const CUmemGenericAllocationHandle handle = g_fake->slots.at(at).handle;
+    const Fake::Mapping m = g_fake->slots.at(at);
     g_fake->slots.erase(at);
-    Fake::Phys& p = g_fake->phys.at(handle);
-    if (--p.maps == 0 && p.released) fake_free_phys(handle);
+    if (at != m.start) continue;  // the mapping is counted once, at its first slot
+    Fake::Phys& p = g_fake->phys.at(m.handle);
+    if (--p.maps == 0 && p.released) fake_free_phys(m.handle);
   }
   return CUDA_SUCCESS;
 }

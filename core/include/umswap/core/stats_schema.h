@@ -169,6 +169,9 @@ inline constexpr Field kFields[] = {
      "ranges moved."},
     {"vmm.window_ms", Kind::diagnostic, "number", detail::kVmmAllocator,
      "Milliseconds the program was held by windows, in all (drains included)."},
+    {"vmm.block_bytes", Kind::diagnostic, "integer", detail::kVmmAllocator,
+     "The physical blocks ranges' large pieces are mapped and moved in (2 MiB chunks for the rest "
+     "and for small ranges)."},
     {"vmm.window_open_ms", Kind::diagnostic, "number", detail::kVmmAllocator,
      "Of window_ms: waiting for the program's calls in flight to leave the driver."},
     {"vmm.window_drain_ms", Kind::diagnostic, "number", detail::kVmmAllocator,
@@ -474,6 +477,7 @@ inline constexpr const Field& kBytesToGpu = field("vmm.bytes_to_gpu");
 inline constexpr const Field& kBytesToHost = field("vmm.bytes_to_host");
 inline constexpr const Field& kWindows = field("vmm.windows");
 inline constexpr const Field& kWindowMs = field("vmm.window_ms");
+inline constexpr const Field& kBlockBytes = field("vmm.block_bytes");
 inline constexpr const Field& kWindowOpenMs = field("vmm.window_open_ms");
 inline constexpr const Field& kWindowDrainMs = field("vmm.window_drain_ms");
 inline constexpr const Field& kCopyWaitMs = field("vmm.copy_wait_ms");

@@ -79,6 +79,7 @@ class StagedMove {
     CUdeviceptr slot = 0;  // the chunk's address in its range
     CUdeviceptr from = 0;  // the chunk behind the slot at stage(), at its pool window
     CUdeviceptr to = 0;    // the chunk it was copied to, at its pool window
+    uint64_t bytes = 0;    // a 2 MiB chunk, or a whole block
   };
   StagedMove() = default;
   StagedMove(StagedMove&&) = default;
@@ -103,6 +104,8 @@ class StagedMove {
     uint32_t from_chunk = 0;
     uint32_t to_chunk = 0;
     CUdeviceptr from = 0, to = 0;
+    uint64_t bytes = 0;
+    bool whole = false;  // a whole block (a range's large piece)
   };
   Location to_ = Location::host;
   CUstream stream_ = nullptr;
@@ -139,6 +142,8 @@ struct ArenaStats {
   uint64_t gpu_create_fallbacks = 0;  // allocate()'s chunks put on the host: no GPU memory
   uint64_t failures = 0;              // driver calls that failed (the rollbacks' included)
   uint64_t holes = 0;                 // slots unmapped now (see the contract)
+  uint64_t block_bytes = 0;           // a range's large pieces (kChunk: none)
+  uint64_t pieces_whole = 0;          // large pieces allocated, in all
   // Time inside commit(): waiting for the staged copies, and remapping the slots.
   uint64_t copy_wait_ns = 0;
   uint64_t remap_ns = 0;
@@ -146,9 +151,17 @@ struct ArenaStats {
 
 class ChunkArena {
  public:
-  // No driver call is made here; the pools' windows are reserved on first use.
+  // No driver call is made here; the pools' windows are reserved on first use. Physical memory
+  // is made in blocks of `chunks_per_block` chunks (a power of two up to 32; 1: every piece is a
+  // chunk): the GPU pool holds gpu_limit_bytes rounded down to whole blocks, the host likewise.
   ChunkArena(const VmmDriver& driver, CUdevice device, uint64_t gpu_limit_bytes,
-             uint64_t host_limit_bytes);
+             uint64_t host_limit_bytes, uint32_t chunks_per_block = 1);
+  // The engine's block for a GPU pool of `gpu_limit_bytes`: the largest of 2 to kLargestBlock
+  // bytes that leaves the pool at least kMinBlocks blocks (what rounding the budget down to whole
+  // blocks loses stays under 1/kMinBlocks of it), in chunks.
+  static uint32_t chunks_per_block_for(uint64_t gpu_limit_bytes);
+  static constexpr uint64_t kLargestBlock = uint64_t{32} << 20;
+  static constexpr uint64_t kMinBlocks = 32;
   // Releases every live range and every chunk.
   ~ChunkArena();
   ChunkArena(const ChunkArena&) = delete;
@@ -189,11 +202,12 @@ class ChunkArena {
   // the caller may do only while no staged move is between its stage() and its commit() (its
   // copy may read a free chunk through the pool's window): VmmResidency does it under its lock,
   // by which every move is made.
-  uint64_t gpu_capacity_bytes() const { return gpu_capacity_ * kChunk; }
+  uint64_t gpu_capacity_bytes() const { return gpu_capacity_ * block_bytes(); }
+  uint64_t block_bytes() const { return uint64_t{per_} * kChunk; }
   uint64_t gpu_limit_bytes() const;
   void set_gpu_limit_bytes(uint64_t bytes);
   uint64_t trim_to_limit();  // bytes released
-  uint64_t host_limit_bytes() const { return host_capacity_ * kChunk; }
+  uint64_t host_limit_bytes() const { return host_capacity_ * block_bytes(); }
   uint64_t gpu_bytes_in_use() const;
   uint64_t host_bytes_in_use() const;
   // Made, in use or free (what the process holds).
@@ -213,10 +227,24 @@ class ChunkArena {
     uint32_t chunk = 0;  // index in the pool of `where`
     bool mapped = false;
   };
+  // A range's pieces: `large` whole blocks first, then 2 MiB chunks; one Slot each.
   struct Range {
     uint64_t size = 0;
     uint64_t id = 0;  // unique in the arena's life
+    uint64_t reserved = 0;
+    uint64_t block = kChunk;
+    uint64_t large = 0;
     std::vector<Slot> slots;
+    bool whole(uint64_t i) const { return i < large; }
+    uint64_t bytes(uint64_t i) const { return i < large ? block : kChunk; }
+    uint64_t offset(uint64_t i) const {
+      return i < large ? i * block : large * block + (i - large) * kChunk;
+    }
+    // The piece holding byte `off` of the range.
+    uint64_t piece_at(uint64_t off) const {
+      const uint64_t big = large * block;
+      return off < big ? off / block : large + (off - big) / kChunk;
+    }
   };
   using RangeMap = std::map<CUdeviceptr, Range>;
 
@@ -227,13 +255,20 @@ class ChunkArena {
   RangeMap::iterator find(CUdeviceptr address);
   Moved move(CUdeviceptr address, uint64_t length, CUstream stream, Location to);
   void give_back(StagedMove& staged);  // mutex_ held
-  CUresult remap(CUdeviceptr at, Slot& slot, Location to, uint32_t chunk);
-  CUresult map_slot(CUdeviceptr at, Location where, uint32_t chunk);
+  // Maps the range's pieces from the first, `large` of them whole blocks; stops at the first
+  // failure (the pieces mapped stay in range.slots, for unmap_range()).
+  CUresult back(CUdeviceptr base, Range& range, uint64_t large);
+  CUresult take(Location where, bool whole, uint32_t* chunk);
+  void give(Location where, uint32_t chunk, bool whole);
+  CUresult remap(CUdeviceptr at, uint64_t bytes, bool whole, Slot& slot, Location to,
+                 uint32_t chunk);
+  CUresult map_slot(CUdeviceptr at, uint64_t bytes, Location where, uint32_t chunk);
   CUresult count(CUresult result);
 
   VmmDriver driver_;
   CUdevice device_;
-  uint64_t gpu_capacity_;
+  uint32_t per_;           // chunks a block
+  uint64_t gpu_capacity_;  // blocks
   uint64_t host_capacity_;
   mutable std::mutex mutex_;
   detail::ChunkPool gpu_;

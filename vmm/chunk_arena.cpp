@@ -51,7 +51,7 @@ void ChunkArena::set_gpu_limit_bytes(uint64_t bytes) {
 uint64_t ChunkArena::trim_to_limit() {
   std::lock_guard lock(mutex_);
   if (!driver_.complete()) return 0;
-  return gpu_.trim_to_limit() * block_bytes();
+  return gpu_.trim_to_limit() * kChunk;
 }
 
 uint32_t ChunkArena::chunks_per_block_for(uint64_t gpu_limit_bytes) {
@@ -102,8 +102,7 @@ CUresult ChunkArena::take(Location where, bool whole, uint32_t* chunk) {
 
 CUresult ChunkArena::map_slot(CUdeviceptr at, uint64_t bytes, Location where, uint32_t chunk) {
   detail::ChunkPool& p = pool(where);
-  if (CUresult r = count(driver_.mem_map(at, bytes, p.offset(chunk), p.handle(chunk), 0));
-      r != CUDA_SUCCESS) {
+  if (CUresult r = count(driver_.mem_map(at, bytes, 0, p.handle(chunk), 0)); r != CUDA_SUCCESS) {
     return r;
   }
   const CUmemAccessDesc access = detail::device_access(device_);
@@ -192,7 +191,7 @@ CUresult ChunkArena::back(CUdeviceptr base, Range& range, uint64_t large) {
     const bool whole = range.whole(i);
     Slot slot;
     CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
-    if ((whole ? gpu_.available_blocks() : gpu_.available()) > 0) {
+    if (whole ? gpu_.can_take_block() : gpu_.can_take()) {
       r = take(Location::gpu, whole, &slot.chunk);
       if (r == CUDA_SUCCESS) {
         slot.where = Location::gpu;
@@ -215,8 +214,7 @@ CUresult ChunkArena::back(CUdeviceptr base, Range& range, uint64_t large) {
       }
     }
     const detail::ChunkPool& p = pool(slot.where);
-    r = count(driver_.mem_map(base + range.offset(i), range.bytes(i), p.offset(slot.chunk),
-                              p.handle(slot.chunk), 0));
+    r = count(driver_.mem_map(base + range.offset(i), range.bytes(i), 0, p.handle(slot.chunk), 0));
     if (r != CUDA_SUCCESS) {
       give(slot.where, slot.chunk, whole);
       return r;
@@ -446,7 +444,7 @@ Moved ChunkArena::commit(StagedMove& staged) {
 uint64_t ChunkArena::trim() {
   std::lock_guard lock(mutex_);
   if (!driver_.complete()) return 0;
-  return (gpu_.trim() + host_.trim()) * block_bytes();
+  return (gpu_.trim() + host_.trim()) * kChunk;
 }
 
 uint64_t ChunkArena::gpu_bytes_in_use() const {
@@ -461,12 +459,12 @@ uint64_t ChunkArena::host_bytes_in_use() const {
 
 uint64_t ChunkArena::gpu_bytes_held() const {
   std::lock_guard lock(mutex_);
-  return gpu_.made() * block_bytes();
+  return gpu_.made() * kChunk;
 }
 
 uint64_t ChunkArena::host_bytes_held() const {
   std::lock_guard lock(mutex_);
-  return host_.made() * block_bytes();
+  return host_.made() * kChunk;
 }
 
 ChunkArena::RangeMap::iterator ChunkArena::find(CUdeviceptr address) {
@@ -526,8 +524,8 @@ ArenaStats ChunkArena::stats() const {
       s.chunks_mapped += range.slots[i].mapped ? range.bytes(i) / kChunk : 0;
     }
   }
-  s.gpu_chunks_made = gpu_.made() * per_;
-  s.host_chunks_made = host_.made() * per_;
+  s.gpu_chunks_made = gpu_.made();
+  s.host_chunks_made = host_.made();
   s.block_bytes = block_bytes();
   return s;
 }

@@ -31,109 +31,221 @@ CUdeviceptr ChunkPool::window_address(uint32_t index) const {
   return window_ + CUdeviceptr{index} * kChunk;
 }
 
-uint64_t ChunkPool::available() const {
-  return split_free_chunks_ + available_blocks() * per_;
-}
-
 CUresult ChunkPool::reserve_window() {
   if (window_ != 0) return CUDA_SUCCESS;
   // Reserved on first use: an arena that never needs host chunks reserves no host window.
-  return driver_->mem_address_reserve(&window_, capacity_ * block_bytes(), block_bytes(), 0, 0);
-}
-
-CUresult ChunkPool::block(uint32_t* number) {
-  if (!free_blocks_.empty()) {
-    *number = free_blocks_.back();
-    free_blocks_.pop_back();
-    return CUDA_SUCCESS;
-  }
-  if (made_ >= limit_) return CUDA_ERROR_OUT_OF_MEMORY;
-  if (CUresult r = reserve_window(); r != CUDA_SUCCESS) return r;
-
-  const uint32_t n = vacant_.empty() ? static_cast<uint32_t>(handles_.size()) : vacant_.back();
-  CUmemGenericAllocationHandle handle = 0;
-  if (CUresult r = driver_->mem_create(&handle, block_bytes(), &prop_, 0); r != CUDA_SUCCESS) {
+  if (CUresult r = driver_->mem_address_reserve(&window_, capacity_ * block_bytes(), kChunk, 0, 0);
+      r != CUDA_SUCCESS) {
+    window_ = 0;
     return r;
   }
-  const CUdeviceptr at = window_address(n * per_);
-  CUresult r = driver_->mem_map(at, block_bytes(), 0, handle, 0);
+  groups_.assign(capacity_, Group{});
+  handles_.assign(capacity_ * per_, 0);
+  empty_.clear();
+  for (uint64_t g = capacity_; g > 0; --g) empty_.push_back(static_cast<uint32_t>(g - 1));
+  return CUDA_SUCCESS;
+}
+
+CUresult ChunkPool::make(uint32_t index, uint32_t chunks) {
+  const uint64_t bytes = uint64_t{chunks} * kChunk;
+  CUmemGenericAllocationHandle handle = 0;
+  if (CUresult r = driver_->mem_create(&handle, bytes, &prop_, 0); r != CUDA_SUCCESS) return r;
+  const CUdeviceptr at = window_address(index);
+  CUresult r = driver_->mem_map(at, bytes, 0, handle, 0);
   if (r == CUDA_SUCCESS) {
-    r = driver_->mem_set_access(at, block_bytes(), &access_, 1);
-    if (r != CUDA_SUCCESS) driver_->mem_unmap(at, block_bytes());
+    r = driver_->mem_set_access(at, bytes, &access_, 1);
+    if (r != CUDA_SUCCESS) driver_->mem_unmap(at, bytes);
   }
   if (r != CUDA_SUCCESS) {
     driver_->mem_release(handle);
     return r;
   }
-  if (!vacant_.empty()) {
-    vacant_.pop_back();
-    handles_[n] = handle;
-  } else {
-    handles_.push_back(handle);
-    use_.push_back(Use::none);
-    used_.push_back(0);
-  }
-  ++made_;
-  *number = n;
+  handles_[index] = handle;
+  made_ += chunks;
   return CUDA_SUCCESS;
+}
+
+CUresult ChunkPool::release(uint32_t index, uint32_t chunks, bool* still_mapped) {
+  const uint64_t bytes = uint64_t{chunks} * kChunk;
+  const CUdeviceptr at = window_address(index);
+  *still_mapped = true;
+  if (CUresult r = driver_->mem_unmap(at, bytes); r != CUDA_SUCCESS) return r;
+  // Unmapped and released: the driver frees the memory now (no other mapping is left).
+  if (CUresult r = driver_->mem_release(handles_[index]); r != CUDA_SUCCESS) {
+    // Keep it usable: map it back where it was.
+    *still_mapped = driver_->mem_map(at, bytes, 0, handles_[index], 0) == CUDA_SUCCESS &&
+                    driver_->mem_set_access(at, bytes, &access_, 1) == CUDA_SUCCESS;
+    return r;
+  }
+  handles_[index] = 0;
+  made_ -= chunks;
+  return CUDA_SUCCESS;
+}
+
+void ChunkPool::list_singles(uint32_t group) {
+  if (groups_[group].listed) return;
+  groups_[group].listed = true;
+  singles_.push_back(group);
+}
+
+// A free block that will not go stays free; one unmapped and not released is never handed out
+// again (its memory stays counted, as in use).
+bool ChunkPool::release_block(uint32_t group) {
+  bool still_mapped = true;
+  if (release(group * per_, per_, &still_mapped) == CUDA_SUCCESS) {
+    groups_[group].use = Use::empty;
+    empty_.push_back(group);
+    return true;
+  }
+  if (!still_mapped) {
+    groups_[group].use = Use::whole;
+    in_use_ += per_;
+  } else {
+    free_blocks_.push_back(group);
+  }
+  return false;
+}
+
+bool ChunkPool::release_singles(uint32_t group) {
+  Group& g = groups_[group];
+  bool all = true;
+  for (uint32_t free = g.made & ~g.used; free != 0; free &= free - 1) {
+    const uint32_t i = static_cast<uint32_t>(std::countr_zero(free));
+    bool still_mapped = true;
+    if (release(group * per_ + i, 1, &still_mapped) == CUDA_SUCCESS) {
+      g.made &= ~(uint32_t{1} << i);
+      --free_singles_;
+    } else {
+      all = false;
+      if (!still_mapped) {  // lost: never handed out again
+        g.used |= uint32_t{1} << i;
+        --free_singles_;
+        ++in_use_;
+      }
+    }
+  }
+  if (g.made == 0) {
+    g.use = Use::empty;
+    empty_.push_back(group);
+  }
+  return all;
+}
+
+bool ChunkPool::room_for(uint64_t chunks) {
+  const uint64_t cap = limit_ * per_;
+  while (made_ + chunks > cap && !free_blocks_.empty()) {
+    const uint32_t g = free_blocks_.back();
+    free_blocks_.pop_back();
+    if (!release_block(g)) break;
+  }
+  for (size_t k = 0; made_ + chunks > cap && k < singles_.size(); ++k) {
+    const uint32_t g = singles_[k];
+    if (groups_[g].use == Use::singles && (groups_[g].made & ~groups_[g].used) != 0) {
+      release_singles(g);
+    }
+  }
+  return made_ + chunks <= cap;
 }
 
 CUresult ChunkPool::take(uint32_t* index) {
-  // Every split block with a free chunk is listed (stale entries too, dropped here).
-  if (split_free_chunks_ == 0) split_free_.clear();
-  while (!split_free_.empty()) {
-    const uint32_t n = split_free_.back();
-    const uint32_t full = full_mask();
-    if (use_[n] != Use::split || used_[n] == full) {
-      split_free_.pop_back();  // stale: whole since, or no free chunk left
+  if (!can_take()) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (CUresult r = reserve_window(); r != CUDA_SUCCESS) return r;
+  // A free single chunk; and on the way, the groups holding singles, stale entries dropped.
+  uint32_t with_place = UINT32_MAX;
+  for (size_t k = 0; k < singles_.size();) {
+    const uint32_t n = singles_[k];
+    Group& g = groups_[n];
+    if (g.use != Use::singles) {
+      g.listed = false;
+      singles_[k] = singles_.back();
+      singles_.pop_back();
       continue;
     }
-    const uint32_t i = static_cast<uint32_t>(std::countr_one(used_[n]));
-    used_[n] |= uint32_t{1} << i;
-    if (used_[n] == full) split_free_.pop_back();
-    --split_free_chunks_;
-    ++in_use_;
-    *index = n * per_ + i;
-    return CUDA_SUCCESS;
+    if (const uint32_t free = g.made & ~g.used; free != 0) {
+      const uint32_t i = static_cast<uint32_t>(std::countr_zero(free));
+      g.used |= uint32_t{1} << i;
+      --free_singles_;
+      ++in_use_;
+      *index = n * per_ + i;
+      return CUDA_SUCCESS;
+    }
+    if (with_place == UINT32_MAX && std::popcount(g.made) < static_cast<int>(per_)) with_place = n;
+    ++k;
   }
-  uint32_t n = 0;
-  if (CUresult r = block(&n); r != CUDA_SUCCESS) return r;
-  use_[n] = Use::split;
-  used_[n] = 1;
-  split_free_chunks_ += per_ - 1;
-  if (per_ > 1) split_free_.push_back(n);
+  if (!room_for(1)) return CUDA_ERROR_OUT_OF_MEMORY;
+  uint32_t n = with_place;
+  if (n == UINT32_MAX || groups_[n].use != Use::singles) {
+    if (empty_.empty()) return CUDA_ERROR_OUT_OF_MEMORY;
+    n = empty_.back();
+    empty_.pop_back();
+    groups_[n] = Group{Use::singles, 0, 0, groups_[n].listed};
+    list_singles(n);
+  }
+  Group& g = groups_[n];
+  const uint32_t i = static_cast<uint32_t>(std::countr_one(g.made));
+  if (CUresult r = make(n * per_ + i, 1); r != CUDA_SUCCESS) {
+    if (g.made == 0) {
+      g.use = Use::empty;
+      empty_.push_back(n);
+    }
+    return r;
+  }
+  g.made |= uint32_t{1} << i;
+  g.used |= uint32_t{1} << i;
   ++in_use_;
-  *index = n * per_;
+  *index = n * per_ + i;
   return CUDA_SUCCESS;
 }
 
+bool ChunkPool::can_take_block() const {
+  if (!free_blocks_.empty()) return true;
+  if (in_use_ + per_ > limit_ * per_) return false;
+  if (!empty_.empty() || window_ == 0) return true;
+  for (uint32_t n : singles_) {
+    if (groups_[n].use == Use::singles && groups_[n].used == 0) return true;
+  }
+  return false;
+}
+
 CUresult ChunkPool::take_block(uint32_t* index) {
-  uint32_t n = 0;
-  if (CUresult r = block(&n); r != CUDA_SUCCESS) return r;
-  use_[n] = Use::whole;
+  if (!can_take_block()) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (CUresult r = reserve_window(); r != CUDA_SUCCESS) return r;
+  if (!free_blocks_.empty()) {
+    const uint32_t n = free_blocks_.back();
+    free_blocks_.pop_back();
+    groups_[n].use = Use::whole;
+    in_use_ += per_;
+    *index = n * per_;
+    return CUDA_SUCCESS;
+  }
+  // An empty group: if none, one whose singles are all free, released.
+  for (size_t k = 0; empty_.empty() && k < singles_.size(); ++k) {
+    const uint32_t n = singles_[k];
+    if (groups_[n].use == Use::singles && groups_[n].used == 0) release_singles(n);
+  }
+  if (empty_.empty() || !room_for(per_)) return CUDA_ERROR_OUT_OF_MEMORY;
+  const uint32_t n = empty_.back();
+  empty_.pop_back();
+  if (CUresult r = make(n * per_, per_); r != CUDA_SUCCESS) {
+    empty_.push_back(n);
+    return r;
+  }
+  groups_[n].use = Use::whole;
   in_use_ += per_;
   *index = n * per_;
   return CUDA_SUCCESS;
 }
 
 void ChunkPool::give(uint32_t index) {
-  const uint32_t n = index / per_;
-  const bool was_full = used_[n] == full_mask();
-  used_[n] &= ~(uint32_t{1} << (index % per_));
+  Group& g = groups_[index / per_];
+  g.used &= ~(uint32_t{1} << (index % per_));
   --in_use_;
-  if (used_[n] == 0) {
-    use_[n] = Use::free;
-    split_free_chunks_ -= per_ - 1;
-    free_blocks_.push_back(n);
-  } else {
-    ++split_free_chunks_;
-    if (was_full) split_free_.push_back(n);  // it has a free chunk again
-  }
+  ++free_singles_;
 }
 
 void ChunkPool::give_block(uint32_t index) {
   const uint32_t n = index / per_;
-  use_[n] = Use::free;
+  groups_[n].use = Use::free_block;
   in_use_ -= per_;
   free_blocks_.push_back(n);
 }
@@ -142,47 +254,26 @@ void ChunkPool::set_limit(uint64_t blocks) {
   limit_ = std::min(blocks, capacity_);
 }
 
-uint64_t ChunkPool::trim_to_limit() {
-  return release_free(limit_);
-}
-
 uint64_t ChunkPool::release_free(uint64_t floor) {
-  uint64_t released = 0;
-  std::vector<uint32_t> kept;
-  for (uint32_t n : free_blocks_) {
+  const uint64_t before = made_;
+  std::vector<uint32_t> blocks = std::move(free_blocks_);
+  free_blocks_.clear();
+  for (uint32_t n : blocks) {
     if (made_ <= floor) {
-      kept.push_back(n);
+      free_blocks_.push_back(n);
       continue;
     }
-    bool still_mapped = true;
-    if (release_block(n, &still_mapped) == CUDA_SUCCESS) {
-      ++released;
-    } else if (still_mapped) {
-      kept.push_back(n);
-    }  // else unmapped and not released: never handed out again (the memory stays counted)
+    release_block(n);  // one that will not go goes back on the list
   }
-  free_blocks_ = std::move(kept);
-  return released;
+  for (size_t k = 0; made_ > floor && k < singles_.size(); ++k) {
+    const uint32_t n = singles_[k];
+    if (groups_[n].use == Use::singles) release_singles(n);
+  }
+  return before - made_;
 }
 
-CUresult ChunkPool::release_block(uint32_t n, bool* still_mapped) {
-  if (still_mapped) *still_mapped = true;
-  const CUdeviceptr at = window_address(n * per_);
-  if (CUresult r = driver_->mem_unmap(at, block_bytes()); r != CUDA_SUCCESS) return r;
-  // Unmapped and released: the driver frees the memory now (no other mapping is left).
-  if (CUresult r = driver_->mem_release(handles_[n]); r != CUDA_SUCCESS) {
-    // Keep the block usable: map it back where it was.
-    const bool back = driver_->mem_map(at, block_bytes(), 0, handles_[n], 0) == CUDA_SUCCESS &&
-                      driver_->mem_set_access(at, block_bytes(), &access_, 1) == CUDA_SUCCESS;
-    if (still_mapped) *still_mapped = back;
-    return r;
-  }
-  handles_[n] = 0;
-  use_[n] = Use::none;
-  used_[n] = 0;
-  vacant_.push_back(n);
-  --made_;
-  return CUDA_SUCCESS;
+uint64_t ChunkPool::trim_to_limit() {
+  return release_free(limit_ * per_);
 }
 
 uint64_t ChunkPool::trim() {
@@ -191,17 +282,31 @@ uint64_t ChunkPool::trim() {
 
 CUresult ChunkPool::destroy() {
   CUresult first = CUDA_SUCCESS;
-  for (uint32_t n = 0; n < handles_.size(); ++n) {
-    if (handles_[n] == 0) continue;
-    if (CUresult r = release_block(n); r != CUDA_SUCCESS && first == CUDA_SUCCESS) first = r;
+  auto note = [&first](CUresult r) {
+    if (first == CUDA_SUCCESS) first = r;
+  };
+  for (uint32_t n = 0; n < groups_.size(); ++n) {
+    Group& g = groups_[n];
+    bool still_mapped = true;
+    if (g.use == Use::whole || g.use == Use::free_block) {
+      if (CUresult r = release(n * per_, per_, &still_mapped); r != CUDA_SUCCESS) note(r);
+    } else if (g.use == Use::singles) {
+      for (uint32_t made = g.made; made != 0; made &= made - 1) {
+        const uint32_t i = static_cast<uint32_t>(std::countr_zero(made));
+        if (CUresult r = release(n * per_ + i, 1, &still_mapped); r != CUDA_SUCCESS) note(r);
+      }
+    }
+    g = Group{};
   }
   free_blocks_.clear();
-  split_free_.clear();
-  split_free_chunks_ = 0;
+  singles_.clear();
+  empty_.clear();
+  free_singles_ = 0;
+  in_use_ = 0;
   if (window_ != 0 && made_ == 0) {
     if (CUresult r = driver_->mem_address_free(window_, capacity_ * block_bytes());
-        r != CUDA_SUCCESS && first == CUDA_SUCCESS) {
-      first = r;
+        r != CUDA_SUCCESS) {
+      note(r);
     }
     window_ = 0;
   }

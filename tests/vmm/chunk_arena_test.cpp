@@ -727,10 +727,10 @@ TEST_F(ChunkArenaTest, ALargeRangeTakesWholeBlocksAndMovesThemWhole) {
   EXPECT_EQ(g_fake->mapping_size_at(p + kBlock + kChunk), kBlock);
   EXPECT_EQ(g_fake->mapping_size_at(p + 2 * kBlock), kChunk);
   EXPECT_EQ(g_fake->mapping_size_at(p + 2 * kBlock + kChunk), kChunk);
-  // Four mappings in the range, three blocks made (two whole, one split), each in its window.
-  EXPECT_EQ(g_fake->live_map_calls(), 4u + 3u);
+  // Four mappings in the range; two blocks and two single chunks made, each mapped in the window.
+  EXPECT_EQ(g_fake->live_map_calls(), 4u + 4u);
   EXPECT_EQ(a.gpu_bytes_in_use(), 10 * kChunk);
-  EXPECT_EQ(a.gpu_bytes_held(), 3 * kBlock);
+  EXPECT_EQ(a.gpu_bytes_held(), 10 * kChunk);
   EXPECT_EQ(a.stats().pieces_whole, 2u);
 
   // A staged move copies a whole block in one copy.
@@ -770,32 +770,46 @@ TEST_F(ChunkArenaTest, ALargeRangeTakesWholeBlocksAndMovesThemWhole) {
   EXPECT_EQ(a.evict(p + kBlock + kChunk, 1, kStream).bytes, kBlock);
   EXPECT_EQ(a.range(p)->host_bytes, kBlock);
   EXPECT_EQ(a.release(p), CUDA_SUCCESS);
-  EXPECT_EQ(a.trim(), 6 * kBlock);  // three blocks on each side
+  EXPECT_EQ(a.trim(), 20 * kChunk);  // two blocks and two chunks on each side
 }
 
-TEST_F(ChunkArenaTest, SmallRangesShareABlockThatIsFreedWithItsLastChunk) {
-  ChunkArena& a = make(3 * kBlock, 0, 4);
+TEST_F(ChunkArenaTest, SingleChunksAndBlocksTradeRoomUnderTheLimit) {
+  ChunkArena& a = make(3 * kBlock, 0, 4);  // twelve chunks' worth
+  auto creates = [] { return g_fake->calls[fake::kCreateGpu]; };
   std::vector<CUdeviceptr> small;
   for (int i = 0; i < 4; ++i) small.push_back(allocate(kChunk));
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(g_fake->kernel_write(small[i], kChunk, 10 + i));
-  EXPECT_EQ(a.gpu_bytes_held(), kBlock);  // one block, split
-  EXPECT_EQ(g_fake->gpu_bytes, kBlock);
+  EXPECT_EQ(a.gpu_bytes_held(), 4 * kChunk);
+  EXPECT_EQ(creates(), 4);
   EXPECT_EQ(a.release(small[1]), CUDA_SUCCESS);
   EXPECT_EQ(a.release(small[2]), CUDA_SUCCESS);
   EXPECT_EQ(a.gpu_bytes_in_use(), 2 * kChunk);
-  // The split block's free chunks serve the next small range before any block is made.
-  small[1] = allocate(kChunk);
-  EXPECT_EQ(a.gpu_bytes_held(), kBlock);
-  // Two whole blocks for a large range: the pool is full.
+  small[1] = allocate(kChunk);  // a free chunk, reused
+  EXPECT_EQ(creates(), 4);
   const CUdeviceptr big = allocate(2 * kBlock);
   EXPECT_EQ(a.range(big)->gpu_bytes, 2 * kBlock);
-  EXPECT_EQ(a.gpu_bytes_held(), 3 * kBlock);
-  EXPECT_EQ(a.trim(), 0u);  // nothing free
-  for (CUdeviceptr q : {small[0], small[1], small[3]}) EXPECT_EQ(a.release(q), CUDA_SUCCESS);
-  EXPECT_EQ(a.trim(), kBlock);  // the split block, free with its last chunk
-  EXPECT_EQ(g_fake->kernel_mismatches(big, 0, 0), 0u);
+  EXPECT_EQ(a.gpu_bytes_held(), 12 * kChunk);
   EXPECT_EQ(a.release(big), CUDA_SUCCESS);
+  // The last free chunk, then a free block released to make room for a new chunk.
+  small[2] = allocate(kChunk);
+  const CUdeviceptr extra = allocate(kChunk);
+  EXPECT_EQ(a.gpu_bytes_held(), 4 * kChunk + kBlock + kChunk);
+  EXPECT_EQ(a.range(extra)->gpu_bytes, kChunk);
+  const CUdeviceptr block = allocate(kBlock);  // the other free block
+  EXPECT_EQ(g_fake->mapping_size_at(block), kBlock);
+  ASSERT_TRUE(g_fake->kernel_write(block, kBlock, 20));
+  CUdeviceptr none = 0;
+  EXPECT_EQ(a.allocate(kBlock, &none), CUDA_ERROR_OUT_OF_MEMORY);  // three chunks left
+  // The four chunks of the first group all free: released for a block.
+  for (CUdeviceptr q : small) EXPECT_EQ(a.release(q), CUDA_SUCCESS);
+  const CUdeviceptr block2 = allocate(kBlock);
+  EXPECT_EQ(a.range(block2)->gpu_bytes, kBlock);
+  EXPECT_EQ(g_fake->mapping_size_at(block2), kBlock);
+  EXPECT_EQ(a.gpu_bytes_held(), 2 * kBlock + kChunk);
+  EXPECT_EQ(g_fake->kernel_mismatches(block, kBlock, 20), 0u);
   EXPECT_LE(g_fake->gpu_bytes_peak, 3 * kBlock);
+  for (CUdeviceptr q : {extra, block, block2}) EXPECT_EQ(a.release(q), CUDA_SUCCESS);
+  EXPECT_EQ(a.trim(), 2 * kBlock + kChunk);
 }
 
 TEST_F(ChunkArenaTest, ALargePieceWithNoWholeBlockOnTheGpuGoesToTheHost) {

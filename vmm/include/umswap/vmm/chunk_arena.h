@@ -1,22 +1,27 @@
 // ChunkArena: the vmm engine's state for one device. Every range it hands out is virtual memory
-// it reserved, mapped chunk by chunk (kChunk, 2 MiB) to physical chunks on the GPU (a pool no
-// larger than the budget) or on the host (pinned, HOST_NUMA 0). A range is always mapped, so a
-// kernel that touches any byte of it reads correct data: at HBM speed from a GPU chunk, over the
-// link from a host chunk (DESIGN.md, "Two engines, one invariant"; issue 38).
+// it reserved, mapped piece by piece to physical memory on the GPU (a pool no larger than the
+// budget) or on the host (pinned, HOST_NUMA 0). A range's leading pieces are whole blocks
+// (chunks_per_block chunks, up to 32 MiB, one handle each) when blocks are in use, the rest 2 MiB
+// chunks (kChunk); a piece is mapped and moved whole, so a large range moves in few mappings
+// (a mapping's cost is mostly per call: docs/lab/2026-12-01-vmm-window-parts-and-blocks.md). A
+// range is always mapped, so a kernel that touches any byte of it reads correct data: at HBM speed
+// from the GPU, over the link from the host (DESIGN.md, "Two engines, one invariant"; issue 38).
 //
 // Contract:
-//   * allocate(): reserves the size rounded up to whole chunks, backs each chunk with a GPU chunk
-//     while the pool has one (free, or not yet made: the pool grows on demand up to the budget,
-//     rounded down to whole chunks), else with a host chunk (made on demand up to the host limit,
-//     rounded down likewise), maps them and gives the device read/write access. When the two
-//     limits together cannot back the range: CUDA_ERROR_OUT_OF_MEMORY before any driver call. A
-//     GPU chunk the driver has no memory for (memory used outside umswap: CUDA_ERROR_OUT_OF_MEMORY
-//     from cuMemCreate) falls back to a host chunk; any other driver error fails the allocation.
-//     On any failure nothing is left behind: mapped chunks go back to their pools, the range is
-//     freed.
+//   * allocate(): reserves the size rounded up to whole chunks, backs each piece with GPU memory
+//     while the pool has room (free, or not yet made: the pool grows on demand up to the budget,
+//     rounded down to whole blocks), else with host memory (made on demand up to the host limit,
+//     rounded down likewise), maps them and gives the device read/write access. When no whole
+//     block can be had on either side for a large piece, the range is backed by chunks only. When
+//     the two limits together cannot back the range: CUDA_ERROR_OUT_OF_MEMORY before any driver
+//     call. A GPU chunk the driver has no memory for (memory used outside umswap:
+//     CUDA_ERROR_OUT_OF_MEMORY from cuMemCreate) falls back to a host chunk; any other driver error
+//     fails the allocation. On any failure nothing is left behind: mapped chunks go back to their
+//     pools, the range is freed.
 //   * release(): the base address allocate() returned; unmaps every chunk, gives GPU and host
 //     chunks back to their pools (both keep them made, for reuse; trim() releases the free ones)
 //     and frees the range. Anything else: CUDA_ERROR_INVALID_VALUE.
+//   * Below, "chunk" is any piece: a whole block is copied, remapped and rolled back as one.
 //   * evict() / restore(): every chunk of every live range that overlaps [address, address +
 //     length) and sits on the other side moves, whole (a chunk partly in the interval moves too):
 //     the chunk's bytes are copied on `stream` to a chunk taken from the other pool, the copies are

@@ -106,12 +106,6 @@ void VmmResidency::predict(std::span<const CUdeviceptr> bases) {
   }
 }
 
-uint64_t VmmResidency::room() const {
-  const uint64_t used = arena_.gpu_bytes_in_use();
-  const uint64_t limit = arena_.gpu_limit_bytes();
-  return limit > used ? limit - used : 0;
-}
-
 bool VmmResidency::restore(const vmm::RangeInfo& info, CUstream stream, bool partial_ok,
                            uint64_t* short_bytes) {
   Entry& entry = entries_[info.base];
@@ -120,7 +114,7 @@ bool VmmResidency::restore(const vmm::RangeInfo& info, CUstream stream, bool par
     entry.whole_on_gpu = true;
     return false;
   }
-  if (!partial_ok && info.host_bytes + info.unmapped_bytes > room()) return false;
+  if (!partial_ok && !arena_.fits_on_gpu(info.base)) return false;
   const vmm::Moved moved = arena_.restore(info.base, info.reserved, stream);
   if (moved.result != CUDA_SUCCESS && moved.result != CUDA_ERROR_OUT_OF_MEMORY) {
     ++stats_.move_failures;
@@ -177,7 +171,7 @@ void VmmResidency::make_resident(std::span<const CUdeviceptr> bases, CUstream st
     const std::optional<vmm::RangeInfo> info = arena_.range(base);
     if (!info || info->base != base) continue;
     const uint64_t after = k == 0 ? 0 : horizon;
-    while (room() < info->host_bytes && v < victims_.size() && next_use(victims_[v]) > after) {
+    while (!arena_.fits_on_gpu(base) && v < victims_.size() && next_use(victims_[v]) > after) {
       const CUdeviceptr victim = victims_[v++];
       const std::optional<vmm::RangeInfo> out = arena_.range(victim);
       if (!out || out->base != victim) {

@@ -509,6 +509,19 @@ std::optional<Location> ChunkArena::chunk_location(CUdeviceptr address) const {
   return slot.where;
 }
 
+bool ChunkArena::fits_on_gpu(CUdeviceptr address) const {
+  std::lock_guard lock(mutex_);
+  const auto it = find(address);
+  if (it == ranges_.end()) return false;
+  const Range& range = it->second;
+  uint64_t blocks = 0, chunks = 0;
+  for (size_t i = 0; i < range.slots.size(); ++i) {
+    if (range.slots[i].where == Location::gpu) continue;  // a hole there is mapped again in place
+    ++(range.whole(i) ? blocks : chunks);
+  }
+  return gpu_.can_place(blocks, chunks);
+}
+
 bool ChunkArena::on_gpu(CUdeviceptr address) const {
   const std::optional<RangeInfo> info = range(address);
   return info && info->gpu_bytes == info->reserved;

@@ -150,8 +150,10 @@ bool ChunkPool::room_for(uint64_t chunks) {
 CUresult ChunkPool::take(uint32_t* index) {
   if (!can_take()) return CUDA_ERROR_OUT_OF_MEMORY;
   if (CUresult r = reserve_window(); r != CUDA_SUCCESS) return r;
-  // A free single chunk; and on the way, the groups holding singles, stale entries dropped.
-  uint32_t with_place = UINT32_MAX;
+  // The fullest group holding a free single chunk, else the fullest with a place to make one:
+  // singles packed into few groups leave the others whole for blocks. Stale entries dropped.
+  uint32_t with_free = UINT32_MAX, with_place = UINT32_MAX;
+  int most_free = -1, most_place = -1;
   for (size_t k = 0; k < singles_.size();) {
     const uint32_t n = singles_[k];
     Group& g = groups_[n];
@@ -161,16 +163,24 @@ CUresult ChunkPool::take(uint32_t* index) {
       singles_.pop_back();
       continue;
     }
-    if (const uint32_t free = g.made & ~g.used; free != 0) {
-      const uint32_t i = static_cast<uint32_t>(std::countr_zero(free));
-      g.used |= uint32_t{1} << i;
-      --free_singles_;
-      ++in_use_;
-      *index = n * per_ + i;
-      return CUDA_SUCCESS;
+    const int used = std::popcount(g.used);
+    if ((g.made & ~g.used) != 0 && used > most_free) {
+      most_free = used;
+      with_free = n;
+    } else if (std::popcount(g.made) < static_cast<int>(per_) && used > most_place) {
+      most_place = used;
+      with_place = n;
     }
-    if (with_place == UINT32_MAX && std::popcount(g.made) < static_cast<int>(per_)) with_place = n;
     ++k;
+  }
+  if (with_free != UINT32_MAX) {
+    Group& g = groups_[with_free];
+    const uint32_t i = static_cast<uint32_t>(std::countr_zero(g.made & ~g.used));
+    g.used |= uint32_t{1} << i;
+    --free_singles_;
+    ++in_use_;
+    *index = with_free * per_ + i;
+    return CUDA_SUCCESS;
   }
   if (!room_for(1)) return CUDA_ERROR_OUT_OF_MEMORY;
   uint32_t n = with_place;
@@ -195,6 +205,17 @@ CUresult ChunkPool::take(uint32_t* index) {
   ++in_use_;
   *index = n * per_ + i;
   return CUDA_SUCCESS;
+}
+
+bool ChunkPool::can_place(uint64_t blocks, uint64_t chunks) const {
+  if (in_use_ + blocks * per_ + chunks > limit_ * per_) return false;
+  if (blocks == 0) return true;
+  uint64_t whole = free_blocks_.size() + (window_ == 0 ? capacity_ : empty_.size());
+  for (size_t k = 0; whole < blocks && k < singles_.size(); ++k) {
+    const Group& g = groups_[singles_[k]];
+    whole += g.use == Use::singles && g.used == 0 ? 1 : 0;
+  }
+  return whole >= blocks;
 }
 
 bool ChunkPool::can_take_block() const {

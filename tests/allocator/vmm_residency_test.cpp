@@ -285,5 +285,40 @@ TEST_F(VmmResidencyTest, AWindowBringsInWhatTheNextStepsUse) {
   }
 }
 
+// With blocks, free bytes are not room: a range's whole block needs a group with nothing in use.
+// Single chunks spread over both groups of the pool leave no group whole; the window evicts
+// until one is, and the range comes in whole (nothing reached over the link).
+TEST_F(VmmResidencyTest, WithBlocksAWindowEvictsUntilAWholeBlockFits) {
+  constexpr uint64_t kBlock = 4 * kChunk;
+  residency_.reset();
+  arena_ = std::make_unique<vmm::ChunkArena>(vmm::fake::fake_driver(), g_fake->device, 2 * kBlock,
+                                             16 * kChunk, 4);
+  residency_ = std::make_unique<VmmResidency>(*arena_);
+  std::vector<CUdeviceptr> small;
+  for (int i = 0; i < 8; ++i) small.push_back(allocate(kChunk, static_cast<uint8_t>(10 + i)));
+  for (int i = 0; i < 8; i += 2) EXPECT_EQ(arena_->release(small[i]), CUDA_SUCCESS);
+  for (int i = 0; i < 8; i += 2) residency_->forget(small[i]);
+  // Four chunks free, two in each group: a block does not fit, though its bytes do.
+  const CUdeviceptr big = allocate(kBlock, 3);
+  EXPECT_EQ(arena_->range(big)->host_bytes, kBlock);
+  EXPECT_FALSE(arena_->fits_on_gpu(big));
+  for (int i = 1; i < 8; i += 2) EXPECT_FALSE(step({small[i]}));
+  EXPECT_TRUE(step({big}));
+  EXPECT_TRUE(on_gpu(big));
+  EXPECT_EQ(residency_->stats().bytes_short, 0u);
+  EXPECT_LE(g_fake->gpu_bytes_peak, 2 * kBlock);
+  EXPECT_EQ(g_fake->kernel_mismatches(big, kBlock, 3), 0u);
+  for (int i = 1; i < 8; i += 2) {
+    EXPECT_EQ(g_fake->kernel_mismatches(small[i], kChunk, static_cast<uint8_t>(10 + i)), 0u);
+  }
+  // Chunks 0-3 were made in one group, 4-7 in the other. The two least recently used, 1 and 3,
+  // went out, which left their group with nothing in use; 5 and 7 stayed.
+  EXPECT_EQ(residency_->stats().ranges_evicted, 2u);
+  EXPECT_FALSE(on_gpu(small[1]));
+  EXPECT_FALSE(on_gpu(small[3]));
+  EXPECT_TRUE(on_gpu(small[5]));
+  EXPECT_TRUE(on_gpu(small[7]));
+}
+
 }  // namespace
 }  // namespace umswap

@@ -86,7 +86,6 @@ class VmmResidency {
   // Next uses from the last iteration: distance in steps from the current one, for every range
   // the coming period's steps reach (the current step's own: 0).
   void predict(std::span<const CUdeviceptr> bases);
-  uint64_t room() const;
   // Brings the range `info` describes (looked at just before) onto the GPU; false when nothing
   // was tried (already there, or ahead with no room).
   bool restore(const vmm::RangeInfo& info, CUstream stream, bool partial_ok, uint64_t* short_bytes);

@@ -224,6 +224,10 @@ class ChunkArena {
   std::optional<Location> chunk_location(CUdeviceptr address) const;
   // True when the live range holding `address` is wholly on the GPU.
   bool on_gpu(CUdeviceptr address) const;
+  // True when the GPU pool could take every piece of the live range holding `address` that is
+  // not on the GPU now (its whole blocks and its chunks; bytes free in the pool are not enough
+  // when no whole block can be had). False outside live ranges.
+  bool fits_on_gpu(CUdeviceptr address) const;
   ArenaStats stats() const;
 
  private:

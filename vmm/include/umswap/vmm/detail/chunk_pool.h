@@ -59,6 +59,8 @@ class ChunkPool {
   // Whether take() / take_block() can succeed, barring a driver failure.
   bool can_take() const { return in_use_ < limit_ * per_; }
   bool can_take_block() const;
+  // Whether `blocks` whole blocks and then `chunks` single chunks can all be taken now.
+  bool can_place(uint64_t blocks, uint64_t chunks) const;
   // Chunks take() can still hand out.
   uint64_t available() const { return can_take() ? limit_ * per_ - in_use_ : 0; }
   // At most `blocks` blocks' worth (never above capacity) are made from now on; what exists past

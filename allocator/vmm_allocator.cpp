@@ -74,6 +74,7 @@ nlohmann::json to_json(const VmmAllocatorStats& s) {
       {"holes", a.holes},
       {"steps_held", s.residency.steps_held},
       {"steps_left_short", s.residency.steps_left_short},
+      {"steps_too_large", s.residency.steps_too_large},
       {"ranges_restored", s.residency.ranges_restored},
       {"ranges_prefetched", s.residency.ranges_prefetched},
       {"ranges_evicted", s.residency.ranges_evicted},

@@ -47,15 +47,23 @@ bool VmmResidency::touch(uint32_t key, std::span<const CUdeviceptr> bases) {
   step.bases.assign(bases.begin(), bases.end());
   const uint64_t now = steps_++;
   bool wanted = false;
+  uint64_t reserved = 0;
   for (CUdeviceptr base : bases) {
     auto it = entries_.find(base);
     if (it == entries_.end()) {
       const std::optional<vmm::RangeInfo> info = arena_.range(base);
       if (!info || info->base != base) continue;  // not a range of the arena
-      it = entries_.emplace(base, Entry{now, info->gpu_bytes == info->reserved}).first;
+      it = entries_.emplace(base, Entry{now, info->reserved, info->gpu_bytes == info->reserved})
+               .first;
     }
     it->second.last_use = now;
+    reserved += it->second.reserved;
     wanted = wanted || !it->second.whole_on_gpu;
+  }
+  if (wanted && reserved > arena_.gpu_limit_bytes()) {
+    ++stats_.steps_left_short;
+    ++stats_.steps_too_large;
+    return false;
   }
   if (wanted && short_key_ != 0 && key_of(bases) == short_key_) {
     ++stats_.steps_left_short;
@@ -109,6 +117,7 @@ void VmmResidency::predict(std::span<const CUdeviceptr> bases) {
 bool VmmResidency::restore(const vmm::RangeInfo& info, CUstream stream, bool partial_ok,
                            uint64_t* short_bytes) {
   Entry& entry = entries_[info.base];
+  entry.reserved = info.reserved;
   // A hole (a failed rollback's unmapped slot) is mapped again by a restore too.
   if (info.host_bytes == 0 && info.unmapped_bytes == 0) {
     entry.whole_on_gpu = true;
@@ -180,7 +189,9 @@ void VmmResidency::make_resident(std::span<const CUdeviceptr> bases, CUstream st
       }
       // A victim erased meanwhile (a restore found it released) and a new range made at its
       // address: entered again, as a first look would.
-      entries_[victim].whole_on_gpu = false;
+      Entry& entry = entries_[victim];
+      entry.whole_on_gpu = false;
+      entry.reserved = out->reserved;
       if (out->gpu_bytes == 0) continue;
       const vmm::Moved moved = arena_.evict(victim, out->reserved, stream);
       ++stats_.ranges_evicted;

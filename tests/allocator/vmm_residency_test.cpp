@@ -135,26 +135,49 @@ TEST_F(VmmResidencyTest, ARangeTheStepReachesIsNeverTheVictim) {
   EXPECT_EQ(g_fake->kernel_mismatches(b, 2 * kChunk, 2), 0u);
 }
 
-TEST_F(VmmResidencyTest, WhatCannotFitStaysOnTheHostAndIsNotRetriedUntilAFree) {
+TEST_F(VmmResidencyTest, AStepReachingMoreThanThePoolGetsNoWindow) {
   const CUdeviceptr a = allocate(2 * kChunk, 1);
   const CUdeviceptr b = allocate(2 * kChunk, 2);
   const CUdeviceptr c = allocate(2 * kChunk, 3);
-  // One step reaching 6 chunks through a pool of 4: as much as fits comes in.
-  EXPECT_TRUE(step({a, b, c}));
+  // One step reaching 6 chunks through a pool of 4: no window could bring them in; the step
+  // reaches c on the host.
+  EXPECT_FALSE(step({a, b, c}));
+  EXPECT_EQ(residency_->stats().steps_too_large, 1u);
+  EXPECT_EQ(residency_->stats().steps_left_short, 1u);
+  EXPECT_EQ(residency_->stats().steps_held, 0u);
+  EXPECT_EQ(arena_->stats().bytes_to_gpu + arena_->stats().bytes_to_host, 0u);
+  // A step that fits gets its window.
+  EXPECT_TRUE(step({c}));
+  EXPECT_TRUE(on_gpu(c));
   EXPECT_LE(arena_->gpu_bytes_in_use(), 4 * kChunk);
+  for (auto [p, seed] : {std::pair{a, 1}, {b, 2}, {c, 3}}) {
+    EXPECT_EQ(g_fake->kernel_mismatches(p, 2 * kChunk, static_cast<uint8_t>(seed)), 0u);
+  }
+}
+
+TEST_F(VmmResidencyTest, WhatCannotFitStaysOnTheHostAndIsNotRetriedUntilAFree) {
+  // Room on the host for one range: nothing can be evicted to make room for it on the GPU.
+  residency_.reset();
+  arena_ = std::make_unique<vmm::ChunkArena>(vmm::fake::fake_driver(), g_fake->device, 4 * kChunk,
+                                             2 * kChunk);
+  residency_ = std::make_unique<VmmResidency>(*arena_);
+  const CUdeviceptr a = allocate(2 * kChunk, 1);
+  const CUdeviceptr b = allocate(2 * kChunk, 2);
+  const CUdeviceptr c = allocate(2 * kChunk, 3);  // on the host, which it fills
+  ASSERT_FALSE(on_gpu(c));
+  EXPECT_TRUE(step({c}));
+  EXPECT_FALSE(on_gpu(c));
   EXPECT_EQ(residency_->stats().bytes_short, 2 * kChunk);
   // The same step again: no window (nothing would change).
-  EXPECT_FALSE(step({a, b, c}));
+  EXPECT_FALSE(step({c}));
   EXPECT_EQ(residency_->stats().steps_left_short, 1u);
-  // Another step gets its window.
-  const bool c_in = on_gpu(c);
-  EXPECT_EQ(step({c}), !c_in);
-  // A free may have made room: tried again.
-  const CUdeviceptr d = allocate(kChunk, 4);
-  ASSERT_EQ(arena_->release(d), CUDA_SUCCESS);
-  residency_->forget(d);
-  EXPECT_TRUE(residency_->touch(next_key_++, std::vector<CUdeviceptr>{a, b, c}));
-  for (auto [p, seed] : {std::pair{a, 1}, {b, 2}, {c, 3}}) {
+  EXPECT_EQ(residency_->stats().steps_too_large, 0u);
+  // A free made room: tried again, and c comes in.
+  ASSERT_EQ(arena_->release(b), CUDA_SUCCESS);
+  residency_->forget(b);
+  EXPECT_TRUE(step({c}));
+  EXPECT_TRUE(on_gpu(c));
+  for (auto [p, seed] : {std::pair{a, 1}, {c, 3}}) {
     EXPECT_EQ(g_fake->kernel_mismatches(p, 2 * kChunk, static_cast<uint8_t>(seed)), 0u);
   }
 }

@@ -16,7 +16,9 @@
 //     steps), with the step's key (its kernel's name) and the bases of the ranges it reaches:
 //     records the step; true when one of those ranges has chunks on the host and a window could
 //     bring them in (a step whose same ranges were left short by the last window, with nothing
-//     freed since, gets false: the pool cannot hold them).
+//     freed since, gets false: the pool cannot hold them; so does a step whose ranges together
+//     are larger than the whole pool, which no window can bring in: it reaches them where they
+//     are).
 //   * make_resident(bases, stream): only inside a window (no program work running or submitted on
 //     the device), right after the touch() of the same step: as above. What does not fit stays on
 //     the host (correct, reached over the link) and counts as bytes short. Copies go on `stream`;
@@ -42,6 +44,7 @@ namespace umswap {
 struct ResidencyStats {
   uint64_t steps_held = 0;         // steps that got a window (make_resident calls)
   uint64_t steps_left_short = 0;   // steps touch() sent no window: their ranges could not fit
+  uint64_t steps_too_large = 0;    // of them, steps whose ranges together pass the whole pool
   uint64_t windows_planned = 0;    // windows that knew the steps' period (next uses predicted)
   uint64_t period = 0;             // the steps' period as last found (0: none)
   uint64_t ranges_restored = 0;    // restores made for the step itself (whole or partial)
@@ -72,6 +75,7 @@ class VmmResidency {
  private:
   struct Entry {
     uint64_t last_use = 0;
+    uint64_t reserved = 0;
     bool whole_on_gpu = false;  // as of the last look (only this part moves a live range)
   };
   struct Step {

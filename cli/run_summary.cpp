@@ -116,7 +116,13 @@ void add_vmm_lines(std::string& out, const std::string& pad, const json& stats) 
       by && by->is_object()) {
     for (const auto& [api, v] : by->items()) all += u64_of(&v).value_or(0);
   }
-  std::string line = fmt::format("engine vmm: {} allocations in 2 MiB chunks", all);
+  // Large ranges in whole blocks when the stats name a block larger than a chunk.
+  const uint64_t block = figure(schema::vmm::kBlockBytes).value_or(0);
+  std::string line =
+      block > (uint64_t{2} << 20)
+          ? fmt::format("engine vmm: {} allocations in {} MiB blocks and 2 MiB chunks", all,
+                        block >> 20)
+          : fmt::format("engine vmm: {} allocations in 2 MiB chunks", all);
   if (const std::optional<uint64_t> refused = figure(schema::vmm::kOutOfMemory);
       refused && *refused) {
     line +=

@@ -343,6 +343,9 @@ TEST(RunSummary, NamesEngineVmmAndItsChunks) {
                   "step, 12 ahead, 50 out; 3.00 GiB to the GPU, 2.00 GiB to the host\n"));
   s["vmm"]["out_of_memory"] = 2;
   EXPECT_TRUE(has(run_summary_text({{"a", s}}, true), "15 allocations in 2 MiB chunks, 2 refused"));
+  s["vmm"]["block_bytes"] = 16777216;
+  EXPECT_TRUE(has(run_summary_text({{"a", s}}, true),
+                  "engine vmm: 15 allocations in 16 MiB blocks and 2 MiB chunks, 2 refused"));
   // A file of engine um names it too, with or without the field.
   json um = stats();
   um["engine"] = "um";

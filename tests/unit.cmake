@@ -72,6 +72,9 @@ target_compile_definitions(allocator_call_site_test PRIVATE
 # --- vmm ---------------------------------------------------------------------------------------
 umswap_add_test(NAME vmm_chunk_arena_test
   SOURCES ${_umswap_unit_dir}/vmm/chunk_arena_test.cpp LIBS umswap_vmm)
+# The pool's blocks and single chunks under random takes, gives, limits and trims.
+umswap_add_test(NAME vmm_chunk_pool_test
+  SOURCES ${_umswap_unit_dir}/vmm/chunk_pool_test.cpp LIBS umswap_vmm)
 
 # PyTorch's caching allocator's blocks (torch_blocks.h) against a fake libc10_cuda.so with the
 # real symbol names, built alone in its own directory under that file name.

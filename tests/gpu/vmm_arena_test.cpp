@@ -78,6 +78,18 @@ double gb_per_s(uint64_t bytes, std::chrono::steady_clock::duration took) {
   return static_cast<double>(bytes) / 1e9 / std::chrono::duration<double>(took).count();
 }
 
+void print_moves(const char* what, uint64_t out, std::chrono::steady_clock::duration out_took,
+                 uint64_t in, std::chrono::steady_clock::duration in_took, uint64_t remaps) {
+  std::printf(
+      "%s: %lu MiB evicted in %.2f ms (%.1f GB/s with the remaps), %lu MiB restored in %.2f ms "
+      "(%.1f GB/s); %lu remaps in all\n",
+      what, static_cast<unsigned long>(out / kMiB),
+      std::chrono::duration<double, std::milli>(out_took).count(), gb_per_s(out, out_took),
+      static_cast<unsigned long>(in / kMiB),
+      std::chrono::duration<double, std::milli>(in_took).count(), gb_per_s(in, in_took),
+      static_cast<unsigned long>(remaps));
+}
+
 TEST_F(VmmArenaGpu, HoldsItsBudgetAndKeepsEveryWordThroughMoves) {
   ChunkArena arena(real_vmm_driver(), device_, kBudget, 1024 * kMiB);
   CUdeviceptr base[3] = {};
@@ -124,12 +136,7 @@ TEST_F(VmmArenaGpu, HoldsItsBudgetAndKeepsEveryWordThroughMoves) {
   const ArenaStats s = arena.stats();
   EXPECT_EQ(s.failures, 0u);
   EXPECT_EQ(s.holes, 0u);
-  std::printf(
-      "vmm arena: 200 MiB evicted in %.2f ms (%.1f GB/s with the remaps), 200 MiB restored in "
-      "%.2f ms (%.1f GB/s); %lu remaps\n",
-      std::chrono::duration<double, std::milli>(evict_took).count(), gb_per_s(kRange, evict_took),
-      std::chrono::duration<double, std::milli>(restore_took).count(),
-      gb_per_s(kRange, restore_took), static_cast<unsigned long>(s.remaps));
+  print_moves("vmm arena", kRange, evict_took, kRange, restore_took, s.remaps);
 
   for (int r = 0; r < 3; ++r) EXPECT_EQ(arena.release(base[r]), CUDA_SUCCESS);
   EXPECT_EQ(arena.gpu_bytes_in_use(), 0u);
@@ -179,13 +186,7 @@ TEST_F(VmmArenaGpu, BlocksAndChunksOfSplitBlocksKeepEveryWordThroughMoves) {
   const ArenaStats s = arena.stats();
   EXPECT_EQ(s.failures, 0u);
   EXPECT_EQ(s.holes, 0u);
-  std::printf(
-      "vmm arena, 16 MiB blocks: 200 MiB evicted in %.2f ms (%.1f GB/s with the remaps), %lu MiB "
-      "restored in %.2f ms (%.1f GB/s); %lu remaps in all\n",
-      std::chrono::duration<double, std::milli>(evict_took).count(), gb_per_s(kRange, evict_took),
-      static_cast<unsigned long>(in.bytes / kMiB),
-      std::chrono::duration<double, std::milli>(restore_took).count(),
-      gb_per_s(in.bytes, restore_took), static_cast<unsigned long>(s.remaps));
+  print_moves("vmm arena, 16 MiB blocks", kRange, evict_took, in.bytes, restore_took, s.remaps);
   for (CUdeviceptr b : {big0, small, big1}) EXPECT_EQ(arena.release(b), CUDA_SUCCESS);
   EXPECT_GT(arena.trim(), 0u);
   EXPECT_EQ(arena.gpu_bytes_held(), 0u);

@@ -13,11 +13,10 @@ namespace {
 // (the tracer stopped between its entry and exit) must not hang the program.
 constexpr std::chrono::milliseconds kOpenWait{10000};
 
-void add_since(std::atomic<uint64_t>& total, std::chrono::steady_clock::time_point from) {
-  total.fetch_add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                            std::chrono::steady_clock::now() - from)
-                                            .count()),
-                  std::memory_order_relaxed);
+uint64_t ns_between(std::chrono::steady_clock::time_point from,
+                    std::chrono::steady_clock::time_point to) {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(to - from).count());
 }
 
 }  // namespace
@@ -64,14 +63,14 @@ void VmmObserver::window(VmmAllocator& allocator) {
         kOpenWait.count() / 1000);
     return;
   }
-  add_since(open_ns_, started);
+  const auto opened = std::chrono::steady_clock::now();
   if (capture_open()) {
     hold_.close();
     return;
   }
   const auto drain = std::chrono::steady_clock::now();
   const CUresult drained = driver_.ctx_synchronize();
-  add_since(drain_ns_, drain);
+  const auto idle = std::chrono::steady_clock::now();
   if (drained != CUDA_SUCCESS) {
     // The context has failed (an earlier launch's error): nothing may move; the program hears of
     // the error from its own calls.
@@ -85,7 +84,11 @@ void VmmObserver::window(VmmAllocator& allocator) {
   allocator.residency().make_resident(bases_, stream_);
   allocator.note_peaks();
   hold_.close();
-  add_since(window_ns_, started);
+  // Windows that moved, in all and by part (one abandoned or skipped counts in none).
+  window_ns_.fetch_add(ns_between(started, std::chrono::steady_clock::now()),
+                       std::memory_order_relaxed);
+  open_ns_.fetch_add(ns_between(started, opened), std::memory_order_relaxed);
+  drain_ns_.fetch_add(ns_between(drain, idle), std::memory_order_relaxed);
 }
 
 void VmmObserver::after_step(uint64_t /*index*/, CUstream /*stream*/) {

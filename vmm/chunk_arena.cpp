@@ -50,7 +50,7 @@ void ChunkArena::set_gpu_limit_bytes(uint64_t bytes) {
 
 uint64_t ChunkArena::trim_to_limit() {
   std::lock_guard lock(mutex_);
-  if (!driver_.complete()) return 0;
+  if (!driver_.complete() || staged_ > 0) return 0;
   return gpu_.trim_to_limit() * kChunk;
 }
 
@@ -159,8 +159,10 @@ CUresult ChunkArena::allocate(uint64_t bytes, CUdeviceptr* address) {
   range.block = block_bytes();
   // Whole blocks for the range's leading pieces, 2 MiB chunks for the rest; if blocks run out
   // where chunks would not (blocks split by small ranges), chunks only.
+  const uint64_t fallbacks = stats_.gpu_create_fallbacks;
   CUresult r = back(base, range, per_ > 1 ? chunks / per_ : 0);
   if (r == CUDA_ERROR_OUT_OF_MEMORY && range.large > 0) {
+    stats_.gpu_create_fallbacks = fallbacks;  // counted again by the second try
     unmap_range(base, range);
     range.slots.clear();
     r = back(base, range, 0);
@@ -358,7 +360,8 @@ StagedMove ChunkArena::stage(CUdeviceptr address, uint64_t length, Location to, 
       }
       if (r != CUDA_SUCCESS) {
         note(r);
-        stopped = true;
+        // No whole block to be had: the chunk pieces after it may still fit.
+        if (!(whole && r == CUDA_ERROR_OUT_OF_MEMORY)) stopped = true;
         moved.bytes_left += bytes;
         continue;
       }
@@ -366,7 +369,22 @@ StagedMove ChunkArena::stage(CUdeviceptr address, uint64_t length, Location to, 
     }
   }
   if (!overlaps) moved.result = CUDA_ERROR_INVALID_VALUE;
+  if (!staged.items_.empty()) {
+    staged.pending_.on = true;
+    ++staged_;
+    gpu_.keep_free(true);
+    host_.keep_free(true);
+  }
   return staged;
+}
+
+void ChunkArena::settle(StagedMove& staged) {
+  if (!staged.pending_.on) return;
+  staged.pending_.on = false;
+  if (--staged_ == 0) {
+    gpu_.keep_free(false);
+    host_.keep_free(false);
+  }
 }
 
 void ChunkArena::give_back(StagedMove& staged) {
@@ -376,6 +394,7 @@ void ChunkArena::give_back(StagedMove& staged) {
 
 void ChunkArena::abort(StagedMove& staged) {
   std::lock_guard lock(mutex_);
+  settle(staged);
   give_back(staged);
 }
 
@@ -386,6 +405,7 @@ Moved ChunkArena::commit(StagedMove& staged) {
     if (moved.result == CUDA_SUCCESS) moved.result = r;
   };
   std::lock_guard lock(mutex_);
+  settle(staged);  // the copies are waited for below, before anything can be taken again
   if (staged.items_.empty()) return moved;
   const Location to = staged.to_;
 
@@ -443,7 +463,7 @@ Moved ChunkArena::commit(StagedMove& staged) {
 
 uint64_t ChunkArena::trim() {
   std::lock_guard lock(mutex_);
-  if (!driver_.complete()) return 0;
+  if (!driver_.complete() || staged_ > 0) return 0;
   return (gpu_.trim() + host_.trim()) * kChunk;
 }
 
@@ -512,7 +532,7 @@ std::optional<Location> ChunkArena::chunk_location(CUdeviceptr address) const {
 bool ChunkArena::fits_on_gpu(CUdeviceptr address) const {
   std::lock_guard lock(mutex_);
   const auto it = find(address);
-  if (it == ranges_.end()) return false;
+  if (it == ranges_.end()) return true;
   const Range& range = it->second;
   uint64_t blocks = 0, chunks = 0;
   for (size_t i = 0; i < range.slots.size(); ++i) {

@@ -41,9 +41,52 @@ CUresult ChunkPool::reserve_window() {
   }
   groups_.assign(capacity_, Group{});
   handles_.assign(capacity_ * per_, 0);
+  heads_.assign(2 * per_, kNone);
+  lengths_.assign(2 * per_, 0);
   empty_.clear();
   for (uint64_t g = capacity_; g > 0; --g) empty_.push_back(static_cast<uint32_t>(g - 1));
   return CUDA_SUCCESS;
+}
+
+void ChunkPool::unlink(uint32_t n) {
+  Group& g = groups_[n];
+  if (g.list == kNone) return;
+  if (g.prev != kNone) {
+    groups_[g.prev].next = g.next;
+  } else {
+    heads_[g.list] = g.next;
+  }
+  if (g.next != kNone) groups_[g.next].prev = g.prev;
+  --lengths_[g.list];
+  g.list = g.prev = g.next = kNone;
+}
+
+void ChunkPool::relist(uint32_t n) {
+  Group& g = groups_[n];
+  uint32_t want = kNone;
+  if (g.use == Use::singles) {
+    const uint32_t in_use = static_cast<uint32_t>(std::popcount(g.used));
+    if ((g.made & ~g.used) != 0) {
+      want = in_use;
+    } else if (g.made != full_mask()) {
+      want = per_ + in_use;
+    }
+  }
+  if (want == g.list) return;
+  unlink(n);
+  if (want == kNone) return;
+  g.list = want;
+  g.next = heads_[want];
+  if (g.next != kNone) groups_[g.next].prev = n;
+  heads_[want] = n;
+  ++lengths_[want];
+}
+
+uint32_t ChunkPool::fullest(uint32_t first) const {
+  for (uint32_t k = per_; k > 0; --k) {
+    if (heads_[first + k - 1] != kNone) return heads_[first + k - 1];
+  }
+  return kNone;
 }
 
 CUresult ChunkPool::make(uint32_t index, uint32_t chunks) {
@@ -80,12 +123,6 @@ CUresult ChunkPool::release(uint32_t index, uint32_t chunks, bool* still_mapped)
   handles_[index] = 0;
   made_ -= chunks;
   return CUDA_SUCCESS;
-}
-
-void ChunkPool::list_singles(uint32_t group) {
-  if (groups_[group].listed) return;
-  groups_[group].listed = true;
-  singles_.push_back(group);
 }
 
 // A free block that will not go stays free; one unmapped and not released is never handed out
@@ -128,68 +165,56 @@ bool ChunkPool::release_singles(uint32_t group) {
     g.use = Use::empty;
     empty_.push_back(group);
   }
+  relist(group);
   return all;
 }
 
 bool ChunkPool::room_for(uint64_t chunks) {
-  const uint64_t cap = limit_ * per_;
-  while (made_ + chunks > cap && !free_blocks_.empty()) {
-    const uint32_t g = free_blocks_.back();
+  if (keep_free_) return made_ + chunks <= cap();
+  while (made_ + chunks > cap() && !free_blocks_.empty()) {
+    const uint32_t n = free_blocks_.back();
     free_blocks_.pop_back();
-    if (!release_block(g)) break;
+    if (!release_block(n)) break;
   }
-  for (size_t k = 0; made_ + chunks > cap && k < singles_.size(); ++k) {
-    const uint32_t g = singles_[k];
-    if (groups_[g].use == Use::singles && (groups_[g].made & ~groups_[g].used) != 0) {
-      release_singles(g);
+  // Then free single chunks, from the groups with the fewest in use.
+  for (uint32_t k = 0; made_ + chunks > cap() && k < per_; ++k) {
+    while (made_ + chunks > cap() && heads_[k] != kNone) {
+      if (!release_singles(heads_[k])) return false;
     }
   }
-  return made_ + chunks <= cap;
+  return made_ + chunks <= cap();
+}
+
+bool ChunkPool::can_take() const {
+  if (in_use_ >= cap()) return false;
+  if (!keep_free_) return true;  // room_for() can release what is free
+  if (free_singles_ > 0) return true;
+  if (made_ + 1 > cap()) return false;
+  return window_ == 0 || !empty_.empty() || fullest(per_) != kNone;
 }
 
 CUresult ChunkPool::take(uint32_t* index) {
   if (!can_take()) return CUDA_ERROR_OUT_OF_MEMORY;
   if (CUresult r = reserve_window(); r != CUDA_SUCCESS) return r;
-  // The fullest group holding a free single chunk, else the fullest with a place to make one:
-  // singles packed into few groups leave the others whole for blocks. Stale entries dropped.
-  uint32_t with_free = UINT32_MAX, with_place = UINT32_MAX;
-  int most_free = -1, most_place = -1;
-  for (size_t k = 0; k < singles_.size();) {
-    const uint32_t n = singles_[k];
+  // A free single chunk, from the fullest group that has one: singles packed into few groups
+  // leave the others whole for blocks.
+  if (const uint32_t n = fullest(0); n != kNone) {
     Group& g = groups_[n];
-    if (g.use != Use::singles) {
-      g.listed = false;
-      singles_[k] = singles_.back();
-      singles_.pop_back();
-      continue;
-    }
-    const int used = std::popcount(g.used);
-    if ((g.made & ~g.used) != 0 && used > most_free) {
-      most_free = used;
-      with_free = n;
-    } else if (std::popcount(g.made) < static_cast<int>(per_) && used > most_place) {
-      most_place = used;
-      with_place = n;
-    }
-    ++k;
-  }
-  if (with_free != UINT32_MAX) {
-    Group& g = groups_[with_free];
     const uint32_t i = static_cast<uint32_t>(std::countr_zero(g.made & ~g.used));
     g.used |= uint32_t{1} << i;
     --free_singles_;
     ++in_use_;
-    *index = with_free * per_ + i;
+    relist(n);
+    *index = n * per_ + i;
     return CUDA_SUCCESS;
   }
   if (!room_for(1)) return CUDA_ERROR_OUT_OF_MEMORY;
-  uint32_t n = with_place;
-  if (n == UINT32_MAX || groups_[n].use != Use::singles) {
+  uint32_t n = fullest(per_);
+  if (n == kNone) {
     if (empty_.empty()) return CUDA_ERROR_OUT_OF_MEMORY;
     n = empty_.back();
     empty_.pop_back();
-    groups_[n] = Group{Use::singles, 0, 0, groups_[n].listed};
-    list_singles(n);
+    groups_[n].use = Use::singles;
   }
   Group& g = groups_[n];
   const uint32_t i = static_cast<uint32_t>(std::countr_one(g.made));
@@ -198,34 +223,32 @@ CUresult ChunkPool::take(uint32_t* index) {
       g.use = Use::empty;
       empty_.push_back(n);
     }
+    relist(n);
     return r;
   }
   g.made |= uint32_t{1} << i;
   g.used |= uint32_t{1} << i;
   ++in_use_;
+  relist(n);
   *index = n * per_ + i;
   return CUDA_SUCCESS;
 }
 
-bool ChunkPool::can_place(uint64_t blocks, uint64_t chunks) const {
-  if (in_use_ + blocks * per_ + chunks > limit_ * per_) return false;
-  if (blocks == 0) return true;
-  uint64_t whole = free_blocks_.size() + (window_ == 0 ? capacity_ : empty_.size());
-  for (size_t k = 0; whole < blocks && k < singles_.size(); ++k) {
-    const Group& g = groups_[singles_[k]];
-    whole += g.use == Use::singles && g.used == 0 ? 1 : 0;
-  }
-  return whole >= blocks;
+bool ChunkPool::can_take_block() const {
+  if (in_use_ + per_ > cap()) return false;
+  if (!free_blocks_.empty()) return true;
+  if (keep_free_) return made_ + per_ <= cap() && (window_ == 0 || !empty_.empty());
+  // room_for() can release what is free; a group whose chunks are all free can be emptied.
+  return window_ == 0 || !empty_.empty() || heads_[0] != kNone;
 }
 
-bool ChunkPool::can_take_block() const {
-  if (!free_blocks_.empty()) return true;
-  if (in_use_ + per_ > limit_ * per_) return false;
-  if (!empty_.empty() || window_ == 0) return true;
-  for (uint32_t n : singles_) {
-    if (groups_[n].use == Use::singles && groups_[n].used == 0) return true;
-  }
-  return false;
+bool ChunkPool::can_place(uint64_t blocks, uint64_t chunks) const {
+  if (in_use_ + blocks * per_ + chunks > cap()) return false;
+  if (keep_free_) return blocks <= free_blocks_.size() && chunks <= free_singles_;
+  if (blocks == 0) return true;
+  const uint64_t whole =
+      free_blocks_.size() + (window_ == 0 ? capacity_ : empty_.size() + lengths_[0]);
+  return whole >= blocks;
 }
 
 CUresult ChunkPool::take_block(uint32_t* index) {
@@ -239,10 +262,9 @@ CUresult ChunkPool::take_block(uint32_t* index) {
     *index = n * per_;
     return CUDA_SUCCESS;
   }
-  // An empty group: if none, one whose singles are all free, released.
-  for (size_t k = 0; empty_.empty() && k < singles_.size(); ++k) {
-    const uint32_t n = singles_[k];
-    if (groups_[n].use == Use::singles && groups_[n].used == 0) release_singles(n);
+  // An empty group: if none, one whose chunks are all free, released.
+  while (!keep_free_ && empty_.empty() && heads_[0] != kNone) {
+    if (!release_singles(heads_[0])) break;
   }
   if (empty_.empty() || !room_for(per_)) return CUDA_ERROR_OUT_OF_MEMORY;
   const uint32_t n = empty_.back();
@@ -258,10 +280,11 @@ CUresult ChunkPool::take_block(uint32_t* index) {
 }
 
 void ChunkPool::give(uint32_t index) {
-  Group& g = groups_[index / per_];
-  g.used &= ~(uint32_t{1} << (index % per_));
+  const uint32_t n = index / per_;
+  groups_[n].used &= ~(uint32_t{1} << (index % per_));
   --in_use_;
   ++free_singles_;
+  relist(n);
 }
 
 void ChunkPool::give_block(uint32_t index) {
@@ -286,10 +309,12 @@ uint64_t ChunkPool::release_free(uint64_t floor) {
     }
     release_block(n);  // one that will not go goes back on the list
   }
-  for (size_t k = 0; made_ > floor && k < singles_.size(); ++k) {
-    const uint32_t n = singles_[k];
-    if (groups_[n].use == Use::singles) release_singles(n);
+  // Groups with free single chunks, fewest in use first; one whose chunks would not go is left.
+  std::vector<uint32_t> groups;
+  for (uint32_t k = 0; k < per_ && !heads_.empty(); ++k) {
+    for (uint32_t n = heads_[k]; n != kNone; n = groups_[n].next) groups.push_back(n);
   }
+  for (size_t k = 0; made_ > floor && k < groups.size(); ++k) release_singles(groups[k]);
   return before - made_;
 }
 
@@ -320,8 +345,9 @@ CUresult ChunkPool::destroy() {
     g = Group{};
   }
   free_blocks_.clear();
-  singles_.clear();
   empty_.clear();
+  heads_.assign(heads_.size(), kNone);
+  lengths_.assign(lengths_.size(), 0);
   free_singles_ = 0;
   in_use_ = 0;
   if (window_ != 0 && made_ == 0) {

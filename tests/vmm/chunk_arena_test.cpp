@@ -886,6 +886,75 @@ TEST_F(ChunkArenaTest, AFailedMoveOfWholeBlocksLeavesEachMappedToItsData) {
   EXPECT_EQ(a.release(p), CUDA_SUCCESS);
 }
 
+// A whole piece that cannot be had does not stop the move: the chunk pieces after it still come.
+TEST_F(ChunkArenaTest, ARestoreWithNoWholeBlockStillMovesTheChunksThatFit) {
+  ChunkArena& a = make(2 * kBlock, 4 * kBlock, 4);
+  const CUdeviceptr small = allocate(kChunk);             // a group of single chunks
+  const CUdeviceptr big = allocate(kBlock + 2 * kChunk);  // a block, then two chunks
+  ASSERT_TRUE(g_fake->kernel_write(big, kBlock + 2 * kChunk, 5));
+  ASSERT_EQ(a.evict(big, kBlock + 2 * kChunk, kStream).bytes, kBlock + 2 * kChunk);
+  const CUdeviceptr x = allocate(kChunk);
+  const CUdeviceptr y = allocate(kBlock);  // the other group, whole
+  EXPECT_EQ(a.range(y)->gpu_bytes, kBlock);
+  // The first group: small and x in use, two chunks free; no group for a block.
+  const Moved m = a.restore(big, kBlock + 2 * kChunk, kStream);
+  EXPECT_EQ(m.result, CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(m.bytes, 2 * kChunk);
+  EXPECT_EQ(m.bytes_left, kBlock);
+  expect_at(big, Location::host);
+  expect_at(big + kBlock, Location::gpu);
+  expect_at(big + kBlock + kChunk, Location::gpu);
+  EXPECT_EQ(g_fake->kernel_mismatches(big, kBlock + 2 * kChunk, 5), 0u);
+  for (CUdeviceptr q : {small, big, x, y}) EXPECT_EQ(a.release(q), CUDA_SUCCESS);
+}
+
+// While a staged copy is pending, nothing free is released to make room: a range released
+// after its stage leaves its chunk free, and an allocation must not unmap that chunk from the
+// window the copy reads.
+TEST_F(ChunkArenaTest, NothingFreeIsReleasedWhileAStagedCopyIsPending) {
+  ChunkArena& a = make(2 * kBlock, 4 * kBlock, 4);
+  const CUdeviceptr p = allocate(kChunk);
+  const CUdeviceptr q = allocate(kBlock);
+  ASSERT_TRUE(g_fake->kernel_write(p, kChunk, 6));
+  StagedMove staged = a.stage(p, kChunk, Location::host, kStream);
+  ASSERT_FALSE(staged.empty());
+  ASSERT_EQ(a.release(p), CUDA_SUCCESS);  // its GPU chunk is free now, still in the window
+  const int releases = g_fake->calls[fake::kRelease];
+  // A block would need the free chunk's group released: not while the copy is pending.
+  const CUdeviceptr r = allocate(kBlock);
+  EXPECT_EQ(a.range(r)->gpu_bytes, 0u);
+  EXPECT_EQ(g_fake->calls[fake::kRelease], releases);
+  EXPECT_EQ(a.trim(), 0u);
+  const Moved m = a.commit(staged);  // p is gone: its copy is not wanted
+  EXPECT_EQ(m.bytes, 0u);
+  EXPECT_EQ(m.bytes_left, kChunk);
+  // Once nothing is pending, the free chunk's group can be released for a block.
+  const CUdeviceptr s2 = allocate(kBlock);
+  EXPECT_EQ(a.range(s2)->gpu_bytes, kBlock);
+  EXPECT_GT(g_fake->calls[fake::kRelease], releases);
+  for (CUdeviceptr h : {q, r, s2}) EXPECT_EQ(a.release(h), CUDA_SUCCESS);
+}
+
+TEST_F(ChunkArenaTest, FitsOnGpuCountsWholeBlocksAndIsTrueOutsideRanges) {
+  ChunkArena& a = make(2 * kBlock, 4 * kBlock, 4);
+  std::vector<CUdeviceptr> four;
+  for (int i = 0; i < 4; ++i) four.push_back(allocate(kChunk));  // the first group, full
+  const CUdeviceptr q = allocate(kBlock);                        // the second, whole
+  ASSERT_EQ(a.evict(q, kBlock, kStream).bytes, kBlock);
+  EXPECT_TRUE(a.fits_on_gpu(q));  // its block is free
+  // A chunk: the free block is released to make room, and the chunk takes its group.
+  const CUdeviceptr r = allocate(kChunk);
+  EXPECT_EQ(a.range(r)->gpu_bytes, kChunk);
+  EXPECT_FALSE(a.fits_on_gpu(q));       // three chunks free, no group that could hold a block
+  EXPECT_TRUE(a.fits_on_gpu(four[0]));  // on the GPU already
+  EXPECT_TRUE(a.fits_on_gpu(0x1000));   // no range: nothing to take
+  ASSERT_EQ(a.release(r), CUDA_SUCCESS);
+  EXPECT_TRUE(a.fits_on_gpu(q));  // the second group's chunks all free: released for a block
+  EXPECT_EQ(a.restore(q, kBlock, kStream).bytes, kBlock);
+  for (CUdeviceptr h : four) EXPECT_EQ(a.release(h), CUDA_SUCCESS);
+  EXPECT_EQ(a.release(q), CUDA_SUCCESS);
+}
+
 TEST(ChunksPerBlockFor, TheLargestBlockThatLeavesThePoolThirtyTwo) {
   constexpr uint64_t kMiB = uint64_t{1} << 20;
   EXPECT_EQ(ChunkArena::chunks_per_block_for(0), 1u);

@@ -1,6 +1,7 @@
 // ChunkPool (vmm/include/umswap/vmm/detail/chunk_pool.h) under random sequences of takes, gives,
-// limit changes and trims over the fake driver: the memory made never passes the limit when
-// something is taken, the counts match what is held, can_take() / can_take_block() /
+// limit changes, trims and keep_free() over the fake driver: the memory made never grows past the
+// limit and what is in use never passes it, nothing is released while keep_free(), the counts
+// match what is held, can_take() / can_take_block() /
 // can_place() say exactly whether the takes succeed, everything held is a handle of its own size
 // mapped at its window slot, and nothing is left once all is given back and the pool destroyed.
 #include "umswap/vmm/detail/chunk_pool.h"
@@ -46,12 +47,19 @@ TEST_P(ChunkPoolProperty, RandomTakesAndGivesKeepTheLimitAndTheCounts) {
     std::mt19937 rng(seed);
     std::vector<Held> held;
     uint64_t chunks_held = 0;
+    bool keep = false;  // keep_free()
     for (int op = 0; op < 400; ++op) {
       const int what = static_cast<int>(rng() % 10);
       // A take makes memory only under the limit (after the limit was lowered, what was made
       // before may stay past it until it is free and trimmed).
       const uint64_t made_before = pool->made();
-      auto made_within = [&] { return pool->made() <= std::max(made_before, pool->limit() * per); };
+      const int releases_before = g_fake->calls[fake::kRelease];
+      // What is in use never passes the limit; while keep_free(), nothing is released.
+      auto made_within = [&] {
+        return pool->made() <= std::max(made_before, pool->limit() * per) &&
+               pool->in_use() <= pool->limit() * per &&
+               (!keep || g_fake->calls[fake::kRelease] == releases_before);
+      };
       if (what < 3) {
         const bool can = pool->can_take();
         uint32_t index = 0;
@@ -85,14 +93,20 @@ TEST_P(ChunkPoolProperty, RandomTakesAndGivesKeepTheLimitAndTheCounts) {
         held[k] = held.back();
         held.pop_back();
       } else if (what == 8) {
-        pool->set_limit(1 + rng() % kCapacity);
-        pool->trim_to_limit();
+        if (rng() % 2) {
+          pool->set_limit(1 + rng() % kCapacity);
+          if (!keep) pool->trim_to_limit();
+        } else {
+          keep = !keep;
+          pool->keep_free(keep);
+        }
       } else {
         // can_place() says whether a block and then some chunks can all be taken now.
         const uint64_t n = rng() % (per + 1);
         if (pool->can_place(1, n)) {
           uint32_t index = 0;
           ASSERT_EQ(pool->take_block(&index), CUDA_SUCCESS) << "seed " << seed << " op " << op;
+          EXPECT_TRUE(made_within()) << "seed " << seed << " op " << op;
           held.push_back({index, true});
           chunks_held += per;
           for (uint64_t i = 0; i < n; ++i) {
@@ -126,6 +140,7 @@ TEST_P(ChunkPoolProperty, RandomTakesAndGivesKeepTheLimitAndTheCounts) {
       }
     }
     EXPECT_EQ(pool->in_use(), 0u);
+    pool->keep_free(false);
     pool->trim();
     EXPECT_EQ(pool->made(), 0u);
     EXPECT_EQ(pool->destroy(), CUDA_SUCCESS);

@@ -28,7 +28,9 @@
 //     waited for, and only then each chunk's slot is unmapped, mapped to the new chunk and given
 //     access; the old chunk goes back to its pool. restore() takes GPU chunks only while the pool
 //     has one; it never evicts anything to make room (that is the planner's job), and says in
-//     `Moved::bytes_left` what it could not move. evict() likewise stops at the host limit.
+//     `Moved::bytes_left` what it could not move. evict() likewise stops at the host limit. A
+//     whole block the other side cannot give (its free room is all in groups holding chunks) is
+//     left where it is, and the move goes on with the pieces after it.
 //     An interval that overlaps no live range: CUDA_ERROR_INVALID_VALUE, nothing done.
 //   * The caller orders the moves against the program's kernels: a kernel writing a chunk between
 //     its copy and its remap would lose that write. For now the arena waits for its copies with a
@@ -60,6 +62,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "umswap/vmm/chunk.h"
@@ -112,10 +115,21 @@ class StagedMove {
     uint64_t bytes = 0;
     bool whole = false;  // a whole block (a range's large piece)
   };
+  // Set while the arena counts this staging as pending (cleared when moved from).
+  struct Pending {
+    bool on = false;
+    Pending() = default;
+    Pending(Pending&& o) noexcept : on(std::exchange(o.on, false)) {}
+    Pending& operator=(Pending&& o) noexcept {
+      on = std::exchange(o.on, false);
+      return *this;
+    }
+  };
   Location to_ = Location::host;
   CUstream stream_ = nullptr;
   std::vector<Item> items_;
   Moved partial_;
+  Pending pending_;
 };
 
 // One live range, as found by range().
@@ -203,10 +217,10 @@ class ChunkArena {
 
   // The GPU pool: no GPU chunk is made past gpu_limit_bytes(), gpu_capacity_bytes() (the
   // constructor's) less what set_gpu_limit_bytes() took away (never above the capacity). Chunks
-  // made before it was lowered stay until trim_to_limit() releases the free ones past it, which
-  // the caller may do only while no staged move is between its stage() and its commit() (its
-  // copy may read a free chunk through the pool's window): VmmResidency does it under its lock,
-  // by which every move is made.
+  // made before it was lowered stay until trim_to_limit() releases the free ones past it. While
+  // a staged move is between its stage() and its commit() or abort() (its copy may read a chunk
+  // that became free, through the pool's window), nothing free is released: trim() and
+  // trim_to_limit() do nothing and the pools make room only from what is not made yet.
   uint64_t gpu_capacity_bytes() const { return gpu_capacity_ * block_bytes(); }
   uint64_t block_bytes() const { return uint64_t{per_} * kChunk; }
   uint64_t gpu_limit_bytes() const;
@@ -226,7 +240,7 @@ class ChunkArena {
   bool on_gpu(CUdeviceptr address) const;
   // True when the GPU pool could take every piece of the live range holding `address` that is
   // not on the GPU now (its whole blocks and its chunks; bytes free in the pool are not enough
-  // when no whole block can be had). False outside live ranges.
+  // when no whole block can be had). True outside live ranges (nothing to take).
   bool fits_on_gpu(CUdeviceptr address) const;
   ArenaStats stats() const;
 
@@ -284,6 +298,10 @@ class ChunkArena {
   detail::ChunkPool host_;
   RangeMap ranges_;  // by base address
   uint64_t next_range_id_ = 1;
+  // Stagings not yet committed or aborted: while any is, the pools release nothing free (a
+  // staged copy may read a chunk that became free), and trims do nothing.
+  uint64_t staged_ = 0;
+  void settle(StagedMove& staged);  // mutex_ held: no longer pending
   ArenaStats stats_;
 };
 

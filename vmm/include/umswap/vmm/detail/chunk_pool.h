@@ -23,7 +23,8 @@
 //     MEMORY when neither works (can_take() / can_take_block() say so beforehand); the driver's
 //     error when memory cannot be made or mapped (nothing is leaked).
 //   * What is given back stays made, for reuse (cuMemCreate of pinned host memory is slow, and
-//     the GPU pool is the budget anyway) until taking needs the room, trim() or trim_to_limit().
+//     the GPU pool is the budget anyway) until taking needs the room (never while keep_free()),
+//     trim() or trim_to_limit(). Past a lowered limit nothing more is handed out.
 //   * destroy() releases everything and the window; the caller has given every chunk back.
 // Not thread-safe: ChunkArena calls it under its own mutex.
 #pragma once
@@ -52,17 +53,20 @@ class ChunkPool {
 
   CUresult take(uint32_t* index);
   CUresult take_block(uint32_t* index);
-  // A single chunk back, or a whole block by the index take_block() gave. Never released here: a
-  // staged copy may still read it through the pool's window until its move commits.
+  // A single chunk back, or a whole block by the index take_block() gave; it stays made.
   void give(uint32_t index);
   void give_block(uint32_t index);
   // Whether take() / take_block() can succeed, barring a driver failure.
-  bool can_take() const { return in_use_ < limit_ * per_; }
+  bool can_take() const;
   bool can_take_block() const;
-  // Whether `blocks` whole blocks and then `chunks` single chunks can all be taken now.
+  // Whether `blocks` whole blocks and then `chunks` single chunks can all be taken now (while
+  // keep_free(), a conservative answer).
   bool can_place(uint64_t blocks, uint64_t chunks) const;
-  // Chunks take() can still hand out.
-  uint64_t available() const { return can_take() ? limit_ * per_ - in_use_ : 0; }
+  // Chunks take() can still hand out, at most (what is in use never passes the limit).
+  uint64_t available() const { return in_use_ < limit_ * per_ ? limit_ * per_ - in_use_ : 0; }
+  // While set, nothing free is released to make room (a staged copy may still read a free chunk
+  // through the window until its move commits): the takes use what is free or may be made.
+  void keep_free(bool keep) { keep_free_ = keep; }
   // At most `blocks` blocks' worth (never above capacity) are made from now on; what exists past
   // it is released by trim_to_limit().
   void set_limit(uint64_t blocks);
@@ -88,12 +92,21 @@ class ChunkPool {
 
  private:
   enum class Use : uint8_t { empty, free_block, whole, singles };
+  static constexpr uint32_t kNone = UINT32_MAX;
   struct Group {
     Use use = Use::empty;
-    uint32_t made = 0;    // singles: bit i, a chunk made at place i
-    uint32_t used = 0;    // singles: bit i, that chunk in use
-    bool listed = false;  // in singles_
+    uint32_t made = 0;  // singles: bit i, a chunk made at place i
+    uint32_t used = 0;  // singles: bit i, that chunk in use
+    // The list it is on (kNone: none) and its neighbours there. A group holding singles is on
+    // list k (k < per_) when it has a free chunk and k in use, on list per_ + k when it has none
+    // free but a place to make one: take() looks from the fullest.
+    uint32_t list = kNone, prev = kNone, next = kNone;
   };
+  uint32_t full_mask() const { return per_ == 32 ? ~uint32_t{0} : (uint32_t{1} << per_) - 1; }
+  uint64_t cap() const { return limit_ * per_; }  // chunks' worth
+  void unlink(uint32_t group);
+  void relist(uint32_t group);                  // after its use, made or used changed
+  uint32_t fullest(uint32_t first_list) const;  // of lists [first, first + per_): kNone if none
   CUresult reserve_window();
   // Makes `chunks` chunks' worth (one handle) at window index `index` and maps it there.
   CUresult make(uint32_t index, uint32_t chunks);
@@ -103,9 +116,9 @@ class ChunkPool {
   // Releases a free block / a group's free singles; false if any would not go.
   bool release_block(uint32_t group);
   bool release_singles(uint32_t group);
-  // A group with nothing made, making room for `chunks` by releasing free memory if need be.
+  // Whether `chunks` more can be made under the limit, releasing free memory if need be (never
+  // while keep_free()).
   bool room_for(uint64_t chunks);
-  void list_singles(uint32_t group);
   uint64_t release_free(uint64_t floor);
 
   const VmmDriver* driver_;
@@ -117,12 +130,14 @@ class ChunkPool {
   CUdeviceptr window_ = 0;
   std::vector<CUmemGenericAllocationHandle> handles_;  // by chunk index; 0: nothing made there
   std::vector<Group> groups_;                          // capacity_ of them once the window exists
-  std::vector<uint32_t> free_blocks_;                  // groups holding a free block
-  std::vector<uint32_t> empty_;                        // groups with nothing made
-  std::vector<uint32_t> singles_;                      // groups holding singles (stale allowed)
-  uint64_t made_ = 0;                                  // chunks' worth
-  uint64_t in_use_ = 0;                                // chunks
-  uint64_t free_singles_ = 0;                          // single chunks made and not in use
+  std::vector<uint32_t> heads_;                        // 2 * per_ lists of singles groups
+  std::vector<uint32_t> lengths_;
+  std::vector<uint32_t> free_blocks_;  // groups holding a free block
+  std::vector<uint32_t> empty_;        // groups with nothing made
+  uint64_t made_ = 0;                  // chunks' worth
+  uint64_t in_use_ = 0;                // chunks
+  uint64_t free_singles_ = 0;          // single chunks made and not in use
+  bool keep_free_ = false;
 };
 
 // The access every mapping of the engine gets: read and write for `device`.

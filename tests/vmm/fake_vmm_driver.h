@@ -47,7 +47,8 @@ inline uint8_t pattern(CUdeviceptr address, uint8_t seed) {
 
 struct Fake {
   struct Phys {
-    std::vector<uint8_t> bytes;
+    std::vector<uint8_t> bytes;  // empty with no_data
+    uint64_t size = 0;
     bool host = false;
     bool released = false;  // released while mapped: freed at its last unmap, as the driver does
     int maps = 0;
@@ -80,6 +81,14 @@ struct Fake {
   uint64_t copies_run = 0;
   uint64_t bad_streams = 0;  // copies or waits on a stream other than `stream`
   CUstream stream = nullptr;
+  // No bytes kept (a simulation of moves: bench/vmm_residency_sim): every mapped byte reads and
+  // writes one scratch chunk, copies are counted, not made.
+  bool no_data = false;
+  std::vector<uint8_t> scratch;
+  // Addresses freed are handed out again, the most recent of the same size first (a driver reuses
+  // its address space; a simulation's ranges then repeat from one iteration to the next).
+  bool reuse_addresses = false;
+  std::multimap<uint64_t, CUdeviceptr> freed_addresses;  // size -> base
 
   std::array<int, kCallKinds> calls{};
   std::array<int, kCallKinds> fail_in{};
@@ -113,6 +122,10 @@ struct Fake {
   uint8_t* byte_at(CUdeviceptr va) {
     const auto it = slots.find(va / kChunk * kChunk);
     if (it == slots.end() || !it->second.access) return nullptr;
+    if (no_data) {
+      if (scratch.empty()) scratch.assign(kChunk, 0);
+      return &scratch[va % kChunk];
+    }
     return &phys.at(it->second.handle).bytes[it->second.offset + va % kChunk];
   }
   // The handle mapped at the slot holding `va` (0: none).
@@ -191,6 +204,14 @@ inline CUresult CUDAAPI fake_reserve(CUdeviceptr* ptr, size_t size, size_t align
   if (size == 0 || size % kChunk != 0 || alignment % kChunk != 0 || addr != 0 || flags != 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }
+  if (g_fake->reuse_addresses) {
+    if (const auto it = g_fake->freed_addresses.find(size); it != g_fake->freed_addresses.end()) {
+      *ptr = it->second;
+      g_fake->freed_addresses.erase(it);
+      g_fake->reservations[*ptr] = size;
+      return CUDA_SUCCESS;
+    }
+  }
   *ptr = g_fake->next_va;
   g_fake->reservations[*ptr] = size;
   g_fake->next_va += size + kChunk;  // a gap: an overrun of a range finds nothing mapped
@@ -205,6 +226,7 @@ inline CUresult CUDAAPI fake_address_free(CUdeviceptr ptr, size_t size) {
   const auto mapped = g_fake->slots.lower_bound(ptr);
   if (mapped != g_fake->slots.end() && mapped->first < ptr + size) return CUDA_ERROR_INVALID_VALUE;
   g_fake->reservations.erase(it);
+  if (g_fake->reuse_addresses) g_fake->freed_addresses.emplace(size, ptr);
   return CUDA_SUCCESS;
 }
 
@@ -224,7 +246,8 @@ inline CUresult CUDAAPI fake_create(CUmemGenericAllocationHandle* handle, size_t
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   Fake::Phys p;
-  p.bytes.assign(size, 0);
+  if (!g_fake->no_data) p.bytes.assign(size, 0);
+  p.size = size;
   p.host = host;
   (host ? g_fake->host_bytes : g_fake->gpu_bytes) += size;
   g_fake->gpu_bytes_peak = std::max(g_fake->gpu_bytes_peak, g_fake->gpu_bytes);
@@ -236,7 +259,7 @@ inline CUresult CUDAAPI fake_create(CUmemGenericAllocationHandle* handle, size_t
 // Under the mutex: frees a handle's memory.
 inline void fake_free_phys(CUmemGenericAllocationHandle handle) {
   const auto it = g_fake->phys.find(handle);
-  (it->second.host ? g_fake->host_bytes : g_fake->gpu_bytes) -= it->second.bytes.size();
+  (it->second.host ? g_fake->host_bytes : g_fake->gpu_bytes) -= it->second.size;
   g_fake->phys.erase(it);
 }
 
@@ -263,7 +286,7 @@ inline CUresult CUDAAPI fake_map(CUdeviceptr ptr, size_t size, size_t offset,
     return CUDA_ERROR_INVALID_VALUE;
   }
   // Part of a handle, or at an offset in it: not supported (an H200, driver 580, 2026-12-01).
-  if (size != it->second.bytes.size() || offset != 0) return CUDA_ERROR_NOT_SUPPORTED;
+  if (size != it->second.size || offset != 0) return CUDA_ERROR_NOT_SUPPORTED;
   for (CUdeviceptr at = ptr; at < ptr + size; at += kChunk) {
     if (g_fake->slots.contains(at)) return CUDA_ERROR_INVALID_VALUE;
   }
@@ -339,7 +362,7 @@ inline CUresult CUDAAPI fake_sync(CUstream stream) {
       uint8_t* d = g_fake->byte_at(c.dst + i);
       const uint8_t* s = g_fake->byte_at(c.src + i);
       if (!d || !s) return CUDA_ERROR_ILLEGAL_ADDRESS;
-      std::memmove(d, s, span);
+      if (!g_fake->no_data) std::memmove(d, s, span);
       i += span;
     }
     ++g_fake->copies_run;

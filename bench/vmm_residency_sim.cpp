@@ -1,0 +1,259 @@
+// Engine vmm's moves, simulated on a recorded trace (issue 38): replays every launch of a trace
+// that `umswap record` wrote through VmmResidency and a ChunkArena over the vmm tests' fake
+// driver (tests/vmm/fake_vmm_driver.h, with no bytes kept), as engine vmm would run them, and
+// prints per budget the windows, bytes moved each way and bytes left short an iteration, beside
+// what the planner's per-launch plan and plan_windows() (fill 0.6) would move. CPU only: a
+// policy is tried here before any GPU time is spent on it.
+//
+//   vmm_residency_sim TRACE [SHARES [CHUNKS_PER_BLOCK]]   e.g. vmm_residency_sim run.umtrace 0.25
+//
+// SHARES: budgets as shares of the planner's footprint of the trace's replay iteration (as
+// window_plan_bench), default 0.25,0.5. CHUNKS_PER_BLOCK: the arena's blocks (default: the
+// engine's choice for each budget; 1: every piece a 2 MiB chunk).
+//
+// Ranges as engine vmm makes them: a block of a slab (a stream-ordered allocation the trace
+// lists with lifetimes) is a range from its allocation to its free; a buffer without lifetimes is
+// one range for the whole trace. An access to a slab outside its live blocks is left out (counted).
+// What a real run has and this does not: launch order across threads, kernels reading host chunks
+// over the link, and the time; the bytes and windows are the moves' own.
+//
+// Exit: 0, 1 when the trace cannot be read or has no iteration, 2 for bad arguments.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <map>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../tests/vmm/fake_vmm_driver.h"
+#include "umswap/advisor/planner.h"
+#include "umswap/advisor/replay.h"
+#include "umswap/advisor/window_plan.h"
+#include "umswap/allocator/vmm_residency.h"
+#include "umswap/core/trace_file.h"
+#include "umswap/core/trace_iterations.h"
+#include "umswap/vmm/chunk_arena.h"
+
+namespace {
+
+using namespace umswap;
+
+bool parse_shares(const char* text, std::vector<double>* out) {
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    char* end = nullptr;
+    const double v = std::strtod(item.c_str(), &end);
+    if (item.empty() || *end != '\0' || !(v > 0 && v <= 1)) return false;
+    out->push_back(v);
+  }
+  return !out->empty();
+}
+
+double gb(uint64_t bytes) {
+  return static_cast<double>(bytes) / 1e9;
+}
+
+struct Totals {
+  uint64_t windows = 0, to_gpu = 0, to_host = 0, short_bytes = 0, too_large = 0;
+};
+
+// One replay of the whole trace at one budget; the totals over the trace's iterations after the
+// first (the first places everything).
+struct Sim {
+  Totals per_iteration;  // averages
+  uint64_t iterations = 0;
+  uint64_t untracked_accesses = 0;
+  uint64_t block_bytes = 0;
+  uint64_t allocation_failures = 0;
+  uint64_t period = 0;           // VmmResidency's, at the end
+  uint64_t windows_planned = 0;  // of all windows, those that knew the period
+  uint64_t windows = 0;
+};
+
+Sim simulate(const trace::Trace& t, uint64_t budget, uint32_t chunks_per_block) {
+  vmm::fake::g_fake = std::make_unique<vmm::fake::Fake>();
+  vmm::fake::g_fake->no_data = true;
+  vmm::fake::g_fake->reuse_addresses = true;
+  const CUstream stream = reinterpret_cast<CUstream>(uintptr_t{0x5a});
+  vmm::fake::g_fake->stream = stream;
+  const uint32_t per =
+      chunks_per_block ? chunks_per_block : vmm::ChunkArena::chunks_per_block_for(budget);
+  Sim sim;
+  {
+    vmm::ChunkArena arena(vmm::fake::fake_driver(), vmm::fake::g_fake->device, budget,
+                          uint64_t{1} << 40, per);
+    VmmResidency residency(arena);
+    sim.block_bytes = arena.block_bytes();
+    // Live blocks of slabs: buffer -> offset -> (length, range base); whole buffers: range base.
+    std::vector<std::map<uint64_t, std::pair<uint64_t, CUdeviceptr>>> blocks(t.buffers.size());
+    std::vector<bool> has_lifetimes(t.buffers.size(), false);
+    for (const trace::Lifetime& l : t.lifetimes) has_lifetimes[l.buffer] = true;
+    std::vector<CUdeviceptr> whole(t.buffers.size(), 0);
+    auto allocate = [&](uint64_t bytes) {
+      CUdeviceptr p = 0;
+      if (arena.allocate(bytes, &p) != CUDA_SUCCESS) {
+        ++sim.allocation_failures;
+        return CUdeviceptr{0};
+      }
+      return p;
+    };
+    // The iteration each step is in (none before the first).
+    std::vector<int64_t> iteration_of(t.steps.size(), -1);
+    for (size_t i = 0; i < t.iterations.size(); ++i) {
+      const trace::Iteration& it = t.iterations[i];
+      for (uint64_t s = it.first_step; s < it.first_step + it.step_count && s < t.steps.size();
+           ++s) {
+        iteration_of[s] = static_cast<int64_t>(i);
+      }
+    }
+    Totals counted;
+    int64_t current = -1;
+    vmm::ArenaStats at_start = arena.stats();
+    ResidencyStats res_start = residency.stats();
+    auto add_iteration = [&] {
+      const vmm::ArenaStats a = arena.stats();
+      const ResidencyStats r = residency.stats();
+      counted.windows += r.steps_held - res_start.steps_held;
+      counted.to_gpu += a.bytes_to_gpu - at_start.bytes_to_gpu;
+      counted.to_host += a.bytes_to_host - at_start.bytes_to_host;
+      counted.short_bytes += r.bytes_short - res_start.bytes_short;
+      counted.too_large += r.steps_too_large - res_start.steps_too_large;
+      ++sim.iterations;
+    };
+    size_t next_lifetime = 0;
+    std::vector<CUdeviceptr> bases;
+    for (uint64_t s = 0; s < t.steps.size(); ++s) {
+      for (; next_lifetime < t.lifetimes.size() && t.lifetimes[next_lifetime].before_step <= s;
+           ++next_lifetime) {
+        const trace::Lifetime& l = t.lifetimes[next_lifetime];
+        auto& live = blocks[l.buffer];
+        if (!l.freed) {
+          if (const CUdeviceptr p = allocate(l.length)) live[l.offset] = {l.length, p};
+        } else if (const auto it = live.find(l.offset); it != live.end()) {
+          arena.release(it->second.second);
+          residency.forget(it->second.second);
+          live.erase(it);
+        }
+      }
+      // Iteration boundaries: the totals of the one that ended (the first is left out).
+      if (iteration_of[s] != current) {
+        if (current > 0) add_iteration();
+        current = iteration_of[s];
+        at_start = arena.stats();
+        res_start = residency.stats();
+      }
+      const trace::Step& step = t.steps[s];
+      bases.clear();
+      for (uint64_t a = step.first_access; a < step.first_access + step.access_count; ++a) {
+        const trace::Access& access = t.accesses[a];
+        CUdeviceptr base = 0;
+        if (has_lifetimes[access.buffer]) {
+          const auto& live = blocks[access.buffer];
+          auto it = live.upper_bound(access.offset);
+          if (it != live.begin() &&
+              access.offset < std::prev(it)->first + std::prev(it)->second.first) {
+            base = std::prev(it)->second.second;
+          }
+        } else {
+          if (!whole[access.buffer]) whole[access.buffer] = allocate(t.buffers[access.buffer].size);
+          base = whole[access.buffer];
+        }
+        if (!base) {
+          ++sim.untracked_accesses;
+          continue;
+        }
+        if (std::find(bases.begin(), bases.end(), base) == bases.end()) bases.push_back(base);
+      }
+      if (residency.touch(step.name, bases)) residency.make_resident(bases, stream);
+    }
+    if (current > 0) add_iteration();
+    const ResidencyStats r = residency.stats();
+    sim.period = r.period;
+    sim.windows_planned = r.windows_planned;
+    sim.windows = r.steps_held;
+    const uint64_t n = std::max<uint64_t>(sim.iterations, 1);
+    sim.per_iteration = {counted.windows / n, counted.to_gpu / n, counted.to_host / n,
+                         counted.short_bytes / n, counted.too_large / n};
+  }
+  vmm::fake::g_fake.reset();
+  return sim;
+}
+
+int report(const trace::Trace& t, size_t iteration, const std::vector<double>& shares,
+           uint32_t chunks_per_block, const char* path) {
+  advisor::PlanInput in = advisor::plan_input_from_trace(t, iteration, uint64_t{1} << 61, false);
+  const uint64_t footprint = advisor::make_plan(in).footprint_bytes;
+  std::printf("%s: %zu launches, %zu iterations, footprint %.2f GB (iteration %zu)\n", path,
+              t.steps.size(), t.iterations.size(), gb(footprint), iteration);
+  for (const double share : shares) {
+    const uint64_t budget = uint64_t(share * double(footprint));
+    in = advisor::plan_input_from_trace(t, iteration, budget);
+    const advisor::Plan per_launch = advisor::make_plan(in);
+    const advisor::WindowPlan from_plan = advisor::plan_windows(in, {0.6});
+    const Sim sim = simulate(t, budget, chunks_per_block);
+    const Totals& p = sim.per_iteration;
+    std::printf(
+        "budget %.0f%% (%.2f GB), blocks of %llu MiB: an iteration (mean of %llu) %llu windows, "
+        "%.2f GB in, %.2f GB out, %.2f GB short, %llu steps too large | plan per launch %.2f GB "
+        "in at %u launches | windows from the plan (fill 0.6) %.2f GB in, %u windows | %llu "
+        "accesses untracked, %llu allocations refused | period %llu (%llu of %llu windows knew "
+        "it)\n",
+        share * 100, gb(budget), static_cast<unsigned long long>(sim.block_bytes >> 20),
+        static_cast<unsigned long long>(sim.iterations), static_cast<unsigned long long>(p.windows),
+        gb(p.to_gpu), gb(p.to_host), gb(p.short_bytes),
+        static_cast<unsigned long long>(p.too_large), gb(per_launch.bytes_prefetched_per_iteration),
+        advisor::steps_with_actions(per_launch), gb(from_plan.plan.bytes_prefetched_per_iteration),
+        from_plan.windows, static_cast<unsigned long long>(sim.untracked_accesses),
+        static_cast<unsigned long long>(sim.allocation_failures),
+        static_cast<unsigned long long>(sim.period),
+        static_cast<unsigned long long>(sim.windows_planned),
+        static_cast<unsigned long long>(sim.windows));
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || argc > 4) {
+    std::fprintf(stderr, "usage: vmm_residency_sim TRACE [SHARES [CHUNKS_PER_BLOCK]]\n");
+    return 2;
+  }
+  std::vector<double> shares;
+  if (!parse_shares(argc > 2 ? argv[2] : "0.25,0.5", &shares)) {
+    std::fprintf(stderr, "vmm_residency_sim: SHARES are numbers in (0, 1], commas\n");
+    return 2;
+  }
+  uint32_t per = 0;
+  if (argc > 3) {
+    char* end = nullptr;
+    const unsigned long v = std::strtoul(argv[3], &end, 10);
+    if (*end != '\0' || v == 0 || v > 32 || (v & (v - 1)) != 0) {
+      std::fprintf(stderr, "vmm_residency_sim: CHUNKS_PER_BLOCK is 1, 2, 4, 8, 16 or 32\n");
+      return 2;
+    }
+    per = static_cast<uint32_t>(v);
+  }
+  std::string error;
+  std::optional<trace::Trace> t = read_trace_file(argv[1], &error);
+  if (!t) {
+    std::fprintf(stderr, "vmm_residency_sim: %s: %s\n", argv[1], error.c_str());
+    return 1;
+  }
+  const std::optional<size_t> iteration = trace::replay_iteration(*t);
+  if (!iteration || t->iterations.empty()) {
+    std::fprintf(stderr, "vmm_residency_sim: %s: no complete iteration\n", argv[1]);
+    return 1;
+  }
+  try {
+    return report(*t, *iteration, shares, per, argv[1]);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "vmm_residency_sim: %s: %s\n", argv[1], e.what());
+    return 1;
+  }
+}

@@ -13,7 +13,7 @@
 // engine's choice for each budget; 1: every piece a 2 MiB chunk). --reuse-addresses: a freed
 // range's address is handed out again to the next range of its size (by default never: on the
 // matrix's cnn at 25% that matched run 156's measured bytes, 6.6 GB in an iteration, where reuse
-// gave 15.7 with VmmResidency's period found four iterations long).
+// gave 16.5 with VmmResidency's period found two iterations long).
 //
 // Ranges as engine vmm makes them: a block of a slab (a stream-ordered allocation the trace
 // lists with lifetimes) is a range from its allocation to its free; a buffer without lifetimes is
@@ -98,6 +98,15 @@ Sim simulate(const trace::Trace& t, uint64_t budget, uint32_t chunks_per_block, 
     std::vector<bool> has_lifetimes(t.buffers.size(), false);
     for (const trace::Lifetime& l : t.lifetimes) has_lifetimes[l.buffer] = true;
     std::vector<CUdeviceptr> whole(t.buffers.size(), 0);
+    std::vector<bool> refused(t.buffers.size(), false);  // its allocation failed once
+    // A buffer freed before the trace was written goes after its last access.
+    std::vector<uint64_t> last_access(t.buffers.size(), 0);
+    for (uint64_t s = 0; s < t.steps.size(); ++s) {
+      const trace::Step& step = t.steps[s];
+      for (uint64_t a = step.first_access; a < step.first_access + step.access_count; ++a) {
+        last_access[t.accesses[a].buffer] = s;
+      }
+    }
     auto allocate = [&](uint64_t bytes) {
       CUdeviceptr p = 0;
       if (arena.allocate(bytes, &p) != CUDA_SUCCESS) {
@@ -164,7 +173,10 @@ Sim simulate(const trace::Trace& t, uint64_t budget, uint32_t chunks_per_block, 
             base = std::prev(it)->second.second;
           }
         } else {
-          if (!whole[access.buffer]) whole[access.buffer] = allocate(t.buffers[access.buffer].size);
+          if (!whole[access.buffer] && !refused[access.buffer]) {
+            whole[access.buffer] = allocate(t.buffers[access.buffer].size);
+            refused[access.buffer] = whole[access.buffer] == 0;
+          }
           base = whole[access.buffer];
         }
         if (!base) {
@@ -174,6 +186,15 @@ Sim simulate(const trace::Trace& t, uint64_t budget, uint32_t chunks_per_block, 
         if (std::find(bases.begin(), bases.end(), base) == bases.end()) bases.push_back(base);
       }
       if (residency.touch(step.name, bases)) residency.make_resident(bases, stream);
+      for (uint64_t a = step.first_access; a < step.first_access + step.access_count; ++a) {
+        const uint32_t b = t.accesses[a].buffer;
+        if (t.buffers[b].freed && last_access[b] == s && whole[b]) {
+          arena.release(whole[b]);
+          residency.forget(whole[b]);
+          whole[b] = 0;
+          refused[b] = true;  // not made again
+        }
+      }
     }
     if (current > 0) add_iteration();
     const ResidencyStats r = residency.stats();
@@ -256,8 +277,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::optional<size_t> iteration = trace::replay_iteration(*t);
-  if (!iteration || t->iterations.empty()) {
-    std::fprintf(stderr, "vmm_residency_sim: %s: no complete iteration\n", argv[1]);
+  if (!iteration || t->iterations.size() < 2) {
+    std::fprintf(stderr,
+                 "vmm_residency_sim: %s: fewer than two iterations (the first is not counted)\n",
+                 argv[1]);
     return 1;
   }
   try {

@@ -277,6 +277,23 @@ Moved ChunkArena::move(CUdeviceptr address, uint64_t length, CUstream stream, Lo
   return commit(staged);
 }
 
+StagedMove& StagedMove::operator=(StagedMove&& other) noexcept {
+  if (this != &other) {
+    if (pending_.on && arena_) arena_->abort(*this);
+    to_ = other.to_;
+    stream_ = other.stream_;
+    items_ = std::move(other.items_);
+    partial_ = other.partial_;
+    pending_ = std::move(other.pending_);
+    arena_ = other.arena_;
+  }
+  return *this;
+}
+
+StagedMove::~StagedMove() {
+  if (pending_.on && arena_) arena_->abort(*this);
+}
+
 std::vector<StagedMove::Chunk> StagedMove::chunks() const {
   std::vector<Chunk> out;
   out.reserve(items_.size());
@@ -360,8 +377,9 @@ StagedMove ChunkArena::stage(CUdeviceptr address, uint64_t length, Location to, 
       }
       if (r != CUDA_SUCCESS) {
         note(r);
-        // No whole block to be had: the chunk pieces after it may still fit.
-        if (!(whole && r == CUDA_ERROR_OUT_OF_MEMORY)) stopped = true;
+        // The pool had no whole block (not the device out of memory): the chunk pieces after it
+        // may still fit.
+        if (!(whole && r == CUDA_ERROR_OUT_OF_MEMORY && !pool(to).can_take_block())) stopped = true;
         moved.bytes_left += bytes;
         continue;
       }
@@ -371,6 +389,7 @@ StagedMove ChunkArena::stage(CUdeviceptr address, uint64_t length, Location to, 
   if (!overlaps) moved.result = CUDA_ERROR_INVALID_VALUE;
   if (!staged.items_.empty()) {
     staged.pending_.on = true;
+    staged.arena_ = this;
     ++staged_;
     gpu_.keep_free(true);
     host_.keep_free(true);
@@ -394,6 +413,8 @@ void ChunkArena::give_back(StagedMove& staged) {
 
 void ChunkArena::abort(StagedMove& staged) {
   std::lock_guard lock(mutex_);
+  // Its copies may still run: wait for them before anything free may be released or reused.
+  if (!staged.items_.empty()) count(driver_.stream_synchronize(staged.stream_));
   settle(staged);
   give_back(staged);
 }

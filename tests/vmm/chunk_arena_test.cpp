@@ -935,6 +935,34 @@ TEST_F(ChunkArenaTest, NothingFreeIsReleasedWhileAStagedCopyIsPending) {
   for (CUdeviceptr h : {q, r, s2}) EXPECT_EQ(a.release(h), CUDA_SUCCESS);
 }
 
+// A staging dropped unhanded is aborted: its chunks go back, its copies are waited for, and the
+// pools may release free memory again.
+TEST_F(ChunkArenaTest, AStagingDroppedUnhandedIsAbortedAfterItsCopies) {
+  ChunkArena& a = make(2 * kBlock, 4 * kBlock, 4);
+  const CUdeviceptr p = allocate(kBlock);
+  ASSERT_TRUE(g_fake->kernel_write(p, kBlock, 8));
+  {
+    StagedMove staged = a.stage(p, kBlock, Location::host, kStream);
+    ASSERT_FALSE(staged.empty());
+    EXPECT_EQ(a.host_bytes_in_use(), kBlock);
+    StagedMove other;
+    other = std::move(staged);  // moved: still one pending staging
+    EXPECT_EQ(a.trim(), 0u);    // nothing released while it is pending
+  }
+  EXPECT_EQ(g_fake->copies_run, 1u);  // waited for, not left running
+  EXPECT_EQ(a.host_bytes_in_use(), 0u);
+  expect_at(p, Location::gpu);
+  EXPECT_EQ(a.trim(), kBlock);  // the host block, free again and released
+  // Assigning over a pending staging aborts it too.
+  StagedMove first = a.stage(p, kBlock, Location::host, kStream);
+  first = a.stage(p, kBlock, Location::host, kStream);
+  EXPECT_EQ(a.host_bytes_in_use(), kBlock);
+  EXPECT_EQ(a.commit(first).bytes, kBlock);
+  expect_at(p, Location::host);
+  EXPECT_EQ(g_fake->kernel_mismatches(p, kBlock, 8), 0u);
+  EXPECT_EQ(a.release(p), CUDA_SUCCESS);
+}
+
 TEST_F(ChunkArenaTest, FitsOnGpuCountsWholeBlocksAndIsTrueOutsideRanges) {
   ChunkArena& a = make(2 * kBlock, 4 * kBlock, 4);
   std::vector<CUdeviceptr> four;

@@ -17,6 +17,7 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -205,7 +206,8 @@ inline CUresult CUDAAPI fake_reserve(CUdeviceptr* ptr, size_t size, size_t align
     return CUDA_ERROR_INVALID_VALUE;
   }
   if (g_fake->reuse_addresses) {
-    if (const auto it = g_fake->freed_addresses.find(size); it != g_fake->freed_addresses.end()) {
+    if (const auto [first, end] = g_fake->freed_addresses.equal_range(size); first != end) {
+      const auto it = std::prev(end);  // the most recent of that size
       *ptr = it->second;
       g_fake->freed_addresses.erase(it);
       g_fake->reservations[*ptr] = size;

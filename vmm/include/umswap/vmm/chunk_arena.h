@@ -78,9 +78,11 @@ struct Moved {
   uint64_t bytes_left = 0;         // bytes of chunks in the interval that should have moved, didn't
 };
 
+class ChunkArena;
+
 // The first half of a move, from stage(): chunks taken and their copies enqueued, no slot changed
-// yet. Hand it to commit() or abort() (destroying it unhanded keeps its new chunks out of their
-// pool until the arena goes). Move-only.
+// yet. Hand it to commit() or abort(); destroying it (or assigning over it) unhanded aborts it,
+// which the arena must outlive. Move-only.
 class StagedMove {
  public:
   struct Chunk {
@@ -91,7 +93,8 @@ class StagedMove {
   };
   StagedMove() = default;
   StagedMove(StagedMove&&) = default;
-  StagedMove& operator=(StagedMove&&) = default;
+  StagedMove& operator=(StagedMove&& other) noexcept;
+  ~StagedMove();
   StagedMove(const StagedMove&) = delete;
   StagedMove& operator=(const StagedMove&) = delete;
 
@@ -130,6 +133,7 @@ class StagedMove {
   std::vector<Item> items_;
   Moved partial_;
   Pending pending_;
+  ChunkArena* arena_ = nullptr;  // the stager, while pending
 };
 
 // One live range, as found by range().

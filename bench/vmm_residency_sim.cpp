@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "../tests/vmm/fake_vmm_driver.h"
+#include "share_list.h"
 #include "umswap/advisor/planner.h"
 #include "umswap/advisor/replay.h"
 #include "umswap/advisor/window_plan.h"
@@ -46,21 +47,8 @@ namespace {
 
 using namespace umswap;
 
-bool parse_shares(const char* text, std::vector<double>* out) {
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    char* end = nullptr;
-    const double v = std::strtod(item.c_str(), &end);
-    if (item.empty() || *end != '\0' || !(v > 0 && v <= 1)) return false;
-    out->push_back(v);
-  }
-  return !out->empty();
-}
-
-double gb(uint64_t bytes) {
-  return static_cast<double>(bytes) / 1e9;
-}
+using umswap::bench::gb;
+using umswap::bench::parse_share_list;
 
 struct Totals {
   uint64_t windows = 0, to_gpu = 0, to_host = 0, short_bytes = 0, too_large = 0;
@@ -256,7 +244,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::vector<double> shares;
-  if (!parse_shares(argc > 2 ? argv[2] : "0.25,0.5", &shares)) {
+  if (!parse_share_list(argc > 2 ? argv[2] : "0.25,0.5", &shares)) {
     std::fprintf(stderr, "vmm_residency_sim: SHARES are numbers in (0, 1], commas\n");
     return 2;
   }

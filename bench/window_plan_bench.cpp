@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "share_list.h"
 #include "umswap/advisor/planner.h"
 #include "umswap/advisor/replay.h"
 #include "umswap/advisor/window_plan.h"
@@ -29,21 +30,8 @@
 
 namespace {
 
-bool parse_list(const char* text, std::vector<double>* out) {
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    char* end = nullptr;
-    const double v = std::strtod(item.c_str(), &end);
-    if (item.empty() || *end != '\0' || !(v > 0 && v <= 1)) return false;
-    out->push_back(v);
-  }
-  return !out->empty();
-}
-
-double gb(uint64_t bytes) {
-  return static_cast<double>(bytes) / 1e9;
-}
+using umswap::bench::gb;
+using umswap::bench::parse_share_list;
 
 int report(const umswap::trace::Trace& trace, size_t iteration, const std::vector<double>& shares,
            const std::vector<double>& fills, const char* path);
@@ -66,8 +54,8 @@ int main(int argc, char** argv) {
     }
   }
   std::vector<double> shares, fills;
-  if (!parse_list(argc > 2 ? argv[2] : "0.25,0.5", &shares) ||
-      !parse_list(argc > 3 ? argv[3] : "0.3,0.45,0.6,0.75,0.9", &fills)) {
+  if (!parse_share_list(argc > 2 ? argv[2] : "0.25,0.5", &shares) ||
+      !parse_share_list(argc > 3 ? argv[3] : "0.3,0.45,0.6,0.75,0.9", &fills)) {
     std::fprintf(stderr, "window_plan_bench: SHARES and FILLS are numbers in (0, 1], commas\n");
     return 2;
   }

@@ -277,21 +277,27 @@ Moved ChunkArena::move(CUdeviceptr address, uint64_t length, CUstream stream, Lo
   return commit(staged);
 }
 
+StagedMove::StagedMove(StagedMove&& other) noexcept
+    : to_(other.to_),
+      stream_(other.stream_),
+      items_(std::move(other.items_)),
+      partial_(other.partial_),
+      arena_(std::exchange(other.arena_, nullptr)) {}
+
 StagedMove& StagedMove::operator=(StagedMove&& other) noexcept {
   if (this != &other) {
-    if (pending_.on && arena_) arena_->abort(*this);
+    if (arena_) arena_->abort(*this);
     to_ = other.to_;
     stream_ = other.stream_;
     items_ = std::move(other.items_);
     partial_ = other.partial_;
-    pending_ = std::move(other.pending_);
-    arena_ = other.arena_;
+    arena_ = std::exchange(other.arena_, nullptr);
   }
   return *this;
 }
 
 StagedMove::~StagedMove() {
-  if (pending_.on && arena_) arena_->abort(*this);
+  if (arena_) arena_->abort(*this);
 }
 
 std::vector<StagedMove::Chunk> StagedMove::chunks() const {
@@ -388,7 +394,6 @@ StagedMove ChunkArena::stage(CUdeviceptr address, uint64_t length, Location to, 
   }
   if (!overlaps) moved.result = CUDA_ERROR_INVALID_VALUE;
   if (!staged.items_.empty()) {
-    staged.pending_.on = true;
     staged.arena_ = this;
     ++staged_;
     gpu_.keep_free(true);
@@ -398,8 +403,8 @@ StagedMove ChunkArena::stage(CUdeviceptr address, uint64_t length, Location to, 
 }
 
 void ChunkArena::settle(StagedMove& staged) {
-  if (!staged.pending_.on) return;
-  staged.pending_.on = false;
+  if (!staged.arena_) return;
+  staged.arena_ = nullptr;
   if (--staged_ == 0) {
     gpu_.keep_free(false);
     host_.keep_free(false);

@@ -24,6 +24,13 @@ bool launch(std::atomic<uint64_t>& launched, BoundaryHold& h, uint64_t index) {
   return h.hold(index);
 }
 
+// Launch `index`, which must be held: the seconds it waited.
+double held_launch(std::atomic<uint64_t>& launched, BoundaryHold& h, uint64_t index) {
+  const auto t0 = Clock::now();
+  EXPECT_TRUE(launch(launched, h, index));
+  return seconds_since(t0);
+}
+
 // Waits until `count` launches are held (at most 10 s: then the test fails, not hangs).
 void wait_until_held(const BoundaryHold& h, uint64_t count) {
   const auto until = Clock::now() + 10s;
@@ -71,9 +78,7 @@ TEST(BoundaryHold, UnclaimedItWaitsAsLongAsTheIterationTook) {
   BoundaryHold h(launched, 5s);
   h.arm(7);
   std::this_thread::sleep_for(50ms);  // the iteration
-  const auto t0 = Clock::now();
-  EXPECT_TRUE(launch(launched, h, 7));
-  const double waited = seconds_since(t0);
+  const double waited = held_launch(launched, h, 7);
   EXPECT_GE(waited, 0.045);
   EXPECT_LT(waited, 2.0);
   EXPECT_FALSE(h.claim(7));
@@ -87,9 +92,7 @@ TEST(BoundaryHold, UnclaimedItWaitsAtMostItsLimit) {
   BoundaryHold h(launched, 20ms);
   h.arm(3);
   std::this_thread::sleep_for(300ms);  // a long iteration
-  const auto t0 = Clock::now();
-  EXPECT_TRUE(launch(launched, h, 3));
-  EXPECT_LT(seconds_since(t0), 0.25);
+  EXPECT_LT(held_launch(launched, h, 3), 0.25);
   EXPECT_EQ(h.stats().gave_up, 1u);
 }
 
@@ -130,9 +133,7 @@ TEST(BoundaryHold, AClaimBeforeTheLaunchHoldsItOnArrival) {
     std::this_thread::sleep_for(100ms);
     h.release();
   });
-  const auto t0 = Clock::now();
-  EXPECT_TRUE(launch(launched, h, 2));
-  EXPECT_GE(seconds_since(t0), 0.09);
+  EXPECT_GE(held_launch(launched, h, 2), 0.09);
   advisor.join();
   EXPECT_FALSE(h.claim(2));
   EXPECT_EQ(h.stats().gave_up, 0u);
@@ -148,9 +149,7 @@ TEST(BoundaryHold, AReleaseWithoutAClaimEndsTheWait) {
     wait_until_held(h, 1);
     h.release();
   });
-  const auto t0 = Clock::now();
-  EXPECT_TRUE(launch(launched, h, 4));
-  EXPECT_LT(seconds_since(t0), 0.9);
+  EXPECT_LT(held_launch(launched, h, 4), 0.9);
   advisor.join();
   EXPECT_EQ(h.stats().gave_up, 0u);  // released, not given up
   EXPECT_EQ(h.stats_json()["held"], 1);

@@ -92,7 +92,7 @@ class StagedMove {
     uint64_t bytes = 0;    // a 2 MiB chunk, or a whole block
   };
   StagedMove() = default;
-  StagedMove(StagedMove&&) = default;
+  StagedMove(StagedMove&& other) noexcept;
   StagedMove& operator=(StagedMove&& other) noexcept;
   ~StagedMove();
   StagedMove(const StagedMove&) = delete;
@@ -118,22 +118,12 @@ class StagedMove {
     uint64_t bytes = 0;
     bool whole = false;  // a whole block (a range's large piece)
   };
-  // Set while the arena counts this staging as pending (cleared when moved from).
-  struct Pending {
-    bool on = false;
-    Pending() = default;
-    Pending(Pending&& o) noexcept : on(std::exchange(o.on, false)) {}
-    Pending& operator=(Pending&& o) noexcept {
-      on = std::exchange(o.on, false);
-      return *this;
-    }
-  };
   Location to_ = Location::host;
   CUstream stream_ = nullptr;
   std::vector<Item> items_;
   Moved partial_;
-  Pending pending_;
-  ChunkArena* arena_ = nullptr;  // the stager, while pending
+  // The stager while the staging is pending (counted by it); null once handed back or moved from.
+  ChunkArena* arena_ = nullptr;
 };
 
 // One live range, as found by range().

@@ -23,7 +23,9 @@ Runs go side by side (--jobs at a time), each umswap run with UMSWAP_MANAGED_LIM
 Each umswap run is compared step by step with the two native runs of its row:
   * where the two native runs agree bit for bit (losses and, deterministic, the weights'
     checksum), the umswap run must too: "identical" or "DIFFERS" (without deterministic
-    algorithms the natives agree only by chance: a run that does not is judged by the next rule);
+    algorithms the natives agree only by chance: a run that does not is judged by the next rule;
+    so is every deterministic row of a model whose deterministic natives differ in any row of the
+    matrix: the decoder's, whose fused attention backward is not bit-reproducible);
   * otherwise every step's loss must lie within the natives' own spread: |umswap - mean| <=
     max(4 * the largest native difference up to that step, 0.5% of |mean|): "within" or
     "OUTSIDE" (the column gives the worst step's distance in units of that spread);
@@ -301,8 +303,10 @@ def prefix(run_dict, n):
             "summary": {k: v for k, v in run_dict["summary"].items() if k != "checksum"}}
 
 
-def judge(n1, n2, u):
-    """(verdict, worst) for umswap run u against natives n1, n2 (run dicts)."""
+def judge(n1, n2, u, bitwise=True):
+    """(verdict, worst) for umswap run u against natives n1, n2 (run dicts). bitwise False: the
+    model's deterministic natives differed somewhere in this matrix, so two that agree here
+    agreed by chance and the spread rule judges."""
     a, b, x = n1["losses"], n2["losses"], u["losses"]
     steps = min(len(a), len(b))
     if u["rc"] == 124:
@@ -312,13 +316,15 @@ def judge(n1, n2, u):
         if not done:
             return "TIMEOUT", None
         verdict, worst = judge(prefix(n1, done), prefix(n2, done),
-                               {"rc": 0, "losses": x[:done], "summary": {}, "cut": True})
+                               {"rc": 0, "losses": x[:done], "summary": {}, "cut": True},
+                               bitwise)
         return f"TIMEOUT, {done} of {steps} {verdict}", worst
     if u["rc"] != 0 or not u["losses"]:
         return "FAILED", None
     if len(x) != steps:
         return "FAILED", None
-    same_natives = a == b and n1["summary"].get("checksum") == n2["summary"].get("checksum")
+    same_natives = (bitwise and a == b and
+                    n1["summary"].get("checksum") == n2["summary"].get("checksum"))
     if same_natives:
         # A run cut short has no checksum to compare: its losses decide.
         ok = x == a and (u.get("cut") or
@@ -557,15 +563,28 @@ def first_run_cached(replay_log):
         return None
 
 
+def bitwise_models(natives):
+    """Models whose deterministic natives all agree bit for bit (losses and checksum), across
+    allocators: only their rows promise bits. The decoder's did not in 15 of 16 matrices
+    (2026-11-29 to 12-01; SDPA's fused attention backward), and once two of them agreed by chance
+    (run 160), which the bit rule alone would have taken for a promise."""
+    runs = {}
+    for (m, _al, d, _k), r in natives.items():
+        if d == "on":
+            runs.setdefault(m, []).append((r["losses"], r["summary"].get("checksum")))
+    return {m for m, rs in runs.items() if all(x == rs[0] for x in rs)}
+
+
 def report(a, natives, results, started, out):
     table, failed = [], False
+    bitwise = bitwise_models(natives)
     for (m, al, d, b, budget, stats), u in sorted(
             results, key=lambda x: x[0][:4] + (repeat_of(x[0][5]),
                                                RUN_KINDS.index(run_kind(x[0][5])))):
         if m == "cupy":
             continue
         n1, n2 = natives[(m, al, d, 1)], natives[(m, al, d, 2)]
-        verdict, worst = judge(n1, n2, u)
+        verdict, worst = judge(n1, n2, u, m in bitwise or d != "on")
         st = stats_of(stats)
         kind = run_kind(stats)
         passed = verdict in ("identical", "within")

@@ -28,6 +28,21 @@ class Judge(unittest.TestCase):
         self.assertEqual(cm.judge(n, n, run([10.0, 9.0, 8.03]))[0], "within")
         self.assertEqual(cm.judge(n, n, run([10.0, 9.0, 8.05]))[0], "OUTSIDE")
 
+    def test_a_model_whose_deterministic_natives_differ_anywhere_promises_no_bits(self):
+        same = run([10.0, 9.0, 8.0], "abc")
+        other = run([10.0, 9.0, 8.0001], "abd")
+        natives = {("decoder", "async", "on", 1): same, ("decoder", "async", "on", 2): same,
+                   ("decoder", "default", "on", 1): same, ("decoder", "default", "on", 2): other,
+                   ("cnn", "async", "on", 1): same, ("cnn", "async", "on", 2): same,
+                   ("cnn", "default", "on", 1): same, ("cnn", "default", "on", 2): same,
+                   ("lstm", "async", "off", 1): same, ("lstm", "async", "off", 2): other}
+        self.assertEqual(cm.bitwise_models(natives), {"cnn"})
+        # The decoder's async natives agreed by chance: the spread rule judges its run.
+        u = run([10.0, 9.0, 8.001], "abe")
+        self.assertEqual(cm.judge(same, same, u, bitwise=True)[0], "DIFFERS")
+        self.assertEqual(cm.judge(same, same, u, bitwise=False)[0], "within")
+        self.assertEqual(cm.judge(same, same, run([10.0, 9.0, 8.1]), bitwise=False)[0], "OUTSIDE")
+
     def test_spread_allows_four_times_the_natives_difference_or_half_a_percent(self):
         a, b = run([10.0, 9.0, 8.0]), run([10.0, 9.01, 8.02])
         # Step 2's mean is 8.01, its running spread 0.02: 0.08 allowed (0.5% is 0.04).

@@ -38,7 +38,8 @@ void VmmObserver::on_step(uint64_t /*index*/, uint32_t key, CUstream /*stream*/,
           }
         }
       }
-      if (allocator->residency().touch(key, bases_)) window(*allocator);
+      const bool begins = detector_.push(key);
+      if (allocator->residency().touch(key, bases_, begins)) window(*allocator);
     }
   }
   hold_.enter();

@@ -78,10 +78,8 @@ nlohmann::json to_json(const VmmAllocatorStats& s) {
       {"ranges_restored", s.residency.ranges_restored},
       {"ranges_prefetched", s.residency.ranges_prefetched},
       {"ranges_evicted", s.residency.ranges_evicted},
-      {"plans", s.residency.plans},
+      {"windows_planned", s.residency.windows_planned},
       {"period", s.residency.period},
-      {"windows_from_plan", s.residency.windows_from_plan},
-      {"plan_moves_skipped", s.residency.plan_moves_skipped},
       {"bytes_short", s.residency.bytes_short},
       {"move_failures", s.residency.move_failures},
   };
@@ -131,7 +129,6 @@ CUresult VmmAllocator::allocate(AllocApi api, size_t bytes, CallSiteId site, boo
     driver_failures_.fetch_add(1, std::memory_order_relaxed);
     return CUDA_ERROR_UNKNOWN;
   }
-  residency_.allocated(ptr);
   allocations_[static_cast<int>(api)].fetch_add(1, std::memory_order_relaxed);
   live_buffers_.fetch_add(1, std::memory_order_relaxed);
   {

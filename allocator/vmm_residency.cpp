@@ -1,10 +1,24 @@
 #include "umswap/allocator/vmm_residency.h"
 
 #include <algorithm>
-#include <unordered_set>
+#include <limits>
 
 namespace umswap {
 namespace {
+
+constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
+// Steps compared to accept a period, and how many of them must match. By key (the kernel): most,
+// though an input batch's copy or a data-dependent step may differ. By key and ranges: a few,
+// so that a run of identical layers (same kernels, other ranges) does not pass for the
+// iteration, while ranges that shift between iterations (the caching allocator putting a tensor
+// in another segment) do not hide it.
+constexpr uint64_t kMatch = 64;
+constexpr uint64_t kKeysNeeded = 56;
+constexpr uint64_t kRangesNeeded = 16;
+// A window brings in the ranges used within period / kHorizonDivisor steps ahead.
+constexpr uint64_t kHorizonDivisor = 8;
+// A candidate period is scored only where one of the last few steps matches at its lag.
+constexpr uint64_t kProbe = 8;
 
 uint64_t mix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -12,16 +26,6 @@ uint64_t mix(uint64_t x) {
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
 }
-
-// An iteration in which more than this share of the steps' keys differ from the table's ends it;
-// two recorded iterations that differ in more are not the same.
-constexpr uint64_t kMismatchDivisor = 8;
-// Two recorded iterations whose persistent ranges differ in more than this share are not the
-// same (one layer of a stack of identical ones, where an input batch alternating between two
-// ranges is).
-constexpr uint64_t kRangesDivisor = 4;
-// An iteration shorter than this is a warm-up's repeated kernel, not the training loop's.
-constexpr uint64_t kShortestIteration = 8;
 
 }  // namespace
 
@@ -34,184 +38,149 @@ uint64_t VmmResidency::key_of(std::span<const CUdeviceptr> bases) {
   return key == 0 ? 1 : key;
 }
 
-void VmmResidency::allocated(CUdeviceptr base) {
+bool VmmResidency::touch(uint32_t key, std::span<const CUdeviceptr> bases) {
   std::lock_guard lock(mutex_);
-  const std::optional<vmm::RangeInfo> info = arena_.range(base);
-  if (info && info->base == base) recorder_.allocated(base, info->reserved);
-}
-
-bool VmmResidency::similar(const RecordedIteration& a, const RecordedIteration& b) {
-  if (a.keys.size() != b.keys.size() || a.keys.size() < kShortestIteration ||
-      a.allocations != b.allocations) {
-    return false;
-  }
-  uint64_t differ = 0;
-  for (size_t i = 0; i < a.keys.size(); ++i) differ += a.keys[i] != b.keys[i] ? 1 : 0;
-  if (differ * kMismatchDivisor > a.keys.size()) return false;
-  // A layer of a stack of identical ones repeats its keys, not its weights.
-  std::unordered_set<CUdeviceptr> mine;
-  for (const TableRange& r : a.ranges) {
-    if (!r.local) mine.insert(r.address);
-  }
-  uint64_t persistent = 0, missing = 0;
-  for (const TableRange& r : b.ranges) {
-    if (r.local) continue;
-    ++persistent;
-    missing += mine.count(r.address) ? 0 : 1;
-  }
-  return missing * kRangesDivisor <= persistent;
-}
-
-void VmmResidency::begin_iteration() {
-  std::optional<RecordedIteration> done = recorder_.begin();
-  const uint64_t mismatches = mismatches_;
-  mismatches_ = 0;
-  next_window_ = 0;
-  if (table_) {
-    if (mismatches * kMismatchDivisor <= table_->keys.size()) return;  // still the iteration
-    table_.reset();
-    stats_.period = 0;
-    last_.reset();  // the caller's detector says again where iterations begin
-    return;
-  }
-  if (done && last_ && similar(*last_, *done)) {
-    table_ = make_window_table(*done, arena_.gpu_limit_bytes(), arena_.block_bytes());
-    ++stats_.plans;
-    stats_.period = table_->keys.size();
-    last_.reset();
-    return;
-  }
-  last_ = std::move(done);
-}
-
-bool VmmResidency::touch(uint32_t key, std::span<const CUdeviceptr> bases, bool begins_iteration) {
-  std::lock_guard lock(mutex_);
-  // Iterations begin where the caller's detector says, and where one as long as the detector's
-  // last (or the table's) ends: a boundary the detector missed is not waited for. With a table,
-  // its length alone.
-  if (begins_iteration) {
-    detected_length_ = detected_ ? steps_ - detected_at_ : 0;
-    detected_ = true;
-    detected_at_ = steps_;
-  }
-  const uint64_t length = table_ ? table_->keys.size() : detected_length_;
-  if (begins_iteration && !table_) {
-    begin_iteration();
-  } else if (length >= kShortestIteration && recorder_.phase() >= length) {
-    begin_iteration();
-  }
+  if (history_.empty()) history_.resize(kHistory);
+  Step& step = history_[steps_ % kHistory];
+  step.key = mix(key);
+  step.symbol = step.key ^ key_of(bases);
+  step.bases.assign(bases.begin(), bases.end());
   const uint64_t now = steps_++;
   bool wanted = false;
   uint64_t reserved = 0;
-  reserved_.clear();
   for (CUdeviceptr base : bases) {
     auto it = entries_.find(base);
     if (it == entries_.end()) {
       const std::optional<vmm::RangeInfo> info = arena_.range(base);
-      if (!info || info->base != base) {
-        reserved_.push_back(0);
-        continue;  // not a range of the arena
-      }
+      if (!info || info->base != base) continue;  // not a range of the arena
       it = entries_.emplace(base, Entry{now, info->reserved, info->gpu_bytes == info->reserved})
                .first;
     }
     it->second.last_use = now;
     reserved += it->second.reserved;
-    reserved_.push_back(it->second.reserved);
     wanted = wanted || !it->second.whole_on_gpu;
-  }
-  recorder_.step(key, bases, reserved_);
-  planned_.reset();
-  if (table_ && recorder_.recording()) {
-    const uint64_t phase = recorder_.phase() - 1;
-    if (phase >= table_->keys.size() || table_->keys[phase] != key) ++mismatches_;
-    if (next_window_ < table_->window_phase.size() && table_->window_phase[next_window_] == phase) {
-      planned_ = next_window_++;
-    }
   }
   if (wanted && reserved > arena_.gpu_limit_bytes()) {
     ++stats_.steps_left_short;
     ++stats_.steps_too_large;
-    wanted = false;
-  } else if (wanted && short_key_ != 0 && key_of(bases) == short_key_) {
+    return false;
+  }
+  if (wanted && short_key_ != 0 && key_of(bases) == short_key_) {
     ++stats_.steps_left_short;
-    wanted = false;
+    return false;
   }
-  return wanted || planned_.has_value();
+  return wanted;
 }
 
-void VmmResidency::note(CUdeviceptr base) {
-  const std::optional<vmm::RangeInfo> info = arena_.range(base);
-  const auto it = entries_.find(base);
-  if (it == entries_.end()) return;
-  it->second.whole_on_gpu = info && info->base == base && info->gpu_bytes == info->reserved;
+bool VmmResidency::period_holds(uint64_t period) const {
+  if (period == 0 || steps_ < period + kMatch) return false;
+  const uint64_t last = steps_ - 1;
+  uint64_t keys = 0, ranges = 0;
+  for (uint64_t k = 0; k < kMatch; ++k) {
+    const Step& now = step_at(last - k);
+    const Step& then = step_at(last - k - period);
+    keys += now.key == then.key ? 1 : 0;
+    ranges += now.symbol == then.symbol ? 1 : 0;
+    if (keys + (kMatch - 1 - k) < kKeysNeeded) return false;  // cannot reach it any more
+  }
+  return ranges >= kRangesNeeded;
 }
 
-void VmmResidency::run_planned_window(CUstream stream) {
-  ++stats_.windows_from_plan;
-  const WindowTable& t = *table_;
-  const size_t w = *planned_;
-  for (uint32_t m = t.first_move[w]; m < t.first_move[w + 1]; ++m) {
-    const PlannedMove& move = t.moves[m];
-    const CUdeviceptr base = recorder_.base_of(t.ranges[move.range]);
-    const std::optional<vmm::RangeInfo> info = base ? arena_.range(base) : std::nullopt;
-    if (!info || info->base != base || move.offset >= info->reserved) {
-      ++stats_.plan_moves_skipped;
-      continue;
+void VmmResidency::find_period() {
+  if (period_holds(period_)) return;
+  period_ = 0;
+  const uint64_t most = std::min(kHistory / 2, steps_ > kMatch ? (steps_ - kMatch) : 0);
+  const uint64_t last = steps_ - 1;
+  for (uint64_t p = 1; p <= most; ++p) {
+    bool probe = false;
+    for (uint64_t k = 0; k < kProbe && !probe; ++k) {
+      probe = step_at(last - k).key == step_at(last - k - p).key;
     }
-    const uint64_t length = std::min(move.length, info->reserved - move.offset);
-    const vmm::Moved moved = move.to_gpu ? arena_.restore(base + move.offset, length, stream)
-                                         : arena_.evict(base + move.offset, length, stream);
-    if (moved.result != CUDA_SUCCESS && moved.result != CUDA_ERROR_OUT_OF_MEMORY) {
-      ++stats_.move_failures;
+    if (probe && period_holds(p)) {
+      period_ = p;
+      return;
     }
-    ++(move.to_gpu ? stats_.ranges_prefetched : stats_.ranges_evicted);
-    note(base);
   }
 }
 
-void VmmResidency::restore(const vmm::RangeInfo& info, CUstream stream, uint64_t* short_bytes) {
+void VmmResidency::predict(std::span<const CUdeviceptr> bases) {
+  next_.clear();
+  for (CUdeviceptr b : bases) next_[b] = 0;
+  if (period_ == 0) return;
+  // Step last + k of this iteration is step last + k - period of the last one.
+  const uint64_t last = steps_ - 1;
+  for (uint64_t k = 1; k < period_; ++k) {
+    for (CUdeviceptr b : step_at(last + k - period_).bases) next_.try_emplace(b, k);
+  }
+}
+
+bool VmmResidency::restore(const vmm::RangeInfo& info, CUstream stream, bool partial_ok,
+                           uint64_t* short_bytes) {
   Entry& entry = entries_[info.base];
   entry.reserved = info.reserved;
   // A hole (a failed rollback's unmapped slot) is mapped again by a restore too.
   if (info.host_bytes == 0 && info.unmapped_bytes == 0) {
     entry.whole_on_gpu = true;
-    return;
+    return false;
   }
+  if (!partial_ok && !arena_.fits_on_gpu(info.base)) return false;
   const vmm::Moved moved = arena_.restore(info.base, info.reserved, stream);
   if (moved.result != CUDA_SUCCESS && moved.result != CUDA_ERROR_OUT_OF_MEMORY) {
     ++stats_.move_failures;
   }
-  ++stats_.ranges_restored;
   const std::optional<vmm::RangeInfo> after = arena_.range(info.base);
   entry.whole_on_gpu = after && after->gpu_bytes == after->reserved;
-  if (after) *short_bytes += after->host_bytes + after->unmapped_bytes;
+  if (after && short_bytes) *short_bytes += after->host_bytes + after->unmapped_bytes;
+  return true;
 }
 
 void VmmResidency::make_resident(std::span<const CUdeviceptr> bases, CUstream stream) {
   std::lock_guard lock(mutex_);
   if (steps_ == 0) return;
   ++stats_.steps_held;
-  if (planned_ && table_) run_planned_window(stream);
-  planned_.reset();
-  // The step's own ranges; the least recently used others go out to make room.
+  find_period();
+  stats_.period = period_;
+  if (period_ != 0) ++stats_.windows_planned;
+  predict(bases);
+  auto next_use = [this](CUdeviceptr b) {
+    const auto it = next_.find(b);
+    return it == next_.end() ? kNever : it->second;
+  };
+  // What to bring in, nearest use first: the step's own ranges (0), then the coming steps'.
+  wanted_.clear();
+  for (const auto& [base, k] : next_) {
+    const auto it = entries_.find(base);
+    if (it != entries_.end() && (k == 0 || !it->second.whole_on_gpu)) wanted_.push_back({k, base});
+  }
+  std::sort(wanted_.begin(), wanted_.end());
+  // What may go out, furthest use first (never used in the coming period: the least recently
+  // used first).
   victims_.clear();
   for (const auto& [base, entry] : entries_) {
-    if (std::find(bases.begin(), bases.end(), base) == bases.end()) victims_.push_back(base);
+    if (next_use(base) != 0) victims_.push_back(base);
   }
-  std::sort(victims_.begin(), victims_.end(), [this](CUdeviceptr a, CUdeviceptr b) {
-    return entries_[a].last_use < entries_[b].last_use;
+  auto last_use = [this](CUdeviceptr b) {
+    const auto it = entries_.find(b);
+    return it == entries_.end() ? 0 : it->second.last_use;
+  };
+  std::sort(victims_.begin(), victims_.end(), [&](CUdeviceptr a, CUdeviceptr b) {
+    const uint64_t na = next_use(a), nb = next_use(b);
+    if (na != nb) return na > nb;
+    return last_use(a) < last_use(b);
   });
+  // How far ahead a window brings ranges in: an eighth of the period.
+  const uint64_t horizon = std::max<uint64_t>(1, period_ / kHorizonDivisor);
   size_t v = 0;
   uint64_t short_bytes = 0;
-  for (CUdeviceptr base : bases) {
+  for (const auto& [k, base] : wanted_) {
+    // Ahead only within the horizon, and only by evicting what is used after it: a range
+    // brought in ahead by evicting one used before the horizon would soon go out again.
+    if (k > horizon) break;
+    // Unchanged by the evictions below: those take only ranges used after the horizon.
     const std::optional<vmm::RangeInfo> info = arena_.range(base);
     if (!info || info->base != base) continue;
-    if (info->host_bytes == 0 && info->unmapped_bytes == 0) {
-      if (const auto it = entries_.find(base); it != entries_.end()) it->second.whole_on_gpu = true;
-      continue;
-    }
-    while (!arena_.fits_on_gpu(base) && v < victims_.size()) {
+    const uint64_t after = k == 0 ? 0 : horizon;
+    while (!arena_.fits_on_gpu(base) && v < victims_.size() && next_use(victims_[v]) > after) {
       const CUdeviceptr victim = victims_[v++];
       const std::optional<vmm::RangeInfo> out = arena_.range(victim);
       if (!out || out->base != victim) {
@@ -230,7 +199,11 @@ void VmmResidency::make_resident(std::span<const CUdeviceptr> bases, CUstream st
         ++stats_.move_failures;
       }
     }
-    restore(*info, stream, &short_bytes);
+    if (k == 0) {
+      if (restore(*info, stream, true, &short_bytes)) ++stats_.ranges_restored;
+    } else if (restore(*info, stream, false, nullptr)) {
+      ++stats_.ranges_prefetched;
+    }
   }
   stats_.bytes_short += short_bytes;
   short_key_ = short_bytes > 0 ? key_of(bases) : 0;
@@ -246,7 +219,6 @@ void VmmResidency::trim_to_pool() {
 void VmmResidency::forget(CUdeviceptr base) {
   std::lock_guard lock(mutex_);
   entries_.erase(base);
-  recorder_.released(base);
   short_key_ = 0;  // room may have come free
 }
 

@@ -38,8 +38,7 @@ void VmmObserver::on_step(uint64_t /*index*/, uint32_t key, CUstream /*stream*/,
           }
         }
       }
-      const bool begins = detector_.push(key);
-      if (allocator->residency().touch(key, bases_, begins)) window(*allocator);
+      if (allocator->residency().touch(key, bases_)) window(*allocator);
     }
   }
   hold_.enter();

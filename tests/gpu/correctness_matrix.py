@@ -24,8 +24,8 @@ Each umswap run is compared step by step with the two native runs of its row:
   * where the two native runs agree bit for bit (losses and, deterministic, the weights'
     checksum), the umswap run must too: "identical" or "DIFFERS" (without deterministic
     algorithms the natives agree only by chance: a run that does not is judged by the next rule;
-    so is every deterministic row of a model whose deterministic natives differ in any row of the
-    matrix: the decoder's, whose fused attention backward is not bit-reproducible);
+    so is every deterministic row of a model whose two deterministic natives differ in any row
+    of the matrix: the decoder's, whose fused attention backward is not bit-reproducible);
   * otherwise every step's loss must lie within the natives' own spread: |umswap - mean| <=
     max(4 * the largest native difference up to that step, 0.5% of |mean|): "within" or
     "OUTSIDE" (the column gives the worst step's distance in units of that spread);
@@ -564,15 +564,23 @@ def first_run_cached(replay_log):
 
 
 def bitwise_models(natives):
-    """Models whose deterministic natives all agree bit for bit (losses and checksum), across
-    allocators: only their rows promise bits. The decoder's did not in 15 of 16 matrices
-    (2026-11-29 to 12-01; SDPA's fused attention backward), and once two of them agreed by chance
-    (run 160), which the bit rule alone would have taken for a promise."""
-    runs = {}
-    for (m, _al, d, _k), r in natives.items():
-        if d == "on":
-            runs.setdefault(m, []).append((r["losses"], r["summary"].get("checksum")))
-    return {m for m, rs in runs.items() if all(x == rs[0] for x in rs)}
+    """Models whose deterministic rows' two natives agree bit for bit (losses and checksum) in
+    every row where both finished: only their rows promise bits. The decoder's did not in 15 of 16
+    matrices (2026-11-29 to 12-01; SDPA's fused attention backward), and once its async pair
+    agreed by chance while its default pair differed (run 160), which the bit rule alone would
+    have taken for a promise. A native that crashed, was cut or never ran says nothing either
+    way; a model with no finished pair keeps the bit rule."""
+    models, differ = set(), set()
+    for (m, al, d, k), r in natives.items():
+        if d != "on" or k != 1:
+            continue
+        models.add(m)
+        other = natives.get((m, al, d, 2))
+        pair = [x for x in (r, other) if x and x.get("rc") == 0 and x["summary"].get("checksum")]
+        if len(pair) == 2 and (pair[0]["losses"] != pair[1]["losses"] or
+                               pair[0]["summary"]["checksum"] != pair[1]["summary"]["checksum"]):
+            differ.add(m)
+    return models - differ
 
 
 def report(a, natives, results, started, out):

@@ -28,20 +28,27 @@ class Judge(unittest.TestCase):
         self.assertEqual(cm.judge(n, n, run([10.0, 9.0, 8.03]))[0], "within")
         self.assertEqual(cm.judge(n, n, run([10.0, 9.0, 8.05]))[0], "OUTSIDE")
 
-    def test_a_model_whose_deterministic_natives_differ_anywhere_promises_no_bits(self):
+    def test_a_model_whose_deterministic_natives_differ_in_a_row_promises_no_bits(self):
         same = run([10.0, 9.0, 8.0], "abc")
         other = run([10.0, 9.0, 8.0001], "abd")
+        cut = run([10.0, 9.0], rc=124)
         natives = {("decoder", "async", "on", 1): same, ("decoder", "async", "on", 2): same,
                    ("decoder", "default", "on", 1): same, ("decoder", "default", "on", 2): other,
+                   # Bits per allocator, other bits on the other: still a promise in each row.
                    ("cnn", "async", "on", 1): same, ("cnn", "async", "on", 2): same,
-                   ("cnn", "default", "on", 1): same, ("cnn", "default", "on", 2): same,
+                   ("cnn", "default", "on", 1): other, ("cnn", "default", "on", 2): other,
+                   # A crashed, a cut and a native never started say nothing.
+                   ("mlm", "async", "on", 1): same, ("mlm", "async", "on", 2): cut,
+                   ("mlm", "default", "on", 1): run([10.0], rc=1), ("mlm", "default", "on", 2): None,
                    ("lstm", "async", "off", 1): same, ("lstm", "async", "off", 2): other}
-        self.assertEqual(cm.bitwise_models(natives), {"cnn"})
+        self.assertEqual(cm.bitwise_models(natives), {"cnn", "mlm"})
         # The decoder's async natives agreed by chance: the spread rule judges its run.
         u = run([10.0, 9.0, 8.001], "abe")
         self.assertEqual(cm.judge(same, same, u, bitwise=True)[0], "DIFFERS")
         self.assertEqual(cm.judge(same, same, u, bitwise=False)[0], "within")
         self.assertEqual(cm.judge(same, same, run([10.0, 9.0, 8.1]), bitwise=False)[0], "OUTSIDE")
+        self.assertEqual(cm.judge(same, same, run([10.0, 9.0], rc=124), bitwise=False)[0],
+                         "TIMEOUT, 2 of 3 within")
 
     def test_spread_allows_four_times_the_natives_difference_or_half_a_percent(self):
         a, b = run([10.0, 9.0, 8.0]), run([10.0, 9.01, 8.02])
@@ -382,6 +389,42 @@ class Replays(unittest.TestCase):
             rows = json.load(open(a.json))["rows"]
             self.assertEqual([(r["run"], r["verdict"], r["peak_resident"]) for r in rows][2],
                              ("vmm", "identical", 512))
+
+    def test_rejudge_takes_no_bits_from_natives_that_agreed_by_chance(self):
+        import argparse
+        import io
+        import json
+        import tempfile
+        from contextlib import redirect_stdout
+
+        def log(last, checksum):
+            return (f"iter 0 ms 5 loss 1.0\niter 1 ms 4 loss {last}\n"
+                    f'summary {{"deterministic": true, "peak_reserved_bytes": 2048, '
+                    f'"checksum": "{checksum}"}}\n[matrix: exit 0 after 1.0 s]\n')
+        with tempfile.TemporaryDirectory() as d:
+            natives = {"async": (log(0.9, "aa"), log(0.9, "aa")),
+                       "default": (log(0.9, "aa"), log(0.9001, "bb"))}
+            for al, pair in natives.items():
+                for k, text in enumerate(pair, 1):
+                    open(os.path.join(d, f"decoder-{al}-deton-native{k}.log"), "w").write(text)
+                open(os.path.join(d, f"decoder-{al}-deton-b50.log"), "w").write(
+                    log(0.9002, "cc"))
+                json.dump({"advisor": {"mode": "online"}},
+                          open(os.path.join(d, f"decoder-{al}-deton-b50.json"), "w"))
+            a = argparse.Namespace(models="decoder", allocators="async,default",
+                                   determinism="on", budgets="50", replays="", rejudge=d,
+                                   markdown=None, json=os.path.join(d, "m.json"))
+            with redirect_stdout(io.StringIO()):
+                self.assertEqual(cm.rejudge(a), 0)
+            rows = json.load(open(a.json))["rows"]
+            self.assertEqual([(r["allocator"], r["verdict"]) for r in rows],
+                             [("async", "within"), ("default", "within")])
+            # With the default pair agreeing too, the model promises bits: DIFFERS.
+            open(os.path.join(d, "decoder-default-deton-native2.log"), "w").write(log(0.9, "aa"))
+            with redirect_stdout(io.StringIO()):
+                self.assertEqual(cm.rejudge(a), 1)
+            rows = json.load(open(a.json))["rows"]
+            self.assertEqual([r["verdict"] for r in rows], ["DIFFERS", "DIFFERS"])
 
     engines = "um"
     repeat = 1

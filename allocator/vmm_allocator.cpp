@@ -72,6 +72,8 @@ nlohmann::json to_json(const VmmAllocatorStats& s) {
       {schema::kRemapMs.name(), static_cast<double>(a.remap_ns) / 1e6},
       {"arena_failures", a.failures},
       {"holes", a.holes},
+      {"small_allocations", s.small_allocations},
+      {"slabs", s.slabs},
       {"steps_held", s.residency.steps_held},
       {"steps_left_short", s.residency.steps_left_short},
       {"steps_too_large", s.residency.steps_too_large},
@@ -102,10 +104,8 @@ CUresult VmmAllocator::allocate(AllocApi api, size_t bytes, CallSiteId site, boo
                                 CUdeviceptr* out) {
   poll();
   CUdeviceptr ptr = 0;
-  CUresult status = arena_.allocate(bytes, &ptr);
-  // Room that frees in flight will give back: wait for them rather than fail (a stream-ordered
-  // allocator's program expects its earlier frees to count).
-  if (status == CUDA_ERROR_OUT_OF_MEMORY && drain() > 0) status = arena_.allocate(bytes, &ptr);
+  const bool small = SmallSlabs::small(bytes);
+  CUresult status = small ? allocate_small(bytes, &ptr) : allocate_range(bytes, &ptr);
   if (status != CUDA_SUCCESS) {
     if (status == CUDA_ERROR_OUT_OF_MEMORY) {
       out_of_memory_.fetch_add(1, std::memory_order_relaxed);
@@ -125,7 +125,7 @@ CUresult VmmAllocator::allocate(AllocApi api, size_t bytes, CallSiteId site, boo
   if (!registry_.insert(record)) {
     // A fresh range overlapping a registered one: the registry holds a record of memory that is
     // not umswap's any more. Refuse rather than hand out memory the tracer would misattribute.
-    arena_.release(ptr);
+    release_memory(ptr);
     driver_failures_.fetch_add(1, std::memory_order_relaxed);
     return CUDA_ERROR_UNKNOWN;
   }
@@ -139,6 +139,55 @@ CUresult VmmAllocator::allocate(AllocApi api, size_t bytes, CallSiteId site, boo
   note_peaks();
   *out = ptr;
   return CUDA_SUCCESS;
+}
+
+CUresult VmmAllocator::allocate_range(uint64_t bytes, CUdeviceptr* out) {
+  CUresult status = arena_.allocate(bytes, out);
+  // Room that frees in flight will give back: wait for them rather than fail (a stream-ordered
+  // allocator's program expects its earlier frees to count).
+  if (status == CUDA_ERROR_OUT_OF_MEMORY && drain() > 0) status = arena_.allocate(bytes, out);
+  return status;
+}
+
+CUresult VmmAllocator::allocate_small(uint64_t bytes, CUdeviceptr* out) {
+  {
+    std::lock_guard lock(small_mutex_);
+    if (const CUdeviceptr p = small_.take(bytes)) {
+      residency_.alias(p, *small_.slab_of(p));
+      small_allocations_.fetch_add(1, std::memory_order_relaxed);
+      *out = p;
+      return CUDA_SUCCESS;
+    }
+  }
+  // A new slab, made outside the lock (drain() releases, which takes it).
+  CUdeviceptr slab = 0;
+  const CUresult status = allocate_range(SmallSlabs::kSlab, &slab);
+  if (status != CUDA_SUCCESS) return status;
+  std::lock_guard lock(small_mutex_);
+  small_.add_slab(slab);
+  const CUdeviceptr p = small_.take(bytes);  // the new slab has room for any small allocation
+  residency_.alias(p, slab);
+  small_allocations_.fetch_add(1, std::memory_order_relaxed);
+  *out = p;
+  return CUDA_SUCCESS;
+}
+
+void VmmAllocator::release_memory(CUdeviceptr ptr) {
+  std::optional<SmallSlabs::Given> given;
+  {
+    // Under the lock: an allocation taking the same address next aliases it after this.
+    std::lock_guard lock(small_mutex_);
+    given = small_.give(ptr);
+    if (given) residency_.unalias(ptr);
+  }
+  if (given) {
+    if (!given->release_slab) return;
+    ptr = given->slab;
+  }
+  if (arena_.release(ptr) != CUDA_SUCCESS) {
+    driver_failures_.fetch_add(1, std::memory_order_relaxed);
+  }
+  residency_.forget(ptr);
 }
 
 CUresult VmmAllocator::allocate_pitch(AllocApi api, size_t width, size_t height, size_t alignment,
@@ -223,10 +272,7 @@ size_t VmmAllocator::drain() {
 }
 
 void VmmAllocator::release(CUdeviceptr base, uint64_t size) {
-  if (arena_.release(base) != CUDA_SUCCESS) {
-    driver_failures_.fetch_add(1, std::memory_order_relaxed);
-  }
-  residency_.forget(base);
+  release_memory(base);
   frees_.fetch_add(1, std::memory_order_relaxed);
   live_buffers_.fetch_sub(1, std::memory_order_relaxed);
   std::lock_guard lock(peaks_mutex_);
@@ -289,6 +335,11 @@ VmmAllocatorStats VmmAllocator::stats() const {
   s.host_bytes = arena_.host_bytes_in_use();
   s.arena = arena_.stats();
   s.residency = residency_.stats();
+  s.small_allocations = small_allocations_.load();
+  {
+    std::lock_guard lock(small_mutex_);
+    s.slabs = small_.slabs();
+  }
   std::lock_guard lock(peaks_mutex_);
   s.requested_bytes = requested_bytes_;
   s.requested_bytes_peak = requested_bytes_peak_;

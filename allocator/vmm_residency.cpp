@@ -38,8 +38,30 @@ uint64_t VmmResidency::key_of(std::span<const CUdeviceptr> bases) {
   return key == 0 ? 1 : key;
 }
 
-bool VmmResidency::touch(uint32_t key, std::span<const CUdeviceptr> bases) {
+void VmmResidency::alias(CUdeviceptr address, CUdeviceptr range) {
   std::lock_guard lock(mutex_);
+  alias_[address] = range;
+}
+
+void VmmResidency::unalias(CUdeviceptr address) {
+  std::lock_guard lock(mutex_);
+  alias_.erase(address);
+}
+
+std::span<const CUdeviceptr> VmmResidency::canonical(std::span<const CUdeviceptr> given) {
+  if (alias_.empty()) return given;
+  canon_.clear();
+  for (CUdeviceptr b : given) {
+    const auto it = alias_.find(b);
+    const CUdeviceptr base = it == alias_.end() ? b : it->second;
+    if (std::find(canon_.begin(), canon_.end(), base) == canon_.end()) canon_.push_back(base);
+  }
+  return canon_;
+}
+
+bool VmmResidency::touch(uint32_t key, std::span<const CUdeviceptr> given) {
+  std::lock_guard lock(mutex_);
+  const std::span<const CUdeviceptr> bases = canonical(given);
   if (history_.empty()) history_.resize(kHistory);
   Step& step = history_[steps_ % kHistory];
   step.key = mix(key);
@@ -134,8 +156,9 @@ bool VmmResidency::restore(const vmm::RangeInfo& info, CUstream stream, bool par
   return true;
 }
 
-void VmmResidency::make_resident(std::span<const CUdeviceptr> bases, CUstream stream) {
+void VmmResidency::make_resident(std::span<const CUdeviceptr> given, CUstream stream) {
   std::lock_guard lock(mutex_);
+  const std::span<const CUdeviceptr> bases = canonical(given);
   if (steps_ == 0) return;
   ++stats_.steps_held;
   find_period();

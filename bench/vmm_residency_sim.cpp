@@ -16,10 +16,12 @@
 // gave 16.5 with VmmResidency's period found two iterations long).
 //
 // Ranges as engine vmm makes them: a block of a slab (a stream-ordered allocation the trace
-// lists with lifetimes) is a range from its allocation to its free; a buffer without lifetimes is
-// one range for the whole trace. An access to a slab outside its live blocks is left out (counted).
-// What a real run has and this does not: launch order across threads, kernels reading host chunks
-// over the link, and the time; the bytes and windows are the moves' own.
+// lists with lifetimes) is a range from its allocation to its free; any other buffer (PyTorch's
+// default allocator's segments, whatever blocks the trace lists in them) is one range for the
+// whole trace; either, at most 1 MiB, is a share of a 2 MiB slab range
+// (allocator/include/umswap/allocator/vmm_small.h). An access to a slab outside its live blocks is
+// left out (counted). What a real run has and this does not: launch order across threads, kernels
+// reading host chunks over the link, and the time; the bytes and windows are the moves' own.
 //
 // Exit: 0, 1 when the trace cannot be read or has no iteration, 2 for bad arguments.
 #include <algorithm>
@@ -39,6 +41,7 @@
 #include "umswap/advisor/replay.h"
 #include "umswap/advisor/window_plan.h"
 #include "umswap/allocator/vmm_residency.h"
+#include "umswap/allocator/vmm_small.h"
 #include "umswap/core/trace_file.h"
 #include "umswap/core/trace_iterations.h"
 #include "umswap/vmm/chunk_arena.h"
@@ -84,7 +87,14 @@ Sim simulate(const trace::Trace& t, uint64_t budget, uint32_t chunks_per_block, 
     // Live blocks of slabs: buffer -> offset -> (length, range base); whole buffers: range base.
     std::vector<std::map<uint64_t, std::pair<uint64_t, CUdeviceptr>>> blocks(t.buffers.size());
     std::vector<bool> has_lifetimes(t.buffers.size(), false);
-    for (const trace::Lifetime& l : t.lifetimes) has_lifetimes[l.buffer] = true;
+    // Only a stream-ordered allocator's blocks are ranges of their own under engine vmm: the
+    // lifetimes of a plain allocation's blocks (PyTorch's segments, cut by its caching
+    // allocator, which umswap's hooks report) are within one range, the segment.
+    for (const trace::Lifetime& l : t.lifetimes) {
+      const auto api = static_cast<AllocApi>(t.buffers[l.buffer].api);
+      has_lifetimes[l.buffer] =
+          api == AllocApi::cudaMallocAsync || api == AllocApi::cuMemAllocAsync;
+    }
     std::vector<CUdeviceptr> whole(t.buffers.size(), 0);
     std::vector<bool> refused(t.buffers.size(), false);  // its allocation failed once
     // A buffer freed before the trace was written goes after its last access.
@@ -95,13 +105,37 @@ Sim simulate(const trace::Trace& t, uint64_t budget, uint32_t chunks_per_block, 
         last_access[t.accesses[a].buffer] = s;
       }
     }
+    // As VmmAllocator: an allocation of at most 1 MiB shares a slab (vmm_small.h).
+    SmallSlabs small;
+    auto range = [&](uint64_t bytes) {
+      CUdeviceptr p = 0;
+      return arena.allocate(bytes, &p) == CUDA_SUCCESS ? p : CUdeviceptr{0};
+    };
     auto allocate = [&](uint64_t bytes) {
       CUdeviceptr p = 0;
-      if (arena.allocate(bytes, &p) != CUDA_SUCCESS) {
-        ++sim.allocation_failures;
-        return CUdeviceptr{0};
+      if (SmallSlabs::small(bytes)) {
+        p = small.take(bytes);
+        if (p == 0) {
+          if (const CUdeviceptr slab = range(SmallSlabs::kSlab)) {
+            small.add_slab(slab);
+            p = small.take(bytes);
+          }
+        }
+        if (p != 0) residency.alias(p, *small.slab_of(p));
+      } else {
+        p = range(bytes);
       }
+      if (p == 0) ++sim.allocation_failures;
       return p;
+    };
+    auto release = [&](CUdeviceptr p) {
+      if (const std::optional<SmallSlabs::Given> given = small.give(p)) {
+        residency.unalias(p);
+        if (!given->release_slab) return;
+        p = given->slab;
+      }
+      arena.release(p);
+      residency.forget(p);
     };
     // The iteration each step is in (none before the first).
     std::vector<int64_t> iteration_of(t.steps.size(), -1);
@@ -136,8 +170,7 @@ Sim simulate(const trace::Trace& t, uint64_t budget, uint32_t chunks_per_block, 
         if (!l.freed) {
           if (const CUdeviceptr p = allocate(l.length)) live[l.offset] = {l.length, p};
         } else if (const auto it = live.find(l.offset); it != live.end()) {
-          arena.release(it->second.second);
-          residency.forget(it->second.second);
+          release(it->second.second);
           live.erase(it);
         }
       }
@@ -177,8 +210,7 @@ Sim simulate(const trace::Trace& t, uint64_t budget, uint32_t chunks_per_block, 
       for (uint64_t a = step.first_access; a < step.first_access + step.access_count; ++a) {
         const uint32_t b = t.accesses[a].buffer;
         if (t.buffers[b].freed && last_access[b] == s && whole[b]) {
-          arena.release(whole[b]);
-          residency.forget(whole[b]);
+          release(whole[b]);
           whole[b] = 0;
           refused[b] = true;  // not made again
         }

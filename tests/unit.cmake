@@ -33,6 +33,9 @@ umswap_add_test(NAME allocator_vmm_allocator_test
 # Engine vmm's moves (which range a step brings in, which goes out) and its hold on the program.
 umswap_add_test(NAME allocator_vmm_residency_test
   SOURCES ${_umswap_unit_dir}/allocator/vmm_residency_test.cpp LIBS umswap_allocator)
+# Engine vmm's small allocations: slabs shared by allocations of at most 1 MiB.
+umswap_add_test(NAME allocator_vmm_small_test
+  SOURCES ${_umswap_unit_dir}/allocator/vmm_small_test.cpp LIBS umswap_allocator)
 umswap_add_test(NAME allocator_submission_hold_test
   SOURCES ${_umswap_unit_dir}/allocator/submission_hold_test.cpp LIBS umswap_allocator)
 # The GPU memory a program maps itself, counted against the budget.

@@ -2,7 +2,8 @@
 // physical memory (tests/vmm/fake_vmm_driver.h), and fake events whose completion each test
 // decides: allocations are ranges placed on GPU chunks then host chunks and registered, plain
 // frees synchronize the device before the range goes, stream-ordered frees wait for their event,
-// out-of-memory past both limits leaves nothing behind, and pending frees drain at exit.
+// out-of-memory past both limits leaves nothing behind, pending frees drain at exit, and small
+// allocations share slabs.
 #include "umswap/allocator/vmm_allocator.h"
 
 #include <gtest/gtest.h>
@@ -404,6 +405,72 @@ TEST_F(VmmAllocatorTest, PitchedRowsAreAligned) {
   EXPECT_EQ(registry_.find(p)->size, 1536u);
   EXPECT_EQ(a.allocate_pitch(AllocApi::cuMemAllocPitch, SIZE_MAX - 10, 2, 512, 1, &p, &pitch),
             CUDA_ERROR_OUT_OF_MEMORY);
+}
+
+// Allocations of at most 1 MiB share a slab: one 2 MiB chunk for several, each registered as
+// the program asked, 512-byte aligned, data kept apart; the slab stays while it is the only empty
+// one and goes when a second empties; a stream-ordered free of one waits for its event.
+TEST_F(VmmAllocatorTest, SmallAllocationsShareASlab) {
+  VmmAllocator& a = make(8 * MiB, 8 * MiB);
+  const CUdeviceptr p = allocate(100 * 1024);
+  const CUdeviceptr q = allocate(MiB);
+  const CUdeviceptr r = allocate(4000, AllocApi::cudaMallocAsync);
+  for (CUdeviceptr x : {p, q, r}) EXPECT_EQ(x % 512, 0u);
+  EXPECT_EQ(a.stats().gpu_bytes, kChunk);  // one slab
+  EXPECT_EQ(a.stats().slabs, 1u);
+  EXPECT_EQ(a.stats().small_allocations, 3u);
+  EXPECT_EQ(registry_.find(q)->base, q);
+  EXPECT_EQ(registry_.find(q)->size, MiB);
+  EXPECT_EQ(registry_.find(r)->size, 4000u);
+  EXPECT_TRUE(g_fake->kernel_write(p, 100 * 1024, 1));
+  EXPECT_TRUE(g_fake->kernel_write(q, MiB, 2));
+  EXPECT_TRUE(g_fake->kernel_write(r, 4000, 3));
+  EXPECT_EQ(g_fake->kernel_mismatches(p, 100 * 1024, 1), 0u);
+  EXPECT_EQ(g_fake->kernel_mismatches(q, MiB, 2), 0u);
+  // A stream-ordered free of r: its share waits for the event.
+  ASSERT_TRUE(a.free_async(r, kStream));
+  EXPECT_EQ(a.stats().pending_frees, 1u);
+  g_sync->complete_all();
+  EXPECT_EQ(a.poll(), 1u);
+  // A second slab for what does not fit in the first (q's MiB and p's 100 KiB are in it).
+  const CUdeviceptr big = allocate(MiB);
+  EXPECT_EQ(a.stats().slabs, 2u);
+  EXPECT_EQ(a.stats().gpu_bytes, 2 * kChunk);
+  // Empty slabs: the first kept, the second given back.
+  ASSERT_TRUE(a.free(p));
+  ASSERT_TRUE(a.free(q));
+  EXPECT_EQ(a.stats().slabs, 2u);
+  ASSERT_TRUE(a.free(big));
+  EXPECT_EQ(a.stats().slabs, 1u);
+  EXPECT_EQ(a.stats().gpu_bytes, kChunk);
+  EXPECT_EQ(a.stats().live_buffers, 0u);
+  EXPECT_EQ(a.stats().requested_bytes, 0u);
+}
+
+// Past both limits a small allocation fails like any other and leaves nothing; a small
+// allocation whose slab is on the host is brought in by the window of a step that reaches it
+// (its address stands for the slab's range).
+TEST_F(VmmAllocatorTest, ASmallAllocationsSlabMovesForTheStepThatReachesIt) {
+  VmmAllocator& a = make(2 * MiB, 4 * MiB);
+  const CUdeviceptr big = allocate(2 * MiB);  // the whole pool
+  const CUdeviceptr s = allocate(1000);       // a slab on the host
+  EXPECT_EQ(chunks_of(s, 2 * MiB), std::make_pair(uint64_t{0}, 2 * MiB));
+  CUdeviceptr none = 0;
+  EXPECT_EQ(a.allocate(AllocApi::cudaMalloc, 4 * MiB, 1, false, &none), CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(a.stats().slabs, 1u);
+  EXPECT_TRUE(g_fake->kernel_write(s, 1000, 9));
+  EXPECT_TRUE(g_fake->kernel_write(big, 2 * MiB, 8));
+  const std::vector<CUdeviceptr> before = {big}, step = {s};
+  EXPECT_FALSE(a.residency().touch(1, before));  // on the GPU: no window
+  ASSERT_TRUE(a.residency().touch(2, step));
+  a.residency().make_resident(step, kStream);
+  EXPECT_EQ(chunks_of(s, 2 * MiB), std::make_pair(2 * MiB, uint64_t{0}));
+  EXPECT_EQ(chunks_of(big, 2 * MiB), std::make_pair(uint64_t{0}, 2 * MiB));
+  EXPECT_EQ(g_fake->kernel_mismatches(s, 1000, 9), 0u);
+  EXPECT_EQ(g_fake->kernel_mismatches(big, 2 * MiB, 8), 0u);
+  // Freed, its address no longer stands for the slab: a step reaching it is not ours.
+  ASSERT_TRUE(a.free(s));
+  EXPECT_FALSE(a.residency().touch(3, step));
 }
 
 TEST_F(VmmAllocatorTest, StatsJsonHasTheSchemasFields) {

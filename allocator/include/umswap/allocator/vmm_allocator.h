@@ -3,13 +3,13 @@
 // Registry, as ManagedAllocator does for engine um, so the tracer sees the same buffers.
 //
 // Contract:
-//   * allocate(): one arena range per allocation, its size rounded up to whole 2 MiB chunks (a
-//     small allocation wastes the rest of its chunk: sub-allocation is later work). Chunks come
-//     from the GPU pool while it has room (the budget), then from the host (the host limit);
-//     later moves are residency()'s. Past both limits: CUDA_ERROR_OUT_OF_MEMORY,
-//     counted, with nothing left behind; before giving that answer, the stream-ordered frees
-//     still pending are waited for and the allocation is tried once more. The record goes into
-//     the Registry with a fresh BufferId (the same numbering as engine um).
+//   * allocate(): one arena range per allocation, its size rounded up to whole 2 MiB chunks,
+//     except that an allocation of at most 1 MiB shares a slab (a range of one chunk) with others
+//     (vmm_small.h). Chunks come from the GPU pool while it has room (the budget), then from the
+//     host (the host limit); later moves are residency()'s. Past both limits:
+//     CUDA_ERROR_OUT_OF_MEMORY, counted, with nothing left behind; before giving that answer, the
+//     stream-ordered frees still pending are waited for and the allocation is tried once more. The
+//     record goes into the Registry with a fresh BufferId (the same numbering as engine um).
 //   * free(): for a base this allocator handed out and that is not freed yet: the device is
 //     synchronized first (cuCtxSynchronize, as cudaFree/cuMemFree synchronize: no kernel still
 //     uses the range), then the range is released. Anything else: nullopt, and the caller hands
@@ -43,6 +43,7 @@
 #include "umswap/allocator/program_mappings.h"
 #include "umswap/allocator/registry.h"
 #include "umswap/allocator/vmm_residency.h"
+#include "umswap/allocator/vmm_small.h"
 #include "umswap/vmm/chunk_arena.h"
 
 namespace umswap {
@@ -77,6 +78,8 @@ struct VmmAllocatorStats {
   uint64_t program_mapped = 0;   // the program's own cuMemCreate calls (ProgramMappings)
   uint64_t program_mapped_bytes = 0;
   uint64_t live_buffers = 0;
+  uint64_t small_allocations = 0;  // allocations served from slabs (vmm_small.h)
+  uint64_t slabs = 0;              // slabs live now
   uint64_t requested_bytes = 0;  // asked for by the program, live (the rest of the chunks is waste)
   uint64_t requested_bytes_peak = 0;
   uint64_t gpu_limit = 0;  // the GPU pool: the budget, whole chunks
@@ -160,12 +163,21 @@ class VmmAllocator {
   };
   // Releases a range whose record already left the Registry.
   void release(CUdeviceptr base, uint64_t size);
+  // An arena range of its own (a pending free waited for before giving up), or a slab's share.
+  CUresult allocate_range(uint64_t bytes, CUdeviceptr* out);
+  CUresult allocate_small(uint64_t bytes, CUdeviceptr* out);
+  // Gives back the memory at `ptr`: its share of a slab (the slab released once empty and not
+  // kept), or its range.
+  void release_memory(CUdeviceptr ptr);
 
   const VmmSyncDriver sync_;
   Registry& registry_;
   const CUdevice device_;
   vmm::ChunkArena arena_;
   VmmResidency residency_{arena_};
+  mutable std::mutex small_mutex_;  // small_ (before the residency's)
+  SmallSlabs small_;
+  std::atomic<uint64_t> small_allocations_{0};
 
   mutable std::mutex pending_mutex_;
   std::vector<PendingFree> pending_;

@@ -24,6 +24,9 @@
 //     the host (correct, reached over the link) and counts as bytes short. Copies go on `stream`;
 //     each move waits for its copies.
 //   * forget(base): the range at `base` is released (VmmAllocator::release); any thread.
+//   * alias(address, range) / unalias(address): a small allocation at `address` lives in the
+//     range at `range` (a slab of vmm_small.h); a step reaching it reaches that range, until
+//     unalias() at its free. Any thread.
 //   * Bases that are not ranges of the arena are ignored. Never throws but std::bad_alloc.
 // Thread safety: every member may be called from any thread (one mutex, held across a window's
 // moves; forget() waits for it).
@@ -60,6 +63,8 @@ class VmmResidency {
   VmmResidency(const VmmResidency&) = delete;
   VmmResidency& operator=(const VmmResidency&) = delete;
 
+  void alias(CUdeviceptr address, CUdeviceptr range);
+  void unalias(CUdeviceptr address);
   bool touch(uint32_t key, std::span<const CUdeviceptr> bases);
   void make_resident(std::span<const CUdeviceptr> bases, CUstream stream);
   void forget(CUdeviceptr base);
@@ -84,6 +89,8 @@ class VmmResidency {
     std::vector<CUdeviceptr> bases;
   };
   static uint64_t key_of(std::span<const CUdeviceptr> bases);
+  // The bases with each alias replaced by its range, each once (canon_, or `given` itself).
+  std::span<const CUdeviceptr> canonical(std::span<const CUdeviceptr> given);
   const Step& step_at(uint64_t n) const { return history_[n % kHistory]; }
   bool period_holds(uint64_t period) const;
   void find_period();
@@ -97,6 +104,8 @@ class VmmResidency {
   vmm::ChunkArena& arena_;
   mutable std::mutex mutex_;
   std::unordered_map<CUdeviceptr, Entry> entries_;
+  std::unordered_map<CUdeviceptr, CUdeviceptr> alias_;  // small allocation -> its slab's range
+  std::vector<CUdeviceptr> canon_;
   std::vector<Step> history_;
   uint64_t steps_ = 0;      // steps recorded; the current one is steps_ - 1
   uint64_t period_ = 0;     // 0: none found

@@ -189,6 +189,11 @@ inline constexpr Field kFields[] = {
     {"vmm.period", Kind::diagnostic, "integer", detail::kVmmAllocator,
      "The steps' period the moves last found (steps per iteration; 0: none, the least recently "
      "used range goes out)."},
+    {"vmm.small_allocations", Kind::diagnostic, "integer", detail::kVmmAllocator,
+     "Allocations of at most 1 MiB served from a slab: a 2 MiB range shared with other small "
+     "ones (they move together), in all."},
+    {"vmm.slabs", Kind::diagnostic, "integer", detail::kVmmAllocator,
+     "Slabs live at the end of the run."},
 
     {"advisor", Kind::user, "object", detail::kAdvisor,
      "The advisor, in modes online and replay; absent in the others."},

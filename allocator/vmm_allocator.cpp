@@ -130,6 +130,7 @@ CUresult VmmAllocator::allocate(AllocApi api, size_t bytes, CallSiteId site, boo
     return CUDA_ERROR_UNKNOWN;
   }
   allocations_[static_cast<int>(api)].fetch_add(1, std::memory_order_relaxed);
+  if (small) small_allocations_.fetch_add(1, std::memory_order_relaxed);
   live_buffers_.fetch_add(1, std::memory_order_relaxed);
   {
     std::lock_guard lock(peaks_mutex_);
@@ -146,28 +147,44 @@ CUresult VmmAllocator::allocate_range(uint64_t bytes, CUdeviceptr* out) {
   // Room that frees in flight will give back: wait for them rather than fail (a stream-ordered
   // allocator's program expects its earlier frees to count).
   if (status == CUDA_ERROR_OUT_OF_MEMORY && drain() > 0) status = arena_.allocate(bytes, out);
+  // The empty slab kept for small allocations holds a chunk this one may need.
+  if (status == CUDA_ERROR_OUT_OF_MEMORY) {
+    CUdeviceptr kept = 0;
+    {
+      std::lock_guard lock(small_mutex_);
+      kept = small_.drop_empty();
+    }
+    if (kept != 0) {
+      if (arena_.release(kept) != CUDA_SUCCESS) {
+        driver_failures_.fetch_add(1, std::memory_order_relaxed);
+      }
+      residency_.forget(kept);
+      status = arena_.allocate(bytes, out);
+    }
+  }
   return status;
 }
 
 CUresult VmmAllocator::allocate_small(uint64_t bytes, CUdeviceptr* out) {
-  {
+  auto take = [&] {
     std::lock_guard lock(small_mutex_);
-    if (const CUdeviceptr p = small_.take(bytes)) {
-      residency_.alias(p, *small_.slab_of(p));
-      small_allocations_.fetch_add(1, std::memory_order_relaxed);
-      *out = p;
-      return CUDA_SUCCESS;
-    }
-  }
+    const CUdeviceptr p = small_.take(bytes);
+    if (p != 0) residency_.alias(p, *small_.slab_of(p));
+    return p;
+  };
+  if ((*out = take()) != 0) return CUDA_SUCCESS;
   // A new slab, made outside the lock (drain() releases, which takes it).
   CUdeviceptr slab = 0;
   const CUresult status = allocate_range(SmallSlabs::kSlab, &slab);
-  if (status != CUDA_SUCCESS) return status;
+  if (status != CUDA_SUCCESS) {
+    // No room for a slab, but the frees drain() waited for may have made room in one.
+    if (status == CUDA_ERROR_OUT_OF_MEMORY && (*out = take()) != 0) return CUDA_SUCCESS;
+    return status;
+  }
   std::lock_guard lock(small_mutex_);
   small_.add_slab(slab);
   const CUdeviceptr p = small_.take(bytes);  // the new slab has room for any small allocation
   residency_.alias(p, slab);
-  small_allocations_.fetch_add(1, std::memory_order_relaxed);
   *out = p;
   return CUDA_SUCCESS;
 }

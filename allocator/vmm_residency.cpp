@@ -39,16 +39,17 @@ uint64_t VmmResidency::key_of(std::span<const CUdeviceptr> bases) {
 }
 
 void VmmResidency::alias(CUdeviceptr address, CUdeviceptr range) {
-  std::lock_guard lock(mutex_);
+  std::lock_guard lock(alias_mutex_);
   alias_[address] = range;
 }
 
 void VmmResidency::unalias(CUdeviceptr address) {
-  std::lock_guard lock(mutex_);
+  std::lock_guard lock(alias_mutex_);
   alias_.erase(address);
 }
 
 std::span<const CUdeviceptr> VmmResidency::canonical(std::span<const CUdeviceptr> given) {
+  std::lock_guard lock(alias_mutex_);
   if (alias_.empty()) return given;
   canon_.clear();
   for (CUdeviceptr b : given) {

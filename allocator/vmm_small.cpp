@@ -1,21 +1,25 @@
 #include "umswap/allocator/vmm_small.h"
 
+#include <algorithm>
+#include <bit>
+
 namespace umswap {
 
 uint64_t SmallSlabs::find_run(const Slab& s, uint64_t units) {
-  uint64_t run = 0;
-  for (uint64_t u = 0; u < kUnits; ++u) {
-    const uint64_t word = s.used[u / 64];
-    if (u % 64 == 0 && word == ~uint64_t{0}) {  // a full word: no run through it
-      run = 0;
-      u += 63;
+  // Runs of used and free units a word at a time: a fragmented slab costs its runs, not its bits.
+  uint64_t run_start = 0, u = 0;
+  while (u < kUnits) {
+    const uint64_t bits = s.used[u / 64] >> (u % 64);
+    const uint64_t left = 64 - u % 64;  // units of this word from u on
+    if (bits & 1) {
+      const uint64_t used = std::min<uint64_t>(std::countr_one(bits), left);
+      u += used;
+      run_start = u;
       continue;
     }
-    if (word >> (u % 64) & 1) {
-      run = 0;
-    } else if (++run == units) {
-      return u + 1 - units;
-    }
+    const uint64_t free = std::min<uint64_t>(bits == 0 ? left : std::countr_zero(bits), left);
+    u += free;
+    if (u - run_start >= units) return run_start;
   }
   return kUnits;
 }
@@ -78,6 +82,15 @@ std::optional<SmallSlabs::Given> SmallSlabs::give(CUdeviceptr address) {
     }
   }
   return given;
+}
+
+CUdeviceptr SmallSlabs::drop_empty() {
+  const CUdeviceptr slab = empty_;
+  if (slab == 0) return 0;
+  slabs_.erase(slab);
+  if (last_ == slab) last_ = 0;
+  empty_ = 0;
+  return slab;
 }
 
 std::optional<CUdeviceptr> SmallSlabs::slab_of(CUdeviceptr address) const {

@@ -448,29 +448,61 @@ TEST_F(VmmAllocatorTest, SmallAllocationsShareASlab) {
 }
 
 // Past both limits a small allocation fails like any other and leaves nothing; a small
-// allocation whose slab is on the host is brought in by the window of a step that reaches it
-// (its address stands for the slab's range).
+// allocation whose slab is on the host is brought in by the window of a step that reaches it (its
+// address, inside the slab, stands for the slab's range), once for two of them in one step.
 TEST_F(VmmAllocatorTest, ASmallAllocationsSlabMovesForTheStepThatReachesIt) {
   VmmAllocator& a = make(2 * MiB, 4 * MiB);
   const CUdeviceptr big = allocate(2 * MiB);  // the whole pool
-  const CUdeviceptr s = allocate(1000);       // a slab on the host
-  EXPECT_EQ(chunks_of(s, 2 * MiB), std::make_pair(uint64_t{0}, 2 * MiB));
+  const CUdeviceptr first = allocate(1000);   // a slab on the host
+  const CUdeviceptr s = allocate(3000);       // inside it
+  ASSERT_EQ(s, first + 1024);
+  EXPECT_EQ(chunks_of(first, 2 * MiB), std::make_pair(uint64_t{0}, 2 * MiB));
   CUdeviceptr none = 0;
   EXPECT_EQ(a.allocate(AllocApi::cudaMalloc, 4 * MiB, 1, false, &none), CUDA_ERROR_OUT_OF_MEMORY);
   EXPECT_EQ(a.stats().slabs, 1u);
-  EXPECT_TRUE(g_fake->kernel_write(s, 1000, 9));
+  EXPECT_TRUE(g_fake->kernel_write(s, 3000, 9));
+  EXPECT_TRUE(g_fake->kernel_write(first, 1000, 7));
   EXPECT_TRUE(g_fake->kernel_write(big, 2 * MiB, 8));
-  const std::vector<CUdeviceptr> before = {big}, step = {s};
+  const std::vector<CUdeviceptr> before = {big}, step = {s, first};
   EXPECT_FALSE(a.residency().touch(1, before));  // on the GPU: no window
   ASSERT_TRUE(a.residency().touch(2, step));
   a.residency().make_resident(step, kStream);
-  EXPECT_EQ(chunks_of(s, 2 * MiB), std::make_pair(2 * MiB, uint64_t{0}));
+  EXPECT_EQ(chunks_of(first, 2 * MiB), std::make_pair(2 * MiB, uint64_t{0}));
   EXPECT_EQ(chunks_of(big, 2 * MiB), std::make_pair(uint64_t{0}, 2 * MiB));
-  EXPECT_EQ(g_fake->kernel_mismatches(s, 1000, 9), 0u);
+  EXPECT_EQ(a.residency().stats().ranges_restored, 1u);  // the slab once
+  EXPECT_EQ(g_fake->kernel_mismatches(s, 3000, 9), 0u);
+  EXPECT_EQ(g_fake->kernel_mismatches(first, 1000, 7), 0u);
   EXPECT_EQ(g_fake->kernel_mismatches(big, 2 * MiB, 8), 0u);
-  // Freed, its address no longer stands for the slab: a step reaching it is not ours.
+  // The slab back on the host: a step reaching s wants a window; freed, s stands for nothing.
+  ASSERT_EQ(a.residency().touch(3, before), true);
+  a.residency().make_resident(before, kStream);
+  ASSERT_EQ(chunks_of(first, 2 * MiB), std::make_pair(uint64_t{0}, 2 * MiB));
+  const std::vector<CUdeviceptr> only_s = {s};
+  EXPECT_TRUE(a.residency().touch(4, only_s));
   ASSERT_TRUE(a.free(s));
-  EXPECT_FALSE(a.residency().touch(3, step));
+  EXPECT_FALSE(a.residency().touch(5, only_s));
+}
+
+// The frees an out-of-memory answer waits for may make room in a slab: a small allocation takes
+// it rather than fail. And the empty slab kept for small allocations gives its chunk to an
+// allocation that needs it.
+TEST_F(VmmAllocatorTest, SmallAllocationsAndTheKeptSlabGiveWayBeforeOutOfMemory) {
+  VmmAllocator& a = make(2 * MiB, 0);
+  const CUdeviceptr p = allocate(MiB, AllocApi::cudaMallocAsync);
+  const CUdeviceptr q = allocate(MiB, AllocApi::cudaMallocAsync);
+  EXPECT_EQ(q, p + MiB);  // one slab, full: the pool too
+  ASSERT_TRUE(a.free_async(p, kStream));
+  const CUdeviceptr r = allocate(MiB, AllocApi::cudaMallocAsync);
+  EXPECT_EQ(r, p);  // p's share, once its free completed
+  EXPECT_EQ(a.stats().out_of_memory, 0u);
+  ASSERT_TRUE(a.free(q));
+  ASSERT_TRUE(a.free(r));
+  EXPECT_EQ(a.stats().slabs, 1u);  // empty, kept
+  const CUdeviceptr whole = allocate(2 * MiB);
+  EXPECT_NE(whole, 0u);
+  EXPECT_EQ(a.stats().slabs, 0u);
+  EXPECT_EQ(a.stats().out_of_memory, 0u);
+  EXPECT_EQ(chunks_of(whole, 2 * MiB), std::make_pair(2 * MiB, uint64_t{0}));
 }
 
 TEST_F(VmmAllocatorTest, StatsJsonHasTheSchemasFields) {

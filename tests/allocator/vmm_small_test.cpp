@@ -79,6 +79,36 @@ TEST(SmallSlabs, AFullSlabSendsTheNextToAnotherAndOneEmptySlabIsKept) {
   EXPECT_FALSE(s.give(c1)->release_slab);  // the only empty one now
 }
 
+TEST(SmallSlabs, TheKeptEmptySlabCanBeDropped) {
+  SmallSlabs s;
+  EXPECT_EQ(s.drop_empty(), 0u);
+  s.add_slab(kA);
+  const CUdeviceptr a = s.take(100);
+  EXPECT_EQ(s.drop_empty(), 0u);  // not empty
+  EXPECT_FALSE(s.give(a)->release_slab);
+  EXPECT_EQ(s.drop_empty(), kA);
+  EXPECT_EQ(s.slabs(), 0u);
+  EXPECT_EQ(s.take(100), 0u);  // gone
+}
+
+// First fit over a fragmented slab: every other unit taken, then a run of two found only past
+// them; runs crossing word boundaries count.
+TEST(SmallSlabs, RunsAcrossWordsAndFragments) {
+  SmallSlabs s;
+  s.add_slab(kA);
+  std::vector<CUdeviceptr> units;
+  for (int i = 0; i < 200; ++i) units.push_back(s.take(512));
+  for (int i = 0; i < 200; i += 2) s.give(units[i]);
+  EXPECT_EQ(s.take(1024), kA + 200 * 512);  // no two free units in a row among the first 200
+  EXPECT_EQ(s.take(512), kA);               // one unit: the first hole
+  // Odd units 61-65 freed beside the even ones: units 60-66 free, over the first word's end; a
+  // run of 3 units starts at 60.
+  for (int i = 61; i <= 65; i += 2) s.give(units[i]);
+  EXPECT_EQ(s.take(1536), kA + 60 * 512);
+  EXPECT_EQ(s.take(2048), kA + 63 * 512);   // 4 units: the rest of that run
+  EXPECT_EQ(s.take(2048), kA + 202 * 512);  // and then only past the 200
+}
+
 TEST(SmallSlabs, RandomAllocationsNeverOverlapAndStayInTheirSlab) {
   std::mt19937_64 rng(7);
   SmallSlabs s;

@@ -8,12 +8,16 @@
 //     (vmm_small.h). Chunks come from the GPU pool while it has room (the budget), then from the
 //     host (the host limit); later moves are residency()'s. Past both limits:
 //     CUDA_ERROR_OUT_OF_MEMORY, counted, with nothing left behind; before giving that answer, the
-//     stream-ordered frees still pending are waited for and the allocation is tried once more. The
-//     record goes into the Registry with a fresh BufferId (the same numbering as engine um).
+//     stream-ordered frees still pending are waited for and the allocation is tried once more
+//     (then once more without the empty slab kept for small ones). The record goes into the
+//     Registry with a fresh BufferId (the same numbering as engine um). A small allocation is not
+//     the base of a range: the driver's cuMemGetAddressRange and pointer range attributes answer
+//     its slab.
 //   * free(): for a base this allocator handed out and that is not freed yet: the device is
 //     synchronized first (cuCtxSynchronize, as cudaFree/cuMemFree synchronize: no kernel still
-//     uses the range), then the range is released. Anything else: nullopt, and the caller hands
-//     the pointer to the real driver.
+//     uses the range), then the range is released (a small allocation's share of its slab; the
+//     slab once empty, but for one kept). Anything else: nullopt, and the caller hands the pointer
+//     to the real driver.
 //   * free_async(): likewise, but the range is not released while `stream` may still use it: an
 //     event is recorded on the stream and the range released once the event has completed (seen
 //     by poll(), which every allocate(), free(), free_async() and mem_get_info() runs first, and

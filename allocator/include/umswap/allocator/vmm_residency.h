@@ -27,9 +27,10 @@
 //   * alias(address, range) / unalias(address): a small allocation at `address` lives in the
 //     range at `range` (a slab of vmm_small.h); a step reaching it reaches that range, until
 //     unalias() at its free. Any thread.
-//   * Bases that are not ranges of the arena are ignored. Never throws but std::bad_alloc.
+//   * Bases that are neither ranges of the arena nor aliases are ignored. Never throws but
+//     std::bad_alloc.
 // Thread safety: every member may be called from any thread (one mutex, held across a window's
-// moves; forget() waits for it).
+// moves; forget() waits for it; alias() and unalias() do not).
 #pragma once
 
 #include <cuda.h>
@@ -104,8 +105,11 @@ class VmmResidency {
   vmm::ChunkArena& arena_;
   mutable std::mutex mutex_;
   std::unordered_map<CUdeviceptr, Entry> entries_;
-  std::unordered_map<CUdeviceptr, CUdeviceptr> alias_;  // small allocation -> its slab's range
-  std::vector<CUdeviceptr> canon_;
+  // Small allocation -> its slab's range. Under alias_mutex_ alone (taken after mutex_ when
+  // both are), so that allocations and frees never wait for a window.
+  std::mutex alias_mutex_;
+  std::unordered_map<CUdeviceptr, CUdeviceptr> alias_;
+  std::vector<CUdeviceptr> canon_;  // canonical()'s answer, under mutex_
   std::vector<Step> history_;
   uint64_t steps_ = 0;      // steps recorded; the current one is steps_ - 1
   uint64_t period_ = 0;     // 0: none found

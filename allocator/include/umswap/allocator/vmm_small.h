@@ -41,9 +41,12 @@ class SmallSlabs {
   };
   // Gives back the allocation at `address` (from take()); nullopt when it is none.
   std::optional<Given> give(CUdeviceptr address);
+  // Forgets the one empty slab kept and returns its base for the caller to release (0: none):
+  // an allocation that needs its chunk.
+  CUdeviceptr drop_empty();
   // The slab of a live small allocation at `address`.
   std::optional<CUdeviceptr> slab_of(CUdeviceptr address) const;
-  uint64_t slabs() const { return slabs_.size(); }
+  uint64_t slabs() const { return slabs_.size(); }  // the kept empty one included
   uint64_t live() const { return live_.size(); }
   uint64_t live_bytes() const { return live_bytes_; }  // as asked
 

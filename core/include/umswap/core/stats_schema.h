@@ -193,7 +193,8 @@ inline constexpr Field kFields[] = {
      "Allocations of at most 1 MiB served from a slab: a 2 MiB range shared with other small "
      "ones (they move together), in all."},
     {"vmm.slabs", Kind::diagnostic, "integer", detail::kVmmAllocator,
-     "Slabs live at the end of the run."},
+     "Slabs live at the end of the run (the one empty slab kept for the next small allocation "
+     "included)."},
 
     {"advisor", Kind::user, "object", detail::kAdvisor,
      "The advisor, in modes online and replay; absent in the others."},

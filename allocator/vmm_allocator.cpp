@@ -332,6 +332,11 @@ CUresult VmmAllocator::mem_get_info(size_t* free, size_t* total) {
   return CUDA_SUCCESS;
 }
 
+std::pair<uint64_t, uint64_t> VmmAllocator::bytes_moved() const {
+  const vmm::ArenaStats a = arena_.stats();
+  return {a.bytes_to_gpu, a.bytes_to_host};
+}
+
 VmmAllocatorStats VmmAllocator::stats() const {
   VmmAllocatorStats s;
   for (int i = 0; i < kAllocApiCount; ++i) s.allocations[i] = allocations_[i].load();

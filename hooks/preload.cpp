@@ -687,6 +687,26 @@ void Preload::write_stats_at_exit() {
   } else if (summary) {
     j[schema::kIterations.path] = advisor::iterations_json(*summary);
   }
+  if (summary && vmm_observer_ && j.contains(schema::kIterations.path)) {
+    // Engine vmm's windows by iteration: what a plan's windows are judged by.
+    std::vector<uint64_t> first, count;
+    for (const trace::Iteration& it : summary->trace.iterations) {
+      first.push_back(it.first_step);
+      count.push_back(it.step_count);
+    }
+    const std::vector<WindowRecord> records = vmm_observer_->log().records();
+    const std::vector<IterationWindows> by = windows_by_iteration(first, count, records);
+    nlohmann::json& its = j[schema::kIterations.path];
+    for (size_t i = 0; i < its.size() && i < by.size(); ++i) {
+      its[i][schema::iterations::kVmmWindows.name()] = by[i].windows;
+      its[i][schema::iterations::kVmmWindowMs.name()] = by[i].ms;
+      its[i][schema::iterations::kVmmBytesToGpu.name()] = by[i].bytes_to_gpu;
+      its[i][schema::iterations::kVmmBytesToHost.name()] = by[i].bytes_to_host;
+    }
+    if (const uint64_t dropped = vmm_observer_->log().dropped()) {
+      j[schema::kVmm.path]["windows_not_logged"] = dropped;
+    }
+  }
   if (const int error = exit_error_.load(std::memory_order_relaxed); error != CUDA_SUCCESS) {
     // The program's GPU work failed: what umswap did to its memory last, to tell whether it
     // had a part in it.

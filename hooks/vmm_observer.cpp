@@ -24,7 +24,7 @@ uint64_t ns_between(std::chrono::steady_clock::time_point from,
 VmmObserver::VmmObserver(const VmmObserverDriver& driver, VmmAllocator* (*allocator)())
     : driver_(driver), allocator_(allocator) {}
 
-void VmmObserver::on_step(uint64_t /*index*/, uint32_t key, CUstream /*stream*/,
+void VmmObserver::on_step(uint64_t index, uint32_t key, CUstream /*stream*/,
                           const std::vector<tracer::PointerHit>* hits) {
   if (!finished_.load(std::memory_order_relaxed)) {
     VmmAllocator* allocator = allocator_cached_;
@@ -38,13 +38,13 @@ void VmmObserver::on_step(uint64_t /*index*/, uint32_t key, CUstream /*stream*/,
           }
         }
       }
-      if (allocator->residency().touch(key, bases_)) window(*allocator);
+      if (allocator->residency().touch(key, bases_)) window(*allocator, index);
     }
   }
   hold_.enter();
 }
 
-void VmmObserver::window(VmmAllocator& allocator) {
+void VmmObserver::window(VmmAllocator& allocator, uint64_t launch) {
   // Synchronizing the context would invalidate a capture in the global mode: while one is open
   // the step reaches its ranges where they are (over the link). Asked before the hold (no wait
   // for nothing) and again once it is open (a capture begun meanwhile).
@@ -81,12 +81,15 @@ void VmmObserver::window(VmmAllocator& allocator) {
   if (!stream_ && driver_.stream_create(&stream_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
     stream_ = nullptr;  // the copies go on the legacy stream: the GPU is idle either way
   }
+  const auto [in_before, out_before] = allocator.bytes_moved();
   allocator.residency().make_resident(bases_, stream_);
   allocator.note_peaks();
+  const auto [in_after, out_after] = allocator.bytes_moved();
   hold_.close();
   // Windows that moved, in all and by part (one abandoned or skipped counts in none).
-  window_ns_.fetch_add(ns_between(started, std::chrono::steady_clock::now()),
-                       std::memory_order_relaxed);
+  const uint64_t ns = ns_between(started, std::chrono::steady_clock::now());
+  window_ns_.fetch_add(ns, std::memory_order_relaxed);
+  log_.add({launch, ns, in_after - in_before, out_after - out_before});
   open_ns_.fetch_add(ns_between(started, opened), std::memory_order_relaxed);
   drain_ns_.fetch_add(ns_between(drain, idle), std::memory_order_relaxed);
 }

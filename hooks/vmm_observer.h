@@ -37,6 +37,7 @@
 
 #include "umswap/allocator/submission_hold.h"
 #include "umswap/allocator/vmm_allocator.h"
+#include "umswap/allocator/vmm_window_log.h"
 #include "umswap/tracer/step_recorder.h"
 
 namespace umswap {
@@ -71,9 +72,11 @@ class VmmObserver final : public tracer::LaunchObserver {
   void on_capture_begin() override;
 
   VmmWindowStats stats() const;
+  // Each window that moved: the launch it held, its time and bytes (stats iterations[].vmm_*).
+  const WindowLog& log() const { return log_; }
 
  private:
-  void window(VmmAllocator& allocator);
+  void window(VmmAllocator& allocator, uint64_t launch);
 
   const VmmObserverDriver driver_;
   VmmAllocator* (*const allocator_)();
@@ -89,6 +92,7 @@ class VmmObserver final : public tracer::LaunchObserver {
   std::atomic<uint64_t> window_ns_{0};
   std::atomic<uint64_t> open_ns_{0};
   std::atomic<uint64_t> drain_ns_{0};
+  WindowLog log_;
 };
 
 }  // namespace umswap

@@ -328,6 +328,14 @@ inline constexpr Field kFields[] = {
     {"iterations[].peak_resident_bytes", Kind::user, "integer", detail::kIterations,
      "Most managed bytes on the GPU at once in the iteration, counted (with CUPTI's "
      "unified-memory counters only)."},
+    {"iterations[].vmm_windows", Kind::diagnostic, "integer", detail::kPreload,
+     "Engine vmm: windows in the iteration (the program held, the GPU drained, ranges moved)."},
+    {"iterations[].vmm_window_ms", Kind::diagnostic, "number", detail::kPreload,
+     "Engine vmm: milliseconds those windows held the program."},
+    {"iterations[].vmm_bytes_to_gpu", Kind::diagnostic, "integer", detail::kPreload,
+     "Engine vmm: bytes those windows moved from host chunks to GPU chunks."},
+    {"iterations[].vmm_bytes_to_host", Kind::diagnostic, "integer", detail::kPreload,
+     "Engine vmm: bytes those windows moved from GPU chunks to host chunks."},
 
     {"detection", Kind::diagnostic, "object", detail::kPreload,
      "The tracer's iteration detection; absent when the tracer did not run."},
@@ -579,6 +587,10 @@ namespace iterations {  // of each element
 inline constexpr const Field& kIndex = field("iterations[].index");
 inline constexpr const Field& kFirstStep = field("iterations[].first_step");
 inline constexpr const Field& kWallMs = field("iterations[].wall_ms");
+inline constexpr const Field& kVmmWindows = field("iterations[].vmm_windows");
+inline constexpr const Field& kVmmWindowMs = field("iterations[].vmm_window_ms");
+inline constexpr const Field& kVmmBytesToGpu = field("iterations[].vmm_bytes_to_gpu");
+inline constexpr const Field& kVmmBytesToHost = field("iterations[].vmm_bytes_to_host");
 inline constexpr const Field& kGpuPageFaults = field("iterations[].gpu_page_faults");
 inline constexpr const Field& kBytesHtod = field("iterations[].bytes_htod");
 inline constexpr const Field& kBytesDtoh = field("iterations[].bytes_dtoh");

@@ -333,8 +333,7 @@ CUresult VmmAllocator::mem_get_info(size_t* free, size_t* total) {
 }
 
 std::pair<uint64_t, uint64_t> VmmAllocator::bytes_moved() const {
-  const vmm::ArenaStats a = arena_.stats();
-  return {a.bytes_to_gpu, a.bytes_to_host};
+  return arena_.bytes_moved();
 }
 
 VmmAllocatorStats VmmAllocator::stats() const {

@@ -1,15 +1,20 @@
 #include "umswap/allocator/vmm_window_log.h"
 
 #include <algorithm>
+#include <new>
 
 namespace umswap {
 
 void WindowLog::add(const WindowRecord& record) {
   std::lock_guard lock(mutex_);
-  if (records_.size() < kMaxRecords) {
-    records_.push_back(record);
-  } else {
+  if (records_.size() >= kMaxRecords) {
     ++dropped_;
+    return;
+  }
+  try {
+    records_.push_back(record);
+  } catch (const std::bad_alloc&) {
+    ++dropped_;  // inside the driver's launch callback: never throw out of it
   }
 }
 

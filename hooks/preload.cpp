@@ -687,8 +687,10 @@ void Preload::write_stats_at_exit() {
   } else if (summary) {
     j[schema::kIterations.path] = advisor::iterations_json(*summary);
   }
-  if (summary && vmm_observer_ && j.contains(schema::kIterations.path)) {
-    // Engine vmm's windows by iteration: what a plan's windows are judged by.
+  // Engine vmm's windows by iteration (what a plan's windows are judged by): the windows carry
+  // the tracer's launch count, which numbers the trace's steps only while every step was logged.
+  if (summary && vmm_observer_ && j.contains(schema::kIterations.path) &&
+      vmm_observer_->launches_seen() == summary->trace.steps.size()) {
     std::vector<uint64_t> first, count;
     for (const trace::Iteration& it : summary->trace.iterations) {
       first.push_back(it.first_step);

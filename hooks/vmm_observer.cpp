@@ -26,6 +26,7 @@ VmmObserver::VmmObserver(const VmmObserverDriver& driver, VmmAllocator* (*alloca
 
 void VmmObserver::on_step(uint64_t index, uint32_t key, CUstream /*stream*/,
                           const std::vector<tracer::PointerHit>* hits) {
+  launches_seen_.store(index + 1, std::memory_order_relaxed);
   if (!finished_.load(std::memory_order_relaxed)) {
     VmmAllocator* allocator = allocator_cached_;
     if (!allocator) allocator = allocator_cached_ = allocator_();  // made once, never freed

@@ -74,6 +74,9 @@ class VmmObserver final : public tracer::LaunchObserver {
   VmmWindowStats stats() const;
   // Each window that moved: the launch it held, its time and bytes (stats iterations[].vmm_*).
   const WindowLog& log() const { return log_; }
+  // Steps seen (the tracer's launch count): the trace's step numbers are these only while the
+  // tracer logged every step, which the stats check before summing windows per iteration.
+  uint64_t launches_seen() const { return launches_seen_.load(std::memory_order_relaxed); }
 
  private:
   void window(VmmAllocator& allocator, uint64_t launch);
@@ -93,6 +96,7 @@ class VmmObserver final : public tracer::LaunchObserver {
   std::atomic<uint64_t> open_ns_{0};
   std::atomic<uint64_t> drain_ns_{0};
   WindowLog log_;
+  std::atomic<uint64_t> launches_seen_{0};
 };
 
 }  // namespace umswap

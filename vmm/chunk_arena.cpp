@@ -573,6 +573,11 @@ bool ChunkArena::on_gpu(CUdeviceptr address) const {
   return info && info->gpu_bytes == info->reserved;
 }
 
+std::pair<uint64_t, uint64_t> ChunkArena::bytes_moved() const {
+  std::lock_guard lock(mutex_);
+  return {stats_.bytes_to_gpu, stats_.bytes_to_host};
+}
+
 ArenaStats ChunkArena::stats() const {
   std::lock_guard lock(mutex_);
   ArenaStats s = stats_;

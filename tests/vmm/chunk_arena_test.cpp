@@ -13,6 +13,7 @@
 #include <optional>
 #include <ostream>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "fake_vmm_driver.h"
@@ -105,6 +106,7 @@ TEST_F(ChunkArenaTest, DataSurvivesEvictAndRestore) {
   EXPECT_EQ(s.copies_to_gpu, 4u);
   EXPECT_EQ(s.bytes_to_host, 4 * kChunk);
   EXPECT_EQ(s.bytes_to_gpu, 4 * kChunk);
+  EXPECT_EQ(a.bytes_moved(), std::make_pair(s.bytes_to_gpu, s.bytes_to_host));
   EXPECT_EQ(s.remaps, 8u);
   EXPECT_EQ(s.chunks_mapped, 4u);
   EXPECT_EQ(s.failures, 0u);

@@ -3,8 +3,9 @@
 // cost (iterations[].vmm_*: the figures a plan's windows are judged by, which a run's totals hide
 // behind its learning iterations).
 //
-// WindowLog: bounded (kMaxRecords; a window past it is counted in dropped() only). Thread safety:
-// add() and the readers from any thread (one mutex). windows_by_iteration(): pure.
+// WindowLog: bounded (kMaxRecords; a window past it, or one whose record could not be stored, is
+// counted in dropped() only; add() never throws). Thread safety: add() and the readers from any
+// thread (one mutex). windows_by_iteration(): pure.
 #pragma once
 
 #include <cstdint>

@@ -329,7 +329,8 @@ inline constexpr Field kFields[] = {
      "Most managed bytes on the GPU at once in the iteration, counted (with CUPTI's "
      "unified-memory counters only)."},
     {"iterations[].vmm_windows", Kind::diagnostic, "integer", detail::kPreload,
-     "Engine vmm: windows in the iteration (the program held, the GPU drained, ranges moved)."},
+     "Engine vmm: windows in the iteration (the program held, the GPU drained, ranges moved); "
+     "absent, with the other vmm_ fields, when the tracer did not log every step."},
     {"iterations[].vmm_window_ms", Kind::diagnostic, "number", detail::kPreload,
      "Engine vmm: milliseconds those windows held the program."},
     {"iterations[].vmm_bytes_to_gpu", Kind::diagnostic, "integer", detail::kPreload,

@@ -237,6 +237,8 @@ class ChunkArena {
   // when no whole block can be had). True outside live ranges (nothing to take).
   bool fits_on_gpu(CUdeviceptr address) const;
   ArenaStats stats() const;
+  // stats()'s bytes_to_gpu and bytes_to_host alone (no walk over the ranges).
+  std::pair<uint64_t, uint64_t> bytes_moved() const;
 
  private:
   struct Slot {

@@ -89,12 +89,13 @@ nlohmann::json to_json(const VmmAllocatorStats& s) {
 
 VmmAllocator::VmmAllocator(const vmm::VmmDriver& arena_driver, const VmmSyncDriver& sync,
                            Registry& registry, CUdevice device, uint64_t gpu_limit_bytes,
-                           uint64_t host_limit_bytes)
+                           uint64_t host_limit_bytes, uint32_t chunks_per_block)
     : sync_(sync),
       registry_(registry),
       device_(device),
       arena_(arena_driver, device, gpu_limit_bytes, host_limit_bytes,
-             vmm::ChunkArena::chunks_per_block_for(gpu_limit_bytes)) {}
+             chunks_per_block ? chunks_per_block
+                              : vmm::ChunkArena::chunks_per_block_for(gpu_limit_bytes)) {}
 
 VmmAllocator::~VmmAllocator() {
   drain();

@@ -43,7 +43,6 @@ CUdeviceptr SmallSlabs::take(uint64_t bytes) {
     mark(s, first, units, true);
     const CUdeviceptr address = it->first + first * kUnit;
     live_[address] = {it->first, static_cast<uint32_t>(first), static_cast<uint32_t>(units), bytes};
-    live_bytes_ += bytes;
     last_ = it->first;
     if (empty_ == it->first) empty_ = 0;
     return address;
@@ -68,7 +67,6 @@ std::optional<SmallSlabs::Given> SmallSlabs::give(CUdeviceptr address) {
   if (it == live_.end()) return std::nullopt;
   const Live l = it->second;
   live_.erase(it);
-  live_bytes_ -= l.bytes;
   Slab& s = slabs_.at(l.slab);
   mark(s, l.first, l.units, false);
   Given given{l.slab, false};
@@ -91,6 +89,12 @@ CUdeviceptr SmallSlabs::drop_empty() {
   if (last_ == slab) last_ = 0;
   empty_ = 0;
   return slab;
+}
+
+uint64_t SmallSlabs::live_bytes() const {
+  uint64_t bytes = 0;
+  for (const auto& [address, l] : live_) bytes += l.bytes;
+  return bytes;
 }
 
 std::optional<CUdeviceptr> SmallSlabs::slab_of(CUdeviceptr address) const {

@@ -1,6 +1,6 @@
 // Engine vmm's moves, simulated on a recorded trace (issue 38): replays every launch of a trace
-// that `umswap record` wrote through VmmResidency and a ChunkArena over the vmm tests' fake
-// driver (tests/vmm/fake_vmm_driver.h, with no bytes kept), as engine vmm would run them, and
+// that `umswap record` wrote through engine vmm's VmmAllocator (its ChunkArena and VmmResidency)
+// over the vmm tests' fake driver (tests/vmm/fake_vmm_driver.h, with no bytes kept), and
 // prints per budget the windows, bytes moved each way and bytes left short an iteration, beside
 // what the planner's per-launch plan and plan_windows() (fill 0.6) would move. CPU only: a
 // policy is tried here before any GPU time is spent on it.
@@ -18,8 +18,8 @@
 // Ranges as engine vmm makes them: a block of a slab (a stream-ordered allocation the trace
 // lists with lifetimes) is a range from its allocation to its free; any other buffer (PyTorch's
 // default allocator's segments, whatever blocks the trace lists in them) is one range for the
-// whole trace; either, at most 1 MiB, is a share of a 2 MiB slab range
-// (allocator/include/umswap/allocator/vmm_small.h). An access to a slab outside its live blocks is
+// whole trace; either, at most 1 MiB, is a share of a 2 MiB slab range, as the allocator serves
+// it. An access to a slab outside its live blocks is
 // left out (counted). What a real run has and this does not: launch order across threads, kernels
 // reading host chunks over the link, and the time; the bytes and windows are the moves' own.
 //
@@ -40,8 +40,7 @@
 #include "umswap/advisor/planner.h"
 #include "umswap/advisor/replay.h"
 #include "umswap/advisor/window_plan.h"
-#include "umswap/allocator/vmm_residency.h"
-#include "umswap/allocator/vmm_small.h"
+#include "umswap/allocator/vmm_allocator.h"
 #include "umswap/core/trace_file.h"
 #include "umswap/core/trace_iterations.h"
 #include "umswap/vmm/chunk_arena.h"
@@ -70,20 +69,37 @@ struct Sim {
   uint64_t windows = 0;
 };
 
+// Events and synchronizations for a replay with nothing running: every one has completed.
+VmmSyncDriver always_done() {
+  VmmSyncDriver d;
+  d.event_create = [](CUevent* e, unsigned) {
+    *e = reinterpret_cast<CUevent>(uintptr_t{1});
+    return CUDA_SUCCESS;
+  };
+  d.event_record = [](CUevent, CUstream) { return CUDA_SUCCESS; };
+  d.event_query = [](CUevent) { return CUDA_SUCCESS; };
+  d.event_synchronize = [](CUevent) { return CUDA_SUCCESS; };
+  d.event_destroy = [](CUevent) { return CUDA_SUCCESS; };
+  d.stream_synchronize = [](CUstream) { return CUDA_SUCCESS; };
+  d.ctx_synchronize = [] { return CUDA_SUCCESS; };
+  return d;
+}
+
 Sim simulate(const trace::Trace& t, uint64_t budget, uint32_t chunks_per_block, bool reuse) {
   vmm::fake::g_fake = std::make_unique<vmm::fake::Fake>();
   vmm::fake::g_fake->no_data = true;
   vmm::fake::g_fake->reuse_addresses = reuse;
   const CUstream stream = reinterpret_cast<CUstream>(uintptr_t{0x5a});
   vmm::fake::g_fake->stream = stream;
-  const uint32_t per =
-      chunks_per_block ? chunks_per_block : vmm::ChunkArena::chunks_per_block_for(budget);
   Sim sim;
   {
-    vmm::ChunkArena arena(vmm::fake::fake_driver(), vmm::fake::g_fake->device, budget,
-                          uint64_t{1} << 40, per);
-    VmmResidency residency(arena);
-    sim.block_bytes = arena.block_bytes();
+    // Engine vmm's allocator itself (slabs for small allocations included), over the fake
+    // driver and events that have always completed.
+    Registry registry;
+    VmmAllocator allocator(vmm::fake::fake_driver(), always_done(), registry,
+                           vmm::fake::g_fake->device, budget, uint64_t{1} << 40, chunks_per_block);
+    VmmResidency& residency = allocator.residency();
+    sim.block_bytes = allocator.stats().arena.block_bytes;
     // Live blocks of slabs: buffer -> offset -> (length, range base); whole buffers: range base.
     std::vector<std::map<uint64_t, std::pair<uint64_t, CUdeviceptr>>> blocks(t.buffers.size());
     std::vector<bool> has_lifetimes(t.buffers.size(), false);
@@ -105,38 +121,15 @@ Sim simulate(const trace::Trace& t, uint64_t budget, uint32_t chunks_per_block, 
         last_access[t.accesses[a].buffer] = s;
       }
     }
-    // As VmmAllocator: an allocation of at most 1 MiB shares a slab (vmm_small.h).
-    SmallSlabs small;
-    auto range = [&](uint64_t bytes) {
-      CUdeviceptr p = 0;
-      return arena.allocate(bytes, &p) == CUDA_SUCCESS ? p : CUdeviceptr{0};
-    };
     auto allocate = [&](uint64_t bytes) {
       CUdeviceptr p = 0;
-      if (SmallSlabs::small(bytes)) {
-        p = small.take(bytes);
-        if (p == 0) {
-          if (const CUdeviceptr slab = range(SmallSlabs::kSlab)) {
-            small.add_slab(slab);
-            p = small.take(bytes);
-          }
-        }
-        if (p != 0) residency.alias(p, *small.slab_of(p));
-      } else {
-        p = range(bytes);
+      if (allocator.allocate(AllocApi::cudaMalloc, bytes, 0, false, &p) != CUDA_SUCCESS) {
+        ++sim.allocation_failures;
+        return CUdeviceptr{0};
       }
-      if (p == 0) ++sim.allocation_failures;
       return p;
     };
-    auto release = [&](CUdeviceptr p) {
-      if (const std::optional<SmallSlabs::Given> given = small.give(p)) {
-        residency.unalias(p);
-        if (!given->release_slab) return;
-        p = given->slab;
-      }
-      arena.release(p);
-      residency.forget(p);
-    };
+    auto release = [&](CUdeviceptr p) { allocator.free(p); };
     // The iteration each step is in (none before the first).
     std::vector<int64_t> iteration_of(t.steps.size(), -1);
     for (size_t i = 0; i < t.iterations.size(); ++i) {
@@ -148,10 +141,10 @@ Sim simulate(const trace::Trace& t, uint64_t budget, uint32_t chunks_per_block, 
     }
     Totals counted;
     int64_t current = -1;
-    vmm::ArenaStats at_start = arena.stats();
+    vmm::ArenaStats at_start = allocator.stats().arena;
     ResidencyStats res_start = residency.stats();
     auto add_iteration = [&] {
-      const vmm::ArenaStats a = arena.stats();
+      const vmm::ArenaStats a = allocator.stats().arena;
       const ResidencyStats r = residency.stats();
       counted.windows += r.steps_held - res_start.steps_held;
       counted.to_gpu += a.bytes_to_gpu - at_start.bytes_to_gpu;
@@ -178,7 +171,7 @@ Sim simulate(const trace::Trace& t, uint64_t budget, uint32_t chunks_per_block, 
       if (iteration_of[s] != current) {
         if (current > 0) add_iteration();
         current = iteration_of[s];
-        at_start = arena.stats();
+        at_start = allocator.stats().arena;
         res_start = residency.stats();
       }
       const trace::Step& step = t.steps[s];

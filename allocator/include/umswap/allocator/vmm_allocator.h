@@ -120,9 +120,11 @@ uint64_t vmm_default_host_limit(uint64_t host_available);
 
 class VmmAllocator {
  public:
-  // The arena is made here with no driver call (its pools' windows are reserved on first use).
+  // The arena is made here with no driver call (its pools' windows are reserved on first use),
+  // in blocks of `chunks_per_block` chunks (0: ChunkArena::chunks_per_block_for the pool).
   VmmAllocator(const vmm::VmmDriver& arena_driver, const VmmSyncDriver& sync, Registry& registry,
-               CUdevice device, uint64_t gpu_limit_bytes, uint64_t host_limit_bytes);
+               CUdevice device, uint64_t gpu_limit_bytes, uint64_t host_limit_bytes,
+               uint32_t chunks_per_block = 0);
   // Drains the pending frees; the arena then releases what is left.
   ~VmmAllocator();
   VmmAllocator(const VmmAllocator&) = delete;

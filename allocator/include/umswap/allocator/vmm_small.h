@@ -48,7 +48,7 @@ class SmallSlabs {
   std::optional<CUdeviceptr> slab_of(CUdeviceptr address) const;
   uint64_t slabs() const { return slabs_.size(); }  // the kept empty one included
   uint64_t live() const { return live_.size(); }
-  uint64_t live_bytes() const { return live_bytes_; }  // as asked
+  uint64_t live_bytes() const;  // as asked (a sum over the live allocations)
 
  private:
   static constexpr uint64_t kUnits = kSlab / kUnit;
@@ -69,7 +69,6 @@ class SmallSlabs {
   std::unordered_map<CUdeviceptr, Live> live_;
   CUdeviceptr last_ = 0;   // the slab last taken from (0: none)
   CUdeviceptr empty_ = 0;  // the one empty slab kept (0: none)
-  uint64_t live_bytes_ = 0;
 };
 
 }  // namespace umswap

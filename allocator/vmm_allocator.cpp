@@ -1,6 +1,7 @@
 #include "umswap/allocator/vmm_allocator.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "umswap/core/stats_schema.h"
 
@@ -49,6 +50,8 @@ nlohmann::json to_json(const VmmAllocatorStats& s) {
       {"frees", s.frees},
       {"frees_deferred", s.frees_deferred},
       {"frees_synchronized", s.frees_synchronized},
+      {"allocate_ms", s.allocate_ms},
+      {"free_ms", s.free_ms},
       {"pending_frees", s.pending_frees},
       {"live_buffers", s.live_buffers},
       {schema::kOutOfMemory.name(), s.out_of_memory},
@@ -87,6 +90,26 @@ nlohmann::json to_json(const VmmAllocatorStats& s) {
   };
 }
 
+namespace {
+// Adds the time from its making to its end to `ns`.
+class Timed {
+ public:
+  explicit Timed(std::atomic<uint64_t>& ns) : ns_(ns), start_(std::chrono::steady_clock::now()) {}
+  ~Timed() {
+    ns_.fetch_add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                            std::chrono::steady_clock::now() - start_)
+                                            .count()),
+                  std::memory_order_relaxed);
+  }
+  Timed(const Timed&) = delete;
+  Timed& operator=(const Timed&) = delete;
+
+ private:
+  std::atomic<uint64_t>& ns_;
+  std::chrono::steady_clock::time_point start_;
+};
+}  // namespace
+
 VmmAllocator::VmmAllocator(const vmm::VmmDriver& arena_driver, const VmmSyncDriver& sync,
                            Registry& registry, CUdevice device, uint64_t gpu_limit_bytes,
                            uint64_t host_limit_bytes, uint32_t chunks_per_block)
@@ -103,6 +126,7 @@ VmmAllocator::~VmmAllocator() {
 
 CUresult VmmAllocator::allocate(AllocApi api, size_t bytes, CallSiteId site, bool from_pool,
                                 CUdeviceptr* out) {
+  const Timed timed(allocate_ns_);
   poll();
   CUdeviceptr ptr = 0;
   const bool small = SmallSlabs::small(bytes);
@@ -218,6 +242,7 @@ CUresult VmmAllocator::allocate_pitch(AllocApi api, size_t width, size_t height,
 }
 
 std::optional<CUresult> VmmAllocator::free(CUdeviceptr ptr) {
+  const Timed timed(free_ns_);
   poll();
   const std::optional<BufferRecord> record = registry_.remove(ptr);
   if (!record) return std::nullopt;
@@ -230,6 +255,7 @@ std::optional<CUresult> VmmAllocator::free(CUdeviceptr ptr) {
 }
 
 std::optional<CUresult> VmmAllocator::free_async(CUdeviceptr ptr, CUstream stream) {
+  const Timed timed(free_ns_);
   poll();
   const std::optional<BufferRecord> record = registry_.remove(ptr);
   if (!record) return std::nullopt;
@@ -342,6 +368,8 @@ VmmAllocatorStats VmmAllocator::stats() const {
   for (int i = 0; i < kAllocApiCount; ++i) s.allocations[i] = allocations_[i].load();
   s.frees = frees_.load();
   s.frees_deferred = frees_deferred_.load();
+  s.allocate_ms = static_cast<double>(allocate_ns_.load()) / 1e6;
+  s.free_ms = static_cast<double>(free_ns_.load()) / 1e6;
   s.frees_synchronized = frees_synchronized_.load();
   {
     std::lock_guard lock(pending_mutex_);

@@ -562,6 +562,7 @@ void Preload::write_stats_at_exit() {
       j[schema::kVmm.path]["window_ms"] = w.window_ms;
       j[schema::kVmm.path][schema::vmm::kWindowOpenMs.name()] = w.open_ms;
       j[schema::kVmm.path][schema::vmm::kWindowDrainMs.name()] = w.drain_ms;
+      j[schema::kVmm.path]["step_ms"] = w.step_ms;
     }
   }
   if (const std::string yielded = tracer::yielded_cupti_to(); !yielded.empty()) {

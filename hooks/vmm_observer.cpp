@@ -27,6 +27,7 @@ VmmObserver::VmmObserver(const VmmObserverDriver& driver, VmmAllocator* (*alloca
 void VmmObserver::on_step(uint64_t index, uint32_t key, CUstream /*stream*/,
                           const std::vector<tracer::PointerHit>* hits) {
   launches_seen_.store(index + 1, std::memory_order_relaxed);
+  const auto entered = std::chrono::steady_clock::now();
   if (!finished_.load(std::memory_order_relaxed)) {
     VmmAllocator* allocator = allocator_cached_;
     if (!allocator) allocator = allocator_cached_ = allocator_();  // made once, never freed
@@ -42,6 +43,8 @@ void VmmObserver::on_step(uint64_t index, uint32_t key, CUstream /*stream*/,
       if (allocator->residency().touch(key, bases_)) window(*allocator, index);
     }
   }
+  step_ns_.fetch_add(ns_between(entered, std::chrono::steady_clock::now()),
+                     std::memory_order_relaxed);
   hold_.enter();
 }
 
@@ -127,6 +130,7 @@ VmmWindowStats VmmObserver::stats() const {
   s.window_ms = ms(window_ns_);
   s.open_ms = ms(open_ns_);
   s.drain_ms = ms(drain_ns_);
+  s.step_ms = ms(step_ns_);
   return s;
 }
 

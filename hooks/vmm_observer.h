@@ -56,6 +56,7 @@ struct VmmWindowStats {
   // Of it: waiting for the calls in flight to leave (the hold opening), and for the GPU to drain.
   double open_ms = 0;
   double drain_ms = 0;
+  double step_ms = 0;  // in on_step, windows included
 };
 
 class VmmObserver final : public tracer::LaunchObserver {
@@ -95,6 +96,7 @@ class VmmObserver final : public tracer::LaunchObserver {
   std::atomic<uint64_t> window_ns_{0};
   std::atomic<uint64_t> open_ns_{0};
   std::atomic<uint64_t> drain_ns_{0};
+  std::atomic<uint64_t> step_ns_{0};  // in on_step
   WindowLog log_;
   std::atomic<uint64_t> launches_seen_{0};
 };

@@ -188,6 +188,10 @@ TEST_F(VmmAllocatorTest, AllocateAndFreeRoundTrip) {
   EXPECT_EQ(s.gpu_bytes_peak, 4 * MiB);
   EXPECT_EQ(s.requested_bytes_peak, 3 * MiB);
   EXPECT_EQ(s.requested_bytes, 0u);
+  // The program's time in them is counted (each call takes some nanoseconds).
+  EXPECT_GT(s.allocate_ms, 0.0);
+  EXPECT_GT(s.free_ms, 0.0);
+  EXPECT_EQ(to_json(s)["allocate_ms"], s.allocate_ms);
 }
 
 TEST_F(VmmAllocatorTest, PointersItDidNotHandOutAreLeftToTheDriver) {

@@ -73,8 +73,10 @@ struct VmmSyncDriver {
 
 struct VmmAllocatorStats {
   uint64_t allocations[kAllocApiCount] = {};
-  uint64_t frees = 0;               // ranges released (plain and stream-ordered)
-  uint64_t frees_deferred = 0;      // stream-ordered frees released after their event
+  uint64_t frees = 0;           // ranges released (plain and stream-ordered)
+  uint64_t frees_deferred = 0;  // stream-ordered frees released after their event
+  double allocate_ms = 0;  // the program's threads in allocate() (pending frees released included)
+  double free_ms = 0;      // and in free() / free_async()
   uint64_t frees_synchronized = 0;  // stream-ordered frees whose event failed: stream synchronized
   uint64_t pending_frees = 0;       // stream-ordered frees not released yet
   uint64_t out_of_memory = 0;       // allocations refused: past both limits
@@ -196,6 +198,8 @@ class VmmAllocator {
   std::atomic<uint64_t> frees_{0};
   std::atomic<uint64_t> frees_deferred_{0};
   std::atomic<uint64_t> frees_synchronized_{0};
+  std::atomic<uint64_t> allocate_ns_{0};
+  std::atomic<uint64_t> free_ns_{0};
   std::atomic<uint64_t> out_of_memory_{0};
   std::atomic<uint64_t> largest_refused_{0};
   std::atomic<uint64_t> driver_failures_{0};

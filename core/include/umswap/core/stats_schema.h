@@ -176,6 +176,14 @@ inline constexpr Field kFields[] = {
      "Of window_ms: waiting for the program's calls in flight to leave the driver."},
     {"vmm.window_drain_ms", Kind::diagnostic, "number", detail::kVmmAllocator,
      "Of window_ms: waiting for the GPU to finish the work queued before the window."},
+    {"vmm.step_ms", Kind::diagnostic, "number", detail::kVmmAllocator,
+     "Milliseconds the program's launches spent in engine vmm's look at their ranges, windows "
+     "included."},
+    {"vmm.allocate_ms", Kind::diagnostic, "number", detail::kVmmAllocator,
+     "Milliseconds the program's threads spent in engine vmm's allocations, in all (pending frees "
+     "released on the way included)."},
+    {"vmm.free_ms", Kind::diagnostic, "number", detail::kVmmAllocator,
+     "Milliseconds the program's threads spent in engine vmm's frees, in all."},
     {"vmm.copy_wait_ms", Kind::diagnostic, "number", detail::kVmmAllocator,
      "Milliseconds moves waited for their chunk copies, in all (inside windows)."},
     {"vmm.remap_ms", Kind::diagnostic, "number", detail::kVmmAllocator,

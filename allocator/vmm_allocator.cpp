@@ -83,8 +83,13 @@ nlohmann::json to_json(const VmmAllocatorStats& s) {
       {"ranges_restored", s.residency.ranges_restored},
       {"ranges_prefetched", s.residency.ranges_prefetched},
       {"ranges_evicted", s.residency.ranges_evicted},
-      {"windows_planned", s.residency.windows_planned},
+      {"plans", s.residency.plans},
+      {"plans_dropped", s.residency.plans_dropped},
+      {"own_period", s.residency.own_period},
+      {"windows_predicted", s.residency.windows_predicted},
       {"period", s.residency.period},
+      {"windows_from_plan", s.residency.windows_from_plan},
+      {"plan_moves_skipped", s.residency.plan_moves_skipped},
       {"bytes_short", s.residency.bytes_short},
       {"move_failures", s.residency.move_failures},
   };
@@ -187,6 +192,8 @@ CUresult VmmAllocator::allocate_range(uint64_t bytes, CUdeviceptr* out) {
       status = arena_.allocate(bytes, out);
     }
   }
+  // Ranges, slabs included, are what the plan names (a small allocation is its slab's).
+  if (status == CUDA_SUCCESS) residency_.allocated(*out);
   return status;
 }
 

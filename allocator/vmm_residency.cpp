@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <unordered_set>
 
 namespace umswap {
 namespace {
@@ -19,6 +20,8 @@ constexpr uint64_t kRangesNeeded = 16;
 constexpr uint64_t kHorizonDivisor = 8;
 // A candidate period is scored only where one of the last few steps matches at its lag.
 constexpr uint64_t kProbe = 8;
+// Iterations without a table whose windows a table is judged against (the latest ones).
+constexpr size_t kJudgedAgainst = 4;
 
 uint64_t mix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -26,6 +29,16 @@ uint64_t mix(uint64_t x) {
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
 }
+
+// An iteration in which more than this share of the steps' keys differ from the table's ends it;
+// two recorded iterations that differ in more are not the same.
+constexpr uint64_t kMismatchDivisor = 8;
+// Two recorded iterations whose persistent ranges differ in more than this share are not the
+// same (one layer of a stack of identical ones, where an input batch alternating between two
+// ranges is).
+constexpr uint64_t kRangesDivisor = 4;
+// An iteration shorter than this is a warm-up's repeated kernel, not the training loop's.
+constexpr uint64_t kShortestIteration = 8;
 
 }  // namespace
 
@@ -60,9 +73,97 @@ std::span<const CUdeviceptr> VmmResidency::canonical(std::span<const CUdeviceptr
   return canon_;
 }
 
-bool VmmResidency::touch(uint32_t key, std::span<const CUdeviceptr> given) {
+void VmmResidency::allocated(CUdeviceptr base) {
+  std::lock_guard lock(mutex_);
+  const std::optional<vmm::RangeInfo> info = arena_.range(base);
+  if (info && info->base == base) recorder_.allocated(base, info->reserved);
+}
+
+bool VmmResidency::similar(const RecordedIteration& a, const RecordedIteration& b) {
+  if (a.keys.size() != b.keys.size() || a.keys.size() < kShortestIteration ||
+      a.allocations != b.allocations) {
+    return false;
+  }
+  uint64_t differ = 0;
+  for (size_t i = 0; i < a.keys.size(); ++i) differ += a.keys[i] != b.keys[i] ? 1 : 0;
+  if (differ * kMismatchDivisor > a.keys.size()) return false;
+  // A layer of a stack of identical ones repeats its keys, not its weights.
+  std::unordered_set<CUdeviceptr> mine;
+  for (const TableRange& r : a.ranges) {
+    if (!r.local) mine.insert(r.address);
+  }
+  uint64_t persistent = 0, missing = 0;
+  for (const TableRange& r : b.ranges) {
+    if (r.local) continue;
+    ++persistent;
+    missing += mine.count(r.address) ? 0 : 1;
+  }
+  return missing * kRangesDivisor <= persistent;
+}
+
+void VmmResidency::begin_iteration() {
+  std::optional<RecordedIteration> done = recorder_.begin();
+  const uint64_t mismatches = mismatches_;
+  mismatches_ = 0;
+  next_window_ = 0;
+  const uint64_t windows = windows_now_;
+  windows_now_ = 0;
+  const bool first = !begun_;  // its windows are the program's start's, not an iteration's
+  begun_ = true;
+  if (table_) {
+    // A table is there to take fewer windows than the residency alone. After its first
+    // iteration (moving into its layout), one that takes more than the latest iterations without
+    // it did on average ends it, and no table is made again.
+    if (++planned_iterations_ > 1 && !unplanned_windows_.empty()) {
+      uint64_t sum = 0;
+      for (uint64_t w : unplanned_windows_) sum += w;
+      if (windows * unplanned_windows_.size() > sum) {
+        table_.reset();
+        stats_.period = 0;
+        last_.reset();
+        tables_off_ = true;
+        ++stats_.plans_dropped;
+        return;
+      }
+    }
+    if (mismatches * kMismatchDivisor <= table_->keys.size()) return;  // still the iteration
+    table_.reset();
+    stats_.period = 0;
+    last_.reset();  // the caller's detector says again where iterations begin
+    return;
+  }
+  if (!first) {
+    unplanned_windows_.push_back(windows);
+    if (unplanned_windows_.size() > kJudgedAgainst) unplanned_windows_.pop_front();
+  }
+  if (!tables_off_ && done && last_ && similar(*last_, *done)) {
+    table_ = make_window_table(*done, arena_.gpu_limit_bytes(), arena_.block_bytes());
+    ++stats_.plans;
+    stats_.period = table_->keys.size();
+    planned_iterations_ = 0;
+    last_.reset();
+    return;
+  }
+  last_ = std::move(done);
+}
+
+bool VmmResidency::touch(uint32_t key, std::span<const CUdeviceptr> given, bool begins_iteration) {
   std::lock_guard lock(mutex_);
   const std::span<const CUdeviceptr> bases = canonical(given);
+  // Iterations begin where the caller's detector says, and where one as long as the detector's
+  // last (or the table's) ends: a boundary the detector missed is not waited for. With a table,
+  // its length alone.
+  if (begins_iteration) {
+    detected_length_ = detected_ ? steps_ - detected_at_ : 0;
+    detected_ = true;
+    detected_at_ = steps_;
+  }
+  const uint64_t length = table_ ? table_->keys.size() : detected_length_;
+  if (begins_iteration && !table_) {
+    begin_iteration();
+  } else if (length >= kShortestIteration && recorder_.phase() >= length) {
+    begin_iteration();
+  }
   if (history_.empty()) history_.resize(kHistory);
   Step& step = history_[steps_ % kHistory];
   step.key = mix(key);
@@ -71,28 +172,71 @@ bool VmmResidency::touch(uint32_t key, std::span<const CUdeviceptr> given) {
   const uint64_t now = steps_++;
   bool wanted = false;
   uint64_t reserved = 0;
+  reserved_.clear();
   for (CUdeviceptr base : bases) {
     auto it = entries_.find(base);
     if (it == entries_.end()) {
       const std::optional<vmm::RangeInfo> info = arena_.range(base);
-      if (!info || info->base != base) continue;  // not a range of the arena
+      if (!info || info->base != base) {
+        reserved_.push_back(0);
+        continue;  // not a range of the arena
+      }
       it = entries_.emplace(base, Entry{now, info->reserved, info->gpu_bytes == info->reserved})
                .first;
     }
     it->second.last_use = now;
     reserved += it->second.reserved;
+    reserved_.push_back(it->second.reserved);
     wanted = wanted || !it->second.whole_on_gpu;
+  }
+  recorder_.step(key, bases, reserved_);
+  planned_.reset();
+  if (table_ && recorder_.recording()) {
+    const uint64_t phase = recorder_.phase() - 1;
+    if (phase >= table_->keys.size() || table_->keys[phase] != key) ++mismatches_;
+    if (next_window_ < table_->window_phase.size() && table_->window_phase[next_window_] == phase) {
+      planned_ = next_window_++;
+    }
   }
   if (wanted && reserved > arena_.gpu_limit_bytes()) {
     ++stats_.steps_left_short;
     ++stats_.steps_too_large;
-    return false;
-  }
-  if (wanted && short_key_ != 0 && key_of(bases) == short_key_) {
+    wanted = false;
+  } else if (wanted && short_key_ != 0 && key_of(bases) == short_key_) {
     ++stats_.steps_left_short;
-    return false;
+    wanted = false;
   }
-  return wanted;
+  return wanted || planned_.has_value();
+}
+
+void VmmResidency::note(CUdeviceptr base) {
+  const std::optional<vmm::RangeInfo> info = arena_.range(base);
+  const auto it = entries_.find(base);
+  if (it == entries_.end()) return;
+  it->second.whole_on_gpu = info && info->base == base && info->gpu_bytes == info->reserved;
+}
+
+void VmmResidency::run_planned_window(CUstream stream) {
+  ++stats_.windows_from_plan;
+  const WindowTable& t = *table_;
+  const size_t w = *planned_;
+  for (uint32_t m = t.first_move[w]; m < t.first_move[w + 1]; ++m) {
+    const PlannedMove& move = t.moves[m];
+    const CUdeviceptr base = recorder_.base_of(t.ranges[move.range]);
+    const std::optional<vmm::RangeInfo> info = base ? arena_.range(base) : std::nullopt;
+    if (!info || info->base != base || move.offset >= info->reserved) {
+      ++stats_.plan_moves_skipped;
+      continue;
+    }
+    const uint64_t length = std::min(move.length, info->reserved - move.offset);
+    const vmm::Moved moved = move.to_gpu ? arena_.restore(base + move.offset, length, stream)
+                                         : arena_.evict(base + move.offset, length, stream);
+    if (moved.result != CUDA_SUCCESS && moved.result != CUDA_ERROR_OUT_OF_MEMORY) {
+      ++stats_.move_failures;
+    }
+    ++(move.to_gpu ? stats_.ranges_prefetched : stats_.ranges_evicted);
+    note(base);
+  }
 }
 
 bool VmmResidency::period_holds(uint64_t period) const {
@@ -162,9 +306,19 @@ void VmmResidency::make_resident(std::span<const CUdeviceptr> given, CUstream st
   const std::span<const CUdeviceptr> bases = canonical(given);
   if (steps_ == 0) return;
   ++stats_.steps_held;
-  find_period();
-  stats_.period = period_;
-  if (period_ != 0) ++stats_.windows_planned;
+  ++windows_now_;
+  if (planned_ && table_) run_planned_window(stream);
+  planned_.reset();
+  // With a table in force its windows bring ranges in ahead: this window brings the step's own
+  // and evicts the least recently used (no period: measured so, run 167). Without one, the
+  // steps' own period, where found, says what comes next.
+  if (table_) {
+    period_ = 0;
+  } else {
+    find_period();
+    if (period_ != 0) ++stats_.windows_predicted;
+  }
+  stats_.own_period = period_;
   predict(bases);
   auto next_use = [this](CUdeviceptr b) {
     const auto it = next_.find(b);
@@ -243,6 +397,7 @@ void VmmResidency::trim_to_pool() {
 void VmmResidency::forget(CUdeviceptr base) {
   std::lock_guard lock(mutex_);
   entries_.erase(base);
+  recorder_.released(base);
   short_key_ = 0;  // room may have come free
 }
 

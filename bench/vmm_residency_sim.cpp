@@ -43,6 +43,7 @@
 #include "umswap/allocator/vmm_allocator.h"
 #include "umswap/core/trace_file.h"
 #include "umswap/core/trace_iterations.h"
+#include "umswap/tracer/iteration_detector.h"
 #include "umswap/vmm/chunk_arena.h"
 
 namespace {
@@ -60,13 +61,16 @@ struct Totals {
 // first (the first places everything).
 struct Sim {
   Totals per_iteration;  // averages
+  Totals last;           // the last iteration's (a table in force by then, if any is made)
   uint64_t iterations = 0;
   uint64_t untracked_accesses = 0;
   uint64_t block_bytes = 0;
   uint64_t allocation_failures = 0;
-  uint64_t period = 0;           // VmmResidency's, at the end
-  uint64_t windows_planned = 0;  // of all windows, those that knew the period
+  uint64_t period = 0;             // the table's, at the end
+  uint64_t plans = 0;              // tables made
+  uint64_t windows_from_plan = 0;  // of all windows, those the table asked for
   uint64_t windows = 0;
+  uint64_t plan_moves_skipped = 0;
 };
 
 // Events and synchronizations for a replay with nothing running: every one has completed.
@@ -130,6 +134,7 @@ Sim simulate(const trace::Trace& t, uint64_t budget, uint32_t chunks_per_block, 
       return p;
     };
     auto release = [&](CUdeviceptr p) { allocator.free(p); };
+    tracer::IterationDetector detector;  // as engine vmm's observer finds the iterations
     // The iteration each step is in (none before the first).
     std::vector<int64_t> iteration_of(t.steps.size(), -1);
     for (size_t i = 0; i < t.iterations.size(); ++i) {
@@ -151,6 +156,9 @@ Sim simulate(const trace::Trace& t, uint64_t budget, uint32_t chunks_per_block, 
       counted.to_host += a.bytes_to_host - at_start.bytes_to_host;
       counted.short_bytes += r.bytes_short - res_start.bytes_short;
       counted.too_large += r.steps_too_large - res_start.steps_too_large;
+      sim.last = {r.steps_held - res_start.steps_held, a.bytes_to_gpu - at_start.bytes_to_gpu,
+                  a.bytes_to_host - at_start.bytes_to_host, r.bytes_short - res_start.bytes_short,
+                  r.steps_too_large - res_start.steps_too_large};
       ++sim.iterations;
     };
     size_t next_lifetime = 0;
@@ -199,7 +207,8 @@ Sim simulate(const trace::Trace& t, uint64_t budget, uint32_t chunks_per_block, 
         }
         if (std::find(bases.begin(), bases.end(), base) == bases.end()) bases.push_back(base);
       }
-      if (residency.touch(step.name, bases)) residency.make_resident(bases, stream);
+      const bool begins = detector.push(step.name);
+      if (residency.touch(step.name, bases, begins)) residency.make_resident(bases, stream);
       for (uint64_t a = step.first_access; a < step.first_access + step.access_count; ++a) {
         const uint32_t b = t.accesses[a].buffer;
         if (t.buffers[b].freed && last_access[b] == s && whole[b]) {
@@ -212,8 +221,10 @@ Sim simulate(const trace::Trace& t, uint64_t budget, uint32_t chunks_per_block, 
     if (current > 0) add_iteration();
     const ResidencyStats r = residency.stats();
     sim.period = r.period;
-    sim.windows_planned = r.windows_planned;
+    sim.plans = r.plans;
+    sim.windows_from_plan = r.windows_from_plan;
     sim.windows = r.steps_held;
+    sim.plan_moves_skipped = r.plan_moves_skipped;
     const uint64_t n = std::max<uint64_t>(sim.iterations, 1);
     sim.per_iteration = {counted.windows / n, counted.to_gpu / n, counted.to_host / n,
                          counted.short_bytes / n, counted.too_large / n};
@@ -237,20 +248,24 @@ int report(const trace::Trace& t, size_t iteration, const std::vector<double>& s
     const Totals& p = sim.per_iteration;
     std::printf(
         "budget %.0f%% (%.2f GB), blocks of %llu MiB: an iteration (mean of %llu) %llu windows, "
-        "%.2f GB in, %.2f GB out, %.2f GB short, %llu steps too large | plan per launch %.2f GB "
+        "%.2f GB in, %.2f GB out, %.2f GB short, %llu steps too large; the last %llu windows, "
+        "%.2f GB in | plan per launch %.2f GB "
         "in at %u launches | windows from the plan (fill 0.6) %.2f GB in, %u windows | %llu "
-        "accesses untracked, %llu allocations refused | period %llu (%llu of %llu windows knew "
-        "it)\n",
+        "accesses untracked, %llu allocations refused | %llu plans, period %llu, %llu of %llu "
+        "windows from the plan, %llu planned moves skipped\n",
         share * 100, gb(budget), static_cast<unsigned long long>(sim.block_bytes >> 20),
         static_cast<unsigned long long>(sim.iterations), static_cast<unsigned long long>(p.windows),
         gb(p.to_gpu), gb(p.to_host), gb(p.short_bytes),
-        static_cast<unsigned long long>(p.too_large), gb(per_launch.bytes_prefetched_per_iteration),
-        advisor::steps_with_actions(per_launch), gb(from_plan.plan.bytes_prefetched_per_iteration),
-        from_plan.windows, static_cast<unsigned long long>(sim.untracked_accesses),
+        static_cast<unsigned long long>(p.too_large),
+        static_cast<unsigned long long>(sim.last.windows), gb(sim.last.to_gpu),
+        gb(per_launch.bytes_prefetched_per_iteration), advisor::steps_with_actions(per_launch),
+        gb(from_plan.plan.bytes_prefetched_per_iteration), from_plan.windows,
+        static_cast<unsigned long long>(sim.untracked_accesses),
         static_cast<unsigned long long>(sim.allocation_failures),
-        static_cast<unsigned long long>(sim.period),
-        static_cast<unsigned long long>(sim.windows_planned),
-        static_cast<unsigned long long>(sim.windows));
+        static_cast<unsigned long long>(sim.plans), static_cast<unsigned long long>(sim.period),
+        static_cast<unsigned long long>(sim.windows_from_plan),
+        static_cast<unsigned long long>(sim.windows),
+        static_cast<unsigned long long>(sim.plan_moves_skipped));
   }
   return 0;
 }

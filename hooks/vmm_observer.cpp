@@ -40,7 +40,8 @@ void VmmObserver::on_step(uint64_t index, uint32_t key, CUstream /*stream*/,
           }
         }
       }
-      if (allocator->residency().touch(key, bases_)) window(*allocator, index);
+      const bool begins = detector_.push(key);
+      if (allocator->residency().touch(key, bases_, begins)) window(*allocator, index);
     }
   }
   step_ns_.fetch_add(ns_between(entered, std::chrono::steady_clock::now()),

@@ -1,10 +1,12 @@
-// Engine vmm's launch observer (issue 38, step 2): it holds the program at a step that reaches a
-// range with chunks on the host, and has the range brought to the GPU first (VmmResidency).
+// Engine vmm's launch observer (issue 38): it holds the program at a step where VmmResidency
+// wants a window (the plan's moves, or a step that reaches a range with chunks on the host) and
+// has the moves made first. It tells VmmResidency where iterations begin: an IterationDetector
+// on the step keys, as the advisor's.
 //
 // Each step (launch, copy, memset) and each opaque call (graph launch, host function) is in
 // flight in the SubmissionHold from its API entry to its API exit. At a step's entry
-// (on_step, under the tracer's launch mutex, so no other step enters meanwhile) whose ranges are
-// not all on the GPU, a window: the hold opened (no call enters; the ones in flight have put
+// (on_step, under the tracer's launch mutex, so no other step enters meanwhile) that wants one,
+// a window: the hold opened (no call enters; the ones in flight have put
 // their work in their streams), the context synchronized (the GPU idle), make_resident() on
 // umswap's own stream, the hold closed. Then the step goes on to the driver.
 //
@@ -38,6 +40,7 @@
 #include "umswap/allocator/submission_hold.h"
 #include "umswap/allocator/vmm_allocator.h"
 #include "umswap/allocator/vmm_window_log.h"
+#include "umswap/tracer/iteration_detector.h"
 #include "umswap/tracer/step_recorder.h"
 
 namespace umswap {
@@ -89,6 +92,7 @@ class VmmObserver final : public tracer::LaunchObserver {
   std::atomic<bool> gave_up_{false};  // a window was abandoned: none opens again
   // Under the tracer's launch mutex (on_step).
   VmmAllocator* allocator_cached_ = nullptr;  // allocator_()'s answer once it is not null
+  tracer::IterationDetector detector_;        // where iterations begin, for the plan
   std::vector<CUdeviceptr> bases_;
   CUstream stream_ = nullptr;
   std::atomic<uint64_t> drains_failed_{0};

@@ -39,6 +39,9 @@ umswap_add_test(NAME allocator_vmm_small_test
 # Engine vmm's windows one by one, summed per iteration for the stats file.
 umswap_add_test(NAME allocator_vmm_window_log_test
   SOURCES ${_umswap_unit_dir}/allocator/vmm_window_log_test.cpp LIBS umswap_allocator)
+# Engine vmm's plan: iterations recorded, ranges named across them, the table of windows.
+umswap_add_test(NAME allocator_vmm_plan_test
+  SOURCES ${_umswap_unit_dir}/allocator/vmm_plan_test.cpp LIBS umswap_allocator)
 umswap_add_test(NAME allocator_submission_hold_test
   SOURCES ${_umswap_unit_dir}/allocator/submission_hold_test.cpp LIBS umswap_allocator)
 # The GPU memory a program maps itself, counted against the budget.

@@ -468,8 +468,8 @@ TEST_F(VmmAllocatorTest, ASmallAllocationsSlabMovesForTheStepThatReachesIt) {
   EXPECT_TRUE(g_fake->kernel_write(first, 1000, 7));
   EXPECT_TRUE(g_fake->kernel_write(big, 2 * MiB, 8));
   const std::vector<CUdeviceptr> before = {big}, step = {s, first};
-  EXPECT_FALSE(a.residency().touch(1, before));  // on the GPU: no window
-  ASSERT_TRUE(a.residency().touch(2, step));
+  EXPECT_FALSE(a.residency().touch(1, before, false));  // on the GPU: no window
+  ASSERT_TRUE(a.residency().touch(2, step, false));
   a.residency().make_resident(step, kStream);
   EXPECT_EQ(chunks_of(first, 2 * MiB), std::make_pair(2 * MiB, uint64_t{0}));
   EXPECT_EQ(chunks_of(big, 2 * MiB), std::make_pair(uint64_t{0}, 2 * MiB));
@@ -478,13 +478,13 @@ TEST_F(VmmAllocatorTest, ASmallAllocationsSlabMovesForTheStepThatReachesIt) {
   EXPECT_EQ(g_fake->kernel_mismatches(first, 1000, 7), 0u);
   EXPECT_EQ(g_fake->kernel_mismatches(big, 2 * MiB, 8), 0u);
   // The slab back on the host: a step reaching s wants a window; freed, s stands for nothing.
-  ASSERT_EQ(a.residency().touch(3, before), true);
+  ASSERT_EQ(a.residency().touch(3, before, false), true);
   a.residency().make_resident(before, kStream);
   ASSERT_EQ(chunks_of(first, 2 * MiB), std::make_pair(uint64_t{0}, 2 * MiB));
   const std::vector<CUdeviceptr> only_s = {s};
-  EXPECT_TRUE(a.residency().touch(4, only_s));
+  EXPECT_TRUE(a.residency().touch(4, only_s, false));
   ASSERT_TRUE(a.free(s));
-  EXPECT_FALSE(a.residency().touch(5, only_s));
+  EXPECT_FALSE(a.residency().touch(5, only_s, false));
 }
 
 // The frees an out-of-memory answer waits for may make room in a slab: a small allocation takes

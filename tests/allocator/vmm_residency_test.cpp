@@ -2,13 +2,18 @@
 // memory (tests/vmm/fake_vmm_driver.h): a step reaching a range on the host gets a window, the
 // window brings it onto the GPU and evicts the least recently used range the step does not reach,
 // data survives every move, the pool is never exceeded, what cannot fit stays on the host and is
-// not retried until something is freed, and bases outside the arena are ignored.
+// not retried until something is freed, and bases outside the arena are ignored. Without a table,
+// once the steps repeat, the range used furthest ahead goes out and what comes next comes in.
+// Once two iterations repeat, the plan's table moves ranges ahead in fewer windows; a stack of
+// identical layers is not taken for the iteration, and a table whose keys stop matching, or that
+// takes more windows than the residency alone, is dropped.
 #include "umswap/allocator/vmm_residency.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "../vmm/fake_vmm_driver.h"
@@ -45,10 +50,10 @@ class VmmResidencyTest : public ::testing::Test {
   }
   bool on_gpu(CUdeviceptr p) { return arena_->on_gpu(p); }
   // A step: touch, and the window it asks for.
-  // The step's key defaults to a fresh one: no two steps repeat, so no period is found and the
+  // The step's key defaults to a fresh one and no iteration begins: no plan is made and the
   // window evicts the least recently used.
-  bool step(std::vector<CUdeviceptr> bases, uint32_t key = 0) {
-    if (!residency_->touch(key ? key : next_key_++, bases)) return false;
+  bool step(std::vector<CUdeviceptr> bases, uint32_t key = 0, bool begins = false) {
+    if (!residency_->touch(key ? key : next_key_++, bases, begins)) return false;
     residency_->make_resident(bases, kStream);
     return true;
   }
@@ -236,6 +241,134 @@ TEST_F(VmmResidencyTest, ARangeWithAHoleIsRepairedOnceNotAtEveryStep) {
   EXPECT_EQ(g_fake->kernel_mismatches(p, kChunk, 9), 0u);
 }
 
+// Five one-chunk ranges used in turn through a pool of four: the least recently used is always
+// the next one needed (a window at every step), while once two iterations have repeated, the
+// table moves ranges ahead of use and every window is one of its own.
+TEST_F(VmmResidencyTest, OnceTwoIterationsRepeatThePlanMovesAheadInFewerWindows) {
+  CUdeviceptr r[5];
+  for (int i = 0; i < 5; ++i) r[i] = allocate(kChunk, static_cast<uint8_t>(10 + i));
+  constexpr int kPeriod = 10;  // each range twice an iteration: 0 1 2 3 4 0 1 2 3 4
+  auto iteration = [&] {
+    const ResidencyStats before = residency_->stats();
+    const uint64_t in = arena_->stats().bytes_to_gpu;
+    for (int at = 0; at < kPeriod; ++at) {
+      step({r[at % 5]}, static_cast<uint32_t>(1 + at), at == 0);
+      EXPECT_LE(arena_->gpu_bytes_in_use(), 4 * kChunk);
+    }
+    const ResidencyStats after = residency_->stats();
+    return std::tuple{after.steps_held - before.steps_held,
+                      after.windows_from_plan - before.windows_from_plan,
+                      arena_->stats().bytes_to_gpu - in};
+  };
+  const auto [lru_windows, lru_planned, lru_in] = iteration();
+  EXPECT_EQ(lru_planned, 0u);
+  EXPECT_GE(lru_windows, 6u);               // every step from the fifth on misses
+  for (int i = 0; i < 3; ++i) iteration();  // recorded twice alike: a table
+  EXPECT_EQ(residency_->stats().plans, 1u);
+  EXPECT_EQ(residency_->stats().period, static_cast<uint64_t>(kPeriod));
+  const auto [windows, planned, in] = iteration();
+  EXPECT_EQ(windows, planned);  // no step missed what the plan brought in
+  EXPECT_LT(windows, lru_windows);
+  EXPECT_LT(in, lru_in);
+  EXPECT_GT(residency_->stats().ranges_prefetched, 0u);
+  EXPECT_EQ(residency_->stats().plan_moves_skipped, 0u);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(g_fake->kernel_mismatches(r[i], kChunk, static_cast<uint8_t>(10 + i)), 0u);
+  }
+}
+
+// Ranges allocated in the iteration (activations: a new range each time, freed later in it) are
+// named by their place among the iteration's allocations: the table made from one iteration
+// finds the next one's ranges.
+TEST_F(VmmResidencyTest, TheTableFindsTheNextIterationsOwnAllocations) {
+  constexpr int kLayers = 4;
+  CUdeviceptr w[kLayers];
+  for (int i = 0; i < kLayers; ++i) w[i] = allocate(kChunk, static_cast<uint8_t>(50 + i));
+  for (int it = 0; it < 8; ++it) {
+    // Forward: each layer makes an activation; backward reads them in reverse and frees them.
+    CUdeviceptr act[kLayers];
+    for (int i = 0; i < kLayers; ++i) {
+      act[i] = allocate(kChunk, static_cast<uint8_t>(60 + i));
+      residency_->allocated(act[i]);
+      step({w[i], act[i]}, static_cast<uint32_t>(1 + i), i == 0);
+    }
+    for (int i = kLayers - 1; i >= 0; --i) {
+      step({w[i], act[i]}, static_cast<uint32_t>(10 + i));
+      EXPECT_EQ(g_fake->kernel_mismatches(act[i], kChunk, static_cast<uint8_t>(60 + i)), 0u);
+      ASSERT_EQ(arena_->release(act[i]), CUDA_SUCCESS);
+      residency_->forget(act[i]);
+    }
+    EXPECT_LE(arena_->gpu_bytes_in_use(), 4 * kChunk);
+  }
+  const ResidencyStats s = residency_->stats();
+  EXPECT_EQ(s.plans, 1u);
+  EXPECT_EQ(s.period, 2u * kLayers);
+  EXPECT_GT(s.windows_from_plan, 0u);
+  EXPECT_EQ(s.plan_moves_skipped, 0u);
+  for (int i = 0; i < kLayers; ++i) {
+    EXPECT_EQ(g_fake->kernel_mismatches(w[i], kChunk, static_cast<uint8_t>(50 + i)), 0u);
+  }
+}
+
+// A detector that first takes one layer of a stack of identical layers (the same kernels on other
+// ranges) for the iteration: no table from it; the loop around it gets one.
+TEST_F(VmmResidencyTest, IdenticalLayersOnOtherRangesMakeNoTable) {
+  CUdeviceptr r[8];
+  for (int i = 0; i < 8; ++i) r[i] = allocate(kChunk, static_cast<uint8_t>(40 + i));
+  // An iteration: 8 layers of the same 4 kernels, layer j on range j.
+  constexpr int kLayer = 4, kLayers = 8, kPeriod = kLayer * kLayers;
+  for (int i = 0; i < 4 * kPeriod; ++i) {
+    const int at = i % kPeriod;
+    step({r[at / kLayer]}, static_cast<uint32_t>(1 + at % kLayer), at % kLayer == 0);
+  }
+  EXPECT_EQ(residency_->stats().plans, 0u);
+  for (int i = 0; i < 4 * kPeriod; ++i) {
+    const int at = i % kPeriod;
+    step({r[at / kLayer]}, static_cast<uint32_t>(1 + at % kLayer), at == 0);
+  }
+  EXPECT_EQ(residency_->stats().plans, 1u);
+  EXPECT_EQ(residency_->stats().period, static_cast<uint64_t>(kPeriod));
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(g_fake->kernel_mismatches(r[i], kChunk, static_cast<uint8_t>(40 + i)), 0u);
+  }
+}
+
+// A step whose range alternates between two from one iteration to the next (an input batch in
+// one of two blocks) does not keep the iteration from being planned.
+TEST_F(VmmResidencyTest, AStepWhoseRangeAlternatesStillGetsATable) {
+  CUdeviceptr r[5];
+  for (int i = 0; i < 5; ++i) r[i] = allocate(kChunk, static_cast<uint8_t>(20 + i));
+  const CUdeviceptr input[2] = {allocate(kChunk, 30), allocate(kChunk, 31)};
+  constexpr int kPeriod = 10;
+  for (int i = 0; i < 6 * kPeriod; ++i) {
+    const int at = i % kPeriod;
+    const CUdeviceptr b = at == 0 ? input[(i / kPeriod) % 2] : r[at % 5];
+    step({b}, static_cast<uint32_t>(1 + at), at == 0);
+  }
+  EXPECT_EQ(residency_->stats().plans, 1u);
+  EXPECT_EQ(residency_->stats().period, static_cast<uint64_t>(kPeriod));
+}
+
+// Once the program's steps stop matching the table (another loop), the table goes: its moves
+// would bring in what nobody uses.
+TEST_F(VmmResidencyTest, ATableWhoseKeysStopMatchingIsDropped) {
+  CUdeviceptr r[5];
+  for (int i = 0; i < 5; ++i) r[i] = allocate(kChunk, static_cast<uint8_t>(70 + i));
+  constexpr int kPeriod = 10;
+  for (int i = 0; i < 5 * kPeriod; ++i) {
+    step({r[i % 5]}, static_cast<uint32_t>(1 + i % kPeriod), i % kPeriod == 0);
+  }
+  ASSERT_EQ(residency_->stats().period, static_cast<uint64_t>(kPeriod));
+  for (int i = 0; i < 2 * kPeriod; ++i) step({r[i % 5]}, static_cast<uint32_t>(100 + i % 3));
+  EXPECT_EQ(residency_->stats().period, 0u);
+  const uint64_t planned = residency_->stats().windows_from_plan;
+  for (int i = 0; i < 2 * kPeriod; ++i) step({r[i % 5]}, static_cast<uint32_t>(100 + i % 3));
+  EXPECT_EQ(residency_->stats().windows_from_plan, planned);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(g_fake->kernel_mismatches(r[i], kChunk, static_cast<uint8_t>(70 + i)), 0u);
+  }
+}
+
 // Three ranges used in turn through a pool of two: the least recently used is always the next
 // one needed (every step a window), while once the period is found the range used furthest
 // ahead goes out and every other step finds its range in place.
@@ -251,8 +384,8 @@ TEST_F(VmmResidencyTest, OnceTheStepsRepeatTheRangeUsedFurthestAheadGoesOut) {
   EXPECT_EQ(early, 28);  // before the period: every step but the first two (placed on the GPU)
   EXPECT_LE(late, 46);   // of 90: about half
   const ResidencyStats s = residency_->stats();
-  EXPECT_EQ(s.period, 3u);
-  EXPECT_GT(s.windows_planned, 0u);
+  EXPECT_EQ(s.own_period, 3u);
+  EXPECT_GT(s.windows_predicted, 0u);
   EXPECT_LE(arena_->gpu_bytes_in_use(), 4 * kChunk);
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(g_fake->kernel_mismatches(r[i], 2 * kChunk, static_cast<uint8_t>(i + 1)), 0u);
@@ -272,8 +405,8 @@ TEST_F(VmmResidencyTest, AStepWhoseRangeAlternatesDoesNotHideThePeriod) {
     step({b}, static_cast<uint32_t>(1 + at));
   }
   const ResidencyStats s = residency_->stats();
-  EXPECT_EQ(s.period, static_cast<uint64_t>(kPeriod));
-  EXPECT_GT(s.windows_planned, 0u);
+  EXPECT_EQ(s.own_period, static_cast<uint64_t>(kPeriod));
+  EXPECT_GT(s.windows_predicted, 0u);
 }
 
 // A run of identical layers (the same kernels on other ranges) is not the period: the loop
@@ -287,7 +420,7 @@ TEST_F(VmmResidencyTest, IdenticalLayersOnOtherRangesAreNotThePeriod) {
     const int at = i % kPeriod;
     step({r[at / kLayer]}, static_cast<uint32_t>(1 + at % kLayer));
   }
-  EXPECT_EQ(residency_->stats().period, static_cast<uint64_t>(kPeriod));
+  EXPECT_EQ(residency_->stats().own_period, static_cast<uint64_t>(kPeriod));
   for (int i = 0; i < 8; ++i) {
     EXPECT_EQ(g_fake->kernel_mismatches(r[i], kChunk, static_cast<uint8_t>(40 + i)), 0u);
   }
@@ -300,11 +433,36 @@ TEST_F(VmmResidencyTest, AWindowBringsInWhatTheNextStepsUse) {
   for (int i = 0; i < 6; ++i) r[i] = allocate(kChunk, static_cast<uint8_t>(10 + i));
   for (int i = 0; i < 600; ++i) step({r[i % 6]}, static_cast<uint32_t>(1 + i % 6));
   const ResidencyStats s = residency_->stats();
-  EXPECT_EQ(s.period, 6u);
+  EXPECT_EQ(s.own_period, 6u);
   EXPECT_GT(s.ranges_prefetched, 0u);
   EXPECT_LE(arena_->gpu_bytes_in_use(), 4 * kChunk);
   for (int i = 0; i < 6; ++i) {
     EXPECT_EQ(g_fake->kernel_mismatches(r[i], kChunk, static_cast<uint8_t>(10 + i)), 0u);
+  }
+}
+
+// Three ranges in turn through a pool of two, three times an iteration: the table takes a window
+// at every step (9 an iteration), no fewer than the residency alone did before it. It is dropped
+// and none is made again; the steps' own period then serves (about half the steps).
+TEST_F(VmmResidencyTest, ATableTakingMoreWindowsThanTheResidencyAloneIsDropped) {
+  const CUdeviceptr r[3] = {allocate(2 * kChunk, 1), allocate(2 * kChunk, 2),
+                            allocate(2 * kChunk, 3)};
+  constexpr int kPeriod = 9;
+  uint64_t last = 0;
+  for (int it = 0; it < 12; ++it) {
+    const uint64_t before = residency_->stats().steps_held;
+    for (int at = 0; at < kPeriod; ++at) step({r[at % 3]}, static_cast<uint32_t>(1 + at), at == 0);
+    last = residency_->stats().steps_held - before;
+    EXPECT_LE(arena_->gpu_bytes_in_use(), 4 * kChunk);
+  }
+  const ResidencyStats s = residency_->stats();
+  EXPECT_EQ(s.plans, 1u);
+  EXPECT_EQ(s.plans_dropped, 1u);
+  EXPECT_EQ(s.period, 0u);
+  EXPECT_EQ(s.own_period, static_cast<uint64_t>(kPeriod));
+  EXPECT_LE(last, 5u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(g_fake->kernel_mismatches(r[i], 2 * kChunk, static_cast<uint8_t>(i + 1)), 0u);
   }
 }
 

@@ -1,28 +1,37 @@
-// VmmResidency: engine vmm's moves (issue 38, step 2). Every range is always mapped, so a kernel
-// finds its data wherever it is; this part decides where it is. A step (kernel launch, copy,
-// memset) that reaches a range with chunks on the host gets a window: the program is held
-// (SubmissionHold), the GPU drained, and the ranges the step reaches are brought to the GPU. Once
-// the steps repeat (a training loop: the same kernels on the same ranges, iteration after
-// iteration), the last iteration says when each range is used next, and a window also
-//   * evicts the ranges used furthest ahead first (never one used before what it makes room
-//     for): Belady's choice, where without a repeat it evicts the least recently used;
-//   * brings in the ranges the steps of the next eighth of the period use, nearest first, by
-//     evicting only ranges used after that, so that one window serves many steps.
-// Moves ahead of use beside the running program (stage() outside the hold, commit() inside) are
-// the next step.
+// VmmResidency: engine vmm's moves (issue 38). Every range is always mapped, so a kernel finds
+// its data wherever it is; this part decides where it is. Moves happen only in windows: the
+// program held (SubmissionHold) and the GPU drained, since a remap that races a kernel kills the
+// context.
+//
+// Two kinds of window:
+//   * From the plan. The caller says where iterations begin (an IterationDetector on the step
+//     keys); an iteration as long as the detector's last also ends by itself (a boundary the
+//     detector missed is not waited for). Each is recorded (vmm_plan.h: the ranges each step
+//     reaches, the ranges allocated and released); once two in a row are alike (keys and
+//     persistent ranges; allocations of the same sizes), the second becomes a table of windows
+//     (plan_windows(): the planner over segments of steps): at the steps where a segment begins,
+//     the ranges the plan moves out and in. From then on the table's length alone says where
+//     iterations begin. While the keys keep matching, the table stays; an iteration in which more
+//     than an eighth of them differ drops it, and the detector is followed again.
+//   * For a step. A step that reaches a range with chunks on the host gets one: its ranges come
+//     in, the least recently used others go out.
+// An access no plan foresaw is slower, never wrong: the range is reached over the link.
 //
 // Contract:
-//   * touch(key, bases): at every step's entry, in launch order (the tracer serializes
-//     steps), with the step's key (its kernel's name) and the bases of the ranges it reaches:
-//     records the step; true when one of those ranges has chunks on the host and a window could
-//     bring them in (a step whose same ranges were left short by the last window, with nothing
-//     freed since, gets false: the pool cannot hold them; so does a step whose ranges together
-//     are larger than the whole pool, which no window can bring in: it reaches them where they
-//     are).
+//   * allocated(base): the arena handed out a range (VmmAllocator::allocate); any thread.
+//   * touch(key, bases, begins_iteration): at every step's entry, in launch order (the tracer
+//     serializes steps), with the step's key (its kernel's name), the bases of the ranges it
+//     reaches and whether the caller's detector says it begins an iteration: records the step; true
+//     when a window is wanted: the table has one at this step, or one of those ranges has chunks on
+//     the host and a window could bring them in (a step whose same ranges were left short by the
+//     last window, with nothing freed since, gets no window for itself: the pool cannot hold them;
+//     nor does a step whose ranges together are larger than the whole pool: it reaches them where
+//     they are).
 //   * make_resident(bases, stream): only inside a window (no program work running or submitted on
-//     the device), right after the touch() of the same step: as above. What does not fit stays on
-//     the host (correct, reached over the link) and counts as bytes short. Copies go on `stream`;
-//     each move waits for its copies.
+//     the device), right after the touch() of the same step that returned true: the table's
+//     moves, then the step's own ranges. What does not fit stays on the host (correct, reached
+//     over the link) and counts as bytes short. Copies go on `stream`; each move waits for its
+//     copies.
 //   * forget(base): the range at `base` is released (VmmAllocator::release); any thread.
 //   * alias(address, range) / unalias(address): a small allocation at `address` lives in the
 //     range at `range` (a slab of vmm_small.h); a step reaching it reaches that range, until
@@ -36,23 +45,31 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <deque>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
 
+#include "umswap/allocator/vmm_plan.h"
 #include "umswap/vmm/chunk_arena.h"
 
 namespace umswap {
 
 struct ResidencyStats {
-  uint64_t steps_held = 0;         // steps that got a window (make_resident calls)
-  uint64_t steps_left_short = 0;   // steps touch() sent no window: their ranges could not fit
-  uint64_t steps_too_large = 0;    // of them, steps whose ranges together pass the whole pool
-  uint64_t windows_planned = 0;    // windows that knew the steps' period (next uses predicted)
-  uint64_t period = 0;             // the steps' period as last found (0: none)
-  uint64_t ranges_restored = 0;    // restores made for the step itself (whole or partial)
-  uint64_t ranges_prefetched = 0;  // restores made ahead, for a coming step
+  uint64_t steps_held = 0;          // steps that got a window (make_resident calls)
+  uint64_t steps_left_short = 0;    // steps touch() sent no window: their ranges could not fit
+  uint64_t steps_too_large = 0;     // of them, steps whose ranges together pass the whole pool
+  uint64_t plans = 0;               // tables of windows made (vmm_plan.h)
+  uint64_t plans_dropped = 0;       // tables that took more windows than the residency alone
+  uint64_t own_period = 0;          // the steps' own period, for windows without a table (0: none)
+  uint64_t windows_predicted = 0;   // windows without a table that knew that period
+  uint64_t period = 0;              // steps an iteration of the table in force (0: none)
+  uint64_t windows_from_plan = 0;   // of the windows, those the table asked for
+  uint64_t plan_moves_skipped = 0;  // the table's moves whose range was not live
+  uint64_t ranges_restored = 0;     // restores made for the step itself (whole or partial)
+  uint64_t ranges_prefetched = 0;   // restores the table made, ahead of use
   uint64_t ranges_evicted = 0;
   uint64_t bytes_short = 0;    // bytes windows could not bring onto the GPU for their step
   uint64_t move_failures = 0;  // moves that failed for another reason than a full pool
@@ -64,9 +81,10 @@ class VmmResidency {
   VmmResidency(const VmmResidency&) = delete;
   VmmResidency& operator=(const VmmResidency&) = delete;
 
+  void allocated(CUdeviceptr base);
   void alias(CUdeviceptr address, CUdeviceptr range);
   void unalias(CUdeviceptr address);
-  bool touch(uint32_t key, std::span<const CUdeviceptr> bases);
+  bool touch(uint32_t key, std::span<const CUdeviceptr> bases, bool begins_iteration);
   void make_resident(std::span<const CUdeviceptr> bases, CUstream stream);
   void forget(CUdeviceptr base);
   // Releases the free GPU chunks past the pool's limit (the pool shrank: ChunkArena::
@@ -92,6 +110,10 @@ class VmmResidency {
   static uint64_t key_of(std::span<const CUdeviceptr> bases);
   // The bases with each alias replaced by its range, each once (canon_, or `given` itself).
   std::span<const CUdeviceptr> canonical(std::span<const CUdeviceptr> given);
+  // Two recorded iterations are the same loop's: keys and persistent ranges alike.
+  static bool similar(const RecordedIteration& a, const RecordedIteration& b);
+  void begin_iteration();
+  void run_planned_window(CUstream stream);
   const Step& step_at(uint64_t n) const { return history_[n % kHistory]; }
   bool period_holds(uint64_t period) const;
   void find_period();
@@ -101,6 +123,7 @@ class VmmResidency {
   // Brings the range `info` describes (looked at just before) onto the GPU; false when nothing
   // was tried (already there, or ahead with no room).
   bool restore(const vmm::RangeInfo& info, CUstream stream, bool partial_ok, uint64_t* short_bytes);
+  void note(CUdeviceptr base);  // its entry's whole_on_gpu as the arena says now
 
   vmm::ChunkArena& arena_;
   mutable std::mutex mutex_;
@@ -111,10 +134,25 @@ class VmmResidency {
   std::unordered_map<CUdeviceptr, CUdeviceptr> alias_;
   std::vector<CUdeviceptr> canon_;  // canonical()'s answer, under mutex_
   std::vector<Step> history_;
+  uint64_t period_ = 0;     // the steps' own period (0: none found), for windows without a table
   uint64_t steps_ = 0;      // steps recorded; the current one is steps_ - 1
-  uint64_t period_ = 0;     // 0: none found
   uint64_t short_key_ = 0;  // the bases of the last window that left bytes short; 0: none
-  // Scratch of make_resident(), keeping its capacity.
+  IterationRecorder recorder_;
+  std::optional<RecordedIteration> last_;  // the iteration recorded before, while no table
+  bool detected_ = false;                  // the caller's detector said an iteration began
+  uint64_t detected_at_ = 0;               // at this step
+  uint64_t detected_length_ = 0;           // steps from the one it said before (0: none)
+  std::optional<WindowTable> table_;
+  size_t next_window_ = 0;                  // the table's next window, by phase
+  std::optional<size_t> planned_;           // the table's window at the current step
+  uint64_t mismatches_ = 0;                 // steps of this iteration whose key is not the table's
+  uint64_t windows_now_ = 0;                // windows of the iteration in progress
+  bool begun_ = false;                      // an iteration has begun
+  uint64_t planned_iterations_ = 0;         // iterations ended with the table in force
+  std::deque<uint64_t> unplanned_windows_;  // windows of the latest iterations without a table
+  bool tables_off_ = false;                 // a table was dropped for its windows: none again
+  // Scratch of touch() and make_resident(), keeping its capacity.
+  std::vector<uint64_t> reserved_;
   std::unordered_map<CUdeviceptr, uint64_t> next_;
   std::vector<CUdeviceptr> victims_;
   std::vector<std::pair<uint64_t, CUdeviceptr>> wanted_;

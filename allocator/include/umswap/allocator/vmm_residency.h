@@ -12,13 +12,20 @@
 //     (plan_windows(): the planner over segments of steps): at the steps where a segment begins,
 //     the ranges the plan moves out and in. From then on the table's length alone says where
 //     iterations begin. While the keys keep matching, the table stays; an iteration in which more
-//     than an eighth of them differ drops it, and the detector is followed again.
+//     than an eighth of them differ drops it, and the detector is followed again. A table is
+//     there to take fewer windows: after its first iteration, one that takes more windows than
+//     the latest four iterations without a table did on average drops it for good.
 //   * For a step. A step that reaches a range with chunks on the host gets one: its ranges come
-//     in, the least recently used others go out.
+//     in. With a table in force the least recently used others go out. Without one, once the
+//     steps repeat (the same kernels on the same ranges; the history of the last kHistory
+//     steps, matched by key and ranges), the last period says when each range is used next: the
+//     ranges used furthest ahead go out first (never one used before what it makes room for),
+//     and the ranges the next eighth of the period uses come in, nearest first.
 // An access no plan foresaw is slower, never wrong: the range is reached over the link.
 //
 // Contract:
-//   * allocated(base): the arena handed out a range (VmmAllocator::allocate); any thread.
+//   * allocated(base): the arena handed out a range (VmmAllocator::allocate_range, slabs
+//     included); any thread.
 //   * touch(key, bases, begins_iteration): at every step's entry, in launch order (the tracer
 //     serializes steps), with the step's key (its kernel's name), the bases of the ranges it
 //     reaches and whether the caller's detector says it begins an iteration: records the step; true

@@ -195,8 +195,10 @@ inline constexpr Field kFields[] = {
     {"vmm.ranges_evicted", Kind::diagnostic, "integer", detail::kVmmAllocator,
      "Ranges moved to host chunks to make room."},
     {"vmm.period", Kind::diagnostic, "integer", detail::kVmmAllocator,
-     "The steps' period the moves last found (steps per iteration; 0: none, the least recently "
-     "used range goes out)."},
+     "Steps per iteration of the table of windows from the plan in force at the end (0: none)."},
+    {"vmm.own_period", Kind::diagnostic, "integer", detail::kVmmAllocator,
+     "The steps' period the windows without a table last found (0: none, the least recently used "
+     "range goes out)."},
     {"vmm.small_allocations", Kind::diagnostic, "integer", detail::kVmmAllocator,
      "Allocations of at most 1 MiB served from a slab: a 2 MiB range shared with other small "
      "ones (they move together), in all."},

@@ -185,10 +185,10 @@ CUresult VmmAllocator::allocate_range(uint64_t bytes, CUdeviceptr* out) {
       kept = small_.drop_empty();
     }
     if (kept != 0) {
+      residency_.forget(kept);  // first: an allocation at its address may follow the release
       if (arena_.release(kept) != CUDA_SUCCESS) {
         driver_failures_.fetch_add(1, std::memory_order_relaxed);
       }
-      residency_.forget(kept);
       status = arena_.allocate(bytes, out);
     }
   }
@@ -233,10 +233,11 @@ void VmmAllocator::release_memory(CUdeviceptr ptr) {
     if (!given->release_slab) return;
     ptr = given->slab;
   }
+  // Forgotten first: another thread's allocation may take the address as soon as it is released.
+  residency_.forget(ptr);
   if (arena_.release(ptr) != CUDA_SUCCESS) {
     driver_failures_.fetch_add(1, std::memory_order_relaxed);
   }
-  residency_.forget(ptr);
 }
 
 CUresult VmmAllocator::allocate_pitch(AllocApi api, size_t width, size_t height, size_t alignment,

@@ -111,9 +111,17 @@ void VmmResidency::begin_iteration() {
   const bool first = !begun_;  // its windows are the program's start's, not an iteration's
   begun_ = true;
   if (table_) {
+    if (mismatches * kMismatchDivisor > table_->keys.size()) {
+      // Not the table's loop (another phase of the program, or boundaries that slipped): the
+      // table goes, and the caller's detector says again where iterations begin.
+      table_.reset();
+      stats_.period = 0;
+      last_.reset();
+      return;
+    }
     // A table is there to take fewer windows than the residency alone. After its first
-    // iteration (moving into its layout), one that takes more than the latest iterations without
-    // it did on average ends it, and no table is made again.
+    // iteration (moving into its layout), an iteration of its loop that takes more than the
+    // latest iterations without it did on average ends it, and no table is made again.
     if (++planned_iterations_ > 1 && !unplanned_windows_.empty()) {
       uint64_t sum = 0;
       for (uint64_t w : unplanned_windows_) sum += w;
@@ -123,26 +131,31 @@ void VmmResidency::begin_iteration() {
         last_.reset();
         tables_off_ = true;
         ++stats_.plans_dropped;
-        return;
       }
     }
-    if (mismatches * kMismatchDivisor <= table_->keys.size()) return;  // still the iteration
-    table_.reset();
-    stats_.period = 0;
-    last_.reset();  // the caller's detector says again where iterations begin
     return;
   }
   if (!first) {
     unplanned_windows_.push_back(windows);
     if (unplanned_windows_.size() > kJudgedAgainst) unplanned_windows_.pop_front();
   }
-  if (!tables_off_ && done && last_ && similar(*last_, *done)) {
-    table_ = make_window_table(*done, arena_.gpu_limit_bytes(), arena_.block_bytes());
-    ++stats_.plans;
-    stats_.period = table_->keys.size();
-    planned_iterations_ = 0;
-    last_.reset();
-    return;
+  // No table for a pool of nothing (the program's own mappings took the budget): the planner
+  // needs room to plan in.
+  if (!tables_off_ && done && last_ && arena_.gpu_limit_bytes() > 0 && similar(*last_, *done)) {
+    try {
+      table_ = make_window_table(*done, arena_.gpu_limit_bytes(), arena_.block_bytes());
+    } catch (const std::exception&) {
+      // The planner refused (it throws on what it cannot plan): no table; this runs in a launch
+      // callback, where nothing may throw.
+      table_.reset();
+    }
+    if (table_) {
+      ++stats_.plans;
+      stats_.period = table_->keys.size();
+      planned_iterations_ = 0;
+      last_.reset();
+      return;
+    }
   }
   last_ = std::move(done);
 }
@@ -163,6 +176,8 @@ bool VmmResidency::touch(uint32_t key, std::span<const CUdeviceptr> given, bool 
     begin_iteration();
   } else if (length >= kShortestIteration && recorder_.phase() >= length) {
     begin_iteration();
+  } else if (recorder_.phase() >= kHistory) {
+    begin_iteration();  // no iteration this long is planned: the record stays bounded
   }
   if (history_.empty()) history_.resize(kHistory);
   Step& step = history_[steps_ % kHistory];
@@ -206,6 +221,7 @@ bool VmmResidency::touch(uint32_t key, std::span<const CUdeviceptr> given, bool 
     ++stats_.steps_left_short;
     wanted = false;
   }
+  own_wanted_ = wanted;
   return wanted || planned_.has_value();
 }
 
@@ -234,7 +250,7 @@ void VmmResidency::run_planned_window(CUstream stream) {
     if (moved.result != CUDA_SUCCESS && moved.result != CUDA_ERROR_OUT_OF_MEMORY) {
       ++stats_.move_failures;
     }
-    ++(move.to_gpu ? stats_.ranges_prefetched : stats_.ranges_evicted);
+    if (moved.bytes > 0) ++(move.to_gpu ? stats_.ranges_prefetched : stats_.ranges_evicted);
     note(base);
   }
 }
@@ -309,6 +325,12 @@ void VmmResidency::make_resident(std::span<const CUdeviceptr> given, CUstream st
   ++windows_now_;
   if (planned_ && table_) run_planned_window(stream);
   planned_.reset();
+  if (!own_wanted_) {
+    // The table's window only: touch() sent the step itself none (its ranges are on the GPU,
+    // pass the whole pool, or were left short with nothing freed since).
+    arena_.trim_to_limit();
+    return;
+  }
   // With a table in force its windows bring ranges in ahead: this window brings the step's own
   // and evicts the least recently used (no period: measured so, run 167). Without one, the
   // steps' own period, where found, says what comes next.

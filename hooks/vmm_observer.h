@@ -1,7 +1,7 @@
 // Engine vmm's launch observer (issue 38): it holds the program at a step where VmmResidency
 // wants a window (the plan's moves, or a step that reaches a range with chunks on the host) and
 // has the moves made first. It tells VmmResidency where iterations begin: an IterationDetector
-// on the step keys, as the advisor's.
+// on the step keys (marks the program sets, UMSWAP_ITERATION_MARKER, are not used here yet).
 //
 // Each step (launch, copy, memset) and each opaque call (graph launch, host function) is in
 // flight in the SubmissionHold from its API entry to its API exit. At a step's entry

@@ -441,6 +441,50 @@ TEST_F(VmmResidencyTest, AWindowBringsInWhatTheNextStepsUse) {
   }
 }
 
+// After a stretch of other steps drops the table (its keys stop matching), the loop coming back
+// gets a table again: only a table that loses on windows over its own loop turns tables off.
+TEST_F(VmmResidencyTest, ALoopComingBackAfterOtherStepsGetsATableAgain) {
+  CUdeviceptr r[5];
+  for (int i = 0; i < 5; ++i) r[i] = allocate(kChunk, static_cast<uint8_t>(80 + i));
+  constexpr int kPeriod = 10;
+  auto loop = [&](int iterations) {
+    for (int i = 0; i < iterations * kPeriod; ++i) {
+      step({r[i % 5]}, static_cast<uint32_t>(1 + i % kPeriod), i % kPeriod == 0);
+    }
+  };
+  loop(5);
+  ASSERT_EQ(residency_->stats().plans, 1u);
+  // Another phase: other kernels on the same ranges, many windows (validation, a checkpoint).
+  for (int i = 0; i < 4 * kPeriod; ++i) {
+    step({r[(i * 3) % 5], r[(i * 3 + 1) % 5], r[(i * 3 + 2) % 5]},
+         static_cast<uint32_t>(200 + i % 7), i % 7 == 0);
+  }
+  EXPECT_EQ(residency_->stats().period, 0u);
+  loop(6);
+  const ResidencyStats s = residency_->stats();
+  EXPECT_EQ(s.plans, 2u);
+  EXPECT_EQ(s.plans_dropped, 0u);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(g_fake->kernel_mismatches(r[i], kChunk, static_cast<uint8_t>(80 + i)), 0u);
+  }
+}
+
+// A pool of nothing (the program's own mappings took the whole budget): no table is made, and
+// nothing throws out of touch() (it runs in a launch callback).
+TEST_F(VmmResidencyTest, NoTableForAnEmptyPool) {
+  CUdeviceptr r[5];
+  for (int i = 0; i < 5; ++i) r[i] = allocate(kChunk, static_cast<uint8_t>(90 + i));
+  arena_->set_gpu_limit_bytes(0);
+  constexpr int kPeriod = 10;
+  for (int i = 0; i < 6 * kPeriod; ++i) {
+    EXPECT_NO_THROW(step({r[i % 5]}, static_cast<uint32_t>(1 + i % kPeriod), i % kPeriod == 0));
+  }
+  EXPECT_EQ(residency_->stats().plans, 0u);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(g_fake->kernel_mismatches(r[i], kChunk, static_cast<uint8_t>(90 + i)), 0u);
+  }
+}
+
 // Three ranges in turn through a pool of two, three times an iteration: the table takes a window
 // at every step (9 an iteration), no fewer than the residency alone did before it. It is dropped
 // and none is made again; the steps' own period then serves (about half the steps).

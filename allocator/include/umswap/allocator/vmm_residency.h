@@ -25,7 +25,7 @@
 //
 // Contract:
 //   * allocated(base): the arena handed out a range (VmmAllocator::allocate_range, slabs
-//     included); any thread.
+//     included); any thread; waits for a window in progress.
 //   * touch(key, bases, begins_iteration): at every step's entry, in launch order (the tracer
 //     serializes steps), with the step's key (its kernel's name), the bases of the ranges it
 //     reaches and whether the caller's detector says it begins an iteration: records the step; true
@@ -36,17 +36,19 @@
 //     they are).
 //   * make_resident(bases, stream): only inside a window (no program work running or submitted on
 //     the device), right after the touch() of the same step that returned true: the table's
-//     moves, then the step's own ranges. What does not fit stays on the host (correct, reached
-//     over the link) and counts as bytes short. Copies go on `stream`; each move waits for its
-//     copies.
-//   * forget(base): the range at `base` is released (VmmAllocator::release); any thread.
+//     moves, then the step's own ranges if touch() wanted them. What does not fit stays on the host
+//     (correct, reached over the link) and counts as bytes short. Copies go on `stream`; each move
+//     waits for its copies.
+//   * forget(base): the range at `base` is about to be released (VmmAllocator::release_memory
+//     calls it before the arena's release, so that no allocation at the same address comes
+//     between); any thread.
 //   * alias(address, range) / unalias(address): a small allocation at `address` lives in the
 //     range at `range` (a slab of vmm_small.h); a step reaching it reaches that range, until
 //     unalias() at its free. Any thread.
 //   * Bases that are neither ranges of the arena nor aliases are ignored. Never throws but
 //     std::bad_alloc.
 // Thread safety: every member may be called from any thread (one mutex, held across a window's
-// moves; forget() waits for it; alias() and unalias() do not).
+// moves; allocated() and forget() wait for it; alias() and unalias() do not).
 #pragma once
 
 #include <cuda.h>
@@ -65,18 +67,18 @@
 namespace umswap {
 
 struct ResidencyStats {
-  uint64_t steps_held = 0;          // steps that got a window (make_resident calls)
-  uint64_t steps_left_short = 0;    // steps touch() sent no window: their ranges could not fit
-  uint64_t steps_too_large = 0;     // of them, steps whose ranges together pass the whole pool
-  uint64_t plans = 0;               // tables of windows made (vmm_plan.h)
-  uint64_t plans_dropped = 0;       // tables that took more windows than the residency alone
-  uint64_t own_period = 0;          // the steps' own period, for windows without a table (0: none)
-  uint64_t windows_predicted = 0;   // windows without a table that knew that period
-  uint64_t period = 0;              // steps an iteration of the table in force (0: none)
-  uint64_t windows_from_plan = 0;   // of the windows, those the table asked for
+  uint64_t steps_held = 0;         // steps that got a window (make_resident calls)
+  uint64_t steps_left_short = 0;   // steps touch() wanted no window for: their ranges could not fit
+  uint64_t steps_too_large = 0;    // of them, steps whose ranges together pass the whole pool
+  uint64_t plans = 0;              // tables of windows made (vmm_plan.h)
+  uint64_t plans_dropped = 0;      // tables that took more windows than the residency alone
+  uint64_t own_period = 0;         // the steps' own period, for windows without a table (0: none)
+  uint64_t windows_predicted = 0;  // windows without a table that knew that period
+  uint64_t period = 0;             // steps an iteration of the table in force (0: none)
+  uint64_t windows_from_plan = 0;  // of the windows, those the table asked for
   uint64_t plan_moves_skipped = 0;  // the table's moves whose range was not live
   uint64_t ranges_restored = 0;     // restores made for the step itself (whole or partial)
-  uint64_t ranges_prefetched = 0;   // restores the table made, ahead of use
+  uint64_t ranges_prefetched = 0;   // restores ahead of use (the table's, or the period's)
   uint64_t ranges_evicted = 0;
   uint64_t bytes_short = 0;    // bytes windows could not bring onto the GPU for their step
   uint64_t move_failures = 0;  // moves that failed for another reason than a full pool
@@ -157,7 +159,9 @@ class VmmResidency {
   bool begun_ = false;                      // an iteration has begun
   uint64_t planned_iterations_ = 0;         // iterations ended with the table in force
   std::deque<uint64_t> unplanned_windows_;  // windows of the latest iterations without a table
-  bool tables_off_ = false;                 // a table was dropped for its windows: none again
+  bool tables_off_ = false;
+  bool own_wanted_ = false;  // touch() wanted a window for the step's own ranges                 //
+                             // a table was dropped for its windows: none again
   // Scratch of touch() and make_resident(), keeping its capacity.
   std::vector<uint64_t> reserved_;
   std::unordered_map<CUdeviceptr, uint64_t> next_;

@@ -509,6 +509,48 @@ TEST_F(VmmAllocatorTest, SmallAllocationsAndTheKeptSlabGiveWayBeforeOutOfMemory)
   EXPECT_EQ(chunks_of(whole, 2 * MiB), std::make_pair(2 * MiB, uint64_t{0}));
 }
 
+// A training loop through the allocator itself: weights made once, each iteration's activations
+// (one small, in a slab) allocated in the forward pass and freed in the backward one. The
+// allocator reports every range to the residency, so once two iterations are alike a table of
+// windows moves them, and every byte survives.
+TEST_F(VmmAllocatorTest, ATrainingLoopThroughTheAllocatorGetsATable) {
+  VmmAllocator& a = make(8 * MiB, 64 * MiB);
+  constexpr int kLayers = 4;
+  CUdeviceptr w[kLayers];
+  for (int i = 0; i < kLayers; ++i) {
+    w[i] = allocate(2 * MiB);
+    ASSERT_TRUE(g_fake->kernel_write(w[i], 2 * MiB, static_cast<uint8_t>(50 + i)));
+  }
+  auto step = [&](std::vector<CUdeviceptr> bases, uint32_t key, bool begins) {
+    if (a.residency().touch(key, bases, begins)) a.residency().make_resident(bases, kStream);
+  };
+  for (int it = 0; it < 8; ++it) {
+    CUdeviceptr act[kLayers];
+    const CUdeviceptr small = allocate(256 * 1024, AllocApi::cudaMallocAsync);
+    ASSERT_TRUE(g_fake->kernel_write(small, 256 * 1024, 70));
+    for (int i = 0; i < kLayers; ++i) {
+      act[i] = allocate(2 * MiB, AllocApi::cudaMallocAsync);
+      ASSERT_TRUE(g_fake->kernel_write(act[i], 2 * MiB, static_cast<uint8_t>(60 + i)));
+      step({w[i], act[i], small}, static_cast<uint32_t>(1 + i), i == 0);
+    }
+    for (int i = kLayers - 1; i >= 0; --i) {
+      step({w[i], act[i], small}, static_cast<uint32_t>(10 + i), false);
+      EXPECT_EQ(g_fake->kernel_mismatches(act[i], 2 * MiB, static_cast<uint8_t>(60 + i)), 0u);
+      ASSERT_TRUE(a.free(act[i]));
+    }
+    EXPECT_EQ(g_fake->kernel_mismatches(small, 256 * 1024, 70), 0u);
+    ASSERT_TRUE(a.free(small));
+    EXPECT_LE(a.stats().gpu_bytes, 8 * MiB);
+  }
+  const ResidencyStats r = a.residency().stats();
+  EXPECT_EQ(r.plans, 1u);
+  EXPECT_EQ(r.period, 2u * kLayers);
+  EXPECT_GT(r.windows_from_plan, 0u);
+  for (int i = 0; i < kLayers; ++i) {
+    EXPECT_EQ(g_fake->kernel_mismatches(w[i], 2 * MiB, static_cast<uint8_t>(50 + i)), 0u);
+  }
+}
+
 TEST_F(VmmAllocatorTest, StatsJsonHasTheSchemasFields) {
   VmmAllocator& a = make(4 * MiB, 4 * MiB);
   allocate(6 * MiB);

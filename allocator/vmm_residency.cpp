@@ -141,9 +141,10 @@ void VmmResidency::begin_iteration() {
   }
   // No table for a pool of nothing (the program's own mappings took the budget): the planner
   // needs room to plan in.
-  if (!tables_off_ && done && last_ && arena_.gpu_limit_bytes() > 0 && similar(*last_, *done)) {
+  const uint64_t pool = arena_.gpu_limit_bytes();
+  if (!tables_off_ && done && last_ && pool > 0 && similar(*last_, *done)) {
     try {
-      table_ = make_window_table(*done, arena_.gpu_limit_bytes(), arena_.block_bytes());
+      table_ = make_window_table(*done, pool, arena_.block_bytes());
     } catch (const std::exception&) {
       // The planner refused (it throws on what it cannot plan): no table; this runs in a launch
       // callback, where nothing may throw.

@@ -159,9 +159,8 @@ class VmmResidency {
   bool begun_ = false;                      // an iteration has begun
   uint64_t planned_iterations_ = 0;         // iterations ended with the table in force
   std::deque<uint64_t> unplanned_windows_;  // windows of the latest iterations without a table
-  bool tables_off_ = false;
-  bool own_wanted_ = false;  // touch() wanted a window for the step's own ranges                 //
-                             // a table was dropped for its windows: none again
+  bool tables_off_ = false;                 // a table was dropped for its windows: none again
+  bool own_wanted_ = false;                 // touch() wanted a window for the step's own ranges
   // Scratch of touch() and make_resident(), keeping its capacity.
   std::vector<uint64_t> reserved_;
   std::unordered_map<CUdeviceptr, uint64_t> next_;

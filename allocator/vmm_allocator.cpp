@@ -18,6 +18,24 @@ void store_max(std::atomic<uint64_t>& value, uint64_t candidate) {
   }
 }
 
+// Adds the time from its making to its end to `ns`.
+class Timed {
+ public:
+  explicit Timed(std::atomic<uint64_t>& ns) : ns_(ns), start_(std::chrono::steady_clock::now()) {}
+  ~Timed() {
+    ns_.fetch_add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                            std::chrono::steady_clock::now() - start_)
+                                            .count()),
+                  std::memory_order_relaxed);
+  }
+  Timed(const Timed&) = delete;
+  Timed& operator=(const Timed&) = delete;
+
+ private:
+  std::atomic<uint64_t>& ns_;
+  std::chrono::steady_clock::time_point start_;
+};
+
 }  // namespace
 
 uint64_t vmm_default_gpu_pool(uint64_t gpu_free, uint64_t gpu_total) {
@@ -94,26 +112,6 @@ nlohmann::json to_json(const VmmAllocatorStats& s) {
       {"move_failures", s.residency.move_failures},
   };
 }
-
-namespace {
-// Adds the time from its making to its end to `ns`.
-class Timed {
- public:
-  explicit Timed(std::atomic<uint64_t>& ns) : ns_(ns), start_(std::chrono::steady_clock::now()) {}
-  ~Timed() {
-    ns_.fetch_add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                            std::chrono::steady_clock::now() - start_)
-                                            .count()),
-                  std::memory_order_relaxed);
-  }
-  Timed(const Timed&) = delete;
-  Timed& operator=(const Timed&) = delete;
-
- private:
-  std::atomic<uint64_t>& ns_;
-  std::chrono::steady_clock::time_point start_;
-};
-}  // namespace
 
 VmmAllocator::VmmAllocator(const vmm::VmmDriver& arena_driver, const VmmSyncDriver& sync,
                            Registry& registry, CUdevice device, uint64_t gpu_limit_bytes,

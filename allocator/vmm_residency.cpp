@@ -101,6 +101,18 @@ bool VmmResidency::similar(const RecordedIteration& a, const RecordedIteration& 
   return missing * kRangesDivisor <= persistent;
 }
 
+void VmmResidency::drop_table() {
+  table_.reset();
+  last_.reset();
+}
+
+void VmmResidency::count_failure(const vmm::Moved& moved) {
+  // A full pool is not a failure: what did not fit stays where it is.
+  if (moved.result != CUDA_SUCCESS && moved.result != CUDA_ERROR_OUT_OF_MEMORY) {
+    ++stats_.move_failures;
+  }
+}
+
 void VmmResidency::begin_iteration() {
   std::optional<RecordedIteration> done = recorder_.begin();
   const uint64_t mismatches = mismatches_;
@@ -114,9 +126,7 @@ void VmmResidency::begin_iteration() {
     if (mismatches * kMismatchDivisor > table_->keys.size()) {
       // Not the table's loop (another phase of the program, or boundaries that slipped): the
       // table goes, and the caller's detector says again where iterations begin.
-      table_.reset();
-      stats_.period = 0;
-      last_.reset();
+      drop_table();
       return;
     }
     // A table is there to take fewer windows than the residency alone. After its first
@@ -126,9 +136,7 @@ void VmmResidency::begin_iteration() {
       uint64_t sum = 0;
       for (uint64_t w : unplanned_windows_) sum += w;
       if (windows * unplanned_windows_.size() > sum) {
-        table_.reset();
-        stats_.period = 0;
-        last_.reset();
+        drop_table();
         tables_off_ = true;
         ++stats_.plans_dropped;
       }
@@ -152,7 +160,6 @@ void VmmResidency::begin_iteration() {
     }
     if (table_) {
       ++stats_.plans;
-      stats_.period = table_->keys.size();
       planned_iterations_ = 0;
       last_.reset();
       return;
@@ -248,9 +255,7 @@ void VmmResidency::run_planned_window(CUstream stream) {
     const uint64_t length = std::min(move.length, info->reserved - move.offset);
     const vmm::Moved moved = move.to_gpu ? arena_.restore(base + move.offset, length, stream)
                                          : arena_.evict(base + move.offset, length, stream);
-    if (moved.result != CUDA_SUCCESS && moved.result != CUDA_ERROR_OUT_OF_MEMORY) {
-      ++stats_.move_failures;
-    }
+    count_failure(moved);
     if (moved.bytes > 0) ++(move.to_gpu ? stats_.ranges_prefetched : stats_.ranges_evicted);
     note(base);
   }
@@ -308,10 +313,7 @@ bool VmmResidency::restore(const vmm::RangeInfo& info, CUstream stream, bool par
     return false;
   }
   if (!partial_ok && !arena_.fits_on_gpu(info.base)) return false;
-  const vmm::Moved moved = arena_.restore(info.base, info.reserved, stream);
-  if (moved.result != CUDA_SUCCESS && moved.result != CUDA_ERROR_OUT_OF_MEMORY) {
-    ++stats_.move_failures;
-  }
+  count_failure(arena_.restore(info.base, info.reserved, stream));
   const std::optional<vmm::RangeInfo> after = arena_.range(info.base);
   entry.whole_on_gpu = after && after->gpu_bytes == after->reserved;
   if (after && short_bytes) *short_bytes += after->host_bytes + after->unmapped_bytes;
@@ -341,7 +343,6 @@ void VmmResidency::make_resident(std::span<const CUdeviceptr> given, CUstream st
     find_period();
     if (period_ != 0) ++stats_.windows_predicted;
   }
-  stats_.own_period = period_;
   predict(bases);
   auto next_use = [this](CUdeviceptr b) {
     const auto it = next_.find(b);
@@ -394,11 +395,8 @@ void VmmResidency::make_resident(std::span<const CUdeviceptr> given, CUstream st
       entry.whole_on_gpu = false;
       entry.reserved = out->reserved;
       if (out->gpu_bytes == 0) continue;
-      const vmm::Moved moved = arena_.evict(victim, out->reserved, stream);
+      count_failure(arena_.evict(victim, out->reserved, stream));
       ++stats_.ranges_evicted;
-      if (moved.result != CUDA_SUCCESS && moved.result != CUDA_ERROR_OUT_OF_MEMORY) {
-        ++stats_.move_failures;
-      }
     }
     if (k == 0) {
       if (restore(*info, stream, true, &short_bytes)) ++stats_.ranges_restored;
@@ -426,7 +424,10 @@ void VmmResidency::forget(CUdeviceptr base) {
 
 ResidencyStats VmmResidency::stats() const {
   std::lock_guard lock(mutex_);
-  return stats_;
+  ResidencyStats s = stats_;
+  s.period = table_ ? table_->keys.size() : 0;
+  s.own_period = period_;
+  return s;
 }
 
 }  // namespace umswap

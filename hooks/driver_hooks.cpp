@@ -284,17 +284,21 @@ bool captured(Preload& p, CUstream stream) {
   return true;
 }
 
+// A stream-ordered allocation under engine vmm. No call site: a stream-ordered allocator makes
+// one allocation per tensor, and walking the stack of each cost about 2 ms (PyTorch's async
+// backend, H200, 2026-12-01); engine um's blocks inside its slabs have none of their own either.
+CUresult vmm_allocate_async(umswap::VmmAllocator& vmm, size_t bytesize, CUdeviceptr* dptr) {
+  ReentryGuard guard;
+  return vmm.allocate(Preload::api_or(AllocApi::cuMemAllocAsync), bytesize, umswap::CallSiteId{0},
+                      true, dptr);
+}
+
 CUresult alloc_async(CUdeviceptr* dptr, size_t bytesize, CUstream stream,
                      PFN_cuMemAllocAsync_v11020 real) {
   Preload& p = preload();
   if (umswap::VmmAllocator* vmm = vmm_for_allocation(p);
       vmm && dptr && bytesize > 0 && !captured(p, stream)) {
-    ReentryGuard guard;
-    // No call site: a stream-ordered allocator makes one allocation per tensor, and walking the
-    // stack of each cost about 2 ms (PyTorch's async backend, H200, 2026-12-01). Engine um's
-    // blocks inside its slabs have none of their own either.
-    return vmm->allocate(Preload::api_or(AllocApi::cuMemAllocAsync), bytesize,
-                         umswap::CallSiteId{0}, true, dptr);
+    return vmm_allocate_async(*vmm, bytesize, dptr);
   }
   if (skip(p) || !dptr || bytesize == 0 || captured(p, stream)) {
     return real(dptr, bytesize, stream);
@@ -335,12 +339,7 @@ CUresult alloc_from_pool_async(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool 
   Preload& p = preload();
   if (umswap::VmmAllocator* vmm = vmm_for_allocation(p);
       vmm && dptr && bytesize > 0 && is_default_pool(p, pool) && !captured(p, stream)) {
-    ReentryGuard guard;
-    // No call site: a stream-ordered allocator makes one allocation per tensor, and walking the
-    // stack of each cost about 2 ms (PyTorch's async backend, H200, 2026-12-01). Engine um's
-    // blocks inside its slabs have none of their own either.
-    return vmm->allocate(Preload::api_or(AllocApi::cuMemAllocAsync), bytesize,
-                         umswap::CallSiteId{0}, true, dptr);
+    return vmm_allocate_async(*vmm, bytesize, dptr);
   }
   if (skip(p) || !dptr || bytesize == 0) return real(dptr, bytesize, pool, stream);
   if (!is_default_pool(p, pool) || captured(p, stream)) return real(dptr, bytesize, pool, stream);

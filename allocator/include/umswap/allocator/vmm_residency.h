@@ -122,6 +122,8 @@ class VmmResidency {
   // Two recorded iterations are the same loop's: keys and persistent ranges alike.
   static bool similar(const RecordedIteration& a, const RecordedIteration& b);
   void begin_iteration();
+  void drop_table();  // the table and the iteration recorded before it go
+  void count_failure(const vmm::Moved& moved);
   void run_planned_window(CUstream stream);
   const Step& step_at(uint64_t n) const { return history_[n % kHistory]; }
   bool period_holds(uint64_t period) const;

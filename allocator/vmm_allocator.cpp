@@ -101,6 +101,8 @@ nlohmann::json to_json(const VmmAllocatorStats& s) {
       {"ranges_restored", s.residency.ranges_restored},
       {"ranges_prefetched", s.residency.ranges_prefetched},
       {"ranges_evicted", s.residency.ranges_evicted},
+      {"ranges_unwritten", s.residency.ranges_unwritten},
+      {"bytes_not_copied", a.bytes_not_copied},
       {"plans", s.residency.plans},
       {"plans_dropped", s.residency.plans_dropped},
       {"own_period", s.residency.own_period},

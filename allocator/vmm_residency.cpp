@@ -76,7 +76,22 @@ std::span<const CUdeviceptr> VmmResidency::canonical(std::span<const CUdeviceptr
 void VmmResidency::allocated(CUdeviceptr base) {
   std::lock_guard lock(mutex_);
   const std::optional<vmm::RangeInfo> info = arena_.range(base);
-  if (info && info->base == base) recorder_.allocated(base, info->reserved);
+  if (info && info->base == base) {
+    recorder_.allocated(base, info->reserved);
+    fresh_.insert(base);
+  }
+}
+
+void VmmResidency::unseen_work() {
+  std::lock_guard lock(mutex_);
+  fresh_.clear();
+  unwritten_.clear();
+}
+
+vmm::Contents VmmResidency::contents(CUdeviceptr base) {
+  if (!unwritten_.count(base)) return vmm::Contents::keep;
+  ++stats_.ranges_unwritten;
+  return vmm::Contents::undefined;
 }
 
 bool VmmResidency::similar(const RecordedIteration& a, const RecordedIteration& b) {
@@ -170,6 +185,9 @@ void VmmResidency::begin_iteration() {
 
 bool VmmResidency::touch(uint32_t key, std::span<const CUdeviceptr> given, bool begins_iteration) {
   std::lock_guard lock(mutex_);
+  // What was allocated since the last step is unwritten until this step's launch goes out.
+  unwritten_.swap(fresh_);
+  fresh_.clear();
   const std::span<const CUdeviceptr> bases = canonical(given);
   // Iterations begin where the caller's detector says, and where one as long as the detector's
   // last (or the table's) ends: a boundary the detector missed is not waited for. With a table,
@@ -253,8 +271,9 @@ void VmmResidency::run_planned_window(CUstream stream) {
       continue;
     }
     const uint64_t length = std::min(move.length, info->reserved - move.offset);
-    const vmm::Moved moved = move.to_gpu ? arena_.restore(base + move.offset, length, stream)
-                                         : arena_.evict(base + move.offset, length, stream);
+    const vmm::Contents what = contents(base);
+    const vmm::Moved moved = move.to_gpu ? arena_.restore(base + move.offset, length, stream, what)
+                                         : arena_.evict(base + move.offset, length, stream, what);
     count_failure(moved);
     if (moved.bytes > 0) ++(move.to_gpu ? stats_.ranges_prefetched : stats_.ranges_evicted);
     note(base);
@@ -313,7 +332,7 @@ bool VmmResidency::restore(const vmm::RangeInfo& info, CUstream stream, bool par
     return false;
   }
   if (!partial_ok && !arena_.fits_on_gpu(info.base)) return false;
-  count_failure(arena_.restore(info.base, info.reserved, stream));
+  count_failure(arena_.restore(info.base, info.reserved, stream, contents(info.base)));
   const std::optional<vmm::RangeInfo> after = arena_.range(info.base);
   entry.whole_on_gpu = after && after->gpu_bytes == after->reserved;
   if (after && short_bytes) *short_bytes += after->host_bytes + after->unmapped_bytes;
@@ -395,7 +414,7 @@ void VmmResidency::make_resident(std::span<const CUdeviceptr> given, CUstream st
       entry.whole_on_gpu = false;
       entry.reserved = out->reserved;
       if (out->gpu_bytes == 0) continue;
-      count_failure(arena_.evict(victim, out->reserved, stream));
+      count_failure(arena_.evict(victim, out->reserved, stream, contents(victim)));
       ++stats_.ranges_evicted;
     }
     if (k == 0) {
@@ -418,6 +437,8 @@ void VmmResidency::trim_to_pool() {
 void VmmResidency::forget(CUdeviceptr base) {
   std::lock_guard lock(mutex_);
   entries_.erase(base);
+  fresh_.erase(base);
+  unwritten_.erase(base);
   recorder_.released(base);
   short_key_ = 0;  // room may have come free
 }

@@ -108,6 +108,8 @@ void VmmObserver::on_finish() {
 }
 
 void VmmObserver::on_opaque(CUstream /*stream*/, const char* /*what*/) {
+  // Work the tracer cannot see into may write any range: none made before it is unwritten.
+  if (VmmAllocator* allocator = allocator_()) allocator->residency().unseen_work();
   hold_.enter();
 }
 

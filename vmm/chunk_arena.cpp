@@ -240,12 +240,13 @@ CUresult ChunkArena::release(CUdeviceptr address) {
   return first;
 }
 
-Moved ChunkArena::evict(CUdeviceptr address, uint64_t length, CUstream stream) {
-  return move(address, length, stream, Location::host);
+Moved ChunkArena::evict(CUdeviceptr address, uint64_t length, CUstream stream, Contents contents) {
+  return move(address, length, stream, Location::host, contents);
 }
 
-Moved ChunkArena::restore(CUdeviceptr address, uint64_t length, CUstream stream) {
-  return move(address, length, stream, Location::gpu);
+Moved ChunkArena::restore(CUdeviceptr address, uint64_t length, CUstream stream,
+                          Contents contents) {
+  return move(address, length, stream, Location::gpu, contents);
 }
 
 CUresult ChunkArena::remap(CUdeviceptr at, uint64_t bytes, bool whole, Slot& slot, Location to,
@@ -272,8 +273,9 @@ CUresult ChunkArena::remap(CUdeviceptr at, uint64_t bytes, bool whole, Slot& slo
   return CUDA_SUCCESS;
 }
 
-Moved ChunkArena::move(CUdeviceptr address, uint64_t length, CUstream stream, Location to) {
-  StagedMove staged = stage(address, length, to, stream);
+Moved ChunkArena::move(CUdeviceptr address, uint64_t length, CUstream stream, Location to,
+                       Contents contents) {
+  StagedMove staged = stage(address, length, to, stream, {}, contents);
   return commit(staged);
 }
 
@@ -308,7 +310,8 @@ std::vector<StagedMove::Chunk> StagedMove::chunks() const {
 }
 
 StagedMove ChunkArena::stage(CUdeviceptr address, uint64_t length, Location to, CUstream stream,
-                             const Copier& copy) {
+                             const Copier& copy, Contents contents) {
+  const bool copying = contents == Contents::keep;
   StagedMove staged;
   staged.to_ = to;
   staged.stream_ = stream;
@@ -374,7 +377,7 @@ StagedMove ChunkArena::stage(CUdeviceptr address, uint64_t length, Location to, 
       CUresult r = take(to, whole, &chunk);
       const CUdeviceptr dst = r == CUDA_SUCCESS ? pool(to).window_address(chunk) : 0;
       const CUdeviceptr src = pool(from).window_address(slot.chunk);
-      if (r == CUDA_SUCCESS) {
+      if (r == CUDA_SUCCESS && copying) {
         r = count(copy ? copy(dst, src, bytes, stream)
                        : driver_.memcpy_dtod_async(dst, src, bytes, stream));
         if (r != CUDA_SUCCESS) give(to, chunk, whole);
@@ -389,7 +392,8 @@ StagedMove ChunkArena::stage(CUdeviceptr address, uint64_t length, Location to, 
         moved.bytes_left += bytes;
         continue;
       }
-      staged.items_.push_back({at, range.id, from, slot.chunk, chunk, src, dst, bytes, whole});
+      staged.items_.push_back(
+          {at, range.id, from, slot.chunk, chunk, src, dst, bytes, whole, copying});
     }
   }
   if (!overlaps) moved.result = CUDA_ERROR_INVALID_VALUE;
@@ -449,7 +453,8 @@ Moved ChunkArena::commit(StagedMove& staged) {
   }
   uint64_t& copies = to == Location::host ? stats_.copies_to_host : stats_.copies_to_gpu;
   uint64_t& bytes = to == Location::host ? stats_.bytes_to_host : stats_.bytes_to_gpu;
-  for (const StagedMove::Item& item : staged.items_) copies += item.bytes / kChunk;
+  for (const StagedMove::Item& item : staged.items_)
+    copies += item.copied ? item.bytes / kChunk : 0;
 
   // Then remap, chunk by chunk; the first failure stops the rest (their copies are wasted).
   bool stopped = false;
@@ -480,7 +485,7 @@ Moved ChunkArena::commit(StagedMove& staged) {
       continue;
     }
     moved.bytes += item.bytes;
-    bytes += item.bytes;
+    (item.copied ? bytes : stats_.bytes_not_copied) += item.bytes;
   }
   staged.items_.clear();
   stats_.remap_ns += elapsed_ns(copied, std::chrono::steady_clock::now());

@@ -99,6 +99,60 @@ TEST_F(VmmResidencyTest, ARangeOnTheHostComesInAndTheLeastRecentlyUsedGoesOut) {
   EXPECT_EQ(s.move_failures, 0u);
 }
 
+// A range allocated since the last step holds nothing anyone wrote: the full pool put it on the
+// host, and the step that enters next brings it in by remapping alone (no copy), while the range
+// it evicts is copied out as usual.
+TEST_F(VmmResidencyTest, ARangeNoStepHasReachedYetComesInWithNoCopy) {
+  const CUdeviceptr a = allocate(2 * kChunk, 1);
+  const CUdeviceptr b = allocate(2 * kChunk, 2);
+  EXPECT_FALSE(step({a}));
+  EXPECT_FALSE(step({b}));
+  CUdeviceptr c = 0;
+  ASSERT_EQ(arena_->allocate(2 * kChunk, &c), CUDA_SUCCESS);
+  residency_->allocated(c);
+  ASSERT_FALSE(on_gpu(c));
+  const uint64_t copies = g_fake->copies_run;
+  EXPECT_TRUE(step({c}));
+  EXPECT_TRUE(on_gpu(c));
+  EXPECT_FALSE(on_gpu(a));
+  EXPECT_EQ(g_fake->copies_run - copies, 2u);  // a's two chunks out, none in
+  EXPECT_EQ(arena_->stats().bytes_not_copied, 2 * kChunk);
+  EXPECT_EQ(arena_->stats().bytes_to_gpu, 0u);
+  EXPECT_EQ(residency_->stats().ranges_unwritten, 1u);
+  EXPECT_EQ(g_fake->kernel_mismatches(a, 2 * kChunk, 1), 0u);
+  EXPECT_EQ(g_fake->kernel_mismatches(b, 2 * kChunk, 2), 0u);
+}
+
+// Whatever could have written it since ends that: a step reaching other ranges (a kernel may
+// reach memory through pointers the tracer does not see), or work the tracer cannot see into.
+// The range then comes in with its bytes.
+TEST_F(VmmResidencyTest, AStepOrUnseenWorkSinceTheAllocationKeepsItsBytes) {
+  for (const bool unseen : {false, true}) {
+    SCOPED_TRACE(unseen ? "unseen work" : "another step");
+    SetUp();
+    const CUdeviceptr a = allocate(2 * kChunk, 1);
+    const CUdeviceptr b = allocate(2 * kChunk, 2);
+    EXPECT_FALSE(step({a}));
+    CUdeviceptr c = 0;
+    ASSERT_EQ(arena_->allocate(2 * kChunk, &c), CUDA_SUCCESS);
+    residency_->allocated(c);
+    ASSERT_FALSE(on_gpu(c));
+    if (unseen) {
+      residency_->unseen_work();
+    } else {
+      EXPECT_FALSE(step({b}));
+    }
+    ASSERT_TRUE(g_fake->kernel_write(c, 2 * kChunk, 3));  // written where it is, on the host
+    EXPECT_TRUE(step({c}));
+    EXPECT_TRUE(on_gpu(c));
+    EXPECT_EQ(g_fake->kernel_mismatches(c, 2 * kChunk, 3), 0u);
+    EXPECT_EQ(arena_->stats().bytes_not_copied, 0u);
+    EXPECT_EQ(residency_->stats().ranges_unwritten, 0u);
+    TearDown();
+  }
+  SetUp();  // for the fixture's own TearDown
+}
+
 // The pool shrank under ranges already on the GPU (the program mapped GPU memory of its own):
 // the next window, which brings the step's own range in, moves out what is past the pool too
 // (room is counted against the shrunk pool).
@@ -288,9 +342,11 @@ TEST_F(VmmResidencyTest, TheTableFindsTheNextIterationsOwnAllocations) {
     // Forward: each layer makes an activation; backward reads them in reverse and frees them.
     CUdeviceptr act[kLayers];
     for (int i = 0; i < kLayers; ++i) {
-      act[i] = allocate(kChunk, static_cast<uint8_t>(60 + i));
+      // Made, then written by the step that reaches it first (as a kernel writes its output).
+      ASSERT_EQ(arena_->allocate(kChunk, &act[i]), CUDA_SUCCESS);
       residency_->allocated(act[i]);
       step({w[i], act[i]}, static_cast<uint32_t>(1 + i), i == 0);
+      ASSERT_TRUE(g_fake->kernel_write(act[i], kChunk, static_cast<uint8_t>(60 + i)));
     }
     for (int i = kLayers - 1; i >= 0; --i) {
       step({w[i], act[i]}, static_cast<uint32_t>(10 + i));

@@ -114,6 +114,39 @@ TEST_F(ChunkArenaTest, DataSurvivesEvictAndRestore) {
   EXPECT_EQ(a.release(p), CUDA_SUCCESS);
 }
 
+// Contents::undefined (nothing wrote the range since it was made): each way the chunks are
+// remapped with no copy enqueued, counted apart from the bytes moved; a move with the contents
+// kept afterwards copies again.
+TEST_F(ChunkArenaTest, AnUnwrittenRangeMovesByRemappingAlone) {
+  ChunkArena& a = make(8 * kChunk, 8 * kChunk);
+  const CUdeviceptr p = allocate(kOdd);
+  ASSERT_NE(p, 0u);
+  const Moved out = a.evict(p, kOdd, kStream, Contents::undefined);
+  EXPECT_EQ(out.result, CUDA_SUCCESS);
+  EXPECT_EQ(out.bytes, 4 * kChunk);
+  for (int i = 0; i < 4; ++i) expect_at(p + i * kChunk, Location::host);
+  const Moved in = a.restore(p, kOdd, kStream, Contents::undefined);
+  EXPECT_EQ(in.bytes, 4 * kChunk);
+  for (int i = 0; i < 4; ++i) expect_at(p + i * kChunk, Location::gpu);
+  EXPECT_EQ(g_fake->copies_run, 0u);
+  ArenaStats s = a.stats();
+  EXPECT_EQ(s.bytes_not_copied, 8 * kChunk);
+  EXPECT_EQ(s.bytes_to_host + s.bytes_to_gpu, 0u);
+  EXPECT_EQ(s.copies_to_host + s.copies_to_gpu, 0u);
+  EXPECT_EQ(s.remaps, 8u);
+
+  ASSERT_TRUE(g_fake->kernel_write(p, kOdd, 7));
+  EXPECT_EQ(a.evict(p, kOdd, kStream).bytes, 4 * kChunk);
+  EXPECT_EQ(a.restore(p, kOdd, kStream).bytes, 4 * kChunk);
+  EXPECT_EQ(g_fake->kernel_mismatches(p, kOdd, 7), 0u);
+  EXPECT_EQ(g_fake->copies_run, 8u);
+  s = a.stats();
+  EXPECT_EQ(s.bytes_to_host, 4 * kChunk);
+  EXPECT_EQ(s.bytes_to_gpu, 4 * kChunk);
+  EXPECT_EQ(s.bytes_not_copied, 8 * kChunk);
+  EXPECT_EQ(a.release(p), CUDA_SUCCESS);
+}
+
 // stage() then commit() is a move in two halves: the copies are enqueued from the old chunks' pool
 // windows, the slots change only at commit(), and the result is the same as evict()'s.
 TEST_F(ChunkArenaTest, AStagedMoveCommitsLikeAnEvict) {

@@ -23,6 +23,13 @@
 //     and the ranges the next eighth of the period uses come in, nearest first.
 // An access no plan foresaw is slower, never wrong: the range is reached over the link.
 //
+// A range allocated since the latest step entered (and since the latest work the tracer could
+// not see into: unseen_work()) holds nothing anyone wrote: no step, and no other GPU work, has
+// been submitted since it was made. The window of the step that enters next moves such ranges,
+// its own or not, without a copy (ChunkArena's Contents::undefined): the freshly made outputs
+// of a step that the full pool put on the host come in by remapping alone. No plan is trusted
+// for it: any step's entry, whatever it reaches, ends it.
+//
 // Contract:
 //   * allocated(base): the arena handed out a range (VmmAllocator::allocate_range, slabs
 //     included); any thread; waits for a window in progress.
@@ -39,6 +46,8 @@
 //     moves, then the step's own ranges if touch() wanted them. What does not fit stays on the host
 //     (correct, reached over the link) and counts as bytes short. Copies go on `stream`; each move
 //     waits for its copies.
+//   * unseen_work(): GPU work was submitted that is no step (a graph launch, a host function):
+//     no range allocated before it counts as unwritten. Any thread.
 //   * forget(base): the range at `base` is about to be released (VmmAllocator::release_memory
 //     calls it before the arena's release, so that no allocation at the same address comes
 //     between); any thread.
@@ -59,6 +68,7 @@
 #include <optional>
 #include <span>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "umswap/allocator/vmm_plan.h"
@@ -80,8 +90,9 @@ struct ResidencyStats {
   uint64_t ranges_restored = 0;     // restores made for the step itself (whole or partial)
   uint64_t ranges_prefetched = 0;   // restores ahead of use (the table's, or the period's)
   uint64_t ranges_evicted = 0;
-  uint64_t bytes_short = 0;    // bytes windows could not bring onto the GPU for their step
-  uint64_t move_failures = 0;  // moves that failed for another reason than a full pool
+  uint64_t bytes_short = 0;       // bytes windows could not bring onto the GPU for their step
+  uint64_t move_failures = 0;     // moves that failed for another reason than a full pool
+  uint64_t ranges_unwritten = 0;  // ranges moved with no copy: nothing had written them
 };
 
 class VmmResidency {
@@ -95,6 +106,7 @@ class VmmResidency {
   void unalias(CUdeviceptr address);
   bool touch(uint32_t key, std::span<const CUdeviceptr> bases, bool begins_iteration);
   void make_resident(std::span<const CUdeviceptr> bases, CUstream stream);
+  void unseen_work();
   void forget(CUdeviceptr base);
   // Releases the free GPU chunks past the pool's limit (the pool shrank: ChunkArena::
   // set_gpu_limit_bytes). Under this lock, so no move is between its stage and its commit;
@@ -134,6 +146,8 @@ class VmmResidency {
   // Brings the range `info` describes (looked at just before) onto the GPU; false when nothing
   // was tried (already there, or ahead with no room).
   bool restore(const vmm::RangeInfo& info, CUstream stream, bool partial_ok, uint64_t* short_bytes);
+  // How a move of the range at `base` treats its bytes in this window (counted when undefined).
+  vmm::Contents contents(CUdeviceptr base);
   void note(CUdeviceptr base);  // its entry's whole_on_gpu as the arena says now
 
   vmm::ChunkArena& arena_;
@@ -163,6 +177,10 @@ class VmmResidency {
   std::deque<uint64_t> unplanned_windows_;  // windows of the latest iterations without a table
   bool tables_off_ = false;                 // a table was dropped for its windows: none again
   bool own_wanted_ = false;                 // touch() wanted a window for the step's own ranges
+  // Ranges allocated since the latest step entry or unseen work; and those the current step's
+  // window found so (unwritten: moved with no copy).
+  std::unordered_set<CUdeviceptr> fresh_;
+  std::unordered_set<CUdeviceptr> unwritten_;
   // Scratch of touch() and make_resident(), keeping its capacity.
   std::vector<uint64_t> reserved_;
   std::unordered_map<CUdeviceptr, uint64_t> next_;

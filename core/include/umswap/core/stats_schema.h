@@ -194,6 +194,11 @@ inline constexpr Field kFields[] = {
      "Ranges brought to the GPU ahead, for coming steps the last iteration predicted."},
     {"vmm.ranges_evicted", Kind::diagnostic, "integer", detail::kVmmAllocator,
      "Ranges moved to host chunks to make room."},
+    {"vmm.ranges_unwritten", Kind::diagnostic, "integer", detail::kVmmAllocator,
+     "Moves of ranges nothing had written yet (allocated since the last step), remapped with no "
+     "copy."},
+    {"vmm.bytes_not_copied", Kind::diagnostic, "integer", detail::kVmmAllocator,
+     "Bytes those moves remapped with no copy, either way (not in bytes_to_gpu or bytes_to_host)."},
     {"vmm.period", Kind::diagnostic, "integer", detail::kVmmAllocator,
      "Steps per iteration of the table of windows from the plan in force at the end (0: none)."},
     {"vmm.own_period", Kind::diagnostic, "integer", detail::kVmmAllocator,

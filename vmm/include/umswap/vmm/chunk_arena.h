@@ -32,6 +32,9 @@
 //     whole block the other side cannot give (its free room is all in groups holding chunks) is
 //     left where it is, and the move goes on with the pieces after it.
 //     An interval that overlaps no live range: CUDA_ERROR_INVALID_VALUE, nothing done.
+//     Contents::undefined: the caller knows nothing has written the interval since its ranges
+//     were allocated; its chunks are remapped with no copy (counted in bytes_not_copied, not in
+//     the copies and bytes moved).
 //   * The caller orders the moves against the program's kernels: a kernel writing a chunk between
 //     its copy and its remap would lose that write. For now the arena waits for its copies with a
 //     stream synchronize; ordering by events (the program's streams waiting only where the plan
@@ -70,6 +73,12 @@
 #include "umswap/vmm/vmm_driver.h"
 
 namespace umswap::vmm {
+
+// What a move's caller knows of the bytes it moves.
+enum class Contents {
+  keep,       // copied to the other side
+  undefined,  // nothing wrote them since allocation: remapped with no copy
+};
 
 // What one evict() or restore() did.
 struct Moved {
@@ -117,6 +126,7 @@ class StagedMove {
     CUdeviceptr from = 0, to = 0;
     uint64_t bytes = 0;
     bool whole = false;  // a whole block (a range's large piece)
+    bool copied = true;  // false: Contents::undefined, no copy enqueued
   };
   Location to_ = Location::host;
   CUstream stream_ = nullptr;
@@ -151,6 +161,7 @@ struct ArenaStats {
   // Bytes moved: copied and remapped.
   uint64_t bytes_to_host = 0;
   uint64_t bytes_to_gpu = 0;
+  uint64_t bytes_not_copied = 0;      // moved either way with Contents::undefined: remapped only
   uint64_t remaps = 0;                // slots remapped to another chunk by a move
   uint64_t gpu_create_fallbacks = 0;  // allocate()'s chunks put on the host: no GPU memory
   uint64_t failures = 0;              // driver calls that failed (the rollbacks' included)
@@ -182,14 +193,17 @@ class ChunkArena {
 
   CUresult allocate(uint64_t bytes, CUdeviceptr* address);
   CUresult release(CUdeviceptr address);
-  Moved evict(CUdeviceptr address, uint64_t length, CUstream stream);
-  Moved restore(CUdeviceptr address, uint64_t length, CUstream stream);
+  Moved evict(CUdeviceptr address, uint64_t length, CUstream stream,
+              Contents contents = Contents::keep);
+  Moved restore(CUdeviceptr address, uint64_t length, CUstream stream,
+                Contents contents = Contents::keep);
 
   // A move in two halves, so that the program runs during the copies and is held only for the
   // remaps (docs/lab/2026-11-29-vmm-window.md). evict() and restore() are stage() then commit().
   //   * stage(): takes a chunk on the `to` side for every chunk of the interval's live ranges on
   //     the other side and enqueues its copy on `stream`, from the old chunk's pool window to the
-  //     new one's, by `copy` (dst, src, bytes, stream) when given, else cuMemcpyDtoDAsync; no
+  //     new one's, by `copy` (dst, src, bytes, stream) when given, else cuMemcpyDtoDAsync (none
+  //     with Contents::undefined); no
   //     wait, no slot changes. Holes in the interval are mapped again first, as by a move. An
   //     interval that overlaps no live range: partial().result CUDA_ERROR_INVALID_VALUE.
   //   * commit(): waits for `stream`, then remaps each staged slot that still maps the chunk it
@@ -203,7 +217,7 @@ class ChunkArena {
   using Copier =
       std::function<CUresult(CUdeviceptr dst, CUdeviceptr src, uint64_t bytes, CUstream stream)>;
   StagedMove stage(CUdeviceptr address, uint64_t length, Location to, CUstream stream,
-                   const Copier& copy = {});
+                   const Copier& copy = {}, Contents contents = Contents::keep);
   Moved commit(StagedMove& staged);
   void abort(StagedMove& staged);
   // Releases the free chunks of both pools; returns the bytes released.
@@ -272,7 +286,7 @@ class ChunkArena {
   // The live range holding `address` (any byte of its reserved chunks), or end().
   RangeMap::const_iterator find(CUdeviceptr address) const;
   RangeMap::iterator find(CUdeviceptr address);
-  Moved move(CUdeviceptr address, uint64_t length, CUstream stream, Location to);
+  Moved move(CUdeviceptr address, uint64_t length, CUstream stream, Location to, Contents contents);
   void give_back(StagedMove& staged);  // mutex_ held
   // Maps the range's pieces from the first, `large` of them whole blocks; stops at the first
   // failure (the pieces mapped stay in range.slots, for unmap_range()).

@@ -5,7 +5,7 @@
 // ahead of it.
 //
 //   advisor_loop [--buffers N] [--mib M] [--iterations I] [--alt-sites] [--stray S] [--graph G]
-//                [--table host|device]
+//                [--table host|device] [--period-checksum]
 // --alt-sites allocates the second half of the buffers from another call site: a trace recorded
 // without it finds only the first half in a run with it (the replay relearning test).
 // --stray S: in iteration S the loss kernel takes the middle buffer instead of the last, after
@@ -23,6 +23,11 @@
 // never correctness.
 // prints `iter <i> ms <float>` per iteration and `checksum <hex>` (FNV-1a of every buffer) at the
 // end; the checksum is the same natively and under umswap, whatever it prefetched or evicted.
+// --period-checksum: every kernel's result at word i depends on i only through i % 1024 (the
+// buffers start at zero), so each buffer is its first 4 KiB over and over. Printed instead:
+// `period_checksum <hex>` (FNV-1a of each buffer's first 4 KiB) and `period_mismatches <n>` (words
+// unlike their first period's, counted on the GPU): the same for any --mib, so that a loop larger
+// than the GPU is checked against a native run of a small one.
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -70,6 +75,15 @@ __global__ void table_write(float* const* table, size_t n, int round) {
   }
 }
 
+// Counts into *bad the words of x unlike the word at the same place in x's first 1024.
+__global__ void period_mismatches(const uint32_t* x, size_t n, unsigned long long* bad) {
+  unsigned long long k = 0;
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    k += x[i] != x[i & 1023] ? 1 : 0;
+  }
+  if (k) atomicAdd(bad, k);
+}
+
 __global__ void make_table(float** table, float* a, float* b) {
   table[0] = a;
   table[1] = b;
@@ -91,10 +105,13 @@ int main(int argc, char** argv) {
   bool alt_sites = false;
   int stray = -1, graph_at = -1;
   const char* table_mode = nullptr;
+  bool by_period = false;
   for (int i = 1; i < argc; ++i) {
     const bool has_value = i + 1 < argc;
     if (!std::strcmp(argv[i], "--alt-sites")) {
       alt_sites = true;
+    } else if (!std::strcmp(argv[i], "--period-checksum")) {
+      by_period = true;
     } else if (has_value && !std::strcmp(argv[i], "--buffers")) {
       buffers = std::atoi(argv[++i]);
     } else if (has_value && !std::strcmp(argv[i], "--mib")) {
@@ -111,7 +128,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: advisor_loop [--buffers N] [--mib M] [--iterations I] [--alt-sites] "
-                   "[--stray S] [--graph G] [--table host|device]\n");
+                   "[--stray S] [--graph G] [--table host|device] [--period-checksum]\n");
       return 2;
     }
   }
@@ -181,6 +198,27 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
   uint64_t h = 1469598103934665603ull;
+  if (by_period) {
+    unsigned long long* bad = nullptr;
+    CHECK(cudaMalloc(&bad, sizeof *bad));
+    CHECK(cudaMemset(bad, 0, sizeof *bad));
+    std::vector<unsigned char> first(1024 * sizeof(float));
+    for (auto& b : buf) {
+      period_mismatches<<<1024, 256>>>(reinterpret_cast<const uint32_t*>(b), n, bad);
+      CHECK(cudaGetLastError());
+      CHECK(cudaMemcpy(first.data(), b, first.size(), cudaMemcpyDeviceToHost));
+      for (unsigned char c : first) h = (h ^ c) * 1099511628211ull;
+      CHECK(cudaFree(b));
+    }
+    unsigned long long mismatches = 0;
+    CHECK(cudaMemcpy(&mismatches, bad, sizeof mismatches, cudaMemcpyDeviceToHost));
+    CHECK(cudaFree(bad));
+    if (loss_graph) CHECK(cudaGraphExecDestroy(loss_graph));
+    if (table) CHECK(cudaFree(table));
+    std::printf("period_checksum %016llx\nperiod_mismatches %llu\n",
+                static_cast<unsigned long long>(h), mismatches);
+    return 0;
+  }
   std::vector<unsigned char> host(n * sizeof(float));
   for (auto& b : buf) {
     CHECK(cudaMemcpy(host.data(), b, host.size(), cudaMemcpyDeviceToHost));

@@ -88,10 +88,15 @@ void VmmResidency::unseen_work() {
   unwritten_.clear();
 }
 
-vmm::Contents VmmResidency::contents(CUdeviceptr base) {
-  if (!unwritten_.count(base)) return vmm::Contents::keep;
-  ++stats_.ranges_unwritten;
-  return vmm::Contents::undefined;
+vmm::Moved VmmResidency::move_range(CUdeviceptr base, CUdeviceptr address, uint64_t length,
+                                    bool to_gpu, CUstream stream) {
+  const vmm::Contents what =
+      unwritten_.count(base) ? vmm::Contents::undefined : vmm::Contents::keep;
+  const vmm::Moved moved = to_gpu ? arena_.restore(address, length, stream, what)
+                                  : arena_.evict(address, length, stream, what);
+  count_failure(moved);
+  if (what == vmm::Contents::undefined && moved.bytes > 0) ++stats_.ranges_unwritten;
+  return moved;
 }
 
 bool VmmResidency::similar(const RecordedIteration& a, const RecordedIteration& b) {
@@ -271,10 +276,7 @@ void VmmResidency::run_planned_window(CUstream stream) {
       continue;
     }
     const uint64_t length = std::min(move.length, info->reserved - move.offset);
-    const vmm::Contents what = contents(base);
-    const vmm::Moved moved = move.to_gpu ? arena_.restore(base + move.offset, length, stream, what)
-                                         : arena_.evict(base + move.offset, length, stream, what);
-    count_failure(moved);
+    const vmm::Moved moved = move_range(base, base + move.offset, length, move.to_gpu, stream);
     if (moved.bytes > 0) ++(move.to_gpu ? stats_.ranges_prefetched : stats_.ranges_evicted);
     note(base);
   }
@@ -332,7 +334,7 @@ bool VmmResidency::restore(const vmm::RangeInfo& info, CUstream stream, bool par
     return false;
   }
   if (!partial_ok && !arena_.fits_on_gpu(info.base)) return false;
-  count_failure(arena_.restore(info.base, info.reserved, stream, contents(info.base)));
+  move_range(info.base, info.base, info.reserved, true, stream);
   const std::optional<vmm::RangeInfo> after = arena_.range(info.base);
   entry.whole_on_gpu = after && after->gpu_bytes == after->reserved;
   if (after && short_bytes) *short_bytes += after->host_bytes + after->unmapped_bytes;
@@ -414,7 +416,7 @@ void VmmResidency::make_resident(std::span<const CUdeviceptr> given, CUstream st
       entry.whole_on_gpu = false;
       entry.reserved = out->reserved;
       if (out->gpu_bytes == 0) continue;
-      count_failure(arena_.evict(victim, out->reserved, stream, contents(victim)));
+      move_range(victim, victim, out->reserved, false, stream);
       ++stats_.ranges_evicted;
     }
     if (k == 0) {

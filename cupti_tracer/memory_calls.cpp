@@ -101,6 +101,10 @@ constexpr uint32_t kIds[] = {
     CUPTI_DRIVER_TRACE_CBID_cuLaunchHostFunc_ptsz,
     CUPTI_DRIVER_TRACE_CBID_cuStreamAddCallback,
     CUPTI_DRIVER_TRACE_CBID_cuStreamAddCallback_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunch,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchGrid,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchGridAsync,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernelMultiDevice,
 };
 
 template <class P>
@@ -431,6 +435,18 @@ bool decode_memory_call(uint32_t cbid, const void* p, MemoryCall* call,
     case CUPTI_DRIVER_TRACE_CBID_cuStreamAddCallback_ptsz:
       call->opaque = "a stream callback";
       return set(C::opaque, params_as<cuStreamAddCallback_params>(p).hStream);
+    // The deprecated launches (parameters set by cuParamSet*, or several devices' at once): their
+    // pointers are not read, so what they reach is not known.
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunch:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchGrid:
+      call->opaque = "a legacy kernel launch";
+      return set(C::opaque, nullptr);
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchGridAsync:
+      call->opaque = "a legacy kernel launch";
+      return set(C::opaque, params_as<cuLaunchGridAsync_params>(p).hStream);
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernelMultiDevice:
+      call->opaque = "a multi-device cooperative launch";
+      return set(C::opaque, nullptr);
     default:
       return false;
   }

@@ -30,7 +30,12 @@ void VmmObserver::on_step(uint64_t index, uint32_t key, CUstream /*stream*/,
   const auto entered = std::chrono::steady_clock::now();
   if (!finished_.load(std::memory_order_relaxed)) {
     VmmAllocator* allocator = allocator_cached_;
-    if (!allocator) allocator = allocator_cached_ = allocator_();  // made once, never freed
+    if (!allocator) {
+      allocator = allocator_cached_ = allocator_();  // made once, never freed
+      // The first step the tracer sees: work submitted before the tracer ran (the program's
+      // start, or another thread's launches while it was starting) went unseen.
+      if (allocator) allocator->residency().unseen_work();
+    }
     if (allocator) {
       bases_.clear();
       if (hits) {

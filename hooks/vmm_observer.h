@@ -26,7 +26,8 @@
 // open (a call whose exit never came) or whose synchronization fails moves nothing: the data stays
 // where it is, reached over the link, and the count says so.
 //
-// An opaque call tells VmmResidency (unseen_work()): ranges made before it may have been written.
+// An opaque call tells VmmResidency (unseen_work()): ranges made before it may have been written;
+// so does the first step the tracer sees (the work before it went unseen).
 //
 // Threads: on_step from the launching threads, serialized by the tracer; the rest from any.
 // Never throws but std::bad_alloc.

@@ -126,32 +126,34 @@ TEST_F(VmmResidencyTest, ARangeNoStepHasReachedYetComesInWithNoCopy) {
 // Whatever could have written it since ends that: a step reaching other ranges (a kernel may
 // reach memory through pointers the tracer does not see), or work the tracer cannot see into.
 // The range then comes in with its bytes.
-TEST_F(VmmResidencyTest, AStepOrUnseenWorkSinceTheAllocationKeepsItsBytes) {
-  for (const bool unseen : {false, true}) {
-    SCOPED_TRACE(unseen ? "unseen work" : "another step");
-    SetUp();
-    const CUdeviceptr a = allocate(2 * kChunk, 1);
-    const CUdeviceptr b = allocate(2 * kChunk, 2);
-    EXPECT_FALSE(step({a}));
-    CUdeviceptr c = 0;
-    ASSERT_EQ(arena_->allocate(2 * kChunk, &c), CUDA_SUCCESS);
-    residency_->allocated(c);
-    ASSERT_FALSE(on_gpu(c));
-    if (unseen) {
-      residency_->unseen_work();
-    } else {
-      EXPECT_FALSE(step({b}));
-    }
-    ASSERT_TRUE(g_fake->kernel_write(c, 2 * kChunk, 3));  // written where it is, on the host
-    EXPECT_TRUE(step({c}));
-    EXPECT_TRUE(on_gpu(c));
-    EXPECT_EQ(g_fake->kernel_mismatches(c, 2 * kChunk, 3), 0u);
-    EXPECT_EQ(arena_->stats().bytes_not_copied, 0u);
-    EXPECT_EQ(residency_->stats().ranges_unwritten, 0u);
-    TearDown();
+class VmmResidencyWrittenTest : public VmmResidencyTest,
+                                public ::testing::WithParamInterface<bool> {};
+
+TEST_P(VmmResidencyWrittenTest, AStepOrUnseenWorkSinceTheAllocationKeepsItsBytes) {
+  const CUdeviceptr a = allocate(2 * kChunk, 1);
+  const CUdeviceptr b = allocate(2 * kChunk, 2);
+  EXPECT_FALSE(step({a}));
+  CUdeviceptr c = 0;
+  ASSERT_EQ(arena_->allocate(2 * kChunk, &c), CUDA_SUCCESS);
+  residency_->allocated(c);
+  ASSERT_FALSE(on_gpu(c));
+  if (GetParam()) {
+    residency_->unseen_work();
+  } else {
+    EXPECT_FALSE(step({b}));
   }
-  SetUp();  // for the fixture's own TearDown
+  ASSERT_TRUE(g_fake->kernel_write(c, 2 * kChunk, 3));  // written where it is, on the host
+  EXPECT_TRUE(step({c}));
+  EXPECT_TRUE(on_gpu(c));
+  EXPECT_EQ(g_fake->kernel_mismatches(c, 2 * kChunk, 3), 0u);
+  EXPECT_EQ(arena_->stats().bytes_not_copied, 0u);
+  EXPECT_EQ(residency_->stats().ranges_unwritten, 0u);
 }
+
+INSTANTIATE_TEST_SUITE_P(AfterAStepOrUnseenWork, VmmResidencyWrittenTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return i.param ? "UnseenWork" : "AnotherStep";
+                         });
 
 // The pool shrank under ranges already on the GPU (the program mapped GPU memory of its own):
 // the next window, which brings the step's own range in, moves out what is past the pool too

@@ -194,6 +194,22 @@ TEST(MemoryCalls, StreamMemoryOperationsAndOpaqueCalls) {
   EXPECT_EQ(d.call.what, MemoryCallClass::opaque);
   EXPECT_EQ(d.call.stream, stream_of(13));
   EXPECT_STREQ(d.call.opaque, "a stream callback");
+  // The deprecated launches: what they reach is not read.
+  const cuLaunchGridAsync_params grid{
+      .f = nullptr, .grid_width = 1, .grid_height = 1, .hStream = stream_of(14)};
+  d = decode(CUPTI_DRIVER_TRACE_CBID_cuLaunchGridAsync, &grid);
+  EXPECT_EQ(d.call.what, MemoryCallClass::opaque);
+  EXPECT_EQ(d.call.stream, stream_of(14));
+  EXPECT_STREQ(d.call.opaque, "a legacy kernel launch");
+  const cuLaunch_params legacy{.f = nullptr};
+  d = decode(CUPTI_DRIVER_TRACE_CBID_cuLaunch, &legacy);
+  EXPECT_EQ(d.call.what, MemoryCallClass::opaque);
+  EXPECT_EQ(d.call.stream, nullptr);
+  const cuLaunchCooperativeKernelMultiDevice_params multi{
+      .launchParamsList = nullptr, .numDevices = 2, .flags = 0};
+  d = decode(CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernelMultiDevice, &multi);
+  EXPECT_EQ(d.call.what, MemoryCallClass::opaque);
+  EXPECT_STREQ(d.call.opaque, "a multi-device cooperative launch");
 }
 
 TEST(MemoryCalls, StepNamesKeepTheTracesEarlierNamesAndAreDistinct) {

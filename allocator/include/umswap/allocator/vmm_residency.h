@@ -28,7 +28,13 @@
 // been submitted since it was made. The window of the step that enters next moves such ranges,
 // its own or not, without a copy (ChunkArena's Contents::undefined): the freshly made outputs
 // of a step that the full pool put on the host come in by remapping alone. No plan is trusted
-// for it: any step's entry, whatever it reaches, ends it.
+// for it: any step's entry, whatever it reaches, ends it. What it does trust: every write to a
+// range goes through a call the tracer sees after the range was made (kernels, copies, memsets,
+// memory operations are steps; graph launches, host functions and the deprecated launches are
+// opaque calls; VmmObserver calls unseen_work() at the first step it sees, for what came before
+// the tracer). Not covered: a kernel already running or queued that takes pointers the CPU
+// writes into host memory after it was launched (a persistent kernel fed through mapped memory):
+// it would write a range the residency takes for unwritten.
 //
 // Contract:
 //   * allocated(base): the arena handed out a range (VmmAllocator::allocate_range, slabs
@@ -146,8 +152,10 @@ class VmmResidency {
   // Brings the range `info` describes (looked at just before) onto the GPU; false when nothing
   // was tried (already there, or ahead with no room).
   bool restore(const vmm::RangeInfo& info, CUstream stream, bool partial_ok, uint64_t* short_bytes);
-  // How a move of the range at `base` treats its bytes in this window (counted when undefined).
-  vmm::Contents contents(CUdeviceptr base);
+  // Moves [address, address + length) of the range at `base`, with no copy when the range is
+  // unwritten (counted when bytes moved so); counts a failure.
+  vmm::Moved move_range(CUdeviceptr base, CUdeviceptr address, uint64_t length, bool to_gpu,
+                        CUstream stream);
   void note(CUdeviceptr base);  // its entry's whole_on_gpu as the arena says now
 
   vmm::ChunkArena& arena_;

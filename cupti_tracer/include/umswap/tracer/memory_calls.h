@@ -30,7 +30,8 @@ enum class MemoryCallClass : uint8_t {
   copy_batch,  // cuMemcpyBatchAsync, cuMemcpy3DBatchAsync
   memset,      // cuMemsetD8/16/32 and their 2D forms
   memop,       // cuStreamWriteValue*, cuStreamBatchMemOp
-  opaque,      // a graph launch, host function or stream callback: reach not known
+  opaque,      // a graph launch, host function, stream callback or deprecated kernel launch
+               // (cuLaunch, cuLaunchGrid[Async], multi-device cooperative): reach not known
   count
 };
 std::string_view step_name(MemoryCallClass c);

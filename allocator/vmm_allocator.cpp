@@ -84,6 +84,7 @@ nlohmann::json to_json(const VmmAllocatorStats& s) {
       {schema::kBlockBytes.name(), a.block_bytes},
       {"host_chunks_made", a.host_chunks_made},
       {"gpu_create_fallbacks", a.gpu_create_fallbacks},
+      {"bytes_allocated_on_host", a.bytes_allocated_on_host},
       {schema::kCopiesToHost.name(), a.copies_to_host},
       {schema::kCopiesToGpu.name(), a.copies_to_gpu},
       {"bytes_to_host", a.bytes_to_host},

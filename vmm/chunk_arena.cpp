@@ -179,6 +179,9 @@ CUresult ChunkArena::allocate(uint64_t bytes, CUdeviceptr* address) {
     return r;
   }
   stats_.pieces_whole += range.large;
+  for (size_t i = 0; i < range.slots.size(); ++i) {
+    if (range.slots[i].where == Location::host) stats_.bytes_allocated_on_host += range.bytes(i);
+  }
   ranges_.emplace(base, std::move(range));
   ++stats_.allocations;
   *address = base;

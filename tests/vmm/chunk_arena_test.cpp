@@ -114,6 +114,21 @@ TEST_F(ChunkArenaTest, DataSurvivesEvictAndRestore) {
   EXPECT_EQ(a.release(p), CUDA_SUCCESS);
 }
 
+// What allocate() put on host chunks (the pool full) is counted: the pieces past the pool only.
+TEST_F(ChunkArenaTest, PiecesAllocatedOnTheHostAreCounted) {
+  ChunkArena& a = make(2 * kChunk, 8 * kChunk);
+  const CUdeviceptr p = allocate(3 * kChunk);
+  EXPECT_EQ(a.stats().bytes_allocated_on_host, kChunk);
+  const CUdeviceptr q = allocate(kChunk);
+  EXPECT_EQ(a.stats().bytes_allocated_on_host, 2 * kChunk);
+  // Moves do not count: only where allocate() placed a range.
+  EXPECT_EQ(a.evict(p, 3 * kChunk, kStream).result, CUDA_SUCCESS);
+  EXPECT_EQ(a.restore(q, kChunk, kStream).result, CUDA_SUCCESS);
+  EXPECT_EQ(a.stats().bytes_allocated_on_host, 2 * kChunk);
+  EXPECT_EQ(a.release(p), CUDA_SUCCESS);
+  EXPECT_EQ(a.release(q), CUDA_SUCCESS);
+}
+
 // Contents::undefined (nothing wrote the range since it was made): each way the chunks are
 // remapped with no copy enqueued, counted apart from the bytes moved; a move with the contents
 // kept afterwards copies again.

@@ -194,6 +194,8 @@ inline constexpr Field kFields[] = {
      "Ranges brought to the GPU ahead, for coming steps the last iteration predicted."},
     {"vmm.ranges_evicted", Kind::diagnostic, "integer", detail::kVmmAllocator,
      "Ranges moved to host chunks to make room."},
+    {"vmm.bytes_allocated_on_host", Kind::diagnostic, "integer", detail::kVmmAllocator,
+     "Bytes of allocations placed on host chunks (the pool full), in all."},
     {"vmm.ranges_unwritten", Kind::diagnostic, "integer", detail::kVmmAllocator,
      "Moves of ranges nothing had written yet (allocated since the last step), remapped with no "
      "copy."},

@@ -164,6 +164,7 @@ struct ArenaStats {
   uint64_t bytes_not_copied = 0;      // moved either way with Contents::undefined: remapped only
   uint64_t remaps = 0;                // slots remapped to another chunk by a move
   uint64_t gpu_create_fallbacks = 0;  // allocate()'s chunks put on the host: no GPU memory
+  uint64_t bytes_allocated_on_host = 0;  // allocate()'s pieces backed by host memory, in all
   uint64_t failures = 0;              // driver calls that failed (the rollbacks' included)
   uint64_t holes = 0;                 // slots unmapped now (see the contract)
   uint64_t block_bytes = 0;           // a range's large pieces (kChunk: none)

@@ -190,9 +190,12 @@ void VmmResidency::begin_iteration() {
 
 bool VmmResidency::touch(uint32_t key, std::span<const CUdeviceptr> given, bool begins_iteration) {
   std::lock_guard lock(mutex_);
-  // What was allocated since the last step is unwritten until this step's launch goes out.
-  unwritten_.swap(fresh_);
-  fresh_.clear();
+  // What was allocated since the last step is unwritten until this step's launch goes out (most
+  // steps follow no allocation: nothing to clear).
+  if (!fresh_.empty() || !unwritten_.empty()) {
+    unwritten_.swap(fresh_);
+    fresh_.clear();
+  }
   const std::span<const CUdeviceptr> bases = canonical(given);
   // Iterations begin where the caller's detector says, and where one as long as the detector's
   // last (or the table's) ends: a boundary the detector missed is not waited for. With a table,

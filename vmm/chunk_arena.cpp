@@ -305,6 +305,10 @@ StagedMove::~StagedMove() {
   if (arena_) arena_->abort(*this);
 }
 
+bool StagedMove::copies_enqueued() const {
+  return std::any_of(items_.begin(), items_.end(), [](const Item& i) { return i.copied; });
+}
+
 std::vector<StagedMove::Chunk> StagedMove::chunks() const {
   std::vector<Chunk> out;
   out.reserve(items_.size());
@@ -426,7 +430,7 @@ void ChunkArena::give_back(StagedMove& staged) {
 void ChunkArena::abort(StagedMove& staged) {
   std::lock_guard lock(mutex_);
   // Its copies may still run: wait for them before anything free may be released or reused.
-  if (!staged.items_.empty()) count(driver_.stream_synchronize(staged.stream_));
+  if (staged.copies_enqueued()) count(driver_.stream_synchronize(staged.stream_));
   settle(staged);
   give_back(staged);
 }
@@ -442,9 +446,10 @@ Moved ChunkArena::commit(StagedMove& staged) {
   if (staged.items_.empty()) return moved;
   const Location to = staged.to_;
 
-  // Wait for the copies before any slot changes.
+  // Wait for the copies before any slot changes (a move of unwritten chunks enqueued none).
   const auto started = std::chrono::steady_clock::now();
-  const CUresult synced = count(driver_.stream_synchronize(staged.stream_));
+  const CUresult synced =
+      staged.copies_enqueued() ? count(driver_.stream_synchronize(staged.stream_)) : CUDA_SUCCESS;
   const auto copied = std::chrono::steady_clock::now();
   stats_.copy_wait_ns += elapsed_ns(started, copied);
   if (CUresult r = synced; r != CUDA_SUCCESS) {

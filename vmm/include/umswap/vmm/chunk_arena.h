@@ -128,6 +128,8 @@ class StagedMove {
     bool whole = false;  // a whole block (a range's large piece)
     bool copied = true;  // false: Contents::undefined, no copy enqueued
   };
+  // True when a copy was enqueued for any item (none for Contents::undefined): a wait is needed.
+  bool copies_enqueued() const;
   Location to_ = Location::host;
   CUstream stream_ = nullptr;
   std::vector<Item> items_;
@@ -161,14 +163,14 @@ struct ArenaStats {
   // Bytes moved: copied and remapped.
   uint64_t bytes_to_host = 0;
   uint64_t bytes_to_gpu = 0;
-  uint64_t bytes_not_copied = 0;      // moved either way with Contents::undefined: remapped only
-  uint64_t remaps = 0;                // slots remapped to another chunk by a move
-  uint64_t gpu_create_fallbacks = 0;  // allocate()'s chunks put on the host: no GPU memory
+  uint64_t bytes_not_copied = 0;         // moved either way with Contents::undefined: remapped only
+  uint64_t remaps = 0;                   // slots remapped to another chunk by a move
+  uint64_t gpu_create_fallbacks = 0;     // allocate()'s chunks put on the host: no GPU memory
   uint64_t bytes_allocated_on_host = 0;  // allocate()'s pieces backed by host memory, in all
-  uint64_t failures = 0;              // driver calls that failed (the rollbacks' included)
-  uint64_t holes = 0;                 // slots unmapped now (see the contract)
-  uint64_t block_bytes = 0;           // a range's large pieces (kChunk: none)
-  uint64_t pieces_whole = 0;          // large pieces allocated, in all
+  uint64_t failures = 0;                 // driver calls that failed (the rollbacks' included)
+  uint64_t holes = 0;                    // slots unmapped now (see the contract)
+  uint64_t block_bytes = 0;              // a range's large pieces (kChunk: none)
+  uint64_t pieces_whole = 0;             // large pieces allocated, in all
   // Time inside commit(): waiting for the staged copies, and remapping the slots.
   uint64_t copy_wait_ns = 0;
   uint64_t remap_ns = 0;
@@ -207,13 +209,13 @@ class ChunkArena {
   //     with Contents::undefined); no
   //     wait, no slot changes. Holes in the interval are mapped again first, as by a move. An
   //     interval that overlaps no live range: partial().result CUDA_ERROR_INVALID_VALUE.
-  //   * commit(): waits for `stream`, then remaps each staged slot that still maps the chunk it
-  //     mapped at stage() in the same range (one released meanwhile, or moved by another move, is
-  //     skipped: its new chunk goes back, counted in bytes_left); the caller holds every access
-  //     to the interval across it (a kernel reaching a slot being remapped is an illegal address,
-  //     and a write to an old chunk after its copy is lost unless the caller copies it again).
-  //     Returns the whole move's Moved, stage()'s shortfall included. The StagedMove is empty
-  //     after it.
+  //   * commit(): waits for `stream` (if stage() enqueued any copy), then remaps each staged slot
+  //     that still maps the chunk it mapped at stage() in the same range (one released meanwhile,
+  //     or moved by another move, is skipped: its new chunk goes back, counted in bytes_left); the
+  //     caller holds every access to the interval across it (a kernel reaching a slot being
+  //     remapped is an illegal address, and a write to an old chunk after its copy is lost unless
+  //     the caller copies it again). Returns the whole move's Moved, stage()'s shortfall included.
+  //     The StagedMove is empty after it.
   //   * abort(): gives every staged chunk back; nothing remapped.
   using Copier =
       std::function<CUresult(CUdeviceptr dst, CUdeviceptr src, uint64_t bytes, CUstream stream)>;

@@ -68,6 +68,9 @@ nlohmann::json to_json(const VmmAllocatorStats& s) {
       {"frees", s.frees},
       {"frees_deferred", s.frees_deferred},
       {"frees_synchronized", s.frees_synchronized},
+      {"ranges_reused", s.ranges_reused},
+      {"ranges_kept", s.ranges_kept},
+      {"kept_bytes", s.kept_bytes},
       {"allocate_ms", s.allocate_ms},
       {"free_ms", s.free_ms},
       {"pending_frees", s.pending_frees},
@@ -124,10 +127,13 @@ VmmAllocator::VmmAllocator(const vmm::VmmDriver& arena_driver, const VmmSyncDriv
       device_(device),
       arena_(arena_driver, device, gpu_limit_bytes, host_limit_bytes,
              chunks_per_block ? chunks_per_block
-                              : vmm::ChunkArena::chunks_per_block_for(gpu_limit_bytes)) {}
+                              : vmm::ChunkArena::chunks_per_block_for(gpu_limit_bytes)) {
+  residency_.set_reclaim([this] { return release_oldest_kept_on_gpu(); });
+}
 
 VmmAllocator::~VmmAllocator() {
   drain();
+  release_kept();
 }
 
 CUresult VmmAllocator::allocate(AllocApi api, size_t bytes, CallSiteId site, bool from_pool,
@@ -156,7 +162,7 @@ CUresult VmmAllocator::allocate(AllocApi api, size_t bytes, CallSiteId site, boo
   if (!registry_.insert(record)) {
     // A fresh range overlapping a registered one: the registry holds a record of memory that is
     // not umswap's any more. Refuse rather than hand out memory the tracer would misattribute.
-    release_memory(ptr);
+    release_memory(ptr, false);
     driver_failures_.fetch_add(1, std::memory_order_relaxed);
     return CUDA_ERROR_UNKNOWN;
   }
@@ -174,6 +180,11 @@ CUresult VmmAllocator::allocate(AllocApi api, size_t bytes, CallSiteId site, boo
 }
 
 CUresult VmmAllocator::allocate_range(uint64_t bytes, CUdeviceptr* out) {
+  if ((*out = reuse(bytes)) != 0) {
+    ranges_reused_.fetch_add(1, std::memory_order_relaxed);
+    residency_.allocated(*out);
+    return CUDA_SUCCESS;
+  }
   CUresult status = arena_.allocate(bytes, out);
   // Room that frees in flight will give back: wait for them rather than fail (a stream-ordered
   // allocator's program expects its earlier frees to count).
@@ -192,6 +203,11 @@ CUresult VmmAllocator::allocate_range(uint64_t bytes, CUdeviceptr* out) {
       }
       status = arena_.allocate(bytes, out);
     }
+  }
+  // Ranges kept for reuse hold chunks on either side: given back before an out-of-memory answer.
+  if (status == CUDA_ERROR_OUT_OF_MEMORY) {
+    release_kept();
+    status = arena_.allocate(bytes, out);
   }
   // Ranges, slabs included, are what the plan names (a small allocation is its slab's).
   if (status == CUDA_SUCCESS) residency_.allocated(*out);
@@ -222,7 +238,7 @@ CUresult VmmAllocator::allocate_small(uint64_t bytes, CUdeviceptr* out) {
   return CUDA_SUCCESS;
 }
 
-void VmmAllocator::release_memory(CUdeviceptr ptr) {
+void VmmAllocator::release_memory(CUdeviceptr ptr, bool may_keep) {
   std::optional<SmallSlabs::Given> given;
   {
     // Under the lock: an allocation taking the same address next aliases it after this.
@@ -234,10 +250,112 @@ void VmmAllocator::release_memory(CUdeviceptr ptr) {
     if (!given->release_slab) return;
     ptr = given->slab;
   }
-  // Forgotten first: another thread's allocation may take the address as soon as it is released.
+  // Forgotten first: another thread's allocation may take the address as soon as it is kept.
   residency_.forget(ptr);
-  if (arena_.release(ptr) != CUDA_SUCCESS) {
+  if (may_keep) {
+    keep(ptr);
+  } else if (arena_.release(ptr) != CUDA_SUCCESS) {
     driver_failures_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void VmmAllocator::keep(CUdeviceptr base) {
+  const std::optional<vmm::RangeInfo> info = arena_.range(base);
+  const uint64_t gpu_limit = arena_.gpu_limit_bytes(), gpu_in_use = arena_.gpu_bytes_in_use();
+  const uint64_t host_limit = arena_.host_limit_bytes(), host_in_use = arena_.host_bytes_in_use();
+  // Whether `kept` more bytes on one side stay within half the room live ranges leave there
+  // (`in_use` counts the kept ones and this one).
+  auto within = [](uint64_t limit, uint64_t in_use, uint64_t kept, uint64_t more) {
+    const uint64_t live = in_use - std::min(in_use, kept + more);
+    return 2 * (kept + more) <= (limit > live ? limit - live : 0);
+  };
+  {
+    std::lock_guard lock(kept_mutex_);
+    // The rest of the GPU room stays free or unmade, so that a new range or a window still finds
+    // whole blocks there rather than taking kept ranges apart (what they give back may be chunks
+    // scattered over many blocks); the host's stays for evictions, which take nothing back.
+    if (info && info->base == base && info->unmapped_bytes == 0 &&
+        within(gpu_limit, gpu_in_use, kept_gpu_bytes_, info->gpu_bytes) &&
+        within(host_limit, host_in_use, kept_bytes_ - kept_gpu_bytes_,
+               info->reserved - info->gpu_bytes)) {
+      kept_.push_back({base, info->reserved, info->gpu_bytes});
+      kept_bytes_ += info->reserved;
+      kept_gpu_bytes_ += info->gpu_bytes;
+      if (kept_.size() <= kMostKept) return;
+      const KeptRange oldest = kept_.front();
+      kept_.erase(kept_.begin());
+      kept_bytes_ -= oldest.reserved;
+      kept_gpu_bytes_ -= oldest.gpu_bytes;
+      base = oldest.base;
+    }
+  }
+  // Not a whole range of the arena, one with a hole (never handed out again), one past the room
+  // for kept ones, or the oldest past the most kept.
+  if (arena_.release(base) != CUDA_SUCCESS)
+    driver_failures_.fetch_add(1, std::memory_order_relaxed);
+}
+
+std::optional<VmmAllocator::KeptRange> VmmAllocator::take_kept(uint64_t reserved, bool on_gpu) {
+  std::lock_guard lock(kept_mutex_);
+  // The most recently kept first.
+  for (size_t i = kept_.size(); i-- > 0;) {
+    const KeptRange k = kept_[i];
+    if (k.reserved != reserved || (on_gpu && k.gpu_bytes != k.reserved)) continue;
+    kept_.erase(kept_.begin() + static_cast<std::ptrdiff_t>(i));
+    kept_bytes_ -= k.reserved;
+    kept_gpu_bytes_ -= k.gpu_bytes;
+    return k;
+  }
+  return std::nullopt;
+}
+
+CUdeviceptr VmmAllocator::reuse(uint64_t bytes) {
+  const uint64_t reserved = (bytes + vmm::kChunk - 1) / vmm::kChunk * vmm::kChunk;
+  {
+    std::lock_guard lock(kept_mutex_);
+    if (kept_.empty()) return 0;
+  }
+  if (const std::optional<KeptRange> k = take_kept(reserved, true)) return k->base;
+  // Where a new range would be wholly on the GPU, it is made there: a kept one of its size on the
+  // host would put it where no fresh range goes. Where it would not, kept ranges give their GPU
+  // chunks back first, oldest first, as released ones would have been there to take. A kept one
+  // not wholly on the GPU serves it only where a new one would get no GPU memory at all.
+  while (!arena_.fits_new_on_gpu(reserved) && release_oldest_kept_on_gpu()) {
+  }
+  if (arena_.fits_new_on_gpu(std::min(reserved, arena_.block_bytes()))) return 0;
+  const std::optional<KeptRange> k = take_kept(reserved, false);
+  return k ? k->base : 0;
+}
+
+bool VmmAllocator::release_oldest_kept_on_gpu() {
+  CUdeviceptr base = 0;
+  {
+    std::lock_guard lock(kept_mutex_);
+    const auto it = std::find_if(kept_.begin(), kept_.end(),
+                                 [](const KeptRange& k) { return k.gpu_bytes > 0; });
+    if (it == kept_.end()) return false;
+    base = it->base;
+    kept_bytes_ -= it->reserved;
+    kept_gpu_bytes_ -= it->gpu_bytes;
+    kept_.erase(it);
+  }
+  if (arena_.release(base) != CUDA_SUCCESS)
+    driver_failures_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+void VmmAllocator::release_kept() {
+  std::vector<KeptRange> kept;
+  {
+    std::lock_guard lock(kept_mutex_);
+    kept.swap(kept_);
+    kept_bytes_ = 0;
+    kept_gpu_bytes_ = 0;
+  }
+  for (const KeptRange& k : kept) {
+    if (arena_.release(k.base) != CUDA_SUCCESS) {
+      driver_failures_.fetch_add(1, std::memory_order_relaxed);
+    }
   }
 }
 
@@ -342,6 +460,7 @@ void VmmAllocator::note_peaks() {
 }
 
 void VmmAllocator::set_program_gpu_bytes(const ProgramMappings& mappings) {
+  release_kept();  // dead ranges first, before the pool shrinks under live ones
   std::lock_guard program(program_mutex_);
   const uint64_t bytes = mappings.gpu_bytes(), peak = mappings.gpu_bytes_peak(),
                  handles = mappings.handles(), created = mappings.created_bytes();
@@ -362,7 +481,12 @@ void VmmAllocator::set_program_gpu_bytes(const ProgramMappings& mappings) {
 CUresult VmmAllocator::mem_get_info(size_t* free, size_t* total) {
   poll();
   const uint64_t all = arena_.gpu_limit_bytes() + arena_.host_limit_bytes();
-  const uint64_t used = arena_.gpu_bytes_in_use() + arena_.host_bytes_in_use();
+  // Kept ranges count as free: an allocation that needs their room gets it.
+  uint64_t used = arena_.gpu_bytes_in_use() + arena_.host_bytes_in_use();
+  {
+    std::lock_guard lock(kept_mutex_);
+    used -= std::min(used, kept_bytes_);
+  }
   *total = all;
   *free = all > used ? all - used : 0;
   return CUDA_SUCCESS;
@@ -377,6 +501,12 @@ VmmAllocatorStats VmmAllocator::stats() const {
   for (int i = 0; i < kAllocApiCount; ++i) s.allocations[i] = allocations_[i].load();
   s.frees = frees_.load();
   s.frees_deferred = frees_deferred_.load();
+  s.ranges_reused = ranges_reused_.load();
+  {
+    std::lock_guard lock(kept_mutex_);
+    s.ranges_kept = kept_.size();
+    s.kept_bytes = kept_bytes_;
+  }
   s.allocate_ms = static_cast<double>(allocate_ns_.load()) / 1e6;
   s.free_ms = static_cast<double>(free_ns_.load()) / 1e6;
   s.frees_synchronized = frees_synchronized_.load();

@@ -51,6 +51,11 @@ uint64_t VmmResidency::key_of(std::span<const CUdeviceptr> bases) {
   return key == 0 ? 1 : key;
 }
 
+uint64_t VmmResidency::id_of(CUdeviceptr base) const {
+  const auto it = made_.find(base);
+  return mix(base + mix(it == made_.end() ? 0 : it->second));
+}
+
 void VmmResidency::alias(CUdeviceptr address, CUdeviceptr range) {
   std::lock_guard lock(alias_mutex_);
   alias_[address] = range;
@@ -79,6 +84,7 @@ void VmmResidency::allocated(CUdeviceptr base) {
   if (info && info->base == base) {
     recorder_.allocated(base, info->reserved);
     fresh_.insert(base);
+    made_[base] = ++ranges_made_;
   }
 }
 
@@ -216,8 +222,14 @@ bool VmmResidency::touch(uint32_t key, std::span<const CUdeviceptr> given, bool 
   if (history_.empty()) history_.resize(kHistory);
   Step& step = history_[steps_ % kHistory];
   step.key = mix(key);
-  step.symbol = step.key ^ key_of(bases);
   step.bases.assign(bases.begin(), bases.end());
+  step.ids.clear();
+  uint64_t ids = 0;
+  for (CUdeviceptr b : bases) {
+    step.ids.push_back(id_of(b));
+    ids += step.ids.back();
+  }
+  step.symbol = step.key ^ (ids == 0 ? 1 : ids);
   const uint64_t now = steps_++;
   bool wanted = false;
   uint64_t reserved = 0;
@@ -225,7 +237,9 @@ bool VmmResidency::touch(uint32_t key, std::span<const CUdeviceptr> given, bool 
   for (CUdeviceptr base : bases) {
     auto it = entries_.find(base);
     if (it == entries_.end()) {
-      const std::optional<vmm::RangeInfo> info = arena_.range(base);
+      // Only live ranges: one released meanwhile may still be the arena's, kept for reuse.
+      const std::optional<vmm::RangeInfo> info =
+          made_.count(base) ? arena_.range(base) : std::nullopt;
       if (!info || info->base != base) {
         reserved_.push_back(0);
         continue;  // not a range of the arena
@@ -266,6 +280,13 @@ void VmmResidency::note(CUdeviceptr base) {
   it->second.whole_on_gpu = info && info->base == base && info->gpu_bytes == info->reserved;
 }
 
+bool VmmResidency::room_for(CUdeviceptr base) {
+  while (!arena_.fits_on_gpu(base)) {
+    if (!reclaim_ || !reclaim_()) return false;
+  }
+  return true;
+}
+
 void VmmResidency::run_planned_window(CUstream stream) {
   ++stats_.windows_from_plan;
   const WindowTable& t = *table_;
@@ -273,12 +294,14 @@ void VmmResidency::run_planned_window(CUstream stream) {
   for (uint32_t m = t.first_move[w]; m < t.first_move[w + 1]; ++m) {
     const PlannedMove& move = t.moves[m];
     const CUdeviceptr base = recorder_.base_of(t.ranges[move.range]);
-    const std::optional<vmm::RangeInfo> info = base ? arena_.range(base) : std::nullopt;
+    const std::optional<vmm::RangeInfo> info =
+        base && made_.count(base) ? arena_.range(base) : std::nullopt;
     if (!info || info->base != base || move.offset >= info->reserved) {
       ++stats_.plan_moves_skipped;
       continue;
     }
     const uint64_t length = std::min(move.length, info->reserved - move.offset);
+    if (move.to_gpu) room_for(base);
     const vmm::Moved moved = move_range(base, base + move.offset, length, move.to_gpu, stream);
     if (moved.bytes > 0) ++(move.to_gpu ? stats_.ranges_prefetched : stats_.ranges_evicted);
     note(base);
@@ -323,7 +346,11 @@ void VmmResidency::predict(std::span<const CUdeviceptr> bases) {
   // Step last + k of this iteration is step last + k - period of the last one.
   const uint64_t last = steps_ - 1;
   for (uint64_t k = 1; k < period_; ++k) {
-    for (CUdeviceptr b : step_at(last + k - period_).bases) next_.try_emplace(b, k);
+    // A range made again at the same address since (a kept range reused) is another range.
+    const Step& then = step_at(last + k - period_);
+    for (size_t i = 0; i < then.bases.size(); ++i) {
+      if (id_of(then.bases[i]) == then.ids[i]) next_.try_emplace(then.bases[i], k);
+    }
   }
 }
 
@@ -336,7 +363,7 @@ bool VmmResidency::restore(const vmm::RangeInfo& info, CUstream stream, bool par
     entry.whole_on_gpu = true;
     return false;
   }
-  if (!partial_ok && !arena_.fits_on_gpu(info.base)) return false;
+  if (!room_for(info.base) && !partial_ok) return false;
   move_range(info.base, info.base, info.reserved, true, stream);
   const std::optional<vmm::RangeInfo> after = arena_.range(info.base);
   entry.whole_on_gpu = after && after->gpu_bytes == after->reserved;
@@ -392,7 +419,8 @@ void VmmResidency::make_resident(std::span<const CUdeviceptr> given, CUstream st
   std::sort(victims_.begin(), victims_.end(), [&](CUdeviceptr a, CUdeviceptr b) {
     const uint64_t na = next_use(a), nb = next_use(b);
     if (na != nb) return na > nb;
-    return last_use(a) < last_use(b);
+    if (last_use(a) != last_use(b)) return last_use(a) < last_use(b);
+    return a < b;
   });
   // How far ahead a window brings ranges in: an eighth of the period.
   const uint64_t horizon = std::max<uint64_t>(1, period_ / kHorizonDivisor);
@@ -406,7 +434,7 @@ void VmmResidency::make_resident(std::span<const CUdeviceptr> given, CUstream st
     const std::optional<vmm::RangeInfo> info = arena_.range(base);
     if (!info || info->base != base) continue;
     const uint64_t after = k == 0 ? 0 : horizon;
-    while (!arena_.fits_on_gpu(base) && v < victims_.size() && next_use(victims_[v]) > after) {
+    while (!room_for(base) && v < victims_.size() && next_use(victims_[v]) > after) {
       const CUdeviceptr victim = victims_[v++];
       const std::optional<vmm::RangeInfo> out = arena_.range(victim);
       if (!out || out->base != victim) {
@@ -442,6 +470,7 @@ void VmmResidency::trim_to_pool() {
 void VmmResidency::forget(CUdeviceptr base) {
   std::lock_guard lock(mutex_);
   entries_.erase(base);
+  made_.erase(base);
   fresh_.erase(base);
   unwritten_.erase(base);
   recorder_.released(base);

@@ -56,6 +56,7 @@ using umswap::bench::parse_share_list;
 
 struct Totals {
   uint64_t windows = 0, to_gpu = 0, to_host = 0, short_bytes = 0, too_large = 0, on_host = 0;
+  uint64_t ranges_made = 0;  // the arena's allocations: each one mapped and given access
 };
 
 // One replay of the whole trace at one budget; the totals over the trace's iterations after the
@@ -158,12 +159,14 @@ Sim simulate(const trace::Trace& t, uint64_t budget, uint32_t chunks_per_block, 
       counted.short_bytes += r.bytes_short - res_start.bytes_short;
       counted.too_large += r.steps_too_large - res_start.steps_too_large;
       counted.on_host += a.bytes_allocated_on_host - at_start.bytes_allocated_on_host;
+      counted.ranges_made += a.allocations - at_start.allocations;
       sim.last = {r.steps_held - res_start.steps_held,
                   a.bytes_to_gpu - at_start.bytes_to_gpu,
                   a.bytes_to_host - at_start.bytes_to_host,
                   r.bytes_short - res_start.bytes_short,
                   r.steps_too_large - res_start.steps_too_large,
-                  a.bytes_allocated_on_host - at_start.bytes_allocated_on_host};
+                  a.bytes_allocated_on_host - at_start.bytes_allocated_on_host,
+                  a.allocations - at_start.allocations};
       ++sim.iterations;
     };
     size_t next_lifetime = 0;
@@ -232,7 +235,8 @@ Sim simulate(const trace::Trace& t, uint64_t budget, uint32_t chunks_per_block, 
     sim.plan_moves_skipped = r.plan_moves_skipped;
     const uint64_t n = std::max<uint64_t>(sim.iterations, 1);
     sim.per_iteration = {counted.windows / n,     counted.to_gpu / n,    counted.to_host / n,
-                         counted.short_bytes / n, counted.too_large / n, counted.on_host / n};
+                         counted.short_bytes / n, counted.too_large / n, counted.on_host / n,
+                         counted.ranges_made / n};
   }
   vmm::fake::g_fake.reset();
   return sim;
@@ -254,7 +258,8 @@ int report(const trace::Trace& t, size_t iteration, const std::vector<double>& s
     std::printf(
         "budget %.0f%% (%.2f GB), blocks of %llu MiB: an iteration (mean of %llu) %llu windows, "
         "%.2f GB in, %.2f GB out, %.2f GB short, %llu steps too large; the last %llu windows, "
-        "%.2f GB in, %.2f GB out, %.2f GB allocated on host chunks | plan per launch %.2f GB "
+        "%.2f GB in, %.2f GB out, %.2f GB allocated on host chunks, %llu ranges made | plan per "
+        "launch %.2f GB "
         "in at %u launches | windows from the plan (fill 0.6) %.2f GB in, %u windows | %llu "
         "accesses untracked, %llu allocations refused | %llu plans, period %llu, %llu of %llu "
         "windows from the plan, %llu planned moves skipped\n",
@@ -263,9 +268,11 @@ int report(const trace::Trace& t, size_t iteration, const std::vector<double>& s
         gb(p.to_gpu), gb(p.to_host), gb(p.short_bytes),
         static_cast<unsigned long long>(p.too_large),
         static_cast<unsigned long long>(sim.last.windows), gb(sim.last.to_gpu),
-        gb(sim.last.to_host), gb(sim.last.on_host), gb(per_launch.bytes_prefetched_per_iteration),
-        advisor::steps_with_actions(per_launch), gb(from_plan.plan.bytes_prefetched_per_iteration),
-        from_plan.windows, static_cast<unsigned long long>(sim.untracked_accesses),
+        gb(sim.last.to_host), gb(sim.last.on_host),
+        static_cast<unsigned long long>(sim.last.ranges_made),
+        gb(per_launch.bytes_prefetched_per_iteration), advisor::steps_with_actions(per_launch),
+        gb(from_plan.plan.bytes_prefetched_per_iteration), from_plan.windows,
+        static_cast<unsigned long long>(sim.untracked_accesses),
         static_cast<unsigned long long>(sim.allocation_failures),
         static_cast<unsigned long long>(sim.plans), static_cast<unsigned long long>(sim.period),
         static_cast<unsigned long long>(sim.windows_from_plan),

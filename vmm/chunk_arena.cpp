@@ -581,6 +581,15 @@ bool ChunkArena::fits_on_gpu(CUdeviceptr address) const {
   return gpu_.can_place(blocks, chunks);
 }
 
+bool ChunkArena::fits_new_on_gpu(uint64_t bytes) const {
+  std::lock_guard lock(mutex_);
+  const uint64_t chunks = (bytes + kChunk - 1) / kChunk;
+  // As allocate() backs a range: whole blocks first, then chunks (a piece the GPU pool cannot
+  // take goes to the host; chunks alone only when neither side has a block).
+  const uint64_t blocks = per_ > 1 ? chunks / per_ : 0;
+  return gpu_.can_place(blocks, chunks - blocks * per_);
+}
+
 bool ChunkArena::on_gpu(CUdeviceptr address) const {
   const std::optional<RangeInfo> info = range(address);
   return info && info->gpu_bytes == info->reserved;

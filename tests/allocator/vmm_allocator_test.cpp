@@ -178,6 +178,8 @@ TEST_F(VmmAllocatorTest, AllocateAndFreeRoundTrip) {
   ASSERT_EQ(g_sync->ctx_syncs, 1);
   EXPECT_TRUE(g_sync->watch_mapped_at_ctx_sync[0]);
   EXPECT_EQ(registry_.size(), 0u);
+  EXPECT_TRUE(mapped(p));  // kept mapped, for an allocation of its size
+  a.release_kept();
   EXPECT_FALSE(mapped(p));
   EXPECT_FALSE(mapped(p + 2 * MiB));
   const VmmAllocatorStats s = a.stats();
@@ -254,6 +256,7 @@ TEST_F(VmmAllocatorTest, FreeAsyncWaitsForItsEvent) {
   // Complete: the next call releases it.
   g_sync->complete_all();
   ASSERT_TRUE(a.free_async(q, kStream));
+  a.release_kept();  // p released, or kept for reuse until now
   const VmmAllocatorStats s = a.stats();
   EXPECT_EQ(s.frees_deferred, 1u);
   EXPECT_EQ(s.pending_frees, 1u);  // q's, just recorded
@@ -263,6 +266,7 @@ TEST_F(VmmAllocatorTest, FreeAsyncWaitsForItsEvent) {
   EXPECT_TRUE(mapped(q));
   g_sync->complete_all();
   EXPECT_EQ(a.poll(), 1u);
+  a.release_kept();  // q kept for reuse until now
   EXPECT_EQ(a.stats().gpu_bytes, 0u);
   EXPECT_EQ(a.stats().frees, 2u);
 }
@@ -277,6 +281,7 @@ TEST_F(VmmAllocatorTest, FreeAsyncWithoutAnEventSynchronizesTheStream) {
   g_sync->fail_record = true;
   EXPECT_EQ(a.free_async(q, kStream), CUDA_SUCCESS);
   EXPECT_EQ(g_sync->stream_syncs, (std::vector<CUstream>{kStream, kStream}));
+  a.release_kept();  // kept for reuse until now
   EXPECT_FALSE(mapped(p));
   EXPECT_FALSE(mapped(q));
   EXPECT_EQ(g_sync->live_events(), 0u);  // the event that could not be recorded is gone too
@@ -332,6 +337,7 @@ TEST_F(VmmAllocatorTest, DrainReleasesEveryPendingFree) {
   EXPECT_EQ(a.drain(), 3u);
   EXPECT_EQ(g_sync->event_syncs, 3);
   EXPECT_EQ(g_sync->live_events(), 0u);
+  a.release_kept();  // kept for reuse until now
   for (CUdeviceptr r : ranges) EXPECT_FALSE(mapped(r));
   const VmmAllocatorStats s = a.stats();
   EXPECT_EQ(s.pending_frees, 0u);
@@ -353,6 +359,7 @@ TEST_F(VmmAllocatorTest, AFailedDeviceSynchronizeIsReportedAndTheRangeStillGoes)
   const CUdeviceptr p = allocate(2 * MiB);
   g_sync->ctx_sync_result = CUDA_ERROR_LAUNCH_FAILED;
   EXPECT_EQ(a.free(p), CUDA_ERROR_LAUNCH_FAILED);
+  a.release_kept();  // kept for reuse until now
   EXPECT_FALSE(mapped(p));
   EXPECT_FALSE(registry_.contains(p));
 }
@@ -446,6 +453,7 @@ TEST_F(VmmAllocatorTest, SmallAllocationsShareASlab) {
   EXPECT_EQ(a.stats().slabs, 2u);
   ASSERT_TRUE(a.free(big));
   EXPECT_EQ(a.stats().slabs, 1u);
+  a.release_kept();  // the second slab was kept for reuse until now
   EXPECT_EQ(a.stats().gpu_bytes, kChunk);
   EXPECT_EQ(a.stats().live_buffers, 0u);
   EXPECT_EQ(a.stats().requested_bytes, 0u);
@@ -556,6 +564,140 @@ TEST_F(VmmAllocatorTest, ATrainingLoopThroughTheAllocatorGetsATable) {
   for (int i = 0; i < kLayers; ++i) {
     EXPECT_EQ(g_fake->kernel_mismatches(w[i], 2 * MiB, static_cast<uint8_t>(50 + i)), 0u);
   }
+}
+
+// A freed range stays mapped for the next allocation of its reserved size: the same range comes
+// back with no reservation or mapping made; one of another size that needs the GPU room gets it
+// from the kept ranges, not from the host.
+TEST_F(VmmAllocatorTest, AFreedRangeIsReusedAndGivesWayToOneOfAnotherSize) {
+  VmmAllocator& a = make(8 * MiB, 8 * MiB);
+  const CUdeviceptr p = allocate(3 * MiB, AllocApi::cudaMallocAsync);
+  ASSERT_TRUE(a.free(p));
+  const uint64_t reservations = g_fake->live_reservations();
+  const CUdeviceptr q = allocate(4 * MiB, AllocApi::cudaMallocAsync);  // same 4 MiB reserved
+  EXPECT_EQ(q, p);
+  EXPECT_EQ(g_fake->live_reservations(), reservations);
+  EXPECT_EQ(a.stats().ranges_reused, 1u);
+  const std::optional<BufferRecord> r = registry_.find(q);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->size, 4 * MiB);
+  EXPECT_TRUE(g_fake->kernel_write(q, 4 * MiB, 3));
+  EXPECT_EQ(g_fake->kernel_mismatches(q, 4 * MiB, 3), 0u);
+  ASSERT_TRUE(a.free(q));
+  // 8 MiB asked: the kept 4 MiB range gives its GPU chunks back, the new one is on the GPU.
+  const CUdeviceptr big = allocate(8 * MiB, AllocApi::cudaMallocAsync);
+  EXPECT_EQ(chunks_of(big, 8 * MiB), std::make_pair(8 * MiB, uint64_t{0}));
+  EXPECT_EQ(a.stats().ranges_reused, 1u);
+  ASSERT_TRUE(a.free(big));
+}
+
+// A kept range on the host is not taken while a new range of its size fits on the GPU: it would
+// put the allocation where a fresh one does not go. A range whose GPU chunks would pass half the
+// room live ranges leave is released, not kept.
+TEST_F(VmmAllocatorTest, AKeptRangeOnTheHostWaitsWhileANewOneFitsOnTheGpu) {
+  VmmAllocator& a = make(8 * MiB, 8 * MiB);
+  const CUdeviceptr first = allocate(4 * MiB);
+  const CUdeviceptr second = allocate(4 * MiB);
+  const CUdeviceptr on_host = allocate(4 * MiB);
+  ASSERT_EQ(chunks_of(on_host, 4 * MiB), std::make_pair(uint64_t{0}, 4 * MiB));
+  ASSERT_TRUE(a.free(on_host));
+  EXPECT_EQ(a.stats().ranges_kept, 1u);
+  EXPECT_EQ(a.stats().kept_bytes, 4 * MiB);
+  ASSERT_TRUE(a.free(second));  // 4 MiB of GPU chunks, 4 MiB of room: released
+  EXPECT_FALSE(mapped(second));
+  EXPECT_EQ(a.stats().ranges_kept, 1u);
+  EXPECT_FALSE(a.release_oldest_kept_on_gpu());  // none kept on the GPU
+  const CUdeviceptr fresh = allocate(4 * MiB);
+  EXPECT_NE(fresh, on_host);
+  EXPECT_EQ(chunks_of(fresh, 4 * MiB), std::make_pair(4 * MiB, uint64_t{0}));
+  EXPECT_EQ(a.stats().ranges_reused, 0u);
+  // The pool is full now: the kept one on the host serves the next, as a new one would be there.
+  const CUdeviceptr again = allocate(4 * MiB);
+  EXPECT_EQ(again, on_host);
+  EXPECT_EQ(a.stats().ranges_reused, 1u);
+  EXPECT_EQ(a.stats().ranges_kept, 0u);
+  EXPECT_TRUE(g_fake->kernel_write(again, 4 * MiB, 9));
+  EXPECT_EQ(g_fake->kernel_mismatches(again, 4 * MiB, 9), 0u);
+  ASSERT_TRUE(a.free(first));
+}
+
+// A range whose stream-ordered free is still pending is not handed out again, even to an
+// allocation of its size; once kept, it is. An out-of-memory answer comes only after the kept
+// ranges are released.
+TEST_F(VmmAllocatorTest, KeptRangesAreNeitherPendingNorMovedAndGiveWayBeforeOutOfMemory) {
+  VmmAllocator& a = make(16 * MiB, 0);
+  const CUdeviceptr p = allocate(4 * MiB, AllocApi::cudaMallocAsync);
+  ASSERT_TRUE(a.free_async(p, kStream));
+  const CUdeviceptr q = allocate(4 * MiB, AllocApi::cudaMallocAsync);
+  EXPECT_NE(q, p);  // p's stream may still use it
+  g_sync->complete_all();
+  EXPECT_EQ(a.poll(), 1u);
+  EXPECT_EQ(a.stats().ranges_kept, 1u);  // 4 MiB kept of the 12 live ranges leave
+  const CUdeviceptr r = allocate(4 * MiB, AllocApi::cudaMallocAsync);
+  EXPECT_EQ(r, p);
+  EXPECT_EQ(a.stats().ranges_reused, 1u);
+  ASSERT_TRUE(a.free(r));
+  EXPECT_EQ(a.stats().ranges_kept, 1u);
+  // 12 MiB asked with 4 MiB live and 4 kept: no host memory, so the kept one goes first.
+  CUdeviceptr big = 0;
+  EXPECT_EQ(a.allocate(AllocApi::cudaMalloc, 12 * MiB, 0, false, &big), CUDA_SUCCESS);
+  EXPECT_EQ(a.stats().ranges_kept, 0u);
+  EXPECT_EQ(a.stats().out_of_memory, 0u);
+  ASSERT_TRUE(a.free(big));
+  ASSERT_TRUE(a.free(q));
+}
+
+// A step reaching a kept range's address (a stale pointer) gets no window for it: no window moves
+// a range that is not live.
+TEST_F(VmmAllocatorTest, AStepReachingAKeptRangeGetsNoWindow) {
+  VmmAllocator& a = make(8 * MiB, 16 * MiB);
+  const CUdeviceptr first = allocate(4 * MiB), second = allocate(4 * MiB);
+  const CUdeviceptr on_host = allocate(4 * MiB);
+  ASSERT_EQ(chunks_of(on_host, 4 * MiB), std::make_pair(uint64_t{0}, 4 * MiB));
+  const std::vector<CUdeviceptr> step = {on_host};
+  EXPECT_TRUE(a.residency().touch(1, step, false));  // live, on the host: a window
+  ASSERT_TRUE(a.free(on_host));
+  ASSERT_EQ(a.stats().ranges_kept, 1u);
+  EXPECT_FALSE(a.residency().touch(2, step, false));
+  EXPECT_EQ(chunks_of(on_host, 4 * MiB), std::make_pair(uint64_t{0}, 4 * MiB));
+  ASSERT_TRUE(a.free(first));
+  ASSERT_TRUE(a.free(second));
+}
+
+// A window takes a kept range's GPU chunks before it evicts a live range: the step's range on the
+// host comes in and the live ones stay.
+TEST_F(VmmAllocatorTest, AWindowTakesKeptRangesBeforeLiveOnes) {
+  VmmAllocator& a = make(16 * MiB, 16 * MiB);
+  const CUdeviceptr live1 = allocate(4 * MiB), live2 = allocate(4 * MiB);
+  const CUdeviceptr released = allocate(4 * MiB), dead = allocate(4 * MiB);
+  const CUdeviceptr wanted = allocate(8 * MiB);
+  ASSERT_EQ(chunks_of(wanted, 8 * MiB), std::make_pair(uint64_t{0}, 8 * MiB));
+  EXPECT_TRUE(g_fake->kernel_write(live1, 4 * MiB, 1));
+  EXPECT_TRUE(g_fake->kernel_write(live2, 4 * MiB, 2));
+  EXPECT_TRUE(g_fake->kernel_write(wanted, 8 * MiB, 3));
+  ASSERT_TRUE(a.free(released));  // 4 MiB of room left by 12 live: released
+  ASSERT_TRUE(a.free(dead));      // 8 MiB left by 8 live: kept
+  EXPECT_FALSE(mapped(released));
+  ASSERT_TRUE(mapped(dead));
+  EXPECT_EQ(a.stats().ranges_kept, 1u);
+  size_t free = 0, total = 0;
+  ASSERT_EQ(a.mem_get_info(&free, &total), CUDA_SUCCESS);
+  EXPECT_EQ(free, 16 * MiB);  // the kept range counts as free
+  const std::vector<CUdeviceptr> first = {live1, live2};
+  EXPECT_FALSE(a.residency().touch(1, first, false));
+  const std::vector<CUdeviceptr> step = {wanted};
+  ASSERT_TRUE(a.residency().touch(2, step, false));
+  a.residency().make_resident(step, kStream);
+  EXPECT_EQ(chunks_of(wanted, 8 * MiB), std::make_pair(8 * MiB, uint64_t{0}));
+  EXPECT_EQ(chunks_of(live1, 4 * MiB), std::make_pair(4 * MiB, uint64_t{0}));
+  EXPECT_EQ(chunks_of(live2, 4 * MiB), std::make_pair(4 * MiB, uint64_t{0}));
+  EXPECT_EQ(g_fake->kernel_mismatches(wanted, 8 * MiB, 3), 0u);
+  EXPECT_EQ(g_fake->kernel_mismatches(live1, 4 * MiB, 1), 0u);
+  EXPECT_EQ(g_fake->kernel_mismatches(live2, 4 * MiB, 2), 0u);
+  EXPECT_EQ(a.residency().stats().ranges_evicted, 0u);
+  EXPECT_EQ(a.stats().ranges_kept, 0u);
+  EXPECT_FALSE(mapped(dead));
+  for (CUdeviceptr p : {live1, live2, wanted}) ASSERT_TRUE(a.free(p));
 }
 
 TEST_F(VmmAllocatorTest, StatsJsonHasTheSchemasFields) {

@@ -42,10 +42,13 @@ class VmmResidencyTest : public ::testing::Test {
     EXPECT_EQ(g_fake->bad_streams, 0u);
     g_fake.reset();
   }
+  // A range announced to the residency, then written by work it does not see.
   CUdeviceptr allocate(uint64_t bytes, uint8_t seed) {
     CUdeviceptr p = 0;
     EXPECT_EQ(arena_->allocate(bytes, &p), CUDA_SUCCESS);
+    residency_->allocated(p);
     EXPECT_TRUE(g_fake->kernel_write(p, bytes, seed));
+    residency_->unseen_work();
     return p;
   }
   bool on_gpu(CUdeviceptr p) { return arena_->on_gpu(p); }

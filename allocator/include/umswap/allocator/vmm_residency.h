@@ -38,7 +38,9 @@
 //
 // Contract:
 //   * allocated(base): the arena handed out a range (VmmAllocator::allocate_range, slabs
-//     included); any thread; waits for a window in progress.
+//     included; a kept range handed out again too); any thread; waits for a window in progress.
+//     Only ranges announced so, and not forgotten since, are this part's: a range the allocator
+//     keeps mapped after its free is the arena's still, and no window moves it.
 //   * touch(key, bases, begins_iteration): at every step's entry, in launch order (the tracer
 //     serializes steps), with the step's key (its kernel's name), the bases of the ranges it
 //     reaches and whether the caller's detector says it begins an iteration: records the step; true
@@ -60,7 +62,11 @@
 //   * alias(address, range) / unalias(address): a small allocation at `address` lives in the
 //     range at `range` (a slab of vmm_small.h); a step reaching it reaches that range, until
 //     unalias() at its free. Any thread.
-//   * Bases that are neither ranges of the arena nor aliases are ignored. Never throws but
+//   * set_reclaim(reclaim): before a window evicts a live range, or brings one in, for room on
+//     the GPU, it calls `reclaim` while the range does not fit: each call gives GPU chunks back
+//     from memory no range of the residency holds (VmmAllocator's kept ranges) and says whether it
+//     did. Set once, before any other call; called under this part's lock.
+//   * Bases that are neither announced ranges nor aliases are ignored. Never throws but
 //     std::bad_alloc.
 // Thread safety: every member may be called from any thread (one mutex, held across a window's
 // moves; allocated() and forget() wait for it; alias() and unalias() do not).
@@ -70,6 +76,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -118,6 +125,7 @@ class VmmResidency {
   // set_gpu_limit_bytes). Under this lock, so no move is between its stage and its commit;
   // make_resident() does it too, at its end. Any thread.
   void trim_to_pool();
+  void set_reclaim(std::function<bool()> reclaim) { reclaim_ = std::move(reclaim); }
   ResidencyStats stats() const;
 
   // Steps remembered: periods up to half of it are found.
@@ -131,10 +139,14 @@ class VmmResidency {
   };
   struct Step {
     uint64_t key = 0;     // the kernel (or copy) alone
-    uint64_t symbol = 0;  // the key and the bases, mixed: equal steps of two iterations match
+    uint64_t symbol = 0;  // the key and the ranges, mixed: equal steps of two iterations match
     std::vector<CUdeviceptr> bases;
+    std::vector<uint64_t> ids;  // id_of() each base when the step entered
   };
   static uint64_t key_of(std::span<const CUdeviceptr> bases);
+  // A range's identity in the history: its base and which allocation made it (a range released
+  // and made again at the same address, as VmmAllocator's kept ranges are, is another range).
+  uint64_t id_of(CUdeviceptr base) const;
   // The bases with each alias replaced by its range, each once (canon_, or `given` itself).
   std::span<const CUdeviceptr> canonical(std::span<const CUdeviceptr> given);
   // Two recorded iterations are the same loop's: keys and persistent ranges alike.
@@ -157,10 +169,15 @@ class VmmResidency {
   vmm::Moved move_range(CUdeviceptr base, CUdeviceptr address, uint64_t length, bool to_gpu,
                         CUstream stream);
   void note(CUdeviceptr base);  // its entry's whole_on_gpu as the arena says now
+  // Whether the range at `base` fits on the GPU, after reclaim_ has given back what it can.
+  bool room_for(CUdeviceptr base);
 
   vmm::ChunkArena& arena_;
+  std::function<bool()> reclaim_;
   mutable std::mutex mutex_;
   std::unordered_map<CUdeviceptr, Entry> entries_;
+  std::unordered_map<CUdeviceptr, uint64_t> made_;  // live range -> its allocation's number
+  uint64_t ranges_made_ = 0;
   // Small allocation -> its slab's range. Under alias_mutex_ alone (taken after mutex_ when
   // both are), so that allocations and frees never wait for a window.
   std::mutex alias_mutex_;

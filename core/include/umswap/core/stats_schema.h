@@ -121,15 +121,15 @@ inline constexpr Field kFields[] = {
      "Most bytes of GPU chunks in use plus the program's own GPU memory at once (sampled at "
      "allocations, windows and the program's mappings): what the budget holds."},
     {"vmm.gpu_bytes_peak", Kind::user, "integer", detail::kVmmAllocator,
-     "Most bytes of GPU chunks backing live allocations at once: exact, never above "
-     "budget_bytes."},
+     "Most bytes of GPU chunks backing live allocations and released ranges kept for reuse at "
+     "once: exact, never above budget_bytes."},
     {"vmm.host_bytes_peak", Kind::user, "integer", detail::kVmmAllocator,
-     "Most bytes of host chunks backing live allocations at once (kernels read them over the "
-     "link)."},
+     "Most bytes of host chunks backing live allocations and kept ranges at once (kernels read "
+     "them over the link)."},
     {"vmm.gpu_bytes", Kind::user, "integer", detail::kVmmAllocator,
-     "Bytes of GPU chunks backing live allocations at exit."},
+     "Bytes of GPU chunks backing live allocations and kept ranges at exit."},
     {"vmm.host_bytes", Kind::user, "integer", detail::kVmmAllocator,
-     "Bytes of host chunks backing live allocations at exit."},
+     "Bytes of host chunks backing live allocations and kept ranges at exit."},
     {"vmm.requested_bytes_peak", Kind::user, "integer", detail::kVmmAllocator,
      "Most bytes the program had allocated at once, as it asked (below the chunks' bytes by "
      "what rounding up to 2 MiB wastes)."},
@@ -195,7 +195,13 @@ inline constexpr Field kFields[] = {
     {"vmm.ranges_evicted", Kind::diagnostic, "integer", detail::kVmmAllocator,
      "Ranges moved to host chunks to make room."},
     {"vmm.bytes_allocated_on_host", Kind::diagnostic, "integer", detail::kVmmAllocator,
-     "Bytes of allocations placed on host chunks (the pool full), in all."},
+     "Bytes of new ranges placed on host chunks (the pool full), in all."},
+    {"vmm.ranges_reused", Kind::diagnostic, "integer", detail::kVmmAllocator,
+     "Allocations served by a released range kept mapped (no new mapping made), in all."},
+    {"vmm.ranges_kept", Kind::diagnostic, "integer", detail::kVmmAllocator,
+     "Released ranges kept mapped for reuse at exit."},
+    {"vmm.kept_bytes", Kind::diagnostic, "integer", detail::kVmmAllocator,
+     "Bytes of those kept ranges at exit."},
     {"vmm.ranges_unwritten", Kind::diagnostic, "integer", detail::kVmmAllocator,
      "Moves of ranges nothing had written yet (allocated since the last step), remapped with no "
      "copy."},

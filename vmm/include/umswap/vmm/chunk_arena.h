@@ -253,6 +253,8 @@ class ChunkArena {
   // not on the GPU now (its whole blocks and its chunks; bytes free in the pool are not enough
   // when no whole block can be had). True outside live ranges (nothing to take).
   bool fits_on_gpu(CUdeviceptr address) const;
+  // True when allocate(bytes) would back every piece of a new range with GPU chunks now.
+  bool fits_new_on_gpu(uint64_t bytes) const;
   ArenaStats stats() const;
   // stats()'s bytes_to_gpu and bytes_to_host alone (no walk over the ranges).
   std::pair<uint64_t, uint64_t> bytes_moved() const;

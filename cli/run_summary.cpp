@@ -123,6 +123,11 @@ void add_vmm_lines(std::string& out, const std::string& pad, const json& stats) 
           ? fmt::format("engine vmm: {} allocations in {} MiB blocks and 2 MiB chunks", all,
                         block >> 20)
           : fmt::format("engine vmm: {} allocations in 2 MiB chunks", all);
+  if (const std::optional<uint64_t> reused = figure(schema::vmm::kRangesReused);
+      reused && *reused) {
+    line += fmt::format(", {} of them in released ranges kept mapped ({} kept at exit)", *reused,
+                        gib(figure(schema::vmm::kKeptBytes).value_or(0)));
+  }
   if (const std::optional<uint64_t> refused = figure(schema::vmm::kOutOfMemory);
       refused && *refused) {
     line +=

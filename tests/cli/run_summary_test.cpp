@@ -346,6 +346,11 @@ TEST(RunSummary, NamesEngineVmmAndItsChunks) {
   s["vmm"]["block_bytes"] = 16777216;
   EXPECT_TRUE(has(run_summary_text({{"a", s}}, true),
                   "engine vmm: 15 allocations in 16 MiB blocks and 2 MiB chunks, 2 refused"));
+  s["vmm"]["ranges_reused"] = 9;
+  s["vmm"]["kept_bytes"] = 1073741824;
+  EXPECT_TRUE(has(run_summary_text({{"a", s}}, true),
+                  "16 MiB blocks and 2 MiB chunks, 9 of them in released ranges kept mapped "
+                  "(1.00 GiB kept at exit), 2 refused"));
   // A file of engine um names it too, with or without the field.
   json um = stats();
   um["engine"] = "um";

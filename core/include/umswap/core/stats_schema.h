@@ -524,6 +524,8 @@ inline constexpr const Field& kRangesRestored = field("vmm.ranges_restored");
 inline constexpr const Field& kRangesPrefetched = field("vmm.ranges_prefetched");
 inline constexpr const Field& kRangesEvicted = field("vmm.ranges_evicted");
 inline constexpr const Field& kPeriod = field("vmm.period");
+inline constexpr const Field& kRangesReused = field("vmm.ranges_reused");
+inline constexpr const Field& kKeptBytes = field("vmm.kept_bytes");
 }  // namespace vmm
 
 inline constexpr const Field& kAdvisor = field("advisor");

@@ -282,11 +282,7 @@ void VmmAllocator::keep(CUdeviceptr base) {
       kept_bytes_ += info->reserved;
       kept_gpu_bytes_ += info->gpu_bytes;
       if (kept_.size() <= kMostKept) return;
-      const KeptRange oldest = kept_.front();
-      kept_.erase(kept_.begin());
-      kept_bytes_ -= oldest.reserved;
-      kept_gpu_bytes_ -= oldest.gpu_bytes;
-      base = oldest.base;
+      base = take_kept_at(0).base;
     }
   }
   // Not a whole range of the arena, one with a hole (never handed out again), one past the room
@@ -295,16 +291,20 @@ void VmmAllocator::keep(CUdeviceptr base) {
     driver_failures_.fetch_add(1, std::memory_order_relaxed);
 }
 
+VmmAllocator::KeptRange VmmAllocator::take_kept_at(size_t i) {
+  const KeptRange k = kept_[i];
+  kept_.erase(kept_.begin() + static_cast<std::ptrdiff_t>(i));
+  kept_bytes_ -= k.reserved;
+  kept_gpu_bytes_ -= k.gpu_bytes;
+  return k;
+}
+
 std::optional<VmmAllocator::KeptRange> VmmAllocator::take_kept(uint64_t reserved, bool on_gpu) {
   std::lock_guard lock(kept_mutex_);
   // The most recently kept first.
   for (size_t i = kept_.size(); i-- > 0;) {
-    const KeptRange k = kept_[i];
-    if (k.reserved != reserved || (on_gpu && k.gpu_bytes != k.reserved)) continue;
-    kept_.erase(kept_.begin() + static_cast<std::ptrdiff_t>(i));
-    kept_bytes_ -= k.reserved;
-    kept_gpu_bytes_ -= k.gpu_bytes;
-    return k;
+    const KeptRange& k = kept_[i];
+    if (k.reserved == reserved && (!on_gpu || k.gpu_bytes == k.reserved)) return take_kept_at(i);
   }
   return std::nullopt;
 }
@@ -334,10 +334,7 @@ bool VmmAllocator::release_oldest_kept_on_gpu() {
     const auto it = std::find_if(kept_.begin(), kept_.end(),
                                  [](const KeptRange& k) { return k.gpu_bytes > 0; });
     if (it == kept_.end()) return false;
-    base = it->base;
-    kept_bytes_ -= it->reserved;
-    kept_gpu_bytes_ -= it->gpu_bytes;
-    kept_.erase(it);
+    base = take_kept_at(static_cast<size_t>(it - kept_.begin())).base;
   }
   if (arena_.release(base) != CUDA_SUCCESS)
     driver_failures_.fetch_add(1, std::memory_order_relaxed);

@@ -202,6 +202,8 @@ class VmmAllocator {
   };
   // Keeps the range at `base` (forgotten by the residency) for reuse, or releases it.
   void keep(CUdeviceptr base);
+  // Takes kept_[i] out of the list and its sums; the caller holds kept_mutex_.
+  KeptRange take_kept_at(size_t i);
   // The most recently kept range of `reserved` bytes (wholly on the GPU if `on_gpu`), taken out.
   std::optional<KeptRange> take_kept(uint64_t reserved, bool on_gpu);
   // A kept range for an allocation of `bytes`, or 0 (see the contract).

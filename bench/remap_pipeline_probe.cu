@@ -11,7 +11,10 @@
 //   both       pipelined and batched;
 //   alloc      not a move: ranges made and released as engine vmm's allocate() and release() do
 //              (reserve, map each piece, one set-access; unmap each piece, free), 20 of each size
-//              on each side, the host time of each phase in us per call.
+//              on each side, the host time of each phase in us per call;
+//   churn      not a move: physical memory made and released as engine vmm's pool does when it
+//              turns free chunks into a block or back (create, map at a window slot, set-access;
+//              unmap, release), 20 of each size on each side, us per call of each phase.
 //
 // Each way moves the range to the host and back --reps times; printed: the median ms of each
 // direction, split into copy wait and remap, and us/MiB of the whole move. After every move the
@@ -163,6 +166,34 @@ class Probe {
   }
   uint64_t pieces() const { return pieces_; }
 
+  // Physical memory's life as the pool makes it: create `bytes` on `host` or the GPU, map it at
+  // a window slot, give access; then unmap and release. Adds ms per phase to `t` (create, map
+  // and access, unmap, release).
+  void churn(bool host, uint64_t bytes, double t[4]) {
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = host ? CU_MEM_LOCATION_TYPE_HOST_NUMA : CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = host ? 0 : access_.location.id;
+    CUdeviceptr va = 0;
+    CU(cuMemAddressReserve(&va, bytes, bytes, 0, 0));
+    auto now = [] { return std::chrono::steady_clock::now(); };
+    CUmemGenericAllocationHandle h = 0;
+    auto t0 = now();
+    CU(cuMemCreate(&h, bytes, &prop, 0));
+    t[0] += probe::ms_since(t0);
+    t0 = now();
+    CU(cuMemMap(va, bytes, 0, h, 0));
+    CU(cuMemSetAccess(va, bytes, &access_, 1));
+    t[1] += probe::ms_since(t0);
+    t0 = now();
+    CU(cuMemUnmap(va, bytes));
+    t[2] += probe::ms_since(t0);
+    t0 = now();
+    CU(cuMemRelease(h));
+    t[3] += probe::ms_since(t0);
+    CU(cuMemAddressFree(va, bytes));
+  }
+
   unsigned long long wrong() {
     CU(cuMemsetD8(bad_, 0, sizeof(unsigned long long)));
     check<<<264, 512>>>(reinterpret_cast<const uint32_t*>(range_), c_.range / 4, kSeed,
@@ -218,12 +249,13 @@ int main(int argc, char** argv) {
       c.group = std::max<uint64_t>(1, std::strtoull(argv[++i], nullptr, 10));
     } else if (a == "--reps" && more) {
       c.reps = std::max(1, std::atoi(argv[++i]));
-    } else if (a == "serial" || a == "pipelined" || a == "batched" || a == "both" || a == "alloc") {
+    } else if (a == "serial" || a == "pipelined" || a == "batched" || a == "both" || a == "alloc" ||
+               a == "churn") {
       modes.push_back(a);
     } else {
       std::fprintf(stderr,
                    "usage: remap_pipeline_probe [--range-mib M] [--piece-mib P] [--group G] "
-                   "[--reps N] [serial|pipelined|batched|both|alloc...]\n");
+                   "[--reps N] [serial|pipelined|batched|both|alloc|churn...]\n");
       return 2;
     }
   }
@@ -245,6 +277,22 @@ int main(int argc, char** argv) {
   std::printf("%-10s %-8s %9s %9s %9s %8s %6s\n", "mode", "to", "total ms", "wait ms", "remap ms",
               "us/MiB", "wrong");
   for (const std::string& mode : modes) {
+    if (mode == "churn") {
+      std::printf("%-6s %8s %6s %9s %9s %9s %9s\n", "churn", "MiB", "side", "create", "map+acc",
+                  "unmap", "release");
+      for (const bool host : {false, true}) {
+        for (const uint64_t bytes : {2 * kMiB, 32 * kMiB}) {
+          double t[4] = {0, 0, 0, 0};
+          constexpr int kLives = 20;
+          for (int r = 0; r < kLives; ++r) p.churn(host, bytes, t);
+          std::printf("%-6s %8llu %6s %9.1f %9.1f %9.1f %9.1f\n", "churn",
+                      static_cast<unsigned long long>(bytes / kMiB), host ? "host" : "gpu",
+                      t[0] * 1000 / kLives, t[1] * 1000 / kLives, t[2] * 1000 / kLives,
+                      t[3] * 1000 / kLives);
+        }
+      }
+      continue;
+    }
     if (mode == "alloc") {
       // Ranges made and released as engine vmm does, 20 times each: us per call of each phase.
       std::printf("%-6s %8s %6s %9s %9s %9s %9s %9s %8s\n", "alloc", "MiB", "side", "reserve",

@@ -2,7 +2,9 @@
 // that `umswap record` wrote through engine vmm's VmmAllocator (its ChunkArena and VmmResidency)
 // over the vmm tests' fake driver (tests/vmm/fake_vmm_driver.h, with no bytes kept), and
 // prints per budget the windows, bytes moved each way and bytes left short an iteration (and in
-// the last one the bytes allocations got on host chunks, the pool being full), beside
+// the last one the bytes allocations got on host chunks, the pool being full, the physical
+// memory made on each side, and the driver time its mappings, unmaps, creates and releases would
+// take at run 190's per-call costs: copies and waits not included), beside
 // what the planner's per-launch plan and plan_windows() (fill 0.6) would move. CPU only: a
 // policy is tried here before any GPU time is spent on it.
 //
@@ -57,6 +59,7 @@ using umswap::bench::parse_share_list;
 struct Totals {
   uint64_t windows = 0, to_gpu = 0, to_host = 0, short_bytes = 0, too_large = 0, on_host = 0;
   uint64_t ranges_made = 0;  // the arena's allocations: each one mapped and given access
+  uint64_t gpu_creates = 0, host_creates = 0;  // physical memory made (cuMemCreate calls)
 };
 
 // One replay of the whole trace at one budget; the totals over the trace's iterations after the
@@ -73,7 +76,45 @@ struct Sim {
   uint64_t windows_from_plan = 0;  // of all windows, those the table asked for
   uint64_t windows = 0;
   uint64_t plan_moves_skipped = 0;
+  double last_cost_ms = 0;
 };
+
+// Driver time estimated from run 190's probe (H200): per mapping made (map and access) GPU 22 us,
+// host 20 + 12.5 us/MiB; per unmap GPU 15, host 25 + 2.7 us/MiB; create GPU 10, host 146 at 2 MiB
+// to 5,572 at 32 MiB; release GPU 15, host 31 to 596.
+double g_cost_us = 0;
+double mib_of(uint64_t b) {
+  return static_cast<double>(b) / (1 << 20);
+}
+CUresult CUDAAPI cost_map(CUdeviceptr p, size_t size, size_t off, CUmemGenericAllocationHandle h,
+                          unsigned long long f) {
+  const auto it = vmm::fake::g_fake->phys.find(h);
+  const bool host = it != vmm::fake::g_fake->phys.end() && it->second.host;
+  g_cost_us += host ? 20 + 12.5 * mib_of(size) : 22;
+  return vmm::fake::fake_map(p, size, off, h, f);
+}
+CUresult CUDAAPI cost_unmap(CUdeviceptr p, size_t size) {
+  for (CUdeviceptr at = p; at < p + size; at += vmm::kChunk) {
+    const auto it = vmm::fake::g_fake->slots.find(at);
+    if (it == vmm::fake::g_fake->slots.end() || it->second.start != at) continue;
+    const bool host = vmm::fake::g_fake->phys.at(it->second.handle).host;
+    g_cost_us += host ? 25 + 2.7 * mib_of(it->second.size) : 15;
+  }
+  return vmm::fake::fake_unmap(p, size);
+}
+CUresult CUDAAPI cost_create(CUmemGenericAllocationHandle* h, size_t size,
+                             const CUmemAllocationProp* prop, unsigned long long f) {
+  const bool host = prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA;
+  g_cost_us += host ? 146 + (5572.0 - 146) / 30 * (mib_of(size) - 2) : 10;
+  return vmm::fake::fake_create(h, size, prop, f);
+}
+CUresult CUDAAPI cost_release(CUmemGenericAllocationHandle h) {
+  const auto it = vmm::fake::g_fake->phys.find(h);
+  const bool host = it != vmm::fake::g_fake->phys.end() && it->second.host;
+  const double mib = it != vmm::fake::g_fake->phys.end() ? mib_of(it->second.size) : 2;
+  g_cost_us += host ? 31 + (596.0 - 31) / 30 * (mib - 2) : 15;
+  return vmm::fake::fake_release(h);
+}
 
 // Events and synchronizations for a replay with nothing running: every one has completed.
 VmmSyncDriver always_done() {
@@ -102,8 +143,13 @@ Sim simulate(const trace::Trace& t, uint64_t budget, uint32_t chunks_per_block, 
     // Engine vmm's allocator itself (slabs for small allocations included), over the fake
     // driver and events that have always completed.
     Registry registry;
-    VmmAllocator allocator(vmm::fake::fake_driver(), always_done(), registry,
-                           vmm::fake::g_fake->device, budget, uint64_t{1} << 40, chunks_per_block);
+    vmm::VmmDriver costed = vmm::fake::fake_driver();
+    costed.mem_map = cost_map;
+    costed.mem_unmap = cost_unmap;
+    costed.mem_create = cost_create;
+    costed.mem_release = cost_release;
+    VmmAllocator allocator(costed, always_done(), registry, vmm::fake::g_fake->device, budget,
+                           uint64_t{1} << 40, chunks_per_block);
     VmmResidency& residency = allocator.residency();
     sim.block_bytes = allocator.stats().arena.block_bytes;
     // Live blocks of slabs: buffer -> offset -> (length, range base); whole buffers: range base.
@@ -150,6 +196,10 @@ Sim simulate(const trace::Trace& t, uint64_t budget, uint32_t chunks_per_block, 
     int64_t current = -1;
     vmm::ArenaStats at_start = allocator.stats().arena;
     ResidencyStats res_start = residency.stats();
+    auto creates = [](vmm::fake::Call c) { return uint64_t(vmm::fake::g_fake->calls[c]); };
+    uint64_t gpu_creates_start = creates(vmm::fake::kCreateGpu);
+    uint64_t host_creates_start = creates(vmm::fake::kCreateHost);
+    double cost_start = g_cost_us;
     auto add_iteration = [&] {
       const vmm::ArenaStats a = allocator.stats().arena;
       const ResidencyStats r = residency.stats();
@@ -160,14 +210,21 @@ Sim simulate(const trace::Trace& t, uint64_t budget, uint32_t chunks_per_block, 
       counted.too_large += r.steps_too_large - res_start.steps_too_large;
       counted.on_host += a.bytes_allocated_on_host - at_start.bytes_allocated_on_host;
       counted.ranges_made += a.allocations - at_start.allocations;
+      const uint64_t gpu_made = creates(vmm::fake::kCreateGpu) - gpu_creates_start;
+      const uint64_t host_made = creates(vmm::fake::kCreateHost) - host_creates_start;
+      counted.gpu_creates += gpu_made;
+      counted.host_creates += host_made;
       sim.last = {r.steps_held - res_start.steps_held,
                   a.bytes_to_gpu - at_start.bytes_to_gpu,
                   a.bytes_to_host - at_start.bytes_to_host,
                   r.bytes_short - res_start.bytes_short,
                   r.steps_too_large - res_start.steps_too_large,
                   a.bytes_allocated_on_host - at_start.bytes_allocated_on_host,
-                  a.allocations - at_start.allocations};
+                  a.allocations - at_start.allocations,
+                  gpu_made,
+                  host_made};
       ++sim.iterations;
+      sim.last_cost_ms = (g_cost_us - cost_start) / 1000;
     };
     size_t next_lifetime = 0;
     std::vector<CUdeviceptr> bases;
@@ -189,6 +246,9 @@ Sim simulate(const trace::Trace& t, uint64_t budget, uint32_t chunks_per_block, 
         current = iteration_of[s];
         at_start = allocator.stats().arena;
         res_start = residency.stats();
+        gpu_creates_start = creates(vmm::fake::kCreateGpu);
+        host_creates_start = creates(vmm::fake::kCreateHost);
+        cost_start = g_cost_us;
       }
       const trace::Step& step = t.steps[s];
       bases.clear();
@@ -234,9 +294,10 @@ Sim simulate(const trace::Trace& t, uint64_t budget, uint32_t chunks_per_block, 
     sim.windows = r.steps_held;
     sim.plan_moves_skipped = r.plan_moves_skipped;
     const uint64_t n = std::max<uint64_t>(sim.iterations, 1);
-    sim.per_iteration = {counted.windows / n,     counted.to_gpu / n,    counted.to_host / n,
-                         counted.short_bytes / n, counted.too_large / n, counted.on_host / n,
-                         counted.ranges_made / n};
+    sim.per_iteration = {
+        counted.windows / n,     counted.to_gpu / n,      counted.to_host / n,
+        counted.short_bytes / n, counted.too_large / n,   counted.on_host / n,
+        counted.ranges_made / n, counted.gpu_creates / n, counted.host_creates / n};
   }
   vmm::fake::g_fake.reset();
   return sim;
@@ -258,7 +319,8 @@ int report(const trace::Trace& t, size_t iteration, const std::vector<double>& s
     std::printf(
         "budget %.0f%% (%.2f GB), blocks of %llu MiB: an iteration (mean of %llu) %llu windows, "
         "%.2f GB in, %.2f GB out, %.2f GB short, %llu steps too large; the last %llu windows, "
-        "%.2f GB in, %.2f GB out, %.2f GB allocated on host chunks, %llu ranges made | plan per "
+        "%.2f GB in, %.2f GB out, %.2f GB allocated on host chunks, %llu ranges made, %llu GPU and "
+        "%llu host creates (mean %llu and %llu), est. driver %.0f ms | plan per "
         "launch %.2f GB "
         "in at %u launches | windows from the plan (fill 0.6) %.2f GB in, %u windows | %llu "
         "accesses untracked, %llu allocations refused | %llu plans, period %llu, %llu of %llu "
@@ -270,6 +332,10 @@ int report(const trace::Trace& t, size_t iteration, const std::vector<double>& s
         static_cast<unsigned long long>(sim.last.windows), gb(sim.last.to_gpu),
         gb(sim.last.to_host), gb(sim.last.on_host),
         static_cast<unsigned long long>(sim.last.ranges_made),
+        static_cast<unsigned long long>(sim.last.gpu_creates),
+        static_cast<unsigned long long>(sim.last.host_creates),
+        static_cast<unsigned long long>(p.gpu_creates),
+        static_cast<unsigned long long>(p.host_creates), sim.last_cost_ms,
         gb(per_launch.bytes_prefetched_per_iteration), advisor::steps_with_actions(per_launch),
         gb(from_plan.plan.bytes_prefetched_per_iteration), from_plan.windows,
         static_cast<unsigned long long>(sim.untracked_accesses),

@@ -1,5 +1,6 @@
 #include "preload.h"
 #include "reentry_guard.h"
+#include "vmm_driver_timing.h"
 #include "vmm_engine.h"
 #include "vmm_observer.h"
 
@@ -553,6 +554,14 @@ void Preload::write_stats_at_exit() {
   };
   if (vmm_stats) {
     j[schema::kVmm.path] = to_json(*vmm_stats);
+    nlohmann::json calls = nlohmann::json::object();
+    for (const DriverCallTotal& c : vmm_driver_call_totals()) {
+      calls[std::string(c.name)] = {{"calls", c.calls},
+                                    {"ms", c.ms},
+                                    {"window_calls", c.window_calls},
+                                    {"window_ms", c.window_ms}};
+    }
+    j[schema::kVmm.path][schema::vmm::kDriverCalls.name()] = std::move(calls);
     if (vmm_observer_) {
       const VmmWindowStats w = vmm_observer_->stats();
       j[schema::kVmm.path]["windows"] = w.windows;

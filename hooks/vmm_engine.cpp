@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "umswap/core/log.h"
+#include "vmm_driver_timing.h"
 
 namespace umswap {
 namespace {
@@ -55,6 +56,7 @@ VmmAllocator* make_vmm_allocator(const RealDriver& d, Registry& registry, const 
         "events); allocations go to the driver unchanged");
     return nullptr;
   }
+  time_vmm_driver(arena, sync);
   CUdevice device = 0;
   if (d.cuCtxGetDevice(&device) != CUDA_SUCCESS && d.cuDeviceGet(&device, 0) != CUDA_SUCCESS) {
     device = 0;

@@ -5,6 +5,7 @@
 
 #include "umswap/core/log.h"
 #include "umswap/tracer/tracer.h"
+#include "vmm_driver_timing.h"
 
 namespace umswap {
 namespace {
@@ -92,7 +93,9 @@ void VmmObserver::window(VmmAllocator& allocator, uint64_t launch) {
     stream_ = nullptr;  // the copies go on the legacy stream: the GPU is idle either way
   }
   const auto [in_before, out_before] = allocator.bytes_moved();
+  vmm_driver_in_window(true);
   allocator.residency().make_resident(bases_, stream_);
+  vmm_driver_in_window(false);
   allocator.note_peaks();
   const auto [in_after, out_after] = allocator.bytes_moved();
   hold_.close();

@@ -188,6 +188,8 @@ inline constexpr Field kFields[] = {
      "Milliseconds moves waited for their chunk copies, in all (inside windows)."},
     {"vmm.remap_ms", Kind::diagnostic, "number", detail::kVmmAllocator,
      "Milliseconds moves spent remapping chunk slots (unmap, map, access), in all."},
+    {"vmm.driver_calls", Kind::diagnostic, "object", detail::kPreload,
+     "The driver functions engine vmm called: each one's calls and wall milliseconds in all, and of them those inside windows."},
     {"vmm.ranges_restored", Kind::diagnostic, "integer", detail::kVmmAllocator,
      "Ranges brought to the GPU for the step that opened the window."},
     {"vmm.ranges_prefetched", Kind::diagnostic, "integer", detail::kVmmAllocator,
@@ -520,6 +522,7 @@ inline constexpr const Field& kWindowOpenMs = field("vmm.window_open_ms");
 inline constexpr const Field& kWindowDrainMs = field("vmm.window_drain_ms");
 inline constexpr const Field& kCopyWaitMs = field("vmm.copy_wait_ms");
 inline constexpr const Field& kRemapMs = field("vmm.remap_ms");
+inline constexpr const Field& kDriverCalls = field("vmm.driver_calls");
 inline constexpr const Field& kRangesRestored = field("vmm.ranges_restored");
 inline constexpr const Field& kRangesPrefetched = field("vmm.ranges_prefetched");
 inline constexpr const Field& kRangesEvicted = field("vmm.ranges_evicted");

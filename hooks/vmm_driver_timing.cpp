@@ -1,0 +1,106 @@
+#include "vmm_driver_timing.h"
+
+#include <array>
+#include <atomic>
+#include <chrono>
+
+namespace umswap {
+namespace {
+
+constexpr std::array<std::string_view, 16> kNames = {
+    "cuMemAddressReserve",
+    "cuMemAddressFree",
+    "cuMemCreate",
+    "cuMemRelease",
+    "cuMemMap",
+    "cuMemUnmap",
+    "cuMemSetAccess",
+    "cuMemcpyDtoDAsync",
+    "cuStreamSynchronize",
+    "cuEventCreate",
+    "cuEventRecord",
+    "cuEventQuery",
+    "cuEventSynchronize",
+    "cuEventDestroy",
+    "cuCtxSynchronize",
+    "cuStreamSynchronize (frees)",
+};
+
+struct Total {
+  std::atomic<uint64_t> calls{0};
+  std::atomic<uint64_t> ns{0};
+};
+std::array<Total, kNames.size()> g_totals;
+std::array<Total, kNames.size()> g_window_totals;
+thread_local bool t_in_window = false;
+
+template <size_t I, typename Fn>
+struct Timed;
+
+template <size_t I, typename... Args>
+struct Timed<I, CUresult(CUDAAPI*)(Args...)> {
+  static inline CUresult(CUDAAPI* real)(Args...) = nullptr;
+  static CUresult CUDAAPI call(Args... args) {
+    const auto started = std::chrono::steady_clock::now();
+    const CUresult r = real(args...);
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                        std::chrono::steady_clock::now() - started)
+                        .count();
+    for (Total* t : {&g_totals[I], t_in_window ? &g_window_totals[I] : nullptr}) {
+      if (!t) continue;
+      t->calls.fetch_add(1, std::memory_order_relaxed);
+      t->ns.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
+    }
+    return r;
+  }
+};
+
+template <size_t I, typename Fn>
+void wrap(Fn& slot) {
+  static_assert(I < kNames.size());
+  if (!slot) return;
+  Timed<I, Fn>::real = slot;
+  slot = &Timed<I, Fn>::call;
+}
+
+}  // namespace
+
+void time_vmm_driver(vmm::VmmDriver& arena, VmmSyncDriver& sync) {
+  wrap<0>(arena.mem_address_reserve);
+  wrap<1>(arena.mem_address_free);
+  wrap<2>(arena.mem_create);
+  wrap<3>(arena.mem_release);
+  wrap<4>(arena.mem_map);
+  wrap<5>(arena.mem_unmap);
+  wrap<6>(arena.mem_set_access);
+  wrap<7>(arena.memcpy_dtod_async);
+  wrap<8>(arena.stream_synchronize);
+  wrap<9>(sync.event_create);
+  wrap<10>(sync.event_record);
+  wrap<11>(sync.event_query);
+  wrap<12>(sync.event_synchronize);
+  wrap<13>(sync.event_destroy);
+  wrap<14>(sync.ctx_synchronize);
+  wrap<15>(sync.stream_synchronize);
+}
+
+void vmm_driver_in_window(bool inside) {
+  t_in_window = inside;
+}
+
+std::vector<DriverCallTotal> vmm_driver_call_totals() {
+  std::vector<DriverCallTotal> out;
+  for (size_t i = 0; i < kNames.size(); ++i) {
+    const uint64_t calls = g_totals[i].calls.load(std::memory_order_relaxed);
+    if (calls == 0) continue;
+    auto ms = [](const Total& t) {
+      return static_cast<double>(t.ns.load(std::memory_order_relaxed)) / 1e6;
+    };
+    out.push_back({kNames[i], calls, ms(g_totals[i]),
+                   g_window_totals[i].calls.load(std::memory_order_relaxed),
+                   ms(g_window_totals[i])});
+  }
+  return out;
+}
+
+}  // namespace umswap

@@ -1036,12 +1036,12 @@ TEST_F(ChunkArenaTest, FitsOnGpuCountsWholeBlocksAndIsTrueOutsideRanges) {
 TEST(ChunksPerBlockFor, TheLargestBlockThatLeavesThePoolThirtyTwo) {
   constexpr uint64_t kMiB = uint64_t{1} << 20;
   EXPECT_EQ(ChunkArena::chunks_per_block_for(0), 1u);
-  EXPECT_EQ(ChunkArena::chunks_per_block_for(100 * kMiB), 1u);            // 50 chunks
-  EXPECT_EQ(ChunkArena::chunks_per_block_for(128 * kMiB), 2u);            // 32 of 4 MiB
-  EXPECT_EQ(ChunkArena::chunks_per_block_for(491 * kMiB), 4u);            // 61 of 8 MiB
-  EXPECT_EQ(ChunkArena::chunks_per_block_for(666 * kMiB), 8u);            // 41 of 16 MiB
-  EXPECT_EQ(ChunkArena::chunks_per_block_for(1024 * kMiB), 16u);          // 32 of 32 MiB
-  EXPECT_EQ(ChunkArena::chunks_per_block_for(uint64_t{140} << 30), 16u);  // 32 MiB at most
+  EXPECT_EQ(ChunkArena::chunks_per_block_for(100 * kMiB), 1u);           // 50 chunks
+  EXPECT_EQ(ChunkArena::chunks_per_block_for(128 * kMiB), 2u);           // 32 of 4 MiB
+  EXPECT_EQ(ChunkArena::chunks_per_block_for(491 * kMiB), 4u);           // 61 of 8 MiB
+  EXPECT_EQ(ChunkArena::chunks_per_block_for(666 * kMiB), 8u);           // 41 of 16 MiB
+  EXPECT_EQ(ChunkArena::chunks_per_block_for(1024 * kMiB), 8u);          // 64 of 16 MiB
+  EXPECT_EQ(ChunkArena::chunks_per_block_for(uint64_t{140} << 30), 8u);  // 16 MiB at most
 }
 
 }  // namespace

@@ -1,9 +1,9 @@
 // ChunkArena: the vmm engine's state for one device. Every range it hands out is virtual memory
 // it reserved, mapped piece by piece to physical memory on the GPU (a pool no larger than the
 // budget) or on the host (pinned, HOST_NUMA 0). A range's leading pieces are whole blocks
-// (chunks_per_block chunks, up to 32 MiB, one handle each) when blocks are in use, the rest 2 MiB
+// (chunks_per_block chunks, up to 16 MiB, one handle each) when blocks are in use, the rest 2 MiB
 // chunks (kChunk); a piece is mapped and moved whole, so a large range moves in few mappings
-// (a mapping's cost is mostly per call: docs/lab/2026-12-01-vmm-window-parts-and-blocks.md). A
+// (a mapping's cost is mostly per mapping: docs/lab/2026-12-01-vmm-driver-calls-and-blocks.md). A
 // range is always mapped, so a kernel that touches any byte of it reads correct data: at HBM speed
 // from the GPU, over the link from the host (DESIGN.md, "Two engines, one invariant"; issue 38).
 //
@@ -187,7 +187,10 @@ class ChunkArena {
   // bytes that leaves the pool at least kMinBlocks blocks (what rounding the budget down to whole
   // blocks loses stays under 1/kMinBlocks of it), in chunks.
   static uint32_t chunks_per_block_for(uint64_t gpu_limit_bytes);
-  static constexpr uint64_t kLargestBlock = uint64_t{32} << 20;
+  // 16 MiB, not 32: with 32 MiB blocks the GPU pool, always full under a budget, turned free
+  // chunks into blocks and back (release, create, map) far more often; ViT-L/16 at 50% took 25%
+  // less time an iteration at 16 (run 191, docs/lab/2026-12-01-vmm-driver-calls-and-blocks.md).
+  static constexpr uint64_t kLargestBlock = uint64_t{16} << 20;
   static constexpr uint64_t kMinBlocks = 32;
   // Releases every live range and every chunk.
   ~ChunkArena();

@@ -3,8 +3,9 @@
 // cuMemCreate of its own size: the driver maps a handle only whole (cuMemMap of part of one, or at
 // an offset in it, answered CUDA_ERROR_NOT_SUPPORTED on an H200, driver 580, 2026-12-01). A
 // range's large pieces take whole blocks: one mapping moves many chunks at once, and a mapping's
-// cost is mostly per call (docs/lab/2026-11-29-vmm-window.md: 35-41 µs/MiB at 2 MiB against 14
-// at 32 MiB to the host, 33 against 4 to the GPU).
+// cost is mostly per mapping, however the calls are grouped (docs/lab/2026-11-29-vmm-window.md:
+// 35-41 µs/MiB at 2 MiB against 14 at 32 MiB to the host, 33 against 4 to the GPU; run 190 in
+// docs/lab/2026-12-01-vmm-driver-calls-and-blocks.md).
 //
 // The pool's window (a virtual range it reserves, `capacity` blocks long) is cut into groups of
 // one block each. A group holds one whole block, or up to chunks_per_block single chunks at

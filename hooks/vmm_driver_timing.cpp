@@ -32,7 +32,8 @@ struct Total {
 };
 std::array<Total, kNames.size()> g_totals;
 std::array<Total, kNames.size()> g_window_totals;
-thread_local bool t_in_window = false;
+// Initial-exec, as the hooks' other thread-locals: no lazy TLS allocation inside a hook.
+thread_local bool t_in_window __attribute__((tls_model("initial-exec"))) = false;
 
 template <size_t I, typename Fn>
 struct Timed;

@@ -189,7 +189,8 @@ inline constexpr Field kFields[] = {
     {"vmm.remap_ms", Kind::diagnostic, "number", detail::kVmmAllocator,
      "Milliseconds moves spent remapping chunk slots (unmap, map, access), in all."},
     {"vmm.driver_calls", Kind::diagnostic, "object", detail::kPreload,
-     "The driver functions engine vmm called: each one's calls and wall milliseconds in all, and of them those inside windows."},
+     "The driver functions engine vmm's allocations and moves called (the window's drain apart): "
+     "each one's calls and wall milliseconds in all, and of them those inside windows."},
     {"vmm.ranges_restored", Kind::diagnostic, "integer", detail::kVmmAllocator,
      "Ranges brought to the GPU for the step that opened the window."},
     {"vmm.ranges_prefetched", Kind::diagnostic, "integer", detail::kVmmAllocator,

@@ -4,13 +4,15 @@
 // finds, behind its own library); unset, the library does nothing.
 //
 // Every 1 ms of the process's CPU time (ITIMER_PROF; the kernel's tick makes it about 4 ms on the
-// machines measured) the thread that was running records its call stack (glibc's backtrace(), 32
-// frames). At exit each process writes PREFIX.PID: one line a sample, the thread id then each
-// frame as `module+0xOFFSET` (offset from the module's load address, which addr2line takes for a
-// shared library), with `:symbol` where the dynamic symbol table names it. Time a thread spends
-// blocked (a lock, a sleeping ioctl) is not sampled: compare the threads' CPU, not the wall time.
-// bench/host_samples.py sums the samples by thread, module and function. At most 400,000
-// samples (the rest are counted as dropped).
+// machines measured) the thread that was running records its call stack (glibc's backtrace(), the
+// innermost 62 frames). At exit each process writes PREFIX.PID: one line a sample, the thread id
+// then each frame as `module+0xOFFSET` (offset from the module's load address, which addr2line
+// takes for a shared library), with `:symbol` where the dynamic symbol table names it. Time a
+// thread spends blocked (a lock, a sleeping ioctl) is not sampled: compare the threads' CPU, not
+// the wall time. Every process that loads it writes its own file (umswap's own process too: take
+// the program's, the largest). bench/host_samples.py sums the samples by thread, module and
+// function. At most 200,000 samples (the rest are counted as dropped), in about 100 MB reserved,
+// touched as filled.
 #include <dlfcn.h>
 #include <execinfo.h>
 #include <signal.h>
@@ -27,8 +29,8 @@
 
 namespace {
 
-constexpr int kDepth = 32;
-constexpr size_t kMaxSamples = 400000;
+constexpr int kDepth = 64;
+constexpr size_t kMaxSamples = 200000;
 
 struct Sample {
   void* pc[kDepth];
@@ -37,6 +39,7 @@ struct Sample {
 };
 
 Sample* g_samples = nullptr;
+char g_prefix[4000];  // HOST_SAMPLER_OUT, as it was at the start
 std::atomic<size_t> g_next{0};
 bool g_running = false;
 
@@ -49,7 +52,9 @@ void on_tick(int, siginfo_t*, void*) {
 }
 
 __attribute__((constructor)) void start() {
-  if (std::getenv("HOST_SAMPLER_OUT") == nullptr) return;
+  const char* prefix = std::getenv("HOST_SAMPLER_OUT");
+  if (prefix == nullptr || std::strlen(prefix) >= sizeof g_prefix) return;
+  std::strcpy(g_prefix, prefix);
   void* memory = mmap(nullptr, kMaxSamples * sizeof(Sample), PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (memory == MAP_FAILED) return;
@@ -70,8 +75,7 @@ __attribute__((destructor)) void finish() {
   itimerval off{};
   setitimer(ITIMER_PROF, &off, nullptr);
   char path[4096];
-  std::snprintf(path, sizeof path, "%s.%d", std::getenv("HOST_SAMPLER_OUT"),
-                static_cast<int>(getpid()));
+  std::snprintf(path, sizeof path, "%s.%d", g_prefix, static_cast<int>(getpid()));
   FILE* out = std::fopen(path, "w");
   if (out == nullptr) return;
   const size_t taken = g_next.load();

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Sums the samples bench/host_sampler.cpp wrote (one file, PREFIX.PID) by thread: for the threads
 with the most samples, the share of each module and function at the top of the stack (where the
-CPU was), and the share of samples with each of umswap's functions anywhere in the stack.
+CPU was), and the share of samples with each of umswap's functions anywhere in the stack (in the
+innermost 62 frames the sampler keeps; umswap's sit near the top). A frame inside functions
+inlined into one another is named after the outermost, the function the code was compiled in.
 
     host_samples.py SAMPLES [--lib build/lib/libumswap.so] [--threads N] [--top N]
 
@@ -42,10 +44,26 @@ class Symbols:
         todo = sorted(o for o in offsets if o not in self.names)
         if not todo or not self.lib:
             return
-        out = subprocess.run(["addr2line", "-f", "-C", "-e", self.lib] + todo,
-                             capture_output=True, text=True, check=False).stdout.split("\n")
-        for i, offset in enumerate(todo):
-            self.names[offset] = out[2 * i] if 2 * i < len(out) else "?"
+        try:
+            out = subprocess.run(["addr2line", "-a", "-f", "-i", "-C", "-e", self.lib] + todo,
+                                 capture_output=True, text=True, check=False).stdout.split("\n")
+        except OSError as e:
+            print(f"host_samples.py: addr2line: {e}", file=sys.stderr)
+            return
+        # Per address: its line ("0x..."), then a function line and a location line for each
+        # inlined level, innermost first. The last function is the one the frame is in.
+        names, pairs = [], None
+        for line in out:
+            if line.startswith("0x"):
+                if pairs is not None:
+                    names.append(pairs[-2] if len(pairs) >= 2 else "?")
+                pairs = []
+            elif pairs is not None and line:
+                pairs.append(line)
+        if pairs is not None:
+            names.append(pairs[-2] if len(pairs) >= 2 else "?")
+        for offset, name in zip(todo, names):
+            self.names[offset] = name or "?"
 
     def name(self, frame):
         module, offset, symbol = split(frame)

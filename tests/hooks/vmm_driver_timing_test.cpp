@@ -1,0 +1,87 @@
+// hooks/vmm_driver_timing: the shims time_vmm_driver() puts in engine vmm's driver tables pass
+// every argument and result through, count each function's calls apart, count a thread's calls
+// inside a window apart too, and leave a slot with no function empty.
+#include "vmm_driver_timing.h"
+
+#include <gtest/gtest.h>
+
+#include <string_view>
+
+namespace umswap {
+namespace {
+
+CUdeviceptr g_mapped_at = 0;
+size_t g_mapped_size = 0;
+CUresult g_map_result = CUDA_SUCCESS;
+
+CUresult CUDAAPI fake_map(CUdeviceptr ptr, size_t size, size_t, CUmemGenericAllocationHandle,
+                          unsigned long long) {
+  g_mapped_at = ptr;
+  g_mapped_size = size;
+  return g_map_result;
+}
+CUresult CUDAAPI fake_unmap(CUdeviceptr, size_t) {
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI fake_stream_synchronize(CUstream) {
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI fake_event_query(CUevent) {
+  return CUDA_ERROR_NOT_READY;
+}
+
+DriverCallTotal total(std::string_view name) {
+  for (const DriverCallTotal& t : vmm_driver_call_totals()) {
+    if (t.name == name) return t;
+  }
+  return {name, 0, 0, 0, 0};
+}
+
+TEST(VmmDriverTiming, ShimsPassCallsThroughAndCountThemByFunctionAndWindow) {
+  vmm::VmmDriver arena;
+  arena.mem_map = fake_map;
+  arena.mem_unmap = fake_unmap;
+  arena.stream_synchronize = fake_stream_synchronize;
+  VmmSyncDriver sync;
+  sync.event_query = fake_event_query;
+  sync.stream_synchronize = fake_stream_synchronize;
+  time_vmm_driver(arena, sync);
+
+  // Replaced, and empty slots left empty.
+  EXPECT_NE(arena.mem_map, &fake_map);
+  EXPECT_EQ(arena.mem_create, nullptr);
+  EXPECT_EQ(sync.event_create, nullptr);
+  EXPECT_EQ(total("cuMemMap").calls, 0u);
+
+  g_map_result = CUDA_ERROR_OUT_OF_MEMORY;
+  EXPECT_EQ(arena.mem_map(0x200000, 4 << 20, 0, 7, 0), CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(g_mapped_at, CUdeviceptr{0x200000});
+  EXPECT_EQ(g_mapped_size, size_t{4} << 20);
+  EXPECT_EQ(sync.event_query(nullptr), CUDA_ERROR_NOT_READY);
+  EXPECT_EQ(sync.event_query(nullptr), CUDA_ERROR_NOT_READY);
+
+  EXPECT_EQ(total("cuMemMap").calls, 1u);
+  EXPECT_EQ(total("cuMemMap").window_calls, 0u);
+  EXPECT_GE(total("cuMemMap").ms, 0.0);
+  EXPECT_EQ(total("cuEventQuery").calls, 2u);
+  EXPECT_EQ(total("cuMemUnmap").calls, 0u);  // never called: not listed
+
+  // The same driver function in the two tables counts apart.
+  arena.stream_synchronize(nullptr);
+  EXPECT_EQ(total("cuStreamSynchronize").calls, 1u);
+  EXPECT_EQ(total("cuStreamSynchronize (frees)").calls, 0u);
+  sync.stream_synchronize(nullptr);
+  EXPECT_EQ(total("cuStreamSynchronize (frees)").calls, 1u);
+
+  // Inside a window, on this thread only.
+  vmm_driver_in_window(true);
+  arena.mem_unmap(0x200000, 4 << 20);
+  vmm_driver_in_window(false);
+  arena.mem_unmap(0x200000, 4 << 20);
+  EXPECT_EQ(total("cuMemUnmap").calls, 2u);
+  EXPECT_EQ(total("cuMemUnmap").window_calls, 1u);
+  EXPECT_LE(total("cuMemUnmap").window_ms, total("cuMemUnmap").ms);
+}
+
+}  // namespace
+}  // namespace umswap

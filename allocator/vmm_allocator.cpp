@@ -198,9 +198,7 @@ CUresult VmmAllocator::allocate_range(uint64_t bytes, CUdeviceptr* out) {
     }
     if (kept != 0) {
       residency_.forget(kept);  // first: an allocation at its address may follow the release
-      if (arena_.release(kept) != CUDA_SUCCESS) {
-        driver_failures_.fetch_add(1, std::memory_order_relaxed);
-      }
+      release_to_arena(kept);
       status = arena_.allocate(bytes, out);
     }
   }
@@ -254,7 +252,13 @@ void VmmAllocator::release_memory(CUdeviceptr ptr, bool may_keep) {
   residency_.forget(ptr);
   if (may_keep) {
     keep(ptr);
-  } else if (arena_.release(ptr) != CUDA_SUCCESS) {
+  } else {
+    release_to_arena(ptr);
+  }
+}
+
+void VmmAllocator::release_to_arena(CUdeviceptr base) {
+  if (arena_.release(base) != CUDA_SUCCESS) {
     driver_failures_.fetch_add(1, std::memory_order_relaxed);
   }
 }
@@ -287,8 +291,7 @@ void VmmAllocator::keep(CUdeviceptr base) {
   }
   // Not a whole range of the arena, one with a hole (never handed out again), one past the room
   // for kept ones, or the oldest past the most kept.
-  if (arena_.release(base) != CUDA_SUCCESS)
-    driver_failures_.fetch_add(1, std::memory_order_relaxed);
+  release_to_arena(base);
 }
 
 VmmAllocator::KeptRange VmmAllocator::take_kept_at(size_t i) {
@@ -336,8 +339,7 @@ bool VmmAllocator::release_oldest_kept_on_gpu() {
     if (it == kept_.end()) return false;
     base = take_kept_at(static_cast<size_t>(it - kept_.begin())).base;
   }
-  if (arena_.release(base) != CUDA_SUCCESS)
-    driver_failures_.fetch_add(1, std::memory_order_relaxed);
+  release_to_arena(base);
   return true;
 }
 
@@ -349,11 +351,7 @@ void VmmAllocator::release_kept() {
     kept_bytes_ = 0;
     kept_gpu_bytes_ = 0;
   }
-  for (const KeptRange& k : kept) {
-    if (arena_.release(k.base) != CUDA_SUCCESS) {
-      driver_failures_.fetch_add(1, std::memory_order_relaxed);
-    }
-  }
+  for (const KeptRange& k : kept) release_to_arena(k.base);
 }
 
 CUresult VmmAllocator::allocate_pitch(AllocApi api, size_t width, size_t height, size_t alignment,

@@ -41,11 +41,11 @@ class Symbols:
         self.lib, self.names = lib, {}
 
     def load(self, offsets):
-        todo = sorted(o for o in offsets if o not in self.names)
-        if not todo or not self.lib:
+        unnamed = sorted(o for o in offsets if o not in self.names)
+        if not unnamed or not self.lib:
             return
         try:
-            out = subprocess.run(["addr2line", "-a", "-f", "-i", "-C", "-e", self.lib] + todo,
+            out = subprocess.run(["addr2line", "-a", "-f", "-i", "-C", "-e", self.lib] + unnamed,
                                  capture_output=True, text=True, check=False).stdout.split("\n")
         except OSError as e:
             print(f"host_samples.py: addr2line: {e}", file=sys.stderr)
@@ -62,7 +62,7 @@ class Symbols:
                 pairs.append(line)
         if pairs is not None:
             names.append(pairs[-2] if len(pairs) >= 2 else "?")
-        for offset, name in zip(todo, names):
+        for offset, name in zip(unnamed, names):
             self.names[offset] = name or "?"
 
     def name(self, frame):

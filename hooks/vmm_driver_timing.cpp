@@ -29,6 +29,10 @@ constexpr std::array<std::string_view, 16> kNames = {
 struct Total {
   std::atomic<uint64_t> calls{0};
   std::atomic<uint64_t> ns{0};
+  void add(int64_t elapsed_ns) {
+    calls.fetch_add(1, std::memory_order_relaxed);
+    ns.fetch_add(static_cast<uint64_t>(elapsed_ns), std::memory_order_relaxed);
+  }
 };
 std::array<Total, kNames.size()> g_totals;
 std::array<Total, kNames.size()> g_window_totals;
@@ -47,11 +51,8 @@ struct Timed<I, CUresult(CUDAAPI*)(Args...)> {
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                         std::chrono::steady_clock::now() - started)
                         .count();
-    for (Total* t : {&g_totals[I], t_in_window ? &g_window_totals[I] : nullptr}) {
-      if (!t) continue;
-      t->calls.fetch_add(1, std::memory_order_relaxed);
-      t->ns.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
-    }
+    g_totals[I].add(ns);
+    if (t_in_window) g_window_totals[I].add(ns);
     return r;
   }
 };

@@ -210,6 +210,8 @@ class VmmAllocator {
   CUdeviceptr reuse(uint64_t bytes);
   // Releases a range whose record already left the Registry.
   void release(CUdeviceptr base, uint64_t size);
+  // The arena's release of the range at `base`; a failure counted in driver_failures_.
+  void release_to_arena(CUdeviceptr base);
   // An arena range of its own (a pending free waited for before giving up), or a slab's share.
   CUresult allocate_range(uint64_t bytes, CUdeviceptr* out);
   CUresult allocate_small(uint64_t bytes, CUdeviceptr* out);

@@ -5,24 +5,12 @@
 #include <chrono>
 
 #include "umswap/allocator/discard_pages.h"
+#include "umswap/allocator/stream_tag.h"
 #include "umswap/core/flight_recorder.h"
 #include "umswap/core/log.h"
 
 namespace umswap {
 namespace {
-
-// Tags that name no stream handle (no device address has these bits): per-thread default
-// streams (a number per thread; their frees record an event at once) and streams that were
-// destroyed (a number per stream; stream_ends() recorded their event).
-constexpr uint64_t kPerThreadTag = uint64_t{1} << 63;
-constexpr uint64_t kEndedTag = uint64_t{1} << 62;
-constexpr uint64_t kNotAHandle = kPerThreadTag | kEndedTag;
-
-uint64_t this_thread_number() {
-  static std::atomic<uint64_t> next{1};
-  thread_local const uint64_t number = next.fetch_add(1, std::memory_order_relaxed);
-  return number;
-}
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -78,15 +66,6 @@ SlabAllocator::~SlabAllocator() {
   std::lock_guard lock(mutex_);
   blocks_.clear();  // returns every event to spare_events_
   for (CUevent e : spare_events_) driver_.event_destroy(e);
-}
-
-uint64_t SlabAllocator::stream_tag(CUstream stream) const {
-  const auto handle = reinterpret_cast<uintptr_t>(stream);
-  if (handle == reinterpret_cast<uintptr_t>(CU_STREAM_PER_THREAD)) {
-    return kPerThreadTag | this_thread_number();
-  }
-  if (handle == reinterpret_cast<uintptr_t>(CU_STREAM_LEGACY)) return 0;  // the same as 0
-  return handle;
 }
 
 SlabAllocator::EventRef SlabAllocator::record_event(CUstream stream) {
@@ -658,7 +637,7 @@ void SlabAllocator::stream_ends(CUstream stream) {
   std::lock_guard lock(mutex_);
   EventRef event;
   bool recorded = false;
-  const uint64_t ended = kEndedTag | ++retired_;
+  const uint64_t ended = ended_stream_tag();
   for (auto it = blocks_.begin(); it != blocks_.end(); ++it) {
     Block& b = it->second;
     if (!b.free || b.stream != tag) continue;

@@ -214,7 +214,6 @@ class SlabAllocator final : public BlockFinder {
   };
   static constexpr uint64_t kAnyStream = UINT64_MAX;
 
-  uint64_t stream_tag(CUstream stream) const;
   std::optional<CUresult> release(CUdeviceptr ptr, uint64_t tag, CUstream stream, bool record_now);
   // The candidate pages of a free of [address, address + size) inside the free block `merged`.
   void discard_dead_pages(uint64_t address, uint64_t size,
@@ -265,7 +264,6 @@ class SlabAllocator final : public BlockFinder {
   std::map<uint64_t, Block> blocks_;   // by address, every slab's blocks
   std::set<std::pair<uint64_t, uint64_t>> free_by_size_[2];  // (size, address); [small]
   uint64_t seq_ = 0;
-  uint64_t retired_ = 0;  // streams that ended
   DiscardMode discard_mode_ = DiscardMode::off;
   DropOrder* order_ = nullptr;
   std::set<uint64_t> discarded_;           // discarded pages (2 MiB aligned) not handed out since

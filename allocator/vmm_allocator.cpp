@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "umswap/allocator/stream_tag.h"
 #include "umswap/core/stats_schema.h"
 
 namespace umswap {
@@ -10,6 +11,11 @@ namespace {
 
 uint64_t whole_chunks(uint64_t bytes) {
   return bytes / vmm::kChunk * vmm::kChunk;
+}
+
+// The bytes a range of its own reserves for an allocation of `bytes`: whole chunks.
+uint64_t reserved_of(uint64_t bytes) {
+  return (bytes + vmm::kChunk - 1) / vmm::kChunk * vmm::kChunk;
 }
 
 void store_max(std::atomic<uint64_t>& value, uint64_t candidate) {
@@ -69,6 +75,7 @@ nlohmann::json to_json(const VmmAllocatorStats& s) {
       {"frees_deferred", s.frees_deferred},
       {"frees_synchronized", s.frees_synchronized},
       {schema::kRangesReused.name(), s.ranges_reused},
+      {"reused_on_stream", s.reused_on_stream},
       {"ranges_kept", s.ranges_kept},
       {schema::kKeptBytes.name(), s.kept_bytes},
       {"allocate_ms", s.allocate_ms},
@@ -137,12 +144,14 @@ VmmAllocator::~VmmAllocator() {
 }
 
 CUresult VmmAllocator::allocate(AllocApi api, size_t bytes, CallSiteId site, bool from_pool,
-                                CUdeviceptr* out) {
+                                CUdeviceptr* out, CUstream stream) {
   const Timed timed(allocate_ns_);
   poll();
   CUdeviceptr ptr = 0;
   const bool small = SmallSlabs::small(bytes);
-  CUresult status = small ? allocate_small(bytes, &ptr) : allocate_range(bytes, &ptr);
+  const std::optional<uint64_t> tag =
+      from_pool ? std::optional<uint64_t>(stream_tag(stream)) : std::nullopt;
+  CUresult status = small ? allocate_small(bytes, &ptr) : allocate_range(bytes, &ptr, tag);
   if (status != CUDA_SUCCESS) {
     if (status == CUDA_ERROR_OUT_OF_MEMORY) {
       out_of_memory_.fetch_add(1, std::memory_order_relaxed);
@@ -179,7 +188,13 @@ CUresult VmmAllocator::allocate(AllocApi api, size_t bytes, CallSiteId site, boo
   return CUDA_SUCCESS;
 }
 
-CUresult VmmAllocator::allocate_range(uint64_t bytes, CUdeviceptr* out) {
+CUresult VmmAllocator::allocate_range(uint64_t bytes, CUdeviceptr* out,
+                                      std::optional<uint64_t> stream) {
+  if (stream && (*out = take_pending(reserved_of(bytes), *stream)) != 0) {
+    reused_on_stream_.fetch_add(1, std::memory_order_relaxed);
+    residency_.allocated(*out);
+    return CUDA_SUCCESS;
+  }
   if ((*out = reuse(bytes)) != 0) {
     ranges_reused_.fetch_add(1, std::memory_order_relaxed);
     residency_.allocated(*out);
@@ -313,7 +328,7 @@ std::optional<VmmAllocator::KeptRange> VmmAllocator::take_kept(uint64_t reserved
 }
 
 CUdeviceptr VmmAllocator::reuse(uint64_t bytes) {
-  const uint64_t reserved = (bytes + vmm::kChunk - 1) / vmm::kChunk * vmm::kChunk;
+  const uint64_t reserved = reserved_of(bytes);
   {
     std::lock_guard lock(kept_mutex_);
     if (kept_.empty()) return 0;
@@ -383,11 +398,15 @@ std::optional<CUresult> VmmAllocator::free_async(CUdeviceptr ptr, CUstream strea
   if (!record) return std::nullopt;
   CUevent event = nullptr;
   if (sync_.event_create(&event, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS) {
+    // Recorded under the lock: a stream's pending frees are in the order of their events.
+    std::unique_lock lock(pending_mutex_);
     if (sync_.event_record(event, stream) == CUDA_SUCCESS) {
-      std::lock_guard lock(pending_mutex_);
-      pending_.push_back({record->base, record->size, event});
+      // A small allocation is a share of a slab, not a range to hand out by stream order.
+      const uint64_t reserved = SmallSlabs::small(record->size) ? 0 : reserved_of(record->size);
+      pending_.push_back({record->base, record->size, event, stream_tag(stream), reserved});
       return CUDA_SUCCESS;
     }
+    lock.unlock();
     sync_.event_destroy(event);
   }
   // No event: wait for the stream itself, then release.
@@ -402,17 +421,49 @@ size_t VmmAllocator::poll() {
   {
     std::lock_guard lock(pending_mutex_);
     if (pending_.empty()) return 0;
-    auto keep = pending_.begin();
-    for (PendingFree& p : pending_) {
-      // Any answer but "not yet" ends the wait: complete, or an error of the context after which
-      // nothing will run on the range.
-      if (sync_.event_query(p.event) == CUDA_ERROR_NOT_READY) {
-        *keep++ = p;
-      } else {
-        done.push_back(p);
+    // A stream's events complete in the order they were recorded, which is their order here: the
+    // latest complete one says that every earlier one of its stream is. Found from the newest
+    // (all done when it is), else by halving: a few queries a stream, not one a free.
+    poll_streams_.clear();
+    for (const PendingFree& p : pending_) {
+      if (std::find(poll_streams_.begin(), poll_streams_.end(), p.stream) == poll_streams_.end()) {
+        poll_streams_.push_back(p.stream);
       }
     }
-    pending_.erase(keep, pending_.end());
+    poll_done_.assign(pending_.size(), 0);
+    for (const uint64_t stream : poll_streams_) {
+      poll_order_.clear();
+      for (size_t i = 0; i < pending_.size(); ++i) {
+        if (pending_[i].stream == stream) poll_order_.push_back(i);
+      }
+      // Any answer but "not yet" ends the wait: complete, or an error of the context after which
+      // nothing will run on the range.
+      auto ended = [&](size_t k) {
+        return sync_.event_query(pending_[poll_order_[k]].event) != CUDA_ERROR_NOT_READY;
+      };
+      size_t complete = 0;  // poll_order_[0, complete) have completed
+      const size_t n = poll_order_.size();
+      if (ended(n - 1)) {
+        complete = n;
+      } else if (n > 1 && ended(0)) {
+        size_t yes = 0, no = n - 1;
+        while (no - yes > 1) {
+          const size_t mid = yes + (no - yes) / 2;
+          (ended(mid) ? yes : no) = mid;
+        }
+        complete = yes + 1;
+      }
+      for (size_t k = 0; k < complete; ++k) poll_done_[poll_order_[k]] = 1;
+    }
+    size_t kept = 0;
+    for (size_t i = 0; i < pending_.size(); ++i) {
+      if (poll_done_[i]) {
+        done.push_back(pending_[i]);
+      } else {
+        pending_[kept++] = pending_[i];
+      }
+    }
+    pending_.resize(kept);
   }
   for (const PendingFree& p : done) {
     sync_.event_destroy(p.event);
@@ -437,8 +488,55 @@ size_t VmmAllocator::drain() {
   return all.size();
 }
 
+CUdeviceptr VmmAllocator::take_pending(uint64_t reserved, uint64_t stream) {
+  PendingFree taken;
+  {
+    std::lock_guard lock(pending_mutex_);
+    if (pending_.empty()) return 0;
+    // The most recently freed first; wholly on the GPU first (the arena's lock is a leaf).
+    std::optional<size_t> pick, elsewhere;
+    for (size_t i = pending_.size(); i-- > 0;) {
+      const PendingFree& p = pending_[i];
+      if (p.reserved != reserved || p.stream != stream) continue;
+      const std::optional<vmm::RangeInfo> info = arena_.range(p.base);
+      if (!info || info->base != p.base || info->unmapped_bytes != 0) continue;
+      if (info->gpu_bytes == info->reserved) {
+        pick = i;
+        break;
+      }
+      if (!elsewhere) elsewhere = i;
+    }
+    // Not wholly on the GPU: only where a new range would get no GPU memory at all.
+    if (!pick && elsewhere && !arena_.fits_new_on_gpu(std::min(reserved, arena_.block_bytes()))) {
+      pick = elsewhere;
+    }
+    if (!pick) return 0;
+    taken = pending_[*pick];
+    pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(*pick));
+  }
+  sync_.event_destroy(taken.event);
+  // A new allocation of the residency's: the old one is forgotten first, as at a release.
+  residency_.forget(taken.base);
+  count_free(taken.size);
+  return taken.base;
+}
+
+void VmmAllocator::stream_ends(CUstream stream) {
+  const uint64_t tag = stream_tag(stream);
+  if ((tag & kNotAHandle) != 0 || tag == 0) return;  // the default streams never end
+  const uint64_t ended = ended_stream_tag();
+  std::lock_guard lock(pending_mutex_);
+  for (PendingFree& p : pending_) {
+    if (p.stream == tag) p.stream = ended;
+  }
+}
+
 void VmmAllocator::release(CUdeviceptr base, uint64_t size) {
   release_memory(base);
+  count_free(size);
+}
+
+void VmmAllocator::count_free(uint64_t size) {
   frees_.fetch_add(1, std::memory_order_relaxed);
   live_buffers_.fetch_sub(1, std::memory_order_relaxed);
   std::lock_guard lock(peaks_mutex_);
@@ -497,6 +595,7 @@ VmmAllocatorStats VmmAllocator::stats() const {
   s.frees = frees_.load();
   s.frees_deferred = frees_deferred_.load();
   s.ranges_reused = ranges_reused_.load();
+  s.reused_on_stream = reused_on_stream_.load();
   {
     std::lock_guard lock(kept_mutex_);
     s.ranges_kept = kept_.size();

@@ -287,10 +287,11 @@ bool captured(Preload& p, CUstream stream) {
 // A stream-ordered allocation under engine vmm. No call site: a stream-ordered allocator makes
 // one allocation per tensor, and walking the stack of each cost about 2 ms (PyTorch's async
 // backend, H200, 2026-12-01); engine um's blocks inside its slabs have none of their own either.
-CUresult vmm_allocate_async(umswap::VmmAllocator& vmm, size_t bytesize, CUdeviceptr* dptr) {
+CUresult vmm_allocate_async(umswap::VmmAllocator& vmm, size_t bytesize, CUstream stream,
+                            CUdeviceptr* dptr) {
   ReentryGuard guard;
   return vmm.allocate(Preload::api_or(AllocApi::cuMemAllocAsync), bytesize, umswap::CallSiteId{0},
-                      true, dptr);
+                      true, dptr, stream);
 }
 
 CUresult alloc_async(CUdeviceptr* dptr, size_t bytesize, CUstream stream,
@@ -298,7 +299,7 @@ CUresult alloc_async(CUdeviceptr* dptr, size_t bytesize, CUstream stream,
   Preload& p = preload();
   if (umswap::VmmAllocator* vmm = vmm_for_allocation(p);
       vmm && dptr && bytesize > 0 && !captured(p, stream)) {
-    return vmm_allocate_async(*vmm, bytesize, dptr);
+    return vmm_allocate_async(*vmm, bytesize, stream, dptr);
   }
   if (skip(p) || !dptr || bytesize == 0 || captured(p, stream)) {
     return real(dptr, bytesize, stream);
@@ -339,7 +340,7 @@ CUresult alloc_from_pool_async(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool 
   Preload& p = preload();
   if (umswap::VmmAllocator* vmm = vmm_for_allocation(p);
       vmm && dptr && bytesize > 0 && is_default_pool(p, pool) && !captured(p, stream)) {
-    return vmm_allocate_async(*vmm, bytesize, dptr);
+    return vmm_allocate_async(*vmm, bytesize, stream, dptr);
   }
   if (skip(p) || !dptr || bytesize == 0) return real(dptr, bytesize, pool, stream);
   if (!is_default_pool(p, pool) || captured(p, stream)) return real(dptr, bytesize, pool, stream);
@@ -386,12 +387,16 @@ UMSWAP_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t by
            : kNoDriver;
 }
 
-// Blocks of umswap's slabs that this stream freed must not wait on it by handle once it is gone
-// (the handle may even be reused): the allocator records their event first.
+// Blocks of umswap's slabs (engine vmm: ranges) that this stream freed must not wait on it, nor
+// serve it, by handle once it is gone (the handle may even be reused): the allocator records
+// their event first (engine vmm: the events recorded at the frees stand).
 UMSWAP_EXPORT CUresult cuStreamDestroy_v2(CUstream stream) {
   Preload& p = preload();
   if (!p.driver()) return kNoDriver;
-  if (!skip(p)) {
+  if (umswap::VmmAllocator* vmm = vmm_engine(p)) {
+    ReentryGuard guard;
+    vmm->stream_ends(stream);
+  } else if (!skip(p)) {
     ReentryGuard guard;
     p.allocator().stream_ends(stream);
   }

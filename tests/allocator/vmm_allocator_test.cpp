@@ -46,6 +46,7 @@ struct FakeSync {
   std::mutex mutex;  // ctx_syncs and watch_mapped_at_ctx_sync
   int ctx_syncs = 0;
   int event_syncs = 0;
+  int queries = 0;
   // Whether `watch`'s slot was mapped when the device was synchronized: a free must synchronize
   // before it unmaps.
   CUdeviceptr watch = 0;
@@ -77,6 +78,7 @@ CUresult CUDAAPI fake_event_record(CUevent event, CUstream stream) {
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI fake_event_query(CUevent event) {
+  ++g_sync->queries;
   const FakeSync::Event& e = g_sync->events.at(event);
   return e.destroyed ? CUDA_ERROR_INVALID_HANDLE : e.complete ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
@@ -628,9 +630,9 @@ TEST_F(VmmAllocatorTest, AKeptRangeOnTheHostWaitsWhileANewOneFitsOnTheGpu) {
   ASSERT_TRUE(a.free(first));
 }
 
-// A range whose stream-ordered free is still pending is not handed out again, even to an
-// allocation of its size; once kept, it is. An out-of-memory answer comes only after the kept
-// ranges are released.
+// A range whose stream-ordered free is still pending is not handed out again to an allocation
+// of its size on another stream (the legacy one here); once kept, it is. An out-of-memory answer
+// comes only after the kept ranges are released.
 TEST_F(VmmAllocatorTest, KeptRangesAreNeitherPendingNorMovedAndGiveWayBeforeOutOfMemory) {
   VmmAllocator& a = make(16 * MiB, 0);
   const CUdeviceptr p = allocate(4 * MiB, AllocApi::cudaMallocAsync);
@@ -652,6 +654,133 @@ TEST_F(VmmAllocatorTest, KeptRangesAreNeitherPendingNorMovedAndGiveWayBeforeOutO
   EXPECT_EQ(a.stats().out_of_memory, 0u);
   ASSERT_TRUE(a.free(big));
   ASSERT_TRUE(a.free(q));
+}
+
+// Stream order: a range whose free on a stream is pending serves the next stream-ordered
+// allocation of its reserved size on that stream at once, with a fresh record; its event goes and
+// its free is counted. No other stream, no plain allocation and no other size takes it.
+TEST_F(VmmAllocatorTest, APendingFreeServesItsOwnStreamAtOnce) {
+  VmmAllocator& a = make(32 * MiB, 0);
+  const CUstream other = reinterpret_cast<CUstream>(uintptr_t{0x6b});
+  auto on = [&](uint64_t bytes, CUstream stream) {
+    CUdeviceptr p = 0;
+    EXPECT_EQ(a.allocate(AllocApi::cudaMallocAsync, bytes, 0, true, &p, stream), CUDA_SUCCESS);
+    return p;
+  };
+  const CUdeviceptr p = on(4 * MiB, kStream);
+  const BufferId old_id = registry_.find(p)->id;
+  ASSERT_TRUE(a.free_async(p, kStream));
+  ASSERT_EQ(g_sync->live_events(), 1u);
+  // Another stream, a plain allocation and another reserved size get ranges of their own.
+  const CUdeviceptr elsewhere = on(4 * MiB, other);
+  const CUdeviceptr plain = allocate(4 * MiB);
+  const CUdeviceptr larger = on(5 * MiB, kStream);
+  EXPECT_NE(elsewhere, p);
+  EXPECT_NE(plain, p);
+  EXPECT_NE(larger, p);
+  EXPECT_EQ(a.stats().pending_frees, 1u);
+  EXPECT_EQ(a.stats().frees, 0u);
+  // The same stream and reserved size (3 MiB rounds up to 4): the pending range, event not done.
+  const CUdeviceptr again = on(3 * MiB, kStream);
+  EXPECT_EQ(again, p);
+  const std::optional<BufferRecord> record = registry_.find(again);
+  ASSERT_TRUE(record);
+  EXPECT_NE(record->id, old_id);
+  EXPECT_EQ(record->size, 3 * MiB);
+  EXPECT_EQ(g_sync->live_events(), 0u);
+  VmmAllocatorStats s = a.stats();
+  EXPECT_EQ(s.reused_on_stream, 1u);
+  EXPECT_EQ(s.pending_frees, 0u);
+  EXPECT_EQ(s.frees, 1u);
+  EXPECT_EQ(s.frees_deferred, 0u);
+  EXPECT_EQ(s.live_buffers, 4u);
+  EXPECT_EQ(s.requested_bytes, 4 * MiB + 4 * MiB + 5 * MiB + 3 * MiB);
+  EXPECT_TRUE(g_fake->kernel_write(again, 3 * MiB, 5));
+  EXPECT_EQ(g_fake->kernel_mismatches(again, 3 * MiB, 5), 0u);
+  for (CUdeviceptr q : {again, elsewhere, plain, larger}) ASSERT_TRUE(a.free(q));
+}
+
+// The most recently freed range of the size goes first; a stream that ends makes its pending
+// frees wait for their events (a new stream may get its handle); a small allocation's share of a
+// slab is never handed out as a range.
+TEST_F(VmmAllocatorTest, PendingFreesByStreamTakeTheLatestAndStopWhenTheStreamEnds) {
+  VmmAllocator& a = make(32 * MiB, 0);
+  auto on = [&](uint64_t bytes) {
+    CUdeviceptr p = 0;
+    EXPECT_EQ(a.allocate(AllocApi::cudaMallocAsync, bytes, 0, true, &p, kStream), CUDA_SUCCESS);
+    return p;
+  };
+  const CUdeviceptr first = on(2 * MiB), second = on(2 * MiB);
+  const CUdeviceptr small = on(4096);
+  ASSERT_TRUE(a.free_async(first, kStream));
+  ASSERT_TRUE(a.free_async(second, kStream));
+  ASSERT_TRUE(a.free_async(small, kStream));
+  EXPECT_EQ(on(2 * MiB), second);
+  const CUdeviceptr tiny = on(4096);
+  EXPECT_NE(tiny, small);  // the slab's share waits for its event
+  a.stream_ends(kStream);
+  const CUdeviceptr fresh = on(2 * MiB);
+  EXPECT_NE(fresh, first);
+  EXPECT_EQ(a.stats().reused_on_stream, 1u);
+  EXPECT_EQ(a.stats().pending_frees, 2u);
+  g_sync->complete_all();
+  EXPECT_EQ(a.poll(), 2u);
+  for (CUdeviceptr q : {second, tiny, fresh}) ASSERT_TRUE(a.free(q));
+}
+
+// A stream's events complete in the order they were recorded: poll() releases exactly the frees
+// whose events have completed, stream by stream, asking a few events rather than every one.
+TEST_F(VmmAllocatorTest, PollAsksAFewEventsOfEachStream) {
+  VmmAllocator& a = make(128 * MiB, 0);
+  const CUstream other = reinterpret_cast<CUstream>(uintptr_t{0x6b});
+  std::vector<CUdeviceptr> ranges;
+  for (int i = 0; i < 40; ++i) ranges.push_back(allocate(2 * MiB, AllocApi::cudaMallocAsync));
+  std::vector<CUevent> mine, others;
+  for (int i = 0; i < 40; ++i) {
+    const CUstream stream = i % 4 == 3 ? other : kStream;  // 30 on kStream, 10 on the other
+    ASSERT_TRUE(a.free_async(ranges[static_cast<size_t>(i)], stream));
+    (stream == kStream ? mine : others).push_back(std::prev(g_sync->events.end())->first);
+  }
+  // kStream got as far as its 17th free, the other stream nowhere.
+  for (size_t i = 0; i < 17; ++i) g_sync->events.at(mine[i]).complete = true;
+  g_sync->queries = 0;
+  EXPECT_EQ(a.poll(), 17u);
+  EXPECT_LE(g_sync->queries, 2 + 5 + 2);  // newest and oldest of each, then halving 30
+  EXPECT_EQ(a.stats().pending_frees, 23u);
+  for (size_t i = 0; i < 30; ++i) {
+    EXPECT_EQ(g_sync->events.at(mine[i]).destroyed, i < 17) << i;
+  }
+  // Everything done: one query a stream.
+  g_sync->complete_all();
+  g_sync->queries = 0;
+  EXPECT_EQ(a.poll(), 23u);
+  EXPECT_EQ(g_sync->queries, 2);
+  EXPECT_EQ(a.stats().pending_frees, 0u);
+  EXPECT_EQ(a.stats().frees_deferred, 40u);
+}
+
+// A pending range partly on the host does not serve its stream while a new range fits wholly on
+// the GPU; once none would get GPU memory at all, it does.
+TEST_F(VmmAllocatorTest, APendingRangeOnTheHostWaitsWhileANewOneFitsOnTheGpu) {
+  VmmAllocator& a = make(8 * MiB, 8 * MiB);
+  auto on = [&](uint64_t bytes) {
+    CUdeviceptr p = 0;
+    EXPECT_EQ(a.allocate(AllocApi::cudaMallocAsync, bytes, 0, true, &p, kStream), CUDA_SUCCESS);
+    return p;
+  };
+  const CUdeviceptr first = allocate(4 * MiB);
+  const CUdeviceptr second = allocate(4 * MiB);
+  const CUdeviceptr on_host = on(4 * MiB);
+  ASSERT_EQ(chunks_of(on_host, 4 * MiB), std::make_pair(uint64_t{0}, 4 * MiB));
+  ASSERT_TRUE(a.free_async(on_host, kStream));
+  ASSERT_TRUE(a.free(second));
+  const CUdeviceptr fresh = on(4 * MiB);
+  EXPECT_NE(fresh, on_host);
+  EXPECT_EQ(chunks_of(fresh, 4 * MiB), std::make_pair(4 * MiB, uint64_t{0}));
+  const CUdeviceptr again = on(4 * MiB);  // the GPU pool is full now
+  EXPECT_EQ(again, on_host);
+  EXPECT_EQ(a.stats().reused_on_stream, 1u);
+  for (CUdeviceptr q : {first, fresh, again}) ASSERT_TRUE(a.free(q));
 }
 
 // A step reaching a kept range's address (a stale pointer) gets no window for it: no window moves

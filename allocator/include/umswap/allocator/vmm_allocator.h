@@ -21,8 +21,18 @@
 //   * free_async(): likewise, but the range is not released while `stream` may still use it: an
 //     event is recorded on the stream and the range released once the event has completed (seen
 //     by poll(), which every allocate(), free(), free_async() and mem_get_info() runs first, and
-//     by drain()). If the event cannot be made or recorded, the stream is synchronized and the
-//     range released at once. The record leaves the Registry at the call.
+//     by drain(); a stream's events complete in the order they were recorded, so poll() asks the
+//     newest of each stream, then halves: a few queries a stream). If the event cannot be made or
+//     recorded, the stream is synchronized and the range released at once. The record leaves the
+//     Registry at the call.
+//   * Stream order (as the driver's own pools): a range of its own (not a small allocation's
+//     share of a slab) whose stream-ordered free is still pending serves a stream-ordered
+//     allocation of the same reserved size on the same stream (stream_tag.h) at once, with no
+//     wait: the stream runs the new owner's work after the old one's. The most recently freed
+//     first, wholly on the GPU first; one not wholly on the GPU only where a new range would get
+//     no GPU memory at all (as kept ranges below). Its event is dropped, its free counted then.
+//     stream_ends(s), called before s is destroyed, makes the pending frees of s wait for their
+//     events (a new stream may get the same handle).
 //   * drain(): waits for every pending free's event and releases its range (at exit).
 //   * A released range (one of its own, or an empty slab's) is kept mapped as it is, out of the
 //     Registry and forgotten by the residency (no window moves it), for a later allocation of the
@@ -87,10 +97,11 @@ struct VmmSyncDriver {
 
 struct VmmAllocatorStats {
   uint64_t allocations[kAllocApiCount] = {};
-  uint64_t frees = 0;           // ranges released (plain and stream-ordered)
-  uint64_t frees_deferred = 0;  // stream-ordered frees released after their event
-  uint64_t ranges_reused = 0;   // allocations served by a released range kept mapped
-  uint64_t ranges_kept = 0;     // released ranges kept mapped now, and their bytes
+  uint64_t frees = 0;             // ranges released (plain and stream-ordered)
+  uint64_t frees_deferred = 0;    // stream-ordered frees released after their event
+  uint64_t ranges_reused = 0;     // allocations served by a released range kept mapped
+  uint64_t reused_on_stream = 0;  // by a range whose free on the same stream was pending
+  uint64_t ranges_kept = 0;       // released ranges kept mapped now, and their bytes
   uint64_t kept_bytes = 0;
   double allocate_ms = 0;  // the program's threads in allocate() (pending frees released included)
   double free_ms = 0;      // and in free() / free_async()
@@ -149,14 +160,17 @@ class VmmAllocator {
   VmmAllocator(const VmmAllocator&) = delete;
   VmmAllocator& operator=(const VmmAllocator&) = delete;
 
-  // bytes > 0. `from_pool`: a stream-ordered allocation (freed with free_async).
-  CUresult allocate(AllocApi api, size_t bytes, CallSiteId site, bool from_pool, CUdeviceptr* out);
+  // bytes > 0. `from_pool`: a stream-ordered allocation (freed with free_async) on `stream`.
+  CUresult allocate(AllocApi api, size_t bytes, CallSiteId site, bool from_pool, CUdeviceptr* out,
+                    CUstream stream = nullptr);
   // A pitched allocation: rows of `width` bytes rounded up to `alignment` (what the real
   // cuMemAllocPitch uses on this device, found by the caller). width, height, alignment > 0.
   CUresult allocate_pitch(AllocApi api, size_t width, size_t height, size_t alignment,
                           CallSiteId site, CUdeviceptr* out, size_t* pitch);
   std::optional<CUresult> free(CUdeviceptr ptr);
   std::optional<CUresult> free_async(CUdeviceptr ptr, CUstream stream);
+  // The stream is about to be destroyed: its pending frees serve no allocation by stream order.
+  void stream_ends(CUstream stream);
   // Releases the ranges whose stream-ordered free has completed; returns how many.
   size_t poll();
   // Waits for every pending stream-ordered free and releases its range; returns how many.
@@ -194,6 +208,8 @@ class VmmAllocator {
     CUdeviceptr base = 0;
     uint64_t size = 0;  // as the program asked
     CUevent event = nullptr;
+    uint64_t stream = 0;    // stream_tag() of the free's stream
+    uint64_t reserved = 0;  // a range of its own: its reserved bytes; a slab's share: 0
   };
   struct KeptRange {
     CUdeviceptr base = 0;
@@ -208,12 +224,19 @@ class VmmAllocator {
   std::optional<KeptRange> take_kept(uint64_t reserved, bool on_gpu);
   // A kept range for an allocation of `bytes`, or 0 (see the contract).
   CUdeviceptr reuse(uint64_t bytes);
+  // A range whose free on the stream tagged `stream` is pending, for an allocation of `reserved`
+  // bytes on that stream, taken out of the pending frees with its free counted; or 0.
+  CUdeviceptr take_pending(uint64_t reserved, uint64_t stream);
+  // Counts a free whose range was released or handed out again.
+  void count_free(uint64_t size);
   // Releases a range whose record already left the Registry.
   void release(CUdeviceptr base, uint64_t size);
   // The arena's release of the range at `base`; a failure counted in driver_failures_.
   void release_to_arena(CUdeviceptr base);
   // An arena range of its own (a pending free waited for before giving up), or a slab's share.
-  CUresult allocate_range(uint64_t bytes, CUdeviceptr* out);
+  // `stream`: the allocation's stream_tag(), for a stream-ordered one.
+  CUresult allocate_range(uint64_t bytes, CUdeviceptr* out,
+                          std::optional<uint64_t> stream = std::nullopt);
   CUresult allocate_small(uint64_t bytes, CUdeviceptr* out);
   // Gives back the memory at `ptr`: its share of a slab (the slab released once empty and not
   // kept), or its range; a range, or an empty slab, kept for reuse if `may_keep` and keep() takes
@@ -230,12 +253,17 @@ class VmmAllocator {
   uint64_t kept_bytes_ = 0;
   uint64_t kept_gpu_bytes_ = 0;
   std::atomic<uint64_t> ranges_reused_{0};
+  std::atomic<uint64_t> reused_on_stream_{0};
   mutable std::mutex small_mutex_;  // small_ (before the residency's)
   SmallSlabs small_;
   std::atomic<uint64_t> small_allocations_{0};
 
   mutable std::mutex pending_mutex_;
-  std::vector<PendingFree> pending_;
+  std::vector<PendingFree> pending_;  // in the order their events were recorded
+  // poll()'s scratch, under pending_mutex_: the streams, one stream's frees, which are done.
+  std::vector<uint64_t> poll_streams_;
+  std::vector<size_t> poll_order_;
+  std::vector<char> poll_done_;
 
   std::atomic<uint64_t> next_id_{1};
   std::atomic<uint64_t> allocations_[kAllocApiCount] = {};

@@ -201,6 +201,9 @@ inline constexpr Field kFields[] = {
      "Bytes of new ranges placed on host chunks (the pool full), in all."},
     {"vmm.ranges_reused", Kind::diagnostic, "integer", detail::kVmmAllocator,
      "Allocations served by a released range kept mapped (no new mapping made), in all."},
+    {"vmm.reused_on_stream", Kind::diagnostic, "integer", detail::kVmmAllocator,
+     "Stream-ordered allocations served by a range whose free on the same stream was still "
+     "pending (no wait, no new mapping), in all."},
     {"vmm.ranges_kept", Kind::diagnostic, "integer", detail::kVmmAllocator,
      "Released ranges kept mapped for reuse at exit."},
     {"vmm.kept_bytes", Kind::diagnostic, "integer", detail::kVmmAllocator,

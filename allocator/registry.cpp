@@ -74,79 +74,59 @@ Registry::Registry()
 
 bool Registry::insert(const BufferRecord& record) {
   if (record.size == 0 || record.base + record.size < record.base) return false;
-  std::lock_guard lock(write_mutex_);
-  const auto old = load_current();
-  const auto& recs = old->records_;
-  auto it = std::lower_bound(recs.begin(), recs.end(), record.base,
+  std::lock_guard lock(mutex_);
+  auto it = std::lower_bound(records_.begin(), records_.end(), record.base,
                              [](const BufferRecord& r, uint64_t b) { return r.base < b; });
-  if (it != recs.end() && it->base < record.end()) return false;               // next one overlaps
-  if (it != recs.begin() && std::prev(it)->end() > record.base) return false;  // previous overlaps
-  auto next = std::make_shared<Snapshot>();
-  next->records_.reserve(recs.size() + 1);
-  next->records_.insert(next->records_.end(), recs.begin(), it);
-  next->records_.push_back(record);
-  next->records_.insert(next->records_.end(), it, recs.end());
-  next->blocks_ = old->blocks_;
-  next->carved_blocks_ = old->carved_blocks_;
-  next->lowest_ = std::min(old->lowest_, record.base);
-  next->highest_end_ = std::max(old->highest_end_, record.end());
-  publish(std::move(next));
+  if (it != records_.end() && it->base < record.end()) return false;  // next one overlaps
+  if (it != records_.begin() && std::prev(it)->end() > record.base) return false;  // previous
+  records_.insert(it, record);
+  changed();
   return true;
 }
 
 std::optional<BufferRecord> Registry::remove(uint64_t base) {
-  std::lock_guard lock(write_mutex_);
-  const auto old = load_current();
-  const auto& recs = old->records_;
-  auto it = std::lower_bound(recs.begin(), recs.end(), base,
+  std::lock_guard lock(mutex_);
+  auto it = std::lower_bound(records_.begin(), records_.end(), base,
                              [](const BufferRecord& r, uint64_t b) { return r.base < b; });
-  if (it == recs.end() || it->base != base) return std::nullopt;
-  BufferRecord removed = *it;
-  auto next = std::make_shared<Snapshot>();
-  next->records_.reserve(recs.size() - 1);
-  next->records_.insert(next->records_.end(), recs.begin(), it);
-  next->records_.insert(next->records_.end(), std::next(it), recs.end());
-  next->blocks_ = old->blocks_;
-  next->carved_blocks_ = old->carved_blocks_;
-  if (!next->records_.empty()) {
-    next->lowest_ = next->records_.front().base;
-    for (const auto& r : next->records_) next->highest_end_ = std::max(next->highest_end_, r.end());
-  }
-  publish(std::move(next));
+  if (it == records_.end() || it->base != base) return std::nullopt;
+  const BufferRecord removed = *it;
+  records_.erase(it);
+  changed();
   return removed;
 }
 
 void Registry::set_block_finder(const BlockFinder* finder) {
-  std::lock_guard lock(write_mutex_);
-  auto next = std::make_shared<Snapshot>(*load_current());
-  next->blocks_ = finder;
-  publish(std::move(next));
+  std::lock_guard lock(mutex_);
+  blocks_ = finder;
+  changed();
 }
 
 void Registry::set_carved_block_finder(const BlockFinder* finder) {
-  std::lock_guard lock(write_mutex_);
-  auto next = std::make_shared<Snapshot>(*load_current());
-  next->carved_blocks_ = finder;
-  publish(std::move(next));
+  std::lock_guard lock(mutex_);
+  carved_blocks_ = finder;
+  changed();
 }
 
 bool Registry::mark_carved(uint64_t base) {
-  std::lock_guard lock(write_mutex_);
-  const auto old = load_current();
-  const auto& recs = old->records_;
-  auto it = std::lower_bound(recs.begin(), recs.end(), base,
+  std::lock_guard lock(mutex_);
+  auto it = std::lower_bound(records_.begin(), records_.end(), base,
                              [](const BufferRecord& r, uint64_t b) { return r.base < b; });
-  if (it == recs.end() || it->base != base) return false;
-  if (it->carved) return true;
-  auto next = std::make_shared<Snapshot>(*old);
-  next->records_[static_cast<size_t>(it - recs.begin())].carved = true;
-  publish(std::move(next));
+  if (it == records_.end() || it->base != base) return false;
+  if (!it->carved) {
+    it->carved = true;
+    changed();
+  }
   return true;
+}
+
+void Registry::changed() {
+  stale_ = true;
+  generation_.fetch_add(1, std::memory_order_release);
 }
 
 std::shared_ptr<const Registry::Snapshot> Registry::snapshot() const {
   if (t_cache_destroyed) return load_current();
-  // Read the generation before the snapshot: if a writer publishes in between, the cached
+  // Read the generation before the snapshot: if a writer changes the records in between, the cached
   // generation is older than the snapshot and the next call simply reloads.
   const uint64_t generation = generation_.load(std::memory_order_acquire);
   if (t_cache.instance != instance_ || t_cache.generation != generation) {
@@ -168,16 +148,22 @@ bool Registry::contains(uint64_t address) const {
 }
 
 std::shared_ptr<const Registry::Snapshot> Registry::load_current() const {
-  std::lock_guard lock(publish_mutex_);
-  return current_;
-}
-
-void Registry::publish(std::shared_ptr<const Snapshot> next) {
-  {
-    std::lock_guard lock(publish_mutex_);
+  std::lock_guard lock(mutex_);
+  if (stale_) {
+    auto next = std::make_shared<Snapshot>();
+    next->records_ = records_;
+    next->blocks_ = blocks_;
+    next->carved_blocks_ = carved_blocks_;
+    if (!records_.empty()) {
+      next->lowest_ = records_.front().base;
+      for (const BufferRecord& r : records_) {
+        next->highest_end_ = std::max(next->highest_end_, r.end());
+      }
+    }
     current_ = std::move(next);
+    stale_ = false;
   }
-  generation_.fetch_add(1, std::memory_order_release);
+  return current_;
 }
 
 }  // namespace umswap

@@ -129,8 +129,36 @@ void BM_ScanParameterBuffer(benchmark::State& state) {
       static_cast<double>(found) / static_cast<double>(state.iterations());
 }
 
+// Engine vmm's allocations: every tensor's allocation and free are registry writes, several
+// between two launches, and each launch takes a snapshot. Per launch (one iteration): `writes`
+// writes among `n` records (half inserts, then the removal of what they inserted), then one
+// snapshot and one lookup.
+void BM_WritesBetweenLaunches(benchmark::State& state) {
+  const auto n = static_cast<size_t>(state.range(0));
+  const auto writes = static_cast<size_t>(state.range(1));
+  Registry registry;
+  std::vector<uint64_t> spare;  // bases in the gaps between the records, free to insert at
+  uint64_t base = kFirstBase;
+  for (size_t i = 0; i < n; ++i) {
+    registry.insert(BufferRecord{.base = base, .size = kGranule, .id = i + 1});
+    spare.push_back(base + kGranule);
+    base += 2 * kGranule;
+  }
+  size_t next = 0;
+  for (auto _ : state) {
+    const size_t first = next;
+    for (size_t w = 0; w < writes / 2; ++w) {
+      registry.insert(BufferRecord{.base = spare[next++ % n], .size = kGranule, .id = 1});
+    }
+    for (size_t w = first; w < next; ++w) registry.remove(spare[w % n]);
+    const auto snapshot = registry.snapshot();
+    benchmark::DoNotOptimize(snapshot->find(kFirstBase));
+  }
+}
+
 }  // namespace
 
+BENCHMARK(BM_WritesBetweenLaunches)->Args({1024, 2})->Args({1024, 6});
 BENCHMARK(BM_RegistryFindHit)->Arg(16)->Arg(1024)->Arg(65536)->Threads(1)->Threads(8);
 BENCHMARK(BM_RegistryFindMiss)->Arg(16)->Arg(1024)->Arg(65536)->Threads(1)->Threads(8);
 BENCHMARK(BM_SnapshotFindHit)->Arg(16)->Arg(1024)->Arg(65536)->Threads(1)->Threads(8);

@@ -222,6 +222,30 @@ TEST(Registry, SnapshotIsImmutable) {
   EXPECT_EQ(r.snapshot()->find(0x10010), nullptr);
 }
 
+// Writes between two reads make one snapshot, at the read: with no write between them, two reads
+// share one; after several, the next holds them all, with bounds made from what is left.
+TEST(Registry, WritesBetweenReadsMakeOneSnapshotAtTheRead) {
+  Registry r;
+  ASSERT_TRUE(r.insert(rec(0x10000, 0x1000, 1)));
+  ASSERT_TRUE(r.insert(rec(0x90000, 0x1000, 2)));
+  const auto first = r.snapshot();
+  EXPECT_EQ(r.snapshot(), first);
+  ASSERT_TRUE(r.remove(0x90000));  // the highest: the bounds shrink
+  ASSERT_TRUE(r.insert(rec(0x20000, 0x1000, 3)));
+  ASSERT_TRUE(r.remove(0x10000));  // the lowest
+  ASSERT_TRUE(r.mark_carved(0x20000));
+  const auto second = r.snapshot();
+  EXPECT_NE(second, first);
+  ASSERT_EQ(second->size(), 1u);
+  EXPECT_EQ(second->find(0x20010)->id, 3u);
+  EXPECT_TRUE(second->find(0x20010)->carved);
+  EXPECT_EQ(second->find(0x10010), nullptr);
+  EXPECT_EQ(second->find(0x90010), nullptr);
+  EXPECT_EQ(r.snapshot(), second);
+  EXPECT_EQ(first->size(), 2u);  // untouched
+  EXPECT_EQ(first->find(0x90010)->id, 2u);
+}
+
 TEST(Registry, SnapshotOutlivesTheRegistry) {
   std::shared_ptr<const Registry::Snapshot> snap;
   {

@@ -6,8 +6,10 @@
 //     last until the registry changes: snapshot() is one atomic load (the generation) and a
 //     shared_ptr copy; only a thread that sees a new generation takes a short lock. Hot paths
 //     take one snapshot and make all their lookups against it (a binary search each);
-//   * writers (allocations and frees, rare by comparison) serialize on a mutex and publish a new
-//     snapshot (O(n) copy).
+//   * writers (allocations and frees) serialize on a mutex and change the records in place; the
+//     first reader after a change makes the new snapshot (an O(n) copy), so that writes between
+//     two reads cost one copy, not one each (engine vmm's allocations and frees of every tensor
+//     come several between two launches).
 // Thread safety: every member function may be called from any thread at any time. A Snapshot stays
 // valid for as long as the caller holds it, whatever writers do meanwhile.
 #pragma once
@@ -121,15 +123,21 @@ class Registry {
   bool mark_carved(uint64_t base);
 
  private:
+  // The snapshot of the records as they are now, made first if they changed since the last one.
   std::shared_ptr<const Snapshot> load_current() const;
-  void publish(std::shared_ptr<const Snapshot> next);
+  // After a change to records_ or the finders (under mutex_): the next reader makes a snapshot.
+  void changed();
 
-  mutable std::mutex write_mutex_;
-  // A mutex held only to copy or swap the pointer: simple, obviously correct, and taken only
-  // by a thread that sees a new generation (libstdc++ 12's std::atomic<std::shared_ptr> is
-  // lock-based as well).
-  mutable std::mutex publish_mutex_;
-  std::shared_ptr<const Snapshot> current_;
+  // Taken by writers, and by a reader that sees a new generation (libstdc++ 12's
+  // std::atomic<std::shared_ptr> is lock-based as well).
+  mutable std::mutex mutex_;
+  // Under mutex_: the records (sorted by base, non-overlapping), the finders, and the snapshot of
+  // them made last (stale_: they changed since).
+  std::vector<BufferRecord> records_;
+  const BlockFinder* blocks_ = nullptr;
+  const BlockFinder* carved_blocks_ = nullptr;
+  mutable std::shared_ptr<const Snapshot> current_;
+  mutable bool stale_ = false;
   std::atomic<uint64_t> generation_{0};
   const uint64_t instance_;  // distinguishes registries in the per-thread cache
 };

@@ -190,16 +190,24 @@ CUresult VmmAllocator::allocate(AllocApi api, size_t bytes, CallSiteId site, boo
 
 CUresult VmmAllocator::allocate_range(uint64_t bytes, CUdeviceptr* out,
                                       std::optional<uint64_t> stream) {
-  if (stream && (*out = take_pending(reserved_of(bytes), *stream)) != 0) {
+  // A pending free of this stream wholly on the GPU; else a kept range (kept ones give their
+  // GPU chunks back first where a new range would not fit on the GPU); else a pending free of
+  // this stream not wholly on the GPU, where a new range would get no GPU memory at all.
+  auto pending = [&](bool on_gpu_only) {
+    if (!stream || (*out = take_pending(reserved_of(bytes), *stream, on_gpu_only)) == 0) {
+      return false;
+    }
     reused_on_stream_.fetch_add(1, std::memory_order_relaxed);
     residency_.allocated(*out);
-    return CUDA_SUCCESS;
-  }
+    return true;
+  };
+  if (pending(true)) return CUDA_SUCCESS;
   if ((*out = reuse(bytes)) != 0) {
     ranges_reused_.fetch_add(1, std::memory_order_relaxed);
     residency_.allocated(*out);
     return CUDA_SUCCESS;
   }
+  if (pending(false)) return CUDA_SUCCESS;
   CUresult status = arena_.allocate(bytes, out);
   // Room that frees in flight will give back: wait for them rather than fail (a stream-ordered
   // allocator's program expects its earlier frees to count).
@@ -436,25 +444,36 @@ size_t VmmAllocator::poll() {
       for (size_t i = 0; i < pending_.size(); ++i) {
         if (pending_[i].stream == stream) poll_order_.push_back(i);
       }
-      // Any answer but "not yet" ends the wait: complete, or an error of the context after which
-      // nothing will run on the range.
+      // Only a completed event speaks for the earlier ones. Any other answer but "not yet" (an
+      // error of the context, after which nothing runs on the range) ends its own wait alone:
+      // then each of the stream's events is asked.
+      bool error = false;
       auto ended = [&](size_t k) {
-        return sync_.event_query(pending_[poll_order_[k]].event) != CUDA_ERROR_NOT_READY;
+        const CUresult status = sync_.event_query(pending_[poll_order_[k]].event);
+        error = error || (status != CUDA_SUCCESS && status != CUDA_ERROR_NOT_READY);
+        return status == CUDA_SUCCESS;
       };
       size_t complete = 0;  // poll_order_[0, complete) have completed
       const size_t n = poll_order_.size();
       if (ended(n - 1)) {
         complete = n;
-      } else if (n > 1 && ended(0)) {
+      } else if (n > 1 && !error && ended(0)) {
         size_t yes = 0, no = n - 1;
-        while (no - yes > 1) {
+        while (no - yes > 1 && !error) {
           const size_t mid = yes + (no - yes) / 2;
           (ended(mid) ? yes : no) = mid;
         }
         complete = yes + 1;
       }
+      if (error) {
+        for (const size_t i : poll_order_) {
+          poll_done_[i] = sync_.event_query(pending_[i].event) != CUDA_ERROR_NOT_READY;
+        }
+        continue;
+      }
       for (size_t k = 0; k < complete; ++k) poll_done_[poll_order_[k]] = 1;
     }
+    done.reserve(pending_.size());  // no throw past this point, with entries half moved
     size_t kept = 0;
     for (size_t i = 0; i < pending_.size(); ++i) {
       if (poll_done_[i]) {
@@ -488,31 +507,45 @@ size_t VmmAllocator::drain() {
   return all.size();
 }
 
-CUdeviceptr VmmAllocator::take_pending(uint64_t reserved, uint64_t stream) {
+CUdeviceptr VmmAllocator::take_pending(uint64_t reserved, uint64_t stream, bool on_gpu_only) {
+  // The candidates, most recently freed first, found under the lock; the arena asked outside it
+  // (its lock is held through a window's copies, which no poll should wait for).
+  std::vector<CUdeviceptr> candidates;
+  {
+    std::lock_guard lock(pending_mutex_);
+    for (size_t i = pending_.size(); i-- > 0;) {
+      const PendingFree& p = pending_[i];
+      if (p.reserved == reserved && p.stream == stream) candidates.push_back(p.base);
+    }
+  }
+  if (candidates.empty()) return 0;
+  CUdeviceptr pick = 0, elsewhere = 0;
+  for (const CUdeviceptr base : candidates) {
+    const std::optional<vmm::RangeInfo> info = arena_.range(base);
+    if (!info || info->base != base || info->reserved != reserved || info->unmapped_bytes != 0) {
+      continue;
+    }
+    if (info->gpu_bytes == info->reserved) {
+      pick = base;
+      break;
+    }
+    if (elsewhere == 0) elsewhere = base;
+  }
+  // Not wholly on the GPU: only where a new range would get no GPU memory at all.
+  if (pick == 0 && !on_gpu_only && elsewhere != 0 &&
+      !arena_.fits_new_on_gpu(std::min(reserved, arena_.block_bytes()))) {
+    pick = elsewhere;
+  }
+  if (pick == 0) return 0;
   PendingFree taken;
   {
     std::lock_guard lock(pending_mutex_);
-    if (pending_.empty()) return 0;
-    // The most recently freed first; wholly on the GPU first (the arena's lock is a leaf).
-    std::optional<size_t> pick, elsewhere;
-    for (size_t i = pending_.size(); i-- > 0;) {
-      const PendingFree& p = pending_[i];
-      if (p.reserved != reserved || p.stream != stream) continue;
-      const std::optional<vmm::RangeInfo> info = arena_.range(p.base);
-      if (!info || info->base != p.base || info->unmapped_bytes != 0) continue;
-      if (info->gpu_bytes == info->reserved) {
-        pick = i;
-        break;
-      }
-      if (!elsewhere) elsewhere = i;
-    }
-    // Not wholly on the GPU: only where a new range would get no GPU memory at all.
-    if (!pick && elsewhere && !arena_.fits_new_on_gpu(std::min(reserved, arena_.block_bytes()))) {
-      pick = elsewhere;
-    }
-    if (!pick) return 0;
-    taken = pending_[*pick];
-    pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(*pick));
+    const auto it = std::find_if(pending_.begin(), pending_.end(), [&](const PendingFree& p) {
+      return p.base == pick && p.reserved == reserved && p.stream == stream;
+    });
+    if (it == pending_.end()) return 0;  // released meanwhile (kept, for reuse() to find)
+    taken = *it;
+    pending_.erase(it);
   }
   sync_.event_destroy(taken.event);
   // A new allocation of the residency's: the old one is forgotten first, as at a release.

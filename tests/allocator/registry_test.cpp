@@ -230,7 +230,7 @@ TEST(Registry, WritesBetweenReadsMakeOneSnapshotAtTheRead) {
   ASSERT_TRUE(r.insert(rec(0x90000, 0x1000, 2)));
   const auto first = r.snapshot();
   EXPECT_EQ(r.snapshot(), first);
-  ASSERT_TRUE(r.remove(0x90000));  // the highest: the bounds shrink
+  ASSERT_TRUE(r.remove(0x90000));  // the highest
   ASSERT_TRUE(r.insert(rec(0x20000, 0x1000, 3)));
   ASSERT_TRUE(r.remove(0x10000));  // the lowest
   ASSERT_TRUE(r.mark_carved(0x20000));

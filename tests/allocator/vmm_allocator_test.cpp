@@ -37,6 +37,7 @@ struct FakeSync {
     bool recorded = false;
     bool complete = false;
     bool destroyed = false;
+    bool failed = false;  // the query answers an error of the context
   };
   std::map<CUevent, Event> events;
   uintptr_t next = 1;
@@ -80,7 +81,9 @@ CUresult CUDAAPI fake_event_record(CUevent event, CUstream stream) {
 CUresult CUDAAPI fake_event_query(CUevent event) {
   ++g_sync->queries;
   const FakeSync::Event& e = g_sync->events.at(event);
-  return e.destroyed ? CUDA_ERROR_INVALID_HANDLE : e.complete ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+  if (e.destroyed) return CUDA_ERROR_INVALID_HANDLE;
+  if (e.failed) return CUDA_ERROR_LAUNCH_FAILED;
+  return e.complete ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 CUresult CUDAAPI fake_event_synchronize(CUevent event) {
   ++g_sync->event_syncs;
@@ -757,6 +760,30 @@ TEST_F(VmmAllocatorTest, PollAsksAFewEventsOfEachStream) {
   EXPECT_EQ(g_sync->queries, 2);
   EXPECT_EQ(a.stats().pending_frees, 0u);
   EXPECT_EQ(a.stats().frees_deferred, 40u);
+}
+
+// Only a completed event speaks for the earlier ones of its stream: an error answer ends its own
+// free's wait alone, and the stream's other events are asked one by one.
+TEST_F(VmmAllocatorTest, AnEventsErrorReleasesItsOwnFreeAlone) {
+  VmmAllocator& a = make(16 * MiB, 0);
+  std::vector<CUdeviceptr> ranges;
+  for (int i = 0; i < 4; ++i) ranges.push_back(allocate(2 * MiB, AllocApi::cudaMallocAsync));
+  std::vector<CUevent> events;
+  for (const CUdeviceptr p : ranges) {
+    ASSERT_TRUE(a.free_async(p, kStream));
+    events.push_back(std::prev(g_sync->events.end())->first);
+  }
+  g_sync->events.at(events[3]).failed = true;  // the newest
+  EXPECT_EQ(a.poll(), 1u);
+  EXPECT_EQ(a.stats().pending_frees, 3u);
+  EXPECT_TRUE(g_sync->events.at(events[3]).destroyed);
+  g_sync->events.at(events[1]).failed = true;  // one in the middle, the oldest complete
+  g_sync->events.at(events[0]).complete = true;
+  EXPECT_EQ(a.poll(), 2u);
+  EXPECT_FALSE(g_sync->events.at(events[2]).destroyed);
+  g_sync->complete_all();
+  EXPECT_EQ(a.poll(), 1u);
+  EXPECT_EQ(a.stats().frees_deferred, 4u);
 }
 
 // A pending range partly on the host does not serve its stream while a new range fits wholly on

@@ -4,7 +4,8 @@
 // which asks about every 8-byte word of every launch's parameters:
 //   * readers read an immutable, sorted snapshot, and each thread keeps the snapshot it used
 //     last until the registry changes: snapshot() is one atomic load (the generation) and a
-//     shared_ptr copy; only a thread that sees a new generation takes a short lock. Hot paths
+//     shared_ptr copy; only a thread that sees a new generation takes the lock (and the first
+//     after a change copies the records under it, see below). Hot paths
 //     take one snapshot and make all their lookups against it (a binary search each);
 //   * writers (allocations and frees) serialize on a mutex and change the records in place; the
 //     first reader after a change makes the new snapshot (an O(n) copy), so that writes between
@@ -108,7 +109,8 @@ class Registry {
   bool insert(const BufferRecord& record);
   // Removes the record that starts exactly at `base` and returns it.
   std::optional<BufferRecord> remove(uint64_t base);
-  // Lookup of one address (copy of the record). Lock-free.
+  // Lookup of one address (copy of the record). Lock-free unless the registry changed since this
+  // thread's last lookup.
   std::optional<BufferRecord> find(uint64_t address) const;
   bool contains(uint64_t address) const;
   // The current snapshot; hold it to make many lookups against one consistent view.

@@ -22,15 +22,17 @@
 //     event is recorded on the stream and the range released once the event has completed (seen
 //     by poll(), which every allocate(), free(), free_async() and mem_get_info() runs first, and
 //     by drain(); a stream's events complete in the order they were recorded, so poll() asks the
-//     newest of each stream, then halves: a few queries a stream). If the event cannot be made or
-//     recorded, the stream is synchronized and the range released at once. The record leaves the
-//     Registry at the call.
+//     newest of each stream, then the oldest, then halves: a few queries a stream; an error
+//     answer, which speaks for its own event only, makes it ask each of that stream's events). If
+//     the event cannot be made or recorded, the stream is synchronized and the range released at
+//     once. The record leaves the Registry at the call.
 //   * Stream order (as the driver's own pools): a range of its own (not a small allocation's
 //     share of a slab) whose stream-ordered free is still pending serves a stream-ordered
 //     allocation of the same reserved size on the same stream (stream_tag.h) at once, with no
 //     wait: the stream runs the new owner's work after the old one's. The most recently freed
-//     first, wholly on the GPU first; one not wholly on the GPU only where a new range would get
-//     no GPU memory at all (as kept ranges below). Its event is dropped, its free counted then.
+//     one wholly on the GPU first, then a kept range (below), then one not wholly on the GPU,
+//     only where a new range would get no GPU memory at all. Its event is dropped, its free
+//     counted then.
 //     stream_ends(s), called before s is destroyed, makes the pending frees of s wait for their
 //     events (a new stream may get the same handle).
 //   * drain(): waits for every pending free's event and releases its range (at exit).
@@ -97,7 +99,7 @@ struct VmmSyncDriver {
 
 struct VmmAllocatorStats {
   uint64_t allocations[kAllocApiCount] = {};
-  uint64_t frees = 0;             // ranges released (plain and stream-ordered)
+  uint64_t frees = 0;  // ranges released (plain and stream-ordered) or reused on their stream
   uint64_t frees_deferred = 0;    // stream-ordered frees released after their event
   uint64_t ranges_reused = 0;     // allocations served by a released range kept mapped
   uint64_t reused_on_stream = 0;  // by a range whose free on the same stream was pending
@@ -226,7 +228,9 @@ class VmmAllocator {
   CUdeviceptr reuse(uint64_t bytes);
   // A range whose free on the stream tagged `stream` is pending, for an allocation of `reserved`
   // bytes on that stream, taken out of the pending frees with its free counted; or 0.
-  CUdeviceptr take_pending(uint64_t reserved, uint64_t stream);
+  // `on_gpu_only`: only one wholly on the GPU; otherwise one elsewhere where a new range would
+  // get no GPU memory at all.
+  CUdeviceptr take_pending(uint64_t reserved, uint64_t stream, bool on_gpu_only);
   // Counts a free whose range was released or handed out again.
   void count_free(uint64_t size);
   // Releases a range whose record already left the Registry.

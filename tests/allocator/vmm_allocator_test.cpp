@@ -1,9 +1,9 @@
 // VmmAllocator (engine vmm's allocations) over the fake driver of the vmm tests, which simulates
 // physical memory (tests/vmm/fake_vmm_driver.h), and fake events whose completion each test
 // decides: allocations are ranges placed on GPU chunks then host chunks and registered, plain
-// frees synchronize the device before the range goes, stream-ordered frees wait for their event,
-// out-of-memory past both limits leaves nothing behind, pending frees drain at exit, and small
-// allocations share slabs.
+// frees synchronize the device before the range goes, stream-ordered frees wait for their event
+// or serve their own stream at once (from several threads too), out-of-memory past both limits
+// leaves nothing behind, pending frees drain at exit, and small allocations share slabs.
 #include "umswap/allocator/vmm_allocator.h"
 
 #include <gtest/gtest.h>
@@ -40,6 +40,7 @@ struct FakeSync {
     bool failed = false;  // the query answers an error of the context
   };
   std::map<CUevent, Event> events;
+  std::mutex events_mutex;  // the fake event calls', for tests that free from several threads
   uintptr_t next = 1;
   bool fail_create = false;
   bool fail_record = false;
@@ -65,20 +66,26 @@ struct FakeSync {
 };
 std::unique_ptr<FakeSync> g_sync;
 
+thread_local CUevent t_last_recorded = nullptr;  // the calling thread's last recorded event
+
 CUresult CUDAAPI fake_event_create(CUevent* event, unsigned) {
+  std::lock_guard lock(g_sync->events_mutex);
   if (g_sync->fail_create) return CUDA_ERROR_OUT_OF_MEMORY;
   *event = reinterpret_cast<CUevent>(g_sync->next++);
   g_sync->events[*event] = {};
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI fake_event_record(CUevent event, CUstream stream) {
+  std::lock_guard lock(g_sync->events_mutex);
   if (g_sync->fail_record) return CUDA_ERROR_INVALID_HANDLE;
   FakeSync::Event& e = g_sync->events.at(event);
   e.stream = stream;
   e.recorded = true;
+  t_last_recorded = event;
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI fake_event_query(CUevent event) {
+  std::lock_guard lock(g_sync->events_mutex);
   ++g_sync->queries;
   const FakeSync::Event& e = g_sync->events.at(event);
   if (e.destroyed) return CUDA_ERROR_INVALID_HANDLE;
@@ -86,11 +93,13 @@ CUresult CUDAAPI fake_event_query(CUevent event) {
   return e.complete ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 CUresult CUDAAPI fake_event_synchronize(CUevent event) {
+  std::lock_guard lock(g_sync->events_mutex);
   ++g_sync->event_syncs;
   g_sync->events.at(event).complete = true;  // the wait returns when the stream got there
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI fake_event_destroy(CUevent event) {
+  std::lock_guard lock(g_sync->events_mutex);
   g_sync->events.at(event).destroyed = true;
   return CUDA_SUCCESS;
 }
@@ -784,6 +793,102 @@ TEST_F(VmmAllocatorTest, AnEventsErrorReleasesItsOwnFreeAlone) {
   g_sync->complete_all();
   EXPECT_EQ(a.poll(), 1u);
   EXPECT_EQ(a.stats().frees_deferred, 4u);
+}
+
+// Threads allocating and freeing stream-ordered, each on a stream of its own, while the "GPU"
+// completes each stream's events in order at its own pace: a range handed out while the event of
+// its last free has not completed went to that free's stream, and every thread's data stays its
+// own.
+TEST_F(VmmAllocatorTest, ThreadsOnTheirOwnStreamsGetNoOtherStreamsPendingRange) {
+  // At most 96 MiB live; pending frees and kept ranges beside them need room of their own.
+  VmmAllocator& a = make(48 * MiB, 256 * MiB);
+  constexpr int kThreads = 4, kRounds = 300;
+  constexpr uint64_t kProbe = 4096;
+  std::mutex frees_mutex;
+  std::map<CUdeviceptr, std::pair<CUstream, CUevent>> last_free;  // a range's last free
+  std::atomic<int> bad{0}, wrong_stream{0}, running{kThreads};
+  auto stream_of = [](int t) { return reinterpret_cast<CUstream>(uintptr_t{0x100} + t); };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(static_cast<unsigned>(t) + 11);
+      std::vector<std::pair<CUdeviceptr, uint8_t>> live;
+      for (int r = 0; r < kRounds; ++r) {
+        const uint64_t bytes = (1 + rng() % 3) * 2 * MiB;
+        CUdeviceptr p = 0;
+        if (a.allocate(AllocApi::cudaMallocAsync, bytes, 0, true, &p, stream_of(t)) !=
+            CUDA_SUCCESS) {
+          bad.fetch_add(1);
+          continue;
+        }
+        {
+          std::lock_guard lock(frees_mutex);
+          if (const auto it = last_free.find(p); it != last_free.end()) {
+            std::lock_guard events(g_sync->events_mutex);
+            if (!g_sync->events.at(it->second.second).complete &&
+                it->second.first != stream_of(t)) {
+              wrong_stream.fetch_add(1);
+            }
+          }
+        }
+        const auto seed = static_cast<uint8_t>(t * 64 + r % 64);
+        if (!g_fake->kernel_write(p, kProbe, seed)) bad.fetch_add(1);
+        live.emplace_back(p, seed);
+        if (live.size() > 3 || (r == kRounds - 1 && !live.empty())) {
+          while (!live.empty() && (live.size() > 3 || r == kRounds - 1)) {
+            const auto [old, old_seed] = live.front();
+            live.erase(live.begin());
+            if (g_fake->kernel_mismatches(old, kProbe, old_seed) != 0) bad.fetch_add(1);
+            if (a.free_async(old, stream_of(t)) != CUDA_SUCCESS) bad.fetch_add(1);
+            std::lock_guard lock(frees_mutex);
+            last_free[old] = {stream_of(t), t_last_recorded};
+          }
+        }
+      }
+      running.fetch_sub(1);
+    });
+  }
+  // The GPU: now and then one stream gets as far as its oldest event not complete.
+  std::mt19937 rng(7);
+  while (running.load() > 0) {
+    {
+      std::lock_guard lock(g_sync->events_mutex);
+      const CUstream stream = stream_of(static_cast<int>(rng() % kThreads));
+      for (auto& [e, state] : g_sync->events) {
+        if (state.stream == stream && state.recorded && !state.complete) {
+          state.complete = true;
+          break;
+        }
+      }
+    }
+    std::this_thread::yield();
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(wrong_stream.load(), 0);
+  EXPECT_GT(a.stats().reused_on_stream, 0u);
+  EXPECT_EQ(a.stats().driver_failures, 0u);
+}
+
+// After stream_ends(), frees recorded on a new stream with the same handle serve it; the ended
+// stream's pending ones do not.
+TEST_F(VmmAllocatorTest, ANewStreamWithAnEndedHandleGetsOnlyItsOwnFrees) {
+  VmmAllocator& a = make(32 * MiB, 0);
+  auto on = [&](uint64_t bytes) {
+    CUdeviceptr p = 0;
+    EXPECT_EQ(a.allocate(AllocApi::cudaMallocAsync, bytes, 0, true, &p, kStream), CUDA_SUCCESS);
+    return p;
+  };
+  const CUdeviceptr old = on(2 * MiB), fresh = on(2 * MiB);
+  ASSERT_TRUE(a.free_async(old, kStream));
+  a.stream_ends(kStream);
+  ASSERT_TRUE(a.free_async(fresh, kStream));  // the new stream that got the handle
+  EXPECT_EQ(on(2 * MiB), fresh);
+  const CUdeviceptr other = on(2 * MiB);
+  EXPECT_NE(other, old);
+  EXPECT_EQ(a.stats().reused_on_stream, 1u);
+  g_sync->complete_all();
+  for (CUdeviceptr q : {fresh, other}) ASSERT_TRUE(a.free(q));
 }
 
 // A pending range partly on the host does not serve its stream while a new range fits wholly on

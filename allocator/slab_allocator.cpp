@@ -633,7 +633,7 @@ std::optional<CUresult> SlabAllocator::free_sync(CUdeviceptr ptr) {
 
 void SlabAllocator::stream_ends(CUstream stream) {
   const uint64_t tag = stream_tag(stream);
-  if ((tag & kNotAHandle) != 0 || tag == 0) return;  // the default streams never end
+  if (!stream_can_end(tag)) return;
   std::lock_guard lock(mutex_);
   EventRef event;
   bool recorded = false;

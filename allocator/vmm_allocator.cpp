@@ -556,7 +556,7 @@ CUdeviceptr VmmAllocator::take_pending(uint64_t reserved, uint64_t stream, bool 
 
 void VmmAllocator::stream_ends(CUstream stream) {
   const uint64_t tag = stream_tag(stream);
-  if ((tag & kNotAHandle) != 0 || tag == 0) return;  // the default streams never end
+  if (!stream_can_end(tag)) return;
   const uint64_t ended = ended_stream_tag();
   std::lock_guard lock(pending_mutex_);
   for (PendingFree& p : pending_) {

@@ -156,6 +156,13 @@ class VmmAllocatorTest : public ::testing::Test {
               CUDA_SUCCESS);
     return p;
   }
+  // A stream-ordered allocation on `stream`.
+  CUdeviceptr allocate_on(uint64_t bytes, CUstream stream = kStream) {
+    CUdeviceptr p = 0;
+    EXPECT_EQ(allocator_->allocate(AllocApi::cudaMallocAsync, bytes, 0, true, &p, stream),
+              CUDA_SUCCESS);
+    return p;
+  }
   // Whether the slot holding `p` is mapped (the chunks stay mapped in their pool's window too).
   static bool mapped(CUdeviceptr p) { return g_fake->handle_at(p) != 0; }
   // Bytes of GPU and host chunks behind `p`'s range, as the fake driver maps them.
@@ -674,26 +681,21 @@ TEST_F(VmmAllocatorTest, KeptRangesAreNeitherPendingNorMovedAndGiveWayBeforeOutO
 TEST_F(VmmAllocatorTest, APendingFreeServesItsOwnStreamAtOnce) {
   VmmAllocator& a = make(32 * MiB, 0);
   const CUstream other = reinterpret_cast<CUstream>(uintptr_t{0x6b});
-  auto on = [&](uint64_t bytes, CUstream stream) {
-    CUdeviceptr p = 0;
-    EXPECT_EQ(a.allocate(AllocApi::cudaMallocAsync, bytes, 0, true, &p, stream), CUDA_SUCCESS);
-    return p;
-  };
-  const CUdeviceptr p = on(4 * MiB, kStream);
+  const CUdeviceptr p = allocate_on(4 * MiB, kStream);
   const BufferId old_id = registry_.find(p)->id;
   ASSERT_TRUE(a.free_async(p, kStream));
   ASSERT_EQ(g_sync->live_events(), 1u);
   // Another stream, a plain allocation and another reserved size get ranges of their own.
-  const CUdeviceptr elsewhere = on(4 * MiB, other);
+  const CUdeviceptr elsewhere = allocate_on(4 * MiB, other);
   const CUdeviceptr plain = allocate(4 * MiB);
-  const CUdeviceptr larger = on(5 * MiB, kStream);
+  const CUdeviceptr larger = allocate_on(5 * MiB, kStream);
   EXPECT_NE(elsewhere, p);
   EXPECT_NE(plain, p);
   EXPECT_NE(larger, p);
   EXPECT_EQ(a.stats().pending_frees, 1u);
   EXPECT_EQ(a.stats().frees, 0u);
   // The same stream and reserved size (3 MiB rounds up to 4): the pending range, event not done.
-  const CUdeviceptr again = on(3 * MiB, kStream);
+  const CUdeviceptr again = allocate_on(3 * MiB, kStream);
   EXPECT_EQ(again, p);
   const std::optional<BufferRecord> record = registry_.find(again);
   ASSERT_TRUE(record);
@@ -717,21 +719,16 @@ TEST_F(VmmAllocatorTest, APendingFreeServesItsOwnStreamAtOnce) {
 // slab is never handed out as a range.
 TEST_F(VmmAllocatorTest, PendingFreesByStreamTakeTheLatestAndStopWhenTheStreamEnds) {
   VmmAllocator& a = make(32 * MiB, 0);
-  auto on = [&](uint64_t bytes) {
-    CUdeviceptr p = 0;
-    EXPECT_EQ(a.allocate(AllocApi::cudaMallocAsync, bytes, 0, true, &p, kStream), CUDA_SUCCESS);
-    return p;
-  };
-  const CUdeviceptr first = on(2 * MiB), second = on(2 * MiB);
-  const CUdeviceptr small = on(4096);
+  const CUdeviceptr first = allocate_on(2 * MiB), second = allocate_on(2 * MiB);
+  const CUdeviceptr small = allocate_on(4096);
   ASSERT_TRUE(a.free_async(first, kStream));
   ASSERT_TRUE(a.free_async(second, kStream));
   ASSERT_TRUE(a.free_async(small, kStream));
-  EXPECT_EQ(on(2 * MiB), second);
-  const CUdeviceptr tiny = on(4096);
+  EXPECT_EQ(allocate_on(2 * MiB), second);
+  const CUdeviceptr tiny = allocate_on(4096);
   EXPECT_NE(tiny, small);  // the slab's share waits for its event
   a.stream_ends(kStream);
-  const CUdeviceptr fresh = on(2 * MiB);
+  const CUdeviceptr fresh = allocate_on(2 * MiB);
   EXPECT_NE(fresh, first);
   EXPECT_EQ(a.stats().reused_on_stream, 1u);
   EXPECT_EQ(a.stats().pending_frees, 2u);
@@ -874,17 +871,12 @@ TEST_F(VmmAllocatorTest, ThreadsOnTheirOwnStreamsGetNoOtherStreamsPendingRange) 
 // stream's pending ones do not.
 TEST_F(VmmAllocatorTest, ANewStreamWithAnEndedHandleGetsOnlyItsOwnFrees) {
   VmmAllocator& a = make(32 * MiB, 0);
-  auto on = [&](uint64_t bytes) {
-    CUdeviceptr p = 0;
-    EXPECT_EQ(a.allocate(AllocApi::cudaMallocAsync, bytes, 0, true, &p, kStream), CUDA_SUCCESS);
-    return p;
-  };
-  const CUdeviceptr old = on(2 * MiB), fresh = on(2 * MiB);
+  const CUdeviceptr old = allocate_on(2 * MiB), fresh = allocate_on(2 * MiB);
   ASSERT_TRUE(a.free_async(old, kStream));
   a.stream_ends(kStream);
   ASSERT_TRUE(a.free_async(fresh, kStream));  // the new stream that got the handle
-  EXPECT_EQ(on(2 * MiB), fresh);
-  const CUdeviceptr other = on(2 * MiB);
+  EXPECT_EQ(allocate_on(2 * MiB), fresh);
+  const CUdeviceptr other = allocate_on(2 * MiB);
   EXPECT_NE(other, old);
   EXPECT_EQ(a.stats().reused_on_stream, 1u);
   g_sync->complete_all();
@@ -895,21 +887,16 @@ TEST_F(VmmAllocatorTest, ANewStreamWithAnEndedHandleGetsOnlyItsOwnFrees) {
 // the GPU; once none would get GPU memory at all, it does.
 TEST_F(VmmAllocatorTest, APendingRangeOnTheHostWaitsWhileANewOneFitsOnTheGpu) {
   VmmAllocator& a = make(8 * MiB, 8 * MiB);
-  auto on = [&](uint64_t bytes) {
-    CUdeviceptr p = 0;
-    EXPECT_EQ(a.allocate(AllocApi::cudaMallocAsync, bytes, 0, true, &p, kStream), CUDA_SUCCESS);
-    return p;
-  };
   const CUdeviceptr first = allocate(4 * MiB);
   const CUdeviceptr second = allocate(4 * MiB);
-  const CUdeviceptr on_host = on(4 * MiB);
+  const CUdeviceptr on_host = allocate_on(4 * MiB);
   ASSERT_EQ(chunks_of(on_host, 4 * MiB), std::make_pair(uint64_t{0}, 4 * MiB));
   ASSERT_TRUE(a.free_async(on_host, kStream));
   ASSERT_TRUE(a.free(second));
-  const CUdeviceptr fresh = on(4 * MiB);
+  const CUdeviceptr fresh = allocate_on(4 * MiB);
   EXPECT_NE(fresh, on_host);
   EXPECT_EQ(chunks_of(fresh, 4 * MiB), std::make_pair(4 * MiB, uint64_t{0}));
-  const CUdeviceptr again = on(4 * MiB);  // the GPU pool is full now
+  const CUdeviceptr again = allocate_on(4 * MiB);  // the GPU pool is full now
   EXPECT_EQ(again, on_host);
   EXPECT_EQ(a.stats().reused_on_stream, 1u);
   for (CUdeviceptr q : {first, fresh, again}) ASSERT_TRUE(a.free(q));

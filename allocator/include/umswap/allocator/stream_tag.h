@@ -35,6 +35,12 @@ inline uint64_t stream_tag(CUstream stream) {
   return handle;
 }
 
+// Whether the stream tagged `tag` can be destroyed: not a default stream (legacy or per-thread),
+// nor one that ended already.
+inline bool stream_can_end(uint64_t tag) {
+  return tag != 0 && (tag & kNotAHandle) == 0;
+}
+
 // A tag for a stream that ended: never equal to a live stream's, nor to another ended one's.
 inline uint64_t ended_stream_tag() {
   static std::atomic<uint64_t> next{1};

@@ -7,7 +7,7 @@
 namespace umswap {
 namespace {
 
-constexpr std::array<std::string_view, 16> kNames = {
+constexpr std::array<std::string_view, 17> kNames = {
     "cuMemAddressReserve",
     "cuMemAddressFree",
     "cuMemCreate",
@@ -24,7 +24,9 @@ constexpr std::array<std::string_view, 16> kNames = {
     "cuEventDestroy",
     "cuCtxSynchronize",
     "cuStreamSynchronize (frees)",
+    "cuMemCreate (host)",  // of cuMemCreate's calls, those made on the host
 };
+constexpr size_t kHostCreates = 16;
 
 struct Total {
   std::atomic<uint64_t> calls{0};
@@ -57,6 +59,24 @@ struct Timed<I, CUresult(CUDAAPI*)(Args...)> {
   }
 };
 
+// cuMemCreate counted in all, and apart for host memory (pinned host memory is dear to make).
+PFN_cuMemCreate_v10020 g_real_create = nullptr;
+CUresult CUDAAPI timed_create(CUmemGenericAllocationHandle* handle, size_t size,
+                              const CUmemAllocationProp* prop, unsigned long long flags) {
+  const auto started = std::chrono::steady_clock::now();
+  const CUresult r = g_real_create(handle, size, prop, flags);
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::steady_clock::now() - started)
+                      .count();
+  g_totals[2].add(ns);
+  if (t_in_window) g_window_totals[2].add(ns);
+  if (prop && prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
+    g_totals[kHostCreates].add(ns);
+    if (t_in_window) g_window_totals[kHostCreates].add(ns);
+  }
+  return r;
+}
+
 template <size_t I, typename Fn>
 void wrap(Fn& slot) {
   static_assert(I < kNames.size());
@@ -70,7 +90,10 @@ void wrap(Fn& slot) {
 void time_vmm_driver(vmm::VmmDriver& arena, VmmSyncDriver& sync) {
   wrap<0>(arena.mem_address_reserve);
   wrap<1>(arena.mem_address_free);
-  wrap<2>(arena.mem_create);
+  if (arena.mem_create) {
+    g_real_create = arena.mem_create;
+    arena.mem_create = &timed_create;
+  }
   wrap<3>(arena.mem_release);
   wrap<4>(arena.mem_map);
   wrap<5>(arena.mem_unmap);

@@ -1,6 +1,7 @@
 // hooks/vmm_driver_timing: the shims time_vmm_driver() puts in engine vmm's driver tables pass
 // every argument and result through, count each function's calls apart, count a thread's calls
-// inside a window apart too, and leave a slot with no function empty.
+// inside a window apart too, count cuMemCreate's calls on the host apart as well, and leave a slot
+// with no function empty.
 #include "vmm_driver_timing.h"
 
 #include <gtest/gtest.h>
@@ -84,6 +85,38 @@ TEST(VmmDriverTiming, ShimsPassCallsThroughAndCountThemByFunctionAndWindow) {
   EXPECT_EQ(total("cuMemUnmap").calls, 2u);
   EXPECT_EQ(total("cuMemUnmap").window_calls, 1u);
   EXPECT_LE(total("cuMemUnmap").window_ms, total("cuMemUnmap").ms);
+}
+
+CUmemLocationType g_created_on = CU_MEM_LOCATION_TYPE_INVALID;
+CUresult CUDAAPI fake_create(CUmemGenericAllocationHandle* handle, size_t,
+                             const CUmemAllocationProp* prop, unsigned long long) {
+  g_created_on = prop->location.type;
+  *handle = 42;
+  return CUDA_SUCCESS;
+}
+
+// cuMemCreate's calls count in all, and those on the host apart as well.
+TEST(VmmDriverTiming, HostCreatesCountApartToo) {
+  vmm::VmmDriver arena;
+  arena.mem_create = fake_create;
+  VmmSyncDriver sync;
+  time_vmm_driver(arena, sync);
+  const uint64_t all = total("cuMemCreate").calls, host = total("cuMemCreate (host)").calls;
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  CUmemGenericAllocationHandle handle = 0;
+  EXPECT_EQ(arena.mem_create(&handle, 2 << 20, &prop, 0), CUDA_SUCCESS);
+  EXPECT_EQ(handle, 42u);
+  EXPECT_EQ(g_created_on, CU_MEM_LOCATION_TYPE_DEVICE);
+  prop.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+  vmm_driver_in_window(true);
+  EXPECT_EQ(arena.mem_create(&handle, 2 << 20, &prop, 0), CUDA_SUCCESS);
+  vmm_driver_in_window(false);
+  EXPECT_EQ(g_created_on, CU_MEM_LOCATION_TYPE_HOST_NUMA);
+  EXPECT_EQ(total("cuMemCreate").calls, all + 2);
+  EXPECT_EQ(total("cuMemCreate (host)").calls, host + 1);
+  EXPECT_EQ(total("cuMemCreate (host)").window_calls, 1u);
 }
 
 }  // namespace

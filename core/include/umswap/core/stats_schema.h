@@ -190,7 +190,9 @@ inline constexpr Field kFields[] = {
      "Milliseconds moves spent remapping chunk slots (unmap, map, access), in all."},
     {"vmm.driver_calls", Kind::diagnostic, "object", detail::kPreload,
      "The driver functions engine vmm's allocations and moves called (the window's drain apart): "
-     "each one's calls and wall milliseconds in all, and of them those inside windows."},
+     "each one's calls and wall milliseconds in all, and of them those inside windows. "
+     "`cuMemCreate (host)` counts again, apart, the creates of host memory (pinned, dear to "
+     "make)."},
     {"vmm.ranges_restored", Kind::diagnostic, "integer", detail::kVmmAllocator,
      "Ranges brought to the GPU for the step that opened the window."},
     {"vmm.ranges_prefetched", Kind::diagnostic, "integer", detail::kVmmAllocator,

@@ -136,6 +136,10 @@ VmmAllocator::VmmAllocator(const vmm::VmmDriver& arena_driver, const VmmSyncDriv
              chunks_per_block ? chunks_per_block
                               : vmm::ChunkArena::chunks_per_block_for(gpu_limit_bytes)) {
   residency_.set_reclaim([this] { return release_oldest_kept_on_gpu(); });
+  residency_.set_spare([this] {
+    std::lock_guard lock(kept_mutex_);
+    return kept_gpu_bytes_;
+  });
 }
 
 VmmAllocator::~VmmAllocator() {

@@ -920,7 +920,8 @@ TEST_F(VmmAllocatorTest, AStepReachingAKeptRangeGetsNoWindow) {
 }
 
 // A window takes a kept range's GPU chunks before it evicts a live range: the step's range on the
-// host comes in and the live ones stay.
+// host comes in and the live ones stay (the step reaches them too, so that no room the window
+// leaves for later allocations takes them either).
 TEST_F(VmmAllocatorTest, AWindowTakesKeptRangesBeforeLiveOnes) {
   VmmAllocator& a = make(16 * MiB, 16 * MiB);
   const CUdeviceptr live1 = allocate(4 * MiB), live2 = allocate(4 * MiB);
@@ -940,7 +941,7 @@ TEST_F(VmmAllocatorTest, AWindowTakesKeptRangesBeforeLiveOnes) {
   EXPECT_EQ(free, 16 * MiB);  // the kept range counts as free
   const std::vector<CUdeviceptr> first = {live1, live2};
   EXPECT_FALSE(a.residency().touch(1, first, false));
-  const std::vector<CUdeviceptr> step = {wanted};
+  const std::vector<CUdeviceptr> step = {wanted, live1, live2};
   ASSERT_TRUE(a.residency().touch(2, step, false));
   a.residency().make_resident(step, kStream);
   EXPECT_EQ(chunks_of(wanted, 8 * MiB), std::make_pair(8 * MiB, uint64_t{0}));

@@ -2,8 +2,9 @@
 // memory (tests/vmm/fake_vmm_driver.h): a step reaching a range on the host gets a window, the
 // window brings it onto the GPU and evicts the least recently used range the step does not reach,
 // data survives every move, the pool is never exceeded, what cannot fit stays on the host and is
-// not retried until something is freed, and bases outside the arena are ignored. Without a table,
-// once the steps repeat, the range used furthest ahead goes out and what comes next comes in.
+// not retried until something is freed, bases outside the arena are ignored, and a window leaves
+// an eighth of the pool free for the allocations that follow. Without a table, once the steps
+// repeat, the range used furthest ahead goes out and what comes next comes in.
 // Once two iterations repeat, the plan's table moves ranges ahead in fewer windows; a stack of
 // identical layers is not taken for the iteration, and a table whose keys stop matching, or that
 // takes more windows than the residency alone, is dropped.
@@ -604,6 +605,42 @@ TEST_F(VmmResidencyTest, WithBlocksAWindowEvictsUntilAWholeBlockFits) {
   EXPECT_FALSE(on_gpu(small[3]));
   EXPECT_TRUE(on_gpu(small[5]));
   EXPECT_TRUE(on_gpu(small[7]));
+}
+
+// A step's window leaves an eighth of the pool free for what the program allocates next, evicting
+// the least recently used ranges the step does not reach: the next allocation is made on the GPU,
+// not on host chunks that a window of its own would then bring in.
+TEST_F(VmmResidencyTest, AWindowLeavesRoomForTheNextAllocations) {
+  residency_.reset();
+  arena_ = std::make_unique<vmm::ChunkArena>(vmm::fake::fake_driver(), g_fake->device, 16 * kChunk,
+                                             16 * kChunk);
+  residency_ = std::make_unique<VmmResidency>(*arena_);
+  ASSERT_EQ(arena_->block_bytes(), kChunk);
+  std::vector<CUdeviceptr> r;
+  for (int i = 0; i < 8; ++i) r.push_back(allocate(2 * kChunk, static_cast<uint8_t>(20 + i)));
+  for (CUdeviceptr p : r) EXPECT_FALSE(step({p}));    // r[0] least recently used
+  const CUdeviceptr full = allocate(2 * kChunk, 30);  // the pool is full: on the host
+  ASSERT_FALSE(on_gpu(full));
+  EXPECT_TRUE(step({r[7], full}));
+  EXPECT_TRUE(on_gpu(full));
+  EXPECT_TRUE(on_gpu(r[7]));
+  // r[0] went out for `full`, r[1] for the room: 2 of 16 chunks free.
+  EXPECT_FALSE(on_gpu(r[0]));
+  EXPECT_FALSE(on_gpu(r[1]));
+  for (int i = 2; i < 8; ++i) EXPECT_TRUE(on_gpu(r[static_cast<size_t>(i)]));
+  EXPECT_EQ(arena_->gpu_bytes_in_use(), 14 * kChunk);
+  EXPECT_EQ(residency_->stats().ranges_evicted, 2u);
+  const CUdeviceptr next = allocate(2 * kChunk, 31);
+  EXPECT_TRUE(on_gpu(next));
+  EXPECT_FALSE(step({next}));  // no window for it
+  EXPECT_LE(g_fake->gpu_bytes_peak, 16 * kChunk);
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(g_fake->kernel_mismatches(r[static_cast<size_t>(i)], 2 * kChunk,
+                                        static_cast<uint8_t>(20 + i)),
+              0u);
+  }
+  EXPECT_EQ(g_fake->kernel_mismatches(full, 2 * kChunk, 30), 0u);
+  EXPECT_EQ(g_fake->kernel_mismatches(next, 2 * kChunk, 31), 0u);
 }
 
 }  // namespace

@@ -20,7 +20,10 @@
 //     steps repeat (the same kernels on the same ranges; the history of the last kHistory
 //     steps, matched by key and ranges), the last period says when each range is used next: the
 //     ranges used furthest ahead go out first (never one used before what it makes room for),
-//     and the ranges the next eighth of the period uses come in, nearest first.
+//     and the ranges the next eighth of the period uses come in, nearest first. Then, for the
+//     allocations that follow, ranges used after that eighth go out (least recently used first)
+//     until an eighth of the pool, in whole blocks, is free: a new range that finds the pool full
+//     is made on host chunks (a dear mapping) and needs a window of its own to come in.
 // An access no plan foresaw is slower, never wrong: the range is reached over the link.
 //
 // A range allocated since the latest step entered (and since the latest work the tracer could
@@ -66,6 +69,8 @@
 //     the GPU, it calls `reclaim` while the range does not fit: each call gives GPU chunks back
 //     from memory no range of the residency holds (VmmAllocator's kept ranges) and says whether it
 //     did. Set once, before any other call; called under this part's lock.
+//   * set_spare(spare): `spare` says how many GPU bytes memory no range of the residency holds
+//     would give back (VmmAllocator's kept ranges), counted as free room. As set_reclaim().
 //   * Bases that are neither announced ranges nor aliases are ignored. Never throws but
 //     std::bad_alloc.
 // Thread safety: every member may be called from any thread (one mutex, held across a window's
@@ -126,6 +131,7 @@ class VmmResidency {
   // make_resident() does it too, at its end. Any thread.
   void trim_to_pool();
   void set_reclaim(std::function<bool()> reclaim) { reclaim_ = std::move(reclaim); }
+  void set_spare(std::function<uint64_t()> spare) { spare_ = std::move(spare); }
   ResidencyStats stats() const;
 
   // Steps remembered: periods up to half of it are found.
@@ -174,6 +180,7 @@ class VmmResidency {
 
   vmm::ChunkArena& arena_;
   std::function<bool()> reclaim_;
+  std::function<uint64_t()> spare_;
   mutable std::mutex mutex_;
   std::unordered_map<CUdeviceptr, Entry> entries_;
   std::unordered_map<CUdeviceptr, uint64_t> made_;  // live range -> its allocation's number

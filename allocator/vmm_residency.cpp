@@ -466,10 +466,10 @@ void VmmResidency::make_resident(std::span<const CUdeviceptr> given, CUstream st
   }
   // Room for what the program allocates next: a new range that finds the pool full is made on
   // host chunks (a dear mapping) and needs a window of its own to come in. The window evicts
-  // ranges used after the horizon, least recently used first, until a share of the pool is free
+  // ranges used after the horizon, in the victims' order, until a share of the pool is free
   // (kept ranges' GPU chunks count as free: an allocation takes them). Measured at 50% on four
   // models (runs 201-203, docs/lab/2026-12-02-vmm-headroom.md): 57-98% fewer bytes allocated on
-  // host chunks, 0.92x the time (ten pairs, 0.74-1.08).
+  // host chunks; 0.92x the time over ten pairs (0.74-1.08), within the runs' own spread.
   const uint64_t block = arena_.block_bytes();
   const uint64_t headroom = arena_.gpu_limit_bytes() / kHeadroomDivisor / block * block;
   auto free_gpu = [this] {

@@ -27,6 +27,7 @@ constexpr std::array<std::string_view, 17> kNames = {
     "cuMemCreate (host)",  // of cuMemCreate's calls, those made on the host
 };
 constexpr size_t kHostCreates = 16;
+static_assert(kNames[kHostCreates] == "cuMemCreate (host)");
 
 struct Total {
   std::atomic<uint64_t> calls{0};

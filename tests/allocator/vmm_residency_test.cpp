@@ -643,5 +643,24 @@ TEST_F(VmmResidencyTest, AWindowLeavesRoomForTheNextAllocations) {
   EXPECT_EQ(g_fake->kernel_mismatches(next, 2 * kChunk, 31), 0u);
 }
 
+// GPU bytes that memory no range holds would give back (kept ranges: set_spare) count as the
+// room: with them the same window evicts only what its step needs.
+TEST_F(VmmResidencyTest, SpareBytesCountAsRoomForTheNextAllocations) {
+  residency_.reset();
+  arena_ = std::make_unique<vmm::ChunkArena>(vmm::fake::fake_driver(), g_fake->device, 16 * kChunk,
+                                             16 * kChunk);
+  residency_ = std::make_unique<VmmResidency>(*arena_);
+  residency_->set_spare([] { return 2 * kChunk; });
+  std::vector<CUdeviceptr> r;
+  for (int i = 0; i < 8; ++i) r.push_back(allocate(2 * kChunk, static_cast<uint8_t>(20 + i)));
+  for (CUdeviceptr p : r) EXPECT_FALSE(step({p}));
+  const CUdeviceptr full = allocate(2 * kChunk, 30);
+  EXPECT_TRUE(step({r[7], full}));
+  EXPECT_TRUE(on_gpu(full));
+  EXPECT_FALSE(on_gpu(r[0]));
+  for (int i = 1; i < 8; ++i) EXPECT_TRUE(on_gpu(r[static_cast<size_t>(i)]));
+  EXPECT_EQ(residency_->stats().ranges_evicted, 1u);
+}
+
 }  // namespace
 }  // namespace umswap

@@ -29,7 +29,9 @@ cmd = args[args.index("--") + 1:]
 if "--fail" in args:
     sys.exit(3)
 json.dump({{"vmm": {{"allocate_ms": {alloc}, "free_ms": 5.0, "driver_calls":
-          {{"cuEventQuery": {{"calls": 100, "ms": 1.5}}, "cuMemMap": {{"calls": 2, "ms": 2.5}}}}}}}},
+          {{"cuEventQuery": {{"calls": 100, "ms": 1.5}}, "cuMemMap": {{"calls": 2, "ms": 2.5}},
+            "cuMemCreate": {{"calls": 3, "ms": 50.0}},
+            "cuMemCreate (host)": {{"calls": 1, "ms": 40.0}}}}}}}},
           open(stats, "w"))
 sys.exit(subprocess.run(cmd, env=dict(os.environ, FACTOR="{factor}")).returncode)
 """
@@ -63,9 +65,9 @@ class BenchBuildsTest(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         # Steady = median of the last three: 10 ms natively, 30 and 20 under the fakes.
         self.assertIn("| native | 10.0, 10.0 | 10.0 | 1.00 | 0.33 | 2.0 |", p.stdout)
-        self.assertIn("| A | 30.0, 30.0 | 30.0 | 3.00 | 1.00 | 6.0 | 40 / 5 | 4 | 100 |",
+        self.assertIn("| A | 30.0, 30.0 | 30.0 | 3.00 | 1.00 | 6.0 | 40 / 5 | 54 | 100 |",
                       p.stdout)
-        self.assertIn("| B | 20.0, 20.0 | 20.0 | 2.00 | 0.67 | 4.0 | 20 / 5 | 4 | 100 |",
+        self.assertIn("| B | 20.0, 20.0 | 20.0 | 2.00 | 0.67 | 4.0 | 20 / 5 | 54 | 100 |",
                       p.stdout)
         # Round 2 runs the entries in reverse order.
         rounds = [l.split(":")[0] for l in p.stdout.splitlines() if l.startswith("round ")]

@@ -20,10 +20,12 @@
 //     steps repeat (the same kernels on the same ranges; the history of the last kHistory
 //     steps, matched by key and ranges), the last period says when each range is used next: the
 //     ranges used furthest ahead go out first (never one used before what it makes room for),
-//     and the ranges the next eighth of the period uses come in, nearest first. Then, for the
-//     allocations that follow, ranges used after that eighth go out (least recently used first)
-//     until an eighth of the pool, in whole blocks, is free: a new range that finds the pool full
-//     is made on host chunks (a dear mapping) and needs a window of its own to come in.
+//     and the ranges the next eighth of the period uses come in, nearest first.
+//     Then, with a table or without, for the allocations that follow: ranges not used within that
+//     eighth go out, in the same order (with a table or no period, least recently used first),
+//     until an eighth of the pool, rounded down to whole blocks (none in a pool under eight), is
+//     free, counting what set_spare() says as free. A new range that finds the pool full is made
+//     on host chunks (a dear mapping) and needs a window of its own to come in.
 // An access no plan foresaw is slower, never wrong: the range is reached over the link.
 //
 // A range allocated since the latest step entered (and since the latest work the tracer could

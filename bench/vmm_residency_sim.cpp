@@ -173,9 +173,13 @@ Sim simulate(const trace::Trace& t, uint64_t budget, uint32_t chunks_per_block, 
         last_access[t.accesses[a].buffer] = s;
       }
     }
-    auto allocate = [&](uint64_t bytes) {
+    // A stream-ordered allocation (a slab's block, or a whole buffer so allocated) as one
+    // (`ordered`), any other as a plain one: engine vmm leaves room for the next allocations only
+    // while most were stream-ordered.
+    auto allocate = [&](uint64_t bytes, bool ordered) {
       CUdeviceptr p = 0;
-      if (allocator.allocate(AllocApi::cudaMalloc, bytes, 0, false, &p) != CUDA_SUCCESS) {
+      const AllocApi api = ordered ? AllocApi::cudaMallocAsync : AllocApi::cudaMalloc;
+      if (allocator.allocate(api, bytes, 0, ordered, &p) != CUDA_SUCCESS) {
         ++sim.allocation_failures;
         return CUdeviceptr{0};
       }
@@ -232,9 +236,10 @@ Sim simulate(const trace::Trace& t, uint64_t budget, uint32_t chunks_per_block, 
       for (; next_lifetime < t.lifetimes.size() && t.lifetimes[next_lifetime].before_step <= s;
            ++next_lifetime) {
         const trace::Lifetime& l = t.lifetimes[next_lifetime];
+        if (!has_lifetimes[l.buffer]) continue;  // a block inside a plain allocation's range
         auto& live = blocks[l.buffer];
         if (!l.freed) {
-          if (const CUdeviceptr p = allocate(l.length)) live[l.offset] = {l.length, p};
+          if (const CUdeviceptr p = allocate(l.length, true)) live[l.offset] = {l.length, p};
         } else if (const auto it = live.find(l.offset); it != live.end()) {
           release(it->second.second);
           live.erase(it);
@@ -264,7 +269,10 @@ Sim simulate(const trace::Trace& t, uint64_t budget, uint32_t chunks_per_block, 
           }
         } else {
           if (!whole[access.buffer] && !refused[access.buffer]) {
-            whole[access.buffer] = allocate(t.buffers[access.buffer].size);
+            const auto api = static_cast<AllocApi>(t.buffers[access.buffer].api);
+            whole[access.buffer] =
+                allocate(t.buffers[access.buffer].size,
+                         api == AllocApi::cudaMallocAsync || api == AllocApi::cuMemAllocAsync);
             refused[access.buffer] = whole[access.buffer] == 0;
           }
           base = whole[access.buffer];

@@ -112,6 +112,7 @@ nlohmann::json to_json(const VmmAllocatorStats& s) {
       {"ranges_restored", s.residency.ranges_restored},
       {"ranges_prefetched", s.residency.ranges_prefetched},
       {"ranges_evicted", s.residency.ranges_evicted},
+      {schema::kRangesEvictedForRoom.name(), s.residency.ranges_evicted_for_room},
       {"ranges_unwritten", s.residency.ranges_unwritten},
       {"bytes_not_copied", a.bytes_not_copied},
       {"plans", s.residency.plans},
@@ -180,6 +181,7 @@ CUresult VmmAllocator::allocate(AllocApi api, size_t bytes, CallSiteId site, boo
     return CUDA_ERROR_UNKNOWN;
   }
   allocations_[static_cast<int>(api)].fetch_add(1, std::memory_order_relaxed);
+  residency_.allocation(from_pool);
   if (small) small_allocations_.fetch_add(1, std::memory_order_relaxed);
   live_buffers_.fetch_add(1, std::memory_order_relaxed);
   {

@@ -241,8 +241,8 @@ TEST_F(DropOrderTest, ADiscardWaitsForTheLatestPrefetchButNeverForAnEviction) {
   EXPECT_EQ(wait.event, nullptr);
   const DropOrder::Stats kept = order_->stats();
   EXPECT_EQ(kept.kept_by_evictions, 3u);
-  EXPECT_EQ(kept.kept_prefetched_after, 1u);  // page 12: its eviction, then a prefetch
-  EXPECT_EQ(kept.kept_eviction_last, 2u);     // pages 4 and 10
+  EXPECT_EQ(kept.kept_prefetched_after, 1u);    // page 12: its eviction, then a prefetch
+  EXPECT_EQ(kept.kept_eviction_last, 2u);       // pages 4 and 10
   EXPECT_EQ(kept.most_migrations_pending, 8u);  // every migration above, none seen finished
 }
 

@@ -920,17 +920,16 @@ TEST_F(VmmAllocatorTest, AStepReachingAKeptRangeGetsNoWindow) {
 }
 
 // A window takes a kept range's GPU chunks before it evicts a live range: the step's range on the
-// host comes in and the live ones stay (the 2 MiB it leaves free are the eighth of the pool a
-// window leaves for later allocations).
+// host comes in and the live ones stay.
 TEST_F(VmmAllocatorTest, AWindowTakesKeptRangesBeforeLiveOnes) {
   VmmAllocator& a = make(16 * MiB, 16 * MiB);
   const CUdeviceptr live1 = allocate(4 * MiB), live2 = allocate(4 * MiB);
   const CUdeviceptr released = allocate(4 * MiB), dead = allocate(4 * MiB);
-  const CUdeviceptr wanted = allocate(6 * MiB);
-  ASSERT_EQ(chunks_of(wanted, 6 * MiB), std::make_pair(uint64_t{0}, 6 * MiB));
+  const CUdeviceptr wanted = allocate(8 * MiB);
+  ASSERT_EQ(chunks_of(wanted, 8 * MiB), std::make_pair(uint64_t{0}, 8 * MiB));
   EXPECT_TRUE(g_fake->kernel_write(live1, 4 * MiB, 1));
   EXPECT_TRUE(g_fake->kernel_write(live2, 4 * MiB, 2));
-  EXPECT_TRUE(g_fake->kernel_write(wanted, 6 * MiB, 3));
+  EXPECT_TRUE(g_fake->kernel_write(wanted, 8 * MiB, 3));
   ASSERT_TRUE(a.free(released));  // 4 MiB of room left by 12 live: released
   ASSERT_TRUE(a.free(dead));      // 8 MiB left by 8 live: kept
   EXPECT_FALSE(mapped(released));
@@ -938,16 +937,16 @@ TEST_F(VmmAllocatorTest, AWindowTakesKeptRangesBeforeLiveOnes) {
   EXPECT_EQ(a.stats().ranges_kept, 1u);
   size_t free = 0, total = 0;
   ASSERT_EQ(a.mem_get_info(&free, &total), CUDA_SUCCESS);
-  EXPECT_EQ(free, 18 * MiB);  // of 32: the kept range counts as free
+  EXPECT_EQ(free, 16 * MiB);  // the kept range counts as free
   const std::vector<CUdeviceptr> first = {live1, live2};
   EXPECT_FALSE(a.residency().touch(1, first, false));
   const std::vector<CUdeviceptr> step = {wanted};
   ASSERT_TRUE(a.residency().touch(2, step, false));
   a.residency().make_resident(step, kStream);
-  EXPECT_EQ(chunks_of(wanted, 6 * MiB), std::make_pair(6 * MiB, uint64_t{0}));
+  EXPECT_EQ(chunks_of(wanted, 8 * MiB), std::make_pair(8 * MiB, uint64_t{0}));
   EXPECT_EQ(chunks_of(live1, 4 * MiB), std::make_pair(4 * MiB, uint64_t{0}));
   EXPECT_EQ(chunks_of(live2, 4 * MiB), std::make_pair(4 * MiB, uint64_t{0}));
-  EXPECT_EQ(g_fake->kernel_mismatches(wanted, 6 * MiB, 3), 0u);
+  EXPECT_EQ(g_fake->kernel_mismatches(wanted, 8 * MiB, 3), 0u);
   EXPECT_EQ(g_fake->kernel_mismatches(live1, 4 * MiB, 1), 0u);
   EXPECT_EQ(g_fake->kernel_mismatches(live2, 4 * MiB, 2), 0u);
   EXPECT_EQ(a.residency().stats().ranges_evicted, 0u);
@@ -955,6 +954,35 @@ TEST_F(VmmAllocatorTest, AWindowTakesKeptRangesBeforeLiveOnes) {
   EXPECT_FALSE(mapped(dead));
   for (CUdeviceptr p : {live1, live2, wanted}) ASSERT_TRUE(a.free(p));
 }
+
+// Once the program makes stream-ordered allocations (every tensor a new range), a step's window
+// leaves an eighth of the pool free for the allocations that follow; a program of plain
+// allocations (a caching allocator's segments) gets no such room.
+class VmmAllocatorRoomTest : public VmmAllocatorTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(VmmAllocatorRoomTest, AWindowLeavesRoomOnlyForStreamOrderedAllocations) {
+  const bool ordered = GetParam();
+  VmmAllocator& a = make(16 * MiB, 16 * MiB);
+  std::vector<CUdeviceptr> r;
+  for (int i = 0; i < 5; ++i) r.push_back(ordered ? allocate_on(4 * MiB) : allocate(4 * MiB));
+  ASSERT_EQ(chunks_of(r[4], 4 * MiB), std::make_pair(uint64_t{0}, 4 * MiB));  // the pool full
+  for (uint32_t i = 0; i < 4; ++i) {
+    const std::vector<CUdeviceptr> step = {r[i]};
+    EXPECT_FALSE(a.residency().touch(i + 1, step, false));
+  }
+  const std::vector<CUdeviceptr> step = {r[4]};
+  ASSERT_TRUE(a.residency().touch(9, step, false));
+  a.residency().make_resident(step, kStream);
+  EXPECT_EQ(chunks_of(r[4], 4 * MiB), std::make_pair(4 * MiB, uint64_t{0}));
+  EXPECT_EQ(chunks_of(r[0], 4 * MiB), std::make_pair(uint64_t{0}, 4 * MiB));  // for r[4]
+  // r[1], the least recently used left: out for the room only where the allocations are ordered.
+  EXPECT_EQ(chunks_of(r[1], 4 * MiB).first, ordered ? 0 : 4 * MiB);
+  EXPECT_EQ(a.residency().stats().ranges_evicted_for_room, ordered ? 1u : 0u);
+  EXPECT_EQ(a.residency().stats().ranges_evicted, ordered ? 2u : 1u);
+  for (CUdeviceptr p : r) EXPECT_TRUE(a.free(p));
+}
+
+INSTANTIATE_TEST_SUITE_P(OrderedOrNot, VmmAllocatorRoomTest, ::testing::Bool());
 
 // Threads allocate, write, check and free ranges of a few sizes (kept ranges reused, given back)
 // while another opens windows on whatever ranges it saw last, some freed meanwhile, as a program's
@@ -1073,7 +1101,7 @@ TEST_F(VmmAllocatorTest, StatsJsonHasTheSchemasFields) {
   for (const stats_schema::Field* f :
        {&v::kBudgetBytes, &v::kHostLimitBytes, &v::kGpuBytesPeak, &v::kHostBytesPeak, &v::kGpuBytes,
         &v::kHostBytes, &v::kRequestedBytesPeak, &v::kOutOfMemory, &v::kCopiesToHost,
-        &v::kCopiesToGpu, &v::kRemaps}) {
+        &v::kCopiesToGpu, &v::kRemaps, &v::kRangesEvictedForRoom}) {
     EXPECT_NE(stats_schema::find(root, *f), nullptr) << f->path;
   }
   EXPECT_EQ(*stats_schema::find(root, v::kGpuBytesPeak), 4 * MiB);

@@ -2,9 +2,10 @@
 // memory (tests/vmm/fake_vmm_driver.h): a step reaching a range on the host gets a window, the
 // window brings it onto the GPU and evicts the least recently used range the step does not reach,
 // data survives every move, the pool is never exceeded, what cannot fit stays on the host and is
-// not retried until something is freed, bases outside the arena are ignored, and a window leaves
-// an eighth of the pool free for the allocations that follow. Without a table, once the steps
-// repeat, the range used furthest ahead goes out and what comes next comes in.
+// not retried until something is freed, bases outside the arena are ignored, and (stream-ordered
+// allocations) a window leaves an eighth of the pool free for the allocations that follow. Without
+// a table, once the steps repeat, the range used furthest ahead goes out and what comes next comes
+// in.
 // Once two iterations repeat, the plan's table moves ranges ahead in fewer windows; a stack of
 // identical layers is not taken for the iteration, and a table whose keys stop matching, or that
 // takes more windows than the residency alone, is dropped.
@@ -62,6 +63,22 @@ class VmmResidencyTest : public ::testing::Test {
     return true;
   }
   uint32_t next_key_ = 1u << 20;
+  // A pool of 16 chunks (blocks of one chunk) for a program of stream-ordered allocations, filled
+  // by eight ranges of 2 chunks (seeds 20-27), each reached by a step in turn: the first is the
+  // least recently used. `spare`: what set_spare() says.
+  std::vector<CUdeviceptr> fill_sixteen(uint64_t spare) {
+    residency_.reset();
+    arena_ = std::make_unique<vmm::ChunkArena>(vmm::fake::fake_driver(), g_fake->device,
+                                               16 * kChunk, 16 * kChunk);
+    residency_ = std::make_unique<VmmResidency>(*arena_);
+    residency_->allocation(true);
+    residency_->set_spare([spare] { return spare; });
+    EXPECT_EQ(arena_->block_bytes(), kChunk);
+    std::vector<CUdeviceptr> r;
+    for (int i = 0; i < 8; ++i) r.push_back(allocate(2 * kChunk, static_cast<uint8_t>(20 + i)));
+    for (CUdeviceptr p : r) EXPECT_FALSE(step({p}));
+    return r;
+  }
 
   std::unique_ptr<vmm::ChunkArena> arena_;
   std::unique_ptr<VmmResidency> residency_;
@@ -607,18 +624,12 @@ TEST_F(VmmResidencyTest, WithBlocksAWindowEvictsUntilAWholeBlockFits) {
   EXPECT_TRUE(on_gpu(small[7]));
 }
 
-// A step's window leaves an eighth of the pool free for what the program allocates next, evicting
-// the least recently used ranges the step does not reach: the next allocation is made on the GPU,
-// not on host chunks that a window of its own would then bring in.
+// Once the program makes stream-ordered allocations, a step's window leaves an eighth of the pool
+// free for what it allocates next, evicting the least recently used ranges the step does not
+// reach: the next allocation is made on the GPU, not on host chunks that a window of its own
+// would then bring in.
 TEST_F(VmmResidencyTest, AWindowLeavesRoomForTheNextAllocations) {
-  residency_.reset();
-  arena_ = std::make_unique<vmm::ChunkArena>(vmm::fake::fake_driver(), g_fake->device, 16 * kChunk,
-                                             16 * kChunk);
-  residency_ = std::make_unique<VmmResidency>(*arena_);
-  ASSERT_EQ(arena_->block_bytes(), kChunk);
-  std::vector<CUdeviceptr> r;
-  for (int i = 0; i < 8; ++i) r.push_back(allocate(2 * kChunk, static_cast<uint8_t>(20 + i)));
-  for (CUdeviceptr p : r) EXPECT_FALSE(step({p}));    // r[0] least recently used
+  const std::vector<CUdeviceptr> r = fill_sixteen(0);
   const CUdeviceptr full = allocate(2 * kChunk, 30);  // the pool is full: on the host
   ASSERT_FALSE(on_gpu(full));
   EXPECT_TRUE(step({r[7], full}));
@@ -630,6 +641,7 @@ TEST_F(VmmResidencyTest, AWindowLeavesRoomForTheNextAllocations) {
   for (int i = 2; i < 8; ++i) EXPECT_TRUE(on_gpu(r[static_cast<size_t>(i)]));
   EXPECT_EQ(arena_->gpu_bytes_in_use(), 14 * kChunk);
   EXPECT_EQ(residency_->stats().ranges_evicted, 2u);
+  EXPECT_EQ(residency_->stats().ranges_evicted_for_room, 1u);
   const CUdeviceptr next = allocate(2 * kChunk, 31);
   EXPECT_TRUE(on_gpu(next));
   EXPECT_FALSE(step({next}));  // no window for it
@@ -646,20 +658,28 @@ TEST_F(VmmResidencyTest, AWindowLeavesRoomForTheNextAllocations) {
 // GPU bytes that memory no range holds would give back (kept ranges: set_spare) count as the
 // room: with them the same window evicts only what its step needs.
 TEST_F(VmmResidencyTest, SpareBytesCountAsRoomForTheNextAllocations) {
-  residency_.reset();
-  arena_ = std::make_unique<vmm::ChunkArena>(vmm::fake::fake_driver(), g_fake->device, 16 * kChunk,
-                                             16 * kChunk);
-  residency_ = std::make_unique<VmmResidency>(*arena_);
-  residency_->set_spare([] { return 2 * kChunk; });
-  std::vector<CUdeviceptr> r;
-  for (int i = 0; i < 8; ++i) r.push_back(allocate(2 * kChunk, static_cast<uint8_t>(20 + i)));
-  for (CUdeviceptr p : r) EXPECT_FALSE(step({p}));
+  const std::vector<CUdeviceptr> r = fill_sixteen(2 * kChunk);
   const CUdeviceptr full = allocate(2 * kChunk, 30);
   EXPECT_TRUE(step({r[7], full}));
   EXPECT_TRUE(on_gpu(full));
   EXPECT_FALSE(on_gpu(r[0]));
   for (int i = 1; i < 8; ++i) EXPECT_TRUE(on_gpu(r[static_cast<size_t>(i)]));
   EXPECT_EQ(residency_->stats().ranges_evicted, 1u);
+}
+
+// A program whose allocations are mostly plain (a caching allocator's segments) gets no room,
+// whatever it allocates stream-ordered now and then.
+TEST_F(VmmResidencyTest, NoRoomWhileMostAllocationsArePlain) {
+  const std::vector<CUdeviceptr> r = fill_sixteen(0);  // one stream-ordered allocation
+  residency_->allocation(false);
+  residency_->allocation(false);
+  const CUdeviceptr full = allocate(2 * kChunk, 30);
+  EXPECT_TRUE(step({r[7], full}));
+  EXPECT_TRUE(on_gpu(full));
+  EXPECT_FALSE(on_gpu(r[0]));
+  for (int i = 1; i < 8; ++i) EXPECT_TRUE(on_gpu(r[static_cast<size_t>(i)]));
+  EXPECT_EQ(residency_->stats().ranges_evicted, 1u);
+  EXPECT_EQ(residency_->stats().ranges_evicted_for_room, 0u);
 }
 
 }  // namespace

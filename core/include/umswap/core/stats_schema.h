@@ -199,6 +199,9 @@ inline constexpr Field kFields[] = {
      "Ranges brought to the GPU ahead, for coming steps the last iteration predicted."},
     {"vmm.ranges_evicted", Kind::diagnostic, "integer", detail::kVmmAllocator,
      "Ranges moved to host chunks to make room."},
+    {"vmm.ranges_evicted_for_room", Kind::diagnostic, "integer", detail::kVmmAllocator,
+     "Of them, ranges a window moved out for the allocations that follow it (a program whose "
+     "allocations are mostly stream-ordered: an eighth of the pool left free)."},
     {"vmm.bytes_allocated_on_host", Kind::diagnostic, "integer", detail::kVmmAllocator,
      "Bytes of new ranges placed on host chunks (the pool full), in all."},
     {"vmm.ranges_reused", Kind::diagnostic, "integer", detail::kVmmAllocator,
@@ -532,6 +535,7 @@ inline constexpr const Field& kDriverCalls = field("vmm.driver_calls");
 inline constexpr const Field& kRangesRestored = field("vmm.ranges_restored");
 inline constexpr const Field& kRangesPrefetched = field("vmm.ranges_prefetched");
 inline constexpr const Field& kRangesEvicted = field("vmm.ranges_evicted");
+inline constexpr const Field& kRangesEvictedForRoom = field("vmm.ranges_evicted_for_room");
 inline constexpr const Field& kPeriod = field("vmm.period");
 inline constexpr const Field& kRangesReused = field("vmm.ranges_reused");
 inline constexpr const Field& kKeptBytes = field("vmm.kept_bytes");

@@ -137,6 +137,15 @@ VmmAllocator::VmmAllocator(const vmm::VmmDriver& arena_driver, const VmmSyncDriv
              chunks_per_block ? chunks_per_block
                               : vmm::ChunkArena::chunks_per_block_for(gpu_limit_bytes)) {
   residency_.set_reclaim([this] { return release_oldest_kept_on_gpu(); });
+  residency_.set_mostly_ordered([this] {
+    uint64_t ordered = 0, all = 0;
+    for (int i = 0; i < kAllocApiCount; ++i) {
+      const uint64_t n = allocations_[i].load(std::memory_order_relaxed);
+      all += n;
+      if (stream_ordered(static_cast<AllocApi>(i))) ordered += n;
+    }
+    return ordered > all - ordered;
+  });
   residency_.set_spare([this] {
     std::lock_guard lock(kept_mutex_);
     return kept_gpu_bytes_;
@@ -181,7 +190,6 @@ CUresult VmmAllocator::allocate(AllocApi api, size_t bytes, CallSiteId site, boo
     return CUDA_ERROR_UNKNOWN;
   }
   allocations_[static_cast<int>(api)].fetch_add(1, std::memory_order_relaxed);
-  residency_.allocation(from_pool);
   if (small) small_allocations_.fetch_add(1, std::memory_order_relaxed);
   live_buffers_.fetch_add(1, std::memory_order_relaxed);
   {

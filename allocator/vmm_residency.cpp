@@ -478,8 +478,7 @@ void VmmResidency::make_resident(std::span<const CUdeviceptr> given, CUstream st
     const uint64_t limit = arena_.gpu_limit_bytes(), used = arena_.gpu_bytes_in_use();
     return (limit > used ? limit - used : 0) + (spare_ ? spare_() : 0);
   };
-  const bool room =
-      ordered_.load(std::memory_order_relaxed) > plain_.load(std::memory_order_relaxed);
+  const bool room = mostly_ordered_ && mostly_ordered_();
   while (room && free_gpu() < headroom && v < victims_.size() && next_use(victims_[v]) > horizon) {
     const uint64_t before = stats_.ranges_evicted;
     evict_next();

@@ -160,8 +160,7 @@ Sim simulate(const trace::Trace& t, uint64_t budget, uint32_t chunks_per_block, 
     // allocator, which umswap's hooks report) are within one range, the segment.
     for (const trace::Lifetime& l : t.lifetimes) {
       const auto api = static_cast<AllocApi>(t.buffers[l.buffer].api);
-      has_lifetimes[l.buffer] =
-          api == AllocApi::cudaMallocAsync || api == AllocApi::cuMemAllocAsync;
+      has_lifetimes[l.buffer] = stream_ordered(api);
     }
     std::vector<CUdeviceptr> whole(t.buffers.size(), 0);
     std::vector<bool> refused(t.buffers.size(), false);  // its allocation failed once
@@ -270,9 +269,7 @@ Sim simulate(const trace::Trace& t, uint64_t budget, uint32_t chunks_per_block, 
         } else {
           if (!whole[access.buffer] && !refused[access.buffer]) {
             const auto api = static_cast<AllocApi>(t.buffers[access.buffer].api);
-            whole[access.buffer] =
-                allocate(t.buffers[access.buffer].size,
-                         api == AllocApi::cudaMallocAsync || api == AllocApi::cuMemAllocAsync);
+            whole[access.buffer] = allocate(t.buffers[access.buffer].size, stream_ordered(api));
             refused[access.buffer] = whole[access.buffer] == 0;
           }
           base = whole[access.buffer];

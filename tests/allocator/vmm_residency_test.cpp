@@ -63,6 +63,8 @@ class VmmResidencyTest : public ::testing::Test {
     return true;
   }
   uint32_t next_key_ = 1u << 20;
+  // The program's allocations as fill_sixteen()'s set_mostly_ordered() counts them.
+  uint64_t ordered_ = 0, plain_ = 0;
   // A pool of 16 chunks (blocks of one chunk) for a program of stream-ordered allocations, filled
   // by eight ranges of 2 chunks (seeds 20-27), each reached by a step in turn: the first is the
   // least recently used. `spare`: what set_spare() says.
@@ -71,7 +73,8 @@ class VmmResidencyTest : public ::testing::Test {
     arena_ = std::make_unique<vmm::ChunkArena>(vmm::fake::fake_driver(), g_fake->device,
                                                16 * kChunk, 16 * kChunk);
     residency_ = std::make_unique<VmmResidency>(*arena_);
-    residency_->allocation(true);
+    residency_->set_mostly_ordered([this] { return ordered_ > plain_; });
+    ordered_ = 1;
     residency_->set_spare([spare] { return spare; });
     EXPECT_EQ(arena_->block_bytes(), kChunk);
     std::vector<CUdeviceptr> r;
@@ -671,8 +674,7 @@ TEST_F(VmmResidencyTest, SpareBytesCountAsRoomForTheNextAllocations) {
 // whatever it allocates stream-ordered now and then.
 TEST_F(VmmResidencyTest, NoRoomWhileMostAllocationsArePlain) {
   const std::vector<CUdeviceptr> r = fill_sixteen(0);  // one stream-ordered allocation
-  residency_->allocation(false);
-  residency_->allocation(false);
+  plain_ += 2;
   const CUdeviceptr full = allocate(2 * kChunk, 30);
   EXPECT_TRUE(step({r[7], full}));
   EXPECT_TRUE(on_gpu(full));

@@ -45,6 +45,10 @@ enum class AllocApi : uint8_t {
 };
 inline constexpr int kAllocApiCount = 8;
 const char* to_string(AllocApi api);
+// A stream-ordered allocation's API (a pool's, freed with cuMemFreeAsync).
+inline constexpr bool stream_ordered(AllocApi api) {
+  return api == AllocApi::cudaMallocAsync || api == AllocApi::cuMemAllocAsync;
+}
 
 struct BufferRecord {
   uint64_t base = 0;

@@ -22,7 +22,7 @@
 //     ranges used furthest ahead go out first (never one used before what it makes room for),
 //     and the ranges the next eighth of the period uses come in, nearest first.
 //     Then, with a table or without, while most of the program's allocations so far were
-//     stream-ordered (allocation()): room for the allocations that follow. Ranges not used
+//     stream-ordered (set_mostly_ordered()): room for the allocations that follow. Ranges not used
 //     within that eighth go out, in the same order (with a table or no period, least recently
 //     used first), until an eighth of the pool, rounded down to whole blocks (none in a pool
 //     under eight), is free, counting what set_spare() says as free. A new range that finds the
@@ -65,8 +65,6 @@
 //     moves, then the step's own ranges if touch() wanted them. What does not fit stays on the host
 //     (correct, reached over the link) and counts as bytes short. Copies go on `stream`; each move
 //     waits for its copies.
-//   * allocation(stream_ordered): the program got an allocation, stream-ordered or not
-//     (VmmAllocator, at each one that succeeded). Any thread, no lock.
 //   * unseen_work(): GPU work was submitted that is no step (a graph launch, a host function):
 //     no range allocated before it counts as unwritten. Any thread.
 //   * forget(base): the range at `base` is about to be released (VmmAllocator::release_memory
@@ -81,6 +79,8 @@
 //     did. Set once, before any other call; called under this part's lock.
 //   * set_spare(spare): `spare` says how many GPU bytes memory no range of the residency holds
 //     would give back (VmmAllocator's kept ranges), counted as free room. As set_reclaim().
+//   * set_mostly_ordered(mostly): `mostly` says whether most of the program's allocations so far
+//     were stream-ordered (VmmAllocator's counts by API); without it, no room. As set_reclaim().
 //   * Bases that are neither announced ranges nor aliases are ignored. Never throws but
 //     std::bad_alloc.
 // Thread safety: every member may be called from any thread (one mutex, held across a window's
@@ -89,7 +89,6 @@
 
 #include <cuda.h>
 
-#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -137,9 +136,6 @@ class VmmResidency {
   bool touch(uint32_t key, std::span<const CUdeviceptr> bases, bool begins_iteration);
   void make_resident(std::span<const CUdeviceptr> bases, CUstream stream);
   void unseen_work();
-  void allocation(bool stream_ordered) {
-    (stream_ordered ? ordered_ : plain_).fetch_add(1, std::memory_order_relaxed);
-  }
   void forget(CUdeviceptr base);
   // Releases the free GPU chunks past the pool's limit (the pool shrank: ChunkArena::
   // set_gpu_limit_bytes). Under this lock, so no move is between its stage and its commit;
@@ -147,6 +143,7 @@ class VmmResidency {
   void trim_to_pool();
   void set_reclaim(std::function<bool()> reclaim) { reclaim_ = std::move(reclaim); }
   void set_spare(std::function<uint64_t()> spare) { spare_ = std::move(spare); }
+  void set_mostly_ordered(std::function<bool()> mostly) { mostly_ordered_ = std::move(mostly); }
   ResidencyStats stats() const;
 
   // Steps remembered: periods up to half of it are found.
@@ -196,6 +193,7 @@ class VmmResidency {
   vmm::ChunkArena& arena_;
   std::function<bool()> reclaim_;
   std::function<uint64_t()> spare_;
+  std::function<bool()> mostly_ordered_;
   mutable std::mutex mutex_;
   std::unordered_map<CUdeviceptr, Entry> entries_;
   std::unordered_map<CUdeviceptr, uint64_t> made_;  // live range -> its allocation's number
@@ -224,9 +222,6 @@ class VmmResidency {
   std::deque<uint64_t> unplanned_windows_;  // windows of the latest iterations without a table
   bool tables_off_ = false;                 // a table was dropped for its windows: none again
   bool own_wanted_ = false;                 // touch() wanted a window for the step's own ranges
-  // The program's allocations so far, stream-ordered and plain (allocation(); no lock).
-  std::atomic<uint64_t> ordered_{0};
-  std::atomic<uint64_t> plain_{0};
   // Ranges allocated since the latest step entry or unseen work; and those the current step's
   // window found so (unwritten: moved with no copy).
   std::unordered_set<CUdeviceptr> fresh_;

@@ -140,6 +140,11 @@ UMSWAP_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t 
   if (!p.driver()) return kNoDriver;
   const CUresult status = p.driver()->cuMemCreate(handle, size, prop, flags);
   if (status != CUDA_SUCCESS || ReentryGuard::active() || !handle) return status;
+  if (prop) {
+    umswap::log_debug("cuMemCreate handle {:#x} {} bytes location {}:{} handle types {:#x}",
+                      *handle, size, static_cast<int>(prop->location.type), prop->location.id,
+                      static_cast<unsigned>(prop->requestedHandleTypes));
+  }
   // Memory on the GPU umswap manages stays there: it counts against the budget
   // (ProgramMappings). That GPU: engine vmm's, else the calling thread's current one.
   auto on_gpu = [&](std::optional<CUdevice> ours) {
@@ -196,6 +201,7 @@ UMSWAP_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   if (!p.driver()->cuMemRelease) return CUDA_ERROR_NOT_FOUND;
   const CUresult status = p.driver()->cuMemRelease(handle);
   if (status != CUDA_SUCCESS || ReentryGuard::active()) return status;
+  umswap::log_debug("cuMemRelease handle {:#x}", handle);
   p.program_mappings().released(handle);
   program_mappings_changed(p);
   return status;
@@ -208,6 +214,7 @@ UMSWAP_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
   if (!p.driver()->cuMemMap) return CUDA_ERROR_NOT_FOUND;
   const CUresult status = p.driver()->cuMemMap(ptr, size, offset, handle, flags);
   if (status == CUDA_SUCCESS && !ReentryGuard::active()) {
+    umswap::log_debug("cuMemMap {:#x} {} bytes offset {} handle {:#x}", ptr, size, offset, handle);
     p.program_mappings().mapped(ptr, size, handle);
   }
   return status;
@@ -219,6 +226,7 @@ UMSWAP_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   if (!p.driver()->cuMemUnmap) return CUDA_ERROR_NOT_FOUND;
   const CUresult status = p.driver()->cuMemUnmap(ptr, size);
   if (status != CUDA_SUCCESS || ReentryGuard::active()) return status;
+  umswap::log_debug("cuMemUnmap {:#x} {} bytes", ptr, size);
   p.program_mappings().unmapped(ptr, size);
   program_mappings_changed(p);
   return status;

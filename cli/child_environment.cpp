@@ -14,6 +14,7 @@ namespace {
 
 constexpr std::string_view kExpandableKey = "expandable_segments";
 constexpr std::string_view kExpandableOff = "expandable_segments:False";
+constexpr std::string_view kXlaAllocator = "cuda_async";
 
 bool is_blank(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r';
@@ -50,6 +51,23 @@ std::vector<std::string_view> split_entries(std::string_view text) {
     start = i + 1;
   }
   return entries;
+}
+
+// XLA_PYTHON_CLIENT_ALLOCATOR=cuda_async (warning when the user's was another) and, unless the
+// user set it, XLA_PYTHON_CLIENT_PREALLOCATE=false: plan_child_environment's comment says why.
+void add_xla_settings(ChildEnvironment& env, const CurrentEnv& current) {
+  const std::string xla_allocator_text = current.xla_allocator.value_or("");
+  const std::string_view xla_allocator = trim(xla_allocator_text);
+  if (!xla_allocator.empty() && xla_allocator != kXlaAllocator) {
+    env.warnings.push_back(fmt::format(
+        "XLA_PYTHON_CLIENT_ALLOCATOR is {}; umswap sets it to {} because JAX's other allocators "
+        "map their memory with cuMemCreate/cuMemMap, which umswap cannot manage",
+        xla_allocator, kXlaAllocator));
+  }
+  env.set.push_back({"XLA_PYTHON_CLIENT_ALLOCATOR", std::string(kXlaAllocator)});
+  if (!current.xla_preallocate || trim(*current.xla_preallocate).empty()) {
+    env.set.push_back({"XLA_PYTHON_CLIENT_PREALLOCATE", "false"});
+  }
 }
 
 }  // namespace
@@ -126,6 +144,9 @@ ChildEnvironment plan_child_environment(const RunFlags& flags, const CurrentEnv&
     env.set.push_back({"PYTORCH_ALLOC_CONF", env.set.back().value});
   }
 
+  // JAX's allocator, but in passthrough (the program as it runs without umswap: compare's native).
+  if (flags.mode != Mode::passthrough) add_xla_settings(env, current);
+
   if (flags.mode) env.set.push_back({"UMSWAP_MODE", std::string(to_string(*flags.mode))});
   if (flags.engine) env.set.push_back({"UMSWAP_ENGINE", std::string(to_string(*flags.engine))});
   if (flags.budget) env.set.push_back({"UMSWAP_BUDGET", flags.budget->to_string()});
@@ -165,7 +186,9 @@ CurrentEnv read_current_env() {
   };
   return {.ld_preload = value("LD_PRELOAD"),
           .pytorch_cuda_alloc_conf = value("PYTORCH_CUDA_ALLOC_CONF"),
-          .pytorch_alloc_conf = value("PYTORCH_ALLOC_CONF")};
+          .pytorch_alloc_conf = value("PYTORCH_ALLOC_CONF"),
+          .xla_allocator = value("XLA_PYTHON_CLIENT_ALLOCATOR"),
+          .xla_preallocate = value("XLA_PYTHON_CLIENT_PREALLOCATE")};
 }
 
 std::string apply_child_environment(const ChildEnvironment& env) {
@@ -182,6 +205,8 @@ ChildEnvironment plan_compare_environment(const CompareRunSettings& settings,
                                           std::string_view library_path) {
   RunFlags flags;
   flags.engine = settings.run == CompareRun::vmm ? Engine::vmm : Engine::um;
+  // Native is passthrough: the program's own allocator settings (plan_child_environment).
+  if (settings.run == CompareRun::native) flags.mode = Mode::passthrough;
   ChildEnvironment env = plan_child_environment(flags, current, library_path);
   std::string_view mode;
   switch (settings.run) {
@@ -200,7 +225,7 @@ ChildEnvironment plan_compare_environment(const CompareRunSettings& settings,
       mode = "replay";
       break;
   }
-  env.set.push_back({"UMSWAP_MODE", std::string(mode)});
+  if (!flags.mode) env.set.push_back({"UMSWAP_MODE", std::string(mode)});
   env.set.push_back({"UMSWAP_STATS", settings.stats_path});
   const bool budgeted = settings.run == CompareRun::online || settings.run == CompareRun::record ||
                         settings.run == CompareRun::replay || settings.run == CompareRun::vmm;

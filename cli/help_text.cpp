@@ -204,7 +204,9 @@ std::string help_text(bool all) {
       "PYTORCH_CUDA_ALLOC_CONF (memory mapped with cuMemCreate/cuMemMap cannot be managed).\n"
       "With PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync every tensor is one allocation and\n"
       "umswap knows where each begins and ends (docs/advisor.md says what that gains and what\n"
-      "PyTorch then no longer supports).\n\n";
+      "PyTorch then no longer supports). For JAX, but in passthrough, it sets\n"
+      "XLA_PYTHON_CLIENT_ALLOCATOR=cuda_async and, unless set,\n"
+      "XLA_PYTHON_CLIENT_PREALLOCATE=false (docs/jax.md).\n\n";
   out += "Exit codes of run:\n";
   append_wrapped(out, "  N", 10, "the command's own exit code");
   append_wrapped(out, "  128+N", 10, "the command was killed by signal N (143: SIGTERM)");

@@ -1,4 +1,5 @@
 #include "umswap/cli/child_environment.h"
+#include "umswap/cli/compare.h"
 
 #include <gtest/gtest.h>
 
@@ -86,14 +87,81 @@ TEST(LdPreload, KeepsTheLibraryOnce) {
   EXPECT_EQ(prepend_ld_preload("/u/libumswap.so", "/u/libumswap.so"), "/u/libumswap.so");
 }
 
-TEST(ChildEnv, NoFlagsSetsOnlyPreloadAndAllocConf) {
+TEST(ChildEnv, NoFlagsSetsOnlyPreloadAndAllocatorSettings) {
   RunFlags flags;
   flags.command = {"true"};
   const ChildEnvironment env = plan_child_environment(flags, {}, "/u/libumswap.so");
-  ASSERT_EQ(env.set.size(), 2u);
+  ASSERT_EQ(env.set.size(), 4u);
   EXPECT_EQ(env.set[0], (EnvVar{"LD_PRELOAD", "/u/libumswap.so"}));
   EXPECT_EQ(env.set[1], (EnvVar{"PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:False"}));
+  EXPECT_EQ(env.set[2], (EnvVar{"XLA_PYTHON_CLIENT_ALLOCATOR", "cuda_async"}));
+  EXPECT_EQ(env.set[3], (EnvVar{"XLA_PYTHON_CLIENT_PREALLOCATE", "false"}));
   EXPECT_TRUE(env.warnings.empty());
+}
+
+// JAX's default allocator maps its memory with cuMemCreate/cuMemMap: replaced, with a warning.
+TEST(ChildEnv, XlaAllocatorOtherThanCudaAsyncWarnsAndIsOverridden) {
+  for (const char* value : {"platform", "bfc", " default "}) {
+    RunFlags flags;
+    flags.mode = Mode::managed;
+    flags.command = {"true"};
+    CurrentEnv current;
+    current.xla_allocator = value;
+    const ChildEnvironment env = plan_child_environment(flags, current, "/u/libumswap.so");
+    EXPECT_EQ(find_var(env, "XLA_PYTHON_CLIENT_ALLOCATOR"), "cuda_async") << value;
+    ASSERT_EQ(env.warnings.size(), 1u) << value;
+    EXPECT_EQ(env.warnings[0].rfind("XLA_PYTHON_CLIENT_ALLOCATOR is ", 0), 0u) << env.warnings[0];
+    EXPECT_NE(env.warnings[0].find("cuMemCreate"), std::string::npos);
+  }
+}
+
+// Passthrough runs the program as it runs without umswap (compare's native row): JAX keeps its own
+// allocator, unwarned.
+TEST(ChildEnv, PassthroughLeavesJaxsAllocatorAlone) {
+  RunFlags flags;
+  flags.mode = Mode::passthrough;
+  flags.command = {"true"};
+  CurrentEnv current;
+  current.xla_allocator = "platform";
+  const ChildEnvironment env = plan_child_environment(flags, current, "/u/libumswap.so");
+  EXPECT_FALSE(find_var(env, "XLA_PYTHON_CLIENT_ALLOCATOR"));
+  EXPECT_FALSE(find_var(env, "XLA_PYTHON_CLIENT_PREALLOCATE"));
+  EXPECT_TRUE(env.warnings.empty());
+  // compare's native run likewise, and its managed run gets umswap's settings.
+  CompareRunSettings native;
+  native.run = CompareRun::native;
+  native.stats_path = "/tmp/s.json";
+  const ChildEnvironment n = plan_compare_environment(native, current, "/u/libumswap.so");
+  EXPECT_FALSE(find_var(n, "XLA_PYTHON_CLIENT_ALLOCATOR"));
+  EXPECT_EQ(find_var(n, "UMSWAP_MODE"), "passthrough");
+  EXPECT_EQ(std::count_if(n.set.begin(), n.set.end(),
+                          [](const EnvVar& v) { return v.name == "UMSWAP_MODE"; }),
+            1);
+  CompareRunSettings managed = native;
+  managed.run = CompareRun::managed;
+  const ChildEnvironment m = plan_compare_environment(managed, current, "/u/libumswap.so");
+  EXPECT_EQ(find_var(m, "XLA_PYTHON_CLIENT_ALLOCATOR"), "cuda_async");
+  EXPECT_EQ(find_var(m, "UMSWAP_MODE"), "managed");
+}
+
+TEST(ChildEnv, XlaCudaAsyncAndTheUsersPreallocationAreKept) {
+  RunFlags flags;
+  flags.command = {"true"};
+  CurrentEnv current;
+  current.xla_allocator = "cuda_async";
+  current.xla_preallocate = "true";
+  const ChildEnvironment env = plan_child_environment(flags, current, "/u/libumswap.so");
+  EXPECT_EQ(find_var(env, "XLA_PYTHON_CLIENT_ALLOCATOR"), "cuda_async");
+  // Set by the user: not in the plan, so the command inherits theirs.
+  EXPECT_FALSE(find_var(env, "XLA_PYTHON_CLIENT_PREALLOCATE"));
+  EXPECT_TRUE(env.warnings.empty());
+  // Blank is the same as unset.
+  CurrentEnv blank;
+  blank.xla_allocator = "";
+  blank.xla_preallocate = " ";
+  const ChildEnvironment blank_env = plan_child_environment(flags, blank, "/u/libumswap.so");
+  EXPECT_EQ(find_var(blank_env, "XLA_PYTHON_CLIENT_PREALLOCATE"), "false");
+  EXPECT_TRUE(blank_env.warnings.empty());
 }
 
 TEST(ChildEnv, FlagsBecomeVariables) {

@@ -1,5 +1,5 @@
-// What `umswap run` changes in the command's environment: LD_PRELOAD, PyTorch's allocator
-// settings and the UMSWAP_* options given as flags.
+// What `umswap run` changes in the command's environment: LD_PRELOAD, PyTorch's and JAX's
+// allocator settings and the UMSWAP_* options given as flags.
 //
 // Pure: the caller passes the current values in and applies the result with setenv, so all of
 // it is unit-tested without starting a process.
@@ -42,10 +42,12 @@ struct CurrentEnv {
   std::optional<std::string> ld_preload;
   std::optional<std::string> pytorch_cuda_alloc_conf;
   std::optional<std::string> pytorch_alloc_conf;  // PyTorch >= 2.9's name for the same setting
+  std::optional<std::string> xla_allocator = std::nullopt;    // XLA_PYTHON_CLIENT_ALLOCATOR
+  std::optional<std::string> xla_preallocate = std::nullopt;  // XLA_PYTHON_CLIENT_PREALLOCATE
 };
 
 struct ChildEnvironment {
-  std::vector<EnvVar> set;         // LD_PRELOAD, PYTORCH_*ALLOC_CONF, then UMSWAP_* in order
+  std::vector<EnvVar> set;         // LD_PRELOAD, PYTORCH_*ALLOC_CONF, XLA_PYTHON_CLIENT_*, UMSWAP_*
   std::vector<std::string> unset;  // variables to remove (compare clears what a run must not see)
   std::vector<std::string> warnings;  // one sentence each, without the `umswap: warning: ` prefix
 };
@@ -55,6 +57,14 @@ struct ChildEnvironment {
 // user's PYTORCH_CUDA_ALLOC_CONF, or from PYTORCH_ALLOC_CONF when only that is set, so the user's
 // other keys survive whichever of the two PyTorch reads. PYTORCH_ALLOC_CONF is rewritten only
 // when the user set it.
+// JAX (XLA), in every mode but passthrough (which runs the program as it runs without umswap):
+// XLA_PYTHON_CLIENT_ALLOCATOR=cuda_async, whatever the user set (with a warning when it was
+// something else), and XLA_PYTHON_CLIENT_PREALLOCATE=false unless the user set it. XLA's
+// other allocators (its default BFC pool, `platform`) map their memory with cuMemCreate/cuMemMap,
+// which umswap cannot manage (JAX 0.11 maps 75% of the GPU as one handle); `cuda_async` makes one
+// stream-ordered allocation per buffer, which umswap serves and plans like PyTorch's async
+// backend; preallocation would make that pool's first allocation 75% of the memory. Other
+// programs do not read these variables.
 // `umswap replay` sets UMSWAP_MODE=replay and UMSWAP_REPLAY=<flags.replay_trace, made absolute>.
 ChildEnvironment plan_child_environment(const RunFlags& flags, const CurrentEnv& current,
                                         std::string_view library_path);

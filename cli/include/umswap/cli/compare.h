@@ -101,6 +101,7 @@ struct StatsFigures {
   // (times the watchdog released waiting launches and turned the waits off).
   std::optional<bool> prefetch_wait, evict_wait;
   std::optional<uint64_t> wait_stalls;
+  std::optional<uint64_t> graph_launches;  // advisor.graph_launches
   // advisor.evict_copy.kept_reached: evictions not made because a launch the program had already
   // submitted reached the range (left on the GPU, over the budget until that use).
   std::optional<uint64_t> kept_reached_evictions, kept_reached_bytes;
@@ -363,8 +364,9 @@ struct CompareRunSettings {
   std::string torchrun_log_dir;
 };
 // plan_child_environment() with only the engine (LD_PRELOAD, PyTorch's allocator settings,
-// UMSWAP_ENGINE: vmm for the vmm run, um for every other, whatever the user's variable says), then
-// UMSWAP_MODE (passthrough, managed, online, online, replay, online), UMSWAP_STATS, and
+// UMSWAP_ENGINE: vmm for the vmm run, um for every other, whatever the user's variable says) and,
+// for native, the passthrough mode (so JAX keeps its own allocator there), then UMSWAP_MODE
+// (passthrough, managed, online, online, replay, online), UMSWAP_STATS, and
 // UMSWAP_BUDGET,
 // UMSWAP_TRACE, UMSWAP_REPLAY where the run uses them; those it does not use are unset, so a
 // user's own UMSWAP_TRACE cannot make the native run record; then torchrun's three variables when

@@ -41,6 +41,7 @@
 #include "umswap/core/thread_stacks.h"
 #include "umswap/tracer/extents.h"
 #include "umswap/tracer/iteration_detector.h"
+#include "umswap/tracer/memory_calls.h"
 
 namespace umswap::advisor {
 
@@ -283,6 +284,8 @@ void Advisor::before_free(uint64_t base, uint64_t size) {
 void Advisor::on_opaque(CUstream stream, const char* what) {
   AdvisorImpl& a = *impl_;
   if (a.opaque_calls.fetch_add(1, std::memory_order_relaxed) == 0) a.first_opaque.store(what);
+  if (what && what == tracer::kGraphLaunch)
+    a.graph_launches.fetch_add(1, std::memory_order_relaxed);
   a.copier.on_opaque(what, a.words.launched.load(std::memory_order_acquire), stream);
 }
 

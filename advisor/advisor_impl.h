@@ -271,6 +271,7 @@ class AdvisorImpl final : public EvictorHost {
   // Graph launches, host functions and stream callbacks seen (the plan knows nothing of what
   // they touch), and the first one's name.
   std::atomic<uint64_t> opaque_calls{0};
+  std::atomic<uint64_t> graph_launches{0};  // of them, CUDA graph launches
   std::atomic<const char*> first_opaque{nullptr};
   void relax_capture_mode();
 

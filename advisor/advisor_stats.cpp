@@ -30,6 +30,7 @@ nlohmann::json Advisor::stats(const tracer::RunSummary* summary) const {
       {"late_events", a.late_events},
       {"late_start_events", a.late_start_events},
       {"opaque_calls", a.opaque_calls.load()},
+      {stats_schema::advisor::kGraphLaunches.name(), a.graph_launches.load()},
       {"first_opaque_call",
        a.first_opaque.load() ? nlohmann::json(a.first_opaque.load()) : nlohmann::json(nullptr)},
       {stats_schema::advisor::kWaitStalls.name(), a.watchdog.stalls()},

@@ -218,6 +218,7 @@ StatsFigures parse_stats_figures(const json& stats) {
   s.prefetch_wait = get_bool(stats, advisor::kPrefetchWait);
   s.evict_wait = get_bool(stats, advisor::kEvictWait);
   s.wait_stalls = get_u64(stats, advisor::kWaitStalls);
+  s.graph_launches = get_u64(stats, advisor::kGraphLaunches);
   s.kept_reached_evictions = get_u64(stats, advisor::evict_copy::kept_reached::kEvictions);
   s.kept_reached_bytes = get_u64(stats, advisor::evict_copy::kept_reached::kBytes);
   s.rank = get_u64(stats, schema::kRank);

@@ -260,6 +260,17 @@ void add_process(std::string& out, const SummaryInput& p, bool named, bool budge
     }
   }
 
+  // CUDA graphs run kernels the tracer cannot see into: what they touch is neither planned nor
+  // counted, so the figures above leave it out and the budget does not bound it.
+  if (s.graph_launches.value_or(0) > 0) {
+    out += pad + fmt::format(
+                     "{} CUDA graph launch{} (XLA's command buffers, torch.compile's "
+                     "reduce-overhead mode) ran kernels umswap cannot see into: the memory they "
+                     "touch is neither planned nor counted, so the figures above leave it out and "
+                     "the budget does not bound it (docs/jax.md)\n",
+                     *s.graph_launches, *s.graph_launches == 1 ? "" : "es");
+  }
+
   // Where the advisor ended.
   std::string a =
       fmt::format("advisor {}, {}", s.advisor_mode.value_or("?"), s.advisor_state.value_or("?"));

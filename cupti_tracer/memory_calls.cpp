@@ -425,7 +425,7 @@ bool decode_memory_call(uint32_t cbid, const void* p, MemoryCall* call,
     }
     case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch:
     case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz:
-      call->opaque = "a CUDA graph launch";
+      call->opaque = kGraphLaunch.data();
       return set(C::opaque, params_as<cuGraphLaunch_params>(p).hStream);
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchHostFunc:
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchHostFunc_ptsz:

@@ -119,6 +119,25 @@ TEST(RunSummary, SaysWhenTheResidencyCountIsUnreliable) {
       << t;
 }
 
+// CUDA graph launches (XLA's command buffers by default): their kernels' memory is neither planned
+// nor counted, so the summary says the figures leave it out; none, no line.
+TEST(RunSummary, SaysWhenCudaGraphsRanKernelsItCannotSee) {
+  json s = stats();
+  EXPECT_FALSE(has(run_summary_text({{"a", s}}, true), "CUDA graph"));
+  s["advisor"]["graph_launches"] = 0;
+  EXPECT_FALSE(has(run_summary_text({{"a", s}}, true), "CUDA graph"));
+  s["advisor"]["graph_launches"] = 183;
+  const std::string t = run_summary_text({{"a", s}}, true);
+  EXPECT_TRUE(has(t,
+                  "        183 CUDA graph launches (XLA's command buffers, torch.compile's "
+                  "reduce-overhead mode) ran kernels umswap cannot see into: the memory they "
+                  "touch is neither planned nor counted, so the figures above leave it out "
+                  "and the budget does not bound it (docs/jax.md)\n"))
+      << t;
+  s["advisor"]["graph_launches"] = 1;
+  EXPECT_TRUE(has(run_summary_text({{"a", s}}, true), "1 CUDA graph launch (XLA's"));
+}
+
 TEST(RunSummary, SaysWhenThePeakIsOverTheBudget) {
   json s = stats();
   s["advisor"]["peak_resident_bytes"] = 11811160064;  // 11 GiB

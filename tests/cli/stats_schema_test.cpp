@@ -263,10 +263,10 @@ TEST(StatsSchema, CompareAndVerifyReadEveryFieldOfAFile) {
   EXPECT_TRUE(f.managed_bytes_peak && f.advisor_mode && f.advisor_state && f.advisor_fallback &&
               f.budget_bytes && f.prefetched_bytes && f.evicted_bytes && f.peak_resident_bytes &&
               f.peak_resident_plan_bytes && f.plan_applied_from && f.prefetch_wait &&
-              f.evict_wait && f.wait_stalls && f.kept_reached_evictions && f.kept_reached_bytes &&
-              f.plan_unfit_steps && f.plan_largest_step_bytes && f.detection_source &&
-              f.detection_period && f.detection_confidence && f.detection_warmup_steps &&
-              f.detection_steps);
+              f.evict_wait && f.wait_stalls && f.graph_launches && f.kept_reached_evictions &&
+              f.kept_reached_bytes && f.plan_unfit_steps && f.plan_largest_step_bytes &&
+              f.detection_source && f.detection_period && f.detection_confidence &&
+              f.detection_warmup_steps && f.detection_steps);
   ASSERT_EQ(f.iterations.size(), 1u);
   const cli::StatsIteration& it = f.iterations[0];
   EXPECT_TRUE(it.index && it.first_step && it.wall_ms && it.gpu_page_faults && it.bytes_htod &&

@@ -274,6 +274,9 @@ inline constexpr Field kFields[] = {
     {"advisor.wait_stalls", Kind::diagnostic, "integer", detail::kAdvisor,
      "Times the watchdog released launches that waited 2 s for the advisor (the waits are then "
      "off)."},
+    {"advisor.graph_launches", Kind::user, "integer", detail::kAdvisor,
+     "CUDA graph launches (XLA's command buffers, torch.compile's reduce-overhead mode): their "
+     "kernels' memory is not seen, so neither planned nor counted in the resident figures."},
 
     {"advisor.evict_copy", Kind::user, "object", detail::kCopyEvictor,
      "The copy path (UMSWAP_EVICT_COPY=1, which --verify turns on); absent without it."},
@@ -562,6 +565,7 @@ inline constexpr const Field& kLargestStepBytes = field("advisor.plan.largest_st
 inline constexpr const Field& kPrefetchWait = field("advisor.prefetch_wait");
 inline constexpr const Field& kEvictWait = field("advisor.evict_wait");
 inline constexpr const Field& kWaitStalls = field("advisor.wait_stalls");
+inline constexpr const Field& kGraphLaunches = field("advisor.graph_launches");
 
 inline constexpr const Field& kEvictCopy = field("advisor.evict_copy");
 namespace evict_copy {

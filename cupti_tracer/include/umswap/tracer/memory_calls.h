@@ -49,6 +49,9 @@ struct MemoryCall {
   const char* opaque = nullptr;  // what an opaque call is, for messages ("a CUDA graph launch")
 };
 
+// MemoryCall::opaque of a CUDA graph launch (cuGraphLaunch and its _ptsz form).
+inline constexpr std::string_view kGraphLaunch = "a CUDA graph launch";
+
 // The callback ids decode_memory_call() knows (to enable with cuptiEnableCallback).
 std::span<const uint32_t> memory_callback_ids();
 

@@ -70,6 +70,21 @@ void add_xla_settings(ChildEnvironment& env, const CurrentEnv& current) {
   }
 }
 
+// The user's own XLA_PYTHON_CLIENT_* values, or none: `umswap compare` applies each run's plan to
+// its own environment, so a native run after a managed one must not inherit add_xla_settings().
+void restore_xla_settings(ChildEnvironment& env, const CurrentEnv& current) {
+  const std::pair<const char*, const std::optional<std::string>*> vars[] = {
+      {"XLA_PYTHON_CLIENT_ALLOCATOR", &current.xla_allocator},
+      {"XLA_PYTHON_CLIENT_PREALLOCATE", &current.xla_preallocate}};
+  for (const auto& [name, value] : vars) {
+    if (*value) {
+      env.set.push_back({name, **value});
+    } else {
+      env.unset.emplace_back(name);
+    }
+  }
+}
+
 }  // namespace
 
 AllocConfMerge merge_pytorch_alloc_conf(std::optional<std::string_view> current) {
@@ -144,8 +159,14 @@ ChildEnvironment plan_child_environment(const RunFlags& flags, const CurrentEnv&
     env.set.push_back({"PYTORCH_ALLOC_CONF", env.set.back().value});
   }
 
-  // JAX's allocator, but in passthrough (the program as it runs without umswap: compare's native).
-  if (flags.mode != Mode::passthrough) add_xla_settings(env, current);
+  // JAX's allocator, but in passthrough (JAX as it runs without umswap: compare's native row).
+  const bool passthrough = flags.mode ? *flags.mode == Mode::passthrough
+                                      : trim(current.umswap_mode.value_or("")) == "passthrough";
+  if (passthrough) {
+    restore_xla_settings(env, current);
+  } else {
+    add_xla_settings(env, current);
+  }
 
   if (flags.mode) env.set.push_back({"UMSWAP_MODE", std::string(to_string(*flags.mode))});
   if (flags.engine) env.set.push_back({"UMSWAP_ENGINE", std::string(to_string(*flags.engine))});
@@ -188,7 +209,8 @@ CurrentEnv read_current_env() {
           .pytorch_cuda_alloc_conf = value("PYTORCH_CUDA_ALLOC_CONF"),
           .pytorch_alloc_conf = value("PYTORCH_ALLOC_CONF"),
           .xla_allocator = value("XLA_PYTHON_CLIENT_ALLOCATOR"),
-          .xla_preallocate = value("XLA_PYTHON_CLIENT_PREALLOCATE")};
+          .xla_preallocate = value("XLA_PYTHON_CLIENT_PREALLOCATE"),
+          .umswap_mode = value("UMSWAP_MODE")};
 }
 
 std::string apply_child_environment(const ChildEnvironment& env) {

@@ -23,6 +23,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <system_error>
 
@@ -362,7 +363,7 @@ int compare_command(const CompareFlags& flags, const LinkProber& probe) {
   const bool torchrun = is_torchrun_command(command);
   if (torchrun) say("compare: a torchrun command: one row per rank\n");
   const CurrentEnv current = read_current_env();
-  bool warned = false;
+  std::set<std::string> warned;  // each warning once, from whichever run's plan first has it
   // Sets the environment of one run; false (after saying why) when a variable cannot be set.
   auto stats_path = [&](std::string_view run_name) {
     return dir /
@@ -381,9 +382,8 @@ int compare_command(const CompareFlags& flags, const LinkProber& probe) {
          .managed_limit_bytes = limit_to_set,
          .torchrun_log_dir = torchrun ? torchrun_logs(dir, name).string() : std::string()},
         current, library.path);
-    if (!warned) {
-      for (const std::string& warning : env.warnings) log(LogLevel::warning, "{}", warning);
-      warned = true;
+    for (const std::string& warning : env.warnings) {
+      if (warned.insert(warning).second) log(LogLevel::warning, "{}", warning);
     }
     if (const std::string failed = apply_child_environment(env); !failed.empty()) {
       log(LogLevel::error, "cannot set {}", failed);

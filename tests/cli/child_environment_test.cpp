@@ -15,6 +15,10 @@ std::optional<std::string> find_var(const ChildEnvironment& env, std::string_vie
   return std::nullopt;
 }
 
+bool unsets(const ChildEnvironment& env, std::string_view name) {
+  return std::find(env.unset.begin(), env.unset.end(), name) != env.unset.end();
+}
+
 TEST(AllocConf, UnsetGivesOnlyTheEntry) {
   EXPECT_EQ(merge_pytorch_alloc_conf(std::nullopt).value, "expandable_segments:False");
   EXPECT_EQ(merge_pytorch_alloc_conf("").value, "expandable_segments:False");
@@ -124,18 +128,38 @@ TEST(ChildEnv, PassthroughLeavesJaxsAllocatorAlone) {
   CurrentEnv current;
   current.xla_allocator = "platform";
   const ChildEnvironment env = plan_child_environment(flags, current, "/u/libumswap.so");
-  EXPECT_FALSE(find_var(env, "XLA_PYTHON_CLIENT_ALLOCATOR"));
+  // The user's own value set back, the one the user did not set removed.
+  EXPECT_EQ(find_var(env, "XLA_PYTHON_CLIENT_ALLOCATOR"), "platform");
   EXPECT_FALSE(find_var(env, "XLA_PYTHON_CLIENT_PREALLOCATE"));
+  EXPECT_TRUE(unsets(env, "XLA_PYTHON_CLIENT_PREALLOCATE"));
+  EXPECT_FALSE(unsets(env, "XLA_PYTHON_CLIENT_ALLOCATOR"));
   EXPECT_TRUE(env.warnings.empty());
+  // The user's UMSWAP_MODE=passthrough without --mode, likewise; --mode wins over it.
+  RunFlags no_flag;
+  no_flag.command = {"true"};
+  CurrentEnv by_variable;
+  by_variable.umswap_mode = "passthrough";
+  const ChildEnvironment v = plan_child_environment(no_flag, by_variable, "/u/libumswap.so");
+  EXPECT_TRUE(unsets(v, "XLA_PYTHON_CLIENT_ALLOCATOR"));
+  EXPECT_FALSE(find_var(v, "XLA_PYTHON_CLIENT_ALLOCATOR"));
+  no_flag.mode = Mode::online;
+  EXPECT_EQ(find_var(plan_child_environment(no_flag, by_variable, "/u/libumswap.so"),
+                     "XLA_PYTHON_CLIENT_ALLOCATOR"),
+            "cuda_async");
   // compare's native run likewise, and its managed run gets umswap's settings.
   CompareRunSettings native;
   native.run = CompareRun::native;
   native.stats_path = "/tmp/s.json";
   const ChildEnvironment n = plan_compare_environment(native, current, "/u/libumswap.so");
-  EXPECT_FALSE(find_var(n, "XLA_PYTHON_CLIENT_ALLOCATOR"));
+  EXPECT_EQ(find_var(n, "XLA_PYTHON_CLIENT_ALLOCATOR"), "platform");
   EXPECT_EQ(find_var(n, "UMSWAP_MODE"), "passthrough");
+  // With none of the user's, a native run after a managed one (compare applies each plan to its
+  // own environment) does not inherit the managed run's settings.
+  const ChildEnvironment bare = plan_compare_environment(native, {}, "/u/libumswap.so");
+  EXPECT_TRUE(unsets(bare, "XLA_PYTHON_CLIENT_ALLOCATOR"));
+  EXPECT_TRUE(unsets(bare, "XLA_PYTHON_CLIENT_PREALLOCATE"));
   EXPECT_EQ(std::count_if(n.set.begin(), n.set.end(),
-                          [](const EnvVar& v) { return v.name == "UMSWAP_MODE"; }),
+                          [](const EnvVar& var) { return var.name == "UMSWAP_MODE"; }),
             1);
   CompareRunSettings managed = native;
   managed.run = CompareRun::managed;

@@ -44,6 +44,7 @@ struct CurrentEnv {
   std::optional<std::string> pytorch_alloc_conf;  // PyTorch >= 2.9's name for the same setting
   std::optional<std::string> xla_allocator = std::nullopt;    // XLA_PYTHON_CLIENT_ALLOCATOR
   std::optional<std::string> xla_preallocate = std::nullopt;  // XLA_PYTHON_CLIENT_PREALLOCATE
+  std::optional<std::string> umswap_mode = std::nullopt;      // UMSWAP_MODE (without --mode)
 };
 
 struct ChildEnvironment {
@@ -57,9 +58,11 @@ struct ChildEnvironment {
 // user's PYTORCH_CUDA_ALLOC_CONF, or from PYTORCH_ALLOC_CONF when only that is set, so the user's
 // other keys survive whichever of the two PyTorch reads. PYTORCH_ALLOC_CONF is rewritten only
 // when the user set it.
-// JAX (XLA), in every mode but passthrough (which runs the program as it runs without umswap):
+// JAX (XLA), in every mode but passthrough (--mode, else the user's UMSWAP_MODE):
 // XLA_PYTHON_CLIENT_ALLOCATOR=cuda_async, whatever the user set (with a warning when it was
-// something else), and XLA_PYTHON_CLIENT_PREALLOCATE=false unless the user set it. XLA's
+// something else), and XLA_PYTHON_CLIENT_PREALLOCATE=false unless the user set it. In
+// passthrough both are the user's own (set back, or unset when the user had none: compare applies
+// one run's plan after another's), so that JAX runs as it does without umswap. XLA's
 // other allocators (its default BFC pool, `platform`) map their memory with cuMemCreate/cuMemMap,
 // which umswap cannot manage (JAX 0.11 maps 75% of the GPU as one handle); `cuda_async` makes one
 // stream-ordered allocation per buffer, which umswap serves and plans like PyTorch's async
@@ -69,7 +72,7 @@ struct ChildEnvironment {
 ChildEnvironment plan_child_environment(const RunFlags& flags, const CurrentEnv& current,
                                         std::string_view library_path);
 
-// Not pure: this process's LD_PRELOAD and PyTorch allocator settings.
+// Not pure: this process's LD_PRELOAD, PyTorch and XLA allocator settings and UMSWAP_MODE.
 CurrentEnv read_current_env();
 
 // Not pure: removes `env.unset` from this process's environment and sets `env.set` (the command

@@ -255,6 +255,18 @@ std::string render_notes(const CompareReport& report) {
           name);
     }
   }
+  // Kernels in CUDA graphs: the peak leaves their memory out, so whether the budget held is not
+  // known (compute_rows leaves budget_held unset).
+  for (const ModeOutcome& o : report.outcomes) {
+    if (o.baseline || o.mode == CompareMode::vmm || !o.stats) continue;
+    if (const uint64_t graphs = o.stats->graph_launches.value_or(0); graphs > 0) {
+      out += fmt::format(
+          "note: {} ran {} CUDA graph launch{} (XLA's command buffers, torch.compile's "
+          "reduce-overhead mode), whose kernels umswap cannot see into: its peak counts only what "
+          "it saw, so whether the budget held is not known (docs/jax.md)\n",
+          compare_mode_name(o.mode), graphs, graphs == 1 ? "" : "es");
+    }
+  }
   // A budget not held: why, where the stats say (docs/advisor.md).
   for (const ModeRow& row : report.rows) {
     if (row.baseline || row.budget_held != false) continue;

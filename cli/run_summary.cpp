@@ -111,6 +111,16 @@ void add_vmm_lines(std::string& out, const std::string& pad, const json& stats) 
   } else {
     out += pad + "moves: none (every step found its ranges on the GPU, or none was traced)\n";
   }
+  // CUDA graphs' kernels are not seen: no window brings what they reach in.
+  if (const std::optional<uint64_t> graphs = figure(schema::vmm::kGraphLaunches);
+      graphs && *graphs > 0) {
+    out += pad + fmt::format(
+                     "{} CUDA graph launch{} (XLA's command buffers, torch.compile's "
+                     "reduce-overhead mode) ran kernels umswap cannot see into: no window brings "
+                     "what they reach to the GPU, and what is on host chunks is read over the "
+                     "link (docs/jax.md)\n",
+                     *graphs, *graphs == 1 ? "" : "es");
+  }
   uint64_t all = 0;
   if (const json* by = schema::find(stats, schema::allocator::kAllocationsByApi);
       by && by->is_object()) {
@@ -266,9 +276,10 @@ void add_process(std::string& out, const SummaryInput& p, bool named, bool budge
     out += pad + fmt::format(
                      "{} CUDA graph launch{} (XLA's command buffers, torch.compile's "
                      "reduce-overhead mode) ran kernels umswap cannot see into: the memory they "
-                     "touch is neither planned nor counted, so the figures above leave it out and "
-                     "the budget does not bound it (docs/jax.md)\n",
-                     *s.graph_launches, *s.graph_launches == 1 ? "" : "es");
+                     "touch is neither planned nor counted, so the figures above leave it out{} "
+                     "(docs/jax.md)\n",
+                     *s.graph_launches, *s.graph_launches == 1 ? "" : "es",
+                     budget_given ? " and the budget does not bound it" : "");
   }
 
   // Where the advisor ended.

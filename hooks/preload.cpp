@@ -568,6 +568,7 @@ void Preload::write_stats_at_exit() {
       j[schema::kVmm.path]["windows_abandoned"] = w.windows_abandoned;
       j[schema::kVmm.path]["drains_failed"] = w.drains_failed;
       j[schema::kVmm.path]["windows_skipped_for_capture"] = w.skipped_for_capture;
+      j[schema::kVmm.path][schema::vmm::kGraphLaunches.name()] = w.graph_launches;
       j[schema::kVmm.path]["window_ms"] = w.window_ms;
       j[schema::kVmm.path][schema::vmm::kWindowOpenMs.name()] = w.open_ms;
       j[schema::kVmm.path][schema::vmm::kWindowDrainMs.name()] = w.drain_ms;

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "umswap/core/log.h"
+#include "umswap/tracer/memory_calls.h"
 #include "umswap/tracer/tracer.h"
 #include "vmm_driver_timing.h"
 
@@ -115,7 +116,8 @@ void VmmObserver::on_finish() {
   finished_.store(true, std::memory_order_relaxed);
 }
 
-void VmmObserver::on_opaque(CUstream /*stream*/, const char* /*what*/) {
+void VmmObserver::on_opaque(CUstream /*stream*/, const char* what) {
+  if (what && what == tracer::kGraphLaunch) graph_launches_.fetch_add(1, std::memory_order_relaxed);
   // Work the tracer cannot see into may write any range: none made before it is unwritten.
   if (VmmAllocator* allocator = allocator_()) allocator->residency().unseen_work();
   hold_.enter();
@@ -135,6 +137,7 @@ VmmWindowStats VmmObserver::stats() const {
   s.windows_abandoned = hold_.windows_abandoned();
   s.drains_failed = drains_failed_.load(std::memory_order_relaxed);
   s.skipped_for_capture = skipped_for_capture_.load(std::memory_order_relaxed);
+  s.graph_launches = graph_launches_.load(std::memory_order_relaxed);
   auto ms = [](const std::atomic<uint64_t>& ns) {
     return static_cast<double>(ns.load(std::memory_order_relaxed)) / 1e6;
   };

@@ -58,6 +58,7 @@ struct VmmWindowStats {
   uint64_t windows_abandoned = 0;    // the hold could not open
   uint64_t drains_failed = 0;        // the context's synchronization failed: nothing moved
   uint64_t skipped_for_capture = 0;  // steps that wanted one while a graph capture was open
+  uint64_t graph_launches = 0;       // opaque calls that were CUDA graph launches
   double window_ms = 0;              // the program held, in all
   // Of it: waiting for the calls in flight to leave (the hold opening), and for the GPU to drain.
   double open_ms = 0;
@@ -100,6 +101,7 @@ class VmmObserver final : public tracer::LaunchObserver {
   CUstream stream_ = nullptr;
   std::atomic<uint64_t> drains_failed_{0};
   std::atomic<uint64_t> skipped_for_capture_{0};
+  std::atomic<uint64_t> graph_launches_{0};
   std::atomic<uint64_t> window_ns_{0};
   std::atomic<uint64_t> open_ns_{0};
   std::atomic<uint64_t> drain_ns_{0};

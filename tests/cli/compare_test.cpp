@@ -668,6 +668,33 @@ TEST(CompareRows, BudgetHeldWithinFivePercent) {
   EXPECT_FALSE(compute_rows(outcomes, kRates)[0].budget_held);
 }
 
+// CUDA graph launches under engine um: the counted peak leaves their kernels' memory out, so the
+// budget column is unknown and a note says why; engine vmm's pool is judged as before.
+TEST(CompareRows, GraphLaunchesLeaveTheBudgetUnknownUnderEngineUm) {
+  auto report_with = [](CompareMode mode, uint64_t graphs) {
+    json stats = online_stats();
+    stats["advisor"]["peak_resident_bytes"] = 900;
+    stats["advisor"]["graph_launches"] = graphs;
+    CompareReport report;
+    report.outcomes = {outcome(mode, "iter 0 ms 1\n", stats)};
+    report.outcomes[0].budget_bytes = 1000;
+    report.rows = compute_rows(report.outcomes, kRates);
+    return report;
+  };
+  EXPECT_EQ(report_with(CompareMode::online, 0).rows[0].budget_held, true);
+  EXPECT_FALSE(contains(render_notes(report_with(CompareMode::online, 0)), "CUDA graph"));
+  const CompareReport graphs = report_with(CompareMode::online, 9);
+  EXPECT_FALSE(graphs.rows[0].budget_held);
+  const std::string notes = render_notes(graphs);
+  EXPECT_TRUE(contains(notes,
+                       "note: online ran 9 CUDA graph launches (XLA's command buffers, "
+                       "torch.compile's reduce-overhead mode), whose kernels umswap cannot see "
+                       "into: its peak counts only what it saw, so whether the budget held is "
+                       "not known (docs/jax.md)\n"))
+      << notes;
+  EXPECT_FALSE(contains(render_notes(report_with(CompareMode::vmm, 9)), "CUDA graph"));
+}
+
 TEST(CompareRows, PeakResidentIsTheSteadyIterationsPeak) {
   // The learning iterations (0, 1) hold the whole footprint; the steady ones (2-4) are judged.
   json stats = online_stats();

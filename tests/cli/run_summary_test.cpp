@@ -136,6 +136,9 @@ TEST(RunSummary, SaysWhenCudaGraphsRanKernelsItCannotSee) {
       << t;
   s["advisor"]["graph_launches"] = 1;
   EXPECT_TRUE(has(run_summary_text({{"a", s}}, true), "1 CUDA graph launch (XLA's"));
+  // Without a budget there is none to bound.
+  const std::string n = run_summary_text({{"a", s}}, false);
+  EXPECT_TRUE(has(n, "so the figures above leave it out (docs/jax.md)\n")) << n;
 }
 
 TEST(RunSummary, SaysWhenThePeakIsOverTheBudget) {
@@ -360,6 +363,17 @@ TEST(RunSummary, NamesEngineVmmAndItsChunks) {
   EXPECT_TRUE(has(run_summary_text({{"a", s}}, true),
                   "moves: 40 windows held the program 812 ms in all; 35 ranges in for their "
                   "step, 12 ahead, 50 out; 3.00 GiB to the GPU, 2.00 GiB to the host\n"));
+  // CUDA graph launches: said under engine vmm too, only when there were some.
+  EXPECT_FALSE(has(run_summary_text({{"a", s}}, true), "CUDA graph"));
+  s["vmm"]["graph_launches"] = 0;
+  EXPECT_FALSE(has(run_summary_text({{"a", s}}, true), "CUDA graph"));
+  s["vmm"]["graph_launches"] = 16;
+  EXPECT_TRUE(has(run_summary_text({{"a", s}}, true),
+                  "\n        16 CUDA graph launches (XLA's command buffers, torch.compile's "
+                  "reduce-overhead mode) ran kernels umswap cannot see into: no window brings "
+                  "what they reach to the GPU, and what is on host chunks is read over the link "
+                  "(docs/jax.md)\n"));
+  s["vmm"].erase("graph_launches");
   s["vmm"]["out_of_memory"] = 2;
   EXPECT_TRUE(has(run_summary_text({{"a", s}}, true), "15 allocations in 2 MiB chunks, 2 refused"));
   s["vmm"]["block_bytes"] = 16777216;

@@ -295,14 +295,15 @@ TEST(StatsSchema, TheRunSummaryReadsTheEngineAndVmmsFields) {
   json s = every_field();
   s[schema::kEngine.path] = "vmm";
   const std::string t = cli::run_summary_text({{"stats.json", s}}, true);
-  for (const char* part :
-       {"peak on GPU chunks", "for a pool of", "peak on host chunks",
-        "engine vmm: ", "refused for want of room", " windows held the program "}) {
+  for (const char* part : {"peak on GPU chunks", "for a pool of", "peak on host chunks",
+                           "engine vmm: ", "refused for want of room", " windows held the program ",
+                           " CUDA graph launches "}) {
     EXPECT_NE(t.find(part), std::string::npos) << part << "\n" << t;
   }
   s[schema::kEngine.path] = "um";
   const std::string u = cli::run_summary_text({{"stats.json", s}}, true);
   EXPECT_NE(u.find("(engine um)"), std::string::npos) << u;
+  EXPECT_NE(u.find(" CUDA graph launches "), std::string::npos) << u;  // advisor.graph_launches
   EXPECT_EQ(u.find("engine vmm"), std::string::npos) << u;
 }
 

@@ -184,10 +184,16 @@ TEST(MemoryCalls, StreamMemoryOperationsAndOpaqueCalls) {
   EXPECT_EQ(d.call.stream, stream_of(11));
   EXPECT_TRUE(d.pointers.empty());
   EXPECT_STREQ(d.call.opaque, "a CUDA graph launch");
+  // kGraphLaunch names graph launches, both forms, and no other opaque call (the advisor and
+  // engine vmm count them by it: stats advisor.graph_launches, vmm.graph_launches).
+  EXPECT_TRUE(d.call.opaque == kGraphLaunch);
+  d = decode(CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz, &graph);
+  EXPECT_TRUE(d.call.opaque != nullptr && d.call.opaque == kGraphLaunch);
   const cuLaunchHostFunc_params fn{.hStream = stream_of(12), .fn = nullptr, .userData = nullptr};
   d = decode(CUPTI_DRIVER_TRACE_CBID_cuLaunchHostFunc_ptsz, &fn);
   EXPECT_EQ(d.call.what, MemoryCallClass::opaque);
   EXPECT_EQ(d.call.stream, stream_of(12));
+  EXPECT_FALSE(d.call.opaque == kGraphLaunch);
   const cuStreamAddCallback_params callback{
       .hStream = stream_of(13), .callback = nullptr, .userData = nullptr, .flags = 0};
   d = decode(CUPTI_DRIVER_TRACE_CBID_cuStreamAddCallback, &callback);

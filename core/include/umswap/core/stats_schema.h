@@ -167,6 +167,10 @@ inline constexpr Field kFields[] = {
     {"vmm.windows", Kind::diagnostic, "integer", detail::kVmmAllocator,
      "Windows: the program held and the GPU drained at a step that reached host chunks, while "
      "ranges moved."},
+    {"vmm.graph_launches", Kind::user, "integer", detail::kVmmAllocator,
+     "CUDA graph launches (XLA's command buffers, torch.compile's reduce-overhead mode): their "
+     "kernels are not seen, so no window brings what they reach to the GPU; host chunks are read "
+     "over the link."},
     {"vmm.window_ms", Kind::diagnostic, "number", detail::kVmmAllocator,
      "Milliseconds the program was held by windows, in all (drains included)."},
     {"vmm.block_bytes", Kind::diagnostic, "integer", detail::kVmmAllocator,
@@ -528,6 +532,7 @@ inline constexpr const Field& kGpuAndProgramBytesPeak = field("vmm.gpu_and_progr
 inline constexpr const Field& kBytesToGpu = field("vmm.bytes_to_gpu");
 inline constexpr const Field& kBytesToHost = field("vmm.bytes_to_host");
 inline constexpr const Field& kWindows = field("vmm.windows");
+inline constexpr const Field& kGraphLaunches = field("vmm.graph_launches");
 inline constexpr const Field& kWindowMs = field("vmm.window_ms");
 inline constexpr const Field& kBlockBytes = field("vmm.block_bytes");
 inline constexpr const Field& kWindowOpenMs = field("vmm.window_open_ms");

@@ -227,9 +227,12 @@ ChildEnvironment plan_compare_environment(const CompareRunSettings& settings,
                                           std::string_view library_path) {
   RunFlags flags;
   flags.engine = settings.run == CompareRun::vmm ? Engine::vmm : Engine::um;
-  // Native is passthrough: the program's own allocator settings (plan_child_environment).
+  // Native is passthrough: the program's own allocator settings (plan_child_environment). The
+  // user's UMSWAP_MODE has no say: compare sets each run's mode itself.
   if (settings.run == CompareRun::native) flags.mode = Mode::passthrough;
-  ChildEnvironment env = plan_child_environment(flags, current, library_path);
+  CurrentEnv without_mode = current;
+  without_mode.umswap_mode.reset();
+  ChildEnvironment env = plan_child_environment(flags, without_mode, library_path);
   std::string_view mode;
   switch (settings.run) {
     case CompareRun::native:

@@ -166,6 +166,9 @@ TEST(ChildEnv, PassthroughLeavesJaxsAllocatorAlone) {
   const ChildEnvironment m = plan_compare_environment(managed, current, "/u/libumswap.so");
   EXPECT_EQ(find_var(m, "XLA_PYTHON_CLIENT_ALLOCATOR"), "cuda_async");
   EXPECT_EQ(find_var(m, "UMSWAP_MODE"), "managed");
+  // The user's UMSWAP_MODE=passthrough does not make compare's managed run a passthrough one.
+  const ChildEnvironment mv = plan_compare_environment(managed, by_variable, "/u/libumswap.so");
+  EXPECT_EQ(find_var(mv, "XLA_PYTHON_CLIENT_ALLOCATOR"), "cuda_async");
 }
 
 TEST(ChildEnv, XlaCudaAsyncAndTheUsersPreallocationAreKept) {

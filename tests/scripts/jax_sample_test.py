@@ -2,25 +2,16 @@
 """samples/jax/train.py without a GPU: its flags, its errors and its skip. jax is hidden behind a
 stand-in that fails to import, so the test means the same on a machine that has it."""
 import os
-import subprocess
-import sys
-import tempfile
 import unittest
+
+from hidden_module import run_script
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SAMPLE = os.path.join(HERE, "..", "..", "samples", "jax", "train.py")
 
 
 def run(*args):
-    env = dict(os.environ)
-    with tempfile.TemporaryDirectory() as standin:
-        os.makedirs(os.path.join(standin, "jax"))
-        with open(os.path.join(standin, "jax", "__init__.py"), "w") as f:
-            f.write("raise ImportError('jax hidden by the test')\n")
-        env["PYTHONPATH"] = standin + os.pathsep + env.get("PYTHONPATH", "")
-        p = subprocess.run([sys.executable, SAMPLE, *args], env=env, capture_output=True,
-                           text=True, timeout=60)
-    return p.returncode, p.stdout + p.stderr
+    return run_script(SAMPLE, args, hide="jax")
 
 
 class JaxSample(unittest.TestCase):

@@ -2,26 +2,16 @@
 """samples/pytorch/models.py without a GPU: its flags, its errors and its skip. torch is hidden
 behind a stand-in that fails to import, so the test means the same on a machine that has it."""
 import os
-import subprocess
-import sys
-import tempfile
 import unittest
+
+from hidden_module import run_script
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = os.path.join(HERE, "..", "..", "samples", "pytorch", "models.py")
 
 
 def run(*args, hide_torch=True):
-    env = dict(os.environ)
-    with tempfile.TemporaryDirectory() as standin:
-        if hide_torch:
-            os.makedirs(os.path.join(standin, "torch"))
-            with open(os.path.join(standin, "torch", "__init__.py"), "w") as f:
-                f.write("raise ImportError('torch hidden by the test')\n")
-            env["PYTHONPATH"] = standin + os.pathsep + env.get("PYTHONPATH", "")
-        p = subprocess.run([sys.executable, MODELS, *args], env=env, capture_output=True,
-                           text=True, timeout=60)
-    return p.returncode, p.stdout + p.stderr
+    return run_script(MODELS, args, hide="torch" if hide_torch else None)
 
 
 class SampleModels(unittest.TestCase):

@@ -160,8 +160,11 @@ ChildEnvironment plan_child_environment(const RunFlags& flags, const CurrentEnv&
   }
 
   // JAX's allocator, but in passthrough (JAX as it runs without umswap: compare's native row).
-  const bool passthrough = flags.mode ? *flags.mode == Mode::passthrough
-                                      : trim(current.umswap_mode.value_or("")) == "passthrough";
+  // (`umswap replay` sets UMSWAP_MODE=replay below, whatever the user's variable says.)
+  const bool passthrough =
+      !flags.replay_trace && (flags.mode ? *flags.mode == Mode::passthrough
+                                         : parse_mode(current.umswap_mode.value_or("")) ==
+                                               std::optional<Mode>(Mode::passthrough));
   if (passthrough) {
     restore_xla_settings(env, current);
   } else {
@@ -227,8 +230,8 @@ ChildEnvironment plan_compare_environment(const CompareRunSettings& settings,
                                           std::string_view library_path) {
   RunFlags flags;
   flags.engine = settings.run == CompareRun::vmm ? Engine::vmm : Engine::um;
-  // Native is passthrough: the program's own allocator settings (plan_child_environment). The
-  // user's UMSWAP_MODE has no say: compare sets each run's mode itself.
+  // Native is passthrough: JAX's own allocator settings (plan_child_environment). The user's
+  // UMSWAP_MODE has no say: compare sets each run's mode itself.
   if (settings.run == CompareRun::native) flags.mode = Mode::passthrough;
   CurrentEnv without_mode = current;
   without_mode.umswap_mode.reset();

@@ -255,17 +255,16 @@ std::string render_notes(const CompareReport& report) {
           name);
     }
   }
-  // Kernels in CUDA graphs: the peak leaves their memory out, so whether the budget held is not
-  // known (compute_rows leaves budget_held unset).
-  for (const ModeOutcome& o : report.outcomes) {
-    if (o.baseline || o.mode == CompareMode::vmm || !o.stats) continue;
-    if (const uint64_t graphs = o.stats->graph_launches.value_or(0); graphs > 0) {
-      out += fmt::format(
-          "note: {} ran {} CUDA graph launch{} (XLA's command buffers, torch.compile's "
-          "reduce-overhead mode), whose kernels umswap cannot see into: its peak counts only what "
-          "it saw, so whether the budget held is not known (docs/jax.md)\n",
-          compare_mode_name(o.mode), graphs, graphs == 1 ? "" : "es");
-    }
+  // Kernels in CUDA graphs: the peak leaves their memory out, so one within the budget is no
+  // answer (compute_rows leaves budget_held unset); one over it stays "no", with its note below.
+  for (const ModeRow& row : report.rows) {
+    if (row.baseline || !row.graph_launches) continue;
+    out += fmt::format(
+        "note: {} ran {} CUDA graph launch{} (XLA's command buffers, torch.compile's "
+        "reduce-overhead mode), whose kernels umswap cannot see into: its peak counts only what it "
+        "saw{} (docs/jax.md)\n",
+        row_name(row), *row.graph_launches, *row.graph_launches == 1 ? "" : "es",
+        row.budget_held == false ? "" : ", so whether the budget held is not known");
   }
   // A budget not held: why, where the stats say (docs/advisor.md).
   for (const ModeRow& row : report.rows) {

@@ -142,6 +142,15 @@ TEST(ChildEnv, PassthroughLeavesJaxsAllocatorAlone) {
   const ChildEnvironment v = plan_child_environment(no_flag, by_variable, "/u/libumswap.so");
   EXPECT_TRUE(unsets(v, "XLA_PYTHON_CLIENT_ALLOCATOR"));
   EXPECT_FALSE(find_var(v, "XLA_PYTHON_CLIENT_ALLOCATOR"));
+  by_variable.umswap_mode = " PassThrough ";  // as the library reads it: case and blanks aside
+  EXPECT_TRUE(unsets(plan_child_environment(no_flag, by_variable, "/u/libumswap.so"),
+                     "XLA_PYTHON_CLIENT_ALLOCATOR"));
+  // umswap replay sets UMSWAP_MODE=replay whatever the user's says: umswap's settings.
+  RunFlags replay = no_flag;
+  replay.replay_trace = "run.umtrace";
+  EXPECT_EQ(find_var(plan_child_environment(replay, by_variable, "/u/libumswap.so"),
+                     "XLA_PYTHON_CLIENT_ALLOCATOR"),
+            "cuda_async");
   no_flag.mode = Mode::online;
   EXPECT_EQ(find_var(plan_child_environment(no_flag, by_variable, "/u/libumswap.so"),
                      "XLA_PYTHON_CLIENT_ALLOCATOR"),

@@ -668,13 +668,15 @@ TEST(CompareRows, BudgetHeldWithinFivePercent) {
   EXPECT_FALSE(compute_rows(outcomes, kRates)[0].budget_held);
 }
 
-// CUDA graph launches under engine um: the counted peak leaves their kernels' memory out, so the
-// budget column is unknown and a note says why; engine vmm's pool is judged as before.
-TEST(CompareRows, GraphLaunchesLeaveTheBudgetUnknownUnderEngineUm) {
-  auto report_with = [](CompareMode mode, uint64_t graphs) {
+// CUDA graph launches under engine um: the counted peak leaves their kernels' memory out, so a
+// peak within the budget is no answer (the column `-`, a note says why), one over it is still
+// "no"; engine vmm's pool is judged as before. The note names a torchrun rank's row.
+TEST(CompareRows, GraphLaunchesLeaveAPeakWithinTheBudgetUnknown) {
+  auto report_with = [](CompareMode mode, uint64_t graphs, uint64_t peak = 900) {
     json stats = online_stats();
-    stats["advisor"]["peak_resident_bytes"] = 900;
+    stats["advisor"]["peak_resident_bytes"] = peak;
     stats["advisor"]["graph_launches"] = graphs;
+    stats["vmm"] = {{"gpu_bytes_peak", peak}, {"budget_bytes", 1000}};
     CompareReport report;
     report.outcomes = {outcome(mode, "iter 0 ms 1\n", stats)};
     report.outcomes[0].budget_bytes = 1000;
@@ -692,7 +694,21 @@ TEST(CompareRows, GraphLaunchesLeaveTheBudgetUnknownUnderEngineUm) {
                        "into: its peak counts only what it saw, so whether the budget held is "
                        "not known (docs/jax.md)\n"))
       << notes;
-  EXPECT_FALSE(contains(render_notes(report_with(CompareMode::vmm, 9)), "CUDA graph"));
+  // Counted over the budget: over it whatever the graphs add.
+  const CompareReport over = report_with(CompareMode::online, 9, 2000);
+  EXPECT_EQ(over.rows[0].budget_held, false);
+  const std::string over_notes = render_notes(over);
+  EXPECT_TRUE(contains(over_notes, "its peak counts only what it saw (docs/jax.md)\n"))
+      << over_notes;
+  EXPECT_TRUE(contains(over_notes, "over its budget of")) << over_notes;
+  // Engine vmm: judged by its pool, no note.
+  const CompareReport vmm = report_with(CompareMode::vmm, 9);
+  EXPECT_FALSE(contains(render_notes(vmm), "CUDA graph"));
+  EXPECT_FALSE(vmm.rows[0].graph_launches);
+  // A rank's row is named as such.
+  CompareReport ranked = report_with(CompareMode::online, 3);
+  ranked.rows[0].rank = 1;
+  EXPECT_TRUE(contains(render_notes(ranked), "note: online r1 ran 3 CUDA graph launches"));
 }
 
 TEST(CompareRows, PeakResidentIsTheSteadyIterationsPeak) {
@@ -1248,6 +1264,24 @@ TEST(CompareBaselines, AFailedBaselineKeepsItsRowAndIsNotCompared) {
   EXPECT_EQ(j["baselines"][0]["flag"], "--offload");
   EXPECT_TRUE(j["baselines"][0]["steady_median_ms"].is_null());
   EXPECT_EQ(j["baselines"][1]["status"], "ok");
+}
+
+// A row whose run launched CUDA graphs has a peak that leaves their memory out: no claim of equal
+// memory is made from it (online and replay both ran graphs here).
+TEST(CompareBaselines, NoEqualMemoryClaimFromAPeakThatLeavesGraphsOut) {
+  CompareReport report = baseline_report(
+      {baseline_outcome(CompareBaseline::offload, script_output(250, 5.0, 12 * kGiB))});
+  for (ModeRow& row : report.rows) {
+    if (row.mode != CompareMode::native) row.graph_launches = 8;
+  }
+  const std::vector<BaselineVerdict> v = baseline_verdicts(report.rows, report.baseline_rows);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_FALSE(v[0].at_equal_memory);
+  EXPECT_FALSE(v[0].speedup);
+  EXPECT_TRUE(contains(v[0].text,
+                       "umswap's count leaves out the memory of the kernels in CUDA "
+                       "graphs"))
+      << v[0].text;
 }
 
 TEST(CompareBaselines, SpeedUpOverSaveOnCpuAtEqualOrLowerMemory) {

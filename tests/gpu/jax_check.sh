@@ -5,8 +5,8 @@
 # came as stream-ordered allocations umswap served, none mapped by the program with cuMemMap);
 # under vmm the GPU chunks' peak stays within the pool; XLA's CUDA graph launches (its command
 # buffers: 6 in run 207, JAX 0.11.2) are counted by both engines and said in the summary. The
-# native run has JAX's own allocator without preallocation (75% of the GPU otherwise; its peak is
-# the same). Exit 77 without JAX or a GPU (the sample's own skip).
+# native run has JAX's own allocator without preallocation (75% of the GPU otherwise). Exit 77
+# without JAX or a GPU (the sample's own skip).
 # usage: jax_check.sh UMSWAP
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 set -euo pipefail
@@ -18,7 +18,7 @@ umswap=$1
 sample=$(cd "$(dirname "$0")/../.." && pwd)/samples/jax/train.py
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-# 0.84 GB at its peak (4 layers of 4096 x 4096, batch 4096; run 207).
+# 0.94 GB at its peak (4 layers of 4096 x 4096, batch 4096; run 208, H200, JAX 0.11.2).
 args=(--model mlp --layers 4 --width 4096 --batch 4096 --steps 6)
 
 rc=0

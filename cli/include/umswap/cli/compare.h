@@ -230,6 +230,10 @@ struct ModeRow {
   std::optional<uint64_t> peak_allocated_bytes;   // the program's summary (PyTorch's own peak)
   std::optional<uint64_t> budget_bytes;           // online and replay only
   std::optional<bool> budget_held;                // peak_resident <= budget * kBudgetTolerance
+  // Engine um rows whose run launched CUDA graphs (advisor.graph_launches): their kernels' memory
+  // is not in peak_resident_bytes, so a peak within the budget says nothing (budget_held unset),
+  // one over it still does, and no baseline verdict claims equal memory from it.
+  std::optional<uint64_t> graph_launches;
   std::string checksum;
   // vs native; nullopt when either side has nothing to compare. With a checksum on both sides,
   // equal checksums; else the losses of every iteration both runs printed within loss_tolerance

@@ -164,6 +164,13 @@ std::string render_table(const std::vector<ModeRow>& rows) {
   return out;
 }
 
+std::string graph_launches_text(uint64_t launches) {
+  return fmt::format(
+      "{} CUDA graph launch{} (XLA's command buffers, torch.compile's "
+      "reduce-overhead mode)",
+      launches, launches == 1 ? "" : "es");
+}
+
 std::string render_notes(const CompareReport& report) {
   std::string out;
   if (report.probe.probe) {
@@ -260,10 +267,9 @@ std::string render_notes(const CompareReport& report) {
   for (const ModeRow& row : report.rows) {
     if (row.baseline || !row.graph_launches) continue;
     out += fmt::format(
-        "note: {} ran {} CUDA graph launch{} (XLA's command buffers, torch.compile's "
-        "reduce-overhead mode), whose kernels umswap cannot see into: its peak counts only what it "
+        "note: {} ran {}, whose kernels umswap cannot see into: its peak counts only what it "
         "saw{} (docs/jax.md)\n",
-        row_name(row), *row.graph_launches, *row.graph_launches == 1 ? "" : "es",
+        row_name(row), graph_launches_text(*row.graph_launches),
         row.budget_held == false ? "" : ", so whether the budget held is not known");
   }
   // A budget not held: why, where the stats say (docs/advisor.md).

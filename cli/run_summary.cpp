@@ -115,11 +115,9 @@ void add_vmm_lines(std::string& out, const std::string& pad, const json& stats) 
   if (const std::optional<uint64_t> graphs = figure(schema::vmm::kGraphLaunches);
       graphs && *graphs > 0) {
     out += pad + fmt::format(
-                     "{} CUDA graph launch{} (XLA's command buffers, torch.compile's "
-                     "reduce-overhead mode) ran kernels umswap cannot see into: no window brings "
-                     "what they reach to the GPU, and what is on host chunks is read over the "
-                     "link (docs/jax.md)\n",
-                     *graphs, *graphs == 1 ? "" : "es");
+                     "{} ran kernels umswap cannot see into: no window brings what they reach to "
+                     "the GPU, and what is on host chunks is read over the link (docs/jax.md)\n",
+                     graph_launches_text(*graphs));
   }
   uint64_t all = 0;
   if (const json* by = schema::find(stats, schema::allocator::kAllocationsByApi);
@@ -274,11 +272,9 @@ void add_process(std::string& out, const SummaryInput& p, bool named, bool budge
   // counted, so the figures above leave it out and the budget does not bound it.
   if (s.graph_launches.value_or(0) > 0) {
     out += pad + fmt::format(
-                     "{} CUDA graph launch{} (XLA's command buffers, torch.compile's "
-                     "reduce-overhead mode) ran kernels umswap cannot see into: the memory they "
-                     "touch is neither planned nor counted, so the figures above leave it out{} "
-                     "(docs/jax.md)\n",
-                     *s.graph_launches, *s.graph_launches == 1 ? "" : "es",
+                     "{} ran kernels umswap cannot see into: the memory they touch is neither "
+                     "planned nor counted, so the figures above leave it out{} (docs/jax.md)\n",
+                     graph_launches_text(*s.graph_launches),
                      budget_given ? " and the budget does not bound it" : "");
   }
 

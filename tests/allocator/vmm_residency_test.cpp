@@ -82,6 +82,16 @@ class VmmResidencyTest : public ::testing::Test {
     for (CUdeviceptr p : r) EXPECT_FALSE(step({p}));
     return r;
   }
+  // After fill_sixteen(): a new range of 2 chunks (seed 30) and r[7] in one step. Its window
+  // brings the new range in and evicts the least recently used range alone (no room made).
+  void expect_a_step_that_evicts_only_its_own_room(const std::vector<CUdeviceptr>& r) {
+    const CUdeviceptr full = allocate(2 * kChunk, 30);
+    EXPECT_TRUE(step({r[7], full}));
+    EXPECT_TRUE(on_gpu(full));
+    EXPECT_FALSE(on_gpu(r[0]));
+    for (int i = 1; i < 8; ++i) EXPECT_TRUE(on_gpu(r[static_cast<size_t>(i)]));
+    EXPECT_EQ(residency_->stats().ranges_evicted, 1u);
+  }
 
   std::unique_ptr<vmm::ChunkArena> arena_;
   std::unique_ptr<VmmResidency> residency_;
@@ -661,13 +671,7 @@ TEST_F(VmmResidencyTest, AWindowLeavesRoomForTheNextAllocations) {
 // GPU bytes that memory no range holds would give back (kept ranges: set_spare) count as the
 // room: with them the same window evicts only what its step needs.
 TEST_F(VmmResidencyTest, SpareBytesCountAsRoomForTheNextAllocations) {
-  const std::vector<CUdeviceptr> r = fill_sixteen(2 * kChunk);
-  const CUdeviceptr full = allocate(2 * kChunk, 30);
-  EXPECT_TRUE(step({r[7], full}));
-  EXPECT_TRUE(on_gpu(full));
-  EXPECT_FALSE(on_gpu(r[0]));
-  for (int i = 1; i < 8; ++i) EXPECT_TRUE(on_gpu(r[static_cast<size_t>(i)]));
-  EXPECT_EQ(residency_->stats().ranges_evicted, 1u);
+  expect_a_step_that_evicts_only_its_own_room(fill_sixteen(2 * kChunk));
 }
 
 // A program whose allocations are mostly plain (a caching allocator's segments) gets no room,
@@ -675,12 +679,7 @@ TEST_F(VmmResidencyTest, SpareBytesCountAsRoomForTheNextAllocations) {
 TEST_F(VmmResidencyTest, NoRoomWhileMostAllocationsArePlain) {
   const std::vector<CUdeviceptr> r = fill_sixteen(0);  // one stream-ordered allocation
   plain_ += 2;
-  const CUdeviceptr full = allocate(2 * kChunk, 30);
-  EXPECT_TRUE(step({r[7], full}));
-  EXPECT_TRUE(on_gpu(full));
-  EXPECT_FALSE(on_gpu(r[0]));
-  for (int i = 1; i < 8; ++i) EXPECT_TRUE(on_gpu(r[static_cast<size_t>(i)]));
-  EXPECT_EQ(residency_->stats().ranges_evicted, 1u);
+  expect_a_step_that_evicts_only_its_own_room(r);
   EXPECT_EQ(residency_->stats().ranges_evicted_for_room, 0u);
 }
 

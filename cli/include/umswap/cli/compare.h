@@ -440,5 +440,8 @@ std::string render_verdicts(const CompareReport& report);
 std::string render_notes(const CompareReport& report);
 // The --json document (schema in docs/cli.md).
 nlohmann::json compare_json(const CompareReport& report);
+// "N CUDA graph launch(es) (XLA's command buffers, torch.compile's reduce-overhead mode)": how
+// compare's notes and the run summary name the launches whose kernels umswap cannot see into.
+std::string graph_launches_text(uint64_t launches);
 
 }  // namespace umswap::cli

@@ -180,7 +180,7 @@ int run_command(const RunFlags& given) {
           ? std::vector<SummaryInput>()
           : read_run_stats(stats_pattern, before, flags.verify ? "verify" : "summary");
   if (!flags.quiet) std::fputs(run_summary_text(stats, has_budget(flags)).c_str(), stderr);
-  cache.finish(flags.quiet, flags.verbose);
+  cache.finish(flags.quiet, flags.verbose, run_made_a_plan(stats));
   int result = status;
   if (flags.verify) {
     std::vector<nlohmann::json> files;

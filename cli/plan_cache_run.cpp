@@ -89,15 +89,20 @@ std::vector<EnvVar> PlanCacheRun::environment() const {
           {"UMSWAP_TRACE_ITERATIONS", std::to_string(kPlanCacheIterations)}};
 }
 
-void PlanCacheRun::finish(bool quiet, bool verbose) {
+void PlanCacheRun::finish(bool quiet, bool verbose, std::optional<bool> plan_made) {
   if (!cache_) return;
+  const std::string now = plan_cache_now();
+  if (plan_made == false) {
+    if (hit_) cache_->mark_used(*hit_, now);
+    if (verbose) say("plan cache: this run's trace not cached (the run made no plan)");
+    return;
+  }
   std::vector<fs::path> traces;
   std::error_code ec;
   for (const auto& f : fs::directory_iterator(temp_dir_, ec)) {
     // A process killed while writing leaves `trace-<pid>.umtrace.tmp.<pid>`: not a trace.
     if (f.path().extension() == ".umtrace") traces.push_back(f.path());
   }
-  const std::string now = plan_cache_now();
   std::string why;
   if (traces.size() == 1) {
     if (cache_->store(key_, identity_, traces.front(), hit_, now, &why)) {

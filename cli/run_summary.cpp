@@ -319,4 +319,14 @@ std::string run_summary_text(const std::vector<SummaryInput>& processes, bool bu
   return out;
 }
 
+std::optional<bool> run_made_a_plan(const std::vector<SummaryInput>& processes) {
+  std::optional<bool> made;
+  for (const SummaryInput& p : processes) {
+    const StatsFigures s = parse_stats_figures(p.stats);
+    if (s.first_plan_applied_from || s.plan_applied_from) return true;
+    if (s.first_plan_known) made = false;
+  }
+  return made;
+}
+
 }  // namespace umswap::cli

@@ -143,6 +143,39 @@ TEST_F(PlanCacheRun, AProgramThatRecordsNothingLeavesNoEntry) {
   EXPECT_EQ(entries(), 0u);
 }
 
+// A run whose stats say its advisor never put a plan in force (online learning found no
+// iteration) leaves no entry: its trace is not one to replay. One whose advisor did, is cached.
+TEST_F(PlanCacheRun, ARunThatMadeNoPlanIsNotCached) {
+  auto with_stats = [&](const std::string& first_plan, bool verbose) {
+    const std::string stats = fmt::format(
+        R"({{"umswap_stats_version": 1, "advisor": {{"mode": "online", "state": "learning", )"
+        R"("first_plan_applied_from_launch": {}}}}})",
+        first_plan);
+    std::vector<std::string> args = {"run", "--budget", "1G"};
+    if (verbose) args.push_back("--verbose");
+    args.insert(args.end(),
+                {"--", "sh", "-c",
+                 fmt::format("cp '{}' \"$(printf '%s' \"$UMSWAP_TRACE\" | sed 's/%p/1/')\"; "
+                             "printf '%s' '{}' > \"$(printf '%s' \"$UMSWAP_STATS\" | "
+                             "sed 's/%p/1/')\"",
+                             kTrace.string(), stats)});
+    return umswap(args);
+  };
+  Result r = with_stats("null", false);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "no plan was made")) << r.err;  // the summary read the stats
+  EXPECT_FALSE(contains(r.err, "plan cached for the next run")) << r.err;
+  EXPECT_EQ(entries(), 0u);
+  r = with_stats("null", true);
+  EXPECT_TRUE(contains(r.err, "plan cache: this run's trace not cached (the run made no plan)"))
+      << r.err;
+  EXPECT_EQ(entries(), 0u);
+  r = with_stats("4000", false);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "plan cached for the next run")) << r.err;
+  EXPECT_EQ(entries(), 1u);
+}
+
 TEST_F(PlanCacheRun, ADamagedEntryIsRemovedAndTheRunLearns) {
   ASSERT_EQ(run({"--budget", "1G"}).exit_code, 0);
   ASSERT_EQ(entries(), 1u);

@@ -2,7 +2,7 @@
 // the command up and make the run a replay of the cached trace when there is one; during it,
 // record the first kPlanCacheIterations iterations into a temporary folder (UMSWAP_TRACE, one
 // file per process); after it, cache that trace when exactly one process wrote one that can be
-// replayed, so the next run of the command finds this run's own trace.
+// replayed and the run made a plan, so the next run of the command finds this run's own trace.
 //
 // Used by run_command() on its one thread.
 #pragma once
@@ -34,9 +34,11 @@ class PlanCacheRun {
   // in the temporary folder) and UMSWAP_TRACE_ITERATIONS; none when the cache is off.
   std::vector<EnvVar> environment() const;
 
-  // After the program: caches the trace it recorded. Says so when a first plan was cached (unless
-  // quiet); why none was, with --verbose.
-  void finish(bool quiet, bool verbose);
+  // After the program: caches the trace it recorded, unless `plan_made` is false (the run's stats
+  // say no process put a plan in force: a trace from which the run itself found no plan is not
+  // one to replay; nullopt, when no stats say, caches). Says so when a first plan was cached
+  // (unless quiet); why none was, with --verbose.
+  void finish(bool quiet, bool verbose, std::optional<bool> plan_made = std::nullopt);
 
   bool hit() const { return hit_.has_value(); }
 

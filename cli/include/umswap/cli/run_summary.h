@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,5 +26,10 @@ struct SummaryInput {
 // At most `max_processes` are shown; a last line counts the rest.
 std::string run_summary_text(const std::vector<SummaryInput>& processes, bool budget_given,
                              size_t max_processes = 8);
+
+// Whether the run put a plan in force: true when any process's advisor did (its first or its last
+// plan has a launch it applied from), false when every file that has the advisor's first-plan
+// field says none did, nullopt when no file has it (no stats, no advisor).
+std::optional<bool> run_made_a_plan(const std::vector<SummaryInput>& processes);
 
 }  // namespace umswap::cli

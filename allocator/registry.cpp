@@ -45,6 +45,8 @@ const char* to_string(AllocApi api) {
       return "cuMemAllocAsync";
     case AllocApi::cuMemAllocManaged:
       return "cuMemAllocManaged";
+    case AllocApi::cuMemMap:
+      return "cuMemMap";
   }
   return "unknown";
 }

@@ -400,9 +400,75 @@ CUresult VmmAllocator::allocate_pitch(AllocApi api, size_t width, size_t height,
   return status;
 }
 
+CUresult VmmAllocator::map_program(CUdeviceptr ptr, size_t bytes, CallSiteId site) {
+  const Timed timed(allocate_ns_);
+  poll();
+  CUresult status = arena_.allocate_at(ptr, bytes);
+  if (status == CUDA_ERROR_OUT_OF_MEMORY && drain() > 0) status = arena_.allocate_at(ptr, bytes);
+  if (status == CUDA_ERROR_OUT_OF_MEMORY) {
+    release_kept();
+    status = arena_.allocate_at(ptr, bytes);
+  }
+  if (status != CUDA_SUCCESS) {
+    if (status == CUDA_ERROR_OUT_OF_MEMORY) {
+      out_of_memory_.fetch_add(1, std::memory_order_relaxed);
+      store_max(largest_refused_, bytes);
+    } else {
+      driver_failures_.fetch_add(1, std::memory_order_relaxed);
+    }
+    return status;
+  }
+  residency_.allocated(ptr);
+  BufferRecord record;
+  record.base = ptr;
+  record.size = bytes;
+  record.id = next_id_.fetch_add(1, std::memory_order_relaxed);
+  record.call_site = site;
+  record.api = AllocApi::cuMemMap;
+  if (!registry_.insert(record)) {
+    residency_.forget(ptr);
+    release_to_arena(ptr);
+    driver_failures_.fetch_add(1, std::memory_order_relaxed);
+    return CUDA_ERROR_UNKNOWN;
+  }
+  {
+    std::lock_guard lock(program_ranges_mutex_);
+    program_ranges_.insert(ptr);
+  }
+  allocations_[static_cast<int>(AllocApi::cuMemMap)].fetch_add(1, std::memory_order_relaxed);
+  live_buffers_.fetch_add(1, std::memory_order_relaxed);
+  {
+    std::lock_guard lock(peaks_mutex_);
+    requested_bytes_ += bytes;
+    requested_bytes_peak_ = std::max(requested_bytes_peak_, requested_bytes_);
+  }
+  note_peaks();
+  return CUDA_SUCCESS;
+}
+
+bool VmmAllocator::program_range(CUdeviceptr ptr) {
+  std::lock_guard lock(program_ranges_mutex_);
+  return program_ranges_.contains(ptr);
+}
+
+std::optional<CUresult> VmmAllocator::unmap_program(CUdeviceptr ptr) {
+  const Timed timed(free_ns_);
+  {
+    std::lock_guard lock(program_ranges_mutex_);
+    if (program_ranges_.erase(ptr) == 0) return std::nullopt;
+  }
+  const std::optional<BufferRecord> record = registry_.remove(ptr);
+  const CUresult synced = sync_.ctx_synchronize();
+  residency_.forget(ptr);
+  release_to_arena(ptr);
+  count_free(record ? record->size : 0);
+  return synced;
+}
+
 std::optional<CUresult> VmmAllocator::free(CUdeviceptr ptr) {
   const Timed timed(free_ns_);
   poll();
+  if (program_range(ptr)) return std::nullopt;
   const std::optional<BufferRecord> record = registry_.remove(ptr);
   if (!record) return std::nullopt;
   // cudaFree and cuMemFree wait for the device: no kernel may still be using the range when its
@@ -416,6 +482,7 @@ std::optional<CUresult> VmmAllocator::free(CUdeviceptr ptr) {
 std::optional<CUresult> VmmAllocator::free_async(CUdeviceptr ptr, CUstream stream) {
   const Timed timed(free_ns_);
   poll();
+  if (program_range(ptr)) return std::nullopt;
   const std::optional<BufferRecord> record = registry_.remove(ptr);
   if (!record) return std::nullopt;
   CUevent event = nullptr;

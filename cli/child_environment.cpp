@@ -146,7 +146,14 @@ ChildEnvironment plan_child_environment(const RunFlags& flags, const CurrentEnv&
     }
     env.set.push_back({name, merge.value});
   };
-  if (current.pytorch_cuda_alloc_conf || !current.pytorch_alloc_conf) {
+  // Engine vmm serves expandable segments (their handles are virtual: virtual_handles.h), so the
+  // user's setting stands; engine um cannot back them with managed memory.
+  const bool vmm = flags.engine ? *flags.engine == Engine::vmm
+                                : parse_engine(current.umswap_engine.value_or("")) ==
+                                      std::optional<Engine>(Engine::vmm);
+  if (vmm) {
+    // Nothing to change.
+  } else if (current.pytorch_cuda_alloc_conf || !current.pytorch_alloc_conf) {
     merge_into("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF",
                current.pytorch_cuda_alloc_conf);
     if (current.pytorch_alloc_conf) {
@@ -213,7 +220,8 @@ CurrentEnv read_current_env() {
           .pytorch_alloc_conf = value("PYTORCH_ALLOC_CONF"),
           .xla_allocator = value("XLA_PYTHON_CLIENT_ALLOCATOR"),
           .xla_preallocate = value("XLA_PYTHON_CLIENT_PREALLOCATE"),
-          .umswap_mode = value("UMSWAP_MODE")};
+          .umswap_mode = value("UMSWAP_MODE"),
+          .umswap_engine = value("UMSWAP_ENGINE")};
 }
 
 std::string apply_child_environment(const ChildEnvironment& env) {

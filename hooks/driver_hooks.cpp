@@ -2,8 +2,11 @@
 // call through when umswap does not redirect (or is itself the caller), else hand it to the
 // allocator. Reached directly by programs linked with -lcuda, and through cuGetProcAddress/dlsym
 // answers by everything else (proc_address.cpp).
+#include <dlfcn.h>
+
 #include <cstring>
 #include <optional>
+#include <string_view>
 
 #include "launch_in_order.h"
 #include "preload.h"
@@ -54,6 +57,72 @@ umswap::VmmAllocator* vmm_for_allocation(Preload& p) {
 // it does not know go to the driver); nullptr under engine um.
 umswap::VmmAllocator* vmm_engine(Preload& p) {
   return ReentryGuard::active() ? nullptr : p.vmm();
+}
+
+// Why engine vmm does not give the program's cuMemCreate a virtual handle (virtual_handles.h);
+// nullptr when it does: plain device memory on the engine's GPU, in whole chunks, with no
+// attribute the engine cannot honour (compression, a usage), made by a library other than
+// NCCL's or NVSHMEM's, which export their buffers to other processes (a virtual handle mapped by
+// the engine cannot be). GPUDirect RDMA capability is asked for by PyTorch and JAX wherever the
+// GPU has it, and is not honoured: a NIC given the memory would not follow its moves.
+const char* not_virtualized(const CUmemAllocationProp& prop, size_t size, unsigned long long flags,
+                            CUdevice device, void* caller) {
+  if (flags != 0 || size == 0 || size % umswap::vmm::kChunk != 0) return "not whole 2 MiB chunks";
+  if (prop.type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+      prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop.location.id != device) {
+    return "not memory on the engine's GPU";
+  }
+  if (prop.allocFlags.compressionType != 0 || prop.allocFlags.usage != 0) {
+    return "compressible or with a usage";
+  }
+  Dl_info info{};
+  if (caller && dladdr(caller, &info) && info.dli_fname) {
+    const std::string_view file = info.dli_fname;
+    if (file.find("nccl") != std::string_view::npos ||
+        file.find("nvshmem") != std::string_view::npos) {
+      return "NCCL's or NVSHMEM's, shared with other processes";
+    }
+  }
+  return nullptr;
+}
+
+// The program's calls on memory that is partly the engine's and partly not, which umswap does not
+// split: refused, with one warning.
+CUresult refuse_mixed(const char* call) {
+  static umswap::OnceFlag once;
+  if (once.first()) {
+    umswap::log_warning(
+        "engine vmm: {} over memory that umswap maps for the program (a virtual handle) and "
+        "memory it does not, or over part of one mapping: not supported "
+        "(CUDA_ERROR_NOT_SUPPORTED)",
+        call);
+  }
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+// After the program's own mapping changed (ProgramMappings): engine vmm's pool follows.
+void program_mappings_changed(Preload& p) {
+  if (p.options().engine != umswap::Engine::vmm) return;
+  if (umswap::VmmAllocator* vmm = p.vmm()) vmm->set_program_gpu_bytes(p.program_mappings());
+}
+
+// Real memory for a virtual handle the engine does not map (virtual_handles.h): counted as the
+// program's own from now on.
+CUresult materialize(Preload& p, CUmemGenericAllocationHandle handle, uint64_t bytes,
+                     const CUmemAllocationProp& prop, CUmemGenericAllocationHandle* real) {
+  const CUresult status = p.driver()->cuMemCreate(real, bytes, &prop, 0);
+  if (status != CUDA_SUCCESS) return status;
+  p.virtual_handles().set_real(handle, *real);
+  p.program_mappings().created(*real, bytes, true);
+  program_mappings_changed(p);
+  static umswap::OnceFlag once;
+  if (once.first()) {
+    umswap::log_warning(
+        "engine vmm: a handle of the program's is used otherwise than mapped whole once (or the "
+        "engine had no room for it): it gets GPU memory of its own, counted against the budget "
+        "(stats: vmm.program_gpu_bytes_peak)");
+  }
+  return CUDA_SUCCESS;
 }
 
 }  // namespace
@@ -138,12 +207,31 @@ UMSWAP_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t 
                                    const CUmemAllocationProp* prop, unsigned long long flags) {
   Preload& p = preload();
   if (!p.driver()) return kNoDriver;
+  const char* why_not = "";
+  if (umswap::VmmAllocator* vmm = vmm_for_allocation(p);
+      vmm && handle && prop &&
+      !(why_not =
+            not_virtualized(*prop, size, flags, vmm->device(), __builtin_return_address(0)))) {
+    *handle = p.virtual_handles().create(size, *prop);
+    umswap::log_debug("cuMemCreate virtual handle {:#x} {} bytes", *handle, size);
+    static umswap::OnceFlag once;
+    if (once.first()) {
+      umswap::log_notice(
+          "engine vmm serves the memory the program maps itself (cuMemCreate/cuMemMap: PyTorch's "
+          "expandable segments, JAX): a handle mapped whole is a range umswap moves");
+    }
+    return CUDA_SUCCESS;
+  }
   const CUresult status = p.driver()->cuMemCreate(handle, size, prop, flags);
   if (status != CUDA_SUCCESS || ReentryGuard::active() || !handle) return status;
   if (prop) {
-    umswap::log_debug("cuMemCreate handle {:#x} {} bytes location {}:{} handle types {:#x}",
-                      *handle, size, static_cast<int>(prop->location.type), prop->location.id,
-                      static_cast<unsigned>(prop->requestedHandleTypes));
+    umswap::log_debug(
+        "cuMemCreate handle {:#x} {} bytes location {}:{} handle types {:#x} rdma {} "
+        "compression {} usage {}",
+        *handle, size, static_cast<int>(prop->location.type), prop->location.id,
+        static_cast<unsigned>(prop->requestedHandleTypes),
+        static_cast<unsigned>(prop->allocFlags.gpuDirectRDMACapable),
+        static_cast<unsigned>(prop->allocFlags.compressionType), prop->allocFlags.usage);
   }
   // Memory on the GPU umswap manages stays there: it counts against the budget
   // (ProgramMappings). That GPU: engine vmm's, else the calling thread's current one.
@@ -161,10 +249,10 @@ UMSWAP_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t 
       static umswap::OnceFlag once;
       if (once.first()) {
         umswap::log_warning(
-            "the program maps memory itself with cuMemCreate/cuMemMap (NCCL's buffers, JAX, "
-            "PyTorch's expandable_segments); engine vmm leaves it where the program put it and "
-            "counts what is on this GPU against the budget: the pool shrinks by it (stats: "
-            "vmm.program_gpu_bytes_peak)");
+            "the program maps memory itself with cuMemCreate/cuMemMap that engine vmm does not "
+            "serve ({}); it stays where the program put it, and what is on this GPU counts "
+            "against the budget: the pool shrinks by it (stats: vmm.program_gpu_bytes_peak)",
+            why_not && *why_not ? why_not : "made on another GPU");
       }
     }
   } else if (p.redirecting()) {
@@ -183,22 +271,19 @@ UMSWAP_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t 
   return status;
 }
 
-namespace {
-
-// After the program's own mapping changed (ProgramMappings): engine vmm's pool follows.
-void program_mappings_changed(Preload& p) {
-  if (p.options().engine != umswap::Engine::vmm) return;
-  if (umswap::VmmAllocator* vmm = p.vmm()) vmm->set_program_gpu_bytes(p.program_mappings());
-}
-
-}  // namespace
-
 // The program's handles are counted until their last release and last unmap, as the driver frees
 // them (ProgramMappings); what these three do besides is the driver's.
 UMSWAP_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   Preload& p = preload();
   if (!p.driver()) return kNoDriver;
   if (!p.driver()->cuMemRelease) return CUDA_ERROR_NOT_FOUND;
+  if (umswap::VirtualHandles::is_virtual(handle) && !ReentryGuard::active()) {
+    const std::optional<CUmemGenericAllocationHandle> real = p.virtual_handles().real(handle);
+    if (!p.virtual_handles().release(handle)) return CUDA_ERROR_INVALID_VALUE;
+    umswap::log_debug("cuMemRelease virtual handle {:#x}", handle);
+    if (!real) return CUDA_SUCCESS;
+    handle = *real;  // materialized: the driver's handle is released as the program's
+  }
   const CUresult status = p.driver()->cuMemRelease(handle);
   if (status != CUDA_SUCCESS || ReentryGuard::active()) return status;
   umswap::log_debug("cuMemRelease handle {:#x}", handle);
@@ -212,6 +297,42 @@ UMSWAP_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
   Preload& p = preload();
   if (!p.driver()) return kNoDriver;
   if (!p.driver()->cuMemMap) return CUDA_ERROR_NOT_FOUND;
+  if (umswap::VirtualHandles::is_virtual(handle) && !ReentryGuard::active()) {
+    using Action = umswap::VirtualHandles::MapAction;
+    umswap::VirtualHandles& handles = p.virtual_handles();
+    const umswap::VirtualHandles::MapDecision d = handles.map(handle, ptr, size, offset);
+    CUmemGenericAllocationHandle real = 0;
+    switch (d.action) {
+      case Action::not_virtual:
+        return CUDA_ERROR_INVALID_VALUE;  // released already
+      case Action::refuse:
+        return refuse_mixed("a second cuMemMap of one handle");
+      case Action::real:
+        real = d.real_handle;
+        break;
+      case Action::engine: {
+        CUresult status = CUDA_ERROR_INVALID_VALUE;
+        if (umswap::VmmAllocator* vmm = p.vmm(); vmm && flags == 0) {
+          ReentryGuard guard;
+          status = vmm->map_program(ptr, size, p.call_site());
+        }
+        if (status == CUDA_SUCCESS) {
+          handles.mapped(handle, ptr);
+          umswap::log_debug("cuMemMap {:#x} {} bytes virtual handle {:#x}", ptr, size, handle);
+          return status;
+        }
+        if (status != CUDA_ERROR_OUT_OF_MEMORY) return status;
+        // No room in the engine's pools: the handle gets memory of its own.
+        [[fallthrough]];
+      }
+      case Action::materialize:
+        if (const CUresult r = materialize(p, handle, d.bytes, d.prop, &real); r != CUDA_SUCCESS) {
+          return r;
+        }
+        break;
+    }
+    handle = real;
+  }
   const CUresult status = p.driver()->cuMemMap(ptr, size, offset, handle, flags);
   if (status == CUDA_SUCCESS && !ReentryGuard::active()) {
     umswap::log_debug("cuMemMap {:#x} {} bytes offset {} handle {:#x}", ptr, size, offset, handle);
@@ -224,6 +345,36 @@ UMSWAP_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   Preload& p = preload();
   if (!p.driver()) return kNoDriver;
   if (!p.driver()->cuMemUnmap) return CUDA_ERROR_NOT_FOUND;
+  if (umswap::VmmAllocator* vmm = vmm_engine(p)) {
+    const umswap::VirtualHandles::Covered c = p.virtual_handles().covering(ptr, size);
+    if (c.cuts) return refuse_mixed("cuMemUnmap");
+    if (!c.whole.empty()) {
+      // The engine's mappings go; the driver unmaps the rest of the interval, if any.
+      CUresult first = CUDA_SUCCESS;
+      CUdeviceptr at = ptr;
+      auto real_unmap = [&](CUdeviceptr from, CUdeviceptr to) {
+        if (from >= to) return;
+        const CUresult r = p.driver()->cuMemUnmap(from, to - from);
+        if (r == CUDA_SUCCESS) {
+          p.program_mappings().unmapped(from, to - from);
+        } else if (first == CUDA_SUCCESS) {
+          first = r;
+        }
+      };
+      for (const auto& [base, bytes] : c.whole) {
+        real_unmap(at, base);
+        ReentryGuard guard;
+        const std::optional<CUresult> r = vmm->unmap_program(base);
+        p.virtual_handles().unmapped(base);
+        if (r && *r != CUDA_SUCCESS && first == CUDA_SUCCESS) first = *r;
+        umswap::log_debug("cuMemUnmap {:#x} {} bytes (engine vmm's)", base, bytes);
+        at = base + bytes;
+      }
+      real_unmap(at, ptr + size);
+      program_mappings_changed(p);
+      return first;
+    }
+  }
   const CUresult status = p.driver()->cuMemUnmap(ptr, size);
   if (status != CUDA_SUCCESS || ReentryGuard::active()) return status;
   umswap::log_debug("cuMemUnmap {:#x} {} bytes", ptr, size);
@@ -237,11 +388,111 @@ UMSWAP_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle*
   Preload& p = preload();
   if (!p.driver()) return kNoDriver;
   if (!p.driver()->cuMemRetainAllocationHandle) return CUDA_ERROR_NOT_FOUND;
+  if (handle && vmm_engine(p)) {
+    if (const std::optional<CUmemGenericAllocationHandle> h =
+            p.virtual_handles().retain(reinterpret_cast<CUdeviceptr>(addr))) {
+      *handle = *h;
+      return CUDA_SUCCESS;
+    }
+  }
   const CUresult status = p.driver()->cuMemRetainAllocationHandle(handle, addr);
   if (status == CUDA_SUCCESS && handle && !ReentryGuard::active()) {
     p.program_mappings().retained(*handle);
   }
   return status;
+}
+
+// Access to memory engine vmm maps for the program is the engine's: given to its device when it
+// maps a range. The program asking for that is answered yes; for another device, no (the engine
+// maps its ranges for its own GPU only). Over memory that is not the engine's, the driver answers.
+UMSWAP_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc,
+                                      size_t count) {
+  Preload& p = preload();
+  if (!p.driver()) return kNoDriver;
+  if (!p.driver()->cuMemSetAccess) return CUDA_ERROR_NOT_FOUND;
+  if (umswap::VmmAllocator* vmm = vmm_engine(p)) {
+    const umswap::VirtualHandles::Covered c = p.virtual_handles().covering(ptr, size);
+    if (c.cuts) return refuse_mixed("cuMemSetAccess");
+    if (!c.whole.empty()) {
+      for (size_t i = 0; i < count && desc; ++i) {
+        const bool ours = desc[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
+                          desc[i].location.id == vmm->device();
+        if (!ours || desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) {
+          return refuse_mixed("cuMemSetAccess for another device or other rights");
+        }
+      }
+      // Gaps between the engine's mappings are the driver's.
+      CUdeviceptr at = ptr;
+      for (const auto& [base, bytes] : c.whole) {
+        if (at < base) {
+          if (const CUresult r = p.driver()->cuMemSetAccess(at, base - at, desc, count);
+              r != CUDA_SUCCESS) {
+            return r;
+          }
+        }
+        at = base + bytes;
+      }
+      if (at < ptr + size) return p.driver()->cuMemSetAccess(at, ptr + size - at, desc, count);
+      return CUDA_SUCCESS;
+    }
+  }
+  return p.driver()->cuMemSetAccess(ptr, size, desc, count);
+}
+
+// A virtual handle the engine maps cannot be exported (its memory moves between GPU and host
+// chunks); one not mapped yet gets memory of its own first, and is exported as any.
+UMSWAP_EXPORT CUresult cuMemExportToShareableHandle(void* shareable,
+                                                    CUmemGenericAllocationHandle handle,
+                                                    CUmemAllocationHandleType type,
+                                                    unsigned long long flags) {
+  Preload& p = preload();
+  if (!p.driver()) return kNoDriver;
+  if (!p.driver()->cuMemExportToShareableHandle) return CUDA_ERROR_NOT_FOUND;
+  if (umswap::VirtualHandles::is_virtual(handle) && !ReentryGuard::active()) {
+    umswap::VirtualHandles& handles = p.virtual_handles();
+    if (handles.engine_mapped(handle)) {
+      static umswap::OnceFlag once;
+      if (once.first()) {
+        umswap::log_warning(
+            "engine vmm: the program exports memory it mapped with cuMemCreate/cuMemMap, which "
+            "umswap moves between GPU and host and cannot share with another process "
+            "(CUDA_ERROR_NOT_SUPPORTED); run without --engine vmm to share it");
+      }
+      return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    std::optional<CUmemGenericAllocationHandle> real = handles.real(handle);
+    if (!real) {
+      const umswap::VirtualHandles::MapDecision d = handles.map(handle, 0, 0, 0);
+      if (d.action != umswap::VirtualHandles::MapAction::materialize) {
+        return CUDA_ERROR_INVALID_VALUE;
+      }
+      CUmemGenericAllocationHandle made = 0;
+      if (const CUresult r = materialize(p, handle, d.bytes, d.prop, &made); r != CUDA_SUCCESS) {
+        return r;
+      }
+      real = made;
+    }
+    handle = *real;
+  }
+  return p.driver()->cuMemExportToShareableHandle(shareable, handle, type, flags);
+}
+
+UMSWAP_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop,
+                                                              CUmemGenericAllocationHandle handle) {
+  Preload& p = preload();
+  if (!p.driver()) return kNoDriver;
+  if (!p.driver()->cuMemGetAllocationPropertiesFromHandle) return CUDA_ERROR_NOT_FOUND;
+  if (umswap::VirtualHandles::is_virtual(handle) && !ReentryGuard::active()) {
+    if (const auto real = p.virtual_handles().real(handle)) {
+      handle = *real;
+    } else if (const auto props = p.virtual_handles().properties(handle); props && prop) {
+      *prop = *props;
+      return CUDA_SUCCESS;
+    } else {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  return p.driver()->cuMemGetAllocationPropertiesFromHandle(prop, handle);
 }
 
 // Exporting memory for another process (cudaIpcGetMemHandle; torch.multiprocessing does it to

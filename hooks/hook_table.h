@@ -21,6 +21,11 @@
   X(cuMemUnmap, cuMemUnmap, 10020, false, PFN_cuMemUnmap_v10020)                                   \
   X(cuMemRetainAllocationHandle, cuMemRetainAllocationHandle, 11000, false,                        \
     PFN_cuMemRetainAllocationHandle_v11000)                                                        \
+  X(cuMemSetAccess, cuMemSetAccess, 10020, false, PFN_cuMemSetAccess_v10020)                       \
+  X(cuMemExportToShareableHandle, cuMemExportToShareableHandle, 10020, false,                      \
+    PFN_cuMemExportToShareableHandle_v10020)                                                       \
+  X(cuMemGetAllocationPropertiesFromHandle, cuMemGetAllocationPropertiesFromHandle, 10020, false,  \
+    PFN_cuMemGetAllocationPropertiesFromHandle_v10020)                                             \
   X(cuIpcGetMemHandle, cuIpcGetMemHandle, 4010, false, PFN_cuIpcGetMemHandle_v4010)                \
   X(cuMemAllocAsync, cuMemAllocAsync, 11020, false, PFN_cuMemAllocAsync_v11020)                    \
   X(cuMemAllocAsync_ptsz, cuMemAllocAsync, 11020, true, PFN_cuMemAllocAsync_v11020_ptsz)           \
@@ -88,7 +93,6 @@
   X(cuModuleGetFunction, cuModuleGetFunction, 2000, PFN_cuModuleGetFunction_v2000)            \
   X(cuMemAddressReserve, cuMemAddressReserve, 10020, PFN_cuMemAddressReserve_v10020)          \
   X(cuMemAddressFree, cuMemAddressFree, 10020, PFN_cuMemAddressFree_v10020)                   \
-  X(cuMemSetAccess, cuMemSetAccess, 10020, PFN_cuMemSetAccess_v10020)                         \
   X(cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync, 3020, PFN_cuMemcpyDtoDAsync_v3020)
 
 // CUDA runtime functions exported by the library: X(name, function whose type it has).

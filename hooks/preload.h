@@ -17,6 +17,7 @@
 #include "umswap/allocator/program_mappings.h"
 #include "umswap/allocator/registry.h"
 #include "umswap/allocator/torch_blocks.h"
+#include "umswap/allocator/virtual_handles.h"
 #include "umswap/allocator/vmm_allocator.h"
 #include "umswap/core/options.h"
 
@@ -47,6 +48,8 @@ class Preload {
   TorchBlocks& torch_blocks() { return *torch_blocks_; }
   // The GPU memory the program maps itself (cuMemCreate), counted against the budget.
   ProgramMappings& program_mappings() { return program_mappings_; }
+  // Engine vmm's handles for the program's own cuMemCreate (virtual_handles.h).
+  VirtualHandles& virtual_handles() { return virtual_handles_; }
   // Call-site identity of the current allocation request (umswap's own frames skipped).
   CallSiteId call_site() const;
 
@@ -82,6 +85,7 @@ class Preload {
   std::vector<std::string> option_warnings_;  // printed at first CUDA use, not in every process
   Registry registry_;
   ProgramMappings program_mappings_;
+  VirtualHandles virtual_handles_;
   VmmObserver* vmm_observer_ = nullptr;  // engine vmm's moves, set once by start_tracer_once()
   std::once_flag driver_once_;
   RealDriver driver_;

@@ -47,6 +47,8 @@ umswap_add_test(NAME allocator_submission_hold_test
 # The GPU memory a program maps itself, counted against the budget.
 umswap_add_test(NAME allocator_program_mappings_test
   SOURCES ${_umswap_unit_dir}/allocator/program_mappings_test.cpp LIBS umswap_allocator)
+umswap_add_test(NAME allocator_virtual_handles_test
+  SOURCES ${_umswap_unit_dir}/allocator/virtual_handles_test.cpp LIBS umswap_allocator)
 
 # A program the call-site test runs twice, to compare identities across processes. Built as a
 # PIE so that each run loads it at a different address (where ASLR is on).

@@ -76,7 +76,7 @@ ChunkArena::~ChunkArena() {
   if (!driver_.complete()) return;
   for (auto& [base, range] : ranges_) {
     unmap_range(base, range);
-    driver_.mem_address_free(base, range.reserved);
+    if (range.owns_addresses) driver_.mem_address_free(base, range.reserved);
   }
   ranges_.clear();
   gpu_.destroy();
@@ -137,6 +137,25 @@ CUresult ChunkArena::allocate(uint64_t bytes, CUdeviceptr* address) {
   std::lock_guard lock(mutex_);
   if (!driver_.complete()) return CUDA_ERROR_NOT_INITIALIZED;
   if (bytes == 0 || address == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return allocate_locked(bytes, 0, address);
+}
+
+CUresult ChunkArena::allocate_at(CUdeviceptr address, uint64_t bytes) {
+  std::lock_guard lock(mutex_);
+  if (!driver_.complete()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (bytes == 0 || address == 0 || address % kChunk != 0 || bytes % kChunk != 0 ||
+      address > std::numeric_limits<uint64_t>::max() - bytes) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  // No live range may share a byte with it.
+  const auto after = ranges_.lower_bound(address);
+  if (after != ranges_.end() && after->first < address + bytes) return CUDA_ERROR_INVALID_VALUE;
+  if (find(address) != ranges_.end()) return CUDA_ERROR_INVALID_VALUE;
+  CUdeviceptr out = 0;
+  return allocate_locked(bytes, address, &out);
+}
+
+CUresult ChunkArena::allocate_locked(uint64_t bytes, CUdeviceptr at, CUdeviceptr* address) {
   if (bytes > std::numeric_limits<uint64_t>::max() - block_bytes()) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
@@ -147,13 +166,16 @@ CUresult ChunkArena::allocate(uint64_t bytes, CUdeviceptr* address) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
 
-  CUdeviceptr base = 0;
-  if (CUresult r = count(driver_.mem_address_reserve(&base, chunks * kChunk, kChunk, 0, 0));
-      r != CUDA_SUCCESS) {
-    return r;
+  CUdeviceptr base = at;
+  if (at == 0) {
+    if (CUresult r = count(driver_.mem_address_reserve(&base, chunks * kChunk, kChunk, 0, 0));
+        r != CUDA_SUCCESS) {
+      return r;
+    }
   }
   Range range;
   range.size = bytes;
+  range.owns_addresses = at == 0;
   range.id = next_range_id_++;
   range.reserved = chunks * kChunk;
   range.block = block_bytes();
@@ -175,7 +197,7 @@ CUresult ChunkArena::allocate(uint64_t bytes, CUdeviceptr* address) {
   if (r != CUDA_SUCCESS) {
     if (r == CUDA_ERROR_OUT_OF_MEMORY) ++stats_.out_of_memory;
     unmap_range(base, range);
-    count(driver_.mem_address_free(base, range.reserved));
+    if (range.owns_addresses) count(driver_.mem_address_free(base, range.reserved));
     return r;
   }
   stats_.pieces_whole += range.large;
@@ -236,8 +258,10 @@ CUresult ChunkArena::release(CUdeviceptr address) {
   const auto it = ranges_.find(address);
   if (it == ranges_.end()) return CUDA_ERROR_INVALID_VALUE;
   CUresult first = unmap_range(it->first, it->second);
-  const CUresult freed = count(driver_.mem_address_free(it->first, it->second.reserved));
-  if (first == CUDA_SUCCESS) first = freed;
+  if (it->second.owns_addresses) {
+    const CUresult freed = count(driver_.mem_address_free(it->first, it->second.reserved));
+    if (first == CUDA_SUCCESS) first = freed;
+  }
   ranges_.erase(it);
   ++stats_.releases;
   return first;

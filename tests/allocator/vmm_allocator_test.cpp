@@ -236,6 +236,45 @@ TEST_F(VmmAllocatorTest, PointersItDidNotHandOutAreLeftToTheDriver) {
   EXPECT_EQ(g_sync->ctx_syncs, 1);
 }
 
+// The program's own mapping of a virtual handle (map_program): a range at the program's
+// addresses, registered as cuMemMap, never freed by free()/free_async(), and at unmap_program()
+// released after a device synchronize, never kept, its addresses still the program's.
+TEST_F(VmmAllocatorTest, TheProgramsMappingIsARangeAtItsAddresses) {
+  VmmAllocator& a = make(4 * MiB, 8 * MiB);
+  CUdeviceptr va = 0;
+  ASSERT_EQ(vmm::fake::fake_reserve(&va, 8 * MiB, kChunk, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(a.map_program(va, 6 * MiB, 9), CUDA_SUCCESS);
+  const std::optional<BufferRecord> r = registry_.find(va + 5 * MiB);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->base, va);
+  EXPECT_EQ(r->api, AllocApi::cuMemMap);
+  EXPECT_EQ(chunks_of(va, 6 * MiB), std::make_pair(4 * MiB, 2 * MiB));
+  EXPECT_TRUE(g_fake->kernel_write(va, 6 * MiB, 3));
+  EXPECT_FALSE(a.free(va));
+  EXPECT_FALSE(a.free_async(va, kStream));
+  EXPECT_TRUE(registry_.find(va));
+  EXPECT_FALSE(a.unmap_program(va + kChunk));  // not a mapping's start
+  EXPECT_EQ(a.map_program(va + 2 * MiB, 2 * MiB, 9), CUDA_ERROR_INVALID_VALUE);  // overlaps
+
+  g_sync->watch = va;
+  const std::optional<CUresult> unmapped = a.unmap_program(va);
+  ASSERT_TRUE(unmapped);
+  EXPECT_EQ(*unmapped, CUDA_SUCCESS);
+  ASSERT_EQ(g_sync->ctx_syncs, 1);
+  EXPECT_TRUE(g_sync->watch_mapped_at_ctx_sync[0]);
+  EXPECT_FALSE(mapped(va));  // not kept: the addresses are the program's
+  EXPECT_FALSE(registry_.find(va));
+  EXPECT_FALSE(a.unmap_program(va));
+  const VmmAllocatorStats s = a.stats();
+  EXPECT_EQ(s.allocations[static_cast<int>(AllocApi::cuMemMap)], 1u);
+  EXPECT_EQ(s.live_buffers, 0u);
+  EXPECT_EQ(s.frees, 1u);
+  // Past both limits: refused, nothing left.
+  EXPECT_EQ(a.map_program(va, 14 * MiB, 9), CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_FALSE(registry_.find(va));
+  EXPECT_EQ(vmm::fake::fake_address_free(va, 8 * MiB), CUDA_SUCCESS);
+}
+
 TEST_F(VmmAllocatorTest, PlacementIsFirstComeGpuThenHost) {
   VmmAllocator& a = make(4 * MiB + 5, 8 * MiB);  // the pool: whole chunks only
   const CUdeviceptr first = allocate(3 * MiB);

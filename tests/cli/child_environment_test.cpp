@@ -227,6 +227,27 @@ TEST(ChildEnv, EngineBecomesItsVariable) {
   EXPECT_EQ(find_var(plan_child_environment(flags, {}, "/u/libumswap.so"), "UMSWAP_ENGINE"), "um");
 }
 
+// Engine vmm serves expandable segments (virtual handles): the user's PyTorch setting stands,
+// whether the engine comes from --engine or from UMSWAP_ENGINE; engine um still turns them off.
+TEST(ChildEnv, EngineVmmLeavesExpandableSegmentsOn) {
+  RunFlags flags;
+  flags.command = {"true"};
+  CurrentEnv current;
+  current.pytorch_cuda_alloc_conf = "expandable_segments:True";
+  flags.engine = Engine::vmm;
+  ChildEnvironment env = plan_child_environment(flags, current, "/u/libumswap.so");
+  EXPECT_FALSE(find_var(env, "PYTORCH_CUDA_ALLOC_CONF"));
+  EXPECT_TRUE(env.warnings.empty());
+  flags.engine.reset();
+  current.umswap_engine = "vmm";
+  env = plan_child_environment(flags, current, "/u/libumswap.so");
+  EXPECT_FALSE(find_var(env, "PYTORCH_CUDA_ALLOC_CONF"));
+  flags.engine = Engine::um;  // the flag wins over the variable
+  env = plan_child_environment(flags, current, "/u/libumswap.so");
+  EXPECT_EQ(find_var(env, "PYTORCH_CUDA_ALLOC_CONF"), "expandable_segments:False");
+  EXPECT_EQ(env.warnings.size(), 1u);
+}
+
 TEST(ChildEnv, QuietSilencesTheLibrarysNotices) {
   RunFlags flags;
   flags.quiet = true;

@@ -114,6 +114,44 @@ TEST_F(ChunkArenaTest, DataSurvivesEvictAndRestore) {
   EXPECT_EQ(a.release(p), CUDA_SUCCESS);
 }
 
+// A range at addresses the caller reserved (a program's handle engine vmm virtualizes): backed,
+// moved and released like any other, its addresses left reserved; overlaps and odd sizes refused.
+TEST_F(ChunkArenaTest, ARangeAtTheCallersAddresses) {
+  ChunkArena& a = make(2 * kChunk, 8 * kChunk);
+  CUdeviceptr va = 0;
+  ASSERT_EQ(fake::fake_reserve(&va, 8 * kChunk, kChunk, 0, 0), CUDA_SUCCESS);
+  EXPECT_EQ(a.allocate_at(va + kChunk / 2, 2 * kChunk), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(a.allocate_at(va, 2 * kChunk + 1), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(a.allocate_at(0, 2 * kChunk), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(a.allocate_at(va, 3 * kChunk), CUDA_SUCCESS);
+  EXPECT_EQ(a.allocate_at(va + 2 * kChunk, 2 * kChunk), CUDA_ERROR_INVALID_VALUE);  // overlaps
+  ASSERT_EQ(a.allocate_at(va + 3 * kChunk, 2 * kChunk), CUDA_SUCCESS);              // adjacent
+  expect_at(va, Location::gpu);
+  expect_at(va + 2 * kChunk, Location::host);  // the pool held two chunks
+  ASSERT_TRUE(g_fake->kernel_write(va, 5 * kChunk, 7));
+  EXPECT_EQ(a.evict(va, 3 * kChunk, kStream).result, CUDA_SUCCESS);
+  EXPECT_EQ(a.restore(va + 3 * kChunk, 2 * kChunk, kStream).result, CUDA_SUCCESS);
+  expect_at(va + 3 * kChunk, Location::gpu);
+  EXPECT_EQ(g_fake->kernel_mismatches(va, 5 * kChunk, 7), 0u);
+  EXPECT_EQ(a.range(va)->reserved, 3 * kChunk);
+  EXPECT_EQ(a.release(va), CUDA_SUCCESS);
+  EXPECT_EQ(a.release(va + 3 * kChunk), CUDA_SUCCESS);
+  auto nothing_mapped_and_still_reserved = [&] {
+    for (CUdeviceptr at = va; at < va + 8 * kChunk; at += kChunk) {
+      EXPECT_EQ(g_fake->handle_at(at), 0u) << std::hex << at;
+    }
+    EXPECT_TRUE(g_fake->inside_reservation(va, 8 * kChunk));  // the caller's, still
+  };
+  nothing_mapped_and_still_reserved();
+  // A failure leaves them reserved too: no room for a range this large, or a range running past
+  // the reservation (the driver's map fails).
+  EXPECT_EQ(a.allocate_at(va, 11 * kChunk), CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_NE(a.allocate_at(va + 6 * kChunk, 4 * kChunk), CUDA_SUCCESS);
+  nothing_mapped_and_still_reserved();
+  EXPECT_EQ(a.stats().ranges, 0u);
+  EXPECT_EQ(fake::fake_address_free(va, 8 * kChunk), CUDA_SUCCESS);
+}
+
 // What allocate() put on host chunks (the pool full) is counted: the pieces past the pool only.
 TEST_F(ChunkArenaTest, PiecesAllocatedOnTheHostAreCounted) {
   ChunkArena& a = make(2 * kChunk, 8 * kChunk);

@@ -42,8 +42,9 @@ enum class AllocApi : uint8_t {
   cuMemAllocPitch,
   cuMemAllocAsync,
   cuMemAllocManaged,
+  cuMemMap,  // engine vmm: the program's mapping of a handle it virtualized (virtual_handles.h)
 };
-inline constexpr int kAllocApiCount = 8;
+inline constexpr int kAllocApiCount = 9;
 const char* to_string(AllocApi api);
 // A stream-ordered allocation's API (a pool's, freed with cuMemFreeAsync).
 inline constexpr bool stream_ordered(AllocApi api) {

@@ -66,6 +66,7 @@
 #include <cstdint>
 #include <mutex>
 #include <optional>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -171,6 +172,16 @@ class VmmAllocator {
                           CallSiteId site, CUdeviceptr* out, size_t* pitch);
   std::optional<CUresult> free(CUdeviceptr ptr);
   std::optional<CUresult> free_async(CUdeviceptr ptr, CUstream stream);
+  // The program's cuMemMap of a whole handle the engine virtualized (virtual_handles.h): a range
+  // at the program's own addresses [ptr, +bytes) (whole chunks, reserved by the program),
+  // registered as a cuMemMap allocation and moved like any other, never kept for reuse (the
+  // addresses are the program's). CUDA_ERROR_OUT_OF_MEMORY past both limits (after the pending
+  // frees and the kept ranges are given back); nothing is left behind on failure.
+  CUresult map_program(CUdeviceptr ptr, size_t bytes, CallSiteId site);
+  // Its cuMemUnmap: waits for the device (as a free does; PyTorch synchronizes before it anyway),
+  // releases the range, leaves the addresses reserved. nullopt when no mapping of the program's
+  // starts at `ptr`. free() and free_async() answer nullopt for these (not a cudaMalloc's).
+  std::optional<CUresult> unmap_program(CUdeviceptr ptr);
   // The stream is about to be destroyed: its pending frees serve no allocation by stream order.
   void stream_ends(CUstream stream);
   // Releases the ranges whose stream-ordered free has completed; returns how many.
@@ -287,6 +298,9 @@ class VmmAllocator {
   uint64_t requested_bytes_peak_ = 0;
   uint64_t gpu_bytes_peak_ = 0;
   uint64_t host_bytes_peak_ = 0;
+  bool program_range(CUdeviceptr ptr);  // map_program() made a range at ptr that is live
+  std::mutex program_ranges_mutex_;
+  std::unordered_set<CUdeviceptr> program_ranges_;  // map_program()'s, live
   std::mutex program_mutex_;  // set_program_gpu_bytes(), one at a time (before peaks_mutex_)
   // ProgramMappings' figures as of the last set_program_gpu_bytes() (under peaks_mutex_).
   uint64_t program_gpu_bytes_ = 0;

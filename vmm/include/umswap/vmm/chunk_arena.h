@@ -198,6 +198,11 @@ class ChunkArena {
   ChunkArena& operator=(const ChunkArena&) = delete;
 
   CUresult allocate(uint64_t bytes, CUdeviceptr* address);
+  // allocate() at addresses the caller reserved (the program's own cuMemAddressReserve, for a
+  // handle engine vmm virtualizes): `address` and `bytes` whole chunks, sharing no byte with a
+  // live range (else CUDA_ERROR_INVALID_VALUE, nothing done). release() then leaves the addresses
+  // reserved, as does a failure.
+  CUresult allocate_at(CUdeviceptr address, uint64_t bytes);
   CUresult release(CUdeviceptr address);
   Moved evict(CUdeviceptr address, uint64_t length, CUstream stream,
               Contents contents = Contents::keep);
@@ -275,6 +280,7 @@ class ChunkArena {
     uint64_t reserved = 0;
     uint64_t block = kChunk;
     uint64_t large = 0;
+    bool owns_addresses = true;  // reserved by allocate() (false: allocate_at()'s caller's)
     std::vector<Slot> slots;
     bool whole(uint64_t i) const { return i < large; }
     uint64_t bytes(uint64_t i) const { return i < large ? block : kChunk; }
@@ -291,6 +297,9 @@ class ChunkArena {
 
   detail::ChunkPool& pool(Location where) { return where == Location::gpu ? gpu_ : host_; }
   CUresult unmap_range(CUdeviceptr base, Range& range);
+  // allocate()'s work, mutex_ held: at `at` when not 0 (checked by allocate_at()), else at
+  // addresses it reserves.
+  CUresult allocate_locked(uint64_t bytes, CUdeviceptr at, CUdeviceptr* address);
   // The live range holding `address` (any byte of its reserved chunks), or end().
   RangeMap::const_iterator find(CUdeviceptr address) const;
   RangeMap::iterator find(CUdeviceptr address);

@@ -1,0 +1,107 @@
+// VirtualHandles (engine vmm's handles for the program's cuMemCreate): which cuMemMap the engine
+// serves, what gets real memory, the intervals unmap and set-access cover, references and
+// retains as the driver counts them.
+#include "umswap/allocator/virtual_handles.h"
+
+#include <gtest/gtest.h>
+
+#include <utility>
+#include <vector>
+
+namespace umswap {
+namespace {
+
+using Action = VirtualHandles::MapAction;
+constexpr uint64_t MiB = 1024 * 1024;
+constexpr CUdeviceptr kVa = 0x7f0000000000;
+
+CUmemAllocationProp device_prop() {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  return prop;
+}
+
+TEST(VirtualHandlesTest, AWholeFirstMappingIsTheEnginesOthersGetRealMemory) {
+  VirtualHandles v;
+  const CUmemGenericAllocationHandle h = v.create(20 * MiB, device_prop());
+  EXPECT_TRUE(VirtualHandles::is_virtual(h));
+  EXPECT_FALSE(VirtualHandles::is_virtual(0x7f362b8b5bb0));  // a driver handle (a host address)
+  EXPECT_EQ(v.map(0x7f362b8b5bb0, kVa, 20 * MiB, 0).action, Action::not_virtual);
+  EXPECT_EQ(v.map(h, kVa, 20 * MiB, 0).action, Action::engine);
+  // Part of it, or at an offset: real memory, with the handle's size and properties.
+  const VirtualHandles::MapDecision part = v.map(h, kVa, 2 * MiB, 0);
+  EXPECT_EQ(part.action, Action::materialize);
+  EXPECT_EQ(part.bytes, 20 * MiB);
+  EXPECT_EQ(part.prop.requestedHandleTypes, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  EXPECT_EQ(v.map(h, kVa, 18 * MiB, 2 * MiB).action, Action::materialize);
+  v.mapped(h, kVa);
+  EXPECT_TRUE(v.engine_mapped(h));
+  EXPECT_EQ(v.map(h, kVa + 64 * MiB, 20 * MiB, 0).action, Action::refuse);  // twice
+
+  const CUmemGenericAllocationHandle g = v.create(4 * MiB, device_prop());
+  EXPECT_FALSE(v.real(g));
+  v.set_real(g, 0x5555);
+  EXPECT_EQ(v.real(g), 0x5555u);
+  const VirtualHandles::MapDecision real = v.map(g, kVa + 64 * MiB, 4 * MiB, 0);
+  EXPECT_EQ(real.action, Action::real);
+  EXPECT_EQ(real.real_handle, 0x5555u);
+  EXPECT_EQ(v.materialized(), 1u);
+  EXPECT_FALSE(v.engine_mapped(g));
+}
+
+TEST(VirtualHandlesTest, IntervalsCoverWholeMappingsOrCutOne) {
+  VirtualHandles v;
+  std::vector<CUmemGenericAllocationHandle> hs;
+  for (int i = 0; i < 3; ++i) {  // three 20 MiB segments side by side, as PyTorch maps them
+    hs.push_back(v.create(20 * MiB, device_prop()));
+    v.mapped(hs.back(), kVa + i * 20 * MiB);
+  }
+  VirtualHandles::Covered c = v.covering(kVa, 60 * MiB);
+  EXPECT_FALSE(c.cuts);
+  ASSERT_EQ(c.whole.size(), 3u);
+  EXPECT_EQ(c.whole[1], std::make_pair(kVa + 20 * MiB, 20 * MiB));
+  c = v.covering(kVa + 20 * MiB, 20 * MiB);
+  EXPECT_FALSE(c.cuts);
+  EXPECT_EQ(c.whole.size(), 1u);
+  c = v.covering(kVa + 10 * MiB, 20 * MiB);  // halves of two
+  EXPECT_TRUE(c.cuts);
+  EXPECT_TRUE(c.whole.empty());
+  c = v.covering(kVa + 60 * MiB, 20 * MiB);  // none
+  EXPECT_FALSE(c.cuts);
+  EXPECT_TRUE(c.whole.empty());
+  c = v.covering(kVa - 20 * MiB, 50 * MiB);  // memory before, one whole, part of the next
+  EXPECT_TRUE(c.cuts);
+  EXPECT_EQ(c.whole.size(), 1u);
+}
+
+TEST(VirtualHandlesTest, AHandleGoesWithItsLastReferenceAndMapping) {
+  VirtualHandles v;
+  const CUmemGenericAllocationHandle h = v.create(20 * MiB, device_prop());
+  v.mapped(h, kVa);
+  // Retained through any byte of its mapping; not outside it.
+  EXPECT_EQ(v.retain(kVa + 20 * MiB - 1), h);
+  EXPECT_FALSE(v.retain(kVa + 20 * MiB));
+  EXPECT_TRUE(v.release(h));
+  EXPECT_TRUE(v.release(h));  // created + retained: two references
+  EXPECT_FALSE(v.release(h));
+  EXPECT_EQ(v.live(), 1u);  // still mapped: the driver keeps the memory too
+  EXPECT_TRUE(v.properties(h));
+  v.unmapped(kVa);
+  EXPECT_EQ(v.live(), 0u);
+  EXPECT_FALSE(v.properties(h));
+  EXPECT_EQ(v.map(h, kVa, 20 * MiB, 0).action, Action::not_virtual);
+
+  // Released before it is ever mapped: gone at once. A materialized one: gone at its release.
+  const CUmemGenericAllocationHandle g = v.create(2 * MiB, device_prop());
+  EXPECT_TRUE(v.release(g));
+  EXPECT_EQ(v.live(), 0u);
+  const CUmemGenericAllocationHandle m = v.create(2 * MiB, device_prop());
+  v.set_real(m, 0x77);
+  EXPECT_TRUE(v.release(m));
+  EXPECT_EQ(v.live(), 0u);
+}
+
+}  // namespace
+}  // namespace umswap

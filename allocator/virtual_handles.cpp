@@ -18,14 +18,14 @@ VirtualHandles::MapDecision VirtualHandles::map(CUmemGenericAllocationHandle h, 
   if (!is_virtual(h)) return d;
   std::lock_guard lock(mutex_);
   const auto it = handles_.find(h);
-  if (it == handles_.end()) return d;  // released: the driver refuses the value
+  if (it == handles_.end() || it->second.references == 0) return d;  // the driver would refuse it
   const Handle& handle = it->second;
   if (handle.real != 0) {
     d.action = MapAction::real;
     d.real_handle = handle.real;
     return d;
   }
-  if (handle.mapped_at != 0) {
+  if (handle.mapped_at != 0 || handle.lost) {
     d.action = MapAction::refuse;
     return d;
   }
@@ -44,12 +44,15 @@ void VirtualHandles::mapped(CUmemGenericAllocationHandle h, CUdeviceptr address)
   mappings_[address] = Mapping{it->second.bytes, h};
 }
 
-void VirtualHandles::set_real(CUmemGenericAllocationHandle h, CUmemGenericAllocationHandle real) {
+CUmemGenericAllocationHandle VirtualHandles::set_real(CUmemGenericAllocationHandle h,
+                                                      CUmemGenericAllocationHandle real) {
   std::lock_guard lock(mutex_);
   const auto it = handles_.find(h);
-  if (it == handles_.end()) return;
+  if (it == handles_.end()) return 0;
+  if (it->second.real != 0) return it->second.real;
   it->second.real = real;
   ++materialized_;
+  return real;
 }
 
 std::optional<CUmemGenericAllocationHandle> VirtualHandles::real(
@@ -88,17 +91,18 @@ void VirtualHandles::unmapped(CUdeviceptr address) {
   mappings_.erase(m);
   if (it == handles_.end()) return;
   it->second.mapped_at = 0;
+  it->second.lost = true;
   drop_if_unused(it);
 }
 
-bool VirtualHandles::release(CUmemGenericAllocationHandle h) {
-  if (!is_virtual(h)) return false;
+std::optional<uint64_t> VirtualHandles::release(CUmemGenericAllocationHandle h) {
+  if (!is_virtual(h)) return std::nullopt;
   std::lock_guard lock(mutex_);
   const auto it = handles_.find(h);
-  if (it == handles_.end() || it->second.references == 0) return false;
-  --it->second.references;
+  if (it == handles_.end() || it->second.references == 0) return std::nullopt;
+  const uint64_t left = --it->second.references;
   drop_if_unused(it);
-  return true;
+  return left;
 }
 
 std::optional<CUmemGenericAllocationHandle> VirtualHandles::retain(CUdeviceptr address) {
@@ -118,15 +122,8 @@ std::optional<CUmemAllocationProp> VirtualHandles::properties(
   if (!is_virtual(h)) return std::nullopt;
   std::lock_guard lock(mutex_);
   const auto it = handles_.find(h);
-  if (it == handles_.end()) return std::nullopt;
+  if (it == handles_.end() || it->second.references == 0) return std::nullopt;
   return it->second.prop;
-}
-
-bool VirtualHandles::engine_mapped(CUmemGenericAllocationHandle h) const {
-  if (!is_virtual(h)) return false;
-  std::lock_guard lock(mutex_);
-  const auto it = handles_.find(h);
-  return it != handles_.end() && it->second.mapped_at != 0;
 }
 
 uint64_t VirtualHandles::live() const {
@@ -137,6 +134,15 @@ uint64_t VirtualHandles::live() const {
 uint64_t VirtualHandles::materialized() const {
   std::lock_guard lock(mutex_);
   return materialized_;
+}
+
+uint64_t VirtualHandles::pending_bytes() const {
+  std::lock_guard lock(mutex_);
+  uint64_t bytes = 0;
+  for (const auto& [h, handle] : handles_) {
+    if (handle.mapped_at == 0 && !handle.lost && handle.real == 0) bytes += handle.bytes;
+  }
+  return bytes;
 }
 
 void VirtualHandles::drop_if_unused(std::unordered_map<uint64_t, Handle>::iterator it) {

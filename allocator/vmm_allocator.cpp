@@ -167,12 +167,7 @@ CUresult VmmAllocator::allocate(AllocApi api, size_t bytes, CallSiteId site, boo
       from_pool ? std::optional<uint64_t>(stream_tag(stream)) : std::nullopt;
   CUresult status = small ? allocate_small(bytes, &ptr) : allocate_range(bytes, &ptr, tag);
   if (status != CUDA_SUCCESS) {
-    if (status == CUDA_ERROR_OUT_OF_MEMORY) {
-      out_of_memory_.fetch_add(1, std::memory_order_relaxed);
-      store_max(largest_refused_, bytes);
-    } else {
-      driver_failures_.fetch_add(1, std::memory_order_relaxed);
-    }
+    count_refused(status, bytes);
     return status;
   }
   BufferRecord record;
@@ -189,15 +184,8 @@ CUresult VmmAllocator::allocate(AllocApi api, size_t bytes, CallSiteId site, boo
     driver_failures_.fetch_add(1, std::memory_order_relaxed);
     return CUDA_ERROR_UNKNOWN;
   }
-  allocations_[static_cast<int>(api)].fetch_add(1, std::memory_order_relaxed);
   if (small) small_allocations_.fetch_add(1, std::memory_order_relaxed);
-  live_buffers_.fetch_add(1, std::memory_order_relaxed);
-  {
-    std::lock_guard lock(peaks_mutex_);
-    requested_bytes_ += bytes;
-    requested_bytes_peak_ = std::max(requested_bytes_peak_, requested_bytes_);
-  }
-  note_peaks();
+  count_allocated(api, bytes);
   *out = ptr;
   return CUDA_SUCCESS;
 }
@@ -400,6 +388,26 @@ CUresult VmmAllocator::allocate_pitch(AllocApi api, size_t width, size_t height,
   return status;
 }
 
+void VmmAllocator::count_refused(CUresult status, uint64_t bytes) {
+  if (status == CUDA_ERROR_OUT_OF_MEMORY) {
+    out_of_memory_.fetch_add(1, std::memory_order_relaxed);
+    store_max(largest_refused_, bytes);
+  } else {
+    driver_failures_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void VmmAllocator::count_allocated(AllocApi api, uint64_t bytes) {
+  allocations_[static_cast<int>(api)].fetch_add(1, std::memory_order_relaxed);
+  live_buffers_.fetch_add(1, std::memory_order_relaxed);
+  {
+    std::lock_guard lock(peaks_mutex_);
+    requested_bytes_ += bytes;
+    requested_bytes_peak_ = std::max(requested_bytes_peak_, requested_bytes_);
+  }
+  note_peaks();
+}
+
 CUresult VmmAllocator::map_program(CUdeviceptr ptr, size_t bytes, CallSiteId site) {
   const Timed timed(allocate_ns_);
   poll();
@@ -410,12 +418,7 @@ CUresult VmmAllocator::map_program(CUdeviceptr ptr, size_t bytes, CallSiteId sit
     status = arena_.allocate_at(ptr, bytes);
   }
   if (status != CUDA_SUCCESS) {
-    if (status == CUDA_ERROR_OUT_OF_MEMORY) {
-      out_of_memory_.fetch_add(1, std::memory_order_relaxed);
-      store_max(largest_refused_, bytes);
-    } else {
-      driver_failures_.fetch_add(1, std::memory_order_relaxed);
-    }
+    count_refused(status, bytes);
     return status;
   }
   residency_.allocated(ptr);
@@ -435,15 +438,17 @@ CUresult VmmAllocator::map_program(CUdeviceptr ptr, size_t bytes, CallSiteId sit
     std::lock_guard lock(program_ranges_mutex_);
     program_ranges_.insert(ptr);
   }
-  allocations_[static_cast<int>(AllocApi::cuMemMap)].fetch_add(1, std::memory_order_relaxed);
-  live_buffers_.fetch_add(1, std::memory_order_relaxed);
-  {
-    std::lock_guard lock(peaks_mutex_);
-    requested_bytes_ += bytes;
-    requested_bytes_peak_ = std::max(requested_bytes_peak_, requested_bytes_);
-  }
-  note_peaks();
+  count_allocated(AllocApi::cuMemMap, bytes);
   return CUDA_SUCCESS;
+}
+
+uint64_t VmmAllocator::bytes_available() {
+  uint64_t kept = 0;
+  {
+    std::lock_guard lock(kept_mutex_);
+    for (const KeptRange& k : kept_) kept += k.reserved;
+  }
+  return arena_.bytes_available() + kept;
 }
 
 bool VmmAllocator::program_range(CUdeviceptr ptr) {

@@ -147,10 +147,14 @@ ChildEnvironment plan_child_environment(const RunFlags& flags, const CurrentEnv&
     env.set.push_back({name, merge.value});
   };
   // Engine vmm serves expandable segments (their handles are virtual: virtual_handles.h), so the
-  // user's setting stands; engine um cannot back them with managed memory.
-  const bool vmm = flags.engine ? *flags.engine == Engine::vmm
-                                : parse_engine(current.umswap_engine.value_or("")) ==
-                                      std::optional<Engine>(Engine::vmm);
+  // user's setting stands; engine um cannot back them with managed memory. A replay or --verify
+  // runs engine um whatever UMSWAP_ENGINE says (options.cpp).
+  const bool replays = flags.replay_trace || flags.verify ||
+                       (!flags.mode && parse_mode(current.umswap_mode.value_or("")) ==
+                                           std::optional<Mode>(Mode::replay));
+  const bool vmm = !replays && (flags.engine ? *flags.engine == Engine::vmm
+                                             : parse_engine(current.umswap_engine.value_or("")) ==
+                                                   std::optional<Engine>(Engine::vmm));
   if (vmm) {
     // Nothing to change.
   } else if (current.pytorch_cuda_alloc_conf || !current.pytorch_alloc_conf) {

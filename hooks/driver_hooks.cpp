@@ -7,6 +7,8 @@
 #include <cstring>
 #include <optional>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "launch_in_order.h"
 #include "preload.h"
@@ -75,6 +77,9 @@ const char* not_virtualized(const CUmemAllocationProp& prop, size_t size, unsign
   if (prop.allocFlags.compressionType != 0 || prop.allocFlags.usage != 0) {
     return "compressible or with a usage";
   }
+  if ((prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_FABRIC) != 0) {
+    return "shareable across nodes (a fabric handle)";
+  }
   Dl_info info{};
   if (caller && dladdr(caller, &info) && info.dli_fname) {
     const std::string_view file = info.dli_fname;
@@ -84,6 +89,16 @@ const char* not_virtualized(const CUmemAllocationProp& prop, size_t size, unsign
     }
   }
   return nullptr;
+}
+
+// Why a virtual handle of `size` would find no room in the engine's pools when mapped (the
+// handles made and not mapped yet counted as taken); nullptr when it would. Out of memory is then
+// the real cuMemCreate's to say, where programs expect it (PyTorch's expandable segments recover
+// from it there, not at cuMemMap).
+const char* no_room(umswap::VmmAllocator& vmm, const umswap::VirtualHandles& handles, size_t size) {
+  return vmm.bytes_available() < handles.pending_bytes() + size
+             ? "no room left in the engine's GPU pool and host chunks"
+             : nullptr;
 }
 
 // The program's calls on memory that is partly the engine's and partly not, which umswap does not
@@ -110,10 +125,16 @@ void program_mappings_changed(Preload& p) {
 // program's own from now on.
 CUresult materialize(Preload& p, CUmemGenericAllocationHandle handle, uint64_t bytes,
                      const CUmemAllocationProp& prop, CUmemGenericAllocationHandle* real) {
-  const CUresult status = p.driver()->cuMemCreate(real, bytes, &prop, 0);
+  CUmemGenericAllocationHandle made = 0;
+  const CUresult status = p.driver()->cuMemCreate(&made, bytes, &prop, 0);
   if (status != CUDA_SUCCESS) return status;
-  p.virtual_handles().set_real(handle, *real);
-  p.program_mappings().created(*real, bytes, true);
+  *real = p.virtual_handles().set_real(handle, made);
+  if (*real != made) {
+    // Another thread materialized it first (or it went): this memory is not needed.
+    p.driver()->cuMemRelease(made);
+    return *real != 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  }
+  p.program_mappings().created(made, bytes, true);
   program_mappings_changed(p);
   static umswap::OnceFlag once;
   if (once.first()) {
@@ -211,7 +232,8 @@ UMSWAP_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t 
   if (umswap::VmmAllocator* vmm = vmm_for_allocation(p);
       vmm && handle && prop &&
       !(why_not =
-            not_virtualized(*prop, size, flags, vmm->device(), __builtin_return_address(0)))) {
+            not_virtualized(*prop, size, flags, vmm->device(), __builtin_return_address(0))) &&
+      !(why_not = no_room(*vmm, p.virtual_handles(), size))) {
     *handle = p.virtual_handles().create(size, *prop);
     umswap::log_debug("cuMemCreate virtual handle {:#x} {} bytes", *handle, size);
     static umswap::OnceFlag once;
@@ -279,10 +301,12 @@ UMSWAP_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   if (!p.driver()->cuMemRelease) return CUDA_ERROR_NOT_FOUND;
   if (umswap::VirtualHandles::is_virtual(handle) && !ReentryGuard::active()) {
     const std::optional<CUmemGenericAllocationHandle> real = p.virtual_handles().real(handle);
-    if (!p.virtual_handles().release(handle)) return CUDA_ERROR_INVALID_VALUE;
+    const std::optional<uint64_t> left = p.virtual_handles().release(handle);
+    if (!left) return CUDA_ERROR_INVALID_VALUE;
     umswap::log_debug("cuMemRelease virtual handle {:#x}", handle);
-    if (!real) return CUDA_SUCCESS;
-    handle = *real;  // materialized: the driver's handle is released as the program's
+    // A materialized handle holds one reference of the driver's, released with its last.
+    if (!real || *left > 0) return CUDA_SUCCESS;
+    handle = *real;
   }
   const CUresult status = p.driver()->cuMemRelease(handle);
   if (status != CUDA_SUCCESS || ReentryGuard::active()) return status;
@@ -306,7 +330,7 @@ UMSWAP_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
       case Action::not_virtual:
         return CUDA_ERROR_INVALID_VALUE;  // released already
       case Action::refuse:
-        return refuse_mixed("a second cuMemMap of one handle");
+        return refuse_mixed("a second cuMemMap of one handle, or one unmapped before");
       case Action::real:
         real = d.real_handle;
         break;
@@ -349,29 +373,30 @@ UMSWAP_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
     const umswap::VirtualHandles::Covered c = p.virtual_handles().covering(ptr, size);
     if (c.cuts) return refuse_mixed("cuMemUnmap");
     if (!c.whole.empty()) {
-      // The engine's mappings go; the driver unmaps the rest of the interval, if any.
-      CUresult first = CUDA_SUCCESS;
+      // The driver unmaps the rest of the interval first, if any: when it refuses, the engine's
+      // mappings stay as they are and the program gets its error.
+      std::vector<std::pair<CUdeviceptr, CUdeviceptr>> gaps;
       CUdeviceptr at = ptr;
-      auto real_unmap = [&](CUdeviceptr from, CUdeviceptr to) {
-        if (from >= to) return;
-        const CUresult r = p.driver()->cuMemUnmap(from, to - from);
-        if (r == CUDA_SUCCESS) {
-          p.program_mappings().unmapped(from, to - from);
-        } else if (first == CUDA_SUCCESS) {
-          first = r;
-        }
-      };
       for (const auto& [base, bytes] : c.whole) {
-        real_unmap(at, base);
+        if (at < base) gaps.emplace_back(at, base);
+        at = base + bytes;
+      }
+      if (at < ptr + size) gaps.emplace_back(at, ptr + size);
+      for (const auto& [from, to] : gaps) {
+        if (const CUresult r = p.driver()->cuMemUnmap(from, to - from); r != CUDA_SUCCESS) {
+          return r;
+        }
+        p.program_mappings().unmapped(from, to - from);
+      }
+      if (!gaps.empty()) program_mappings_changed(p);
+      CUresult first = CUDA_SUCCESS;
+      for (const auto& [base, bytes] : c.whole) {
         ReentryGuard guard;
         const std::optional<CUresult> r = vmm->unmap_program(base);
         p.virtual_handles().unmapped(base);
         if (r && *r != CUDA_SUCCESS && first == CUDA_SUCCESS) first = *r;
         umswap::log_debug("cuMemUnmap {:#x} {} bytes (engine vmm's)", base, bytes);
-        at = base + bytes;
       }
-      real_unmap(at, ptr + size);
-      program_mappings_changed(p);
       return first;
     }
   }
@@ -414,7 +439,8 @@ UMSWAP_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemA
     const umswap::VirtualHandles::Covered c = p.virtual_handles().covering(ptr, size);
     if (c.cuts) return refuse_mixed("cuMemSetAccess");
     if (!c.whole.empty()) {
-      for (size_t i = 0; i < count && desc; ++i) {
+      if (!desc || count == 0) return CUDA_ERROR_INVALID_VALUE;
+      for (size_t i = 0; i < count; ++i) {
         const bool ours = desc[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
                           desc[i].location.id == vmm->device();
         if (!ours || desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) {
@@ -449,8 +475,13 @@ UMSWAP_EXPORT CUresult cuMemExportToShareableHandle(void* shareable,
   if (!p.driver()) return kNoDriver;
   if (!p.driver()->cuMemExportToShareableHandle) return CUDA_ERROR_NOT_FOUND;
   if (umswap::VirtualHandles::is_virtual(handle) && !ReentryGuard::active()) {
+    using Action = umswap::VirtualHandles::MapAction;
     umswap::VirtualHandles& handles = p.virtual_handles();
-    if (handles.engine_mapped(handle)) {
+    // As a mapping that is not whole would be: real, to materialize, or the engine's (refused).
+    const umswap::VirtualHandles::MapDecision d = handles.map(handle, 0, 0, 0);
+    CUmemGenericAllocationHandle real = d.real_handle;
+    if (d.action == Action::not_virtual) return CUDA_ERROR_INVALID_VALUE;
+    if (d.action == Action::refuse || d.action == Action::engine) {
       static umswap::OnceFlag once;
       if (once.first()) {
         umswap::log_warning(
@@ -460,19 +491,12 @@ UMSWAP_EXPORT CUresult cuMemExportToShareableHandle(void* shareable,
       }
       return CUDA_ERROR_NOT_SUPPORTED;
     }
-    std::optional<CUmemGenericAllocationHandle> real = handles.real(handle);
-    if (!real) {
-      const umswap::VirtualHandles::MapDecision d = handles.map(handle, 0, 0, 0);
-      if (d.action != umswap::VirtualHandles::MapAction::materialize) {
-        return CUDA_ERROR_INVALID_VALUE;
-      }
-      CUmemGenericAllocationHandle made = 0;
-      if (const CUresult r = materialize(p, handle, d.bytes, d.prop, &made); r != CUDA_SUCCESS) {
+    if (d.action == Action::materialize) {
+      if (const CUresult r = materialize(p, handle, d.bytes, d.prop, &real); r != CUDA_SUCCESS) {
         return r;
       }
-      real = made;
     }
-    handle = *real;
+    handle = real;
   }
   return p.driver()->cuMemExportToShareableHandle(shareable, handle, type, flags);
 }

@@ -605,6 +605,11 @@ bool ChunkArena::fits_on_gpu(CUdeviceptr address) const {
   return gpu_.can_place(blocks, chunks);
 }
 
+uint64_t ChunkArena::bytes_available() const {
+  std::lock_guard lock(mutex_);
+  return (gpu_.available() + host_.available()) * kChunk;
+}
+
 bool ChunkArena::fits_new_on_gpu(uint64_t bytes) const {
   std::lock_guard lock(mutex_);
   const uint64_t chunks = (bytes + kChunk - 1) / kChunk;

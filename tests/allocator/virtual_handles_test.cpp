@@ -36,19 +36,45 @@ TEST(VirtualHandlesTest, AWholeFirstMappingIsTheEnginesOthersGetRealMemory) {
   EXPECT_EQ(part.bytes, 20 * MiB);
   EXPECT_EQ(part.prop.requestedHandleTypes, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
   EXPECT_EQ(v.map(h, kVa, 18 * MiB, 2 * MiB).action, Action::materialize);
+  EXPECT_EQ(v.pending_bytes(), 20 * MiB);
   v.mapped(h, kVa);
-  EXPECT_TRUE(v.engine_mapped(h));
+  EXPECT_EQ(v.pending_bytes(), 0u);
   EXPECT_EQ(v.map(h, kVa + 64 * MiB, 20 * MiB, 0).action, Action::refuse);  // twice
 
   const CUmemGenericAllocationHandle g = v.create(4 * MiB, device_prop());
   EXPECT_FALSE(v.real(g));
-  v.set_real(g, 0x5555);
+  EXPECT_EQ(v.set_real(g, 0x5555), 0x5555u);
+  EXPECT_EQ(v.set_real(g, 0x6666), 0x5555u);  // a second thread's: the first stands
   EXPECT_EQ(v.real(g), 0x5555u);
+  EXPECT_EQ(v.pending_bytes(), 0u);
   const VirtualHandles::MapDecision real = v.map(g, kVa + 64 * MiB, 4 * MiB, 0);
   EXPECT_EQ(real.action, Action::real);
   EXPECT_EQ(real.real_handle, 0x5555u);
   EXPECT_EQ(v.materialized(), 1u);
-  EXPECT_FALSE(v.engine_mapped(g));
+}
+
+// The engine's range goes with the program's unmap; a handle still referenced then cannot be
+// mapped or exported again (its contents are gone), and says so instead of handing out a fresh,
+// empty range. A materialized handle's real one is released only with its last reference.
+TEST(VirtualHandlesTest, UnmappedByTheProgramItsContentsAreGone) {
+  VirtualHandles v;
+  const CUmemGenericAllocationHandle h = v.create(20 * MiB, device_prop());
+  v.mapped(h, kVa);
+  EXPECT_EQ(v.retain(kVa), h);
+  v.unmapped(kVa);
+  EXPECT_EQ(v.live(), 1u);
+  EXPECT_EQ(v.map(h, kVa, 20 * MiB, 0).action, Action::refuse);
+  EXPECT_EQ(v.map(h, 0, 0, 0).action, Action::refuse);  // as an export asks
+  EXPECT_EQ(v.pending_bytes(), 0u);
+  EXPECT_EQ(v.release(h), 1u);
+  EXPECT_EQ(v.release(h), 0u);
+  EXPECT_EQ(v.live(), 0u);
+
+  const CUmemGenericAllocationHandle m = v.create(2 * MiB, device_prop());
+  ASSERT_EQ(v.set_real(m, 0x77), 0x77u);
+  EXPECT_EQ(v.release(m), 0u);
+  EXPECT_FALSE(v.release(m));
+  EXPECT_EQ(v.live(), 0u);
 }
 
 TEST(VirtualHandlesTest, IntervalsCoverWholeMappingsOrCutOne) {
@@ -83,11 +109,13 @@ TEST(VirtualHandlesTest, AHandleGoesWithItsLastReferenceAndMapping) {
   // Retained through any byte of its mapping; not outside it.
   EXPECT_EQ(v.retain(kVa + 20 * MiB - 1), h);
   EXPECT_FALSE(v.retain(kVa + 20 * MiB));
-  EXPECT_TRUE(v.release(h));
-  EXPECT_TRUE(v.release(h));  // created + retained: two references
+  EXPECT_EQ(v.release(h), 1u);
+  EXPECT_EQ(v.release(h), 0u);  // created + retained: two references
   EXPECT_FALSE(v.release(h));
   EXPECT_EQ(v.live(), 1u);  // still mapped: the driver keeps the memory too
-  EXPECT_TRUE(v.properties(h));
+  // With no reference left, the program may not use the value (the driver refuses it).
+  EXPECT_FALSE(v.properties(h));
+  EXPECT_EQ(v.map(h, kVa + 64 * MiB, 20 * MiB, 0).action, Action::not_virtual);
   v.unmapped(kVa);
   EXPECT_EQ(v.live(), 0u);
   EXPECT_FALSE(v.properties(h));
@@ -95,11 +123,11 @@ TEST(VirtualHandlesTest, AHandleGoesWithItsLastReferenceAndMapping) {
 
   // Released before it is ever mapped: gone at once. A materialized one: gone at its release.
   const CUmemGenericAllocationHandle g = v.create(2 * MiB, device_prop());
-  EXPECT_TRUE(v.release(g));
+  EXPECT_EQ(v.release(g), 0u);
   EXPECT_EQ(v.live(), 0u);
   const CUmemGenericAllocationHandle m = v.create(2 * MiB, device_prop());
   v.set_real(m, 0x77);
-  EXPECT_TRUE(v.release(m));
+  EXPECT_EQ(v.release(m), 0u);
   EXPECT_EQ(v.live(), 0u);
 }
 

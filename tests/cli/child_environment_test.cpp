@@ -246,6 +246,19 @@ TEST(ChildEnv, EngineVmmLeavesExpandableSegmentsOn) {
   env = plan_child_environment(flags, current, "/u/libumswap.so");
   EXPECT_EQ(find_var(env, "PYTORCH_CUDA_ALLOC_CONF"), "expandable_segments:False");
   EXPECT_EQ(env.warnings.size(), 1u);
+  // A replay or --verify runs engine um whatever UMSWAP_ENGINE says: segments off.
+  flags.engine.reset();
+  flags.replay_trace = "t.umtrace";
+  env = plan_child_environment(flags, current, "/u/libumswap.so");
+  EXPECT_EQ(find_var(env, "PYTORCH_CUDA_ALLOC_CONF"), "expandable_segments:False");
+  flags.replay_trace.reset();
+  flags.verify = true;
+  env = plan_child_environment(flags, current, "/u/libumswap.so");
+  EXPECT_EQ(find_var(env, "PYTORCH_CUDA_ALLOC_CONF"), "expandable_segments:False");
+  flags.verify = false;
+  current.umswap_mode = "replay";
+  env = plan_child_environment(flags, current, "/u/libumswap.so");
+  EXPECT_EQ(find_var(env, "PYTORCH_CUDA_ALLOC_CONF"), "expandable_segments:False");
 }
 
 TEST(ChildEnv, QuietSilencesTheLibrarysNotices) {

@@ -3,9 +3,11 @@
 // the engine's to move too. A virtual handle has no physical memory. Its one mapping, the whole
 // handle at offset 0 (what PyTorch and JAX do: docs/lab/2026-12-02-jax.md), becomes a range of
 // the engine's at the program's own addresses (VmmAllocator::map_program); hooks/driver_hooks.cpp
-// answers the program's calls on it. Any other use of a handle (part of it, at an offset, twice,
-// or before the engine has room) is served by real memory made for it then ("materialized"):
-// from there on its calls go to the driver with the real handle, as umswap did before.
+// answers the program's calls on it. Any other first use of a handle (part of it, at an offset,
+// or when the engine has no room) is served by real memory made for it then ("materialized"):
+// from there on its calls go to the driver with the real handle, as umswap did before. A second
+// mapping of a handle the engine maps, and any mapping or export of one the engine mapped and the
+// program unmapped (its contents went with the range), are refused.
 //
 // This class is the bookkeeping only (no driver call); the hooks make the calls it decides.
 //   * create(bytes, prop): a new handle, with one reference. Its value has the top bit set,
@@ -13,8 +15,9 @@
 //   * map(handle, address, bytes, offset): what a cuMemMap of it should do: `engine` (whole, at
 //     offset 0, the first mapping: then mapped() once the engine made the range), `real` (a
 //     materialized handle: the driver maps `real_handle`), `materialize` (another use of a handle
-//     never mapped: make real memory, then set_real()), `refuse` (a second mapping of a handle
-//     the engine maps: CUDA_ERROR_NOT_SUPPORTED), or `not_virtual`.
+//     never mapped: make real memory, then set_real()), `refuse` (a handle the engine maps, or
+//     mapped and lost with its range: CUDA_ERROR_NOT_SUPPORTED), or `not_virtual` (not a live
+//     virtual handle, or one with no reference left: CUDA_ERROR_INVALID_VALUE).
 //   * The engine's mappings are kept by address: covering(address, bytes) says which of them an
 //     interval holds whole and whether it cuts one (cuMemUnmap and cuMemSetAccess take intervals
 //     over many handles, as PyTorch's expandable segments do); unmapped(address) ends one.
@@ -54,8 +57,11 @@ class VirtualHandles {
                   uint64_t offset) const;
   // The engine made the range for h at `address`.
   void mapped(CUmemGenericAllocationHandle h, CUdeviceptr address);
-  // Real memory made for h (materialize): its calls go to the driver with `real` from now on.
-  void set_real(CUmemGenericAllocationHandle h, CUmemGenericAllocationHandle real);
+  // Real memory made for h (materialize): its calls go to the driver with the real handle from
+  // now on. Returns the handle that stands: `real`, or the one another thread set first (the
+  // caller then releases its own). 0 when h is gone.
+  CUmemGenericAllocationHandle set_real(CUmemGenericAllocationHandle h,
+                                        CUmemGenericAllocationHandle real);
   // The real handle behind h when h was materialized (else nullopt: not virtual, or not real).
   std::optional<CUmemGenericAllocationHandle> real(CUmemGenericAllocationHandle h) const;
 
@@ -68,23 +74,26 @@ class VirtualHandles {
   // cuMemUnmap of an engine mapping that starts at `address` (after the engine let it go).
   void unmapped(CUdeviceptr address);
 
-  // False when h is not a live virtual handle.
-  bool release(CUmemGenericAllocationHandle h);
+  // One reference less: the references left, nullopt when h is not a live virtual handle with a
+  // reference. A materialized handle's real one is the driver's to release at 0.
+  std::optional<uint64_t> release(CUmemGenericAllocationHandle h);
   // The handle the engine maps at `address` (any byte of it), one reference more.
   std::optional<CUmemGenericAllocationHandle> retain(CUdeviceptr address);
   std::optional<CUmemAllocationProp> properties(CUmemGenericAllocationHandle h) const;
-  // True when h is a virtual handle the engine maps (it cannot be exported).
-  bool engine_mapped(CUmemGenericAllocationHandle h) const;
 
   uint64_t live() const;          // handles alive now
   uint64_t materialized() const;  // handles given real memory, in all
+  // Bytes of live handles neither mapped by the engine, nor lost, nor real: what their first
+  // mappings will ask of the engine (cuMemCreate checks the engine's room against it).
+  uint64_t pending_bytes() const;
 
  private:
   struct Handle {
     uint64_t bytes = 0;
     CUmemAllocationProp prop{};
     uint64_t references = 1;
-    CUdeviceptr mapped_at = 0;              // the engine's mapping, 0 when none
+    CUdeviceptr mapped_at = 0;  // the engine's mapping, 0 when none
+    bool lost = false;  // the engine mapped it, the program unmapped it: its contents are gone
     CUmemGenericAllocationHandle real = 0;  // materialized: the driver's handle
   };
   struct Mapping {

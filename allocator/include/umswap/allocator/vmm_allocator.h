@@ -182,6 +182,9 @@ class VmmAllocator {
   // releases the range, leaves the addresses reserved. nullopt when no mapping of the program's
   // starts at `ptr`. free() and free_async() answer nullopt for these (not a cudaMalloc's).
   std::optional<CUresult> unmap_program(CUdeviceptr ptr);
+  // What the arena could still back, and the ranges kept for reuse that would be given back for
+  // it (a program's cuMemCreate asks before it is given a virtual handle).
+  uint64_t bytes_available();
   // The stream is about to be destroyed: its pending frees serve no allocation by stream order.
   void stream_ends(CUstream stream);
   // Releases the ranges whose stream-ordered free has completed; returns how many.
@@ -299,6 +302,9 @@ class VmmAllocator {
   uint64_t gpu_bytes_peak_ = 0;
   uint64_t host_bytes_peak_ = 0;
   bool program_range(CUdeviceptr ptr);  // map_program() made a range at ptr that is live
+  // An allocation refused (out of memory, or the driver's failure), and one made: the counts.
+  void count_refused(CUresult status, uint64_t bytes);
+  void count_allocated(AllocApi api, uint64_t bytes);
   std::mutex program_ranges_mutex_;
   std::unordered_set<CUdeviceptr> program_ranges_;  // map_program()'s, live
   std::mutex program_mutex_;  // set_program_gpu_bytes(), one at a time (before peaks_mutex_)

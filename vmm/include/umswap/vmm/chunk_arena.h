@@ -261,6 +261,9 @@ class ChunkArena {
   // not on the GPU now (its whole blocks and its chunks; bytes free in the pool are not enough
   // when no whole block can be had). True outside live ranges (nothing to take).
   bool fits_on_gpu(CUdeviceptr address) const;
+  // Bytes allocate() could still back, GPU and host pools together (whole chunks; the pools' free
+  // room, made or not).
+  uint64_t bytes_available() const;
   // True when allocate(bytes) would back every piece of a new range with GPU chunks now.
   bool fits_new_on_gpu(uint64_t bytes) const;
   ArenaStats stats() const;

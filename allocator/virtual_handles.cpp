@@ -13,24 +13,25 @@ CUmemGenericAllocationHandle VirtualHandles::create(uint64_t bytes,
 }
 
 VirtualHandles::MapDecision VirtualHandles::map(CUmemGenericAllocationHandle h, CUdeviceptr address,
-                                                uint64_t bytes, uint64_t offset) const {
+                                                uint64_t bytes, uint64_t offset) {
   MapDecision d;
   if (!is_virtual(h)) return d;
   std::lock_guard lock(mutex_);
   const auto it = handles_.find(h);
   if (it == handles_.end() || it->second.references == 0) return d;  // the driver would refuse it
-  const Handle& handle = it->second;
+  Handle& handle = it->second;
   if (handle.real != 0) {
     d.action = MapAction::real;
     d.real_handle = handle.real;
     return d;
   }
-  if (handle.mapped_at != 0 || handle.lost) {
+  if (handle.mapped_at != 0 || handle.lost || handle.claimed) {
     d.action = MapAction::refuse;
     return d;
   }
   const bool whole = offset == 0 && bytes == handle.bytes && address != 0;
   d.action = whole ? MapAction::engine : MapAction::materialize;
+  handle.claimed = true;  // until mapped(), set_real() or unclaim()
   d.bytes = handle.bytes;
   d.prop = handle.prop;
   return d;
@@ -41,7 +42,16 @@ void VirtualHandles::mapped(CUmemGenericAllocationHandle h, CUdeviceptr address)
   const auto it = handles_.find(h);
   if (it == handles_.end()) return;
   it->second.mapped_at = address;
+  it->second.claimed = false;
   mappings_[address] = Mapping{it->second.bytes, h};
+}
+
+void VirtualHandles::unclaim(CUmemGenericAllocationHandle h) {
+  std::lock_guard lock(mutex_);
+  const auto it = handles_.find(h);
+  if (it == handles_.end()) return;
+  it->second.claimed = false;
+  drop_if_unused(it);
 }
 
 CUmemGenericAllocationHandle VirtualHandles::set_real(CUmemGenericAllocationHandle h,
@@ -50,7 +60,9 @@ CUmemGenericAllocationHandle VirtualHandles::set_real(CUmemGenericAllocationHand
   const auto it = handles_.find(h);
   if (it == handles_.end()) return 0;
   if (it->second.real != 0) return it->second.real;
+  if (it->second.mapped_at != 0 || it->second.lost) return 0;
   it->second.real = real;
+  it->second.claimed = false;
   ++materialized_;
   return real;
 }
@@ -95,14 +107,14 @@ void VirtualHandles::unmapped(CUdeviceptr address) {
   drop_if_unused(it);
 }
 
-std::optional<uint64_t> VirtualHandles::release(CUmemGenericAllocationHandle h) {
+std::optional<VirtualHandles::Released> VirtualHandles::release(CUmemGenericAllocationHandle h) {
   if (!is_virtual(h)) return std::nullopt;
   std::lock_guard lock(mutex_);
   const auto it = handles_.find(h);
   if (it == handles_.end() || it->second.references == 0) return std::nullopt;
-  const uint64_t left = --it->second.references;
+  const Released r{--it->second.references, it->second.real};
   drop_if_unused(it);
-  return left;
+  return r;
 }
 
 std::optional<CUmemGenericAllocationHandle> VirtualHandles::retain(CUdeviceptr address) {
@@ -140,7 +152,9 @@ uint64_t VirtualHandles::pending_bytes() const {
   std::lock_guard lock(mutex_);
   uint64_t bytes = 0;
   for (const auto& [h, handle] : handles_) {
-    if (handle.mapped_at == 0 && !handle.lost && handle.real == 0) bytes += handle.bytes;
+    if (handle.mapped_at == 0 && !handle.lost && handle.real == 0 && !handle.claimed) {
+      bytes += handle.bytes;
+    }
   }
   return bytes;
 }
@@ -148,7 +162,7 @@ uint64_t VirtualHandles::pending_bytes() const {
 void VirtualHandles::drop_if_unused(std::unordered_map<uint64_t, Handle>::iterator it) {
   const Handle& h = it->second;
   // A materialized handle is the driver's from its last release (its mappings are the driver's).
-  if (h.references == 0 && (h.mapped_at == 0 || h.real != 0)) handles_.erase(it);
+  if (h.references == 0 && !h.claimed && (h.mapped_at == 0 || h.real != 0)) handles_.erase(it);
 }
 
 }  // namespace umswap

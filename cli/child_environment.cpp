@@ -149,9 +149,13 @@ ChildEnvironment plan_child_environment(const RunFlags& flags, const CurrentEnv&
   // Engine vmm serves expandable segments (their handles are virtual: virtual_handles.h), so the
   // user's setting stands; engine um cannot back them with managed memory. A replay or --verify
   // runs engine um whatever UMSWAP_ENGINE says (options.cpp).
-  const bool replays = flags.replay_trace || flags.verify ||
-                       (!flags.mode && parse_mode(current.umswap_mode.value_or("")) ==
-                                           std::optional<Mode>(Mode::replay));
+  // As options.cpp decides: the user's UMSWAP_MODE=replay counts only with a trace to replay.
+  const bool user_replay =
+      !flags.mode &&
+      parse_mode(current.umswap_mode.value_or("")) == std::optional<Mode>(Mode::replay) &&
+      !current.umswap_replay.value_or("").empty();
+  const bool user_verify = parse_bool(current.umswap_verify.value_or("")).value_or(false);
+  const bool replays = flags.replay_trace || flags.verify || user_replay || user_verify;
   const bool vmm = !replays && (flags.engine ? *flags.engine == Engine::vmm
                                              : parse_engine(current.umswap_engine.value_or("")) ==
                                                    std::optional<Engine>(Engine::vmm));
@@ -225,7 +229,9 @@ CurrentEnv read_current_env() {
           .xla_allocator = value("XLA_PYTHON_CLIENT_ALLOCATOR"),
           .xla_preallocate = value("XLA_PYTHON_CLIENT_PREALLOCATE"),
           .umswap_mode = value("UMSWAP_MODE"),
-          .umswap_engine = value("UMSWAP_ENGINE")};
+          .umswap_engine = value("UMSWAP_ENGINE"),
+          .umswap_replay = value("UMSWAP_REPLAY"),
+          .umswap_verify = value("UMSWAP_VERIFY")};
 }
 
 std::string apply_child_environment(const ChildEnvironment& env) {

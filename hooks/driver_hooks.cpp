@@ -91,14 +91,14 @@ const char* not_virtualized(const CUmemAllocationProp& prop, size_t size, unsign
   return nullptr;
 }
 
-// Why a virtual handle of `size` would find no room in the engine's pools when mapped (the
-// handles made and not mapped yet counted as taken); nullptr when it would. Out of memory is then
-// the real cuMemCreate's to say, where programs expect it (PyTorch's expandable segments recover
+// Whether a virtual handle of `size` would find no room in the engine's pools when mapped (the
+// handles made and not mapped yet counted as taken). cuMemCreate then answers out of memory, as
+// engine vmm's cudaMalloc does, where programs expect it (PyTorch's expandable segments recover
 // from it there, not at cuMemMap).
-const char* no_room(umswap::VmmAllocator& vmm, const umswap::VirtualHandles& handles, size_t size) {
-  return vmm.bytes_available() < handles.pending_bytes() + size
-             ? "no room left in the engine's GPU pool and host chunks"
-             : nullptr;
+bool no_room(umswap::VmmAllocator& vmm, const umswap::VirtualHandles& handles, size_t size) {
+  auto short_of_room = [&] { return vmm.bytes_available() < handles.pending_bytes() + size; };
+  // Frees in flight give their room back: waited for before the answer, as an allocation does.
+  return short_of_room() && (vmm.drain() == 0 || short_of_room());
 }
 
 // The program's calls on memory that is partly the engine's and partly not, which umswap does not
@@ -125,16 +125,23 @@ void program_mappings_changed(Preload& p) {
 // program's own from now on.
 CUresult materialize(Preload& p, CUmemGenericAllocationHandle handle, uint64_t bytes,
                      const CUmemAllocationProp& prop, CUmemGenericAllocationHandle* real) {
+  // The caller holds the handle's claim (VirtualHandles::map): no other thread materializes it.
   CUmemGenericAllocationHandle made = 0;
   const CUresult status = p.driver()->cuMemCreate(&made, bytes, &prop, 0);
-  if (status != CUDA_SUCCESS) return status;
+  if (status != CUDA_SUCCESS) {
+    p.virtual_handles().unclaim(handle);
+    return status;
+  }
+  // Counted before other threads can see it (a mapping of it must find it counted).
+  p.program_mappings().created(made, bytes, true);
   *real = p.virtual_handles().set_real(handle, made);
   if (*real != made) {
-    // Another thread materialized it first (or it went): this memory is not needed.
+    // The handle went meanwhile: this memory is not needed.
     p.driver()->cuMemRelease(made);
+    p.program_mappings().released(made);
+    program_mappings_changed(p);
     return *real != 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
   }
-  p.program_mappings().created(made, bytes, true);
   program_mappings_changed(p);
   static umswap::OnceFlag once;
   if (once.first()) {
@@ -232,8 +239,11 @@ UMSWAP_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t 
   if (umswap::VmmAllocator* vmm = vmm_for_allocation(p);
       vmm && handle && prop &&
       !(why_not =
-            not_virtualized(*prop, size, flags, vmm->device(), __builtin_return_address(0))) &&
-      !(why_not = no_room(*vmm, p.virtual_handles(), size))) {
+            not_virtualized(*prop, size, flags, vmm->device(), __builtin_return_address(0)))) {
+    if (no_room(*vmm, p.virtual_handles(), size)) {
+      vmm->note_refused(size);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     *handle = p.virtual_handles().create(size, *prop);
     umswap::log_debug("cuMemCreate virtual handle {:#x} {} bytes", *handle, size);
     static umswap::OnceFlag once;
@@ -300,13 +310,12 @@ UMSWAP_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   if (!p.driver()) return kNoDriver;
   if (!p.driver()->cuMemRelease) return CUDA_ERROR_NOT_FOUND;
   if (umswap::VirtualHandles::is_virtual(handle) && !ReentryGuard::active()) {
-    const std::optional<CUmemGenericAllocationHandle> real = p.virtual_handles().real(handle);
-    const std::optional<uint64_t> left = p.virtual_handles().release(handle);
-    if (!left) return CUDA_ERROR_INVALID_VALUE;
+    const std::optional<umswap::VirtualHandles::Released> r = p.virtual_handles().release(handle);
+    if (!r) return CUDA_ERROR_INVALID_VALUE;
     umswap::log_debug("cuMemRelease virtual handle {:#x}", handle);
     // A materialized handle holds one reference of the driver's, released with its last.
-    if (!real || *left > 0) return CUDA_SUCCESS;
-    handle = *real;
+    if (r->real == 0 || r->left > 0) return CUDA_SUCCESS;
+    handle = r->real;
   }
   const CUresult status = p.driver()->cuMemRelease(handle);
   if (status != CUDA_SUCCESS || ReentryGuard::active()) return status;
@@ -345,7 +354,10 @@ UMSWAP_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
           umswap::log_debug("cuMemMap {:#x} {} bytes virtual handle {:#x}", ptr, size, handle);
           return status;
         }
-        if (status != CUDA_ERROR_OUT_OF_MEMORY) return status;
+        if (status != CUDA_ERROR_OUT_OF_MEMORY) {
+          handles.unclaim(handle);
+          return status;
+        }
         // No room in the engine's pools: the handle gets memory of its own.
         [[fallthrough]];
       }
@@ -382,13 +394,16 @@ UMSWAP_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
         at = base + bytes;
       }
       if (at < ptr + size) gaps.emplace_back(at, ptr + size);
+      bool unmapped = false;
       for (const auto& [from, to] : gaps) {
         if (const CUresult r = p.driver()->cuMemUnmap(from, to - from); r != CUDA_SUCCESS) {
+          if (unmapped) program_mappings_changed(p);
           return r;
         }
         p.program_mappings().unmapped(from, to - from);
+        unmapped = true;
       }
-      if (!gaps.empty()) program_mappings_changed(p);
+      if (unmapped) program_mappings_changed(p);
       CUresult first = CUDA_SUCCESS;
       for (const auto& [base, bytes] : c.whole) {
         ReentryGuard guard;
@@ -481,6 +496,7 @@ UMSWAP_EXPORT CUresult cuMemExportToShareableHandle(void* shareable,
     const umswap::VirtualHandles::MapDecision d = handles.map(handle, 0, 0, 0);
     CUmemGenericAllocationHandle real = d.real_handle;
     if (d.action == Action::not_virtual) return CUDA_ERROR_INVALID_VALUE;
+    if (d.action == Action::engine) handles.unclaim(handle);  // not reached: no address given
     if (d.action == Action::refuse || d.action == Action::engine) {
       static umswap::OnceFlag once;
       if (once.first()) {

@@ -256,7 +256,15 @@ TEST(ChildEnv, EngineVmmLeavesExpandableSegmentsOn) {
   env = plan_child_environment(flags, current, "/u/libumswap.so");
   EXPECT_EQ(find_var(env, "PYTORCH_CUDA_ALLOC_CONF"), "expandable_segments:False");
   flags.verify = false;
+  current.umswap_verify = "1";  // the user's own
+  env = plan_child_environment(flags, current, "/u/libumswap.so");
+  EXPECT_EQ(find_var(env, "PYTORCH_CUDA_ALLOC_CONF"), "expandable_segments:False");
+  current.umswap_verify.reset();
+  // UMSWAP_MODE=replay replays only with a trace named (else the library learns online, on vmm).
   current.umswap_mode = "replay";
+  env = plan_child_environment(flags, current, "/u/libumswap.so");
+  EXPECT_FALSE(find_var(env, "PYTORCH_CUDA_ALLOC_CONF"));
+  current.umswap_replay = "t.umtrace";
   env = plan_child_environment(flags, current, "/u/libumswap.so");
   EXPECT_EQ(find_var(env, "PYTORCH_CUDA_ALLOC_CONF"), "expandable_segments:False");
 }

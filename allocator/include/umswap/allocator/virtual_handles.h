@@ -53,13 +53,18 @@ class VirtualHandles {
     uint64_t bytes = 0;                            // the handle's, for `materialize`
     CUmemAllocationProp prop{};                    // for `materialize`
   };
+  // `engine` and `materialize` claim the handle for the caller until mapped(), set_real() or
+  // unclaim(): meanwhile any other map() of it is refused (two threads never both map or
+  // materialize one handle).
   MapDecision map(CUmemGenericAllocationHandle h, CUdeviceptr address, uint64_t bytes,
-                  uint64_t offset) const;
+                  uint64_t offset);
+  // The claimed map or materialization failed: the handle is as before it.
+  void unclaim(CUmemGenericAllocationHandle h);
   // The engine made the range for h at `address`.
   void mapped(CUmemGenericAllocationHandle h, CUdeviceptr address);
   // Real memory made for h (materialize): its calls go to the driver with the real handle from
-  // now on. Returns the handle that stands: `real`, or the one another thread set first (the
-  // caller then releases its own). 0 when h is gone.
+  // now on. Returns the handle that stands: `real`, or one set before (the caller then releases
+  // its own); 0 when h is gone, or mapped by the engine since.
   CUmemGenericAllocationHandle set_real(CUmemGenericAllocationHandle h,
                                         CUmemGenericAllocationHandle real);
   // The real handle behind h when h was materialized (else nullopt: not virtual, or not real).
@@ -74,9 +79,14 @@ class VirtualHandles {
   // cuMemUnmap of an engine mapping that starts at `address` (after the engine let it go).
   void unmapped(CUdeviceptr address);
 
-  // One reference less: the references left, nullopt when h is not a live virtual handle with a
-  // reference. A materialized handle's real one is the driver's to release at 0.
-  std::optional<uint64_t> release(CUmemGenericAllocationHandle h);
+  // One reference less: the references left and the real handle (0 unless materialized), read
+  // together; nullopt when h is not a live virtual handle with a reference. A materialized
+  // handle's real one is the caller's to release when none is left.
+  struct Released {
+    uint64_t left = 0;
+    CUmemGenericAllocationHandle real = 0;
+  };
+  std::optional<Released> release(CUmemGenericAllocationHandle h);
   // The handle the engine maps at `address` (any byte of it), one reference more.
   std::optional<CUmemGenericAllocationHandle> retain(CUdeviceptr address);
   std::optional<CUmemAllocationProp> properties(CUmemGenericAllocationHandle h) const;
@@ -93,7 +103,8 @@ class VirtualHandles {
     CUmemAllocationProp prop{};
     uint64_t references = 1;
     CUdeviceptr mapped_at = 0;  // the engine's mapping, 0 when none
-    bool lost = false;  // the engine mapped it, the program unmapped it: its contents are gone
+    bool lost = false;     // the engine mapped it, the program unmapped it: its contents are gone
+    bool claimed = false;  // a map() in progress (see map())
     CUmemGenericAllocationHandle real = 0;  // materialized: the driver's handle
   };
   struct Mapping {

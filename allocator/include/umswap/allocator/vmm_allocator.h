@@ -185,6 +185,9 @@ class VmmAllocator {
   // What the arena could still back, and the ranges kept for reuse that would be given back for
   // it (a program's cuMemCreate asks before it is given a virtual handle).
   uint64_t bytes_available();
+  // An allocation of the program's refused out of memory outside allocate() (a cuMemCreate the
+  // engine has no room for): counted as allocate()'s are.
+  void note_refused(uint64_t bytes) { count_refused(CUDA_ERROR_OUT_OF_MEMORY, bytes); }
   // The stream is about to be destroyed: its pending frees serve no allocation by stream order.
   void stream_ends(CUstream stream);
   // Releases the ranges whose stream-ordered free has completed; returns how many.

@@ -86,11 +86,12 @@ bool Registry::insert(const BufferRecord& record) {
   return true;
 }
 
-std::optional<BufferRecord> Registry::remove(uint64_t base) {
+std::optional<BufferRecord> Registry::remove(uint64_t base, bool (*which)(const BufferRecord&)) {
   std::lock_guard lock(mutex_);
   auto it = std::lower_bound(records_.begin(), records_.end(), base,
                              [](const BufferRecord& r, uint64_t b) { return r.base < b; });
   if (it == records_.end() || it->base != base) return std::nullopt;
+  if (which && !which(*it)) return std::nullopt;
   const BufferRecord removed = *it;
   records_.erase(it);
   changed();

@@ -85,13 +85,17 @@ VirtualHandles::Covered VirtualHandles::covering(CUdeviceptr address, uint64_t b
     const auto before = std::prev(it);
     if (before->first + before->second.bytes > address) it = before;
   }
+  CUdeviceptr at = address;
   for (; it != mappings_.end() && it->first < end; ++it) {
     if (it->first >= address && it->first + it->second.bytes <= end) {
       c.whole.emplace_back(it->first, it->second.bytes);
+      if (at < it->first) c.others.emplace_back(at, it->first);
+      at = it->first + it->second.bytes;
     } else {
       c.cuts = true;
     }
   }
+  if (at < end) c.others.emplace_back(at, end);
   return c;
 }
 

@@ -9,6 +9,14 @@
 namespace umswap {
 namespace {
 
+// A range map_program() made for the program's own mapping (its record's api), and not.
+bool program_mapping(const BufferRecord& r) {
+  return r.api == AllocApi::cuMemMap;
+}
+bool not_program_mapping(const BufferRecord& r) {
+  return r.api != AllocApi::cuMemMap;
+}
+
 uint64_t whole_chunks(uint64_t bytes) {
   return bytes / vmm::kChunk * vmm::kChunk;
 }
@@ -434,10 +442,6 @@ CUresult VmmAllocator::map_program(CUdeviceptr ptr, size_t bytes, CallSiteId sit
     driver_failures_.fetch_add(1, std::memory_order_relaxed);
     return CUDA_ERROR_UNKNOWN;
   }
-  {
-    std::lock_guard lock(program_ranges_mutex_);
-    program_ranges_.insert(ptr);
-  }
   count_allocated(AllocApi::cuMemMap, bytes);
   return CUDA_SUCCESS;
 }
@@ -446,35 +450,26 @@ uint64_t VmmAllocator::bytes_available() {
   uint64_t kept = 0;
   {
     std::lock_guard lock(kept_mutex_);
-    for (const KeptRange& k : kept_) kept += k.reserved;
+    kept = kept_bytes_;
   }
   return arena_.bytes_available() + kept;
 }
 
-bool VmmAllocator::program_range(CUdeviceptr ptr) {
-  std::lock_guard lock(program_ranges_mutex_);
-  return program_ranges_.contains(ptr);
-}
-
 std::optional<CUresult> VmmAllocator::unmap_program(CUdeviceptr ptr) {
   const Timed timed(free_ns_);
-  {
-    std::lock_guard lock(program_ranges_mutex_);
-    if (program_ranges_.erase(ptr) == 0) return std::nullopt;
-  }
-  const std::optional<BufferRecord> record = registry_.remove(ptr);
+  const std::optional<BufferRecord> record = registry_.remove(ptr, program_mapping);
+  if (!record) return std::nullopt;
   const CUresult synced = sync_.ctx_synchronize();
   residency_.forget(ptr);
   release_to_arena(ptr);
-  count_free(record ? record->size : 0);
+  count_free(record->size);
   return synced;
 }
 
 std::optional<CUresult> VmmAllocator::free(CUdeviceptr ptr) {
   const Timed timed(free_ns_);
   poll();
-  if (program_range(ptr)) return std::nullopt;
-  const std::optional<BufferRecord> record = registry_.remove(ptr);
+  const std::optional<BufferRecord> record = registry_.remove(ptr, not_program_mapping);
   if (!record) return std::nullopt;
   // cudaFree and cuMemFree wait for the device: no kernel may still be using the range when its
   // chunks are unmapped. An error here is the context's (an earlier launch failed): the real
@@ -487,8 +482,7 @@ std::optional<CUresult> VmmAllocator::free(CUdeviceptr ptr) {
 std::optional<CUresult> VmmAllocator::free_async(CUdeviceptr ptr, CUstream stream) {
   const Timed timed(free_ns_);
   poll();
-  if (program_range(ptr)) return std::nullopt;
-  const std::optional<BufferRecord> record = registry_.remove(ptr);
+  const std::optional<BufferRecord> record = registry_.remove(ptr, not_program_mapping);
   if (!record) return std::nullopt;
   CUevent event = nullptr;
   if (sync_.event_create(&event, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS) {

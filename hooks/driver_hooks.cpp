@@ -387,15 +387,8 @@ UMSWAP_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
     if (!c.whole.empty()) {
       // The driver unmaps the rest of the interval first, if any: when it refuses, the engine's
       // mappings stay as they are and the program gets its error.
-      std::vector<std::pair<CUdeviceptr, CUdeviceptr>> gaps;
-      CUdeviceptr at = ptr;
-      for (const auto& [base, bytes] : c.whole) {
-        if (at < base) gaps.emplace_back(at, base);
-        at = base + bytes;
-      }
-      if (at < ptr + size) gaps.emplace_back(at, ptr + size);
       bool unmapped = false;
-      for (const auto& [from, to] : gaps) {
+      for (const auto& [from, to] : c.others) {
         if (const CUresult r = p.driver()->cuMemUnmap(from, to - from); r != CUDA_SUCCESS) {
           if (unmapped) program_mappings_changed(p);
           return r;
@@ -462,18 +455,12 @@ UMSWAP_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemA
           return refuse_mixed("cuMemSetAccess for another device or other rights");
         }
       }
-      // Gaps between the engine's mappings are the driver's.
-      CUdeviceptr at = ptr;
-      for (const auto& [base, bytes] : c.whole) {
-        if (at < base) {
-          if (const CUresult r = p.driver()->cuMemSetAccess(at, base - at, desc, count);
-              r != CUDA_SUCCESS) {
-            return r;
-          }
+      for (const auto& [from, to] : c.others) {  // the driver's
+        if (const CUresult r = p.driver()->cuMemSetAccess(from, to - from, desc, count);
+            r != CUDA_SUCCESS) {
+          return r;
         }
-        at = base + bytes;
       }
-      if (at < ptr + size) return p.driver()->cuMemSetAccess(at, ptr + size - at, desc, count);
       return CUDA_SUCCESS;
     }
   }
@@ -496,8 +483,7 @@ UMSWAP_EXPORT CUresult cuMemExportToShareableHandle(void* shareable,
     const umswap::VirtualHandles::MapDecision d = handles.map(handle, 0, 0, 0);
     CUmemGenericAllocationHandle real = d.real_handle;
     if (d.action == Action::not_virtual) return CUDA_ERROR_INVALID_VALUE;
-    if (d.action == Action::engine) handles.unclaim(handle);  // not reached: no address given
-    if (d.action == Action::refuse || d.action == Action::engine) {
+    if (d.action == Action::refuse) {
       static umswap::OnceFlag once;
       if (once.first()) {
         umswap::log_warning(

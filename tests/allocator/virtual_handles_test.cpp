@@ -122,6 +122,14 @@ TEST(VirtualHandlesTest, IntervalsCoverWholeMappingsOrCutOne) {
   c = v.covering(kVa - 20 * MiB, 50 * MiB);  // memory before, one whole, part of the next
   EXPECT_TRUE(c.cuts);
   EXPECT_EQ(c.whole.size(), 1u);
+  // Around and between whole mappings, the rest of the interval is the driver's.
+  c = v.covering(kVa - 4 * MiB, 68 * MiB);
+  EXPECT_FALSE(c.cuts);
+  EXPECT_EQ(c.whole.size(), 3u);
+  ASSERT_EQ(c.others.size(), 2u);
+  EXPECT_EQ(c.others[0], std::make_pair(kVa - 4 * MiB, kVa));
+  EXPECT_EQ(c.others[1], std::make_pair(kVa + 60 * MiB, kVa + 64 * MiB));
+  EXPECT_TRUE(v.covering(kVa, 60 * MiB).others.empty());
 }
 
 TEST(VirtualHandlesTest, AHandleGoesWithItsLastReferenceAndMapping) {

@@ -112,8 +112,9 @@ class Registry {
   // Adds a record. Returns false (and changes nothing) if its range is empty or overlaps one
   // already registered.
   bool insert(const BufferRecord& record);
-  // Removes the record that starts exactly at `base` and returns it.
-  std::optional<BufferRecord> remove(uint64_t base);
+  // Removes the record that starts exactly at `base` and returns it; with `which`, only a record
+  // it accepts (another stays, and nullopt comes back), in one step.
+  std::optional<BufferRecord> remove(uint64_t base, bool (*which)(const BufferRecord&) = nullptr);
   // Lookup of one address (copy of the record). Lock-free unless the registry changed since this
   // thread's last lookup.
   std::optional<BufferRecord> find(uint64_t address) const;

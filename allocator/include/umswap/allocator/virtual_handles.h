@@ -73,6 +73,8 @@ class VirtualHandles {
   struct Covered {
     // The engine's mappings wholly inside the interval (address, bytes), by address.
     std::vector<std::pair<CUdeviceptr, uint64_t>> whole;
+    // The rest of the interval, between and around them [from, to), by address: the driver's.
+    std::vector<std::pair<CUdeviceptr, CUdeviceptr>> others;
     bool cuts = false;  // the interval holds part of one only
   };
   Covered covering(CUdeviceptr address, uint64_t bytes) const;

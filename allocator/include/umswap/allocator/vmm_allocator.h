@@ -66,7 +66,6 @@
 #include <cstdint>
 #include <mutex>
 #include <optional>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -304,12 +303,9 @@ class VmmAllocator {
   uint64_t requested_bytes_peak_ = 0;
   uint64_t gpu_bytes_peak_ = 0;
   uint64_t host_bytes_peak_ = 0;
-  bool program_range(CUdeviceptr ptr);  // map_program() made a range at ptr that is live
   // An allocation refused (out of memory, or the driver's failure), and one made: the counts.
   void count_refused(CUresult status, uint64_t bytes);
   void count_allocated(AllocApi api, uint64_t bytes);
-  std::mutex program_ranges_mutex_;
-  std::unordered_set<CUdeviceptr> program_ranges_;  // map_program()'s, live
   std::mutex program_mutex_;  // set_program_gpu_bytes(), one at a time (before peaks_mutex_)
   // ProgramMappings' figures as of the last set_program_gpu_bytes() (under peaks_mutex_).
   uint64_t program_gpu_bytes_ = 0;

@@ -101,16 +101,15 @@ bool no_room(umswap::VmmAllocator& vmm, const umswap::VirtualHandles& handles, s
   return short_of_room() && (vmm.drain() == 0 || short_of_room());
 }
 
-// The program's calls on memory that is partly the engine's and partly not, which umswap does not
-// split: refused, with one warning.
-CUresult refuse_mixed(const char* call) {
+// A call on a mapping the engine made for the program that umswap does not serve (`what` says
+// which): refused, with one warning for all of them.
+CUresult refuse_on_virtual(const char* what) {
   static umswap::OnceFlag once;
   if (once.first()) {
     umswap::log_warning(
-        "engine vmm: {} over memory that umswap maps for the program (a virtual handle) and "
-        "memory it does not, or over part of one mapping: not supported "
+        "engine vmm: {}, on memory umswap maps for the program (a virtual handle): not supported "
         "(CUDA_ERROR_NOT_SUPPORTED)",
-        call);
+        what);
   }
   return CUDA_ERROR_NOT_SUPPORTED;
 }
@@ -339,7 +338,8 @@ UMSWAP_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
       case Action::not_virtual:
         return CUDA_ERROR_INVALID_VALUE;  // released already
       case Action::refuse:
-        return refuse_mixed("a second cuMemMap of one handle, or one unmapped before");
+        return refuse_on_virtual(
+            "a second cuMemMap of one handle, or one of a handle the program unmapped");
       case Action::real:
         real = d.real_handle;
         break;
@@ -383,7 +383,7 @@ UMSWAP_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   if (!p.driver()->cuMemUnmap) return CUDA_ERROR_NOT_FOUND;
   if (umswap::VmmAllocator* vmm = vmm_engine(p)) {
     const umswap::VirtualHandles::Covered c = p.virtual_handles().covering(ptr, size);
-    if (c.cuts) return refuse_mixed("cuMemUnmap");
+    if (c.cuts) return refuse_on_virtual("cuMemUnmap of part of one mapping");
     if (!c.whole.empty()) {
       // The driver unmaps the rest of the interval first, if any: when it refuses, the engine's
       // mappings stay as they are and the program gets its error.
@@ -445,14 +445,14 @@ UMSWAP_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemA
   if (!p.driver()->cuMemSetAccess) return CUDA_ERROR_NOT_FOUND;
   if (umswap::VmmAllocator* vmm = vmm_engine(p)) {
     const umswap::VirtualHandles::Covered c = p.virtual_handles().covering(ptr, size);
-    if (c.cuts) return refuse_mixed("cuMemSetAccess");
+    if (c.cuts) return refuse_on_virtual("cuMemSetAccess over part of one mapping");
     if (!c.whole.empty()) {
       if (!desc || count == 0) return CUDA_ERROR_INVALID_VALUE;
       for (size_t i = 0; i < count; ++i) {
         const bool ours = desc[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
                           desc[i].location.id == vmm->device();
         if (!ours || desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) {
-          return refuse_mixed("cuMemSetAccess for another device or other rights");
+          return refuse_on_virtual("cuMemSetAccess for another device or other rights");
         }
       }
       for (const auto& [from, to] : c.others) {  // the driver's

@@ -1,13 +1,21 @@
 // A stand-in for libcuda.so.1 on a machine without a GPU: enough of the driver for libumswap.so
 // to load it, redirect allocations to "managed memory" (host memory here) and start its tracer.
-// Device memory is malloc'ed; everything else succeeds and does nothing. Used only by
+// Device memory is malloc'ed; virtual memory (cuMemCreate, cuMemMap) is host memory mapped for
+// real (below), so engine vmm runs here; everything else succeeds and does nothing. Used only by
 // preload_faults_test's probe, which finds it through its RUNPATH (this file's directory holds
 // nothing else), so libumswap's dlopen("libcuda.so.1", RTLD_NOLOAD) gets this one.
 #include <cuda.h>
 
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
+#include <mutex>
 
 namespace {
 
@@ -155,46 +163,169 @@ CUresult stream_is_capturing(CUstream, CUstreamCaptureStatus* status) {
   return CUDA_SUCCESS;
 }
 
-// The driver's virtual memory functions, as far as a program mapping its own memory needs:
-// handles, and which handle is mapped where (for cuMemRetainAllocationHandle).
-uint64_t g_next_handle = 1;
+// The driver's virtual memory functions. A handle is a small number (its slot + 1; the driver's
+// are host addresses: neither has the top bit set) backed by a memfd of its size. Mapped at an
+// address inside a reservation made here (cuMemAddressReserve), it is mapped for real, so that an
+// engine mapping chunks into ranges and copying between them (engine vmm) works here as on a GPU:
+// the fake's "device" is host memory. At any other address (one a probe made up) a mapping is
+// bookkeeping only, for cuMemRetainAllocationHandle.
+struct FakeHandle {
+  bool live = false;
+  int fd = -1;
+  size_t bytes = 0;
+  CUmemAllocationProp prop{};
+};
+FakeHandle g_handles[16384];
 struct FakeMapping {
   CUdeviceptr address;
+  size_t bytes;
   CUmemGenericAllocationHandle handle;
 };
-FakeMapping g_mappings[16] = {};
-CUresult mem_create(CUmemGenericAllocationHandle* handle, size_t, const CUmemAllocationProp*,
-                    unsigned long long) {
-  *handle = g_next_handle++;
-  return CUDA_SUCCESS;
+FakeMapping g_mappings[4096] = {};
+struct Reservation {
+  uintptr_t base;
+  size_t bytes;
+};
+Reservation g_reservations[256] = {};
+std::mutex g_vm_mutex;
+
+bool reserved(CUdeviceptr ptr, size_t bytes) {  // g_vm_mutex held
+  for (const Reservation& r : g_reservations) {
+    if (r.bytes != 0 && ptr >= r.base && ptr + bytes <= r.base + r.bytes) return true;
+  }
+  return false;
 }
-CUresult mem_release(CUmemGenericAllocationHandle) {
-  return CUDA_SUCCESS;
+FakeHandle* handle_of(CUmemGenericAllocationHandle h) {  // g_vm_mutex held
+  return h >= 1 && h <= std::size(g_handles) && g_handles[h - 1].live ? &g_handles[h - 1] : nullptr;
 }
-CUresult mem_map(CUdeviceptr ptr, size_t, size_t, CUmemGenericAllocationHandle handle,
-                 unsigned long long) {
-  for (FakeMapping& m : g_mappings) {
-    if (m.handle == 0) {
-      m = {ptr, handle};
+CUresult mem_address_reserve(CUdeviceptr* ptr, size_t bytes, size_t alignment, CUdeviceptr,
+                             unsigned long long) {
+  const size_t align = std::max<size_t>(alignment, size_t{2} << 20);
+  void* m =
+      ::mmap(nullptr, bytes + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (m == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  const uintptr_t raw = reinterpret_cast<uintptr_t>(m);
+  const uintptr_t base = (raw + align - 1) / align * align;
+  if (base > raw) ::munmap(m, base - raw);
+  if (raw + align > base) ::munmap(reinterpret_cast<void*>(base + bytes), raw + align - base);
+  std::lock_guard lock(g_vm_mutex);
+  for (Reservation& r : g_reservations) {
+    if (r.bytes == 0) {
+      r = {base, bytes};
+      *ptr = base;
       return CUDA_SUCCESS;
     }
   }
+  ::munmap(reinterpret_cast<void*>(base), bytes);
   return CUDA_ERROR_OUT_OF_MEMORY;
 }
-CUresult mem_unmap(CUdeviceptr ptr, size_t) {
+CUresult mem_address_free(CUdeviceptr ptr, size_t bytes) {
+  std::lock_guard lock(g_vm_mutex);
+  for (Reservation& r : g_reservations) {
+    if (r.bytes != 0 && r.base == ptr && r.bytes == bytes) {
+      ::munmap(reinterpret_cast<void*>(ptr), bytes);
+      r = {};
+      return CUDA_SUCCESS;
+    }
+  }
+  return CUDA_ERROR_INVALID_VALUE;
+}
+CUresult mem_create(CUmemGenericAllocationHandle* handle, size_t bytes,
+                    const CUmemAllocationProp* prop, unsigned long long) {
+  std::lock_guard lock(g_vm_mutex);
+  // Values are never reused, as the driver's are not while their memory is mapped.
+  static size_t next = 0;
+  if (next >= std::size(g_handles)) return CUDA_ERROR_OUT_OF_MEMORY;
+  const int fd = static_cast<int>(::syscall(SYS_memfd_create, "fake_cuda", 1u /* CLOEXEC */));
+  if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    if (fd >= 0) ::close(fd);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  g_handles[next] = {true, fd, bytes, prop ? *prop : CUmemAllocationProp{}};
+  *handle = ++next;
+  return CUDA_SUCCESS;
+}
+CUresult mem_release(CUmemGenericAllocationHandle handle) {
+  std::lock_guard lock(g_vm_mutex);
+  FakeHandle* h = handle_of(handle);
+  if (!h) return CUDA_ERROR_INVALID_VALUE;
+  ::close(h->fd);  // its mappings keep the memory, as the driver's do
+  *h = {};
+  return CUDA_SUCCESS;
+}
+CUresult mem_map(CUdeviceptr ptr, size_t bytes, size_t offset, CUmemGenericAllocationHandle handle,
+                 unsigned long long) {
+  std::lock_guard lock(g_vm_mutex);
+  const FakeHandle* h = handle_of(handle);
+  if (!h || offset + bytes > h->bytes) return CUDA_ERROR_INVALID_VALUE;
   for (FakeMapping& m : g_mappings) {
-    if (m.handle != 0 && m.address == ptr) m = {};
+    if (m.handle != 0) continue;
+    if (reserved(ptr, bytes) &&
+        ::mmap(reinterpret_cast<void*>(ptr), bytes, PROT_NONE, MAP_SHARED | MAP_FIXED, h->fd,
+               static_cast<off_t>(offset)) == MAP_FAILED) {
+      return CUDA_ERROR_UNKNOWN;
+    }
+    m = {ptr, bytes, handle};
+    return CUDA_SUCCESS;
+  }
+  return CUDA_ERROR_OUT_OF_MEMORY;
+}
+CUresult mem_set_access(CUdeviceptr ptr, size_t bytes, const CUmemAccessDesc*, size_t count) {
+  std::lock_guard lock(g_vm_mutex);
+  if (count == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (reserved(ptr, bytes) &&
+      ::mprotect(reinterpret_cast<void*>(ptr), bytes, PROT_READ | PROT_WRITE) != 0) {
+    return CUDA_ERROR_INVALID_VALUE;  // a part not mapped
+  }
+  return CUDA_SUCCESS;
+}
+CUresult mem_unmap(CUdeviceptr ptr, size_t bytes) {
+  std::lock_guard lock(g_vm_mutex);
+  for (FakeMapping& m : g_mappings) {
+    if (m.handle != 0 && m.address >= ptr && m.address < ptr + bytes) m = {};
+  }
+  if (reserved(ptr, bytes) &&
+      ::mmap(reinterpret_cast<void*>(ptr), bytes, PROT_NONE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED) {
+    return CUDA_ERROR_UNKNOWN;
   }
   return CUDA_SUCCESS;
 }
 CUresult mem_retain_allocation_handle(CUmemGenericAllocationHandle* handle, void* addr) {
+  std::lock_guard lock(g_vm_mutex);
+  const CUdeviceptr a = reinterpret_cast<CUdeviceptr>(addr);
   for (const FakeMapping& m : g_mappings) {
-    if (m.handle != 0 && m.address == reinterpret_cast<CUdeviceptr>(addr)) {
+    if (m.handle != 0 && a >= m.address && a < m.address + m.bytes) {
       *handle = m.handle;
       return CUDA_SUCCESS;
     }
   }
   return CUDA_ERROR_INVALID_VALUE;
+}
+CUresult mem_get_allocation_properties_from_handle(CUmemAllocationProp* prop,
+                                                   CUmemGenericAllocationHandle handle) {
+  std::lock_guard lock(g_vm_mutex);
+  const FakeHandle* h = handle_of(handle);
+  if (!h) return CUDA_ERROR_INVALID_VALUE;
+  *prop = h->prop;
+  return CUDA_SUCCESS;
+}
+CUresult mem_export_to_shareable_handle(void* shareable, CUmemGenericAllocationHandle handle,
+                                        CUmemAllocationHandleType, unsigned long long) {
+  std::lock_guard lock(g_vm_mutex);
+  const FakeHandle* h = handle_of(handle);
+  if (!h) return CUDA_ERROR_INVALID_VALUE;
+  *static_cast<int*>(shareable) = h->fd;
+  return CUDA_SUCCESS;
+}
+CUresult mem_get_allocation_granularity(size_t* granularity, const CUmemAllocationProp*,
+                                        CUmemAllocationGranularity_flags) {
+  *granularity = size_t{2} << 20;
+  return CUDA_SUCCESS;
+}
+CUresult memcpy_dtod_async(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream) {
+  std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
+  return CUDA_SUCCESS;
 }
 
 struct Entry {
@@ -235,6 +366,14 @@ const Entry kEntries[] = {
     {"cuMemMap", reinterpret_cast<void*>(&mem_map)},
     {"cuMemUnmap", reinterpret_cast<void*>(&mem_unmap)},
     {"cuMemRetainAllocationHandle", reinterpret_cast<void*>(&mem_retain_allocation_handle)},
+    {"cuMemAddressReserve", reinterpret_cast<void*>(&mem_address_reserve)},
+    {"cuMemAddressFree", reinterpret_cast<void*>(&mem_address_free)},
+    {"cuMemSetAccess", reinterpret_cast<void*>(&mem_set_access)},
+    {"cuMemGetAllocationPropertiesFromHandle",
+     reinterpret_cast<void*>(&mem_get_allocation_properties_from_handle)},
+    {"cuMemExportToShareableHandle", reinterpret_cast<void*>(&mem_export_to_shareable_handle)},
+    {"cuMemGetAllocationGranularity", reinterpret_cast<void*>(&mem_get_allocation_granularity)},
+    {"cuMemcpyDtoDAsync", reinterpret_cast<void*>(&memcpy_dtod_async)},
     {"cuIpcGetMemHandle", reinterpret_cast<void*>(&ipc_get_mem_handle)},
 };
 
@@ -245,7 +384,14 @@ extern "C" {
 // Answers by base name; version and flags are ignored (one ABI per function here).
 __attribute__((visibility("default"))) CUresult cuGetProcAddress_v2(
     const char* symbol, void** pfn, int, cuuint64_t, CUdriverProcAddressQueryResult* status) {
+  // FAKE_CUDA_NO_VMM=1: a driver without what engine vmm needs (its reservations, access, copies).
+  static const bool no_vmm = std::getenv("FAKE_CUDA_NO_VMM") != nullptr;
+  const bool hidden = no_vmm && (std::strcmp(symbol, "cuMemAddressReserve") == 0 ||
+                                 std::strcmp(symbol, "cuMemAddressFree") == 0 ||
+                                 std::strcmp(symbol, "cuMemSetAccess") == 0 ||
+                                 std::strcmp(symbol, "cuMemcpyDtoDAsync") == 0);
   for (const Entry& e : kEntries) {
+    if (hidden) break;
     if (std::strcmp(e.name, symbol) == 0) {
       *pfn = e.fn;
       if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
@@ -285,6 +431,29 @@ __attribute__((visibility("default"))) CUresult cuMemUnmap(CUdeviceptr ptr, size
 __attribute__((visibility("default"))) CUresult cuMemRetainAllocationHandle(
     CUmemGenericAllocationHandle* h, void* addr) {
   return mem_retain_allocation_handle(h, addr);
+}
+__attribute__((visibility("default"))) CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size,
+                                                                    size_t alignment,
+                                                                    CUdeviceptr addr,
+                                                                    unsigned long long flags) {
+  return mem_address_reserve(ptr, size, alignment, addr, flags);
+}
+__attribute__((visibility("default"))) CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+  return mem_address_free(ptr, size);
+}
+__attribute__((visibility("default"))) CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size,
+                                                               const CUmemAccessDesc* desc,
+                                                               size_t count) {
+  return mem_set_access(ptr, size, desc, count);
+}
+__attribute__((visibility("default"))) CUresult cuMemGetAllocationPropertiesFromHandle(
+    CUmemAllocationProp* prop, CUmemGenericAllocationHandle h) {
+  return mem_get_allocation_properties_from_handle(prop, h);
+}
+__attribute__((visibility("default"))) CUresult cuMemExportToShareableHandle(
+    void* shareable, CUmemGenericAllocationHandle h, CUmemAllocationHandleType type,
+    unsigned long long flags) {
+  return mem_export_to_shareable_handle(shareable, h, type, flags);
 }
 __attribute__((visibility("default"))) CUresult cuMemAllocManaged(CUdeviceptr* p, size_t bytes,
                                                                   unsigned flags) {

@@ -10,6 +10,11 @@
 //         such as torchrun does when it imports torch), print one line, allocate nothing.
 //   program-maps: map memory of its own (cuMemCreate, cuMemMap, cuMemRetainAllocationHandle,
 //         cuMemRelease, cuMemUnmap) as NCCL does, allocate nothing else.
+//   vmm-handles: under UMSWAP_ENGINE=vmm, map memory of its own as PyTorch's expandable segments
+//         do (cuMemCreate, cuMemAddressReserve, cuMemMap whole, cuMemSetAccess), write and read it,
+//         and go through what the engine answers for such handles (retain, properties, export,
+//         a second mapping, part of a handle, unmap, release twice, a fabric handle, a handle
+//         that lands on host chunks); print one line per check and a count of those failed.
 //   ipc-export: export (cuIpcGetMemHandle) a 1 MiB allocation of the program's own managed
 //         memory (cuMemAllocManaged), then one made through cuMemAlloc twice; print the results.
 //   ipc-export-own: only the first of those.
@@ -63,6 +68,131 @@ int allocate_and_free(int count) {
     }
   }
   return ok;
+}
+
+// Fills [address, address + bytes) with `value` and reads it back (the fake "device" is host
+// memory, mapped for real in reservations).
+bool write_and_read(CUdeviceptr address, size_t bytes, unsigned char value) {
+  auto* p = reinterpret_cast<unsigned char*>(address);
+  std::memset(p, value, bytes);
+  for (size_t i = 0; i < bytes; i += 4093) {
+    if (p[i] != value) return false;
+  }
+  return p[bytes - 1] == value;
+}
+
+int vmm_handles() {
+  int failed = 0;
+  auto check = [&](const char* what, bool ok) {
+    std::printf("check %s: %s\n", what, ok ? "ok" : "FAILED");
+    failed += ok ? 0 : 1;
+    return ok;
+  };
+  auto is_virtual = [](CUmemGenericAllocationHandle h) { return (h >> 63) != 0; };
+  allocate_and_free(1);  // engine vmm starts with the first allocation
+  constexpr size_t kMiB = size_t{1} << 20;
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  CUmemAccessDesc access{};
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CUdeviceptr va = 0;
+  if (!check("reserve", cuMemAddressReserve(&va, 64 * kMiB, 0, 0, 0) == CUDA_SUCCESS)) {
+    return failed;
+  }
+  CUmemGenericAllocationHandle h = 0, again = 0;
+  check("a virtual handle", cuMemCreate(&h, 8 * kMiB, &prop, 0) == CUDA_SUCCESS && is_virtual(h));
+  check("mapped whole", cuMemMap(va, 8 * kMiB, 0, h, 0) == CUDA_SUCCESS);
+  check("access", cuMemSetAccess(va, 8 * kMiB, &access, 1) == CUDA_SUCCESS);
+  check("written and read", write_and_read(va, 8 * kMiB, 0x5a));
+  check("retained from inside",
+        cuMemRetainAllocationHandle(&again, reinterpret_cast<void*>(va + kMiB)) == CUDA_SUCCESS &&
+            again == h);
+  check("the retained one released", cuMemRelease(again) == CUDA_SUCCESS);
+  CUmemAllocationProp got{};
+  check("properties", cuMemGetAllocationPropertiesFromHandle(&got, h) == CUDA_SUCCESS &&
+                          got.type == CU_MEM_ALLOCATION_TYPE_PINNED &&
+                          got.location.type == CU_MEM_LOCATION_TYPE_DEVICE && got.location.id == 0);
+  int fd = -1;
+  check("export of a mapped handle refused",
+        cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) ==
+            CUDA_ERROR_NOT_SUPPORTED);
+  check("an unmap of part refused",
+        cuMemUnmap(va + 2 * kMiB, 2 * kMiB) == CUDA_ERROR_NOT_SUPPORTED);
+  check("access over part refused",
+        cuMemSetAccess(va, 4 * kMiB, &access, 1) == CUDA_ERROR_NOT_SUPPORTED);
+  CUmemAccessDesc other = access;
+  other.location.id = 1;
+  check("access for another device refused",
+        cuMemSetAccess(va, 8 * kMiB, &other, 1) == CUDA_ERROR_NOT_SUPPORTED);
+  check("the bytes still there", write_and_read(va, 8 * kMiB, 0x5a));
+  check("a second mapping refused",
+        cuMemMap(va + 8 * kMiB, 8 * kMiB, 0, h, 0) == CUDA_ERROR_NOT_SUPPORTED);
+  // Part of a handle: real memory, the driver's from then on.
+  CUmemGenericAllocationHandle part = 0, real = 0;
+  check("a second virtual handle",
+        cuMemCreate(&part, 4 * kMiB, &prop, 0) == CUDA_SUCCESS && is_virtual(part));
+  check("mapped in part", cuMemMap(va + 16 * kMiB, 2 * kMiB, 0, part, 0) == CUDA_SUCCESS);
+  check("its access", cuMemSetAccess(va + 16 * kMiB, 2 * kMiB, &access, 1) == CUDA_SUCCESS);
+  check("its memory written and read", write_and_read(va + 16 * kMiB, 2 * kMiB, 0x33));
+  // (The fake driver counts no references: the real handle is not released a second time.)
+  check(
+      "retained: the driver's handle",
+      cuMemRetainAllocationHandle(&real, reinterpret_cast<void*>(va + 16 * kMiB)) == CUDA_SUCCESS &&
+          real != 0 && !is_virtual(real));
+  check("the part unmapped", cuMemUnmap(va + 16 * kMiB, 2 * kMiB) == CUDA_SUCCESS);
+  check("the second released", cuMemRelease(part) == CUDA_SUCCESS);
+  // Exported before it is ever mapped: real memory, exported, then mapped by the driver.
+  CUmemGenericAllocationHandle shared = 0;
+  fd = -1;
+  check("exported before mapped",
+        cuMemCreate(&shared, 2 * kMiB, &prop, 0) == CUDA_SUCCESS && is_virtual(shared) &&
+            cuMemExportToShareableHandle(&fd, shared, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                                         0) == CUDA_SUCCESS &&
+            fd >= 0);
+  check("then mapped and written",
+        cuMemMap(va + 20 * kMiB, 2 * kMiB, 0, shared, 0) == CUDA_SUCCESS &&
+            cuMemSetAccess(va + 20 * kMiB, 2 * kMiB, &access, 1) == CUDA_SUCCESS &&
+            write_and_read(va + 20 * kMiB, 2 * kMiB, 0x44));
+  check("and let go", cuMemUnmap(va + 20 * kMiB, 2 * kMiB) == CUDA_SUCCESS &&
+                          cuMemRelease(shared) == CUDA_SUCCESS);
+  // Three more of 8 MiB under a 16 MiB pool: the later ones on host chunks, as readable.
+  CUmemGenericAllocationHandle more[3] = {};
+  bool mapped = true, kept = true;
+  for (int i = 0; i < 3; ++i) {
+    const CUdeviceptr at = va + static_cast<CUdeviceptr>(24 + 8 * i) * kMiB;
+    mapped = mapped && cuMemCreate(&more[i], 8 * kMiB, &prop, 0) == CUDA_SUCCESS &&
+             is_virtual(more[i]) && cuMemMap(at, 8 * kMiB, 0, more[i], 0) == CUDA_SUCCESS &&
+             cuMemSetAccess(at, 8 * kMiB, &access, 1) == CUDA_SUCCESS &&
+             write_and_read(at, 8 * kMiB, static_cast<unsigned char>(0x70 + i));
+  }
+  check("three more mapped and written", mapped);
+  check("the first still holds its bytes", write_and_read(va, 8 * kMiB, 0x5a));
+  for (int i = 0; i < 3; ++i) {
+    const auto* p = reinterpret_cast<const unsigned char*>(va + (24 + 8 * i) * kMiB);
+    kept = kept && p[0] == 0x70 + i && p[8 * kMiB - 1] == 0x70 + i;
+  }
+  check("and each of them its own", kept);
+  check("all unmapped at once", cuMemUnmap(va + 24 * kMiB, 24 * kMiB) == CUDA_SUCCESS);
+  bool released = true;
+  for (CUmemGenericAllocationHandle m : more)
+    released = released && cuMemRelease(m) == CUDA_SUCCESS;
+  check("and released", released);
+  check("the first unmapped", cuMemUnmap(va, 8 * kMiB) == CUDA_SUCCESS);
+  check("released", cuMemRelease(h) == CUDA_SUCCESS);
+  check("released again: invalid", cuMemRelease(h) == CUDA_ERROR_INVALID_VALUE);
+  check("a mapping of it now: invalid",
+        cuMemMap(va, 8 * kMiB, 0, h, 0) == CUDA_ERROR_INVALID_VALUE);
+  // A fabric handle (shared across nodes) stays the driver's.
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_FABRIC;
+  CUmemGenericAllocationHandle fabric = 0;
+  check("a fabric handle is the driver's",
+        cuMemCreate(&fabric, 2 * kMiB, &prop, 0) == CUDA_SUCCESS && fabric != 0 &&
+            !is_virtual(fabric) && cuMemRelease(fabric) == CUDA_SUCCESS);
+  check("reservation freed", cuMemAddressFree(va, 64 * kMiB) == CUDA_SUCCESS);
+  return failed;
 }
 
 void CUPTIAPI on_callback(void*, CUpti_CallbackDomain, CUpti_CallbackId, const void*) {}
@@ -137,6 +267,12 @@ int main(int argc, char** argv) {
     std::printf("probe: program maps %s\n", ok ? "ok" : "failed");
     std::fflush(stdout);
     return ok ? exit_code : 5;
+  }
+  if (std::strcmp(what, "vmm-handles") == 0) {
+    const int failed = vmm_handles();
+    std::printf("probe: vmm handles, %d failed\n", failed);
+    std::fflush(stdout);
+    return failed == 0 ? exit_code : 5;
   }
   if (std::strcmp(what, "ipc-export") == 0 || std::strcmp(what, "ipc-export-own") == 0) {
     allocate_and_free(1);  // kept: g_kept

@@ -347,10 +347,11 @@ TEST_F(PreloadFaults, KilledWhileWritingLeavesTheEarlierFilesIntact) {
   EXPECT_TRUE(read_trace_file(path("run.umtrace"), &error)) << error;
 }
 
-// Engine vmm on a driver without the virtual memory functions (the fake one has none of them):
-// one warning, the program's allocations go to the driver untouched, the stats name the engine.
+// Engine vmm on a driver without the virtual memory functions (the fake one hides them): one
+// warning, the program's allocations go to the driver untouched, the stats name the engine.
 TEST_F(PreloadFaults, EngineVmmWithoutTheDriversVmmFunctionsWarnsOnceAndLeavesAllocationsAlone) {
-  const ProbeRun r = run({{"UMSWAP_STATS", path("s.json")}, {"UMSWAP_ENGINE", "vmm"}});
+  const ProbeRun r =
+      run({{"UMSWAP_STATS", path("s.json")}, {"UMSWAP_ENGINE", "vmm"}, {"FAKE_CUDA_NO_VMM", "1"}});
   expect_one_warning(r, "engine vmm: the CUDA driver lacks functions", "cuMemCreate");
   EXPECT_TRUE(contains(r.err, "allocations go to the driver unchanged")) << r.err;
   std::string error;
@@ -384,6 +385,36 @@ TEST_F(PreloadFaults, TheProgramsOwnMappingsAreCountedUntilTheDriverWouldFreeThe
   // 4 MiB released but still mapped, 2 MiB unmapped but retained once more than released.
   EXPECT_EQ(m["gpu_bytes"], 6 << 20) << stats->dump();
   EXPECT_EQ(m["gpu_bytes_peak"], 6 << 20) << stats->dump();
+}
+
+// Engine vmm serves the memory a program maps itself (PyTorch's expandable segments): on the
+// fake driver, whose virtual memory is host memory mapped for real, the probe's handles become
+// the engine's ranges at its own addresses, hold what it writes (the later ones on host chunks,
+// past the 16 MiB pool), and get the engine's answers: retain, properties, the refusals (export
+// once mapped, a second mapping, part of a mapping, another device), real memory for a handle
+// mapped in part or exported first, the driver's for a fabric handle, a release too many.
+TEST_F(PreloadFaults, EngineVmmServesTheProgramsOwnHandles) {
+  if (kAddressSanitizer) GTEST_SKIP() << "the library is dlopen'ed, not preloaded, under ASan";
+  const ProbeRun r = run({{"UMSWAP_STATS", path("s.json")},
+                          {"UMSWAP_ENGINE", "vmm"},
+                          {"UMSWAP_MODE", "online"},
+                          {"UMSWAP_BUDGET", "16M"}},
+                         {"7", "vmm-handles"});
+  EXPECT_EQ(r.exit_code, 7) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "probe: vmm handles, 0 failed")) << r.out;
+  EXPECT_FALSE(contains(r.out, "FAILED")) << r.out;
+  EXPECT_TRUE(contains(r.err, "engine vmm serves the memory the program maps itself")) << r.err;
+  EXPECT_TRUE(contains(r.err, "cannot share with another process")) << r.err;
+  EXPECT_TRUE(contains(r.err, "gets GPU memory of its own")) << r.err;
+  EXPECT_TRUE(contains(r.err, "(a fabric handle)")) << r.err;
+  std::string error;
+  const auto stats = read_stats_file(path("s.json"), &error);
+  ASSERT_TRUE(stats) << error;
+  const nlohmann::json& vmm = (*stats)["vmm"];
+  EXPECT_EQ(vmm["allocations_by_api"]["cuMemMap"], 4) << vmm.dump();
+  EXPECT_EQ(vmm["frees"], 4) << vmm.dump();  // each unmapped by the program
+  EXPECT_GE(vmm["bytes_allocated_on_host"].get<uint64_t>(), uint64_t{8} << 20) << vmm.dump();
+  EXPECT_LE(vmm["gpu_bytes_peak"].get<uint64_t>(), uint64_t{16} << 20) << vmm.dump();
 }
 
 // Exporting an allocation for another process (cudaIpcGetMemHandle) fails on umswap's managed

@@ -247,7 +247,9 @@ StatsFigures parse_stats_figures(const json& stats) {
                                                  get_u64(it, iteration::kCopiedOutBytes)),
                               .prefetched_bytes = get_u64(it, iteration::kPrefetchedBytes),
                               .evicted_bytes = get_u64(it, iteration::kEvictedBytes),
-                              .peak_resident_bytes = get_u64(it, iteration::kPeakResidentBytes)});
+                              .peak_resident_bytes = get_u64(it, iteration::kPeakResidentBytes),
+                              .vmm_bytes_to_gpu = get_u64(it, iteration::kVmmBytesToGpu),
+                              .vmm_bytes_to_host = get_u64(it, iteration::kVmmBytesToHost)});
     }
     std::stable_sort(s.iterations.begin(), s.iterations.end(),
                      [](const StatsIteration& a, const StatsIteration& b) {

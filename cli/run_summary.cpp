@@ -80,8 +80,10 @@ std::string engine_of(const json& stats) {
   return engine && engine->is_string() ? engine->get<std::string>() : std::string("um");
 }
 
-// Engine vmm's lines: where its chunks were, against the pool, and its allocations.
-void add_vmm_lines(std::string& out, const std::string& pad, const json& stats) {
+// Engine vmm's lines: where its chunks were, against the pool, its moves (in all, and each way
+// in a steady iteration: what the link carried), and its allocations.
+void add_vmm_lines(std::string& out, const std::string& pad, const json& stats,
+                   const StatsFigures& s) {
   const auto figure = [&](const schema::Field& f) { return u64_of(schema::find(stats, f)); };
   std::string r;
   if (const std::optional<uint64_t> gpu = figure(schema::vmm::kGpuBytesPeak)) {
@@ -99,15 +101,24 @@ void add_vmm_lines(std::string& out, const std::string& pad, const json& stats) 
   const std::optional<uint64_t> windows = figure(schema::vmm::kWindows);
   if (windows && *windows > 0) {
     const auto ms = schema::find(stats, schema::vmm::kWindowMs);
-    out += pad + fmt::format(
-                     "moves: {} windows held the program {:.0f} ms in all; {} ranges in for their "
-                     "step, {} ahead, {} out; {} to the GPU, {} to the host\n",
-                     *windows, ms && ms->is_number() ? ms->get<double>() : 0.0,
-                     figure(schema::vmm::kRangesRestored).value_or(0),
-                     figure(schema::vmm::kRangesPrefetched).value_or(0),
-                     figure(schema::vmm::kRangesEvicted).value_or(0),
-                     gib(figure(schema::vmm::kBytesToGpu).value_or(0)),
-                     gib(figure(schema::vmm::kBytesToHost).value_or(0)));
+    std::string moves = fmt::format(
+        "moves: {} windows held the program {:.0f} ms in all; {} ranges in for their step, {} "
+        "ahead, {} out; {} to the GPU, {} to the host",
+        *windows, ms && ms->is_number() ? ms->get<double>() : 0.0,
+        figure(schema::vmm::kRangesRestored).value_or(0),
+        figure(schema::vmm::kRangesPrefetched).value_or(0),
+        figure(schema::vmm::kRangesEvicted).value_or(0),
+        gib(figure(schema::vmm::kBytesToGpu).value_or(0)),
+        gib(figure(schema::vmm::kBytesToHost).value_or(0)));
+    const std::optional<double> in =
+        steady_mean(s, [](const StatsIteration& i) { return i.vmm_bytes_to_gpu; });
+    const std::optional<double> away =
+        steady_mean(s, [](const StatsIteration& i) { return i.vmm_bytes_to_host; });
+    if (in && away) {
+      moves += fmt::format(" ({} in and {} out a steady iteration)",
+                           gib(static_cast<uint64_t>(*in)), gib(static_cast<uint64_t>(*away)));
+    }
+    out += pad + moves + "\n";
   } else {
     out += pad + "moves: none (every step found its ranges on the GPU, or none was traced)\n";
   }
@@ -131,6 +142,16 @@ void add_vmm_lines(std::string& out, const std::string& pad, const json& stats) 
           ? fmt::format("engine vmm: {} allocations in {} MiB blocks and 2 MiB chunks", all,
                         block >> 20)
           : fmt::format("engine vmm: {} allocations in 2 MiB chunks", all);
+  // The program's own mappings served as ranges (PyTorch's expandable segments, JAX).
+  if (const json* by = schema::find(stats, schema::allocator::kAllocationsByApi);
+      by && by->is_object() && by->contains("cuMemMap")) {
+    if (const uint64_t own = u64_of(&(*by)["cuMemMap"]).value_or(0); own > 0) {
+      line += fmt::format(
+          ", {} of them the program's own mappings (cuMemMap: PyTorch's expandable segments, "
+          "JAX)",
+          own);
+    }
+  }
   if (const std::optional<uint64_t> reused = figure(schema::vmm::kRangesReused);
       reused && *reused) {
     line += fmt::format(", {} of them in released ranges kept mapped ({} kept at exit)", *reused,
@@ -192,7 +213,7 @@ void add_process(std::string& out, const SummaryInput& p, bool named, bool budge
     }
   }
   if (engine_of(p.stats) == "vmm") {
-    add_vmm_lines(out, pad, p.stats);
+    add_vmm_lines(out, pad, p.stats, s);
     return;
   }
 

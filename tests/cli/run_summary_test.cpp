@@ -363,6 +363,15 @@ TEST(RunSummary, NamesEngineVmmAndItsChunks) {
   EXPECT_TRUE(has(run_summary_text({{"a", s}}, true),
                   "moves: 40 windows held the program 812 ms in all; 35 ranges in for their "
                   "step, 12 ahead, 50 out; 3.00 GiB to the GPU, 2.00 GiB to the host\n"));
+  // Each way in a steady iteration (the mean over the steady ones: iterations 2-5 here).
+  for (json& it : s["iterations"]) {
+    const bool steady = it["index"].get<int>() >= 2;
+    it["vmm_bytes_to_gpu"] = steady ? 1073741824 : 8589934592;
+    it["vmm_bytes_to_host"] = steady ? 536870912 : 8589934592;
+  }
+  EXPECT_TRUE(has(run_summary_text({{"a", s}}, true),
+                  "3.00 GiB to the GPU, 2.00 GiB to the host (1.00 GiB in and 0.50 GiB out a "
+                  "steady iteration)\n"));
   // CUDA graph launches: said under engine vmm too, only when there were some.
   EXPECT_FALSE(has(run_summary_text({{"a", s}}, true), "CUDA graph"));
   s["vmm"]["graph_launches"] = 0;
@@ -384,6 +393,12 @@ TEST(RunSummary, NamesEngineVmmAndItsChunks) {
   EXPECT_TRUE(has(run_summary_text({{"a", s}}, true),
                   "16 MiB blocks and 2 MiB chunks, 9 of them in released ranges kept mapped "
                   "(1.00 GiB kept at exit), 2 refused"));
+  // The program's own mappings served as ranges (expandable segments, JAX).
+  s["allocator"]["allocations_by_api"]["cuMemMap"] = 5;
+  EXPECT_TRUE(has(run_summary_text({{"a", s}}, true),
+                  "engine vmm: 20 allocations in 16 MiB blocks and 2 MiB chunks, 5 of them the "
+                  "program's own mappings (cuMemMap: PyTorch's expandable segments, JAX), 9 of "
+                  "them in released ranges kept mapped"));
   // A file of engine um names it too, with or without the field.
   json um = stats();
   um["engine"] = "um";

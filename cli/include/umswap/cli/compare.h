@@ -74,6 +74,7 @@ struct StatsIteration {
   std::optional<uint64_t> prefetched_bytes;
   std::optional<uint64_t> evicted_bytes;
   std::optional<uint64_t> peak_resident_bytes;
+  std::optional<uint64_t> vmm_bytes_to_gpu, vmm_bytes_to_host;  // engine vmm's windows
 };
 
 struct StatsFigures {

@@ -6,12 +6,14 @@
 // nothing else), so libumswap's dlopen("libcuda.so.1", RTLD_NOLOAD) gets this one.
 #include <cuda.h>
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
@@ -195,6 +197,37 @@ bool reserved(CUdeviceptr ptr, size_t bytes) {  // g_vm_mutex held
   }
   return false;
 }
+// Some of [ptr, ptr + bytes) in a reservation, but not all of it.
+bool partly_reserved(CUdeviceptr ptr, size_t bytes) {  // g_vm_mutex held
+  for (const Reservation& r : g_reservations) {
+    if (r.bytes != 0 && ptr < r.base + r.bytes && r.base < ptr + bytes) {
+      return !(ptr >= r.base && ptr + bytes <= r.base + r.bytes);
+    }
+  }
+  return false;
+}
+// Whether mappings cover [ptr, ptr + bytes) without a gap.
+bool covered(CUdeviceptr ptr, size_t bytes) {  // g_vm_mutex held
+  CUdeviceptr at = ptr;
+  for (bool grew = true; grew && at < ptr + bytes;) {
+    grew = false;
+    for (const FakeMapping& m : g_mappings) {
+      if (m.handle != 0 && m.address <= at && at < m.address + m.bytes) {
+        at = m.address + m.bytes;
+        grew = true;
+      }
+    }
+  }
+  return at >= ptr + bytes;
+}
+// A handle value with the top bit set is one of umswap's virtual handles: it must never reach
+// the driver. Said on stderr, which the tests read.
+bool virtual_reached(CUmemGenericAllocationHandle h, const char* call) {
+  if ((h >> 63) == 0) return false;
+  std::fprintf(stderr, "fake_cuda: virtual handle %#llx reached %s\n",
+               static_cast<unsigned long long>(h), call);
+  return true;
+}
 FakeHandle* handle_of(CUmemGenericAllocationHandle h) {  // g_vm_mutex held
   return h >= 1 && h <= std::size(g_handles) && g_handles[h - 1].live ? &g_handles[h - 1] : nullptr;
 }
@@ -207,7 +240,7 @@ CUresult mem_address_reserve(CUdeviceptr* ptr, size_t bytes, size_t alignment, C
   const uintptr_t raw = reinterpret_cast<uintptr_t>(m);
   const uintptr_t base = (raw + align - 1) / align * align;
   if (base > raw) ::munmap(m, base - raw);
-  if (raw + align > base) ::munmap(reinterpret_cast<void*>(base + bytes), raw + align - base);
+  ::munmap(reinterpret_cast<void*>(base + bytes), raw + align - base);  // the tail past it
   std::lock_guard lock(g_vm_mutex);
   for (Reservation& r : g_reservations) {
     if (r.bytes == 0) {
@@ -221,6 +254,11 @@ CUresult mem_address_reserve(CUdeviceptr* ptr, size_t bytes, size_t alignment, C
 }
 CUresult mem_address_free(CUdeviceptr ptr, size_t bytes) {
   std::lock_guard lock(g_vm_mutex);
+  for (const FakeMapping& m : g_mappings) {
+    if (m.handle != 0 && m.address < ptr + bytes && ptr < m.address + m.bytes) {
+      return CUDA_ERROR_INVALID_VALUE;  // still mapped: the driver refuses too
+    }
+  }
   for (Reservation& r : g_reservations) {
     if (r.bytes != 0 && r.base == ptr && r.bytes == bytes) {
       ::munmap(reinterpret_cast<void*>(ptr), bytes);
@@ -236,10 +274,12 @@ CUresult mem_create(CUmemGenericAllocationHandle* handle, size_t bytes,
   // Values are never reused, as the driver's are not while their memory is mapped.
   static size_t next = 0;
   if (next >= std::size(g_handles)) return CUDA_ERROR_OUT_OF_MEMORY;
-  const int fd = static_cast<int>(::syscall(SYS_memfd_create, "fake_cuda", 1u /* CLOEXEC */));
-  if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    if (fd >= 0) ::close(fd);
-    return CUDA_ERROR_OUT_OF_MEMORY;
+  // No memfd (a sandbox without memfd_create): a handle of bookkeeping only, which cannot be
+  // mapped into a reservation.
+  int fd = static_cast<int>(::syscall(SYS_memfd_create, "fake_cuda", 1u /* CLOEXEC */));
+  if (fd >= 0 && ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    ::close(fd);
+    fd = -1;
   }
   g_handles[next] = {true, fd, bytes, prop ? *prop : CUmemAllocationProp{}};
   *handle = ++next;
@@ -248,8 +288,8 @@ CUresult mem_create(CUmemGenericAllocationHandle* handle, size_t bytes,
 CUresult mem_release(CUmemGenericAllocationHandle handle) {
   std::lock_guard lock(g_vm_mutex);
   FakeHandle* h = handle_of(handle);
-  if (!h) return CUDA_ERROR_INVALID_VALUE;
-  ::close(h->fd);  // its mappings keep the memory, as the driver's do
+  if (virtual_reached(handle, "cuMemRelease") || !h) return CUDA_ERROR_INVALID_VALUE;
+  if (h->fd >= 0) ::close(h->fd);  // its mappings keep the memory, as the driver's do
   *h = {};
   return CUDA_SUCCESS;
 }
@@ -257,7 +297,16 @@ CUresult mem_map(CUdeviceptr ptr, size_t bytes, size_t offset, CUmemGenericAlloc
                  unsigned long long) {
   std::lock_guard lock(g_vm_mutex);
   const FakeHandle* h = handle_of(handle);
-  if (!h || offset + bytes > h->bytes) return CUDA_ERROR_INVALID_VALUE;
+  if (virtual_reached(handle, "cuMemMap") || !h || offset + bytes > h->bytes ||
+      partly_reserved(ptr, bytes)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  for (const FakeMapping& m : g_mappings) {
+    if (m.handle != 0 && m.address < ptr + bytes && ptr < m.address + m.bytes) {
+      return CUDA_ERROR_INVALID_VALUE;  // over a mapping: the driver refuses too
+    }
+  }
+  if (reserved(ptr, bytes) && h->fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
   for (FakeMapping& m : g_mappings) {
     if (m.handle != 0) continue;
     if (reserved(ptr, bytes) &&
@@ -270,17 +319,27 @@ CUresult mem_map(CUdeviceptr ptr, size_t bytes, size_t offset, CUmemGenericAlloc
   }
   return CUDA_ERROR_OUT_OF_MEMORY;
 }
-CUresult mem_set_access(CUdeviceptr ptr, size_t bytes, const CUmemAccessDesc*, size_t count) {
+CUresult mem_set_access(CUdeviceptr ptr, size_t bytes, const CUmemAccessDesc* desc, size_t count) {
   std::lock_guard lock(g_vm_mutex);
-  if (count == 0) return CUDA_ERROR_INVALID_VALUE;
-  if (reserved(ptr, bytes) &&
-      ::mprotect(reinterpret_cast<void*>(ptr), bytes, PROT_READ | PROT_WRITE) != 0) {
-    return CUDA_ERROR_INVALID_VALUE;  // a part not mapped
-  }
-  return CUDA_SUCCESS;
+  if (count == 0 || !desc) return CUDA_ERROR_INVALID_VALUE;
+  if (!reserved(ptr, bytes)) return CUDA_SUCCESS;  // bookkeeping only (a made-up address)
+  // The driver gives access only where something is mapped.
+  if (!covered(ptr, bytes)) return CUDA_ERROR_INVALID_VALUE;
+  const int prot = desc[0].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE ? PROT_READ | PROT_WRITE
+                   : desc[0].flags == CU_MEM_ACCESS_FLAGS_PROT_READ    ? PROT_READ
+                                                                       : PROT_NONE;
+  return ::mprotect(reinterpret_cast<void*>(ptr), bytes, prot) == 0 ? CUDA_SUCCESS
+                                                                    : CUDA_ERROR_INVALID_VALUE;
 }
 CUresult mem_unmap(CUdeviceptr ptr, size_t bytes) {
   std::lock_guard lock(g_vm_mutex);
+  for (const FakeMapping& m : g_mappings) {
+    // Through a mapping (part of one): the driver refuses.
+    const bool overlaps = m.handle != 0 && m.address < ptr + bytes && ptr < m.address + m.bytes;
+    if (overlaps && (m.address < ptr || m.address + m.bytes > ptr + bytes)) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
   for (FakeMapping& m : g_mappings) {
     if (m.handle != 0 && m.address >= ptr && m.address < ptr + bytes) m = {};
   }
@@ -306,7 +365,9 @@ CUresult mem_get_allocation_properties_from_handle(CUmemAllocationProp* prop,
                                                    CUmemGenericAllocationHandle handle) {
   std::lock_guard lock(g_vm_mutex);
   const FakeHandle* h = handle_of(handle);
-  if (!h) return CUDA_ERROR_INVALID_VALUE;
+  if (virtual_reached(handle, "cuMemGetAllocationPropertiesFromHandle") || !h) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   *prop = h->prop;
   return CUDA_SUCCESS;
 }
@@ -314,8 +375,13 @@ CUresult mem_export_to_shareable_handle(void* shareable, CUmemGenericAllocationH
                                         CUmemAllocationHandleType, unsigned long long) {
   std::lock_guard lock(g_vm_mutex);
   const FakeHandle* h = handle_of(handle);
-  if (!h) return CUDA_ERROR_INVALID_VALUE;
-  *static_cast<int*>(shareable) = h->fd;
+  if (virtual_reached(handle, "cuMemExportToShareableHandle") || !h || h->fd < 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  // A descriptor of the caller's own, as the driver's.
+  const int fd = ::fcntl(h->fd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  *static_cast<int*>(shareable) = fd;
   return CUDA_SUCCESS;
 }
 CUresult mem_get_allocation_granularity(size_t* granularity, const CUmemAllocationProp*,

@@ -3,7 +3,7 @@
 // prints one line that does not depend on umswap, and exits with the code it is given.
 //
 // usage: fault_probe EXIT_CODE [fork|lookup-only|profiler-before|profiler-after|program-maps|
-//                              ipc-export|ipc-export-own]
+//                              ipc-export|ipc-export-own|vmm-handles]
 //   fork: also fork a child that allocates and exits normally (running the library's exit code),
 //         as a DataLoader worker does; the parent waits for it and prints its pid.
 //   lookup-only: only look the driver up (dlsym of cuGetProcAddress_v2 in libcuda, as a launcher
@@ -14,7 +14,8 @@
 //         do (cuMemCreate, cuMemAddressReserve, cuMemMap whole, cuMemSetAccess), write and read it,
 //         and go through what the engine answers for such handles (retain, properties, export,
 //         a second mapping, part of a handle, unmap, release twice, a fabric handle, a handle
-//         that lands on host chunks); print one line per check and a count of those failed.
+//         that lands on host chunks, a mapping of one unmapped and kept, the engine's mapping
+//         beside the driver's); print one line per check and a count of those failed.
 //   ipc-export: export (cuIpcGetMemHandle) a 1 MiB allocation of the program's own managed
 //         memory (cuMemAllocManaged), then one made through cuMemAlloc twice; print the results.
 //   ipc-export-own: only the first of those.
@@ -81,6 +82,33 @@ bool write_and_read(CUdeviceptr address, size_t bytes, unsigned char value) {
   return p[bytes - 1] == value;
 }
 
+// Whether every byte of [address, address + bytes) still reads `value` (nothing written).
+bool holds(CUdeviceptr address, size_t bytes, unsigned char value) {
+  const auto* p = reinterpret_cast<const unsigned char*>(address);
+  for (size_t i = 0; i < bytes; ++i) {
+    if (p[i] != value) return false;
+  }
+  return true;
+}
+
+// Whether the process's own map shows [address, address + bytes) wholly backed by the fake
+// driver's physical memory (its memfds): mapped at those addresses, not merely reserved.
+bool backed_by_fake_memory(CUdeviceptr address, size_t bytes) {
+  FILE* maps = std::fopen("/proc/self/maps", "r");
+  if (!maps) return false;
+  char line[512];
+  CUdeviceptr at = address;
+  while (std::fgets(line, sizeof line, maps)) {
+    unsigned long long from = 0, to = 0;
+    if (std::sscanf(line, "%llx-%llx", &from, &to) != 2 || to <= at || from > at) continue;
+    if (!std::strstr(line, "memfd:fake_cuda")) break;
+    at = to;
+    if (at >= address + bytes) break;
+  }
+  std::fclose(maps);
+  return at >= address + bytes;
+}
+
 int vmm_handles() {
   int failed = 0;
   auto check = [&](const char* what, bool ok) {
@@ -107,6 +135,7 @@ int vmm_handles() {
   check("mapped whole", cuMemMap(va, 8 * kMiB, 0, h, 0) == CUDA_SUCCESS);
   check("access", cuMemSetAccess(va, 8 * kMiB, &access, 1) == CUDA_SUCCESS);
   check("written and read", write_and_read(va, 8 * kMiB, 0x5a));
+  check("at the program's addresses, on the engine's memory", backed_by_fake_memory(va, 8 * kMiB));
   check("retained from inside",
         cuMemRetainAllocationHandle(&again, reinterpret_cast<void*>(va + kMiB)) == CUDA_SUCCESS &&
             again == h);
@@ -127,7 +156,7 @@ int vmm_handles() {
   other.location.id = 1;
   check("access for another device refused",
         cuMemSetAccess(va, 8 * kMiB, &other, 1) == CUDA_ERROR_NOT_SUPPORTED);
-  check("the bytes still there", write_and_read(va, 8 * kMiB, 0x5a));
+  check("the bytes still there", holds(va, 8 * kMiB, 0x5a));
   check("a second mapping refused",
         cuMemMap(va + 8 * kMiB, 8 * kMiB, 0, h, 0) == CUDA_ERROR_NOT_SUPPORTED);
   // Part of a handle: real memory, the driver's from then on.
@@ -152,6 +181,7 @@ int vmm_handles() {
             cuMemExportToShareableHandle(&fd, shared, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
                                          0) == CUDA_SUCCESS &&
             fd >= 0);
+  if (fd >= 0) ::close(fd);
   check("then mapped and written",
         cuMemMap(va + 20 * kMiB, 2 * kMiB, 0, shared, 0) == CUDA_SUCCESS &&
             cuMemSetAccess(va + 20 * kMiB, 2 * kMiB, &access, 1) == CUDA_SUCCESS &&
@@ -169,7 +199,7 @@ int vmm_handles() {
              write_and_read(at, 8 * kMiB, static_cast<unsigned char>(0x70 + i));
   }
   check("three more mapped and written", mapped);
-  check("the first still holds its bytes", write_and_read(va, 8 * kMiB, 0x5a));
+  check("the first still holds its bytes", holds(va, 8 * kMiB, 0x5a));
   for (int i = 0; i < 3; ++i) {
     const auto* p = reinterpret_cast<const unsigned char*>(va + (24 + 8 * i) * kMiB);
     kept = kept && p[0] == 0x70 + i && p[8 * kMiB - 1] == 0x70 + i;
@@ -180,6 +210,31 @@ int vmm_handles() {
   for (CUmemGenericAllocationHandle m : more)
     released = released && cuMemRelease(m) == CUDA_SUCCESS;
   check("and released", released);
+  // Unmapped by the program but not released: its contents went with the engine's range, so a
+  // mapping of it again is refused.
+  CUmemGenericAllocationHandle lost = 0;
+  check("unmapped, kept, mapped again: refused",
+        cuMemCreate(&lost, 2 * kMiB, &prop, 0) == CUDA_SUCCESS && is_virtual(lost) &&
+            cuMemMap(va + 48 * kMiB, 2 * kMiB, 0, lost, 0) == CUDA_SUCCESS &&
+            cuMemUnmap(va + 48 * kMiB, 2 * kMiB) == CUDA_SUCCESS &&
+            cuMemMap(va + 48 * kMiB, 2 * kMiB, 0, lost, 0) == CUDA_ERROR_NOT_SUPPORTED &&
+            cuMemRelease(lost) == CUDA_SUCCESS);
+  // The engine's mapping beside the driver's (a fabric handle), given access and unmapped in one
+  // call each: the driver's part goes to the driver.
+  CUmemGenericAllocationHandle ours = 0, theirs = 0;
+  CUmemAllocationProp fabric_prop = prop;
+  fabric_prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_FABRIC;
+  check("beside the driver's: mapped",
+        cuMemCreate(&ours, 2 * kMiB, &prop, 0) == CUDA_SUCCESS && is_virtual(ours) &&
+            cuMemCreate(&theirs, 2 * kMiB, &fabric_prop, 0) == CUDA_SUCCESS &&
+            !is_virtual(theirs) && cuMemMap(va + 56 * kMiB, 2 * kMiB, 0, ours, 0) == CUDA_SUCCESS &&
+            cuMemMap(va + 58 * kMiB, 2 * kMiB, 0, theirs, 0) == CUDA_SUCCESS);
+  check("both given access at once",
+        cuMemSetAccess(va + 56 * kMiB, 4 * kMiB, &access, 1) == CUDA_SUCCESS &&
+            write_and_read(va + 56 * kMiB, 4 * kMiB, 0x21));
+  check("both unmapped at once", cuMemUnmap(va + 56 * kMiB, 4 * kMiB) == CUDA_SUCCESS &&
+                                     cuMemRelease(ours) == CUDA_SUCCESS &&
+                                     cuMemRelease(theirs) == CUDA_SUCCESS);
   check("the first unmapped", cuMemUnmap(va, 8 * kMiB) == CUDA_SUCCESS);
   check("released", cuMemRelease(h) == CUDA_SUCCESS);
   check("released again: invalid", cuMemRelease(h) == CUDA_ERROR_INVALID_VALUE);

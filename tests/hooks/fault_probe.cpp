@@ -132,6 +132,9 @@ int vmm_handles() {
   }
   CUmemGenericAllocationHandle h = 0, again = 0;
   check("a virtual handle", cuMemCreate(&h, 8 * kMiB, &prop, 0) == CUDA_SUCCESS && is_virtual(h));
+  // Flags are reserved (0): refused, and the handle stays free to map.
+  check("a mapping with flags: invalid",
+        cuMemMap(va, 8 * kMiB, 0, h, 1) == CUDA_ERROR_INVALID_VALUE);
   check("mapped whole", cuMemMap(va, 8 * kMiB, 0, h, 0) == CUDA_SUCCESS);
   check("access", cuMemSetAccess(va, 8 * kMiB, &access, 1) == CUDA_SUCCESS);
   check("written and read", write_and_read(va, 8 * kMiB, 0x5a));

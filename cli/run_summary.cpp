@@ -28,6 +28,12 @@ std::string gib(uint64_t bytes) {
   return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1024.0 * 1024 * 1024));
 }
 
+// GiB, or MiB below one GiB (a steady iteration's few moves would read 0.00 GiB).
+std::string gib_or_mib(uint64_t bytes) {
+  if (bytes >= (uint64_t{1} << 30)) return gib(bytes);
+  return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1024.0 * 1024));
+}
+
 // The memory path: managed memory (engine um), and how the program allocated.
 std::string memory_line(const json& stats) {
   const std::optional<uint64_t> vmm =
@@ -110,13 +116,20 @@ void add_vmm_lines(std::string& out, const std::string& pad, const json& stats,
         figure(schema::vmm::kRangesEvicted).value_or(0),
         gib(figure(schema::vmm::kBytesToGpu).value_or(0)),
         gib(figure(schema::vmm::kBytesToHost).value_or(0)));
+    // Each way in a steady iteration: the mean over at least kFewSteadyIterations of them, and
+    // only when the window log kept every window (else the iterations' figures fall short).
+    const auto [first, end] = planned_steady_range(s.iterations.size(), &s);
+    size_t with = 0;
+    for (size_t i = first; i < end; ++i) with += s.iterations[i].vmm_bytes_to_gpu ? 1 : 0;
     const std::optional<double> in =
         steady_mean(s, [](const StatsIteration& i) { return i.vmm_bytes_to_gpu; });
     const std::optional<double> away =
         steady_mean(s, [](const StatsIteration& i) { return i.vmm_bytes_to_host; });
-    if (in && away) {
+    if (in && away && with >= kFewSteadyIterations &&
+        figure(schema::vmm::kWindowsNotLogged).value_or(0) == 0) {
       moves += fmt::format(" ({} in and {} out a steady iteration)",
-                           gib(static_cast<uint64_t>(*in)), gib(static_cast<uint64_t>(*away)));
+                           gib_or_mib(static_cast<uint64_t>(*in)),
+                           gib_or_mib(static_cast<uint64_t>(*away)));
     }
     out += pad + moves + "\n";
   } else {

@@ -717,7 +717,7 @@ void Preload::write_stats_at_exit() {
       its[i][schema::iterations::kVmmBytesToHost.name()] = by[i].bytes_to_host;
     }
     if (const uint64_t dropped = vmm_observer_->log().dropped()) {
-      j[schema::kVmm.path]["windows_not_logged"] = dropped;
+      j[schema::kVmm.path][schema::vmm::kWindowsNotLogged.name()] = dropped;
     }
   }
   if (const int error = exit_error_.load(std::memory_order_relaxed); error != CUDA_SUCCESS) {

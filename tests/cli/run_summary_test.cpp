@@ -370,8 +370,16 @@ TEST(RunSummary, NamesEngineVmmAndItsChunks) {
     it["vmm_bytes_to_host"] = steady ? 536870912 : 8589934592;
   }
   EXPECT_TRUE(has(run_summary_text({{"a", s}}, true),
-                  "3.00 GiB to the GPU, 2.00 GiB to the host (1.00 GiB in and 0.50 GiB out a "
+                  "3.00 GiB to the GPU, 2.00 GiB to the host (1.00 GiB in and 512.0 MiB out a "
                   "steady iteration)\n"));
+  // Not when the window log dropped windows (the iterations' figures fall short), nor over
+  // fewer than three steady iterations.
+  s["vmm"]["windows_not_logged"] = 7;
+  EXPECT_FALSE(has(run_summary_text({{"a", s}}, true), "a steady iteration")) << s.dump();
+  s["vmm"].erase("windows_not_logged");
+  json few = s;
+  few["iterations"].erase(few["iterations"].begin() + 3, few["iterations"].end());
+  EXPECT_FALSE(has(run_summary_text({{"a", few}}, true), "a steady iteration"));
   // CUDA graph launches: said under engine vmm too, only when there were some.
   EXPECT_FALSE(has(run_summary_text({{"a", s}}, true), "CUDA graph"));
   s["vmm"]["graph_launches"] = 0;

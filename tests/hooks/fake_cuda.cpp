@@ -294,11 +294,11 @@ CUresult mem_release(CUmemGenericAllocationHandle handle) {
   return CUDA_SUCCESS;
 }
 CUresult mem_map(CUdeviceptr ptr, size_t bytes, size_t offset, CUmemGenericAllocationHandle handle,
-                 unsigned long long) {
+                 unsigned long long flags) {
   std::lock_guard lock(g_vm_mutex);
   const FakeHandle* h = handle_of(handle);
   if (virtual_reached(handle, "cuMemMap") || !h || offset + bytes > h->bytes ||
-      partly_reserved(ptr, bytes)) {
+      partly_reserved(ptr, bytes) || flags != 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   for (const FakeMapping& m : g_mappings) {
@@ -306,7 +306,7 @@ CUresult mem_map(CUdeviceptr ptr, size_t bytes, size_t offset, CUmemGenericAlloc
       return CUDA_ERROR_INVALID_VALUE;  // over a mapping: the driver refuses too
     }
   }
-  if (reserved(ptr, bytes) && h->fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (reserved(ptr, bytes) && h->fd < 0) return CUDA_ERROR_NOT_SUPPORTED;
   for (FakeMapping& m : g_mappings) {
     if (m.handle != 0) continue;
     if (reserved(ptr, bytes) &&
@@ -321,7 +321,7 @@ CUresult mem_map(CUdeviceptr ptr, size_t bytes, size_t offset, CUmemGenericAlloc
 }
 CUresult mem_set_access(CUdeviceptr ptr, size_t bytes, const CUmemAccessDesc* desc, size_t count) {
   std::lock_guard lock(g_vm_mutex);
-  if (count == 0 || !desc) return CUDA_ERROR_INVALID_VALUE;
+  if (count == 0 || !desc || partly_reserved(ptr, bytes)) return CUDA_ERROR_INVALID_VALUE;
   if (!reserved(ptr, bytes)) return CUDA_SUCCESS;  // bookkeeping only (a made-up address)
   // The driver gives access only where something is mapped.
   if (!covered(ptr, bytes)) return CUDA_ERROR_INVALID_VALUE;

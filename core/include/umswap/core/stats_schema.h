@@ -173,6 +173,9 @@ inline constexpr Field kFields[] = {
      "over the link."},
     {"vmm.window_ms", Kind::diagnostic, "number", detail::kVmmAllocator,
      "Milliseconds the program was held by windows, in all (drains included)."},
+    {"vmm.windows_not_logged", Kind::diagnostic, "integer", detail::kPreload,
+     "Windows past the log's size, left out of iterations[].vmm_*: present only when some were "
+     "(the iterations' window figures then fall short)."},
     {"vmm.block_bytes", Kind::diagnostic, "integer", detail::kVmmAllocator,
      "The physical blocks ranges' large pieces are mapped and moved in (2 MiB chunks for the rest "
      "and for small ranges)."},
@@ -534,6 +537,7 @@ inline constexpr const Field& kBytesToHost = field("vmm.bytes_to_host");
 inline constexpr const Field& kWindows = field("vmm.windows");
 inline constexpr const Field& kGraphLaunches = field("vmm.graph_launches");
 inline constexpr const Field& kWindowMs = field("vmm.window_ms");
+inline constexpr const Field& kWindowsNotLogged = field("vmm.windows_not_logged");
 inline constexpr const Field& kBlockBytes = field("vmm.block_bytes");
 inline constexpr const Field& kWindowOpenMs = field("vmm.window_open_ms");
 inline constexpr const Field& kWindowDrainMs = field("vmm.window_drain_ms");

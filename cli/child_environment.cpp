@@ -139,29 +139,20 @@ ChildEnvironment plan_child_environment(const RunFlags& flags, const CurrentEnv&
     const AllocConfMerge merge = merge_pytorch_alloc_conf(base);
     if (!merge.replaced.empty()) {
       env.warnings.push_back(fmt::format(
-          "{} has expandable_segments:{}; umswap sets expandable_segments:False because it "
-          "cannot manage expandable segments (cuMemCreate/cuMemMap memory cannot be managed "
-          "memory)",
+          "{} has expandable_segments:{}; umswap sets expandable_segments:False: engine um "
+          "cannot back expandable segments (cuMemCreate/cuMemMap memory) with managed memory, "
+          "and under engine vmm a tensor across several of their handles is reached partly over "
+          "the link, which changes what cuDNN's dropout attention computes (docs/pytorch.md)",
           source, merge.replaced));
     }
     env.set.push_back({name, merge.value});
   };
-  // Engine vmm serves expandable segments (their handles are virtual: virtual_handles.h), so the
-  // user's setting stands; engine um cannot back them with managed memory. A replay or --verify
-  // runs engine um whatever UMSWAP_ENGINE says (options.cpp).
-  // As options.cpp decides: the user's UMSWAP_MODE=replay counts only with a trace to replay.
-  const bool user_replay =
-      !flags.mode &&
-      parse_mode(current.umswap_mode.value_or("")) == std::optional<Mode>(Mode::replay) &&
-      !current.umswap_replay.value_or("").empty();
-  const bool user_verify = parse_bool(current.umswap_verify.value_or("")).value_or(false);
-  const bool replays = flags.replay_trace || flags.verify || user_replay || user_verify;
-  const bool vmm = !replays && (flags.engine ? *flags.engine == Engine::vmm
-                                             : parse_engine(current.umswap_engine.value_or("")) ==
-                                                   std::optional<Engine>(Engine::vmm));
-  if (vmm) {
-    // Nothing to change.
-  } else if (current.pytorch_cuda_alloc_conf || !current.pytorch_alloc_conf) {
+  // Expandable segments are off under both engines: engine um cannot back them with managed
+  // memory; engine vmm serves their handles (virtual_handles.h), but a tensor across several of
+  // them is found by its first only, and the rest is read over the link, which changed cuDNN's
+  // dropout attention's output on an H200 (run 216, docs/lab/2026-12-02-vmm-handles-checked-
+  // and-windows.md).
+  if (current.pytorch_cuda_alloc_conf || !current.pytorch_alloc_conf) {
     merge_into("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF",
                current.pytorch_cuda_alloc_conf);
     if (current.pytorch_alloc_conf) {

@@ -202,7 +202,7 @@ std::string help_text(bool all) {
   out +=
       "\numswap puts libumswap.so first in LD_PRELOAD and adds expandable_segments:False to\n"
       "PYTORCH_CUDA_ALLOC_CONF (memory mapped with cuMemCreate/cuMemMap cannot be managed\n"
-      "memory; not under --engine vmm, which serves such mappings itself).\n"
+      "memory; under --engine vmm a tensor across such mappings is partly read over the link).\n"
       "With PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync every tensor is one allocation and\n"
       "umswap knows where each begins and ends (docs/advisor.md says what that gains and what\n"
       "PyTorch then no longer supports). For JAX, but in passthrough, it sets\n"

@@ -155,14 +155,12 @@ void add_vmm_lines(std::string& out, const std::string& pad, const json& stats,
           ? fmt::format("engine vmm: {} allocations in {} MiB blocks and 2 MiB chunks", all,
                         block >> 20)
           : fmt::format("engine vmm: {} allocations in 2 MiB chunks", all);
-  // The program's own mappings served as ranges (PyTorch's expandable segments, JAX).
+  // The program's own mappings served as ranges (JAX's allocators).
   if (const json* by = schema::find(stats, schema::allocator::kAllocationsByApi);
       by && by->is_object() && by->contains("cuMemMap")) {
     if (const uint64_t own = u64_of(&(*by)["cuMemMap"]).value_or(0); own > 0) {
       line += fmt::format(
-          ", {} of them the program's own mappings (cuMemMap: PyTorch's expandable segments, "
-          "JAX)",
-          own);
+          ", {} of them the program's own mappings (cuMemMap, as JAX's allocators make them)", own);
     }
   }
   if (const std::optional<uint64_t> reused = figure(schema::vmm::kRangesReused);

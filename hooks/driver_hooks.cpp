@@ -65,8 +65,11 @@ umswap::VmmAllocator* vmm_engine(Preload& p) {
 // nullptr when it does: plain device memory on the engine's GPU, in whole chunks, with no
 // attribute the engine cannot honour (compression, a usage), made by a library other than
 // NCCL's or NVSHMEM's, which export their buffers to other processes (a virtual handle mapped by
-// the engine cannot be). GPUDirect RDMA capability is asked for by PyTorch and JAX wherever the
-// GPU has it, and is not honoured: a NIC given the memory would not follow its moves.
+// the engine cannot be), or PyTorch's: its expandable segments put a tensor across several
+// handles, of which a window brings in only the one its pointer lands in, and cuDNN's dropout
+// attention computed differently reading the rest over the link (H200, run 216). GPUDirect RDMA
+// capability is asked for by PyTorch and JAX wherever the GPU has it, and is not honoured: a NIC
+// given the memory would not follow its moves.
 const char* not_virtualized(const CUmemAllocationProp& prop, size_t size, unsigned long long flags,
                             CUdevice device, void* caller) {
   if (flags != 0 || size == 0 || size % umswap::vmm::kChunk != 0) return "not whole 2 MiB chunks";
@@ -86,6 +89,11 @@ const char* not_virtualized(const CUmemAllocationProp& prop, size_t size, unsign
     if (file.find("nccl") != std::string_view::npos ||
         file.find("nvshmem") != std::string_view::npos) {
       return "NCCL's or NVSHMEM's, shared with other processes";
+    }
+    if (file.find("libc10_cuda") != std::string_view::npos) {
+      return "PyTorch's expandable segments, whose tensors can span handles that the engine "
+             "moves apart, which changes what cuDNN's dropout attention computes; set "
+             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False, as umswap run does";
     }
   }
   return nullptr;
@@ -248,8 +256,8 @@ UMSWAP_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t 
     static umswap::OnceFlag once;
     if (once.first()) {
       umswap::log_notice(
-          "engine vmm serves the memory the program maps itself (cuMemCreate/cuMemMap: PyTorch's "
-          "expandable segments, JAX): a handle mapped whole is a range umswap moves");
+          "engine vmm serves the memory the program maps itself (cuMemCreate/cuMemMap, as JAX's "
+          "allocators do): a handle mapped whole is a range umswap moves");
     }
     return CUDA_SUCCESS;
   }

@@ -87,7 +87,7 @@ TEST_F(EndToEnd, ExpandableSegmentsTrueIsOverriddenWithOneWarning) {
   const std::vector<std::string> err = lines_of(r.err);
   ASSERT_EQ(err.size(), 1u) << r.err;
   EXPECT_EQ(err[0].rfind("umswap: warning: ", 0), 0u) << err[0];
-  EXPECT_NE(err[0].find("cannot manage expandable segments"), std::string::npos) << err[0];
+  EXPECT_NE(err[0].find("cannot back expandable segments"), std::string::npos) << err[0];
 }
 
 TEST_F(EndToEnd, FlagsBecomeUmswapVariables) {

@@ -405,8 +405,8 @@ TEST(RunSummary, NamesEngineVmmAndItsChunks) {
   s["allocator"]["allocations_by_api"]["cuMemMap"] = 5;
   EXPECT_TRUE(has(run_summary_text({{"a", s}}, true),
                   "engine vmm: 20 allocations in 16 MiB blocks and 2 MiB chunks, 5 of them the "
-                  "program's own mappings (cuMemMap: PyTorch's expandable segments, JAX), 9 of "
-                  "them in released ranges kept mapped"));
+                  "program's own mappings (cuMemMap, as JAX's allocators make them), 9 of them in "
+                  "released ranges kept mapped"));
   // A file of engine um names it too, with or without the field.
   json um = stats();
   um["engine"] = "um";

@@ -1,5 +1,6 @@
-// VirtualHandles: the handles engine vmm gives a program for its own cuMemCreate (PyTorch's
-// expandable segments, JAX's allocators; issue 38), so that the memory the program maps itself is
+// VirtualHandles: the handles engine vmm gives a program for its own cuMemCreate (JAX's
+// allocators; not PyTorch's, whose expandable segments put a tensor across handles: hooks/
+// driver_hooks.cpp, not_virtualized(); issue 38), so that the memory the program maps itself is
 // the engine's to move too. A virtual handle has no physical memory. Its one mapping, the whole
 // handle at offset 0 (what PyTorch and JAX do: docs/lab/2026-12-02-jax.md), becomes a range of
 // the engine's at the program's own addresses (VmmAllocator::map_program); hooks/driver_hooks.cpp

@@ -219,10 +219,7 @@ CurrentEnv read_current_env() {
           .pytorch_alloc_conf = value("PYTORCH_ALLOC_CONF"),
           .xla_allocator = value("XLA_PYTHON_CLIENT_ALLOCATOR"),
           .xla_preallocate = value("XLA_PYTHON_CLIENT_PREALLOCATE"),
-          .umswap_mode = value("UMSWAP_MODE"),
-          .umswap_engine = value("UMSWAP_ENGINE"),
-          .umswap_replay = value("UMSWAP_REPLAY"),
-          .umswap_verify = value("UMSWAP_VERIFY")};
+          .umswap_mode = value("UMSWAP_MODE")};
 }
 
 std::string apply_child_environment(const ChildEnvironment& env) {

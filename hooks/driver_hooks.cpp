@@ -101,8 +101,8 @@ const char* not_virtualized(const CUmemAllocationProp& prop, size_t size, unsign
 
 // Whether a virtual handle of `size` would find no room in the engine's pools when mapped (the
 // handles made and not mapped yet counted as taken). cuMemCreate then answers out of memory, as
-// engine vmm's cudaMalloc does, where programs expect it (PyTorch's expandable segments recover
-// from it there, not at cuMemMap).
+// engine vmm's cudaMalloc does, where programs expect it (allocators that map their own memory,
+// as PyTorch's expandable segments do, recover from it there, not at cuMemMap).
 bool no_room(umswap::VmmAllocator& vmm, const umswap::VirtualHandles& handles, size_t size) {
   auto short_of_room = [&] { return vmm.bytes_available() < handles.pending_bytes() + size; };
   // Frees in flight give their room back: waited for before the answer, as an allocation does.

@@ -401,7 +401,7 @@ TEST(RunSummary, NamesEngineVmmAndItsChunks) {
   EXPECT_TRUE(has(run_summary_text({{"a", s}}, true),
                   "16 MiB blocks and 2 MiB chunks, 9 of them in released ranges kept mapped "
                   "(1.00 GiB kept at exit), 2 refused"));
-  // The program's own mappings served as ranges (expandable segments, JAX).
+  // The program's own mappings served as ranges (JAX's allocators).
   s["allocator"]["allocations_by_api"]["cuMemMap"] = 5;
   EXPECT_TRUE(has(run_summary_text({{"a", s}}, true),
                   "engine vmm: 20 allocations in 16 MiB blocks and 2 MiB chunks, 5 of them the "

@@ -4,9 +4,11 @@
 # several of their handles is reached partly over the link, which changed cuDNN's dropout
 # attention: docs/lab/2026-12-02-vmm-handles-checked-and-windows.md), and a deterministic GPT-2
 # loop then gives the losses and weights' checksum of its native run with them off, at half its
-# native peak. Checks, from the stats: the program mapped nothing itself (allocations by cuMemMap
-# 0, no GPU memory of its own), the GPU chunks within the pool, host chunks used, ranges moved, no
-# allocation refused or escaping.
+# native peak. Checks, from the stats: the program mapped nothing itself (no handle made, no GPU
+# memory of its own), the GPU chunks within the pool, host chunks used, ranges moved, no
+# allocation refused or escaping. Then the library alone: with the setting put back after
+# umswap's merge (`env`), PyTorch maps its own handles, which engine vmm leaves to the driver
+# (one warning naming expandable segments, the program's own GPU memory counted, none served).
 # usage: vmm_expandable_check.sh UMSWAP GPT2_PY   (exit 77: no PyTorch with CUDA here)
 # bash only (pipefail): run with `sh`, the script starts itself again under bash.
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
@@ -19,6 +21,7 @@ umswap=$1
 script=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+unset PYTORCH_ALLOC_CONF  # PyTorch 2.9+ reads it first
 args=(--layers 4 --width 512 --heads 8 --batch 4 --seq 512 --steps 6 --deterministic)
 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False python3 "$script" "${args[@]}" \
   >"$work/native" 2>"$work/native.err"
@@ -54,12 +57,28 @@ def check(cond, what):
     global ok
     print(("ok:   " if cond else "FAIL: ") + what)
     ok = ok and cond
-check(by_api.get("cuMemMap", 0) == 0, "no mapping of the program's own (segments turned off)")
+check(v["program_mapped"] == 0, "no handle of the program's own (segments turned off)")
 check(v["program_gpu_bytes_peak"] == 0, "no GPU memory of the program's own")
 check(v["gpu_bytes_peak"] <= v["budget_bytes"] <= budget, "GPU chunks within the pool")
 check(v["host_bytes_peak"] > 0, "host chunks used")
 check(v["bytes_to_gpu"] > 0, "ranges moved")
 check(v["out_of_memory"] == 0, "no allocation refused")
 check(a["escaped_allocations"] == 0, "no allocation escaped umswap")
+sys.exit(0 if ok else 1)
+PY
+[ $? -eq 0 ] || exit 1
+"$umswap" run --engine vmm --budget "${budget_mib}M" --stats "$work/own.json" -- \
+  env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 "$script" "${args[@]}" \
+  >"$work/own" 2>"$work/own.err" ||
+  { echo "FAIL: umswap run (segments put back) exited $?"; cat "$work/own.err"; exit 1; }
+[ "$(grep -c "engine vmm does not serve (PyTorch's expandable segments" "$work/own.err")" -eq 1 ] ||
+  { echo "FAIL: not one warning that PyTorch's handles are left to the driver"; cat "$work/own.err"; exit 1; }
+python3 - "$work/own.json" <<'PY'
+import json, sys
+v = json.load(open(sys.argv[1]))["vmm"]
+ok = v["allocations_by_api"].get("cuMemMap", 0) == 0 and v["program_gpu_bytes_peak"] > 0
+print(("ok:   " if ok else "FAIL: ") + "PyTorch's own handles left to the driver and counted "
+      f"(served {v['allocations_by_api'].get('cuMemMap', 0)}, own GPU bytes peak "
+      f"{v['program_gpu_bytes_peak']})")
 sys.exit(0 if ok else 1)
 PY

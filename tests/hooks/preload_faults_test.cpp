@@ -394,7 +394,7 @@ TEST_F(PreloadFaults, TheProgramsOwnMappingsAreCountedUntilTheDriverWouldFreeThe
   EXPECT_EQ(m["gpu_bytes_peak"], 6 << 20) << stats->dump();
 }
 
-// Engine vmm serves the memory a program maps itself (PyTorch's expandable segments): on the
+// Engine vmm serves the memory a program maps itself (as JAX's allocators do): on the
 // fake driver, whose virtual memory is host memory mapped for real, the probe's handles become
 // the engine's ranges at its own addresses, hold what it writes (the later ones on host chunks,
 // past the 16 MiB pool), and get the engine's answers: retain, properties, the refusals (export

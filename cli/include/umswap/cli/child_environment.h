@@ -45,9 +45,6 @@ struct CurrentEnv {
   std::optional<std::string> xla_allocator = std::nullopt;    // XLA_PYTHON_CLIENT_ALLOCATOR
   std::optional<std::string> xla_preallocate = std::nullopt;  // XLA_PYTHON_CLIENT_PREALLOCATE
   std::optional<std::string> umswap_mode = std::nullopt;      // UMSWAP_MODE (without --mode)
-  std::optional<std::string> umswap_engine = std::nullopt;    // UMSWAP_ENGINE (without --engine)
-  std::optional<std::string> umswap_replay = std::nullopt;    // UMSWAP_REPLAY
-  std::optional<std::string> umswap_verify = std::nullopt;    // UMSWAP_VERIFY
 };
 
 struct ChildEnvironment {

@@ -16,6 +16,9 @@
 //         a second mapping, part of a handle, unmap, release twice, a fabric handle, a handle
 //         that lands on host chunks, a mapping of one unmapped and kept, the engine's mapping
 //         beside the driver's); print one line per check and a count of those failed.
+//   vmm-torch-handle LIB: under UMSWAP_ENGINE=vmm, a 2 MiB device handle made through LIB's
+//         c10_shim_create (a library named as PyTorch's libc10_cuda.so) and one made directly;
+//         print whether each is virtual.
 //   ipc-export: export (cuIpcGetMemHandle) a 1 MiB allocation of the program's own managed
 //         memory (cuMemAllocManaged), then one made through cuMemAlloc twice; print the results.
 //   ipc-export-own: only the first of those.
@@ -325,6 +328,26 @@ int main(int argc, char** argv) {
     std::printf("probe: program maps %s\n", ok ? "ok" : "failed");
     std::fflush(stdout);
     return ok ? exit_code : 5;
+  }
+  if (std::strcmp(what, "vmm-torch-handle") == 0 && argc > 3) {
+    allocate_and_free(1);  // engine vmm starts with the first allocation
+    using Create = CUresult (*)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*);
+    void* shim = dlopen(argv[3], RTLD_NOW);
+    auto create = shim ? reinterpret_cast<Create>(dlsym(shim, "c10_shim_create")) : nullptr;
+    if (!create) return 4;
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    CUmemGenericAllocationHandle torch = 0, own = 0;
+    const CUresult a = create(&torch, size_t{2} << 20, &prop);
+    const CUresult b = cuMemCreate(&own, size_t{2} << 20, &prop, 0);
+    std::printf("probe: shim handle %s (%d), own handle %s (%d)\n",
+                (torch >> 63) ? "virtual" : "real", a, (own >> 63) ? "virtual" : "real", b);
+    cuMemRelease(torch);
+    cuMemRelease(own);
+    std::fflush(stdout);
+    return exit_code;
   }
   if (std::strcmp(what, "vmm-handles") == 0) {
     const int failed = vmm_handles();

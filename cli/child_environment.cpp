@@ -148,10 +148,10 @@ ChildEnvironment plan_child_environment(const RunFlags& flags, const CurrentEnv&
     env.set.push_back({name, merge.value});
   };
   // Expandable segments are off under both engines: engine um cannot back them with managed
-  // memory; engine vmm serves their handles (virtual_handles.h), but a tensor across several of
-  // them is found by its first only, and the rest is read over the link, which changed cuDNN's
-  // dropout attention's output on an H200 (run 216, docs/lab/2026-12-02-vmm-handles-checked-
-  // and-windows.md).
+  // memory; under engine vmm a tensor across several of their handles would be found by its first
+  // only, and the rest read over the link, which changed cuDNN's dropout attention's output on an
+  // H200 (run 216, docs/lab/2026-12-02-vmm-handles-checked-and-windows.md), so the library leaves
+  // PyTorch's handles to the driver (hooks/driver_hooks.cpp, not_virtualized()).
   if (current.pytorch_cuda_alloc_conf || !current.pytorch_alloc_conf) {
     merge_into("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF",
                current.pytorch_cuda_alloc_conf);

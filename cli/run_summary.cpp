@@ -143,10 +143,15 @@ void add_vmm_lines(std::string& out, const std::string& pad, const json& stats,
                      "the GPU, and what is on host chunks is read over the link (docs/jax.md)\n",
                      graph_launches_text(*graphs));
   }
-  uint64_t all = 0;
+  // All allocations, and those that were the program's own mappings (JAX's allocators).
+  uint64_t all = 0, own = 0;
   if (const json* by = schema::find(stats, schema::allocator::kAllocationsByApi);
       by && by->is_object()) {
-    for (const auto& [api, v] : by->items()) all += u64_of(&v).value_or(0);
+    for (const auto& [api, v] : by->items()) {
+      const uint64_t n = u64_of(&v).value_or(0);
+      all += n;
+      if (api == "cuMemMap") own = n;
+    }
   }
   // Large ranges in whole blocks when the stats name a block larger than a chunk.
   const uint64_t block = figure(schema::vmm::kBlockBytes).value_or(0);
@@ -155,13 +160,9 @@ void add_vmm_lines(std::string& out, const std::string& pad, const json& stats,
           ? fmt::format("engine vmm: {} allocations in {} MiB blocks and 2 MiB chunks", all,
                         block >> 20)
           : fmt::format("engine vmm: {} allocations in 2 MiB chunks", all);
-  // The program's own mappings served as ranges (JAX's allocators).
-  if (const json* by = schema::find(stats, schema::allocator::kAllocationsByApi);
-      by && by->is_object() && by->contains("cuMemMap")) {
-    if (const uint64_t own = u64_of(&(*by)["cuMemMap"]).value_or(0); own > 0) {
-      line += fmt::format(
-          ", {} of them the program's own mappings (cuMemMap, as JAX's allocators make them)", own);
-    }
+  if (own > 0) {
+    line += fmt::format(
+        ", {} of them the program's own mappings (cuMemMap, as JAX's allocators make them)", own);
   }
   if (const std::optional<uint64_t> reused = figure(schema::vmm::kRangesReused);
       reused && *reused) {

@@ -155,11 +155,20 @@ CUresult ChunkArena::allocate_at(CUdeviceptr address, uint64_t bytes) {
   return allocate_locked(bytes, address, &out);
 }
 
+uint64_t ChunkArena::reserved_for(uint64_t bytes) const {
+  uint64_t chunks = (bytes + kChunk - 1) / kChunk;
+  // With blocks of 16 MiB (the engine's for a pool of 512 MiB or more), a tail of half a block or
+  // more is one piece, not four to seven chunks: fewer mappings per move and per allocation for
+  // up to half a block more (run 218).
+  if (per_ >= kRoundedTailBlock && 2 * (chunks % per_) >= per_) chunks += per_ - chunks % per_;
+  return chunks * kChunk;
+}
+
 CUresult ChunkArena::allocate_locked(uint64_t bytes, CUdeviceptr at, CUdeviceptr* address) {
-  if (bytes > std::numeric_limits<uint64_t>::max() - block_bytes()) {
+  if (bytes > std::numeric_limits<uint64_t>::max() - 2 * block_bytes()) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  const uint64_t chunks = (bytes + kChunk - 1) / kChunk;
+  const uint64_t chunks = at == 0 ? reserved_for(bytes) / kChunk : (bytes + kChunk - 1) / kChunk;
   // Refused before any driver call when the two pools together cannot back the range.
   if (chunks > gpu_.available() + host_.available()) {
     ++stats_.out_of_memory;
@@ -612,7 +621,7 @@ uint64_t ChunkArena::bytes_available() const {
 
 bool ChunkArena::fits_new_on_gpu(uint64_t bytes) const {
   std::lock_guard lock(mutex_);
-  const uint64_t chunks = (bytes + kChunk - 1) / kChunk;
+  const uint64_t chunks = reserved_for(bytes) / kChunk;
   // As allocate() backs a range: whole blocks first, then chunks (a piece the GPU pool cannot
   // take goes to the host; chunks alone only when neither side has a block).
   const uint64_t blocks = per_ > 1 ? chunks / per_ : 0;

@@ -659,8 +659,9 @@ TEST_F(VmmAllocatorTest, AFreedRangeIsReusedAndGivesWayToOneOfAnotherSize) {
 }
 
 // A kept range on the host is not taken while a new range of its size fits on the GPU: it would
-// put the allocation where a fresh one does not go. A range whose GPU chunks would pass half the
-// room live ranges leave is released, not kept.
+// put the allocation where a fresh one does not go. A freed range is kept whatever room it holds
+// (the oldest on the GPU goes first when room is wanted), but not while its pool is past a limit
+// lowered under it.
 TEST_F(VmmAllocatorTest, AKeptRangeOnTheHostWaitsWhileANewOneFitsOnTheGpu) {
   VmmAllocator& a = make(8 * MiB, 8 * MiB);
   const CUdeviceptr first = allocate(4 * MiB);
@@ -670,9 +671,11 @@ TEST_F(VmmAllocatorTest, AKeptRangeOnTheHostWaitsWhileANewOneFitsOnTheGpu) {
   ASSERT_TRUE(a.free(on_host));
   EXPECT_EQ(a.stats().ranges_kept, 1u);
   EXPECT_EQ(a.stats().kept_bytes, 4 * MiB);
-  ASSERT_TRUE(a.free(second));  // 4 MiB of GPU chunks, 4 MiB of room: released
+  ASSERT_TRUE(a.free(second));  // 4 MiB of GPU chunks, all the room there is: kept
+  EXPECT_TRUE(mapped(second));
+  EXPECT_EQ(a.stats().ranges_kept, 2u);
+  EXPECT_TRUE(a.release_oldest_kept_on_gpu());  // second, not the older one on the host
   EXPECT_FALSE(mapped(second));
-  EXPECT_EQ(a.stats().ranges_kept, 1u);
   EXPECT_FALSE(a.release_oldest_kept_on_gpu());  // none kept on the GPU
   const CUdeviceptr fresh = allocate(4 * MiB);
   EXPECT_NE(fresh, on_host);
@@ -685,7 +688,16 @@ TEST_F(VmmAllocatorTest, AKeptRangeOnTheHostWaitsWhileANewOneFitsOnTheGpu) {
   EXPECT_EQ(a.stats().ranges_kept, 0u);
   EXPECT_TRUE(g_fake->kernel_write(again, 4 * MiB, 9));
   EXPECT_EQ(g_fake->kernel_mismatches(again, 4 * MiB, 9), 0u);
+  // The program maps 4 MiB of GPU memory itself: the pool shrinks to 4 MiB under the 8 its
+  // ranges hold, and a range freed now is released, not kept.
+  ProgramMappings mappings;
+  mappings.created(1, 4 * MiB, true);
+  a.set_program_gpu_bytes(mappings);
   ASSERT_TRUE(a.free(first));
+  EXPECT_FALSE(mapped(first));
+  EXPECT_EQ(a.stats().ranges_kept, 0u);
+  ASSERT_TRUE(a.free(fresh));
+  ASSERT_TRUE(a.free(again));
 }
 
 // A range whose stream-ordered free is still pending is not handed out again to an allocation
@@ -969,11 +981,11 @@ TEST_F(VmmAllocatorTest, AWindowTakesKeptRangesBeforeLiveOnes) {
   EXPECT_TRUE(g_fake->kernel_write(live1, 4 * MiB, 1));
   EXPECT_TRUE(g_fake->kernel_write(live2, 4 * MiB, 2));
   EXPECT_TRUE(g_fake->kernel_write(wanted, 8 * MiB, 3));
-  ASSERT_TRUE(a.free(released));  // 4 MiB of room left by 12 live: released
-  ASSERT_TRUE(a.free(dead));      // 8 MiB left by 8 live: kept
-  EXPECT_FALSE(mapped(released));
+  ASSERT_TRUE(a.free(released));  // both kept
+  ASSERT_TRUE(a.free(dead));
+  ASSERT_TRUE(mapped(released));
   ASSERT_TRUE(mapped(dead));
-  EXPECT_EQ(a.stats().ranges_kept, 1u);
+  EXPECT_EQ(a.stats().ranges_kept, 2u);
   size_t free = 0, total = 0;
   ASSERT_EQ(a.mem_get_info(&free, &total), CUDA_SUCCESS);
   EXPECT_EQ(free, 16 * MiB);  // the kept range counts as free
@@ -989,7 +1001,8 @@ TEST_F(VmmAllocatorTest, AWindowTakesKeptRangesBeforeLiveOnes) {
   EXPECT_EQ(g_fake->kernel_mismatches(live1, 4 * MiB, 1), 0u);
   EXPECT_EQ(g_fake->kernel_mismatches(live2, 4 * MiB, 2), 0u);
   EXPECT_EQ(a.residency().stats().ranges_evicted, 0u);
-  EXPECT_EQ(a.stats().ranges_kept, 0u);
+  EXPECT_EQ(a.stats().ranges_kept, 0u);  // their GPU chunks were the room the window took
+  EXPECT_FALSE(mapped(released));
   EXPECT_FALSE(mapped(dead));
   for (CUdeviceptr p : {live1, live2, wanted}) ASSERT_TRUE(a.free(p));
 }

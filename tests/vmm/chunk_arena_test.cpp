@@ -861,6 +861,53 @@ TEST_F(ChunkArenaTest, ALargeRangeTakesWholeBlocksAndMovesThemWhole) {
   EXPECT_EQ(a.trim(), 20 * kChunk);  // two blocks and two chunks on each side
 }
 
+// With blocks of 16 MiB (eight chunks) a range's part past its last whole block takes one more
+// block when it is half a block or more: one mapping instead of four to seven. Smaller blocks
+// keep their chunks; so does the program's own reservation (allocate_at), whose size is its own.
+TEST_F(ChunkArenaTest, ATailOfHalfABlockOrMoreTakesAWholeBlock) {
+  constexpr uint64_t kBig = 8 * kChunk;
+  ChunkArena& a = make(8 * kBig, 8 * kBig, 8);
+  EXPECT_EQ(a.reserved_for(1), kChunk);
+  EXPECT_EQ(a.reserved_for(3 * kChunk), 3 * kChunk);
+  EXPECT_EQ(a.reserved_for(3 * kChunk + 1), kBig);  // four chunks of eight
+  EXPECT_EQ(a.reserved_for(kBig), kBig);
+  EXPECT_EQ(a.reserved_for(kBig + 3 * kChunk), kBig + 3 * kChunk);
+  EXPECT_EQ(a.reserved_for(kBig + 7 * kChunk), 2 * kBig);
+  for (uint64_t bytes = 1; bytes < 4 * kBig; bytes += kChunk / 3) {
+    const uint64_t r = a.reserved_for(bytes);
+    EXPECT_GE(r, bytes);
+    EXPECT_EQ(a.reserved_for(r), r) << bytes;  // its own answer is the same
+  }
+  const uint64_t size = 13 * kChunk + 7;  // fourteen chunks: a block and a tail of six
+  const CUdeviceptr p = allocate(size);
+  ASSERT_TRUE(g_fake->kernel_write(p, size, 4));
+  EXPECT_EQ(a.range(p)->reserved, 2 * kBig);
+  EXPECT_EQ(a.range(p)->size, size);
+  EXPECT_EQ(g_fake->mapping_size_at(p), kBig);
+  EXPECT_EQ(g_fake->mapping_size_at(p + kBig), kBig);
+  EXPECT_EQ(a.stats().pieces_whole, 2u);
+  EXPECT_EQ(a.gpu_bytes_in_use(), 2 * kBig);
+  EXPECT_EQ(a.evict(p, size, kStream).bytes, 2 * kBig);
+  EXPECT_EQ(a.restore(p, size, kStream).bytes, 2 * kBig);
+  EXPECT_EQ(g_fake->kernel_mismatches(p, size, 4), 0u);
+  // Six blocks free: a new range as allocate() would place it.
+  EXPECT_TRUE(a.fits_new_on_gpu(6 * kBig));
+  EXPECT_TRUE(a.fits_new_on_gpu(5 * kBig + 4 * kChunk));
+  EXPECT_FALSE(a.fits_new_on_gpu(6 * kBig + 4 * kChunk));  // its tail a seventh block
+  EXPECT_EQ(a.release(p), CUDA_SUCCESS);
+  // The program's own reservation keeps its size: six chunks, no block.
+  CUdeviceptr va = 0;
+  ASSERT_EQ(fake::fake_reserve(&va, 6 * kChunk, kChunk, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(a.allocate_at(va, 6 * kChunk), CUDA_SUCCESS);
+  EXPECT_EQ(a.range(va)->reserved, 6 * kChunk);
+  EXPECT_EQ(g_fake->mapping_size_at(va), kChunk);
+  EXPECT_EQ(a.release(va), CUDA_SUCCESS);
+  EXPECT_EQ(fake::fake_address_free(va, 6 * kChunk), CUDA_SUCCESS);
+  // Blocks of four chunks: a tail of two stays two chunks.
+  ChunkArena& small = make(8 * kBlock, 0, 4);
+  EXPECT_EQ(small.reserved_for(kBlock + 2 * kChunk), kBlock + 2 * kChunk);
+}
+
 TEST_F(ChunkArenaTest, SingleChunksAndBlocksTradeRoomUnderTheLimit) {
   ChunkArena& a = make(3 * kBlock, 0, 4);  // twelve chunks' worth
   auto creates = [] { return g_fake->calls[fake::kCreateGpu]; };

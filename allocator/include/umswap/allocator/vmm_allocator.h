@@ -39,9 +39,10 @@
 //   * A released range (one of its own, or an empty slab's) is kept mapped as it is, out of the
 //     Registry and forgotten by the residency (no window moves it), for a later allocation of the
 //     same reserved size: mapping a new range per tensor cost 0.4-0.8 s an iteration under
-//     PyTorch's async backend (H200, 2026-12-01). It is kept only while the kept ranges' chunks
-//     stay within half the room live ranges leave, on the GPU and on the host alike (the rest
-//     stays free for whole blocks and for evictions); otherwise it is released. An allocation
+//     PyTorch's async backend (H200, 2026-12-01). It is kept whatever room it holds (room wanted
+//     later is taken back from it, below, at the cost its release has now; keeping only within
+//     half the room live ranges leave made 1.2-1.3x the ranges and took 1.0-1.3x the time at 50%,
+//     run 218), but not while a pool is past its limit (lowered under it). An allocation
 //     takes the most recently kept range of its size that is wholly on the GPU; failing that,
 //     kept ranges give their GPU chunks back, oldest first, until a new range fits wholly on the
 //     GPU; a kept one of its size elsewhere serves it only where a new one would get no GPU

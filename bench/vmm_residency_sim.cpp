@@ -8,15 +8,21 @@
 // what the planner's per-launch plan and plan_windows() (fill 0.6) would move. CPU only: a
 // policy is tried here before any GPU time is spent on it.
 //
-//   vmm_residency_sim [--reuse-addresses] TRACE [SHARES [CHUNKS_PER_BLOCK]]
-//   e.g. vmm_residency_sim run.umtrace 0.25
+//   vmm_residency_sim [--reuse-addresses] [--repeat N] [--per-iteration] TRACE [SHARES
+//                     [CHUNKS_PER_BLOCK]]
+//   e.g. vmm_residency_sim --repeat 4 --per-iteration run.umtrace 0.5
 //
 // SHARES: budgets as shares of the planner's footprint of the trace's replay iteration (as
 // window_plan_bench), default 0.25,0.5. CHUNKS_PER_BLOCK: the arena's blocks (default: the
 // engine's choice for each budget; 1: every piece a 2 MiB chunk). --reuse-addresses: a freed
 // range's address is handed out again to the next range of its size (by default never: on the
 // matrix's cnn at 25% that matched run 156's measured bytes, 6.6 GB in an iteration, where reuse
-// gave 16.5 with VmmResidency's period found two iterations long).
+// gave 16.5 with VmmResidency's period found two iterations long). --repeat N: the trace's last
+// iteration replayed N more times after it (its steps and the allocations and frees among them; a
+// block allocated again where one is still live releases that one first), so that a table of
+// windows made late in a short trace is seen in force. --per-iteration: one line per iteration
+// (its windows, bytes, ranges made, and the estimated driver time by call and side, and inside
+// windows).
 //
 // Ranges as engine vmm makes them: a block of a slab (a stream-ordered allocation the trace
 // lists with lifetimes) is a range from its allocation to its free; any other buffer (PyTorch's
@@ -83,6 +89,10 @@ struct Sim {
 // host 20 + 12.5 us/MiB; per unmap GPU 15, host 25 + 2.7 us/MiB; create GPU 10, host 146 at 2 MiB
 // to 5,572 at 32 MiB; release GPU 15, host 31 to 596.
 double g_cost_us = 0;
+// The same estimate by call and side (for --per-iteration), and the part inside windows.
+enum Cost { kMapGpu, kMapHost, kUnmapGpu, kUnmapHost, kCreateGpu, kCreateHost, kRelease, kCosts };
+double g_cost_by[kCosts] = {};
+double g_window_us = 0;
 double mib_of(uint64_t b) {
   return static_cast<double>(b) / (1 << 20);
 }
@@ -91,6 +101,7 @@ CUresult CUDAAPI cost_map(CUdeviceptr p, size_t size, size_t off, CUmemGenericAl
   const auto it = vmm::fake::g_fake->phys.find(h);
   const bool host = it != vmm::fake::g_fake->phys.end() && it->second.host;
   g_cost_us += host ? 20 + 12.5 * mib_of(size) : 22;
+  g_cost_by[host ? kMapHost : kMapGpu] += host ? 20 + 12.5 * mib_of(size) : 22;
   return vmm::fake::fake_map(p, size, off, h, f);
 }
 CUresult CUDAAPI cost_unmap(CUdeviceptr p, size_t size) {
@@ -99,6 +110,7 @@ CUresult CUDAAPI cost_unmap(CUdeviceptr p, size_t size) {
     if (it == vmm::fake::g_fake->slots.end() || it->second.start != at) continue;
     const bool host = vmm::fake::g_fake->phys.at(it->second.handle).host;
     g_cost_us += host ? 25 + 2.7 * mib_of(it->second.size) : 15;
+    g_cost_by[host ? kUnmapHost : kUnmapGpu] += host ? 25 + 2.7 * mib_of(it->second.size) : 15;
   }
   return vmm::fake::fake_unmap(p, size);
 }
@@ -106,6 +118,8 @@ CUresult CUDAAPI cost_create(CUmemGenericAllocationHandle* h, size_t size,
                              const CUmemAllocationProp* prop, unsigned long long f) {
   const bool host = prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA;
   g_cost_us += host ? 146 + (5572.0 - 146) / 30 * (mib_of(size) - 2) : 10;
+  g_cost_by[host ? kCreateHost : kCreateGpu] +=
+      host ? 146 + (5572.0 - 146) / 30 * (mib_of(size) - 2) : 10;
   return vmm::fake::fake_create(h, size, prop, f);
 }
 CUresult CUDAAPI cost_release(CUmemGenericAllocationHandle h) {
@@ -113,6 +127,7 @@ CUresult CUDAAPI cost_release(CUmemGenericAllocationHandle h) {
   const bool host = it != vmm::fake::g_fake->phys.end() && it->second.host;
   const double mib = it != vmm::fake::g_fake->phys.end() ? mib_of(it->second.size) : 2;
   g_cost_us += host ? 31 + (596.0 - 31) / 30 * (mib - 2) : 15;
+  g_cost_by[kRelease] += host ? 31 + (596.0 - 31) / 30 * (mib - 2) : 15;
   return vmm::fake::fake_release(h);
 }
 
@@ -132,7 +147,16 @@ VmmSyncDriver always_done() {
   return d;
 }
 
-Sim simulate(const trace::Trace& t, uint64_t budget, uint32_t chunks_per_block, bool reuse) {
+struct Options {
+  bool reuse = false;
+  uint64_t repeat = 0;
+  bool per_iteration = false;
+};
+
+Sim simulate(const trace::Trace& t, uint64_t budget, uint32_t chunks_per_block,
+             const Options& options) {
+  const bool reuse = options.reuse, per_iteration = options.per_iteration;
+  const uint64_t repeat = options.repeat;
   vmm::fake::g_fake = std::make_unique<vmm::fake::Fake>();
   vmm::fake::g_fake->no_data = true;
   vmm::fake::g_fake->reuse_addresses = reuse;
@@ -228,16 +252,56 @@ Sim simulate(const trace::Trace& t, uint64_t budget, uint32_t chunks_per_block, 
                   host_made};
       ++sim.iterations;
       sim.last_cost_ms = (g_cost_us - cost_start) / 1000;
+      if (per_iteration) {
+        const auto ms = [](Cost c) { return g_cost_by[c] / 1000; };
+        std::printf(
+            "  iteration %lld: %llu windows (%llu from the table), %.2f GB in, %.2f GB out, %.2f "
+            "GB "
+            "allocated on host chunks, %llu ranges made; est. driver %.0f ms (%.0f in windows): "
+            "map and access GPU %.0f, host %.0f; unmap GPU %.0f, host %.0f; create GPU %.0f, host "
+            "%.0f; release %.0f\n",
+            static_cast<long long>(current), static_cast<unsigned long long>(sim.last.windows),
+            static_cast<unsigned long long>(r.windows_from_plan - res_start.windows_from_plan),
+            gb(sim.last.to_gpu), gb(sim.last.to_host), gb(sim.last.on_host),
+            static_cast<unsigned long long>(sim.last.ranges_made), sim.last_cost_ms,
+            g_window_us / 1000, ms(kMapGpu), ms(kMapHost), ms(kUnmapGpu), ms(kUnmapHost),
+            ms(kCreateGpu), ms(kCreateHost), ms(kRelease));
+      }
+      for (double& c : g_cost_by) c = 0;
+      g_window_us = 0;
     };
-    size_t next_lifetime = 0;
     std::vector<CUdeviceptr> bases;
-    for (uint64_t s = 0; s < t.steps.size(); ++s) {
-      for (; next_lifetime < t.lifetimes.size() && t.lifetimes[next_lifetime].before_step <= s;
+    // The last iteration's steps and the lifetimes among them, replayed `repeat` more times
+    // after the trace (a block allocated again at an offset still live releases the old one
+    // first: the program would have freed it by then).
+    const trace::Iteration& tail = t.iterations.back();
+    const uint64_t tail_end = std::min<uint64_t>(tail.first_step + tail.step_count, t.steps.size());
+    size_t tail_lifetime = 0;
+    while (tail_lifetime < t.lifetimes.size() &&
+           t.lifetimes[tail_lifetime].before_step < tail.first_step) {
+      ++tail_lifetime;
+    }
+    const uint64_t total = t.steps.size() + repeat * (tail_end - tail.first_step);
+    size_t next_lifetime = 0;
+    for (uint64_t n = 0; n < total; ++n) {
+      const bool again = n >= t.steps.size();
+      const uint64_t s =
+          again ? tail.first_step + (n - t.steps.size()) % (tail_end - tail.first_step) : n;
+      const int64_t label =
+          again ? int64_t(t.iterations.size() + (n - t.steps.size()) / (tail_end - tail.first_step))
+                : iteration_of[s];
+      if (again && s == tail.first_step) next_lifetime = tail_lifetime;
+      for (; next_lifetime < t.lifetimes.size() && t.lifetimes[next_lifetime].before_step <= s &&
+             (!again || t.lifetimes[next_lifetime].before_step < tail_end);
            ++next_lifetime) {
         const trace::Lifetime& l = t.lifetimes[next_lifetime];
         if (!has_lifetimes[l.buffer]) continue;  // a block inside a plain allocation's range
         auto& live = blocks[l.buffer];
         if (!l.freed) {
+          if (const auto old = live.find(l.offset); old != live.end()) {
+            release(old->second.second);
+            live.erase(old);
+          }
           if (const CUdeviceptr p = allocate(l.length, true)) live[l.offset] = {l.length, p};
         } else if (const auto it = live.find(l.offset); it != live.end()) {
           release(it->second.second);
@@ -245,9 +309,9 @@ Sim simulate(const trace::Trace& t, uint64_t budget, uint32_t chunks_per_block, 
         }
       }
       // Iteration boundaries: the totals of the one that ended (the first is left out).
-      if (iteration_of[s] != current) {
+      if (label != current) {
         if (current > 0) add_iteration();
-        current = iteration_of[s];
+        current = label;
         at_start = allocator.stats().arena;
         res_start = residency.stats();
         gpu_creates_start = creates(vmm::fake::kCreateGpu);
@@ -281,7 +345,11 @@ Sim simulate(const trace::Trace& t, uint64_t budget, uint32_t chunks_per_block, 
         if (std::find(bases.begin(), bases.end(), base) == bases.end()) bases.push_back(base);
       }
       const bool begins = detector.push(step.name);
-      if (residency.touch(step.name, bases, begins)) residency.make_resident(bases, stream);
+      if (residency.touch(step.name, bases, begins)) {
+        const double before = g_cost_us;
+        residency.make_resident(bases, stream);
+        g_window_us += g_cost_us - before;
+      }
       for (uint64_t a = step.first_access; a < step.first_access + step.access_count; ++a) {
         const uint32_t b = t.accesses[a].buffer;
         if (t.buffers[b].freed && last_access[b] == s && whole[b]) {
@@ -309,7 +377,7 @@ Sim simulate(const trace::Trace& t, uint64_t budget, uint32_t chunks_per_block, 
 }
 
 int report(const trace::Trace& t, size_t iteration, const std::vector<double>& shares,
-           uint32_t chunks_per_block, bool reuse, const char* path) {
+           uint32_t chunks_per_block, const Options& options, const char* path) {
   advisor::PlanInput in = advisor::plan_input_from_trace(t, iteration, uint64_t{1} << 61, false);
   const uint64_t footprint = advisor::make_plan(in).footprint_bytes;
   std::printf("%s: %zu launches, %zu iterations, footprint %.2f GB (iteration %zu)\n", path,
@@ -319,7 +387,7 @@ int report(const trace::Trace& t, size_t iteration, const std::vector<double>& s
     in = advisor::plan_input_from_trace(t, iteration, budget);
     const advisor::Plan per_launch = advisor::make_plan(in);
     const advisor::WindowPlan from_plan = advisor::plan_windows(in, {0.6});
-    const Sim sim = simulate(t, budget, chunks_per_block, reuse);
+    const Sim sim = simulate(t, budget, chunks_per_block, options);
     const Totals& p = sim.per_iteration;
     std::printf(
         "budget %.0f%% (%.2f GB), blocks of %llu MiB: an iteration (mean of %llu) %llu windows, "
@@ -356,14 +424,35 @@ int report(const trace::Trace& t, size_t iteration, const std::vector<double>& s
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool reuse = argc > 1 && std::string(argv[1]) == "--reuse-addresses";
-  if (reuse) {
+  const char* usage =
+      "usage: vmm_residency_sim [--reuse-addresses] [--repeat N] [--per-iteration] TRACE [SHARES "
+      "[CHUNKS_PER_BLOCK]]\n";
+  Options options;
+  while (argc > 1 && std::string(argv[1]).rfind("--", 0) == 0) {
+    const std::string flag = argv[1];
+    if (flag == "--reuse-addresses") {
+      options.reuse = true;
+    } else if (flag == "--per-iteration") {
+      options.per_iteration = true;
+    } else if (flag == "--repeat" && argc > 2) {
+      char* end = nullptr;
+      const unsigned long long n = std::strtoull(argv[2], &end, 10);
+      if (*argv[2] == '\0' || *end != '\0' || n > 1000) {
+        std::fprintf(stderr, "vmm_residency_sim: --repeat takes a count from 0 to 1000\n");
+        return 2;
+      }
+      options.repeat = n;
+      --argc;
+      ++argv;
+    } else {
+      std::fputs(usage, stderr);
+      return 2;
+    }
     --argc;
     ++argv;
   }
   if (argc < 2 || argc > 4) {
-    std::fprintf(
-        stderr, "usage: vmm_residency_sim [--reuse-addresses] TRACE [SHARES [CHUNKS_PER_BLOCK]]\n");
+    std::fputs(usage, stderr);
     return 2;
   }
   std::vector<double> shares;
@@ -395,7 +484,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   try {
-    return report(*t, *iteration, shares, per, reuse, argv[1]);
+    return report(*t, *iteration, shares, per, options, argv[1]);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "vmm_residency_sim: %s: %s\n", argv[1], e.what());
     return 1;

@@ -293,26 +293,32 @@ void VmmAllocator::release_to_arena(CUdeviceptr base) {
 
 void VmmAllocator::keep(CUdeviceptr base) {
   const std::optional<vmm::RangeInfo> info = arena_.range(base);
+  const uint64_t gpu_limit = arena_.gpu_limit_bytes(), gpu_in_use = arena_.gpu_bytes_in_use();
+  const uint64_t host_limit = arena_.host_limit_bytes(), host_in_use = arena_.host_bytes_in_use();
   {
     std::lock_guard lock(kept_mutex_);
-    // Kept whatever room it holds: an allocation or a window that needs the room takes it back
-    // (reuse(), set_reclaim()) at the cost releasing it now would have, and one of its size takes
-    // it with no driver call. Kept only within half the room live ranges leave, 13,093-13,178
-    // of 19,466-19,552 ViT-L/16 allocations made a range at 50% under PyTorch's async backend;
-    // kept so, 12,664, and GPT-2 small's 7,034 against 8,679-8,720, 0.74x its time (run 218).
-    // Not while a pool is past its limit (lowered under it): its free chunks are to be released.
-    if (info && info->base == base && info->unmapped_bytes == 0 &&
-        arena_.gpu_bytes_in_use() <= arena_.gpu_limit_bytes() &&
-        arena_.host_bytes_in_use() <= arena_.host_limit_bytes()) {
-      kept_.push_back({base, info->reserved, info->gpu_bytes});
-      kept_bytes_ += info->reserved;
+    // On the GPU, kept whatever room it holds: an allocation or a window that needs the room takes
+    // it back (reuse(), set_reclaim()) at the cost releasing it now would have, and one of its size
+    // takes it with no driver call. Kept only within half the room live ranges leave, 13,093-13,178
+    // of 19,551 ViT-L/16 allocations made a range at 50% under PyTorch's async backend;
+    // kept so, 12,664, and GPT-2 small's 7,034 against 8,679-8,720, 0.74x its time (run 218). Not
+    // while the pool is past its limit (lowered under it): its free chunks are to be released.
+    // On the host, within half the room live ranges leave there, as before: nothing takes host
+    // room back from kept ranges, and evictions need it.
+    const uint64_t host_kept = kept_bytes_ - kept_gpu_bytes_, more = info ? info->reserved : 0;
+    const uint64_t host_more = info ? info->reserved - info->gpu_bytes : 0;
+    const uint64_t host_live = host_in_use - std::min(host_in_use, host_kept + host_more);
+    if (info && info->base == base && info->unmapped_bytes == 0 && gpu_in_use <= gpu_limit &&
+        2 * (host_kept + host_more) <= (host_limit > host_live ? host_limit - host_live : 0)) {
+      kept_.push_back({base, more, info->gpu_bytes});
+      kept_bytes_ += more;
       kept_gpu_bytes_ += info->gpu_bytes;
       if (kept_.size() <= kMostKept) return;
       base = take_kept_at(0).base;
     }
   }
-  // Not a whole range of the arena, one with a hole (never handed out again), one in a pool past
-  // its limit, or the oldest past the most kept.
+  // Not a whole range of the arena, one with a hole (never handed out again), one in a GPU pool
+  // past its limit or past the host's room for kept ones, or the oldest past the most kept.
   release_to_arena(base);
 }
 

@@ -700,6 +700,49 @@ TEST_F(VmmAllocatorTest, AKeptRangeOnTheHostWaitsWhileANewOneFitsOnTheGpu) {
   ASSERT_TRUE(a.free(again));
 }
 
+// On the host a freed range is kept only within half the room live ranges leave there (nothing
+// takes host room back from kept ranges, and evictions need it).
+TEST_F(VmmAllocatorTest, OnTheHostAFreedRangeIsKeptWithinHalfTheRoom) {
+  VmmAllocator& a = make(4 * MiB, 8 * MiB);
+  const CUdeviceptr gpu = allocate(4 * MiB);
+  const CUdeviceptr b = allocate(4 * MiB), c = allocate(4 * MiB);
+  ASSERT_EQ(chunks_of(b, 4 * MiB), std::make_pair(uint64_t{0}, 4 * MiB));
+  ASSERT_EQ(chunks_of(c, 4 * MiB), std::make_pair(uint64_t{0}, 4 * MiB));
+  ASSERT_TRUE(a.free(b));  // 4 MiB of room left by c: released
+  EXPECT_FALSE(mapped(b));
+  EXPECT_EQ(a.stats().ranges_kept, 0u);
+  ASSERT_TRUE(a.free(c));  // 8 MiB left: kept
+  EXPECT_TRUE(mapped(c));
+  EXPECT_EQ(a.stats().ranges_kept, 1u);
+  ASSERT_TRUE(a.free(gpu));  // the GPU's whole room: kept
+  EXPECT_EQ(a.stats().ranges_kept, 2u);
+  a.release_kept();
+}
+
+// With 16 MiB blocks (a pool of 512 MiB) the allocator matches sizes as the arena reserves them:
+// a freed 7 MiB range (four chunks, reserved as a whole block) serves a 12 MiB allocation, kept
+// or pending on its stream.
+TEST_F(VmmAllocatorTest, SizesMatchAsTheArenaReservesThem) {
+  VmmAllocator& a = make(512 * MiB, 64 * MiB);
+  const CUdeviceptr p = allocate(7 * MiB);
+  ASSERT_TRUE(a.free(p));
+  ASSERT_EQ(a.stats().ranges_kept, 1u);
+  const CUdeviceptr q = allocate(12 * MiB);
+  EXPECT_EQ(q, p);
+  EXPECT_EQ(a.stats().ranges_reused, 1u);
+  EXPECT_TRUE(g_fake->kernel_write(q, 12 * MiB, 5));
+  EXPECT_EQ(g_fake->kernel_mismatches(q, 12 * MiB, 5), 0u);
+  ASSERT_TRUE(a.free_async(q, kStream));
+  const CUdeviceptr r = allocate_on(9 * MiB, kStream);  // q pending on kStream
+  EXPECT_EQ(r, q);
+  EXPECT_EQ(a.stats().reused_on_stream, 1u);
+  const CUdeviceptr s = allocate(18 * MiB);  // a block and one chunk: another size
+  EXPECT_NE(s, r);
+  ASSERT_TRUE(a.free(r));
+  ASSERT_TRUE(a.free(s));
+  a.release_kept();
+}
+
 // A range whose stream-ordered free is still pending is not handed out again to an allocation
 // of its size on another stream (the legacy one here); once kept, it is. An out-of-memory answer
 // comes only after the kept ranges are released.

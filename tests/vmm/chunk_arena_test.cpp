@@ -890,10 +890,12 @@ TEST_F(ChunkArenaTest, ATailOfHalfABlockOrMoreTakesAWholeBlock) {
   EXPECT_EQ(a.evict(p, size, kStream).bytes, 2 * kBig);
   EXPECT_EQ(a.restore(p, size, kStream).bytes, 2 * kBig);
   EXPECT_EQ(g_fake->kernel_mismatches(p, size, 4), 0u);
-  // Six blocks free: a new range as allocate() would place it.
-  EXPECT_TRUE(a.fits_new_on_gpu(6 * kBig));
-  EXPECT_TRUE(a.fits_new_on_gpu(5 * kBig + 4 * kChunk));
-  EXPECT_FALSE(a.fits_new_on_gpu(6 * kBig + 4 * kChunk));  // its tail a seventh block
+  // A new range as allocate() would place it: with one chunk taken from a seventh block, five
+  // blocks and a four-chunk tail need six whole blocks (as chunks they would fit).
+  const CUdeviceptr one = allocate(kChunk);
+  EXPECT_TRUE(a.fits_new_on_gpu(5 * kBig + 3 * kChunk));
+  EXPECT_FALSE(a.fits_new_on_gpu(5 * kBig + 4 * kChunk));
+  EXPECT_EQ(a.release(one), CUDA_SUCCESS);
   EXPECT_EQ(a.release(p), CUDA_SUCCESS);
   // The program's own reservation keeps its size: six chunks, no block.
   CUdeviceptr va = 0;

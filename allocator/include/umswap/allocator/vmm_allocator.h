@@ -3,8 +3,8 @@
 // Registry, as ManagedAllocator does for engine um, so the tracer sees the same buffers.
 //
 // Contract:
-//   * allocate(): one arena range per allocation, its size rounded up to whole 2 MiB chunks,
-//     except that an allocation of at most 1 MiB shares a slab (a range of one chunk) with others
+//   * allocate(): one arena range per allocation, its size rounded as ChunkArena::reserved_for()
+//     (whole 2 MiB chunks, a tail of half a 16 MiB block or more a whole block), except that an allocation of at most 1 MiB shares a slab (a range of one chunk) with others
 //     (vmm_small.h). Chunks come from the GPU pool while it has room (the budget), then from the
 //     host (the host limit); later moves are residency()'s. Past both limits:
 //     CUDA_ERROR_OUT_OF_MEMORY, counted, with nothing left behind; before giving that answer, the
@@ -39,10 +39,12 @@
 //   * A released range (one of its own, or an empty slab's) is kept mapped as it is, out of the
 //     Registry and forgotten by the residency (no window moves it), for a later allocation of the
 //     same reserved size: mapping a new range per tensor cost 0.4-0.8 s an iteration under
-//     PyTorch's async backend (H200, 2026-12-01). It is kept whatever room it holds (room wanted
-//     later is taken back from it, below, at the cost its release has now; keeping only within
-//     half the room live ranges leave made 1.2-1.3x the ranges and took 1.0-1.3x the time at 50%,
-//     run 218), but not while a pool is past its limit (lowered under it). An allocation
+//     PyTorch's async backend (H200, 2026-12-01). On the GPU it is kept whatever room it holds
+//     (room wanted later is taken back from it, below, at the cost its release has now; keeping
+//     within half the room live ranges leave made 1.04-1.24x the new ranges and took 1.0-1.4x the
+//     time at 50%, run 218), but not while the pool is past its limit (lowered under it); on the
+//     host only while the kept ranges' host chunks stay within half the room live ranges leave
+//     there (nothing takes host room back from them, and evictions need it). An allocation
 //     takes the most recently kept range of its size that is wholly on the GPU; failing that,
 //     kept ranges give their GPU chunks back, oldest first, until a new range fits wholly on the
 //     GPU; a kept one of its size elsewhere serves it only where a new one would get no GPU

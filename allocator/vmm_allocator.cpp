@@ -299,9 +299,9 @@ void VmmAllocator::keep(CUdeviceptr base) {
     std::lock_guard lock(kept_mutex_);
     // On the GPU, kept whatever room it holds: an allocation or a window that needs the room takes
     // it back (reuse(), set_reclaim()) at the cost releasing it now would have, and one of its size
-    // takes it with no driver call. Kept only within half the room live ranges leave, 13,093-13,178
-    // of 19,551 ViT-L/16 allocations made a range at 50% under PyTorch's async backend;
-    // kept so, 12,664, and GPT-2 small's 7,034 against 8,679-8,720, 0.74x its time (run 218). Not
+    // takes it with no driver call. Kept only within half the room live ranges leave, ViT-L/16 at
+    // 50% under PyTorch's async backend reserved 4,795-4,809 ranges in a run; kept so, 4,234, and
+    // GPT-2 small 2,059 against 4,157-4,236, 0.74x its time (run 218, cuMemAddressReserve). Not
     // while the pool is past its limit (lowered under it): its free chunks are to be released.
     // On the host, within half the room live ranges leave there, as before: nothing takes host
     // room back from kept ranges, and evictions need it.

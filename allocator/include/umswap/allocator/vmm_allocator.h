@@ -41,7 +41,7 @@
 //     same reserved size: mapping a new range per tensor cost 0.4-0.8 s an iteration under
 //     PyTorch's async backend (H200, 2026-12-01). On the GPU it is kept whatever room it holds
 //     (room wanted later is taken back from it, below, at the cost its release has now; keeping
-//     within half the room live ranges leave made 1.04-1.24x the new ranges and took 1.0-1.4x the
+//     within half the room live ranges leave reserved 1.1-2.1x the ranges and took 1.0-1.4x the
 //     time at 50%, run 218), but not while the pool is past its limit (lowered under it); on the
 //     host only while the kept ranges' host chunks stay within half the room live ranges leave
 //     there (nothing takes host room back from them, and evictions need it). An allocation

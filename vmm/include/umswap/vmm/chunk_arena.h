@@ -13,8 +13,7 @@
 //     when it is half a block or more (reserved_for(): one mapping for that part instead of four
 //     to seven; on an H200, PyTorch's async backend at 50% took 0.75x the time an iteration on
 //     GPT-2 small and 0.91x on ViT-L/16, BERT-large level, with this and VmmAllocator keeping
-//     freed ranges whatever GPU room they hold, run 218), backs each piece
-//     with GPU memory
+//     freed ranges whatever GPU room they hold, run 218), backs each piece with GPU memory
 //     while the pool has room (free, or not yet made: the pool grows on demand up to the budget,
 //     rounded down to whole blocks), else with host memory (made on demand up to the host limit,
 //     rounded down likewise), maps them and gives the device read/write access. When no whole
@@ -209,9 +208,9 @@ class ChunkArena {
   CUresult allocate(uint64_t bytes, CUdeviceptr* address);
   // allocate() at addresses the caller reserved (the program's own cuMemAddressReserve, for a
   // handle engine vmm virtualizes): exactly `bytes` (no reserved_for() rounding: the size is the
-  // program's), `address` and `bytes` whole chunks, sharing no byte with a
-  // live range (else CUDA_ERROR_INVALID_VALUE, nothing done). release() then leaves the addresses
-  // reserved, as does a failure.
+  // program's), `address` and `bytes` whole chunks, sharing no byte with a live range (else
+  // CUDA_ERROR_INVALID_VALUE, nothing done). release() then leaves the addresses reserved, as
+  // does a failure.
   CUresult allocate_at(CUdeviceptr address, uint64_t bytes);
   CUresult release(CUdeviceptr address);
   Moved evict(CUdeviceptr address, uint64_t length, CUstream stream,

@@ -93,6 +93,10 @@ double g_cost_us = 0;
 enum Cost { kMapGpu, kMapHost, kUnmapGpu, kUnmapHost, kCreateGpu, kCreateHost, kRelease, kCosts };
 double g_cost_by[kCosts] = {};
 double g_window_us = 0;
+void charge(Cost c, double us) {
+  g_cost_us += us;
+  g_cost_by[c] += us;
+}
 double mib_of(uint64_t b) {
   return static_cast<double>(b) / (1 << 20);
 }
@@ -100,8 +104,7 @@ CUresult CUDAAPI cost_map(CUdeviceptr p, size_t size, size_t off, CUmemGenericAl
                           unsigned long long f) {
   const auto it = vmm::fake::g_fake->phys.find(h);
   const bool host = it != vmm::fake::g_fake->phys.end() && it->second.host;
-  g_cost_us += host ? 20 + 12.5 * mib_of(size) : 22;
-  g_cost_by[host ? kMapHost : kMapGpu] += host ? 20 + 12.5 * mib_of(size) : 22;
+  charge(host ? kMapHost : kMapGpu, host ? 20 + 12.5 * mib_of(size) : 22);
   return vmm::fake::fake_map(p, size, off, h, f);
 }
 CUresult CUDAAPI cost_unmap(CUdeviceptr p, size_t size) {
@@ -109,25 +112,22 @@ CUresult CUDAAPI cost_unmap(CUdeviceptr p, size_t size) {
     const auto it = vmm::fake::g_fake->slots.find(at);
     if (it == vmm::fake::g_fake->slots.end() || it->second.start != at) continue;
     const bool host = vmm::fake::g_fake->phys.at(it->second.handle).host;
-    g_cost_us += host ? 25 + 2.7 * mib_of(it->second.size) : 15;
-    g_cost_by[host ? kUnmapHost : kUnmapGpu] += host ? 25 + 2.7 * mib_of(it->second.size) : 15;
+    charge(host ? kUnmapHost : kUnmapGpu, host ? 25 + 2.7 * mib_of(it->second.size) : 15);
   }
   return vmm::fake::fake_unmap(p, size);
 }
 CUresult CUDAAPI cost_create(CUmemGenericAllocationHandle* h, size_t size,
                              const CUmemAllocationProp* prop, unsigned long long f) {
   const bool host = prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA;
-  g_cost_us += host ? 146 + (5572.0 - 146) / 30 * (mib_of(size) - 2) : 10;
-  g_cost_by[host ? kCreateHost : kCreateGpu] +=
-      host ? 146 + (5572.0 - 146) / 30 * (mib_of(size) - 2) : 10;
+  charge(host ? kCreateHost : kCreateGpu,
+         host ? 146 + (5572.0 - 146) / 30 * (mib_of(size) - 2) : 10);
   return vmm::fake::fake_create(h, size, prop, f);
 }
 CUresult CUDAAPI cost_release(CUmemGenericAllocationHandle h) {
   const auto it = vmm::fake::g_fake->phys.find(h);
   const bool host = it != vmm::fake::g_fake->phys.end() && it->second.host;
   const double mib = it != vmm::fake::g_fake->phys.end() ? mib_of(it->second.size) : 2;
-  g_cost_us += host ? 31 + (596.0 - 31) / 30 * (mib - 2) : 15;
-  g_cost_by[kRelease] += host ? 31 + (596.0 - 31) / 30 * (mib - 2) : 15;
+  charge(kRelease, host ? 31 + (596.0 - 31) / 30 * (mib - 2) : 15);
   return vmm::fake::fake_release(h);
 }
 
@@ -276,20 +276,20 @@ Sim simulate(const trace::Trace& t, uint64_t budget, uint32_t chunks_per_block,
     // first: the program would have freed it by then).
     const trace::Iteration& tail = t.iterations.back();
     const uint64_t tail_end = std::min<uint64_t>(tail.first_step + tail.step_count, t.steps.size());
-    size_t tail_lifetime = 0;
-    while (tail_lifetime < t.lifetimes.size() &&
-           t.lifetimes[tail_lifetime].before_step < tail.first_step) {
-      ++tail_lifetime;
-    }
-    const uint64_t total = t.steps.size() + repeat * (tail_end - tail.first_step);
+    const uint64_t tail_steps = tail_end - tail.first_step;
+    const size_t tail_lifetime =
+        static_cast<size_t>(std::partition_point(t.lifetimes.begin(), t.lifetimes.end(),
+                                                 [&](const trace::Lifetime& l) {
+                                                   return l.before_step < tail.first_step;
+                                                 }) -
+                            t.lifetimes.begin());
+    const uint64_t total = t.steps.size() + repeat * tail_steps;
     size_t next_lifetime = 0;
     for (uint64_t n = 0; n < total; ++n) {
       const bool again = n >= t.steps.size();
-      const uint64_t s =
-          again ? tail.first_step + (n - t.steps.size()) % (tail_end - tail.first_step) : n;
-      const int64_t label =
-          again ? int64_t(t.iterations.size() + (n - t.steps.size()) / (tail_end - tail.first_step))
-                : iteration_of[s];
+      const uint64_t s = again ? tail.first_step + (n - t.steps.size()) % tail_steps : n;
+      const int64_t label = again ? int64_t(t.iterations.size() + (n - t.steps.size()) / tail_steps)
+                                  : iteration_of[s];
       if (again && s == tail.first_step) next_lifetime = tail_lifetime;
       for (; next_lifetime < t.lifetimes.size() && t.lifetimes[next_lifetime].before_step <= s &&
              (!again || t.lifetimes[next_lifetime].before_step < tail_end);

@@ -194,7 +194,7 @@ CUresult VmmAllocator::allocate(AllocApi api, size_t bytes, CallSiteId site, boo
 }
 
 CUresult VmmAllocator::allocate_range(uint64_t bytes, CUdeviceptr* out,
-                                      std::optional<uint64_t> stream) {
+                                      std::optional<uint64_t> stream, bool slab) {
   // A pending free of this stream wholly on the GPU; else a kept range (kept ones give their
   // GPU chunks back first where a new range would not fit on the GPU); else a pending free of
   // this stream not wholly on the GPU, where a new range would get no GPU memory at all.
@@ -203,13 +203,13 @@ CUresult VmmAllocator::allocate_range(uint64_t bytes, CUdeviceptr* out,
       return false;
     }
     reused_on_stream_.fetch_add(1, std::memory_order_relaxed);
-    residency_.allocated(*out);
+    residency_.allocated(*out, slab);
     return true;
   };
   if (pending(true)) return CUDA_SUCCESS;
   if ((*out = reuse(bytes)) != 0) {
     ranges_reused_.fetch_add(1, std::memory_order_relaxed);
-    residency_.allocated(*out);
+    residency_.allocated(*out, slab);
     return CUDA_SUCCESS;
   }
   if (pending(false)) return CUDA_SUCCESS;
@@ -236,7 +236,7 @@ CUresult VmmAllocator::allocate_range(uint64_t bytes, CUdeviceptr* out,
     status = arena_.allocate(bytes, out);
   }
   // Ranges, slabs included, are what the plan names (a small allocation is its slab's).
-  if (status == CUDA_SUCCESS) residency_.allocated(*out);
+  if (status == CUDA_SUCCESS) residency_.allocated(*out, slab);
   return status;
 }
 
@@ -250,7 +250,7 @@ CUresult VmmAllocator::allocate_small(uint64_t bytes, CUdeviceptr* out) {
   if ((*out = take()) != 0) return CUDA_SUCCESS;
   // A new slab, made outside the lock (drain() releases, which takes it).
   CUdeviceptr slab = 0;
-  const CUresult status = allocate_range(SmallSlabs::kSlab, &slab);
+  const CUresult status = allocate_range(SmallSlabs::kSlab, &slab, std::nullopt, true);
   if (status != CUDA_SUCCESS) {
     // No room for a slab, but the frees drain() waited for may have made room in one.
     if (status == CUDA_ERROR_OUT_OF_MEMORY && (*out = take()) != 0) return CUDA_SUCCESS;

@@ -143,6 +143,18 @@ WindowTable make_window_table(const RecordedIteration& it, uint64_t budget, uint
     const uint32_t after = e.phase == 0 ? steps - 1 : std::min(e.phase, steps) - 1;
     in.lifetimes.push_back({after, e.freed, {e.range, 0, it.ranges[e.range].reserved}});
   }
+  std::vector<std::vector<uint32_t>> uses(it.ranges.size());
+  for (uint32_t s = 0; s < steps; ++s) {
+    for (uint32_t i = it.first_range[s]; i < it.first_range[s + 1]; ++i) {
+      std::vector<uint32_t>& u = uses[it.step_ranges[i]];
+      if (u.empty() || u.back() != s) u.push_back(s);
+    }
+  }
+  for (const std::vector<uint32_t>& u : uses) {
+    table.first_use.push_back(static_cast<uint32_t>(table.use_phases.size()));
+    table.use_phases.insert(table.use_phases.end(), u.begin(), u.end());
+  }
+  table.first_use.push_back(static_cast<uint32_t>(table.use_phases.size()));
   const advisor::WindowPlan wp = advisor::plan_windows(in, {fill});
   table.bytes_in = wp.plan.bytes_prefetched_per_iteration;
   table.bytes_out = wp.plan.bytes_evicted_per_iteration;
@@ -157,6 +169,16 @@ WindowTable make_window_table(const RecordedIteration& it, uint64_t budget, uint
   }
   table.first_move.push_back(static_cast<uint32_t>(table.moves.size()));
   return table;
+}
+
+uint32_t steps_to_next_use(const WindowTable& table, uint32_t r, uint32_t phase) {
+  if (r + 1 >= table.first_use.size()) return 0;
+  const auto first = table.use_phases.begin() + table.first_use[r];
+  const auto last = table.use_phases.begin() + table.first_use[r + 1];
+  if (first == last) return 0;
+  const auto next = std::upper_bound(first, last, phase);
+  const uint32_t steps = static_cast<uint32_t>(table.keys.size());
+  return next != last ? *next - phase : steps - phase + *first;
 }
 
 }  // namespace umswap

@@ -2,7 +2,7 @@
 // it named by their place among its allocations (the next iteration's, or before those come the
 // previous one's), lifetimes only for ordinals allocated and freed once, and the table of windows
 // the planner makes from it: moves at ascending phases, on ranges of the iteration, steps past the
-// budget left out.
+// budget left out, and each range's next use counted on into the next iteration.
 #include "umswap/allocator/vmm_plan.h"
 
 #include <gtest/gtest.h>
@@ -177,6 +177,43 @@ TEST(WindowTable, AStepPastTheBudgetIsLeftOut) {
     const CUdeviceptr a = t.ranges[m.range].address;
     EXPECT_TRUE(a == 0x1000 || a == 0x4000) << a;
   }
+}
+
+// The table knows at which phases each range is reached (steps left out of the plan included):
+// the steps to its next use from any phase, past the iteration's end into the next one.
+TEST(WindowTable, StepsToTheNextUseCountOnIntoTheNextIteration) {
+  IterationRecorder r;
+  std::optional<RecordedIteration> recorded;
+  for (int it = 0; it < 2; ++it) {
+    recorded = r.begin();
+    step(r, 1, {0x1000}, {4 * kMiB});                                      // phase 0
+    step(r, 2, {0x2000}, {4 * kMiB});                                      // 1
+    step(r, 3, {0x1000, 0x3000}, {4 * kMiB, 8 * kMiB});                    // 2
+    step(r, 4, {0x2000, 0x3000, 0x4000}, {4 * kMiB, 8 * kMiB, 4 * kMiB});  // 3: past the budget
+    step(r, 5, {0x1000, 0x1000}, {4 * kMiB, 4 * kMiB});                    // 4: one range twice
+    step(r, 6, {0x5000}, {2 * kMiB});                                      // 5
+  }
+  ASSERT_TRUE(recorded.has_value());
+  const WindowTable t = make_window_table(*recorded, 14 * kMiB, 2 * kMiB);
+  EXPECT_EQ(t.steps_left_out, 1u);
+  auto index = [&](CUdeviceptr a) {
+    for (uint32_t i = 0; i < t.ranges.size(); ++i) {
+      if (t.ranges[i].address == a) return i;
+    }
+    ADD_FAILURE() << a;
+    return uint32_t{0};
+  };
+  const uint32_t a = index(0x1000), b = index(0x2000), c = index(0x3000), d = index(0x5000);
+  EXPECT_EQ(steps_to_next_use(t, a, 0), 2u);
+  EXPECT_EQ(steps_to_next_use(t, a, 2), 2u);
+  EXPECT_EQ(steps_to_next_use(t, a, 4), 2u);  // phase 0 of the next iteration
+  EXPECT_EQ(steps_to_next_use(t, b, 1), 2u);  // the step left out of the plan counts
+  EXPECT_EQ(steps_to_next_use(t, b, 3), 4u);
+  EXPECT_EQ(steps_to_next_use(t, c, 0), 2u);
+  EXPECT_EQ(steps_to_next_use(t, d, 5), 6u);  // its own step, one iteration on
+  EXPECT_EQ(steps_to_next_use(t, d, 0), 5u);
+  EXPECT_EQ(steps_to_next_use(t, index(0x4000), 0), 3u);  // reached only by the step left out
+  EXPECT_EQ(steps_to_next_use(t, static_cast<uint32_t>(t.ranges.size()), 0), 0u);  // no such range
 }
 
 }  // namespace

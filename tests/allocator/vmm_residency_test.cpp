@@ -8,7 +8,9 @@
 // in.
 // Once two iterations repeat, the plan's table moves ranges ahead in fewer windows; a stack of
 // identical layers is not taken for the iteration, and a table whose keys stop matching, or that
-// takes more windows than the residency alone, is dropped.
+// takes more windows than the residency alone, is dropped. With a table in force, a window for a
+// step's own ranges evicts what the table's iteration uses furthest ahead and makes no room beyond
+// it; a slab made in one iteration and not the next does not keep the two from making a table.
 #include "umswap/allocator/vmm_residency.h"
 
 #include <gtest/gtest.h>
@@ -681,6 +683,101 @@ TEST_F(VmmResidencyTest, NoRoomWhileMostAllocationsArePlain) {
   plain_ += 2;
   expect_a_step_that_evicts_only_its_own_room(r);
   EXPECT_EQ(residency_->stats().ranges_evicted_for_room, 0u);
+}
+
+// Eight ranges of one chunk fill a pool of eight, each reached twice an iteration in turn (16
+// steps: r[p % 8]); two iterations alike make a table, which moves nothing (all fit). Then, at
+// phase 1 of the next iteration, the step reaches r[1] and a new range the full pool put on the
+// host. `mostly_ordered`: what set_mostly_ordered() says. Returns the ranges and the new one.
+struct TableCase {
+  std::vector<CUdeviceptr> r;
+  CUdeviceptr fresh = 0;
+};
+
+class VmmResidencyTableTest : public VmmResidencyTest {
+ protected:
+  TableCase run(bool mostly_ordered) {
+    residency_.reset();
+    arena_ = std::make_unique<vmm::ChunkArena>(vmm::fake::fake_driver(), g_fake->device, 8 * kChunk,
+                                               16 * kChunk);
+    residency_ = std::make_unique<VmmResidency>(*arena_);
+    residency_->set_mostly_ordered([mostly_ordered] { return mostly_ordered; });
+    EXPECT_EQ(arena_->block_bytes(), kChunk);
+    TableCase c;
+    for (int i = 0; i < 8; ++i) c.r.push_back(allocate(kChunk, static_cast<uint8_t>(70 + i)));
+    for (int it = 0; it < 4; ++it) {
+      for (int p = 0; p < 16; ++p)
+        EXPECT_FALSE(step({c.r[p % 8]}, static_cast<uint32_t>(1 + p), p == 0));
+    }
+    EXPECT_EQ(residency_->stats().plans, 1u);
+    EXPECT_FALSE(step({c.r[0]}, 1, true));
+    c.fresh = allocate(kChunk, 90);
+    EXPECT_FALSE(on_gpu(c.fresh));
+    EXPECT_TRUE(step({c.r[1], c.fresh}, 2));
+    EXPECT_TRUE(on_gpu(c.fresh));
+    EXPECT_TRUE(on_gpu(c.r[1]));
+    return c;
+  }
+  void expect_data(const TableCase& c) {
+    for (int i = 0; i < 8; ++i) {
+      EXPECT_EQ(g_fake->kernel_mismatches(c.r[static_cast<size_t>(i)], kChunk,
+                                          static_cast<uint8_t>(70 + i)),
+                0u);
+    }
+    EXPECT_EQ(g_fake->kernel_mismatches(c.fresh, kChunk, 90), 0u);
+    EXPECT_LE(g_fake->gpu_bytes_peak, 8 * kChunk);
+  }
+};
+
+// The least recently used range is r[2] (last reached at phase 10 of the iteration before), which
+// the next step reaches; the table's iteration reaches r[0] furthest ahead (phase 8): it goes.
+TEST_F(VmmResidencyTableTest, AStepsWindowEvictsWhatTheTableUsesFurthestAhead) {
+  const TableCase c = run(false);
+  EXPECT_FALSE(on_gpu(c.r[0]));
+  for (int i = 1; i < 8; ++i) EXPECT_TRUE(on_gpu(c.r[static_cast<size_t>(i)])) << i;
+  EXPECT_EQ(residency_->stats().ranges_evicted, 1u);
+  // The coming steps find their ranges in place: no window until r[0]'s.
+  for (int p = 2; p < 8; ++p)
+    EXPECT_FALSE(step({c.r[static_cast<size_t>(p)]}, static_cast<uint32_t>(1 + p))) << p;
+  expect_data(c);
+}
+
+// A program of stream-ordered allocations gets room for its next allocations from a window made
+// without a table (AWindowLeavesRoomForTheNextAllocations); with one, the table's plan counts
+// them: the window evicts only what its step needs.
+TEST_F(VmmResidencyTableTest, WithATableNoRoomIsMadeBeyondTheStep) {
+  const TableCase c = run(true);
+  EXPECT_EQ(residency_->stats().ranges_evicted, 1u);
+  EXPECT_EQ(residency_->stats().ranges_evicted_for_room, 0u);
+  EXPECT_EQ(arena_->gpu_bytes_in_use(), 8 * kChunk);
+  expect_data(c);
+}
+
+// A slab (a range for small allocations) made in every other iteration: counted among the
+// iteration's allocations, no two iterations in a row would be alike and no table made.
+TEST_F(VmmResidencyTest, ASlabMadeInEveryOtherIterationStillGetsATable) {
+  CUdeviceptr r[3];
+  for (int i = 0; i < 3; ++i) r[i] = allocate(kChunk, static_cast<uint8_t>(20 + i));
+  constexpr int kPeriod = 9;
+  for (int it = 0; it < 6; ++it) {
+    CUdeviceptr slab = 0;
+    for (int at = 0; at < kPeriod; ++at) {
+      if (at == 2 && it % 2 == 0) {
+        ASSERT_EQ(arena_->allocate(kChunk, &slab), CUDA_SUCCESS);
+        residency_->allocated(slab, true);
+      }
+      step({r[at % 3]}, static_cast<uint32_t>(1 + at), at == 0);
+    }
+    if (slab != 0) {
+      residency_->forget(slab);
+      ASSERT_EQ(arena_->release(slab), CUDA_SUCCESS);
+    }
+  }
+  EXPECT_EQ(residency_->stats().plans, 1u);
+  EXPECT_EQ(residency_->stats().period, static_cast<uint64_t>(kPeriod));
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(g_fake->kernel_mismatches(r[i], kChunk, static_cast<uint8_t>(20 + i)), 0u);
+  }
 }
 
 }  // namespace

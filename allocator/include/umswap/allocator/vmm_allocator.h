@@ -4,15 +4,15 @@
 //
 // Contract:
 //   * allocate(): one arena range per allocation, its size rounded as ChunkArena::reserved_for()
-//     (whole 2 MiB chunks, a tail of half a 16 MiB block or more a whole block), except that an allocation of at most 1 MiB shares a slab (a range of one chunk) with others
-//     (vmm_small.h). Chunks come from the GPU pool while it has room (the budget), then from the
-//     host (the host limit); later moves are residency()'s. Past both limits:
-//     CUDA_ERROR_OUT_OF_MEMORY, counted, with nothing left behind; before giving that answer, the
-//     stream-ordered frees still pending are waited for and the allocation is tried once more
-//     (then once more without the empty slab kept for small ones). The record goes into the
-//     Registry with a fresh BufferId (the same numbering as engine um). A small allocation is not
-//     the base of a range: the driver's cuMemGetAddressRange and pointer range attributes answer
-//     its slab.
+//     (whole 2 MiB chunks, a tail of half a 16 MiB block or more a whole block), except that an
+//     allocation of at most 1 MiB shares a slab (a range of one chunk) with others (vmm_small.h).
+//     Chunks come from the GPU pool while it has room (the budget), then from the host (the host
+//     limit); later moves are residency()'s. Past both limits: CUDA_ERROR_OUT_OF_MEMORY, counted,
+//     with nothing left behind; before giving that answer, the stream-ordered frees still pending
+//     are waited for and the allocation is tried once more (then once more without the empty slab
+//     kept for small ones). The record goes into the Registry with a fresh BufferId (the same
+//     numbering as engine um). A small allocation is not the base of a range: the driver's
+//     cuMemGetAddressRange and pointer range attributes answer its slab.
 //   * free(): for a base this allocator handed out and that is not freed yet: the device is
 //     synchronized first (cuCtxSynchronize, as cudaFree/cuMemFree synchronize: no kernel still
 //     uses the range), then the range is released (a small allocation's share of its slab; the
@@ -258,8 +258,9 @@ class VmmAllocator {
   void release_to_arena(CUdeviceptr base);
   // An arena range of its own (a pending free waited for before giving up), or a slab's share.
   // `stream`: the allocation's stream_tag(), for a stream-ordered one.
+  // `slab`: a range for small allocations (told to the residency as such).
   CUresult allocate_range(uint64_t bytes, CUdeviceptr* out,
-                          std::optional<uint64_t> stream = std::nullopt);
+                          std::optional<uint64_t> stream = std::nullopt, bool slab = false);
   CUresult allocate_small(uint64_t bytes, CUdeviceptr* out);
   // Gives back the memory at `ptr`: its share of a slab (the slab released once empty and not
   // kept), or its range; a range, or an empty slab, kept for reuse if `may_keep` and keep() takes

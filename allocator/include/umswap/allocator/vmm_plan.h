@@ -57,7 +57,15 @@ struct WindowTable {
   uint64_t bytes_in = 0;               // the plan's, an iteration
   uint64_t bytes_out = 0;
   uint32_t steps_left_out = 0;  // steps whose ranges pass the budget (not in the plan)
+  // The phases at which each range is reached (those left out of the plan too), ascending:
+  // use_phases[first_use[r], first_use[r + 1]).
+  std::vector<uint32_t> first_use;
+  std::vector<uint32_t> use_phases;
 };
+
+// Steps from `phase` (exclusive) to the next at which the table's range `r` is reached, counting
+// on into the next iteration; 0 when no step reaches it.
+uint32_t steps_to_next_use(const WindowTable& table, uint32_t r, uint32_t phase);
 
 // One step of a recorded iteration: its key and the ranges it reaches (indices into ranges).
 struct RecordedIteration {

@@ -48,10 +48,14 @@
 // it would write a range the residency takes for unwritten.
 //
 // Contract:
-//   * allocated(base): the arena handed out a range (VmmAllocator::allocate_range, slabs
+//   * allocated(base, slab): the arena handed out a range (VmmAllocator::allocate_range, slabs
 //     included; a kept range handed out again too); any thread; waits for a window in progress.
 //     Only ranges announced so, and not forgotten since, are this part's: a range the allocator
-//     keeps mapped after its free is the arena's still, and no window moves it.
+//     keeps mapped after its free is the arena's still, and no window moves it. A `slab` (a range
+//     for small allocations, vmm_small.h) is named by its address in the iteration's record, not
+//     as one of its allocations: when a slab is made depends on which shares the frees gave back
+//     by then, so counted as one it made two iterations' allocations differ (GPT-2 small under
+//     PyTorch's async backend: 974 and 975 in turn, and no table was ever made, run 224).
 //   * touch(key, bases, begins_iteration): at every step's entry, in launch order (the tracer
 //     serializes steps), with the step's key (its kernel's name), the bases of the ranges it
 //     reaches and whether the caller's detector says it begins an iteration: records the step; true
@@ -130,7 +134,7 @@ class VmmResidency {
   VmmResidency(const VmmResidency&) = delete;
   VmmResidency& operator=(const VmmResidency&) = delete;
 
-  void allocated(CUdeviceptr base);
+  void allocated(CUdeviceptr base, bool slab = false);
   void alias(CUdeviceptr address, CUdeviceptr range);
   void unalias(CUdeviceptr address);
   bool touch(uint32_t key, std::span<const CUdeviceptr> bases, bool begins_iteration);
@@ -179,6 +183,9 @@ class VmmResidency {
   // Next uses from the last iteration: distance in steps from the current one, for every range
   // the coming period's steps reach (the current step's own: 0).
   void predict(std::span<const CUdeviceptr> bases);
+  // With a table in force: the next use of every live range the table names, from its record of
+  // the iteration (the current step's own: 0).
+  void predict_from_table(std::span<const CUdeviceptr> bases);
   // Brings the range `info` describes (looked at just before) onto the GPU; false when nothing
   // was tried (already there, or ahead with no room).
   bool restore(const vmm::RangeInfo& info, CUstream stream, bool partial_ok, uint64_t* short_bytes);
